@@ -1,0 +1,54 @@
+"""``parallelsearch`` command line: one sub-command per job, ``--help`` on all of them.
+
+Sub-commands are registered by small modules (``cli_*.py``), each owning one area, so
+this file only wires them together and turns expected errors into one clear line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from parallelsearch import cli_stores, demo
+
+_MODULES = [cli_stores, demo]
+
+
+def _optional_modules() -> list:
+    mods = []
+    for name in ("cli_agents", "cli_eval", "cli_rl", "cli_serve"):
+        try:
+            mods.append(__import__(f"parallelsearch.{name}", fromlist=[name]))
+        except ModuleNotFoundError as e:
+            if e.name != f"parallelsearch.{name}":
+                raise
+    return mods
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="parallelsearch",
+        description="ParallelSearch: parallel sub-query search agents as LangGraph components.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for mod in _MODULES + _optional_modules():
+        mod.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, LookupError, FileNotFoundError, RuntimeError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

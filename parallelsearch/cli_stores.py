@@ -1,0 +1,152 @@
+"""CLI for the stores layer: prepare-data, index, stores, search, serve-retriever."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from parallelsearch.settings import get_settings
+
+
+def _add_chroma_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--chroma-host", help="Chroma server host (default: embedded store under the settings' home)"
+    )
+    p.add_argument("--chroma-port", type=int, help="Chroma server port (default 8000)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("prepare-data", help="benchmark files -> FlashRAG question files + corpus jsonl")
+    p.add_argument(
+        "src", nargs="+", help="benchmark files (HotpotQA, 2Wiki, MuSiQue, Bamboogle, MultiHop-RAG, NQ, ...)"
+    )
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--dataset", help="dataset name when the path does not say it")
+    p.add_argument(
+        "--skip-bad", action="store_true", help="skip bad records and report them instead of stopping"
+    )
+    p.set_defaults(func=cmd_prepare)
+
+    p = sub.add_parser("index", help="index corpus or benchmark files into a named store")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--store", required=True, help="store name")
+    p.add_argument(
+        "--model", help="sentence-transformers model name or path (default all-MiniLM-L6-v2, offline)"
+    )
+    p.add_argument("--batch-size", type=int, default=32, help="passages per encoder forward pass")
+    p.add_argument(
+        "--skip-bad", action="store_true", help="skip bad lines and report them instead of stopping"
+    )
+    p.add_argument(
+        "--chunk-size", type=int, default=1024, help="passages read, encoded and committed together"
+    )
+    p.add_argument("--no-progress", action="store_true")
+    _add_chroma_args(p)
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("stores", help="list stores: name, count, model, location")
+    p.add_argument("--json", action="store_true")
+    _add_chroma_args(p)
+    p.set_defaults(func=cmd_stores)
+
+    p = sub.add_parser("search", help="search a store")
+    p.add_argument("query")
+    p.add_argument("--store", required=True)
+    p.add_argument("-k", type=int, default=3)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--model")
+    _add_chroma_args(p)
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("serve-retriever", help="serve a store over Search-R1's /retrieve protocol")
+    p.add_argument("--store", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--topk", type=int, default=3, help="default top-k when a request omits it")
+    p.add_argument("--model")
+    _add_chroma_args(p)
+    p.set_defaults(func=cmd_serve_retriever)
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from parallelsearch.stores import SkipReport, prepare, write_prepared
+
+    report = SkipReport()
+    out = prepare(args.src, dataset=args.dataset, skip_bad=args.skip_bad, report=report)
+    for name, ds in sorted(out.items()):
+        qpath, cpath = write_prepared(ds, args.out)
+        types = ", ".join(f"{t}={n}" for t, n in sorted(ds.type_counts().items()))
+        splits = ", ".join(f"{t}={n}" for t, n in sorted(ds.split_counts().items()))
+        print(f"{name}: {len(ds.questions)} questions ({ds.duplicates} duplicates dropped) -> {qpath}")
+        print(f"  types: {types}")
+        print(f"  splits: {splits}")
+        print(f"  corpus: {len(ds.passages)} passages -> {cpath if cpath else '(no context in these files)'}")
+    if report.count or args.skip_bad:
+        print(report.summary(), file=sys.stderr)
+    return 0
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from parallelsearch.registry import open_store
+    from parallelsearch.stores import ingest
+
+    store = open_store(
+        args.store, create=True, model=args.model, host=args.chroma_host, port=args.chroma_port
+    )
+    rep = ingest(
+        store,
+        args.files,
+        batch_size=args.batch_size,
+        chunk_size=args.chunk_size,
+        skip_bad=args.skip_bad,
+        progress=not args.no_progress,
+    )
+    d = rep.to_dict()
+    print(
+        f"store {store.name} ({store.location}): added {d['added']}, already present {d['already_present']}, "
+        f"duplicates in input {d['duplicates_in_input']}, skipped {d['skipped']}, "
+        f"{d['seconds']} s, {d['passages_per_s']} passages/s; total {store.count()}"
+    )
+    if rep.skipped.count or args.skip_bad:
+        print(rep.skipped.summary(), file=sys.stderr)
+    return 0
+
+
+def cmd_stores(args: argparse.Namespace) -> int:
+    from parallelsearch.registry import describe_stores
+
+    rows = describe_stores(get_settings(), args.chroma_host, args.chroma_port)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print("no stores yet (index one with: parallelsearch index --store NAME FILE...)")
+        return 0
+    for r in rows:
+        print(f"{r['name']}\t{r['count']}\t{r['model']}\t{r['location']}")
+    return 0
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from parallelsearch.registry import open_store
+
+    store = open_store(args.store, model=args.model, host=args.chroma_host, port=args.chroma_port)
+    hits = store.search(args.query, args.k)
+    if args.json:
+        print(json.dumps([h.to_dict() for h in hits], ensure_ascii=False, indent=2))
+        return 0
+    for i, h in enumerate(hits, 1):
+        print(f"{i}. [{h.score:.3f}] {h.title}\n   {h.text[:300]}")
+    return 0
+
+
+def cmd_serve_retriever(args: argparse.Namespace) -> int:
+    from parallelsearch.registry import open_store
+    from parallelsearch.stores import create_retrieval_app, run_server
+
+    store = open_store(args.store, model=args.model, host=args.chroma_host, port=args.chroma_port)
+    app = create_retrieval_app(store, default_topk=args.topk)
+    print(f"serving store {store.name} ({store.count()} passages) on http://{args.host}:{args.port}/retrieve")
+    run_server(app, args.host, args.port)
+    return 0

@@ -1,0 +1,272 @@
+"""Benchmark files -> FlashRAG-format question records (+ their context corpus).
+
+Output records: ``{"id", "question", "golden_answers", "metadata"}`` with
+``metadata.type`` (the dataset's own label, ``na`` when it has none), ``metadata.split``
+(``parallel`` / ``sequential`` / ``single``, or ``other`` for types the ParallelSearch
+paper leaves out of both splits, e.g. 2Wiki ``bridge_comparison``),
+``metadata.dataset``, and, where the dataset has them, ``supporting_titles``,
+``evidences`` (2Wiki triples) and ``question_decomposition`` (MuSiQue).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parallelsearch.stores.errors import BadInputError
+from parallelsearch.stores.jsonfiles import SkipReport, iter_json_records
+from parallelsearch.stores.passages import Passage, to_contents
+from parallelsearch.stores.readers import passage_pairs
+
+DATASETS = ("hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "multihoprag", "nq", "triviaqa", "popqa")
+
+#: (dataset, type) -> split, per ../shared/data/README.md and the paper's Table 3
+_PARALLEL = {
+    ("hotpotqa", "comparison"),
+    ("2wikimultihopqa", "comparison"),
+    ("multihoprag", "comparison_query"),
+}
+_SEQUENTIAL = {
+    ("hotpotqa", "bridge"),
+    ("2wikimultihopqa", "inference"),
+    ("2wikimultihopqa", "compositional"),
+    ("multihoprag", "inference_query"),
+}
+_SINGLE_DATASETS = {"nq", "triviaqa", "popqa", "bamboogle"}
+
+
+def split_of(dataset: str, qtype: str | None) -> str:
+    """Paper split of a question: parallel / sequential / single / other."""
+    if (dataset, qtype) in _PARALLEL:
+        return "parallel"
+    if (dataset, qtype) in _SEQUENTIAL or dataset == "musique":
+        return "sequential"
+    if dataset in _SINGLE_DATASETS:
+        return "single"
+    return "other"  # e.g. 2Wiki bridge_comparison, or a multi-hop question whose file carries no type
+
+
+def guess_dataset(path: str | Path) -> str | None:
+    """Dataset name from the path (``.../hotpotqa/...``), or None."""
+    low = str(path).lower()
+    for name in sorted(DATASETS, key=len, reverse=True):
+        if name in low:
+            return name
+    if "2wiki" in low:
+        return "2wikimultihopqa"
+    return None
+
+
+def _norm_q(q: str) -> str:
+    return re.sub(r"\s+", " ", q.strip().lower())
+
+
+def _answers(rec: dict) -> list[str]:
+    if isinstance(rec.get("golden_answers"), list):
+        ans = rec["golden_answers"]
+    elif isinstance(rec.get("answer"), list):
+        ans = rec["answer"]
+    elif isinstance(rec.get("answer"), str):
+        ans = [rec["answer"]] + [a for a in rec.get("answer_aliases") or [] if isinstance(a, str)]
+    else:
+        raise KeyError("answer")
+    ans = [str(a).strip() for a in ans if str(a).strip()]
+    if not ans:
+        raise ValueError("empty answer list")
+    return list(dict.fromkeys(ans))
+
+
+def _supporting_titles(sf: Any) -> list[str]:
+    if isinstance(sf, dict) and isinstance(sf.get("title"), list):
+        titles = sf["title"]
+    elif isinstance(sf, list):
+        titles = [x[0] for x in sf if isinstance(x, list | tuple) and x]
+    else:
+        return []
+    return list(dict.fromkeys(str(t) for t in titles))
+
+
+def question_record(rec: dict, dataset: str, source: str) -> dict:
+    """One FlashRAG question record from any supported benchmark record."""
+    q = rec.get("question")
+    if not isinstance(q, str) or not q.strip():
+        raise KeyError("question")
+    meta_in = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {}
+    qtype = rec.get("type") or meta_in.get("type") or rec.get("question_type") or "na"
+    meta: dict[str, Any] = {
+        "dataset": dataset,
+        "type": qtype,
+        "split": split_of(dataset, qtype),
+        "source": source,
+    }
+    titles = _supporting_titles(rec.get("supporting_facts") or meta_in.get("supporting_facts"))
+    if isinstance(rec.get("paragraphs"), list):
+        titles = [p["title"] for p in rec["paragraphs"] if p.get("is_supporting")]
+    decomp = rec.get("question_decomposition") or meta_in.get("question_decomposition")
+    if isinstance(decomp, list):
+        meta["question_decomposition"] = [
+            {"question": d.get("question", ""), "answer": d.get("answer", "")} for d in decomp
+        ]
+        if not titles:
+            titles = [
+                d["support_paragraph"]["title"]
+                for d in decomp
+                if isinstance(d.get("support_paragraph"), dict)
+            ]
+    if isinstance(rec.get("evidence_list"), list):
+        titles = [e.get("title", "") for e in rec["evidence_list"] if e.get("title")]
+    if titles:
+        meta["supporting_titles"] = list(dict.fromkeys(titles))
+    evid = rec.get("evidences") or meta_in.get("evidences")
+    if isinstance(evid, list) and evid:
+        meta["evidences"] = evid
+    if rec.get("level"):
+        meta["level"] = rec["level"]
+    rid = rec.get("_id") or rec.get("id")
+    if rid is None or re.fullmatch(r"(dev|test|train)_\d+|\d+", str(rid)):
+        # positional ids collide between files: derive one from the question text
+        rid = f"{dataset}-{hashlib.sha1(_norm_q(q).encode()).hexdigest()[:12]}"
+    return {"id": str(rid), "question": q.strip(), "golden_answers": _answers(rec), "metadata": meta}
+
+
+def _records_with_ground_truth(path: Path, skip_bad: bool, report: SkipReport) -> Iterator[tuple[int, dict]]:
+    """MultiHop-RAG keeps answers in a sibling ground_truth.json keyed like queries.json."""
+    gt_path = path.with_name("ground_truth.json")
+    truth: dict[str, dict] = {}
+    if path.name == "queries.json" and gt_path.is_file():
+        for _, g in iter_json_records(gt_path):
+            truth[str(g.get("_key"))] = g
+    for line, rec in iter_json_records(path, skip_bad=skip_bad, report=report):
+        if truth:
+            g = truth.get(str(rec.get("id")))
+            if g is None:
+                err = BadInputError(
+                    str(path), line, f"query id {rec.get('id')!r} has no entry in {gt_path.name}"
+                )
+                if not skip_bad:
+                    raise err
+                report.add(err)
+                continue
+            rec = {**rec, "answer": g.get("answer"), "evidence_list": g.get("evidence_list", [])}
+        yield line, rec
+
+
+def _richness(q: dict) -> int:
+    m = q["metadata"]
+    return (m.get("type") != "na") * 4 + ("supporting_titles" in m) * 2 + (len(q["golden_answers"]) > 1)
+
+
+def _merge_duplicate(ds: PreparedDataset, idx: int, new: dict) -> None:
+    """Keep the copy with the most metadata; union the golden answers (aliases differ by file)."""
+    old = ds.questions[idx]
+    keep, other = (new, old) if _richness(new) > _richness(old) else (old, new)
+    keep = {**keep, "golden_answers": list(dict.fromkeys(keep["golden_answers"] + other["golden_answers"]))}
+    ds.questions[idx] = keep
+
+
+@dataclass
+class PreparedDataset:
+    name: str
+    questions: list[dict] = field(default_factory=list)
+    passages: dict[str, Passage] = field(default_factory=dict)
+    duplicates: int = 0
+
+    def type_counts(self) -> Counter:
+        return Counter(q["metadata"]["type"] for q in self.questions)
+
+    def split_counts(self) -> Counter:
+        return Counter(q["metadata"]["split"] for q in self.questions)
+
+
+def prepare(
+    paths: Iterable[str | Path],
+    *,
+    dataset: str | None = None,
+    skip_bad: bool = False,
+    report: SkipReport | None = None,
+) -> dict[str, PreparedDataset]:
+    """Read benchmark files into per-dataset question lists (deduplicated by question text) and corpora."""
+    report = report if report is not None else SkipReport()
+    out: dict[str, PreparedDataset] = {}
+    seen: dict[str, dict[str, int]] = {}
+    for path in map(Path, paths):
+        name = dataset or guess_dataset(path)
+        if name is None:
+            raise BadInputError(
+                str(path),
+                None,
+                f"cannot tell the dataset from the path; pass --dataset ({', '.join(DATASETS)})",
+            )
+        if path.name == "ground_truth.json" and name == "multihoprag":
+            continue  # read together with queries.json
+        ds = out.setdefault(name, PreparedDataset(name))
+        keys = seen.setdefault(name, {})
+        for line, rec in _records_with_ground_truth(path, skip_bad, report):
+            try:
+                q = question_record(rec, name, f"{path}:{line}")
+            except (KeyError, ValueError, TypeError) as e:
+                reason = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+                err = BadInputError(str(path), line, reason)
+                if not skip_bad:
+                    raise err from e
+                report.add(err)
+                continue
+            key = _norm_q(q["question"])
+            if key in keys:
+                ds.duplicates += 1
+                _merge_duplicate(ds, keys[key], q)
+            else:
+                keys[key] = len(ds.questions)
+                ds.questions.append(q)
+            try:
+                pairs = passage_pairs(rec)
+            except (ValueError, KeyError, TypeError):
+                pairs = []  # question-only files carry no context; that is not an error here
+            for title, text in pairs:
+                if title.strip() or text.strip():
+                    p = Passage.make(title, text)
+                    ds.passages.setdefault(p.id, p)
+    return out
+
+
+def write_prepared(ds: PreparedDataset, out_dir: str | Path) -> tuple[Path, Path | None]:
+    """Write ``<name>.jsonl`` (questions) and ``<name>_corpus.jsonl`` (passages, when any)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    qpath = out_dir / f"{ds.name}.jsonl"
+    with qpath.open("w", encoding="utf-8") as f:
+        for q in ds.questions:
+            f.write(json.dumps(q, ensure_ascii=False) + "\n")
+    cpath = None
+    if ds.passages:
+        cpath = out_dir / f"{ds.name}_corpus.jsonl"
+        with cpath.open("w", encoding="utf-8") as f:
+            for p in ds.passages.values():
+                f.write(
+                    json.dumps({"id": p.id, "contents": to_contents(p.title, p.text)}, ensure_ascii=False)
+                    + "\n"
+                )
+    return qpath, cpath
+
+
+def load_questions(path: str | Path, *, dataset: str | None = None, skip_bad: bool = False) -> list[dict]:
+    """FlashRAG question records from a prepared file or from any raw benchmark file."""
+    path = Path(path)
+    recs: list[dict] = []
+    first = next(iter_json_records(path), None)
+    if (
+        first is not None
+        and {"id", "question", "golden_answers", "metadata"} <= first[1].keys()
+        and "split" in (first[1]["metadata"] or {})
+    ):
+        return [r for _, r in iter_json_records(path, skip_bad=skip_bad)]
+    prepared = prepare([path], dataset=dataset, skip_bad=skip_bad)
+    for ds in prepared.values():
+        recs.extend(ds.questions)
+    return recs

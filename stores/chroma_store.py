@@ -1,0 +1,199 @@
+"""Chroma-backed passage stores: one collection per named store.
+
+Embedded (``PersistentClient``) by default; ``HttpClient`` when a Chroma server is given,
+which is what several processes (OpenRLHF's Ray actors) must share, because an embedded
+store is not multi-process safe. Embeddings are always computed here and passed to
+Chroma explicitly, so Chroma's own default embedding function (which downloads a
+model) never runs. The collection's metadata records model name and dimension.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+from parallelsearch.stores.coalesce import BatchCoalescer
+from parallelsearch.stores.embedders import Embedder, get_embedder
+from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
+from parallelsearch.stores.passages import Passage
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9]$")
+_META_MODEL = "ps_embedding_model"
+_META_DIM = "ps_dimension"
+
+
+def validate_store_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(
+            f"store name {name!r} is invalid: use 3-63 characters of letters, digits, '.', '_' or '-', "
+            "starting and ending with a letter or digit"
+        )
+    return name
+
+
+def _no_telemetry() -> Any:
+    from chromadb.config import Settings as ChromaSettings
+
+    return ChromaSettings(anonymized_telemetry=False, allow_reset=False)
+
+
+def make_client(path: str | Path | None = None, host: str | None = None, port: int = 8000) -> Any:
+    """An embedded client at ``path`` or an HTTP client to ``host:port``."""
+    import chromadb
+
+    if host:
+        return chromadb.HttpClient(host=host, port=int(port), settings=_no_telemetry())
+    if path is None:
+        raise ValueError("either a path (embedded store) or a host (Chroma server) is needed")
+    Path(path).mkdir(parents=True, exist_ok=True)
+    return chromadb.PersistentClient(path=str(path), settings=_no_telemetry())
+
+
+class ChromaStore:
+    """A named passage store. Thread-safe reads; async single queries are coalesced."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        client: Any | None = None,
+        path: str | Path | None = None,
+        host: str | None = None,
+        port: int = 8000,
+        embedder: Embedder | None = None,
+        create: bool = True,
+        coalesce_window_s: float = 0.002,
+        location: str | None = None,
+    ) -> None:
+        self.name = validate_store_name(name)
+        self.client = client if client is not None else make_client(path, host, port)
+        self.location = location or (f"http://{host}:{port}" if host else str(path) if path else "client")
+        self.embedder = embedder or get_embedder()
+        self.collection = self._open(create)
+        self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(
+            self._search_key, coalesce_window_s
+        )
+
+    def _open(self, create: bool) -> Any:
+        meta = {_META_MODEL: self.embedder.model_name, _META_DIM: self.embedder.dimension}
+        existing = {c.name if hasattr(c, "name") else c for c in self.client.list_collections()}
+        if self.name not in existing:
+            if not create:
+                raise StoreNotFoundError(f"no store named {self.name!r} at {self.location}")
+            return self.client.create_collection(
+                self.name,
+                metadata=meta,
+                configuration={"hnsw": {"space": "cosine"}},
+                embedding_function=None,
+            )
+        col = self.client.get_collection(self.name, embedding_function=None)
+        have = col.metadata or {}
+        if have.get(_META_MODEL) != meta[_META_MODEL] or have.get(_META_DIM) != meta[_META_DIM]:
+            raise ModelMismatchError(
+                f"store {self.name!r} at {self.location} was built with embedding model "
+                f"{have.get(_META_MODEL)!r} (dimension {have.get(_META_DIM)}), but was opened with "
+                f"{meta[_META_MODEL]!r} (dimension {meta[_META_DIM]}); open it with the same model or re-index"
+            )
+        return col
+
+    # ---- writing -------------------------------------------------------------------------
+    def count(self) -> int:
+        return int(self.collection.count())
+
+    def existing_ids(self, ids: Sequence[str]) -> set[str]:
+        if not ids:
+            return set()
+        got = self.collection.get(ids=list(ids), include=[])
+        return set(got["ids"])
+
+    def upsert(
+        self, passages: Sequence[Passage], embeddings: Sequence[Sequence[float]] | None = None
+    ) -> None:
+        """Insert or replace passages by id (idempotent)."""
+        if not passages:
+            return
+        if embeddings is None:
+            embeddings = self.embedder.encode_passages([p.text for p in passages])
+        self.collection.upsert(
+            ids=[p.id for p in passages],
+            embeddings=[list(e) for e in embeddings],
+            documents=[p.text for p in passages],
+            metadatas=[{"title": p.title} for p in passages],
+        )
+
+    # ---- reading -------------------------------------------------------------------------
+    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
+        """Top-k for every query with ONE encoder call and one Chroma query."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        queries = list(queries)
+        if not queries:
+            return []
+        vecs = self.embedder.encode_queries(queries)
+        n = self.count()
+        if n == 0:
+            return [[] for _ in queries]
+        res = self.collection.query(
+            query_embeddings=vecs, n_results=min(k, n), include=["documents", "metadatas", "distances"]
+        )
+        out: list[list[Passage]] = []
+        for ids, docs, metas, dists in zip(
+            res["ids"], res["documents"], res["metadatas"], res["distances"], strict=True
+        ):
+            out.append(
+                [
+                    Passage(
+                        id=i,
+                        title=(m or {}).get("title", ""),
+                        text=d or "",
+                        score=1.0 - float(dist),
+                        store=self.name,
+                    )
+                    for i, d, m, dist in zip(ids, docs, metas, dists, strict=True)
+                ]
+            )
+        return out
+
+    def search(self, query: str, k: int = 3) -> list[Passage]:
+        return self.search_batch([query], k)[0]
+
+    def _search_key(self, key: Hashable, queries: list[str]) -> list[list[Passage]]:
+        return self.search_batch(queries, int(key))  # type: ignore[arg-type]
+
+    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
+        """Async single query; concurrent calls arriving together share one batched search."""
+        return await self._coalescer.submit(k, query)
+
+    @property
+    def coalesced_batches(self) -> int:
+        return self._coalescer.batches
+
+    def info(self) -> dict[str, Any]:
+        meta = self.collection.metadata or {}
+        return {
+            "name": self.name,
+            "count": self.count(),
+            "model": meta.get(_META_MODEL),
+            "dimension": meta.get(_META_DIM),
+            "location": self.location,
+        }
+
+
+def list_stores(client: Any) -> list[dict[str, Any]]:
+    """Name, count and model of every collection behind ``client`` (no embedder needed)."""
+    out = []
+    for c in client.list_collections():
+        name = c.name if hasattr(c, "name") else c
+        col = client.get_collection(name, embedding_function=None)
+        meta = col.metadata or {}
+        out.append(
+            {
+                "name": name,
+                "count": col.count(),
+                "model": meta.get(_META_MODEL),
+                "dimension": meta.get(_META_DIM),
+            }
+        )
+    return out

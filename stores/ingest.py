@@ -1,0 +1,105 @@
+"""Batched, idempotent, resumable ingestion of corpus/benchmark files into a store.
+
+Each batch asks the store which ids it already holds, embeds only the new passages
+and upserts them. A run killed half-way therefore resumes where it stopped on the
+next run, and running twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from parallelsearch.stores.chroma_store import ChromaStore
+from parallelsearch.stores.jsonfiles import SkipReport
+from parallelsearch.stores.passages import Passage
+from parallelsearch.stores.readers import read_passages
+from tqdm.auto import tqdm
+
+
+@dataclass
+class IngestReport:
+    added: int = 0
+    already_present: int = 0
+    duplicates_in_input: int = 0
+    skipped: SkipReport = field(default_factory=SkipReport)
+    seconds: float = 0.0
+    encode_seconds: float = 0.0
+
+    @property
+    def passages_per_s(self) -> float:
+        return self.added / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "added": self.added,
+            "already_present": self.already_present,
+            "duplicates_in_input": self.duplicates_in_input,
+            "skipped": self.skipped.count,
+            "seconds": round(self.seconds, 3),
+            "passages_per_s": round(self.passages_per_s, 1),
+        }
+
+
+def _batches(passages: Iterable[Passage], size: int, report: IngestReport) -> Iterable[list[Passage]]:
+    seen: set[str] = set()
+    batch: list[Passage] = []
+    for p in passages:
+        if p.id in seen:
+            report.duplicates_in_input += 1
+            continue
+        seen.add(p.id)
+        batch.append(p)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def ingest(
+    store: ChromaStore,
+    paths: Iterable[str | Path] | None = None,
+    *,
+    passages: Iterable[Passage] | None = None,
+    batch_size: int = 32,
+    chunk_size: int = 1024,
+    skip_bad: bool = False,
+    progress: bool = True,
+) -> IngestReport:
+    """Add every passage of ``paths`` (or of ``passages``) that ``store`` lacks.
+
+    Passages are read ahead in chunks of ``chunk_size``; each chunk's new passages are
+    encoded in ONE encoder call (``batch_size`` per forward pass), because
+    sentence-transformers sorts a call's texts by length, and short calls of unsorted
+    text pad far more (measured: 8 calls of 64 took 2.5x one call of 512 on 2 cores).
+    Each chunk is committed before the next is read, so a killed run loses at most one chunk.
+    """
+    if batch_size < 1 or chunk_size < 1:
+        raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size} and {chunk_size}")
+    report = IngestReport()
+    source = (
+        passages
+        if passages is not None
+        else read_passages(paths or [], skip_bad=skip_bad, report=report.skipped)
+    )
+    start = time.perf_counter()
+    bar = tqdm(desc=f"indexing into {store.name}", unit="passage", disable=not progress)
+    try:
+        for batch in _batches(source, max(chunk_size, batch_size), report):
+            have = store.existing_ids([p.id for p in batch])
+            new = [p for p in batch if p.id not in have]
+            report.already_present += len(batch) - len(new)
+            if new:
+                t0 = time.perf_counter()
+                vecs = store.embedder.encode_passages([p.text for p in new], batch_size=batch_size)
+                report.encode_seconds += time.perf_counter() - t0
+                store.upsert(new, vecs)
+                report.added += len(new)
+            bar.update(len(batch))
+    finally:
+        bar.close()
+    report.seconds = time.perf_counter() - start
+    return report

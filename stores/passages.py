@@ -1,0 +1,54 @@
+"""The passage record shared by readers, stores, searchers and the retrieval server.
+
+Ids are content hashes of title + text so the same paragraph read from two benchmark
+files (HotpotQA ships overlapping samples) becomes one passage in a store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+
+
+def passage_id(title: str, text: str) -> str:
+    """Stable id: first 16 hex digits of sha1(title + NUL + text)."""
+    digest = hashlib.sha1(f"{title.strip()}\x00{text.strip()}".encode()).hexdigest()
+    return digest[:16]
+
+
+def to_contents(title: str, text: str) -> str:
+    """Search-R1 / FlashRAG `contents` field: quoted title on the first line, then the text."""
+    return f'"{title}"\n{text}'
+
+
+def split_contents(contents: str) -> tuple[str, str]:
+    """Inverse of :func:`to_contents`; surrounding quotes of the title line are stripped."""
+    title, _, text = contents.partition("\n")
+    title = title.strip()
+    if len(title) >= 2 and title[0] == '"' and title[-1] == '"':
+        title = title[1:-1]
+    return title, text.strip()
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One retrievable paragraph. `score` and `store` are set by searches, empty when read from a file."""
+
+    id: str
+    title: str
+    text: str
+    score: float | None = None
+    store: str | None = None
+    source: str | None = field(default=None, compare=False)
+
+    @classmethod
+    def make(cls, title: str, text: str, source: str | None = None) -> Passage:
+        title, text = title.strip(), text.strip()
+        return cls(id=passage_id(title, text), title=title, text=text, source=source)
+
+    @property
+    def contents(self) -> str:
+        return to_contents(self.title, self.text)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,112 @@
+"""Corpus readers: every supported file format in, :class:`Passage` records out.
+
+Supported record shapes (detected per record, so mixed folders work):
+
+* Search-R1 / FlashRAG corpus: ``{"id", "contents": "\\"Title\\"\\ntext"}``
+* plain corpus: ``{"id", "title", "text"}``
+* HotpotQA / 2WikiMultihopQA original: ``context = [[title, [sentence, ...]], ...]``
+* HotpotQA HF rows: ``context = {"title": [...], "sentences": [[...], ...]}``
+* FlashRAG benchmark rows: the same under ``metadata.context`` (2Wiki uses ``content``)
+* MuSiQue original: ``paragraphs = [{"title", "paragraph_text"}, ...]``; FlashRAG MuSiQue keeps
+  the gold paragraphs under ``metadata.question_decomposition[*].support_paragraph``
+* MultiHop-RAG ground truth: ``evidence_list = [{"title", "fact"}, ...]``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from parallelsearch.stores.errors import BadInputError
+from parallelsearch.stores.jsonfiles import SkipReport, iter_json_records
+from parallelsearch.stores.passages import Passage, split_contents
+
+SUPPORTED = (
+    '{"contents"}, {"title","text"}, "context" (HotpotQA/2Wiki, list or HF dict), '
+    '"metadata.context" (FlashRAG), "paragraphs" (MuSiQue), "evidence_list" (MultiHop-RAG)'
+)
+
+
+def join_sentences(sentences: Iterable[str]) -> str:
+    """Join sentence lists: HotpotQA sentences carry their leading space, 2Wiki's do not."""
+    out = ""
+    for s in sentences:
+        if not isinstance(s, str):
+            raise ValueError(f"sentence is {type(s).__name__}, expected a string")
+        if out and s and not s[0].isspace() and not out[-1].isspace():
+            out += " "
+        out += s
+    return out.strip()
+
+
+def _context_pairs(ctx: object) -> list[tuple[str, str]]:
+    if isinstance(ctx, list):
+        pairs = []
+        for item in ctx:
+            if not (isinstance(item, list | tuple) and len(item) == 2 and isinstance(item[0], str)):
+                raise ValueError("context entry is not [title, [sentences]]")
+            sents = item[1] if isinstance(item[1], list) else [item[1]]
+            pairs.append((item[0], join_sentences(sents)))
+        return pairs
+    if isinstance(ctx, dict) and isinstance(ctx.get("title"), list):
+        bodies = ctx.get("sentences", ctx.get("content"))
+        if not isinstance(bodies, list) or len(bodies) != len(ctx["title"]):
+            raise ValueError("context.title and context.sentences differ in length")
+        return [
+            (t, join_sentences(b if isinstance(b, list) else [b]))
+            for t, b in zip(ctx["title"], bodies, strict=True)
+        ]
+    raise ValueError("context has an unknown shape")
+
+
+def passage_pairs(rec: dict) -> list[tuple[str, str]]:
+    """``(title, text)`` pairs held by one record; ValueError names what is missing."""
+    if isinstance(rec.get("contents"), str):
+        return [split_contents(rec["contents"])]
+    if isinstance(rec.get("title"), str) and isinstance(rec.get("text"), str):
+        return [(rec["title"], rec["text"])]
+    if "context" in rec:
+        return _context_pairs(rec["context"])
+    if isinstance(rec.get("paragraphs"), list):
+        return [(p["title"], p["paragraph_text"]) for p in rec["paragraphs"]]
+    meta = rec.get("metadata")
+    if isinstance(meta, dict):
+        if "context" in meta:
+            return _context_pairs(meta["context"])
+        decomp = meta.get("question_decomposition")
+        if isinstance(decomp, list) and any("support_paragraph" in d for d in decomp):
+            return [
+                (d["support_paragraph"]["title"], d["support_paragraph"]["paragraph_text"])
+                for d in decomp
+                if "support_paragraph" in d
+            ]
+    if isinstance(rec.get("evidence_list"), list):
+        return [(e.get("title") or "", e["fact"]) for e in rec["evidence_list"]]
+    raise ValueError(f"record holds no passages; expected one of {SUPPORTED}")
+
+
+def read_passages(
+    paths: Iterable[str | Path], *, skip_bad: bool = False, report: SkipReport | None = None
+) -> Iterator[Passage]:
+    """Yield passages of every file in order (duplicates included; stores dedupe by id)."""
+    for path in paths:
+        for line, rec in iter_json_records(path, skip_bad=skip_bad, report=report):
+            try:
+                pairs = passage_pairs(rec)
+            except (ValueError, KeyError, TypeError) as e:
+                reason = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+                err = BadInputError(str(path), line, reason)
+                if not skip_bad:
+                    raise err from e
+                if report is not None:
+                    report.add(err)
+                continue
+            for title, text in pairs:
+                if not (title or "").strip() and not (text or "").strip():
+                    err = BadInputError(str(path), line, "empty passage (no title, no text)")
+                    if not skip_bad:
+                        raise err
+                    if report is not None:
+                        report.add(err)
+                    continue
+                yield Passage.make(title or "", text or "", source=f"{path}:{line}")

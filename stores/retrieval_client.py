@@ -1,0 +1,123 @@
+"""Client for any server speaking Search-R1's ``/retrieve`` protocol.
+
+Works against our server and against Search-R1's / ParallelSearch's own
+``retrieval_server.py``. Concurrent async single queries are coalesced into one HTTP
+request, every request has a timeout, and transient failures are retried a bounded
+number of times.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import httpx
+from parallelsearch.stores.coalesce import BatchCoalescer
+from parallelsearch.stores.passages import Passage, split_contents
+
+
+class RetrieverError(RuntimeError):
+    """The retrieval server failed or answered something that is not the protocol."""
+
+
+def parse_result(result: Any, store: str | None = None) -> list[list[Passage]]:
+    """Turn a ``result`` list (with or without scores) into passages."""
+    if not isinstance(result, list):
+        raise RetrieverError(f"'result' must be a list, got {type(result).__name__}")
+    out = []
+    for per_query in result:
+        row = []
+        for item in per_query:
+            score = None
+            doc = item
+            if isinstance(item, dict) and "document" in item:
+                doc, score = item["document"], item.get("score")
+            if not isinstance(doc, dict) or "contents" not in doc:
+                raise RetrieverError(f"document without 'contents': {str(doc)[:200]}")
+            title, text = split_contents(doc["contents"])
+            pid = str(doc.get("id", ""))
+            row.append(
+                Passage(
+                    id=pid, title=title, text=text, score=None if score is None else float(score), store=store
+                )
+            )
+        out.append(row)
+    return out
+
+
+class RetrieverClient:
+    """Search a remote ``/retrieve`` endpoint. ``url`` may end in ``/retrieve`` or be the server root."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float = 30.0,
+        retries: int = 2,
+        backoff_s: float = 0.2,
+        name: str | None = None,
+        coalesce_window_s: float = 0.002,
+    ) -> None:
+        url = url.rstrip("/")
+        self.base = url[: -len("/retrieve")] if url.endswith("/retrieve") else url
+        self.url = self.base + "/retrieve"
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.name = name or self.base
+        self.requests = 0
+        self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(
+            self._batch_for_key, coalesce_window_s
+        )
+
+    def _payload(self, queries: Sequence[str], k: int) -> dict[str, Any]:
+        return {"queries": list(queries), "topk": int(k), "return_scores": True}
+
+    def _check(self, resp: httpx.Response, n: int) -> list[list[Passage]]:
+        if resp.status_code >= 400:
+            raise RetrieverError(f"{self.url} answered {resp.status_code}: {resp.text[:300]}")
+        try:
+            body = resp.json()
+        except ValueError as e:
+            raise RetrieverError(f"{self.url} answered non-JSON: {resp.text[:200]}") from e
+        if not isinstance(body, dict) or "result" not in body:
+            raise RetrieverError(f"{self.url} answered without 'result': {str(body)[:200]}")
+        res = parse_result(body["result"], store=self.name)
+        if len(res) != n:
+            raise RetrieverError(f"{self.url} returned {len(res)} result lists for {n} queries")
+        return res
+
+    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
+        if not queries:
+            return []
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            try:
+                self.requests += 1
+                resp = httpx.post(self.url, json=self._payload(queries, k), timeout=self.timeout_s)
+                if resp.status_code >= 500 and attempt < self.retries:
+                    last = RetrieverError(f"{self.url} answered {resp.status_code}")
+                else:
+                    return self._check(resp, len(queries))
+            except (httpx.TransportError, httpx.TimeoutException) as e:
+                last = e
+            time.sleep(self.backoff_s * (2**attempt))
+        raise RetrieverError(f"{self.url} failed after {self.retries + 1} attempts: {last}")
+
+    def search(self, query: str, k: int = 3) -> list[Passage]:
+        return self.search_batch([query], k)[0]
+
+    def _batch_for_key(self, key: Hashable, queries: list[str]) -> list[list[Passage]]:
+        return self.search_batch(queries, int(key))  # type: ignore[arg-type]
+
+    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
+        return await self._coalescer.submit(k, query)
+
+    def health(self) -> dict[str, Any]:
+        resp = httpx.get(self.base + "/health", timeout=self.timeout_s)
+        resp.raise_for_status()
+        return resp.json()
+
+    def count(self) -> int:
+        return int(self.health().get("passages", 0))

@@ -1,0 +1,89 @@
+"""A Search-R1-compatible ``/retrieve`` HTTP server over any batch searcher.
+
+Protocol (Search-R1 ``search_r1/search/retrieval_server.py``):
+request ``{"queries": [...], "topk": 3, "return_scores": true}``; response
+``{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}``, or, without
+scores, ``{"result": [[{"id", "contents"}, ...], ...]}``. Plus ``GET /health``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from parallelsearch.stores.passages import Passage
+from pydantic import BaseModel, Field
+
+
+class BatchSearcher(Protocol):
+    name: str
+
+    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]: ...
+
+    def count(self) -> int: ...
+
+
+class RetrieveRequest(BaseModel):
+    queries: list[str] = Field(..., description="queries to search, in order")
+    topk: int | None = Field(None, description="passages per query (server default when omitted)")
+    return_scores: bool = Field(False, description="wrap each document with its score")
+
+
+def passage_to_document(p: Passage) -> dict[str, Any]:
+    return {"id": p.id, "contents": p.contents}
+
+
+def create_retrieval_app(
+    searcher: BatchSearcher,
+    *,
+    default_topk: int = 3,
+    max_topk: int = 50,
+    max_queries: int = 256,
+    max_query_chars: int = 2000,
+) -> FastAPI:
+    """FastAPI app answering ``POST /retrieve`` and ``GET /health`` for ``searcher``."""
+    app = FastAPI(title="parallelsearch /retrieve", version="1")
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg")} for e in exc.errors()]
+        return JSONResponse(status_code=422, content={"detail": "invalid request body", "errors": errors})
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        count = await asyncio.to_thread(searcher.count)
+        return {"status": "ok", "store": getattr(searcher, "name", None), "passages": count}
+
+    @app.post("/retrieve")
+    async def retrieve(req: RetrieveRequest) -> dict[str, Any]:
+        if not req.queries:
+            raise HTTPException(422, "queries must hold at least one query")
+        if len(req.queries) > max_queries:
+            raise HTTPException(413, f"too many queries: {len(req.queries)} > limit {max_queries}")
+        for i, q in enumerate(req.queries):
+            if len(q) > max_query_chars:
+                raise HTTPException(413, f"query {i} is {len(q)} characters; limit is {max_query_chars}")
+        k = req.topk if req.topk is not None else default_topk
+        if not 1 <= k <= max_topk:
+            raise HTTPException(422, f"topk must be between 1 and {max_topk}, got {k}")
+        results = await asyncio.to_thread(searcher.search_batch, req.queries, k)
+        if req.return_scores:
+            return {
+                "result": [
+                    [{"document": passage_to_document(p), "score": p.score} for p in res] for res in results
+                ]
+            }
+        return {"result": [[passage_to_document(p) for p in res] for res in results]}
+
+    return app
+
+
+def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+    """Serve ``app`` with uvicorn (blocking)."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=30)

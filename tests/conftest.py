@@ -1,0 +1,106 @@
+"""Shared fixtures: real benchmark files from ../shared/data, a real embedded Chroma store,
+and loopback HTTP servers. Tests never touch ../shared/data/holdout."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("PARALLELSEARCH_SHARED_DATA", ROOT.parent / "shared" / "data"))
+RAW = DATA / "raw"
+
+# openrlhf installs a top-level `tests` package into site-packages; our test modules are
+# loaded with --import-mode=importlib and helpers are imported from this folder by path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+needs_data = pytest.mark.skipif(not RAW.is_dir(), reason=f"benchmark data folder {RAW} is missing")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class UvicornThread:
+    """A real uvicorn server on 127.0.0.1 in a background thread; stops on exit."""
+
+    def __init__(self, app, port: int | None = None):
+        import uvicorn
+
+        self.port = port or free_port()
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> UvicornThread:
+        self.thread.start()
+        deadline = time.time() + 20
+        while not self.server.started:
+            if time.time() > deadline:
+                raise RuntimeError("uvicorn did not start within 20 s")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path, monkeypatch):
+    """Every test gets its own settings home, so no test sees another's stores."""
+    monkeypatch.setenv("PARALLELSEARCH_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("PARALLELSEARCH_CONFIG", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    from parallelsearch.stores import get_embedder
+
+    return get_embedder()
+
+
+@pytest.fixture(scope="session")
+def hotpot_comparison_file() -> Path:
+    path = RAW / "hotpotqa" / "nakulbh_Meve-framework" / "hotpot_dev_distractor_v1.json"
+    if not path.is_file():
+        pytest.skip(f"benchmark file {path} is missing")
+    return path
+
+
+@pytest.fixture(scope="session")
+def hotpot_questions(hotpot_comparison_file):
+    """The first 20 questions of a real HotpotQA dev-distractor file (FlashRAG records)."""
+    from parallelsearch.stores import load_questions
+
+    return load_questions(hotpot_comparison_file)[:20]
+
+
+@pytest.fixture(scope="session")
+def hotpot_store(tmp_path_factory, embedder, hotpot_comparison_file):
+    """A real embedded Chroma store holding the context paragraphs of 20 HotpotQA questions."""
+    import json
+
+    from parallelsearch.stores import ChromaStore, ingest
+
+    recs = json.loads(hotpot_comparison_file.read_text())[:20]
+    small = tmp_path_factory.mktemp("hp") / "hotpot20.json"
+    small.write_text(json.dumps(recs))
+    store = ChromaStore("hotpot", path=tmp_path_factory.mktemp("chroma"), embedder=embedder)
+    ingest(store, [small], progress=False)
+    return store

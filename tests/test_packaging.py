@@ -1,0 +1,55 @@
+"""The distribution installs only under `parallelsearch.*`, never generic top-level names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+
+@pytest.mark.slow
+def test_wheel_holds_only_the_parallelsearch_namespace(tmp_path):
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    wheel = next(Path(tmp_path).glob("parallelsearch-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names}
+    assert tops == {"parallelsearch", next(t for t in tops if t.endswith(".dist-info"))}
+    for sub in ("stores", "agents", "graphs", "rl"):
+        assert f"parallelsearch/{sub}/__init__.py" in names
+    assert not tops & {"agents", "graphs", "rl", "stores", "tests"}
+
+
+def test_import_names_resolve_to_this_checkout():
+    import parallelsearch.stores
+
+    assert (
+        Path(parallelsearch.stores.__file__).resolve().is_relative_to(ROOT)
+        or "site-packages" in parallelsearch.stores.__file__
+    )
+
+
+def test_our_tests_are_not_shadowed_by_site_packages_tests():
+    # openrlhf ships a top-level `tests` package; ours is loaded by path (importlib mode)
+    import conftest
+
+    assert Path(conftest.__file__).resolve().parent == Path(__file__).resolve().parent

