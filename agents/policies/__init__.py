@@ -1,1 +1,25 @@
-"""(filled in by later modules)"""
+"""Policies: how a turn of text gets generated (one async protocol, many backends)."""
+
+from parallelsearch.agents.policies.base import Policy, TurnRequest, TurnResult
+from parallelsearch.agents.policies.chat import ChatModelPolicy
+from parallelsearch.agents.policies.external import ExternalPolicy
+from parallelsearch.agents.policies.hf import HFPolicy
+from parallelsearch.agents.policies.openai_compat import OpenAICompletionsPolicy
+from parallelsearch.agents.policies.scripted import OraclePolicy, ScriptedPolicy
+from parallelsearch.agents.policies.spec import SPEC_HELP, policy_from_spec
+from parallelsearch.agents.policies.vllm_engine import VLLMPolicy
+
+__all__ = [
+    "SPEC_HELP",
+    "ChatModelPolicy",
+    "ExternalPolicy",
+    "HFPolicy",
+    "OpenAICompletionsPolicy",
+    "OraclePolicy",
+    "Policy",
+    "ScriptedPolicy",
+    "TurnRequest",
+    "TurnResult",
+    "VLLMPolicy",
+    "policy_from_spec",
+]

@@ -1,0 +1,62 @@
+"""The one async protocol every policy backend implements: generate one turn."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from parallelsearch.agents.protocol import STOP_STRINGS
+
+
+@dataclass
+class TurnRequest:
+    """Everything a backend may need to produce one policy turn.
+
+    ``transcript`` is the full text so far (prompt + turns + observations); ``segments``
+    is the same as ``(role, text)`` pairs for chat models; ``token_ids`` is set when the
+    caller keeps token ids (training) so token-in backends skip re-tokenising.
+    """
+
+    transcript: str
+    segments: list[tuple[str, str]] = field(default_factory=list)
+    token_ids: list[int] | None = None
+    stop: tuple[str, ...] = STOP_STRINGS
+    max_tokens: int = 500
+    temperature: float = 0.0
+    top_p: float = 1.0
+    logprobs: bool = False
+    turn_index: int = 0
+    final: bool = False
+    allow_split: bool = True
+    question: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    role: str = "planner"
+
+
+@dataclass
+class TurnResult:
+    text: str
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    labels: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Policy(Protocol):
+    name: str
+
+    async def agenerate(self, request: TurnRequest) -> TurnResult: ...
+
+
+def close_unfinished_tag(text: str, stops: tuple[str, ...]) -> str:
+    """Chat APIs drop the stop string; put it back so the turn ends as the protocol says."""
+    for stop in stops:
+        opener = stop.replace("</", "<")
+        if text.rstrip().endswith(stop):
+            return text
+        if opener in text and stop not in text[text.rfind(opener) :]:
+            return text + stop
+    return text

@@ -1,0 +1,46 @@
+"""External policy: the action comes from outside the graph (a trainer) via LangGraph ``interrupt``.
+
+The planner node pauses with the transcript and the turn's settings as the interrupt
+value; the caller resumes with ``Command(resume=action_text)`` (or a dict with ``text``
+and optional ``token_ids``/``logprobs``). Search, join, routing and counting stay the
+graph's own code, in training exactly as in serving.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from parallelsearch.agents.policies.base import TurnRequest, TurnResult
+from parallelsearch.agents.protocol import truncate_at_stop
+
+
+class ExternalPolicy:
+    name = "external"
+
+    async def agenerate(self, request: TurnRequest) -> TurnResult:
+        from langgraph.types import interrupt
+
+        value: Any = interrupt(
+            {
+                "transcript": request.transcript,
+                "stop": list(request.stop),
+                "max_tokens": request.max_tokens,
+                "turn_index": request.turn_index,
+                "final": request.final,
+            }
+        )
+        if isinstance(value, dict):
+            text = value.get("text")
+            if not isinstance(text, str):
+                raise ValueError("resume value for the external policy must be a string or a dict with 'text'")
+            return TurnResult(
+                text=text,
+                token_ids=value.get("token_ids"),
+                logprobs=value.get("logprobs"),
+                finish_reason=value.get("finish_reason"),
+                completion_tokens=len(value["token_ids"]) if value.get("token_ids") is not None else None,
+                labels=("external",),
+            )
+        if not isinstance(value, str):
+            raise ValueError(f"resume value for the external policy must be text, got {type(value).__name__}")
+        return TurnResult(text=truncate_at_stop(value, request.stop), finish_reason="stop", labels=("external",))

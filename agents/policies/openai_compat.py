@@ -1,0 +1,88 @@
+"""OpenAI-compatible completions endpoint (``vllm serve`` or any server of that API).
+
+Text in/out through ``/v1/completions``; token-in (prompt as token ids) and token ids
+out when the server supports vLLM's extensions (``return_token_ids``,
+``include_stop_str_in_output``). Every request has a timeout and a bounded retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import httpx
+
+from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag
+
+
+class OpenAICompletionsPolicy:
+    def __init__(
+        self,
+        model: str,
+        base_url: str = "http://127.0.0.1:8000/v1",
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        retries: int = 2,
+        vllm_extensions: bool = True,
+    ):
+        self.model = model
+        self.name = f"openai:{model}@{base_url}"
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key or os.environ.get("PARALLELSEARCH_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.vllm_extensions = vllm_extensions
+
+    def _payload(self, r: TurnRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": r.token_ids if (r.token_ids is not None and self.vllm_extensions) else r.transcript,
+            "max_tokens": r.max_tokens,
+            "temperature": r.temperature,
+            "top_p": r.top_p,
+            "stop": list(r.stop),
+        }
+        if r.logprobs:
+            body["logprobs"] = 1
+        if self.vllm_extensions:
+            body["include_stop_str_in_output"] = True
+            body["return_token_ids"] = True
+        return body
+
+    async def agenerate(self, request: TurnRequest) -> TurnResult:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        last: Exception | None = None
+        async with httpx.AsyncClient(timeout=self.timeout_s) as client:
+            for attempt in range(self.retries + 1):
+                try:
+                    resp = await client.post(f"{self.base_url}/completions", json=self._payload(request), headers=headers)
+                    if resp.status_code < 500 or attempt == self.retries:
+                        break
+                    last = RuntimeError(f"{self.base_url} answered {resp.status_code}")
+                except (httpx.TransportError, httpx.TimeoutException) as e:
+                    last = e
+                    if attempt == self.retries:
+                        raise RuntimeError(f"{self.base_url}/completions failed after {attempt + 1} attempts: {e}") from e
+                await asyncio.sleep(0.2 * 2**attempt)
+        if resp.status_code >= 400:
+            raise RuntimeError(f"{self.base_url}/completions answered {resp.status_code}: {resp.text[:300]} ({last})")
+        body = resp.json()
+        choice = body["choices"][0]
+        text = choice.get("text") or ""
+        stop_reason = choice.get("stop_reason")
+        if isinstance(stop_reason, str) and stop_reason in request.stop and not text.endswith(stop_reason):
+            text += stop_reason  # servers without include_stop_str_in_output drop it
+        text = close_unfinished_tag(text, request.stop) if choice.get("finish_reason") == "stop" else text
+        lp = choice.get("logprobs") or {}
+        usage = body.get("usage") or {}
+        return TurnResult(
+            text=text,
+            token_ids=choice.get("token_ids"),
+            logprobs=lp.get("token_logprobs") if isinstance(lp, dict) else None,
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=usage.get("prompt_tokens"),
+            completion_tokens=usage.get("completion_tokens"),
+            labels=("openai",),
+        )

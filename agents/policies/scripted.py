@@ -1,0 +1,113 @@
+"""Scripted and oracle policies: honest stand-ins for an LLM, for tests, demos and env checks."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from parallelsearch.agents.policies.base import TurnRequest, TurnResult
+from parallelsearch.agents.protocol import truncate_at_stop
+
+
+class ScriptedPolicy:
+    """Replays given turns in order, from the start in every episode (turn i = script[i]).
+
+    Past the end of the script it repeats the last turn, so a script that never answers
+    exercises ``max_turns``. Each replayed turn is cut at the first stop string, as a
+    real engine would cut it.
+    """
+
+    name = "scripted"
+
+    def __init__(self, turns: Sequence[str], delay_s: float = 0.0):
+        if not turns or not all(isinstance(t, str) for t in turns):
+            raise ValueError("a scripted policy needs a non-empty list of turn texts")
+        self.turns = list(turns)
+        self.delay_s = delay_s
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedPolicy:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"scripted policy file {path} does not exist") from e
+        except json.JSONDecodeError as e:
+            raise ValueError(f"scripted policy file {path} is not valid JSON: {e.msg} (line {e.lineno})") from e
+        if not isinstance(data, list) or not data or not all(isinstance(t, str) for t in data):
+            raise ValueError(f"scripted policy file {path} must hold a non-empty JSON array of turn strings")
+        return cls(data)
+
+    async def agenerate(self, request: TurnRequest) -> TurnResult:
+        if self.delay_s:
+            import asyncio
+
+            await asyncio.sleep(self.delay_s)
+        text = self.turns[min(request.turn_index, len(self.turns) - 1)]
+        text = truncate_at_stop(text, request.stop)
+        return TurnResult(text=text, finish_reason="stop", completion_tokens=len(text.split()), labels=("scripted",))
+
+
+def _evidence_queries(evidences: list) -> list[str]:
+    out = []
+    for ev in evidences:
+        if isinstance(ev, list | tuple) and len(ev) >= 2:
+            out.append(f"{ev[0]} {ev[1]}")
+    return list(dict.fromkeys(out))
+
+
+def _musique_queries(decomp: list[dict]) -> list[str]:
+    out: list[str] = []
+    answers: list[str] = []
+    for d in decomp:
+        q = d.get("question", "")
+        q = re.sub(r"#(\d+)", lambda m: answers[int(m.group(1)) - 1] if int(m.group(1)) <= len(answers) else m.group(0), q)
+        out.append(q.replace(" >> ", " "))
+        answers.append(d.get("answer", ""))
+    return out
+
+
+class OraclePolicy:
+    """Decomposes with the dataset's own annotations and answers with the gold answer.
+
+    For demos and environment checks only: it measures the graph's efficiency and the
+    retrieval, never a model's accuracy. Every turn it writes is labelled ``oracle``.
+    Sub-queries come from HotpotQA supporting titles, 2Wiki evidence triples (subject +
+    relation) or MuSiQue's ``question_decomposition`` (``#k`` replaced by hop k's answer).
+    Parallelizable questions get all sub-queries in one search when the graph allows
+    splitting; sequential ones get one hop per turn, as their hops depend on each other.
+    """
+
+    name = "oracle"
+
+    def __init__(self, delay_s: float = 0.0):
+        self.delay_s = delay_s
+
+    @staticmethod
+    def plan(question: str, metadata: dict) -> list[str]:
+        if metadata.get("question_decomposition"):
+            return _musique_queries(metadata["question_decomposition"])
+        split = metadata.get("split")
+        if metadata.get("evidences") and split != "parallel":
+            return _evidence_queries(metadata["evidences"])
+        titles = metadata.get("supporting_titles") or []
+        return list(dict.fromkeys(titles)) or [question]
+
+    async def agenerate(self, request: TurnRequest) -> TurnResult:
+        if self.delay_s:
+            import asyncio
+
+            await asyncio.sleep(self.delay_s)
+        meta = request.metadata or {}
+        gold = (meta.get("golden_answers") or [""])[0]
+        plan = self.plan(request.question, meta)
+        together = request.allow_split and meta.get("split") == "parallel"
+        rounds = [plan] if together else [[q] for q in plan]
+        i = request.turn_index
+        if request.final or i >= len(rounds):
+            text = f"<think>oracle: answering with the gold answer</think>\n<answer> {gold} </answer>"
+        else:
+            text = f"<think>oracle: searching {len(rounds[i])} sub-quer{'y' if len(rounds[i]) == 1 else 'ies'}</think>\n"
+            text += "<search> " + " ## ".join(rounds[i]) + " </search>"
+        return TurnResult(text=text, finish_reason="stop", completion_tokens=len(text.split()), labels=("oracle",))

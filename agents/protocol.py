@@ -1,0 +1,199 @@
+"""The ParallelSearch text protocol: prompt, action parser, observation formatter, feedback.
+
+Contract (DESIGN section 1): the policy writes ``<think>``, ``<search> a ## b </search>``
+or ``<answer> x </answer>``; the environment answers a search with ONE
+``<information>`` block holding, per sub-query in order, its passages as
+``Doc i(Title: t) text`` lines (numbering restarts per sub-query, as in the official
+code). The parser never raises: it reports what it found or why the action is invalid.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from parallelsearch.stores.passages import Passage
+
+STOP_STRINGS: tuple[str, ...] = ("</search>", "</answer>")
+SUBQUERY_SEPARATOR = "##"
+
+#: The official ParallelSearch code's prompt (scripts/data_process/qa_search_train_merge.py),
+#: which released checkpoints were trained on.
+OFFICIAL_TEMPLATE = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
+    "get new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
+    "<search> query </search> and it will return the top searched results between <information> and "
+    "</information>. If the original query is complex or involves multiple parts, you are encouraged to "
+    "decompose it into smaller sub-questions, separated by ##. For example: <search> sub-question 1 ## "
+    "sub-question 2 </search>. You can search as many times as your want. If you find no further external "
+    "knowledge needed, you can directly provide the answer inside <answer> and </answer>, without detailed "
+    "illustrations. For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+
+#: The paper's Table 1 template. The paper's wording is not available offline here; it
+#: describes the same instructions as the official code, so this mirrors that text with
+#: the typo fixed. Select ``official`` for the exact training prompt of released checkpoints.
+PAPER_TEMPLATE = OFFICIAL_TEMPLATE.replace("as many times as your want", "as many times as you want")
+
+#: Search-R1's prompt (one query per search; used by the sequential baseline).
+SEARCH_R1_TEMPLATE = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
+    "get new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
+    "<search> query </search> and it will return the top searched results between <information> and "
+    "</information>. You can search as many times as your want. If you find no further external knowledge "
+    "needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. "
+    "For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+
+TEMPLATES = {"paper": PAPER_TEMPLATE, "official": OFFICIAL_TEMPLATE, "search_r1": SEARCH_R1_TEMPLATE}
+
+#: The official code's corrective feedback for an invalid action (search_r1/llm_agent/generation.py).
+INVALID_FEEDBACK = (
+    "\nMy previous action is invalid. If I want to search, I should put the query between <search> and "
+    "</search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. "
+    "Let me try again.\n"
+)
+
+
+def render_prompt(question: str, template: str = "paper", stores: Sequence[str] = ()) -> str:
+    """The initial prompt. ``template`` is a name from :data:`TEMPLATES` or a format string with ``{question}``."""
+    text = TEMPLATES.get(template, template)
+    if "{question}" not in text:
+        raise ValueError(f"prompt template {template[:60]!r} is neither a known name ({', '.join(TEMPLATES)}) nor has {{question}}")
+    q = question.strip()
+    prompt = text.replace("{question}", q)
+    if len(stores) > 1:
+        listing = ", ".join(stores)
+        hint = (
+            f"Available knowledge stores: {listing}. Write 'store: query' to search one store only; "
+            "a query without a store name searches all of them. "
+        )
+        prompt = prompt.replace("Question: ", hint + "Question: ", 1) if "Question: " in prompt else hint + prompt
+    return prompt
+
+
+@dataclass(frozen=True)
+class Action:
+    """What one policy turn asked for."""
+
+    kind: Literal["search", "answer", "invalid"]
+    subqueries: tuple[str, ...] = ()
+    answer: str | None = None
+    think: str | None = None
+    reason: str | None = None
+    raw_query: str | None = None
+    dropped: tuple[str, ...] = field(default=())
+
+
+_TAG_RE = re.compile(r"<(/?)(think|search|answer|information)>")
+
+
+def truncate_at_stop(text: str, stops: Sequence[str] = STOP_STRINGS) -> str:
+    """Cut ``text`` after the first stop string (kept), as vLLM does with include_stop_str_in_output."""
+    cut = None
+    for s in stops:
+        i = text.find(s)
+        if i != -1 and (cut is None or i + len(s) < cut):
+            cut = i + len(s)
+    return text if cut is None else text[:cut]
+
+
+def split_subqueries(query: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``a ## b ## a ##`` -> (("a", "b"), ("a",)): stripped, empties dropped, duplicates kept once."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    for piece in query.split(SUBQUERY_SEPARATOR):
+        piece = " ".join(piece.split())
+        if not piece:
+            continue
+        if piece in kept:
+            dropped.append(piece)
+        else:
+            kept.append(piece)
+    return tuple(kept), tuple(dropped)
+
+
+def parse_action(text: object, *, max_subqueries: int = 8, split: bool = True) -> Action:
+    """Parse one policy turn. Never raises, whatever ``text`` is."""
+    if not isinstance(text, str):
+        return Action("invalid", reason=f"turn is {type(text).__name__}, not text")
+    think = None
+    open_tag: str | None = None
+    open_end = 0
+    for m in _TAG_RE.finditer(text):
+        closing, tag = m.group(1) == "/", m.group(2)
+        if tag == "think":
+            if not closing:
+                open_tag, open_end = "think", m.end()
+            elif open_tag == "think":
+                think = text[open_end : m.start()].strip()
+                open_tag = None
+            continue
+        if tag == "information":
+            return Action("invalid", think=think, reason="the policy wrote an <information> tag (only the environment may)")
+        if not closing:
+            if open_tag in ("search", "answer"):
+                return Action("invalid", think=think, reason=f"<{tag}> opened inside <{open_tag}>")
+            open_tag, open_end = tag, m.end()
+            continue
+        if open_tag != tag:
+            return Action("invalid", think=think, reason=f"</{tag}> without a matching <{tag}>")
+        body = text[open_end : m.start()]
+        if tag == "answer":
+            answer = body.strip()
+            if not answer:
+                return Action("invalid", think=think, reason="empty <answer>")
+            return Action("answer", answer=answer, think=think)
+        if split:
+            subs, dropped = split_subqueries(body)
+        else:
+            q = " ".join(body.split())
+            subs, dropped = ((q,) if q else ()), ()
+        if not subs:
+            return Action("invalid", think=think, reason="empty <search>", raw_query=body)
+        if len(subs) > max_subqueries:
+            return Action(
+                "invalid",
+                think=think,
+                reason=f"{len(subs)} sub-queries in one search; at most {max_subqueries} are allowed",
+                raw_query=body,
+            )
+        return Action("search", subqueries=subs, think=think, raw_query=body, dropped=dropped)
+    if open_tag in ("search", "answer"):
+        return Action("invalid", think=think, reason=f"<{open_tag}> is never closed")
+    return Action("invalid", think=think, reason="no <search> or <answer> tag")
+
+
+def format_passages(passages: Sequence[Passage]) -> str:
+    """One sub-query's results: ``Doc i(Title: t) text`` lines, numbering from 1."""
+    return "".join(f"Doc {i}(Title: {p.title}) {p.text}\n" for i, p in enumerate(passages, 1))
+
+
+def format_observation(
+    results: Sequence[Sequence[Passage] | None],
+    errors: Sequence[str | None] = (),
+    queries: Sequence[str] = (),
+    max_words: int | None = None,
+) -> str:
+    """ONE ``<information>`` block for a search round, sub-queries in order.
+
+    A failed sub-query contributes a one-line notice instead of passages, so the policy
+    sees that the search happened and failed. ``max_words`` caps the block (a whitespace
+    approximation of the observation token cap).
+    """
+    parts = []
+    for i, res in enumerate(results):
+        err = errors[i] if i < len(errors) else None
+        if err:
+            q = queries[i] if i < len(queries) else f"#{i + 1}"
+            parts.append(f"Search failed for '{q}': {err}\n")
+        else:
+            parts.append(format_passages(res or []))
+    body = "".join(parts).strip()
+    if max_words is not None:
+        words = body.split(" ")
+        if len(words) > max_words:
+            body = " ".join(words[:max_words]) + " ..."
+    return f"\n\n<information>{body}</information>\n\n"

@@ -1,0 +1,53 @@
+"""The one async searcher protocol (a query and k in, passages out) and its guard.
+
+:func:`guarded_search` gives every call a timeout and a bounded retry and turns any
+failure into an error string for that sub-query: a broken searcher never kills an episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from parallelsearch.stores.passages import Passage
+
+
+@runtime_checkable
+class Searcher(Protocol):
+    async def asearch(self, query: str, k: int = 3) -> list[Passage]: ...
+
+
+@dataclass
+class SearchOutcome:
+    passages: list[Passage]
+    error: str | None
+    attempts: int
+
+
+async def guarded_search(
+    searcher: Searcher, query: str, k: int, *, timeout_s: float = 10.0, retries: int = 1, backoff_s: float = 0.05
+) -> SearchOutcome:
+    """Search with a per-attempt timeout and ``retries`` extra attempts; never raises (but on cancellation)."""
+    err = "unknown error"
+    for attempt in range(1, retries + 2):
+        try:
+            res = await asyncio.wait_for(searcher.asearch(query, k), timeout=timeout_s)
+            return SearchOutcome(list(res)[:k], None, attempt)
+        except asyncio.TimeoutError:
+            err = f"timed out after {timeout_s:g} s"
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any searcher failure becomes an error entry
+            err = f"{type(e).__name__}: {e}"[:300]
+        if attempt <= retries:
+            await asyncio.sleep(backoff_s * attempt)
+    return SearchOutcome([], f"{err} ({retries + 1} attempt{'s' if retries else ''})", retries + 1)
+
+
+def store_names(searcher: object) -> list[str]:
+    """Names of the stores behind a searcher (the prompt lists them when there are several)."""
+    names = getattr(searcher, "store_names", None)
+    if callable(names):
+        return list(names())
+    return [getattr(searcher, "name", type(searcher).__name__)]

@@ -1,0 +1,260 @@
+"""The graph's node functions, bound to one policy, searcher and config.
+
+Small private steps, one job each: the planner makes one policy turn; the router
+fans a search out with ``Send``; a searcher node runs one sub-query; the join node
+puts the round's results back in sub-query order as one ``<information>`` block;
+the answer node finishes the episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from langgraph.types import Send
+
+from parallelsearch.agents.policies.base import Policy, TurnRequest
+from parallelsearch.agents.protocol import INVALID_FEEDBACK, STOP_STRINGS, format_observation, parse_action, render_prompt
+from parallelsearch.agents.searchers.base import Searcher, guarded_search, store_names
+from parallelsearch.graphs.config import GraphConfig
+from parallelsearch.graphs.state import SearchState, SearchTask
+from parallelsearch.stores.passages import Passage
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    if a is None and b is None:
+        return None
+    return (a or 0) + (b or 0)
+
+
+class Nodes:
+    def __init__(
+        self,
+        policy: Policy,
+        searcher: Searcher | None,
+        config: GraphConfig,
+        answer_policy: Policy | None = None,
+    ):
+        self.policy = policy
+        self.searcher = searcher
+        self.cfg = config
+        self.answer_policy = answer_policy
+        self._stores = store_names(searcher) if searcher is not None else []
+        self._sems: dict[int, asyncio.Semaphore] = {}
+
+    # -- helpers -------------------------------------------------------------------------
+    def _initial(self, state: SearchState) -> dict[str, Any]:
+        q = state.get("question")
+        if not isinstance(q, str) or not q.strip():
+            raise ValueError("the graph input needs a non-empty 'question' string")
+        prompt = render_prompt(q, self.cfg.prompt_template, self._stores)
+        return {
+            "transcript": prompt,
+            "segments": [("prompt", prompt)],
+            "round": 0,
+            "started_at": time.time(),
+            "policy_calls": 0,
+            "search_rounds": 0,
+            "subqueries": 0,
+            "passages": 0,
+            "errors": 0,
+            "labels": [],
+            "tokens_in": None,
+            "tokens_out": None,
+            "policy": getattr(self.policy, "name", type(self.policy).__name__),
+        }
+
+    def _request(self, st: dict[str, Any], final: bool, role: str = "planner") -> TurnRequest:
+        meta = dict(st.get("metadata") or {})
+        return TurnRequest(
+            transcript=st["transcript"],
+            segments=list(st.get("segments") or []),
+            stop=STOP_STRINGS,
+            max_tokens=self.cfg.max_new_tokens,
+            temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p,
+            turn_index=st.get("policy_calls", 0),
+            final=final,
+            allow_split=self.cfg.split_subqueries,
+            question=st.get("question", ""),
+            metadata=meta,
+            role=role,
+        )
+
+    # -- nodes ---------------------------------------------------------------------------
+    async def planner(self, state: SearchState) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        st: dict[str, Any] = dict(state)
+        update: dict[str, Any] = {}
+        if not st.get("transcript"):
+            update = self._initial(st)
+            st.update(update)
+        final = st["policy_calls"] >= self.cfg.max_turns
+        res = await self.policy.agenerate(self._request(st, final))
+        text = res.text if isinstance(res.text, str) else ""
+        action = parse_action(text, max_subqueries=self.cfg.max_subqueries, split=self.cfg.split_subqueries)
+        transcript = st["transcript"] + text
+        segments = list(st["segments"]) + [("policy", text)]
+        invalid = action.kind == "invalid" or (final and action.kind != "answer")
+        if action.kind == "invalid" and not final:
+            transcript += INVALID_FEEDBACK
+            segments.append(("feedback", INVALID_FEEDBACK))
+        ms = _ms(t0)
+        turn = {
+            "type": "turn",
+            "index": st["policy_calls"],
+            "final": final,
+            "text": text,
+            "action": action.kind if not (final and action.kind == "search") else "invalid",
+            "subqueries": list(action.subqueries),
+            "answer": action.answer,
+            "reason": action.reason if action.kind == "invalid" else ("searching is disabled in the final turn" if invalid else None),
+            "finish_reason": res.finish_reason,
+            "ms": ms,
+            "labels": list(res.labels),
+        }
+        update.update(
+            transcript=transcript,
+            segments=segments,
+            policy_calls=st["policy_calls"] + 1,
+            last_action={"kind": turn["action"], "subqueries": list(action.subqueries), "answer": action.answer, "final": final},
+            trajectory=[turn],
+            node_ms={"planner": ms},
+            labels=sorted(set(st.get("labels") or []) | set(res.labels)),
+            tokens_in=_add(st.get("tokens_in"), res.prompt_tokens),
+            tokens_out=_add(st.get("tokens_out"), res.completion_tokens),
+        )
+        if action.kind == "answer":
+            update["answer"] = action.answer
+        return update
+
+    def route(self, state: SearchState) -> Any:
+        act = state.get("last_action") or {}
+        if act.get("kind") == "answer" or act.get("final"):
+            return "answer"
+        if act.get("kind") == "search":
+            r = state.get("round", 0)
+            return [Send("search", {"query": q, "index": i, "round": r}) for i, q in enumerate(act["subqueries"])]
+        return "planner"
+
+    def _sem(self) -> asyncio.Semaphore | None:
+        if not self.cfg.max_concurrency:
+            return None
+        loop = asyncio.get_running_loop()
+        sem = self._sems.get(id(loop))
+        if sem is None:
+            sem = self._sems[id(loop)] = asyncio.Semaphore(self.cfg.max_concurrency)
+        return sem
+
+    async def search(self, task: SearchTask) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        sem = self._sem()
+        if sem is None:
+            out = await self._one(task)
+        else:
+            async with sem:
+                out = await self._one(task)
+        ms = _ms(t0)
+        out["ms"] = ms
+        return {"results": [out], "node_ms": {"search": ms}}
+
+    async def _one(self, task: SearchTask) -> dict[str, Any]:
+        if self.searcher is None:
+            return {**task, "passages": [], "error": "no searcher configured"}
+        outcome = await guarded_search(
+            self.searcher,
+            task["query"],
+            self.cfg.top_k,
+            timeout_s=self.cfg.search_timeout_s,
+            retries=self.cfg.search_retries,
+        )
+        return {**task, "passages": [p.to_dict() for p in outcome.passages], "error": outcome.error, "attempts": outcome.attempts}
+
+    async def join(self, state: SearchState) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        r = state.get("round", 0)
+        rows = sorted((x for x in state.get("results", []) if x.get("round") == r), key=lambda x: x["index"])
+        passages = [[Passage(**{k: v for k, v in p.items() if k != "source"}) for p in row["passages"]] for row in rows]
+        errors = [row.get("error") for row in rows]
+        obs = format_observation(passages, errors, [row["query"] for row in rows], self.cfg.max_observation_words)
+        n_err = sum(1 for e in errors if e)
+        ms = _ms(t0)
+        entry = {
+            "type": "observation",
+            "round": r,
+            "text": obs,
+            "results": [
+                {
+                    "query": row["query"],
+                    "error": row.get("error"),
+                    "ms": row.get("ms"),
+                    "passages": [{"title": p["title"], "score": p["score"], "id": p["id"], "store": p["store"]} for p in row["passages"]],
+                }
+                for row in rows
+            ],
+        }
+        return {
+            "transcript": state["transcript"] + obs,
+            "segments": list(state.get("segments") or []) + [("observation", obs)],
+            "round": r + 1,
+            "search_rounds": state.get("search_rounds", 0) + 1,
+            "subqueries": state.get("subqueries", 0) + len(rows),
+            "passages": state.get("passages", 0) + sum(len(p) for p in passages),
+            "errors": state.get("errors", 0) + n_err,
+            "trajectory": [entry],
+            "node_ms": {"join": ms},
+        }
+
+    async def retrieve_once(self, state: SearchState) -> dict[str, Any]:
+        """RAG baseline: search the question itself once, before the (answer-only) turn."""
+        update = self._initial(state)
+        task: SearchTask = {"query": state["question"].strip(), "index": 0, "round": 0}
+        found = await self.search(task)
+        merged = {**state, **update, "results": found["results"]}
+        joined = await self.join(merged)  # type: ignore[arg-type]
+        joined["results"] = found["results"]
+        joined["node_ms"] = sum_ms_two(found["node_ms"], joined["node_ms"])
+        return {**update, **joined}
+
+    async def answer(self, state: SearchState) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        update: dict[str, Any] = {}
+        answer = state.get("answer")
+        if self.answer_policy is not None:
+            st = dict(state)
+            last = (st.get("segments") or [])[-1:]
+            if answer is not None and last and last[0][0] == "policy":
+                # hand the answer turn to the answer model, on the transcript before the planner's answer
+                st["transcript"] = st["transcript"][: len(st["transcript"]) - len(last[0][1])]
+                st["segments"] = st["segments"][:-1]
+            res = await self.answer_policy.agenerate(self._request(st, final=True, role="answer"))
+            act = parse_action(res.text, max_subqueries=self.cfg.max_subqueries)
+            answer = act.answer if act.kind == "answer" else answer
+            update.update(
+                policy_calls=state.get("policy_calls", 0) + 1,
+                trajectory=[{"type": "turn", "role": "answer", "index": state.get("policy_calls", 0), "final": True,
+                             "text": res.text, "action": act.kind, "subqueries": [], "answer": act.answer,
+                             "reason": act.reason, "finish_reason": res.finish_reason, "ms": _ms(t0), "labels": list(res.labels)}],
+                labels=sorted(set(state.get("labels") or []) | set(res.labels)),
+                tokens_in=_add(state.get("tokens_in"), res.prompt_tokens),
+                tokens_out=_add(state.get("tokens_out"), res.completion_tokens),
+            )
+        started = state.get("started_at") or time.time()
+        update.update(
+            answer=answer,
+            status="answered" if answer is not None else "unanswered",
+            total_ms=round((time.time() - started) * 1000, 3),
+            node_ms={"answer": _ms(t0)},
+        )
+        return update
+
+
+def sum_ms_two(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
+    from parallelsearch.graphs.state import sum_ms
+
+    return sum_ms(a, b)
