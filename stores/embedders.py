@@ -86,6 +86,13 @@ def _load_model(path: str, device: str | None) -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
 
+    try:  # the per-load "Loading weights" bar is noise on every CLI call
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover
+        pass
+
     return SentenceTransformer(path, device=device)
 
 

@@ -1,0 +1,84 @@
+"""The protocol: parser (property-based: never raises), observation format, prompt."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parallelsearch.agents.protocol import (
+    INVALID_FEEDBACK,
+    TEMPLATES,
+    format_observation,
+    parse_action,
+    render_prompt,
+    split_subqueries,
+    truncate_at_stop,
+)
+from parallelsearch.stores import Passage
+
+TAGS = ["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>", "<information>", "</information>", "##", " ", "\n", "a", "Ed Wood", "<", ">", "/"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text())
+def test_parser_never_raises_on_arbitrary_text(text):
+    a = parse_action(text)
+    assert a.kind in ("search", "answer", "invalid")
+    if a.kind == "invalid":
+        assert a.reason
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(TAGS), max_size=30).map("".join), st.integers(1, 8))
+def test_parser_never_raises_on_tag_soup(text, cap):
+    a = parse_action(text, max_subqueries=cap)
+    if a.kind == "search":
+        assert 1 <= len(a.subqueries) <= cap and all(q and q == q.strip() for q in a.subqueries)
+        assert len(set(a.subqueries)) == len(a.subqueries)
+    if a.kind == "answer":
+        assert a.answer and a.answer == a.answer.strip()
+
+
+def test_parser_cases():
+    a = parse_action("<think>compare</think>\n<search> Monet birth ## Pissarro birth ## Monet birth ## </search>")
+    assert a.kind == "search" and a.subqueries == ("Monet birth", "Pissarro birth") and a.think == "compare"
+    assert a.dropped == ("Monet birth",)
+    assert parse_action("<answer> Paris </answer>").answer == "Paris"
+    assert parse_action("no tags").reason == "no <search> or <answer> tag"
+    assert parse_action("<search>  ##  </search>").reason == "empty <search>"
+    assert "never closed" in parse_action("<search> x").reason
+    assert "without a matching" in parse_action("x </answer>").reason
+    assert "only the environment" in parse_action("<information>x</information>").reason
+    many = "<search> " + " ## ".join(f"q{i}" for i in range(50)) + " </search>"
+    assert parse_action(many).kind == "invalid" and "50 sub-queries" in parse_action(many).reason
+    # Search-R1 mode: '##' is part of the query
+    assert parse_action("<search> a ## b </search>", split=False).subqueries == ("a ## b",)
+    assert split_subqueries(" a ##b## ") == (("a", "b"), ())
+
+
+def test_first_stop_ends_the_turn():
+    assert truncate_at_stop("<search> a </search> junk </answer>") == "<search> a </search>"
+    assert truncate_at_stop("<answer> x </answer><search>") == "<answer> x </answer>"
+
+
+def test_observation_matches_the_official_format():
+    a = [Passage("1", "Claude Monet", "born 1840"), Passage("2", "Monet (film)", "a film")]
+    b = [Passage("3", "Camille Pissarro", "born 1830")]
+    obs = format_observation([a, b])
+    assert obs == (
+        "\n\n<information>Doc 1(Title: Claude Monet) born 1840\nDoc 2(Title: Monet (film)) a film\n"
+        "Doc 1(Title: Camille Pissarro) born 1830</information>\n\n"
+    )
+    err = format_observation([a, None], ["", "timed out"], ["monet", "pissarro"])
+    assert "Search failed for 'pissarro': timed out" in err and err.count("<information>") == 1
+
+
+def test_prompt_templates():
+    p = render_prompt("Who is older, Monet or Pissarro", "paper")
+    assert p.endswith("Question: Who is older, Monet or Pissarro\n") and "separated by ##" in p
+    assert "as many times as your want" in render_prompt("q", "official")
+    assert "##" not in render_prompt("q", "search_r1")
+    multi = render_prompt("q", "paper", ["wiki", "news"])
+    assert "Available knowledge stores: wiki, news" in multi
+    assert render_prompt("q", "Custom: {question}") == "Custom: q"
+    assert set(TEMPLATES) == {"paper", "official", "search_r1"} and INVALID_FEEDBACK.startswith("\nMy previous action is invalid.")
