@@ -10,4 +10,12 @@ from parallelsearch.agents.protocol import (
     render_prompt,
 )
 
-__all__ = ["INVALID_FEEDBACK", "STOP_STRINGS", "TEMPLATES", "Action", "format_observation", "parse_action", "render_prompt"]
+__all__ = [
+    "INVALID_FEEDBACK",
+    "STOP_STRINGS",
+    "TEMPLATES",
+    "Action",
+    "format_observation",
+    "parse_action",
+    "render_prompt",
+]

@@ -61,7 +61,9 @@ def render_prompt(question: str, template: str = "paper", stores: Sequence[str] 
     """The initial prompt. ``template`` is a name from :data:`TEMPLATES` or a format string with ``{question}``."""
     text = TEMPLATES.get(template, template)
     if "{question}" not in text:
-        raise ValueError(f"prompt template {template[:60]!r} is neither a known name ({', '.join(TEMPLATES)}) nor has {{question}}")
+        raise ValueError(
+            f"prompt template {template[:60]!r} is neither a known name ({', '.join(TEMPLATES)}) nor has {{question}}"
+        )
     q = question.strip()
     prompt = text.replace("{question}", q)
     if len(stores) > 1:
@@ -70,7 +72,9 @@ def render_prompt(question: str, template: str = "paper", stores: Sequence[str] 
             f"Available knowledge stores: {listing}. Write 'store: query' to search one store only; "
             "a query without a store name searches all of them. "
         )
-        prompt = prompt.replace("Question: ", hint + "Question: ", 1) if "Question: " in prompt else hint + prompt
+        prompt = (
+            prompt.replace("Question: ", hint + "Question: ", 1) if "Question: " in prompt else hint + prompt
+        )
     return prompt
 
 
@@ -132,7 +136,11 @@ def parse_action(text: object, *, max_subqueries: int = 8, split: bool = True) -
                 open_tag = None
             continue
         if tag == "information":
-            return Action("invalid", think=think, reason="the policy wrote an <information> tag (only the environment may)")
+            return Action(
+                "invalid",
+                think=think,
+                reason="the policy wrote an <information> tag (only the environment may)",
+            )
         if not closing:
             if open_tag in ("search", "answer"):
                 return Action("invalid", think=think, reason=f"<{tag}> opened inside <{open_tag}>")

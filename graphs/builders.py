@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from langgraph.graph import END, START, StateGraph
-
 from parallelsearch.agents.policies.base import Policy
 from parallelsearch.agents.searchers.backends import as_searcher
 from parallelsearch.graphs.config import GraphConfig
@@ -57,14 +56,25 @@ def build_parallel_search_graph(
     ``asearch(query, k)``. ``config``: fields of :class:`GraphConfig`.
     """
     cfg = GraphConfig(**config)
-    return _search_loop(Nodes(policy, as_searcher(searcher), cfg, answer_policy), cfg, checkpointer, "parallelsearch")
+    return _search_loop(
+        Nodes(policy, as_searcher(searcher), cfg, answer_policy), cfg, checkpointer, "parallelsearch"
+    )
 
 
-def build_sequential_graph(policy: Policy, searcher: Any, *, answer_policy: Policy | None = None, checkpointer: Any = None, **config: Any) -> Any:
+def build_sequential_graph(
+    policy: Policy,
+    searcher: Any,
+    *,
+    answer_policy: Policy | None = None,
+    checkpointer: Any = None,
+    **config: Any,
+) -> Any:
     """Search-R1 baseline: its prompt, one query per search (``##`` is not split)."""
     config = {"prompt_template": "search_r1", **config, "split_subqueries": False}
     cfg = GraphConfig(**config)
-    return _search_loop(Nodes(policy, as_searcher(searcher), cfg, answer_policy), cfg, checkpointer, "sequential")
+    return _search_loop(
+        Nodes(policy, as_searcher(searcher), cfg, answer_policy), cfg, checkpointer, "sequential"
+    )
 
 
 def build_rag_graph(policy: Policy, searcher: Any, *, checkpointer: Any = None, **config: Any) -> Any:
@@ -82,7 +92,9 @@ def build_rag_graph(policy: Policy, searcher: Any, *, checkpointer: Any = None, 
     return _compile(b, cfg, checkpointer, "rag")
 
 
-def build_direct_graph(policy: Policy, searcher: Any = None, *, checkpointer: Any = None, **config: Any) -> Any:
+def build_direct_graph(
+    policy: Policy, searcher: Any = None, *, checkpointer: Any = None, **config: Any
+) -> Any:
     """Direct baseline: no retrieval, one answer-only turn."""
     cfg = GraphConfig(**{**config, "max_turns": 0})
     nodes = Nodes(policy, None, cfg)

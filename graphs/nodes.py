@@ -13,9 +13,14 @@ import time
 from typing import Any
 
 from langgraph.types import Send
-
 from parallelsearch.agents.policies.base import Policy, TurnRequest
-from parallelsearch.agents.protocol import INVALID_FEEDBACK, STOP_STRINGS, format_observation, parse_action, render_prompt
+from parallelsearch.agents.protocol import (
+    INVALID_FEEDBACK,
+    STOP_STRINGS,
+    format_observation,
+    parse_action,
+    render_prompt,
+)
 from parallelsearch.agents.searchers.base import Searcher, guarded_search, store_names
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.state import SearchState, SearchTask
@@ -113,7 +118,9 @@ class Nodes:
             "action": action.kind if not (final and action.kind == "search") else "invalid",
             "subqueries": list(action.subqueries),
             "answer": action.answer,
-            "reason": action.reason if action.kind == "invalid" else ("searching is disabled in the final turn" if invalid else None),
+            "reason": action.reason
+            if action.kind == "invalid"
+            else ("searching is disabled in the final turn" if invalid else None),
             "finish_reason": res.finish_reason,
             "ms": ms,
             "labels": list(res.labels),
@@ -122,7 +129,12 @@ class Nodes:
             transcript=transcript,
             segments=segments,
             policy_calls=st["policy_calls"] + 1,
-            last_action={"kind": turn["action"], "subqueries": list(action.subqueries), "answer": action.answer, "final": final},
+            last_action={
+                "kind": turn["action"],
+                "subqueries": list(action.subqueries),
+                "answer": action.answer,
+                "final": final,
+            },
             trajectory=[turn],
             node_ms={"planner": ms},
             labels=sorted(set(st.get("labels") or []) | set(res.labels)),
@@ -139,7 +151,9 @@ class Nodes:
             return "answer"
         if act.get("kind") == "search":
             r = state.get("round", 0)
-            return [Send("search", {"query": q, "index": i, "round": r}) for i, q in enumerate(act["subqueries"])]
+            return [
+                Send("search", {"query": q, "index": i, "round": r}) for i, q in enumerate(act["subqueries"])
+            ]
         return "planner"
 
     def _sem(self) -> asyncio.Semaphore | None:
@@ -173,15 +187,25 @@ class Nodes:
             timeout_s=self.cfg.search_timeout_s,
             retries=self.cfg.search_retries,
         )
-        return {**task, "passages": [p.to_dict() for p in outcome.passages], "error": outcome.error, "attempts": outcome.attempts}
+        return {
+            **task,
+            "passages": [p.to_dict() for p in outcome.passages],
+            "error": outcome.error,
+            "attempts": outcome.attempts,
+        }
 
     async def join(self, state: SearchState) -> dict[str, Any]:
         t0 = time.perf_counter()
         r = state.get("round", 0)
         rows = sorted((x for x in state.get("results", []) if x.get("round") == r), key=lambda x: x["index"])
-        passages = [[Passage(**{k: v for k, v in p.items() if k != "source"}) for p in row["passages"]] for row in rows]
+        passages = [
+            [Passage(**{k: v for k, v in p.items() if k != "source"}) for p in row["passages"]]
+            for row in rows
+        ]
         errors = [row.get("error") for row in rows]
-        obs = format_observation(passages, errors, [row["query"] for row in rows], self.cfg.max_observation_words)
+        obs = format_observation(
+            passages, errors, [row["query"] for row in rows], self.cfg.max_observation_words
+        )
         n_err = sum(1 for e in errors if e)
         ms = _ms(t0)
         entry = {
@@ -193,7 +217,10 @@ class Nodes:
                     "query": row["query"],
                     "error": row.get("error"),
                     "ms": row.get("ms"),
-                    "passages": [{"title": p["title"], "score": p["score"], "id": p["id"], "store": p["store"]} for p in row["passages"]],
+                    "passages": [
+                        {"title": p["title"], "score": p["score"], "id": p["id"], "store": p["store"]}
+                        for p in row["passages"]
+                    ],
                 }
                 for row in rows
             ],
@@ -237,9 +264,22 @@ class Nodes:
             answer = act.answer if act.kind == "answer" else answer
             update.update(
                 policy_calls=state.get("policy_calls", 0) + 1,
-                trajectory=[{"type": "turn", "role": "answer", "index": state.get("policy_calls", 0), "final": True,
-                             "text": res.text, "action": act.kind, "subqueries": [], "answer": act.answer,
-                             "reason": act.reason, "finish_reason": res.finish_reason, "ms": _ms(t0), "labels": list(res.labels)}],
+                trajectory=[
+                    {
+                        "type": "turn",
+                        "role": "answer",
+                        "index": state.get("policy_calls", 0),
+                        "final": True,
+                        "text": res.text,
+                        "action": act.kind,
+                        "subqueries": [],
+                        "answer": act.answer,
+                        "reason": act.reason,
+                        "finish_reason": res.finish_reason,
+                        "ms": _ms(t0),
+                        "labels": list(res.labels),
+                    }
+                ],
                 labels=sorted(set(state.get("labels") or []) | set(res.labels)),
                 tokens_in=_add(state.get("tokens_in"), res.prompt_tokens),
                 tokens_out=_add(state.get("tokens_out"), res.completion_tokens),

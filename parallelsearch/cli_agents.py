@@ -21,7 +21,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--graph", choices=GRAPH_KINDS, default="parallel")
     p.add_argument("--top-k", type=int, default=3)
     p.add_argument("--max-turns", type=int, default=4)
-    p.add_argument("--metadata", help="JSON object of question metadata (the oracle reads golden_answers, supporting_titles)")
+    p.add_argument(
+        "--metadata",
+        help="JSON object of question metadata (the oracle reads golden_answers, supporting_titles)",
+    )
     p.add_argument("--stream", action="store_true", help="print each node's update as it happens")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_ask)
@@ -52,7 +55,14 @@ def print_trajectory(out: dict[str, Any]) -> None:
         else:
             print(f"  [search round {step['round'] + 1}]")
             for r in step["results"]:
-                mark = f"ERROR {r['error']}" if r["error"] else ", ".join(f"{p['title']} ({p['score']:.2f})" for p in r["passages"] if p["score"] is not None) or ", ".join(p["title"] for p in r["passages"])
+                mark = (
+                    f"ERROR {r['error']}"
+                    if r["error"]
+                    else ", ".join(
+                        f"{p['title']} ({p['score']:.2f})" for p in r["passages"] if p["score"] is not None
+                    )
+                    or ", ".join(p["title"] for p in r["passages"])
+                )
                 print(f"    {r['query']!r}: {mark}  [{r['ms']:.1f} ms]")
     labels = f" [{', '.join(out.get('labels', []))}]" if out.get("labels") else ""
     print(f"\nanswer: {out.get('answer')}{labels}")
@@ -66,8 +76,16 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     from parallelsearch.settings import get_settings
 
     settings = get_settings()
-    policy = policy_from_spec(args.policy or settings.policy, base_url=settings.openai_base_url, api_key=settings.openai_api_key)
-    graph = build_graph(args.graph, policy, make_searcher(args.store, args.retriever), top_k=args.top_k, max_turns=args.max_turns)
+    policy = policy_from_spec(
+        args.policy or settings.policy, base_url=settings.openai_base_url, api_key=settings.openai_api_key
+    )
+    graph = build_graph(
+        args.graph,
+        policy,
+        make_searcher(args.store, args.retriever),
+        top_k=args.top_k,
+        max_turns=args.max_turns,
+    )
     meta = json.loads(args.metadata) if args.metadata else {}
     if not isinstance(meta, dict):
         raise ValueError("--metadata must be a JSON object")
@@ -81,9 +99,26 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                         print(f"<{node}> " + ", ".join(f"{k}" for k in upd))
             else:
                 out = chunk
-        return {k: out.get(k) for k in ("answer", "status", "transcript", "trajectory", "policy", "labels", "policy_calls",
-                                         "search_rounds", "subqueries", "passages", "errors", "node_ms", "total_ms",
-                                         "tokens_in", "tokens_out")}
+        return {
+            k: out.get(k)
+            for k in (
+                "answer",
+                "status",
+                "transcript",
+                "trajectory",
+                "policy",
+                "labels",
+                "policy_calls",
+                "search_rounds",
+                "subqueries",
+                "passages",
+                "errors",
+                "node_ms",
+                "total_ms",
+                "tokens_in",
+                "tokens_out",
+            )
+        }
     return await graph.ainvoke(inp)
 
 

@@ -9,15 +9,21 @@ import sys
 
 import pytest
 from conftest import needs_data
-
 from parallelsearch.agents.policies import OraclePolicy, ScriptedPolicy
 from parallelsearch.graphs import build_graph, build_parallel_search_graph, build_sequential_graph
 from parallelsearch.stores import Passage
 
 pytestmark = needs_data
 Q = "Were Scott Derrickson and Ed Wood of the same nationality?"
-PAR = ["<think>two people</think>\n<search> Scott Derrickson nationality ## Ed Wood nationality </search>", "<think>both American</think>\n<answer> yes </answer>"]
-SEQ = ["<search> Scott Derrickson nationality </search>", "<search> Ed Wood nationality </search>", "<answer> yes </answer>"]
+PAR = [
+    "<think>two people</think>\n<search> Scott Derrickson nationality ## Ed Wood nationality </search>",
+    "<think>both American</think>\n<answer> yes </answer>",
+]
+SEQ = [
+    "<search> Scott Derrickson nationality </search>",
+    "<search> Ed Wood nationality </search>",
+    "<answer> yes </answer>",
+]
 
 
 def run(graph, inp, **kw):
@@ -82,14 +88,22 @@ class BarrierSearcher:
 
 def test_searcher_nodes_run_concurrently_structurally():
     s = BarrierSearcher(2)
-    out = run(build_parallel_search_graph(ScriptedPolicy(PAR), s, search_timeout_s=10, search_retries=0), {"question": Q})
+    out = run(
+        build_parallel_search_graph(ScriptedPolicy(PAR), s, search_timeout_s=10, search_retries=0),
+        {"question": Q},
+    )
     assert out["errors"] == 0, out["trajectory"]
     assert s.events[:2] == ["start Scott Derrickson nationality", "start Ed Wood nationality"]
 
 
 def test_max_concurrency_one_serialises_and_the_barrier_times_out():
     s = BarrierSearcher(2)
-    out = run(build_parallel_search_graph(ScriptedPolicy(PAR), s, max_concurrency=1, search_timeout_s=0.5, search_retries=0), {"question": Q})
+    out = run(
+        build_parallel_search_graph(
+            ScriptedPolicy(PAR), s, max_concurrency=1, search_timeout_s=0.5, search_retries=0
+        ),
+        {"question": Q},
+    )
     assert out["errors"] >= 1 and "timed out" in out["transcript"]
 
 
@@ -103,29 +117,45 @@ class Hanging:
         await asyncio.sleep(3600)
 
 
-@pytest.mark.parametrize("searcher,needle", [(Raising(), "ConnectionError: index offline"), (Hanging(), "timed out after 0.2 s")])
+@pytest.mark.parametrize(
+    "searcher,needle", [(Raising(), "ConnectionError: index offline"), (Hanging(), "timed out after 0.2 s")]
+)
 def test_failing_searchers_become_error_entries(searcher, needle):
-    out = run(build_parallel_search_graph(ScriptedPolicy(PAR), searcher, search_timeout_s=0.2, search_retries=1), {"question": Q})
+    out = run(
+        build_parallel_search_graph(ScriptedPolicy(PAR), searcher, search_timeout_s=0.2, search_retries=1),
+        {"question": Q},
+    )
     assert out["answer"] == "yes" and out["errors"] == 2 and out["search_rounds"] == 1
     assert needle in out["transcript"] and "(2 attempts)" in out["transcript"]
 
 
 def test_fifty_subqueries_is_an_invalid_action_with_feedback(hotpot_store):
     many = "<search> " + " ## ".join(f"entity {i}" for i in range(50)) + " </search>"
-    out = run(build_parallel_search_graph(ScriptedPolicy([many, "<answer> yes </answer>"]), hotpot_store), {"question": Q})
+    out = run(
+        build_parallel_search_graph(ScriptedPolicy([many, "<answer> yes </answer>"]), hotpot_store),
+        {"question": Q},
+    )
     assert out["search_rounds"] == 0 and out["policy_calls"] == 2 and out["answer"] == "yes"
     assert "My previous action is invalid" in out["transcript"]
     assert "50 sub-queries" in out["trajectory"][0]["reason"]
 
 
 def test_empty_subqueries_and_max_turns(hotpot_store):
-    out = run(build_parallel_search_graph(ScriptedPolicy(["<search> ## ## </search>"]), hotpot_store, max_turns=2), {"question": Q})
+    out = run(
+        build_parallel_search_graph(ScriptedPolicy(["<search> ## ## </search>"]), hotpot_store, max_turns=2),
+        {"question": Q},
+    )
     assert out["policy_calls"] == 3 and out["search_rounds"] == 0 and out["answer"] is None
     assert out["status"] == "unanswered" and out["trajectory"][-1]["final"]
 
 
 def test_final_turn_cannot_search(hotpot_store):
-    out = run(build_parallel_search_graph(ScriptedPolicy(["<search> Ed Wood </search>"]), hotpot_store, max_turns=1), {"question": Q})
+    out = run(
+        build_parallel_search_graph(
+            ScriptedPolicy(["<search> Ed Wood </search>"]), hotpot_store, max_turns=1
+        ),
+        {"question": Q},
+    )
     assert (out["policy_calls"], out["search_rounds"], out["status"]) == (2, 1, "unanswered")
     assert out["trajectory"][-1]["reason"] == "searching is disabled in the final turn"
 
@@ -180,7 +210,11 @@ def test_langchain_callbacks_see_the_nodes(hotpot_store):
             self.names.append(kw.get("name"))
 
     h = Names()
-    run(build_parallel_search_graph(ScriptedPolicy(PAR), hotpot_store), {"question": Q}, config={"callbacks": [h]})
+    run(
+        build_parallel_search_graph(ScriptedPolicy(PAR), hotpot_store),
+        {"question": Q},
+        config={"callbacks": [h]},
+    )
     assert {"planner", "search", "join", "answer"} <= set(h.names)
 
 
@@ -194,9 +228,9 @@ def test_bad_input_is_a_clear_error(hotpot_store):
 
 
 def test_multi_store_routing_and_rrf(hotpot_store, embedder, tmp_path):
+    from conftest import RAW
     from parallelsearch.agents.searchers import MultiStoreSearcher, StoreSearcher
     from parallelsearch.stores import ChromaStore, ingest
-    from conftest import RAW
 
     wiki = ChromaStore("wiki", path=tmp_path / "db", embedder=embedder)
     ingest(wiki, [RAW / "wiki_corpus/PeterGriffinJin_Search-R1/corpus.jsonl"], progress=False)
@@ -205,7 +239,9 @@ def test_multi_store_routing_and_rrf(hotpot_store, embedder, tmp_path):
     out = run(build_parallel_search_graph(ScriptedPolicy(script), multi), {"question": Q})
     res = [s for s in out["trajectory"] if s["type"] == "observation"][0]["results"]
     assert {p["store"] for p in res[0]["passages"]} == {"wiki"}
-    assert {p["store"] for p in res[1]["passages"]} <= {"hotpot", "wiki"} and res[1]["passages"][0]["title"] == "Ed Wood"
+    assert {p["store"] for p in res[1]["passages"]} <= {"hotpot", "wiki"} and res[1]["passages"][0][
+        "title"
+    ] == "Ed Wood"
     assert "Available knowledge stores: hotpot, wiki" in out["transcript"]
 
 
@@ -216,15 +252,37 @@ def test_ask_cli_json(tmp_path, hotpot_comparison_file):
     small = tmp_path / "small.json"
     small.write_text(json.dumps(json.loads(hotpot_comparison_file.read_text())[:3]))
     cli = [sys.executable, "-m", "parallelsearch.cli"]
-    assert subprocess.run([*cli, "index", "--store", "hp3", str(small), "--no-progress"], env=env, timeout=300).returncode == 0
+    assert (
+        subprocess.run(
+            [*cli, "index", "--store", "hp3", str(small), "--no-progress"], env=env, timeout=300
+        ).returncode
+        == 0
+    )
     script = tmp_path / "par.json"
     script.write_text(json.dumps(PAR))
-    r = subprocess.run([*cli, "ask", Q, "--store", "hp3", "--policy", f"scripted:{script}", "--json"],
-                       env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [*cli, "ask", Q, "--store", "hp3", "--policy", f"scripted:{script}", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert (d["policy_calls"], d["search_rounds"], d["subqueries"], d["answer"]) == (2, 1, 2, "yes")
-    r = subprocess.run([*cli, "ask", Q, "--store", "hp3", "--policy", f"scripted:{script}"], env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [*cli, "ask", Q, "--store", "hp3", "--policy", f"scripted:{script}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert "search round 1" in r.stdout and "policy calls 2" in r.stdout
-    bad = subprocess.run([*cli, "ask", Q, "--store", "hp3", "--policy", "scripted:/nope.json"], env=env, capture_output=True, text=True, timeout=300)
+    bad = subprocess.run(
+        [*cli, "ask", Q, "--store", "hp3", "--policy", "scripted:/nope.json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bad.returncode == 2 and "does not exist" in bad.stderr

@@ -5,10 +5,15 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fastapi import Request
 from conftest import UvicornThread, needs_data
-
-from parallelsearch.agents.policies import ChatModelPolicy, HFPolicy, OpenAICompletionsPolicy, TurnRequest, policy_from_spec
+from fastapi import Request
+from parallelsearch.agents.policies import (
+    ChatModelPolicy,
+    HFPolicy,
+    OpenAICompletionsPolicy,
+    TurnRequest,
+    policy_from_spec,
+)
 from parallelsearch.graphs import build_parallel_search_graph
 
 Q = "Were Scott Derrickson and Ed Wood of the same nationality?"
@@ -23,17 +28,34 @@ def tiny_lm():
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     corpus = ["<think> </think> <search> </search> <answer> </answer> <information> ## Doc Title", Q] * 50
-    tok.train_from_iterator(corpus, trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.train_from_iterator(
+        corpus,
+        trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=["<unk>", "<eos>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     from tokenizers import decoders
 
     tok.decoder = decoders.ByteLevel()
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>", pad_token="<eos>")
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>", pad_token="<eos>"
+    )
     import torch
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(hf_tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
-                      eos_token_id=hf_tok.eos_token_id, pad_token_id=hf_tok.eos_token_id)
+    cfg = LlamaConfig(
+        vocab_size=len(hf_tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        eos_token_id=hf_tok.eos_token_id,
+        pad_token_id=hf_tok.eos_token_id,
+    )
     return LlamaForCausalLM(cfg), hf_tok
 
 
@@ -42,7 +64,11 @@ def test_hf_policy_generates_and_respects_caps(tiny_lm):
     pol = HFPolicy(model, tok)
     res = asyncio.run(pol.agenerate(TurnRequest(transcript="Question: x", max_tokens=12, logprobs=True)))
     assert res.completion_tokens is not None and 1 <= res.completion_tokens <= 12
-    assert res.logprobs is not None and len(res.logprobs) == len(res.token_ids) and all(lp <= 0 for lp in res.logprobs)
+    assert (
+        res.logprobs is not None
+        and len(res.logprobs) == len(res.token_ids)
+        and all(lp <= 0 for lp in res.logprobs)
+    )
     assert res.finish_reason in ("stop", "length")
 
 
@@ -77,8 +103,10 @@ def make_openai_test_server():
         full = script[min(turn, len(script) - 1)]
         stop = next((s for s in body.get("stop", []) if s in full), None)
         text = full[: full.index(stop)] if stop else full  # like OpenAI: stop string not included
-        return {"choices": [{"text": text, "finish_reason": "stop", "stop_reason": stop}],
-                "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())}}
+        return {
+            "choices": [{"text": text, "finish_reason": "stop", "stop_reason": stop}],
+            "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())},
+        }
 
     return app
 
@@ -109,12 +137,24 @@ def test_langchain_fake_chat_model_policy_and_separate_answer_model(hotpot_store
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
 
-    planner = ChatModelPolicy(GenericFakeChatModel(messages=iter([
-        AIMessage(content="<think>split</think><search> Scott Derrickson ## Ed Wood"),  # chat APIs drop the stop string
-        AIMessage(content="<answer> no </answer>"),
-    ])))
-    answerer = ChatModelPolicy(GenericFakeChatModel(messages=iter([AIMessage(content="<answer> yes </answer>")])))
-    out = asyncio.run(build_parallel_search_graph(planner, hotpot_store, answer_policy=answerer).ainvoke({"question": Q}))
+    planner = ChatModelPolicy(
+        GenericFakeChatModel(
+            messages=iter(
+                [
+                    AIMessage(
+                        content="<think>split</think><search> Scott Derrickson ## Ed Wood"
+                    ),  # chat APIs drop the stop string
+                    AIMessage(content="<answer> no </answer>"),
+                ]
+            )
+        )
+    )
+    answerer = ChatModelPolicy(
+        GenericFakeChatModel(messages=iter([AIMessage(content="<answer> yes </answer>")]))
+    )
+    out = asyncio.run(
+        build_parallel_search_graph(planner, hotpot_store, answer_policy=answerer).ainvoke({"question": Q})
+    )
     assert out["subqueries"] == 2 and out["answer"] == "yes" and out["policy_calls"] == 3
     assert "Ed Wood </search>" in out["transcript"] or "Ed Wood</search>" in out["transcript"]
 

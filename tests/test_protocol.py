@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from parallelsearch.agents.protocol import (
     INVALID_FEEDBACK,
     TEMPLATES,
@@ -16,7 +15,24 @@ from parallelsearch.agents.protocol import (
 )
 from parallelsearch.stores import Passage
 
-TAGS = ["<think>", "</think>", "<search>", "</search>", "<answer>", "</answer>", "<information>", "</information>", "##", " ", "\n", "a", "Ed Wood", "<", ">", "/"]
+TAGS = [
+    "<think>",
+    "</think>",
+    "<search>",
+    "</search>",
+    "<answer>",
+    "</answer>",
+    "<information>",
+    "</information>",
+    "##",
+    " ",
+    "\n",
+    "a",
+    "Ed Wood",
+    "<",
+    ">",
+    "/",
+]
 
 
 @settings(max_examples=400, deadline=None)
@@ -40,7 +56,9 @@ def test_parser_never_raises_on_tag_soup(text, cap):
 
 
 def test_parser_cases():
-    a = parse_action("<think>compare</think>\n<search> Monet birth ## Pissarro birth ## Monet birth ## </search>")
+    a = parse_action(
+        "<think>compare</think>\n<search> Monet birth ## Pissarro birth ## Monet birth ## </search>"
+    )
     assert a.kind == "search" and a.subqueries == ("Monet birth", "Pissarro birth") and a.think == "compare"
     assert a.dropped == ("Monet birth",)
     assert parse_action("<answer> Paris </answer>").answer == "Paris"
@@ -81,4 +99,6 @@ def test_prompt_templates():
     multi = render_prompt("q", "paper", ["wiki", "news"])
     assert "Available knowledge stores: wiki, news" in multi
     assert render_prompt("q", "Custom: {question}") == "Custom: q"
-    assert set(TEMPLATES) == {"paper", "official", "search_r1"} and INVALID_FEEDBACK.startswith("\nMy previous action is invalid.")
+    assert set(TEMPLATES) == {"paper", "official", "search_r1"} and INVALID_FEEDBACK.startswith(
+        "\nMy previous action is invalid."
+    )

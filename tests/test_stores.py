@@ -62,7 +62,11 @@ def test_ingest_is_idempotent(tmp_path, embedder):
         r1.added
         == n
         == len(
-            {(t, "".join(s)) for r in recs for t, s in zip(r["context"]["title"], r["context"]["sentences"])}
+            {
+                (t, "".join(s))
+                for r in recs
+                for t, s in zip(r["context"]["title"], r["context"]["sentences"], strict=False)
+            }
         )
     )
     r2 = ingest(store, [f, f], progress=False)

@@ -47,8 +47,10 @@ class ChatModelPolicy:
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
         msg = await self.model.ainvoke(to_messages(request), stop=list(request.stop))
-        content = msg.content if isinstance(msg.content, str) else "".join(
-            c.get("text", "") if isinstance(c, dict) else str(c) for c in msg.content
+        content = (
+            msg.content
+            if isinstance(msg.content, str)
+            else "".join(c.get("text", "") if isinstance(c, dict) else str(c) for c in msg.content)
         )
         text = close_unfinished_tag(truncate_at_stop(content, request.stop), request.stop)
         usage = getattr(msg, "usage_metadata", None) or {}

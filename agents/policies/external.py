@@ -32,7 +32,9 @@ class ExternalPolicy:
         if isinstance(value, dict):
             text = value.get("text")
             if not isinstance(text, str):
-                raise ValueError("resume value for the external policy must be a string or a dict with 'text'")
+                raise ValueError(
+                    "resume value for the external policy must be a string or a dict with 'text'"
+                )
             return TurnResult(
                 text=text,
                 token_ids=value.get("token_ids"),
@@ -43,4 +45,6 @@ class ExternalPolicy:
             )
         if not isinstance(value, str):
             raise ValueError(f"resume value for the external policy must be text, got {type(value).__name__}")
-        return TurnResult(text=truncate_at_stop(value, request.stop), finish_reason="stop", labels=("external",))
+        return TurnResult(
+            text=truncate_at_stop(value, request.stop), finish_reason="stop", labels=("external",)
+        )

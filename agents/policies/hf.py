@@ -19,7 +19,9 @@ class HFPolicy:
 
     name = "hf"
 
-    def __init__(self, model: Any, tokenizer: Any | None = None, *, device: str | None = None, dtype: str = "auto"):
+    def __init__(
+        self, model: Any, tokenizer: Any | None = None, *, device: str | None = None, dtype: str = "auto"
+    ):
         if isinstance(model, str):
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -49,7 +51,9 @@ class HFPolicy:
             tokenizer=self.tokenizer,
             output_scores=request.logprobs,
             return_dict_in_generate=True,
-            pad_token_id=self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id
+            if self.tokenizer.pad_token_id is not None
+            else self.tokenizer.eos_token_id,
         )
         if sample:
             kwargs.update(temperature=request.temperature, top_p=request.top_p)
@@ -59,7 +63,8 @@ class HFPolicy:
         logprobs = None
         if request.logprobs and out.scores:
             logprobs = [
-                float(torch.log_softmax(s[0].float(), dim=-1)[tok]) for s, tok in zip(out.scores, new, strict=False)
+                float(torch.log_softmax(s[0].float(), dim=-1)[tok])
+                for s, tok in zip(out.scores, new, strict=False)
             ]
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         cut = truncate_at_stop(text, request.stop)

@@ -12,7 +12,6 @@ import os
 from typing import Any
 
 import httpx
-
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag
 
 
@@ -30,7 +29,9 @@ class OpenAICompletionsPolicy:
         self.model = model
         self.name = f"openai:{model}@{base_url}"
         self.base_url = base_url.rstrip("/")
-        self.api_key = api_key or os.environ.get("PARALLELSEARCH_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        self.api_key = (
+            api_key or os.environ.get("PARALLELSEARCH_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        )
         self.timeout_s = timeout_s
         self.retries = retries
         self.vllm_extensions = vllm_extensions
@@ -57,17 +58,23 @@ class OpenAICompletionsPolicy:
         async with httpx.AsyncClient(timeout=self.timeout_s) as client:
             for attempt in range(self.retries + 1):
                 try:
-                    resp = await client.post(f"{self.base_url}/completions", json=self._payload(request), headers=headers)
+                    resp = await client.post(
+                        f"{self.base_url}/completions", json=self._payload(request), headers=headers
+                    )
                     if resp.status_code < 500 or attempt == self.retries:
                         break
                     last = RuntimeError(f"{self.base_url} answered {resp.status_code}")
                 except (httpx.TransportError, httpx.TimeoutException) as e:
                     last = e
                     if attempt == self.retries:
-                        raise RuntimeError(f"{self.base_url}/completions failed after {attempt + 1} attempts: {e}") from e
+                        raise RuntimeError(
+                            f"{self.base_url}/completions failed after {attempt + 1} attempts: {e}"
+                        ) from e
                 await asyncio.sleep(0.2 * 2**attempt)
         if resp.status_code >= 400:
-            raise RuntimeError(f"{self.base_url}/completions answered {resp.status_code}: {resp.text[:300]} ({last})")
+            raise RuntimeError(
+                f"{self.base_url}/completions answered {resp.status_code}: {resp.text[:300]} ({last})"
+            )
         body = resp.json()
         choice = body["choices"][0]
         text = choice.get("text") or ""

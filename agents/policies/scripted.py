@@ -34,7 +34,9 @@ class ScriptedPolicy:
         except FileNotFoundError as e:
             raise FileNotFoundError(f"scripted policy file {path} does not exist") from e
         except json.JSONDecodeError as e:
-            raise ValueError(f"scripted policy file {path} is not valid JSON: {e.msg} (line {e.lineno})") from e
+            raise ValueError(
+                f"scripted policy file {path} is not valid JSON: {e.msg} (line {e.lineno})"
+            ) from e
         if not isinstance(data, list) or not data or not all(isinstance(t, str) for t in data):
             raise ValueError(f"scripted policy file {path} must hold a non-empty JSON array of turn strings")
         return cls(data)
@@ -46,7 +48,9 @@ class ScriptedPolicy:
             await asyncio.sleep(self.delay_s)
         text = self.turns[min(request.turn_index, len(self.turns) - 1)]
         text = truncate_at_stop(text, request.stop)
-        return TurnResult(text=text, finish_reason="stop", completion_tokens=len(text.split()), labels=("scripted",))
+        return TurnResult(
+            text=text, finish_reason="stop", completion_tokens=len(text.split()), labels=("scripted",)
+        )
 
 
 def _evidence_queries(evidences: list) -> list[str]:
@@ -62,7 +66,11 @@ def _musique_queries(decomp: list[dict]) -> list[str]:
     answers: list[str] = []
     for d in decomp:
         q = d.get("question", "")
-        q = re.sub(r"#(\d+)", lambda m: answers[int(m.group(1)) - 1] if int(m.group(1)) <= len(answers) else m.group(0), q)
+        q = re.sub(
+            r"#(\d+)",
+            lambda m: answers[int(m.group(1)) - 1] if int(m.group(1)) <= len(answers) else m.group(0),
+            q,
+        )
         out.append(q.replace(" >> ", " "))
         answers.append(d.get("answer", ""))
     return out
@@ -110,4 +118,6 @@ class OraclePolicy:
         else:
             text = f"<think>oracle: searching {len(rounds[i])} sub-quer{'y' if len(rounds[i]) == 1 else 'ies'}</think>\n"
             text += "<search> " + " ## ".join(rounds[i]) + " </search>"
-        return TurnResult(text=text, finish_reason="stop", completion_tokens=len(text.split()), labels=("oracle",))
+        return TurnResult(
+            text=text, finish_reason="stop", completion_tokens=len(text.split()), labels=("oracle",)
+        )

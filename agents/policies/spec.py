@@ -43,7 +43,9 @@ def policy_from_spec(spec: str, **kwargs: Any) -> Any:
         return VLLMPolicy(rest)
     if kind == "openai":
         model, _, url = rest.partition("@")
-        return OpenAICompletionsPolicy(model, url or kwargs.get("base_url") or "http://127.0.0.1:8000/v1", api_key=kwargs.get("api_key"))
+        return OpenAICompletionsPolicy(
+            model, url or kwargs.get("base_url") or "http://127.0.0.1:8000/v1", api_key=kwargs.get("api_key")
+        )
     if kind == "chat":
         return ChatModelPolicy(rest)
     raise ValueError(f"unknown policy kind {kind!r}; {SPEC_HELP}")

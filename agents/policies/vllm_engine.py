@@ -39,11 +39,19 @@ class VLLMPolicy:
             include_stop_str_in_output=True,
             logprobs=0 if r.logprobs else None,
         )
-        ids = r.token_ids if r.token_ids is not None else self.tokenizer(r.transcript, add_special_tokens=False)["input_ids"]
+        ids = (
+            r.token_ids
+            if r.token_ids is not None
+            else self.tokenizer(r.transcript, add_special_tokens=False)["input_ids"]
+        )
         with self._lock:
             out = self.llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0]
         o = out.outputs[0]
-        lps = [lp[t].logprob for lp, t in zip(o.logprobs, o.token_ids, strict=False)] if (r.logprobs and o.logprobs) else None
+        lps = (
+            [lp[t].logprob for lp, t in zip(o.logprobs, o.token_ids, strict=False)]
+            if (r.logprobs and o.logprobs)
+            else None
+        )
         return TurnResult(
             text=o.text,
             token_ids=list(o.token_ids),

@@ -8,7 +8,7 @@ from parallelsearch.agents.searchers.backends import (
     as_searcher,
     reciprocal_rank_fusion,
 )
-from parallelsearch.agents.searchers.base import SearchOutcome, Searcher, guarded_search, store_names
+from parallelsearch.agents.searchers.base import Searcher, SearchOutcome, guarded_search, store_names
 
 __all__ = [
     "LangChainRetrieverSearcher",

@@ -28,7 +28,11 @@ class RemoteSearcher:
     """Any Search-R1 ``/retrieve`` server; concurrent queries travel in one request."""
 
     def __init__(self, url_or_client: str | RetrieverClient, **client_kwargs: Any):
-        self.client = url_or_client if isinstance(url_or_client, RetrieverClient) else RetrieverClient(url_or_client, **client_kwargs)
+        self.client = (
+            url_or_client
+            if isinstance(url_or_client, RetrieverClient)
+            else RetrieverClient(url_or_client, **client_kwargs)
+        )
         self.name = self.client.name
 
     async def asearch(self, query: str, k: int = 3) -> list[Passage]:
@@ -79,7 +83,10 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[Passage]], k: int, c: int
             scores[key] = scores.get(key, 0.0) + 1.0 / (c + rank)
             first.setdefault(key, p)
     order = sorted(scores, key=lambda key: -scores[key])
-    return [Passage(first[key].id, first[key].title, first[key].text, scores[key], first[key].store) for key in order[:k]]
+    return [
+        Passage(first[key].id, first[key].title, first[key].text, scores[key], first[key].store)
+        for key in order[:k]
+    ]
 
 
 class MultiStoreSearcher:
@@ -128,4 +135,6 @@ def as_searcher(obj: Any) -> Searcher:
             return LangChainRetrieverSearcher(obj)
     except ImportError:  # pragma: no cover
         pass
-    raise TypeError(f"cannot use {type(obj).__name__} as a searcher (need a store, URL, retriever or .asearch)")
+    raise TypeError(
+        f"cannot use {type(obj).__name__} as a searcher (need a store, URL, retriever or .asearch)"
+    )

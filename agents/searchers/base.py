@@ -26,7 +26,13 @@ class SearchOutcome:
 
 
 async def guarded_search(
-    searcher: Searcher, query: str, k: int, *, timeout_s: float = 10.0, retries: int = 1, backoff_s: float = 0.05
+    searcher: Searcher,
+    query: str,
+    k: int,
+    *,
+    timeout_s: float = 10.0,
+    retries: int = 1,
+    backoff_s: float = 0.05,
 ) -> SearchOutcome:
     """Search with a per-attempt timeout and ``retries`` extra attempts; never raises (but on cancellation)."""
     err = "unknown error"
