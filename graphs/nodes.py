@@ -23,7 +23,7 @@ from parallelsearch.agents.protocol import (
 )
 from parallelsearch.agents.searchers.base import Searcher, guarded_search, store_names
 from parallelsearch.graphs.config import GraphConfig
-from parallelsearch.graphs.state import SearchState, SearchTask
+from parallelsearch.graphs.state import SearchState, SearchTask, sum_ms
 from parallelsearch.stores.passages import Passage
 
 
@@ -245,7 +245,7 @@ class Nodes:
         merged = {**state, **update, "results": found["results"]}
         joined = await self.join(merged)  # type: ignore[arg-type]
         joined["results"] = found["results"]
-        joined["node_ms"] = sum_ms_two(found["node_ms"], joined["node_ms"])
+        joined["node_ms"] = sum_ms(found["node_ms"], joined["node_ms"])
         return {**update, **joined}
 
     async def answer(self, state: SearchState) -> dict[str, Any]:
@@ -292,9 +292,3 @@ class Nodes:
             node_ms={"answer": _ms(t0)},
         )
         return update
-
-
-def sum_ms_two(a: dict[str, float], b: dict[str, float]) -> dict[str, float]:
-    from parallelsearch.graphs.state import sum_ms
-
-    return sum_ms(a, b)

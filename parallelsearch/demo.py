@@ -19,7 +19,7 @@ DEMO_STORE = "hotpotqa-demo"
 def demo_store(progress: bool = True) -> ChromaStore:
     """The demo store, indexed on first use (idempotent: later runs add nothing)."""
     store = open_store(DEMO_STORE, create=True)
-    if store.count() == 0 or progress is None:
+    if store.count() == 0:
         rep = ingest(store, [HOTPOTQA_SAMPLE], progress=progress)
         print(f"indexed {rep.added} passages into {store.name} ({store.location}) in {rep.seconds:.1f} s")
     return store
