@@ -46,3 +46,92 @@ def hotpot_store(n_questions: int = 60, name: str = "bench"):
     store = ChromaStore(name, path=tmp / "db")
     ingest(store, [f], progress=False)
     return store, recs
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ChromaServer:
+    """A real `chroma run` process on 127.0.0.1 (stopped on exit)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp())
+
+    def __enter__(self) -> ChromaServer:
+        import subprocess
+
+        import httpx
+
+        chroma = Path(sys.executable).parent / "chroma"
+        self.proc = subprocess.Popen(
+            [str(chroma), "run", "--path", str(self.dir), "--host", "127.0.0.1", "--port", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.time() + 60
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/api/v2/heartbeat", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if time.time() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("chroma server did not start within 60 s")
+            time.sleep(0.3)
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+    def copy_store(self, store):
+        """The same passages and embeddings in a store on this server (no re-encoding)."""
+        from parallelsearch.stores import ChromaStore
+
+        remote = ChromaStore(store.name, host="127.0.0.1", port=self.port, embedder=store.embedder)
+        got = store.collection.get(include=["embeddings", "documents", "metadatas"])
+        for i in range(0, len(got["ids"]), 256):
+            remote.collection.upsert(
+                ids=got["ids"][i : i + 256],
+                embeddings=[list(e) for e in got["embeddings"][i : i + 256]],
+                documents=got["documents"][i : i + 256],
+                metadatas=got["metadatas"][i : i + 256],
+            )
+        return remote
+
+
+class UvicornServer:
+    """An ASGI app served on 127.0.0.1 in a thread (stopped on exit)."""
+
+    def __init__(self, app) -> None:
+        import threading
+
+        import uvicorn
+
+        self.port = free_port()
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> UvicornServer:
+        self.thread.start()
+        deadline = time.time() + 30
+        while not self.server.started:
+            if time.time() > deadline:
+                raise RuntimeError("server did not start within 30 s")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

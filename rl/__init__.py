@@ -1,1 +1,24 @@
-"""(filled in by later modules)"""
+"""Training: rewards, training data, the graph as an environment, the OpenRLHF executor, launcher, rollouts.
+
+Light parts import eagerly; OpenRLHF, Ray and vLLM are imported only inside the
+functions (and the ``openrlhf_agent`` module) that need them.
+"""
+
+from parallelsearch.rl.env import EnvGraph, SearchEnv, StepResult
+from parallelsearch.rl.metrics import cover_match, exact_match, f1_score, normalize_answer
+from parallelsearch.rl.rewards import MODES, PAPER_WEIGHTS, RewardBreakdown, question_class, score_trajectory
+
+__all__ = [
+    "MODES",
+    "PAPER_WEIGHTS",
+    "EnvGraph",
+    "RewardBreakdown",
+    "SearchEnv",
+    "StepResult",
+    "cover_match",
+    "exact_match",
+    "f1_score",
+    "normalize_answer",
+    "question_class",
+    "score_trajectory",
+]

@@ -19,46 +19,6 @@ from parallelsearch.graphs import build_parallel_search_graph
 Q = "Were Scott Derrickson and Ed Wood of the same nationality?"
 
 
-@pytest.fixture(scope="module")
-def tiny_lm():
-    """A randomly initialised Llama-style model with a tokenizer trained here (tokenizers package)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    corpus = ["<think> </think> <search> </search> <answer> </answer> <information> ## Doc Title", Q] * 50
-    tok.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(
-            vocab_size=300,
-            special_tokens=["<unk>", "<eos>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    from tokenizers import decoders
-
-    tok.decoder = decoders.ByteLevel()
-    hf_tok = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", eos_token="<eos>", pad_token="<eos>"
-    )
-    import torch
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(hf_tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        eos_token_id=hf_tok.eos_token_id,
-        pad_token_id=hf_tok.eos_token_id,
-    )
-    return LlamaForCausalLM(cfg), hf_tok
-
-
 def test_hf_policy_generates_and_respects_caps(tiny_lm):
     model, tok = tiny_lm
     pol = HFPolicy(model, tok)

@@ -23,6 +23,7 @@ class ExternalPolicy:
         value: Any = interrupt(
             {
                 "transcript": request.transcript,
+                "segments": [list(seg) for seg in request.segments],
                 "stop": list(request.stop),
                 "max_tokens": request.max_tokens,
                 "turn_index": request.turn_index,

@@ -1,0 +1,116 @@
+"""CLI for training: make-train-data, train (OpenRLHF launcher), rollout."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+
+from parallelsearch.agents.policies import SPEC_HELP
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("make-train-data", help="FlashRAG question files -> OpenRLHF prompt dataset (jsonl)")
+    p.add_argument(
+        "files", nargs="+", help="question files from prepare-data (or any benchmark file it reads)"
+    )
+    p.add_argument("--out", required=True, help="output jsonl")
+    p.add_argument("--recipe", choices=["paper"], help="paper: the NQ + HotpotQA mix from the given files")
+    p.add_argument("--template", default="paper", help="prompt template: paper | official | search_r1")
+    p.add_argument("--tokenizer", help="chat-template the prompts with this Hugging Face tokenizer (path)")
+    p.add_argument("--limit", type=int, help="keep at most N prompts (after shuffling)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-bad", action="store_true", help="skip bad records and report them")
+    p.set_defaults(func=cmd_make_train_data)
+
+    p = sub.add_parser("train", help="launch OpenRLHF PPO/GRPO training with the graph as the environment")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", help="training config (YAML/JSON, fields of TrainConfig)")
+    src.add_argument("--preset", choices=["paper"], help="paper: the official PPO settings")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (dotted keys)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the agent config and the command; run nothing"
+    )
+    p.add_argument(
+        "--runner", choices=["ray", "python"], default="ray", help="ray job submit (default) or python -m"
+    )
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("rollout", help="run the training environment with any policy and record episodes")
+    p.add_argument("--data", required=True, help="question file (prepare-data output or a benchmark file)")
+    p.add_argument("--dataset", help="dataset name when the path does not say it (hotpotqa, nq, ...)")
+    p.add_argument("--policy", required=True, help=SPEC_HELP)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--store", action="append", help="store name (repeat for multi-store routing)")
+    src.add_argument("--retriever", help="URL of a Search-R1 /retrieve server")
+    p.add_argument("--out", required=True, help="episodes jsonl")
+    p.add_argument("--sft-out", help="write correctly answered episodes as an OpenRLHF SFT dataset")
+    p.add_argument("--graph", choices=["parallel", "sequential"], default="parallel")
+    p.add_argument("--reward-mode", choices=["paper", "official"], default="paper")
+    p.add_argument("--limit", type=int)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--top-k", type=int, default=3)
+    p.add_argument("--max-turns", type=int, default=4)
+    p.add_argument("--summary-json", help="also write the summary as JSON here")
+    p.set_defaults(func=cmd_rollout)
+
+
+def cmd_make_train_data(args: argparse.Namespace) -> int:
+    from parallelsearch.rl.data import make_train_data
+
+    tokenizer = None
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+    report = make_train_data(
+        args.files,
+        args.out,
+        recipe=args.recipe,
+        template=args.template,
+        tokenizer=tokenizer,
+        limit=args.limit,
+        seed=args.seed,
+        skip_bad=args.skip_bad,
+    )
+    print("\n".join(report.lines()))
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from parallelsearch.rl.launch import launch, load_train_config
+
+    cfg = load_train_config(args.config, args.preset, args.set)
+    return launch(cfg, dry_run=args.dry_run, runner=args.runner)
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from parallelsearch.agents.policies import policy_from_spec
+    from parallelsearch.cli_agents import make_searcher
+    from parallelsearch.rl.env import EnvGraph
+    from parallelsearch.rl.rollout import rollout
+    from parallelsearch.stores import load_questions
+
+    questions = load_questions(args.data, dataset=args.dataset)
+    if args.limit:
+        questions = questions[: args.limit]
+    if not questions:
+        raise ValueError(f"{args.data} holds no questions")
+    env_graph = EnvGraph(
+        make_searcher(args.store, args.retriever),
+        graph=args.graph,
+        reward_mode=args.reward_mode,
+        top_k=args.top_k,
+        max_turns=args.max_turns,
+    )
+    policy = policy_from_spec(args.policy)
+    summary = asyncio.run(
+        rollout(questions, env_graph, policy, args.out, concurrency=args.concurrency, sft_out=args.sft_out)
+    )
+    print("\n".join(summary.lines()))
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(summary.to_dict(), indent=2))
+    return 0 if summary.failures < summary.episodes else 1

@@ -1,0 +1,134 @@
+"""Configuration of the OpenRLHF agent executor, read from the file named by ``PARALLELSEARCH_AGENT_CONFIG``.
+
+OpenRLHF constructs ``AgentExecutor()`` with no arguments inside every Ray rollout
+actor, so the executor cannot take parameters: it reads this file (YAML or JSON)
+instead, and fails fast with a message that names the variable, the file and the field.
+
+Several Ray actors run episodes at once on different machines: they must share ONE
+retriever, either a ``/retrieve`` server (``retriever_url``) or a Chroma server
+(``chroma_host``/``chroma_port`` + ``store``). An embedded store (``chroma_path``) is
+accepted only for single-process debugging.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+from parallelsearch.graphs.config import GraphConfig
+from parallelsearch.rl.rewards import MODES
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ENV_VAR = "PARALLELSEARCH_AGENT_CONFIG"
+
+
+class AgentConfigError(RuntimeError):
+    """The executor's configuration is missing or invalid."""
+
+
+class RewardConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["paper", "official"] = "paper"
+    weights: dict[str, float] = Field(default_factory=dict, description="overrides of the mode's weights")
+
+
+class AgentConfig(BaseModel):
+    """What one rollout actor needs: where to search, the graph's knobs, the reward."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    retriever_url: str | None = Field(None, description="a Search-R1-compatible /retrieve server")
+    chroma_host: str | None = None
+    chroma_port: int = 8000
+    chroma_path: str | None = Field(None, description="embedded store (single process only)")
+    store: str | None = Field(None, description="store name on the Chroma server / path")
+    embedding_model: str | None = None
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    graph: Literal["parallel", "sequential"] = "parallel"
+    graph_config: GraphConfig = Field(default_factory=GraphConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    retriever_timeout_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_searcher(self) -> AgentConfig:
+        kinds = [k for k in ("retriever_url", "chroma_host", "chroma_path") if getattr(self, k)]
+        if len(kinds) != 1:
+            raise ValueError(
+                "set exactly one of retriever_url, chroma_host (+ store) or chroma_path (+ store); "
+                f"got {kinds or 'none'}"
+            )
+        if kinds[0] != "retriever_url" and not self.store:
+            raise ValueError(f"{kinds[0]} needs 'store' (the collection name)")
+        if self.reward.mode not in MODES:  # pragma: no cover - Literal already checks
+            raise ValueError(f"reward.mode must be one of {MODES}")
+        return self
+
+    def make_searcher(self) -> Any:
+        """The shared retriever this configuration names."""
+        if self.retriever_url:
+            from parallelsearch.stores import RetrieverClient
+
+            return RetrieverClient(self.retriever_url, timeout_s=self.retriever_timeout_s)
+        from parallelsearch.stores import ChromaStore, Embedder, get_embedder
+
+        model = self.embedding_model
+        if self.query_prefix or self.passage_prefix:
+            embedder = Embedder(model, query_prefix=self.query_prefix, passage_prefix=self.passage_prefix)
+        else:
+            embedder = get_embedder(model)
+        if self.chroma_path:
+            warnings.warn(
+                "the agent executor uses an embedded Chroma store; Ray actors on several processes or "
+                "machines need a shared Chroma server or /retrieve server instead",
+                stacklevel=2,
+            )
+            return ChromaStore(self.store, path=self.chroma_path, embedder=embedder, create=False)
+        return ChromaStore(
+            self.store, host=self.chroma_host, port=self.chroma_port, embedder=embedder, create=False
+        )
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A YAML or JSON mapping from ``path``; errors name the file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError as e:
+        raise AgentConfigError(f"config file {p} does not exist") from e
+    except OSError as e:
+        raise AgentConfigError(f"config file {p} cannot be read: {e}") from e
+    try:
+        if p.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as e:  # noqa: BLE001 - any parse error becomes one clear message
+        raise AgentConfigError(f"config file {p} is not valid {p.suffix.lstrip('.') or 'YAML'}: {e}") from e
+    if not isinstance(data, dict):
+        raise AgentConfigError(f"config file {p} must hold a mapping, got {type(data).__name__}")
+    return data
+
+
+def load_agent_config(path: str | Path | None = None) -> AgentConfig:
+    """The executor's config from ``path`` or from the file named by ``PARALLELSEARCH_AGENT_CONFIG``."""
+    path = path or os.environ.get(ENV_VAR)
+    if not path:
+        raise AgentConfigError(
+            f"{ENV_VAR} is not set: point it at the agent config file (YAML/JSON) in every Ray actor's "
+            'environment, e.g. ray job submit --runtime-env-json \'{"env_vars": {"' + ENV_VAR + "\": ...}}'"
+        )
+    data = read_config_file(path)
+    try:
+        return AgentConfig(**data)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc']) or '(root)'}: {err['msg']}" for err in e.errors()
+        )
+        raise AgentConfigError(f"agent config {path} ({ENV_VAR}) is invalid: {problems}") from e

@@ -1,0 +1,160 @@
+"""The training environment: the compiled graph, driven one policy turn at a time.
+
+The planner node runs the :class:`ExternalPolicy`, which pauses the graph with LangGraph
+``interrupt``; :meth:`SearchEnv.step` resumes it with ``Command(resume=...)``. Search,
+join, routing and counting are the graph's own code, the same as in serving.
+
+``EnvGraph`` is built once (per process or Ray actor) and shared; each episode is a
+cheap :class:`SearchEnv` on its own checkpoint thread, deleted when the episode ends.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from parallelsearch.agents.policies.external import ExternalPolicy
+from parallelsearch.graphs.builders import build_graph
+from parallelsearch.rl.rewards import MODES, RewardBreakdown, parse_label, score_trajectory
+
+
+@dataclass
+class StepResult:
+    """What one ``step`` returns: the text to append after the action, and the outcome."""
+
+    observation: str
+    done: bool
+    reward: RewardBreakdown | None = None
+    next_final: bool = False  # the next turn is the answer-only turn
+    next_max_tokens: int | None = None
+    output: dict[str, Any] = field(default_factory=dict)  # the graph's final state, when done
+
+
+class EnvGraph:
+    """One compiled graph with the external policy and an in-memory checkpointer, shared by episodes."""
+
+    def __init__(
+        self,
+        searcher: Any,
+        *,
+        graph: str = "parallel",
+        reward_mode: str = "paper",
+        reward_weights: dict[str, float] | None = None,
+        **graph_config: Any,
+    ):
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        if reward_mode not in MODES:
+            raise ValueError(f"unknown reward mode {reward_mode!r}; choose one of {', '.join(MODES)}")
+        if graph not in ("parallel", "sequential"):
+            raise ValueError(
+                f"the environment needs a searching graph ('parallel' or 'sequential'), not {graph!r}"
+            )
+        self.kind = graph
+        self.reward_mode = reward_mode
+        self.reward_weights = dict(reward_weights or {})
+        self.checkpointer = InMemorySaver()
+        self.graph = build_graph(
+            graph, ExternalPolicy(), searcher, checkpointer=self.checkpointer, **graph_config
+        )
+
+    def new_episode(self) -> SearchEnv:
+        return SearchEnv(self)
+
+
+def _interrupt_value(snapshot: Any) -> dict[str, Any] | None:
+    for intr in getattr(snapshot, "interrupts", ()) or ():
+        if isinstance(intr.value, dict) and "transcript" in intr.value:
+            return intr.value
+    return None
+
+
+class SearchEnv:
+    """One episode: ``reset(question, label)`` -> prompt; ``step(action_text)`` -> :class:`StepResult`."""
+
+    def __init__(self, env_graph: EnvGraph):
+        self._g = env_graph
+        self._config: dict[str, Any] | None = None
+        self._transcript = ""
+        self._prompt = ""
+        self._label: dict[str, Any] = {}
+        self.done = False
+        self.turn = None  # the pending interrupt: transcript, stop, max_tokens, turn_index, final
+
+    @property
+    def transcript(self) -> str:
+        return self._transcript
+
+    @property
+    def prompt(self) -> str:
+        return self._prompt
+
+    async def _advance(self, payload: Any) -> dict[str, Any] | None:
+        graph = self._g.graph
+        await graph.ainvoke(payload, self._config)
+        snapshot = await graph.aget_state(self._config)
+        value = _interrupt_value(snapshot)
+        if value is None and snapshot.next:
+            raise RuntimeError(f"the graph stopped at {snapshot.next} without asking for a policy turn")
+        self.turn = value
+        return None if value is not None else dict(snapshot.values)
+
+    async def reset(self, question: str, label: Any = None, metadata: dict[str, Any] | None = None) -> str:
+        """Start an episode; returns the prompt (the transcript before the first turn).
+
+        ``label`` (golden answers, type/split) is what the reward needs; ``metadata`` is any
+        further question metadata the graph's policies may read (the oracle does).
+        """
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError("reset needs a non-empty question string")
+        self.close()
+        self._label = parse_label(label) if label is not None else {"golden_answers": []}
+        self._config = {"configurable": {"thread_id": f"env-{uuid.uuid4().hex}"}}
+        self.done = False
+        meta = {**(metadata or {}), **{k: v for k, v in self._label.items() if k != "question"}}
+        final = await self._advance({"question": question, "metadata": meta})
+        if final is not None or self.turn is None:
+            raise RuntimeError("the graph ended before the first policy turn")
+        self._prompt = self._transcript = self.turn["transcript"]
+        return self._prompt
+
+    async def step(self, action_text: str) -> StepResult:
+        """Hand the policy's turn to the graph; returns the observation to append after it."""
+        if self.done:
+            raise RuntimeError("the episode is over; call reset() to start another")
+        if self._config is None:
+            raise RuntimeError("call reset() before step()")
+        if not isinstance(action_text, str):
+            raise ValueError(f"action must be text, got {type(action_text).__name__}")
+        from langgraph.types import Command
+
+        before = self._transcript + action_text
+        final_state = await self._advance(Command(resume={"text": action_text}))
+        after = final_state["transcript"] if final_state is not None else self.turn["transcript"]
+        if not after.startswith(before):
+            raise RuntimeError("the graph's transcript does not continue the action text (state was altered)")
+        self._transcript = after
+        observation = after[len(before) :]
+        if final_state is None:
+            return StepResult(
+                observation,
+                False,
+                next_final=bool(self.turn.get("final")),
+                next_max_tokens=self.turn.get("max_tokens"),
+            )
+        self.done = True
+        reward = None
+        if self._label.get("golden_answers"):
+            reward = score_trajectory(
+                after, self._label, self._g.reward_mode, prompt=self._prompt, **self._g.reward_weights
+            )
+        self.close()
+        self.done = True
+        return StepResult(observation, True, reward=reward, output=final_state)
+
+    def close(self) -> None:
+        """Drop the episode's checkpoints (also for an abandoned episode)."""
+        if self._config is not None:
+            self._g.checkpointer.delete_thread(self._config["configurable"]["thread_id"])
+            self._config = None

@@ -1,0 +1,199 @@
+"""One OpenRLHF episode over the graph environment, with exact token bookkeeping.
+
+The loop (DESIGN section 4): tokenise the prompt once; per turn, ask the engine for
+token ids with the protocol's stop strings and a per-turn cap; hand the turn's text to
+the environment; append the observation's tokens. ``action_ranges`` are exactly the
+generated spans, so retrieved text never enters the loss. The reward is
+:func:`score_trajectory` on the decoded episode.
+
+This module does not import OpenRLHF: ``openrlhf_agent.py`` wraps it in OpenRLHF's
+``AgentExecutorBase``, and tests call it with engine stand-ins too.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import re
+from typing import Any
+
+from parallelsearch.agents.protocol import STOP_STRINGS
+from parallelsearch.rl.env import EnvGraph
+from parallelsearch.rl.rewards import RewardBreakdown, parse_label, score_trajectory
+
+log = logging.getLogger(__name__)
+
+_QUESTION_RE = re.compile(r"Question:\s*(.+?)\s*(?:\n|<\|im_end\|>|<\|eot_id\|>|$)", re.DOTALL)
+
+
+def question_from(prompt: str, label: dict[str, Any]) -> str:
+    """The question: the label's ``question`` field, else the prompt's ``Question:`` line."""
+    q = label.get("question")
+    if isinstance(q, str) and q.strip():
+        return q
+    matches = list(_QUESTION_RE.finditer(prompt))
+    m = matches[-1] if matches else None
+    if m is None:
+        raise ValueError(
+            "cannot find the question: the label has no 'question' and the prompt no 'Question:' line"
+        )
+    return m.group(1)
+
+
+def turn_params(params: Any, *, stop: tuple[str, ...], max_tokens: int) -> Any:
+    """A copy of the sampling params for one turn: stop strings kept in the output, a token cap."""
+    overrides = {"stop": list(stop), "include_stop_str_in_output": True, "max_tokens": int(max_tokens)}
+    fields = getattr(type(params), "__struct_fields__", None)  # vLLM SamplingParams is a msgspec Struct
+    if fields:
+        values = {f: getattr(params, f) for f in fields if not f.startswith("_")}
+        values.update(overrides)
+        try:
+            return type(params)(**values)
+        except TypeError:
+            pass
+    if dataclasses.is_dataclass(params) and not isinstance(params, type):
+        names = {f.name for f in dataclasses.fields(params)}
+        return dataclasses.replace(params, **{k: v for k, v in overrides.items() if k in names})
+    new = copy.deepcopy(params)
+    for k, v in overrides.items():
+        try:
+            setattr(new, k, v)
+        except AttributeError:
+            pass
+    return new
+
+
+def _logprobs(out: Any, ids: list[int]) -> list[float]:
+    lps = getattr(out, "logprobs", None)
+    if lps is None:
+        raise ValueError("logprobs were requested but the engine returned none")
+    vals: list[float] = []
+    for tok, entry in zip(ids, lps, strict=False):
+        if isinstance(entry, dict):
+            item = entry.get(tok)
+            if item is None:  # the sampled token must be in the dict; fall back to the best entry
+                item = next(iter(entry.values()))
+            vals.append(float(getattr(item, "logprob", item)))
+        else:
+            vals.append(float(entry))
+    if len(vals) != len(ids):
+        raise ValueError(f"engine returned {len(vals)} logprobs for {len(ids)} tokens")
+    return vals
+
+
+def decode_episode(tokenizer: Any, tokens: list[int], mode: str) -> str:
+    """The text the reward sees: special tokens kept for ``official`` (it looks for the chat marker)."""
+    return tokenizer.decode(tokens, skip_special_tokens=(mode != "official"))
+
+
+def _tensor(x: float) -> Any:
+    try:
+        import torch
+
+        return torch.tensor(float(x))
+    except ImportError:  # pragma: no cover - torch is always there in a training job
+        return float(x)
+
+
+def extra_logs(breakdown: RewardBreakdown, state: dict[str, Any], turns: int) -> dict[str, Any]:
+    """One scalar tensor per reward part and per count (OpenRLHF logs each key)."""
+    values = {
+        "reward_outcome": breakdown.outcome,
+        "reward_decomposition": breakdown.decomposition,
+        "reward_search_count": breakdown.search_count,
+        "reward_format": breakdown.format,
+        "format_valid": float(breakdown.format_valid),
+        "decomposed": float(breakdown.decomposed),
+        "answered": float(breakdown.answer is not None),
+        "searches": float(breakdown.searches),
+        "policy_calls": float(state.get("policy_calls", turns)),
+        "search_rounds": float(state.get("search_rounds", 0)),
+        "subqueries": float(state.get("subqueries", 0)),
+        "search_errors": float(state.get("errors", 0)),
+    }
+    return {k: _tensor(v) for k, v in values.items()}
+
+
+async def execute_episode(
+    env_graph: EnvGraph,
+    prompt: str,
+    label: Any,
+    sampling_params: Any,
+    max_length: int,
+    hf_tokenizer: Any,
+    llm_engine: Any,
+    *,
+    max_new_tokens_per_turn: int | None = None,
+) -> dict[str, Any]:
+    """Run one episode and return OpenRLHF's sample dict (see module docstring)."""
+    lab = parse_label(label)
+    mode = env_graph.reward_mode
+    env = env_graph.new_episode()
+    await env.reset(question_from(prompt, lab), lab)
+    turn_cap = max_new_tokens_per_turn or (env.turn or {}).get("max_tokens") or 500
+    outer_cap = getattr(sampling_params, "max_tokens", None)
+    if outer_cap:
+        turn_cap = min(turn_cap, int(outer_cap))
+
+    tokens: list[int] = list(hf_tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    if len(tokens) > max_length - 1:
+        log.warning("prompt of %d tokens exceeds max_length %d; keeping its tail", len(tokens), max_length)
+        tokens = tokens[-(max_length - 1) :]
+    want_lp = getattr(sampling_params, "logprobs", None) is not None
+    rollout_lp: list[float] | None = [0.0] * len(tokens) if want_lp else None
+    ranges: list[tuple[int, int]] = []
+    truncated = False
+    final_state: dict[str, Any] = {}
+    turns = 0
+    try:
+        while True:
+            budget = max_length - len(tokens)
+            if budget <= 0:
+                truncated = True
+                break
+            params = turn_params(sampling_params, stop=STOP_STRINGS, max_tokens=min(turn_cap, budget))
+            out = (await llm_engine.generate(tokens, params)).outputs[0]
+            ids = list(out.token_ids)
+            ranges.append((len(tokens), len(tokens) + len(ids)))
+            tokens.extend(ids)
+            turns += 1
+            if rollout_lp is not None:
+                rollout_lp.extend(_logprobs(out, ids))
+            if out.finish_reason == "length" and len(tokens) >= max_length:
+                truncated = True
+            step = await env.step(out.text or "")
+            obs_ids = (
+                list(hf_tokenizer(step.observation, add_special_tokens=False)["input_ids"])
+                if step.observation
+                else []
+            )
+            room = max_length - len(tokens)
+            if len(obs_ids) > room:
+                obs_ids, truncated = obs_ids[:room], True
+            tokens.extend(obs_ids)
+            if rollout_lp is not None:
+                rollout_lp.extend([0.0] * len(obs_ids))
+            if step.done:
+                final_state = step.output
+                break
+            if truncated:
+                break
+    finally:
+        env.close()
+
+    text = decode_episode(hf_tokenizer, tokens, mode)
+    breakdown = score_trajectory(text, lab, mode, **env_graph.reward_weights)
+    return {
+        "prompt": prompt,
+        "label": label,
+        "images": None,
+        "mm_train_inputs": None,
+        "reward": float(breakdown.total),
+        "scores": float(breakdown.outcome),
+        "observation_tokens": tokens,
+        "action_ranges": ranges,
+        "rollout_log_probs": rollout_lp,
+        "truncated": truncated,
+        "extra_logs": extra_logs(breakdown, final_state, turns),
+    }

@@ -1,0 +1,58 @@
+"""OpenRLHF agent module: pass this file's path as ``--train.agent_func_path``.
+
+OpenRLHF (0.11.2) loads it with ``importlib`` in every Ray rollout actor and calls
+``AgentExecutor()`` with no arguments, then ``await executor.execute(prompt, label,
+sampling_params, max_length, hf_tokenizer, llm_engine, images=None)`` per sample.
+
+Configuration comes from the YAML/JSON file named by ``PARALLELSEARCH_AGENT_CONFIG``
+(see :mod:`parallelsearch.rl.agent_config`): the retriever (a ``/retrieve`` URL or a
+Chroma server shared by all actors), the graph's knobs and the reward mode/weights.
+A missing or invalid file stops the actor at construction with a clear message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openrlhf.utils.agent import AgentExecutorBase
+from parallelsearch.rl.agent_config import load_agent_config
+from parallelsearch.rl.env import EnvGraph
+from parallelsearch.rl.executor import execute_episode
+
+
+class AgentExecutor(AgentExecutorBase):
+    """Runs each sample as one ParallelSearch episode over the compiled graph."""
+
+    def __init__(self) -> None:
+        self.config = load_agent_config()
+        cfg = self.config
+        self.env_graph = EnvGraph(
+            cfg.make_searcher(),
+            graph=cfg.graph,
+            reward_mode=cfg.reward.mode,
+            reward_weights=cfg.reward.weights,
+            **cfg.graph_config.model_dump(),
+        )
+
+    async def execute(
+        self,
+        prompt: str,
+        label: Any,
+        sampling_params: Any,
+        max_length: int,
+        hf_tokenizer: Any,
+        llm_engine: Any,
+        images: Any = None,
+    ) -> dict[str, Any]:
+        if images:
+            raise ValueError("the ParallelSearch agent is text-only; this sample carries images")
+        return await execute_episode(
+            self.env_graph,
+            prompt,
+            label,
+            sampling_params,
+            max_length,
+            hf_tokenizer,
+            llm_engine,
+            max_new_tokens_per_turn=self.config.graph_config.max_new_tokens,
+        )

@@ -1,0 +1,118 @@
+"""OpenRLHF's own ``train_ppo_ray`` argument parser and checks, built on CPU without importing it.
+
+``openrlhf.cli.train_ppo_ray`` imports Ray, vLLM and DeepSpeed at the top and builds
+its parser inside ``if __name__ == "__main__":``. We read that file's source, take the
+statements of the main block (the parser, and after ``parse_args`` the argument checks),
+and run them with ``train`` replaced, so a generated command is checked by OpenRLHF's
+real parser and validation without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+MODULE = "openrlhf.cli.train_ppo_ray"
+
+
+def _source() -> tuple[Path, ast.Module]:
+    spec = importlib.util.find_spec("openrlhf")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            "openrlhf is not installed: pip install --no-deps openrlhf==0.11.2 (see the 'train' extra)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "cli" / "train_ppo_ray.py"
+    if not path.is_file():
+        raise RuntimeError(f"{path} is missing: is this the pinned openrlhf 0.11.2?")
+    return path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _main_block(tree: ast.Module) -> list[ast.stmt]:
+    for node in tree.body:
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare)
+            and isinstance(node.test.left, ast.Name)
+            and node.test.left.id == "__name__"
+        ):
+            return node.body
+    raise RuntimeError("train_ppo_ray.py has no __main__ block; the OpenRLHF version is not the pinned one")
+
+
+def _split(body: list[ast.stmt]) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    for i, stmt in enumerate(body):
+        if (
+            isinstance(stmt, ast.Assign)
+            and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Attribute)
+            and stmt.value.func.attr == "parse_args"
+        ):
+            return body[:i], body[i + 1 :]
+    raise RuntimeError("train_ppo_ray.py's main block never calls parse_args")
+
+
+def _run(stmts: list[ast.stmt], namespace: dict[str, Any], filename: str) -> None:
+    code = compile(ast.Module(body=stmts, type_ignores=[]), filename, "exec")
+    exec(code, namespace)  # noqa: S102 - OpenRLHF's own parser code, from the installed package
+
+
+class _ParserError(ValueError):
+    pass
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse would print and exit
+        raise _ParserError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """OpenRLHF 0.11.2's exact ``train_ppo_ray`` parser (errors raise ValueError instead of exiting)."""
+    path, tree = _source()
+    before, _ = _split(_main_block(tree))
+    import datetime as _dt
+    import os as _os
+    import types
+
+    shim = types.SimpleNamespace(**{**vars(argparse), "ArgumentParser": _RaisingParser})
+    ns: dict[str, Any] = {
+        "__name__": "openrlhf_cli_check",
+        "argparse": shim,
+        "os": _os,
+        "datetime": _dt.datetime,
+    }
+    _run(before, ns, str(path))
+    return ns["parser"]
+
+
+def check_command(argv: list[str]) -> Any:
+    """Parse ``argv`` (the flags after ``-m openrlhf.cli.train_ppo_ray``) and run OpenRLHF's checks.
+
+    Returns the hierarchical args OpenRLHF would train with; raises ValueError naming the
+    problem (unknown flag, bad value, or a failed OpenRLHF assertion).
+    """
+    path, tree = _source()
+    _, after = _split(_main_block(tree))
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except _ParserError as e:
+        raise ValueError(f"OpenRLHF's parser rejects the command: {e}") from e
+    captured: dict[str, Any] = {}
+    ns: dict[str, Any] = {
+        "__name__": "openrlhf_cli_check",
+        "args": args,
+        "parser": parser,
+        "train": lambda a: captured.setdefault("args", a),
+    }
+    try:
+        _run(after, ns, str(path))
+    except AssertionError as e:
+        raise ValueError(f"OpenRLHF's argument checks fail: {e}") from e
+    return captured.get("args", ns["args"])
+
+
+def known_flags() -> dict[str, argparse.Action]:
+    return {opt: a for a in build_parser()._actions for opt in a.option_strings}

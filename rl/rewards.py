@@ -1,0 +1,347 @@
+"""ParallelSearch rewards: the paper's equations and the official code's exact numbers.
+
+``score_trajectory(text, label, mode)`` scores one full decoded episode (prompt + every
+turn + every observation) and returns the total, every part and the facts it used.
+
+Two modes:
+
+``paper`` (default)
+    r = r_outcome + r_decomposition + r_search_count + r_format, computed on the
+    policy's own turns only (the prompt, ``<information>`` blocks and the environment's
+    invalid-action feedback are removed first):
+
+    - outcome: 1 when the last ``<answer>`` of the policy matches a gold answer (EM).
+    - decomposition: ``alpha * lambda_d`` when the question is parallelizable and some
+      search held two or more sub-queries; ``lambda_d`` when it is not parallelizable and
+      no search was split; else 0.
+    - search count: ``lambda_s * (1 - |N - 1|)`` for parallelizable and single-hop
+      questions (one search round is ideal) and ``lambda_s * (1 - max(0, 2 - N))`` for
+      sequential ones (at least two rounds), N = the policy's searches.
+    - format: ``lambda_f`` when the format is valid but the answer is wrong or missing,
+      ``-lambda_f`` when the answer is right but the format is invalid, else 0 (so a
+      right answer in a valid format scores exactly 1 before the other parts).
+      Valid = the official state machine: think, then (search, information, think)
+      repeated, then answer, with nothing but whitespace outside the tags, and no
+      invalid action in the episode.
+
+    The paper's text was not available offline; these equations are the official
+    implementation's reward with its prompt-dependent offsets removed (see
+    ``official`` below), which is what Eqs. 3-7 describe.
+
+``official``
+    Reproduces ``compute_score_em`` of the official code for the same text, quirks
+    included:
+
+    - the text must contain ``<|im_start|>assistant`` or the format is invalid
+      (the state machine runs on what follows the first marker);
+    - ``<search>`` is counted over the WHOLE text, prompt included (the official prompt
+      holds two), so the target ``|count - 3|`` means one real search; sequential
+      questions use ``|min(count, 4) - 4|``;
+    - only the first real search (the third ``<search>...</search>`` match in the
+      text) is checked for ``##``;
+    - the answer is the LAST ``<answer>`` match and needs two or more matches in the
+      text (the prompt's example answer is the first);
+    - "parallelizable" is ``type == "comparison"`` exactly (is_comp = 1), single-hop
+      is a missing type or ``na`` (is_comp = -1), everything else 0; single-hop
+      questions share the comparison questions' search-count target;
+    - a right answer with an invalid format scores ``score - structure_format_score``,
+      a wrong one ``final_format_score``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from parallelsearch.agents.protocol import INVALID_FEEDBACK, split_subqueries
+from parallelsearch.rl.metrics import exact_match
+
+MODES = ("paper", "official")
+PAPER_WEIGHTS: dict[str, float] = {"lambda_d": 0.15, "lambda_s": 0.35, "alpha": 3.0, "lambda_f": 0.1}
+#: The official training script's values (train_parallelsearch.sh) under the official names.
+OFFICIAL_WEIGHTS: dict[str, float] = {
+    "structure_format_score": 0.1,
+    "final_format_score": 0.0,
+    "count_score": 0.35,
+    "comp_score": 0.15,
+    "score": 1.0,
+    "alpha": 3.0,
+}
+_PAPER_TO_OFFICIAL = {
+    "lambda_d": "comp_score",
+    "lambda_s": "count_score",
+    "lambda_f": "structure_format_score",
+}
+
+PARALLEL_TYPES = {"comparison", "comparison_query"}
+SINGLE_TYPES = {"", "na", "none"}
+
+_TAG_RE = re.compile(r"(</?(?:think|search|information|answer)>)")
+_SEARCH_RE = re.compile(r"<search>(.*?)</search>", re.DOTALL)
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_INFO_RE = re.compile(r"<information>.*?</information>", re.DOTALL)
+_ASSISTANT_RE = re.compile(r"<\|im_start\|>assistant\s*")
+_PROMPT_END_MARKERS = (
+    re.compile(r"<\|im_start\|>assistant\s*"),
+    re.compile(r"<\|start_header_id\|>assistant<\|end_header_id\|>\s*"),
+    re.compile(r"Question:[^\n]*\n"),
+)
+
+
+@dataclass
+class RewardBreakdown:
+    """The total, each part, and the facts the parts were computed from."""
+
+    total: float
+    outcome: float
+    decomposition: float
+    search_count: float
+    format: float
+    mode: str
+    question_class: str  # parallel | sequential | single
+    answer: str | None
+    correct: bool
+    searches: int
+    subqueries_per_search: list[int] = field(default_factory=list)
+    decomposed: bool = False
+    format_valid: bool = False
+    format_reason: str = ""
+    weights: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def parts(self) -> dict[str, float]:
+        return {
+            "outcome": self.outcome,
+            "decomposition": self.decomposition,
+            "search_count": self.search_count,
+            "format": self.format,
+        }
+
+
+def parse_label(label: Any) -> dict[str, Any]:
+    """A label as a dict: accepts a dict, a JSON string, or a bare list/str of gold answers."""
+    if isinstance(label, str):
+        try:
+            label = json.loads(label)
+        except json.JSONDecodeError:
+            label = {"golden_answers": [label]}
+    if isinstance(label, list | tuple):
+        label = {"golden_answers": list(label)}
+    if not isinstance(label, dict):
+        raise ValueError(f"label must be a dict or JSON object, got {type(label).__name__}")
+    gold = label.get("golden_answers", label.get("target", label.get("answer")))
+    if gold is None:
+        raise ValueError("label has no 'golden_answers' (or 'target'/'answer')")
+    return {**label, "golden_answers": [gold] if isinstance(gold, str) else list(gold)}
+
+
+def question_class(label: dict[str, Any]) -> str:
+    """parallel / single / sequential from the label's ``split`` or ``type`` (the paper's split)."""
+    split = label.get("split") or (label.get("metadata") or {}).get("split")
+    qtype = label.get("type", (label.get("metadata") or {}).get("type"))
+    if split in ("parallel", "single", "sequential"):
+        return split
+    t = "" if qtype is None else str(qtype).strip().lower()
+    if t in PARALLEL_TYPES:
+        return "parallel"
+    if t in SINGLE_TYPES:
+        return "single"
+    return "sequential"
+
+
+def official_is_comp(label: dict[str, Any]) -> int:
+    """The official data pipeline's flag: 1 comparison, -1 no type ('na'), 0 otherwise."""
+    qtype = label.get("type", (label.get("metadata") or {}).get("type"))
+    if qtype is None or str(qtype).strip() in ("", "na"):
+        return -1
+    return 1 if str(qtype).strip() == "comparison" else 0
+
+
+def state_machine(content: str) -> tuple[bool, str]:
+    """The official format check: think -> (search -> information -> think)* -> answer, nothing outside tags."""
+    for tag in ("think", "search", "information", "answer"):
+        opened, closed = content.count(f"<{tag}>"), content.count(f"</{tag}>")
+        if opened != closed:
+            return False, f"unbalanced <{tag}>: {opened} opening vs {closed} closing"
+    transitions = {
+        ("<think>", "start"): "in_think",
+        ("<think>", "information"): "in_think",
+        ("</think>", "in_think"): "after_think",
+        ("<search>", "after_think"): "in_search",
+        ("</search>", "in_search"): "after_search",
+        ("<information>", "after_search"): "in_information",
+        ("</information>", "in_information"): "information",
+        ("<answer>", "after_think"): "in_answer",
+        ("</answer>", "in_answer"): "end",
+    }
+    state = "start"
+    for part in _TAG_RE.split(content):
+        if not part.strip():
+            continue
+        if _TAG_RE.fullmatch(part):
+            nxt = transitions.get((part, state))
+            if nxt is None:
+                return False, f"unexpected {part} in state {state}"
+            state = nxt
+        elif state not in ("in_think", "in_search", "in_information", "in_answer"):
+            return False, f"text outside tags in state {state}: {part.strip()[:40]!r}"
+    if state != "end":
+        return False, f"incomplete: ended in state {state}"
+    return True, "valid"
+
+
+def response_start(text: str, prompt: str | None = None) -> int:
+    """Where the policy's first turn begins: after ``prompt``, a chat assistant marker, or the question line."""
+    if prompt and text.startswith(prompt):
+        return len(prompt)
+    for marker in _PROMPT_END_MARKERS:
+        m = marker.search(text)
+        if m:
+            return m.end()
+    return 0
+
+
+def _policy_text(text: str, start: int) -> tuple[str, bool]:
+    """The policy's own turns: information blocks and invalid-action feedback removed."""
+    body = text[start:]
+    had_feedback = INVALID_FEEDBACK.strip() in body
+    body = body.replace(INVALID_FEEDBACK, "").replace(INVALID_FEEDBACK.strip(), "")
+    return body, had_feedback
+
+
+def _weights(mode: str, given: dict[str, float]) -> dict[str, float]:
+    base = dict(PAPER_WEIGHTS if mode == "paper" else OFFICIAL_WEIGHTS)
+    for key, value in given.items():
+        name = key if mode == "paper" else _PAPER_TO_OFFICIAL.get(key, key)
+        if name not in base:
+            raise ValueError(
+                f"unknown reward weight {key!r} for mode {mode!r}; known: {', '.join(sorted(base))}"
+            )
+        base[name] = float(value)
+    return base
+
+
+def score_trajectory(
+    text: str, label: Any, mode: str = "paper", *, prompt: str | None = None, **weights: float
+) -> RewardBreakdown:
+    """Score one decoded episode. ``label`` holds ``golden_answers`` and ``type`` or ``split``.
+
+    ``prompt`` (optional) marks where the policy's turns start in paper mode; without it
+    the end of the prompt is found from the chat assistant marker or the ``Question:`` line.
+    Weight names: ``lambda_d``, ``lambda_s``, ``alpha``, ``lambda_f`` (both modes), and in
+    official mode also ``structure_format_score``, ``final_format_score``, ``count_score``,
+    ``comp_score``, ``score``.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown reward mode {mode!r}; choose one of {', '.join(MODES)}")
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a string, got {type(text).__name__}")
+    lab = parse_label(label)
+    w = _weights(mode, weights)
+    if mode == "official":
+        return _official(text, lab, w)
+    return _paper(text, lab, w, prompt)
+
+
+def _paper(text: str, lab: dict[str, Any], w: dict[str, float], prompt: str | None) -> RewardBreakdown:
+    qclass = question_class(lab)
+    body, had_feedback = _policy_text(text, response_start(text, prompt))
+    own = _INFO_RE.sub("<information></information>", body)
+    searches = [split_subqueries(m.group(1))[0] for m in _SEARCH_RE.finditer(own)]
+    sizes = [len(s) for s in searches]
+    decomposed = any(n >= 2 for n in sizes)
+    answers = _ANSWER_RE.findall(own)
+    answer = answers[-1].strip() if answers else None
+    correct = bool(exact_match(answer, lab["golden_answers"]))
+    valid, reason = state_machine(body)
+    if had_feedback:
+        valid, reason = False, "the episode had an invalid action"
+
+    outcome = 1.0 if correct else 0.0
+    if qclass == "parallel":
+        decomposition = w["alpha"] * w["lambda_d"] if decomposed else 0.0
+    else:
+        decomposition = w["lambda_d"] if not decomposed else 0.0
+    n = len(searches)
+    if qclass == "sequential":
+        search_count = w["lambda_s"] * (1 - max(0, 2 - n))
+    else:
+        search_count = w["lambda_s"] * (1 - abs(n - 1))
+    if valid and not correct:
+        fmt = w["lambda_f"]
+    elif correct and not valid:
+        fmt = -w["lambda_f"]
+    else:
+        fmt = 0.0
+    return RewardBreakdown(
+        total=outcome + decomposition + search_count + fmt,
+        outcome=outcome,
+        decomposition=decomposition,
+        search_count=search_count,
+        format=fmt,
+        mode="paper",
+        question_class=qclass,
+        answer=answer,
+        correct=correct,
+        searches=n,
+        subqueries_per_search=sizes,
+        decomposed=decomposed,
+        format_valid=valid,
+        format_reason=reason,
+        weights=w,
+    )
+
+
+def _official(text: str, lab: dict[str, Any], w: dict[str, float]) -> RewardBreakdown:
+    is_comp = official_is_comp(lab)
+    m = _ASSISTANT_RE.search(text)
+    if m:
+        valid, reason = state_machine(text[m.end() :])
+    else:
+        valid, reason = False, "missing <|im_start|>assistant marker"
+    answers = list(_ANSWER_RE.finditer(text))
+    answer = answers[-1].group(1).strip() if len(answers) > 1 else None
+    found = list(_SEARCH_RE.finditer(text))
+    first = found[2].group(1).strip() if len(found) > 2 else None
+    detect = first.count("##") if first else 0
+    decomposition = 0.0
+    if detect > 0 and is_comp > 0:
+        decomposition = w["comp_score"] * w["alpha"]
+    elif detect == 0 and is_comp <= 0:
+        decomposition = w["comp_score"]
+    count = text.count("<search>")
+    if is_comp != 0:
+        search_count = w["count_score"] - abs(count - 3) * w["count_score"]
+    else:
+        search_count = w["count_score"] - abs(min(count, 4) - 4) * w["count_score"]
+    correct = answer is not None and bool(exact_match(answer, lab["golden_answers"]))
+    outcome = w["score"] if correct else 0.0
+    if answer is None:
+        fmt = w["structure_format_score"] if valid else 0.0
+    elif correct:
+        fmt = 0.0 if valid else -w["structure_format_score"]
+    else:
+        fmt = w["structure_format_score"] if valid else w["final_format_score"]
+    qclass = {1: "parallel", -1: "single", 0: "sequential"}[is_comp]
+    sizes = [len(split_subqueries(x.group(1))[0]) for x in found[2:]]
+    return RewardBreakdown(
+        total=outcome + decomposition + search_count + fmt,
+        outcome=outcome,
+        decomposition=decomposition,
+        search_count=search_count,
+        format=fmt,
+        mode="official",
+        question_class=qclass,
+        answer=answer,
+        correct=correct,
+        searches=count,
+        subqueries_per_search=sizes,
+        decomposed=detect > 0,
+        format_valid=valid,
+        format_reason=reason,
+        weights=w,
+    )

@@ -1,0 +1,250 @@
+"""The OpenRLHF agent executor, driven through OpenRLHF 0.11.2's real AgentExecutorBase.
+
+Engines: a scripted engine returning vLLM-shaped outputs (stand-in for a model), and the
+tiny random Hugging Face model wrapped in vLLM's generate shape. vLLM itself and GPUs
+cannot run here; the token bookkeeping is asserted exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+from dataclasses import dataclass, field
+
+import pytest
+from conftest import UvicornThread, needs_data
+from parallelsearch.agents.protocol import render_prompt
+from parallelsearch.rl import EnvGraph, score_trajectory
+from parallelsearch.rl.agent_config import ENV_VAR, AgentConfigError, load_agent_config
+from parallelsearch.rl.data import train_record
+from parallelsearch.rl.engines import ScriptedEngine, TransformersEngine
+from parallelsearch.rl.executor import decode_episode, execute_episode
+from parallelsearch.rl.launch import agent_module_path
+
+pytestmark = needs_data
+
+
+@dataclass
+class SamplingParamsStandIn:
+    """Stand-in with vLLM SamplingParams' field names (vLLM cannot be installed in this tier)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int | None = None
+    logprobs: int | None = None
+    stop: list[str] = field(default_factory=list)
+    include_stop_str_in_output: bool = False
+
+
+def load_like_openrlhf():
+    """What openrlhf.trainer.ray.vllm_engine._load_agent_executor does (that module imports Ray)."""
+    from openrlhf.utils.agent import AgentExecutorBase
+
+    spec = importlib.util.spec_from_file_location("agent_module", str(agent_module_path()))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert issubclass(module.AgentExecutor, AgentExecutorBase)
+    return module.AgentExecutor()
+
+
+def check_bookkeeping(result, prompt_ids, engine, tok, label, mode="paper"):
+    toks = result["observation_tokens"]
+    ranges = result["action_ranges"]
+    assert toks[: len(prompt_ids)] == prompt_ids
+    assert ranges and ranges[0][0] == len(prompt_ids)
+    assert all(b <= c for (_, b), (c, _) in zip(ranges, ranges[1:], strict=False))
+    # every range is exactly one engine call's generated ids, in order
+    assert [toks[a:b] for a, b in ranges] == engine.outputs
+    # retrieved text is never inside a range; what lies between ranges is the environment's
+    inside = "".join(tok.decode(toks[a:b]) for a, b in ranges)
+    assert "<information>" not in inside
+    covered = sum(b - a for a, b in ranges)
+    assert covered == sum(len(o) for o in engine.outputs) <= len(toks) - len(prompt_ids)
+    expected = score_trajectory(decode_episode(tok, toks, mode), label, mode)
+    assert result["reward"] == pytest.approx(expected.total)
+    assert result["scores"] == expected.outcome
+    lps = result["rollout_log_probs"]
+    if lps is not None:
+        assert len(lps) == len(toks)
+        in_range = {i for a, b in ranges for i in range(a, b)}
+        assert all(lps[i] == 0.0 for i in range(len(toks)) if i not in in_range)
+    logs = result["extra_logs"]
+    for key in (
+        "reward_outcome",
+        "reward_decomposition",
+        "reward_search_count",
+        "reward_format",
+        "policy_calls",
+        "search_rounds",
+    ):
+        assert hasattr(logs[key], "item"), f"{key} must be a tensor"
+    assert logs["reward_decomposition"].item() == pytest.approx(expected.decomposition)
+    return expected
+
+
+@pytest.fixture(scope="module")
+def retriever(hotpot_store):
+    from parallelsearch.stores import create_retrieval_app
+
+    with UvicornThread(create_retrieval_app(hotpot_store)) as srv:
+        yield srv
+
+
+@pytest.fixture()
+def agent_config(tmp_path, monkeypatch, retriever):
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        f"retriever_url: {retriever.url}/retrieve\ngraph_config:\n  top_k: 2\n  max_turns: 3\n  max_new_tokens: 64\n"
+    )
+    monkeypatch.setenv(ENV_VAR, str(path))
+    return path
+
+
+def _comparison(questions):
+    return next(
+        q
+        for q in questions
+        if q["metadata"]["type"] == "comparison" and q["metadata"].get("supporting_titles")
+    )
+
+
+def test_openrlhf_loads_executor_and_scripted_episode_bookkeeping(agent_config, hotpot_questions, tiny_lm):
+    _, tok = tiny_lm
+    q = _comparison(hotpot_questions)
+    a, b = q["metadata"]["supporting_titles"][:2]
+    rec = train_record(q)
+    turns = [
+        f"<think> two entities </think><search> {a} ## {b} </search> trailing text the engine never returns",
+        f"<think> compare </think><answer> {q['golden_answers'][0]} </answer>",
+    ]
+    engine = ScriptedEngine(tok, turns)
+    executor = load_like_openrlhf()
+    result = asyncio.run(
+        executor.execute(rec["prompt"], rec["label"], SamplingParamsStandIn(logprobs=1), 4096, tok, engine)
+    )
+    prompt_ids = tok(rec["prompt"], add_special_tokens=False)["input_ids"]
+    expected = check_bookkeeping(result, prompt_ids, engine, tok, json.loads(rec["label"]))
+    assert len(result["action_ranges"]) == 2 and not result["truncated"]
+    assert expected.correct and expected.decomposed and expected.total == pytest.approx(1.8)
+    # the engine saw prompt + action + observation as ids; the observation holds both titles
+    second = engine.requests[1]
+    obs = tok.decode(second[result["action_ranges"][0][1] :])
+    assert obs.startswith("\n\n<information>") and f"(Title: {a})" in obs and f"(Title: {b})" in obs
+    assert set(result) >= {
+        "prompt",
+        "label",
+        "reward",
+        "scores",
+        "observation_tokens",
+        "action_ranges",
+        "rollout_log_probs",
+        "truncated",
+        "extra_logs",
+    }
+    assert result["prompt"] == rec["prompt"] and result["label"] == rec["label"]
+    assert all(lp == -0.5 for a_, b_ in result["action_ranges"] for lp in result["rollout_log_probs"][a_:b_])
+
+
+def test_turn_cap_and_max_length_truncation(agent_config, hotpot_questions, tiny_lm):
+    _, tok = tiny_lm
+    q = _comparison(hotpot_questions)
+    rec = train_record(q)
+    engine = ScriptedEngine(tok, ["<think> " + "very long thinking " * 200 + "</think>"])
+    executor = load_like_openrlhf()
+    prompt_ids = tok(rec["prompt"], add_special_tokens=False)["input_ids"]
+    max_length = len(prompt_ids) + 150
+    result = asyncio.run(
+        executor.execute(rec["prompt"], rec["label"], SamplingParamsStandIn(), max_length, tok, engine)
+    )
+    assert len(result["observation_tokens"]) <= max_length and result["truncated"]
+    assert all(b - a <= 64 for a, b in result["action_ranges"]), "per-turn cap (graph max_new_tokens=64)"
+    assert result["rollout_log_probs"] is None
+    check_bookkeeping(result, prompt_ids, engine, tok, json.loads(rec["label"]))
+
+
+def test_tiny_hf_model_as_engine(hotpot_store, hotpot_questions, tiny_lm):
+    model, tok = tiny_lm
+    q = _comparison(hotpot_questions)
+    rec = train_record(q)
+    engine = TransformersEngine(model, tok)
+    g = EnvGraph(hotpot_store, max_turns=2, max_new_tokens=12)
+    result = asyncio.run(
+        execute_episode(
+            g,
+            rec["prompt"],
+            rec["label"],
+            SamplingParamsStandIn(logprobs=1, temperature=0),
+            2048,
+            tok,
+            engine,
+        )
+    )
+    prompt_ids = tok(rec["prompt"], add_special_tokens=False)["input_ids"]
+    check_bookkeeping(result, prompt_ids, engine, tok, json.loads(rec["label"]))
+    assert len(result["action_ranges"]) == 3  # garbage text: 2 invalid turns + the final turn
+    lps = result["rollout_log_probs"]
+    assert all(lps[i] < 0 for a, b in result["action_ranges"] for i in range(a, b))
+
+
+def test_official_mode_with_chat_template(hotpot_store, hotpot_questions, tiny_lm):
+    _, tok = tiny_lm
+    _, base = tiny_lm
+    base.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    try:
+        q = _comparison(hotpot_questions)
+        rec = train_record(q, template="official", tokenizer=base)
+        assert rec["prompt"].endswith("<|im_start|>assistant\n")
+        a, b = q["metadata"]["supporting_titles"][:2]
+        engine = ScriptedEngine(
+            base,
+            [
+                f"<think> t </think><search> {a} ## {b} </search>",
+                f"<think> t </think><answer> {q['golden_answers'][0]} </answer>",
+            ],
+        )
+        g = EnvGraph(hotpot_store, reward_mode="official", prompt_template="official")
+        result = asyncio.run(
+            execute_episode(g, rec["prompt"], rec["label"], SamplingParamsStandIn(), 4096, base, engine)
+        )
+        prompt_ids = base(rec["prompt"], add_special_tokens=False)["input_ids"]
+        expected = check_bookkeeping(
+            result, prompt_ids, engine, base, json.loads(rec["label"]), mode="official"
+        )
+        # the official score: right answer, valid format, '##' in the first search, one search round
+        assert expected.format_valid and expected.total == pytest.approx(1 + 0.45 + 0.35)
+    finally:
+        base.chat_template = None
+
+
+def test_config_errors_fail_fast(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    with pytest.raises(AgentConfigError, match=ENV_VAR):
+        load_agent_config()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("retriever_url: http://127.0.0.1:1/retrieve\nchroma_host: localhost\nstore: x\n")
+    with pytest.raises(AgentConfigError, match="exactly one of"):
+        load_agent_config(bad)
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("retriever_url: http://x/retrieve\ngraph_config:\n  top_kk: 3\n")
+    with pytest.raises(AgentConfigError, match="graph_config.top_kk"):
+        load_agent_config(typo)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("retriever_url: [unclosed\n")
+    with pytest.raises(AgentConfigError, match="not valid"):
+        load_agent_config(broken)
+    monkeypatch.setenv(ENV_VAR, str(tmp_path / "missing.yaml"))
+    with pytest.raises(AgentConfigError, match="does not exist"):
+        load_like_openrlhf()
+
+
+def test_question_taken_from_prompt_when_label_lacks_it():
+    from parallelsearch.rl.executor import question_from
+
+    prompt = render_prompt("Who is older, A or B?")
+    assert question_from(prompt, {"golden_answers": ["A"]}) == "Who is older, A or B?"
+    with pytest.raises(ValueError, match="cannot find the question"):
+        question_from("no question here", {"golden_answers": ["A"]})
