@@ -1,0 +1,188 @@
+"""Write the evaluation outputs: summary.json, breakdown.json, report.md and PNG plots.
+
+The Markdown tables are laid out like the paper's: EM per split (Table 2), EM /
+decomposition ratio / inference seconds / turns on parallelizable questions (Table 3),
+and the efficiency and retrieval columns. With the oracle policy the accuracy columns
+say ``oracle``: such a run measures efficiency and retrieval only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from parallelsearch.eval.runner import RESULTS, read_results
+from parallelsearch.eval.summary import SPLITS, by_type, dedup, summarize
+
+
+def _fmt(v: Any, oracle: bool = False, pct: bool = False) -> str:
+    if oracle:
+        return "oracle"
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{100 * v:.1f}" if pct else f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+    return str(v)
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def comparison_lines(summary: dict[str, Any], oracle: bool) -> list[str]:
+    """The compact table the demo prints: per variant and split, efficiency and retrieval."""
+    head = ["graph", "split", "n", "EM", "calls", "rounds", "sub-q", "DR", "p50 ms", "p95 ms", "recall", "coverage"]
+    rows = []
+    for v, splits in summary.items():
+        for s in SPLITS:
+            m = splits[s]
+            if not m["n"]:
+                continue
+            rows.append(
+                [
+                    v,
+                    s,
+                    str(m["n"]),
+                    _fmt(m["em"], oracle),
+                    _fmt(m["policy_calls"]),
+                    _fmt(m["search_rounds"]),
+                    _fmt(m["subqueries"]),
+                    _fmt(m["decomposition_ratio"]),
+                    _fmt(m["latency_p50_ms"]),
+                    _fmt(m["latency_p95_ms"]),
+                    _fmt(m["gold_recall"]),
+                    _fmt(m["answer_coverage"]),
+                ]
+            )
+    return _table(head, rows)
+
+
+def ratio_lines(summary: dict[str, Any]) -> list[str]:
+    if "parallel" not in summary or "sequential" not in summary:
+        return []
+    out = ["", "Parallel graph relative to the sequential graph (lower is cheaper):", ""]
+    rows = []
+    for s in SPLITS:
+        p, q = summary["parallel"][s], summary["sequential"][s]
+        if not p["n"] or not q["n"]:
+            continue
+
+        def r(key: str, p=p, q=q) -> str:
+            return f"{p[key] / q[key]:.3f}" if p[key] and q[key] else "–"
+
+        rows.append([s, r("policy_calls"), r("search_rounds"), r("latency_p50_ms")])
+    return out + _table(["split", "policy calls", "search rounds", "latency p50"], rows)
+
+
+def plots(rows: list[dict[str, Any]], summary: dict[str, Any], out_dir: Path, oracle: bool) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    variants = list(summary)
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for v in variants:
+        m = summary[v]["all"]
+        y = m["gold_recall"] if oracle else m["em"]
+        if m["policy_calls"] is not None and y is not None:
+            ax.scatter(m["policy_calls"], y, s=60, label=v)
+            ax.annotate(v, (m["policy_calls"], y), textcoords="offset points", xytext=(5, 5))
+    ax.set_xlabel("policy calls per question")
+    ax.set_ylabel("gold-passage recall (oracle run)" if oracle else "EM")
+    ax.set_title("Accuracy vs. policy calls" if not oracle else "Retrieval vs. policy calls (oracle)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_dir / "em_vs_calls.png", dpi=110)
+    plt.close(fig)
+    files.append("em_vs_calls.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    data = [[r["latency_ms"] for r in rows if r["variant"] == v and not r.get("error")] for v in variants]
+    ax.boxplot(data, showfliers=True)
+    ax.set_xticks(range(1, len(variants) + 1), variants)
+    ax.set_ylabel("latency per question (ms)")
+    ax.set_title("Latency distribution")
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(out_dir / "latency.png", dpi=110)
+    plt.close(fig)
+    files.append("latency.png")
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    calls = [[r["policy_calls"] for r in rows if r["variant"] == v and not r.get("error") and r.get("policy_calls")] for v in variants]
+    top = max((max(c) for c in calls if c), default=1)
+    bins = [x - 0.5 for x in range(1, top + 2)]
+    ax.hist(calls, bins=bins, label=variants)
+    ax.set_xticks(range(1, top + 1))
+    ax.set_xlabel("policy calls per question")
+    ax.set_ylabel("questions")
+    ax.set_title("Policy calls per question")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_dir / "policy_calls_hist.png", dpi=110)
+    plt.close(fig)
+    files.append("policy_calls_hist.png")
+    return files
+
+
+def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str, Any]:
+    """Read results.jsonl in ``out_dir`` and write summary.json, breakdown.json, report.md and plots."""
+    out = Path(out_dir)
+    rows, bad = read_results(out / RESULTS)
+    if not rows:
+        raise ValueError(f"{out / RESULTS} holds no results")
+    run = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
+    oracle = str(run.get("policy", "")).startswith("oracle")
+    rows = dedup(rows)
+    summary = summarize(rows, accuracy=not oracle)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "breakdown.json").write_text(json.dumps(by_type(rows, accuracy=not oracle), indent=2))
+    failures = [r for r in rows if r.get("error")]
+    md = [
+        "# ParallelSearch evaluation",
+        "",
+        f"Policy: `{run.get('policy', '?')}`; dataset: `{run.get('dataset', '?')}`; graphs: {', '.join(summary)}.",
+    ]
+    if oracle:
+        md += [
+            "",
+            "**Oracle run.** The oracle decomposes with the dataset's annotations and answers with the gold "
+            "answer: accuracy columns say `oracle`. This run measures efficiency (policy calls, search rounds, "
+            "latency) and retrieval (gold-passage recall, answer coverage) only.",
+        ]
+    if run.get("turn_delay_s"):
+        md += ["", f"Each policy turn costs a simulated {1000 * run['turn_delay_s']:.0f} ms of generation time."]
+    md += ["", "## EM by split (paper Table 2 layout)", ""]
+    md += _table(
+        ["graph", *SPLITS],
+        [
+            [v] + [_fmt(summary[v][s]["em"], oracle) + f" (n={summary[v][s]['n']})" if summary[v][s]["n"] else "–" for s in SPLITS]
+            for v in summary
+        ],
+    )
+    md += ["", "## Parallelizable questions (paper Table 3 layout)", ""]
+    md += _table(
+        ["graph", "EM", "DR", "inference s (p50)", "turns"],
+        [
+            [
+                v,
+                _fmt(summary[v]["parallel"]["em"], oracle),
+                _fmt(summary[v]["parallel"]["decomposition_ratio"], pct=True) + ("%" if summary[v]["parallel"]["decomposition_ratio"] is not None else ""),
+                _fmt(None if summary[v]["parallel"]["latency_p50_ms"] is None else summary[v]["parallel"]["latency_p50_ms"] / 1000),
+                _fmt(summary[v]["parallel"]["policy_calls"]),
+            ]
+            for v in summary
+        ],
+    )
+    md += ["", "## Efficiency and retrieval", ""] + comparison_lines(summary, oracle) + ratio_lines(summary)
+    md += ["", "DR = decomposition ratio (share of parallelizable questions searched with two or more sub-queries in one search); "
+           "recall = share of gold supporting passages retrieved; coverage = gold answer found in retrieved text (yes/no answers excluded)."]
+    if failures or bad:
+        md += ["", f"Failures: {len(failures)} question(s) raised errors (see `error` in results.jsonl); {len(bad)} unreadable line(s)."]
+    if plots_enabled:
+        md += ["", "## Plots", ""] + [f"![{f}]({f})" for f in plots(rows, summary, out, oracle)]
+    (out / "report.md").write_text("\n".join(md) + "\n")
+    return summary

@@ -1,0 +1,152 @@
+"""The evaluation runner: graph variants x questions, bounded concurrency, resumable results.
+
+Rows go to ``results.jsonl`` as each question finishes. Re-running with the same output
+folder reads that file first and runs only the (variant, question) pairs not in it, so a
+killed run resumes where it stopped and no question is counted twice. ``run.json``
+records what was run; resuming with another policy or dataset is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parallelsearch.eval.scoring import error_row, score_output
+from parallelsearch.graphs import GRAPH_KINDS, build_graph
+
+RESULTS = "results.jsonl"
+RUN = "run.json"
+
+
+class DelayedPolicy:
+    """Wraps a policy and adds a fixed simulated generation time per turn (for latency comparisons)."""
+
+    def __init__(self, policy: Any, delay_s: float):
+        self.inner = policy
+        self.delay_s = delay_s
+        self.name = getattr(policy, "name", type(policy).__name__)
+
+    async def agenerate(self, request: Any) -> Any:
+        await asyncio.sleep(self.delay_s)
+        return await self.inner.agenerate(request)
+
+
+@dataclass
+class EvalRun:
+    out_dir: Path
+    variants: list[str]
+    policy: str
+    ran: int = 0
+    skipped_done: int = 0
+    failures: int = 0
+    bad_lines: list[int] = field(default_factory=list)
+
+
+def read_results(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """Rows of a results file; a torn last line (killed mid-write) is reported, not fatal."""
+    rows: list[dict[str, Any]] = []
+    bad: list[int] = []
+    if not path.is_file():
+        return rows, bad
+    with path.open(encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                bad.append(i)
+    return rows, bad
+
+
+def _end_torn_line(path: Path) -> None:
+    """A run killed mid-write leaves a line without its newline: close it so new rows start clean."""
+    if path.is_file() and path.stat().st_size:
+        with path.open("rb") as f:
+            f.seek(-1, 2)
+            torn = f.read(1) != b"\n"
+        if torn:
+            with path.open("a", encoding="utf-8") as f:
+                f.write("\n")
+
+
+def _check_run(out_dir: Path, info: dict[str, Any]) -> None:
+    path = out_dir / RUN
+    if path.is_file():
+        old = json.loads(path.read_text())
+        for key in ("policy", "dataset", "graph_config"):
+            if old.get(key) != info.get(key):
+                raise ValueError(
+                    f"{out_dir} holds results of another run ({key}: {old.get(key)!r} there, {info.get(key)!r} now); "
+                    "use another --out folder"
+                )
+        info = {**old, "variants": sorted(set(old.get("variants", [])) | set(info["variants"]))}
+    path.write_text(json.dumps(info, indent=2))
+
+
+async def evaluate(
+    questions: Sequence[dict[str, Any]],
+    variants: Sequence[str],
+    policy: Any,
+    searcher: Any,
+    out_dir: str | Path,
+    *,
+    policy_spec: str | None = None,
+    dataset: str | None = None,
+    concurrency: int = 4,
+    progress: bool = True,
+    turn_delay_s: float = 0.0,
+    **graph_config: Any,
+) -> EvalRun:
+    """Run every (variant, question) pair not yet in ``out_dir/results.jsonl``."""
+    from tqdm.auto import tqdm
+
+    bad = [v for v in variants if v not in GRAPH_KINDS]
+    if bad or not variants:
+        raise ValueError(f"unknown graph variant(s) {bad or variants}; choose from {', '.join(GRAPH_KINDS)}")
+    if concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = policy_spec or getattr(policy, "name", type(policy).__name__)
+    _check_run(
+        out,
+        {"policy": spec, "dataset": dataset, "graph_config": graph_config, "variants": list(variants), "turn_delay_s": turn_delay_s},
+    )
+    done_rows, bad_lines = read_results(out / RESULTS)
+    done = {(r.get("variant"), str(r.get("id"))) for r in done_rows if not r.get("error")}
+    run = EvalRun(out, list(variants), spec, bad_lines=bad_lines)
+    if turn_delay_s:
+        policy = DelayedPolicy(policy, turn_delay_s)
+    graphs = {v: build_graph(v, policy, searcher, **graph_config) for v in variants}
+    todo = [(v, q) for v in variants for q in questions if (v, str(q.get("id"))) not in done]
+    run.skipped_done = len(variants) * len(questions) - len(todo)
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(variant: str, q: dict[str, Any]) -> dict[str, Any]:
+        async with sem:
+            meta = {**(q.get("metadata") or {}), "golden_answers": list(q.get("golden_answers") or [])}
+            t0 = time.perf_counter()
+            try:
+                result = await graphs[variant].ainvoke({"question": q["question"], "metadata": meta})
+                return score_output(q, result, variant, (time.perf_counter() - t0) * 1000)
+            except Exception as e:  # noqa: BLE001 - a failed question is a row with its error
+                return error_row(q, variant, f"{type(e).__name__}: {e}"[:500], (time.perf_counter() - t0) * 1000)
+
+    _end_torn_line(out / RESULTS)
+    with (out / RESULTS).open("a", encoding="utf-8") as f, tqdm(
+        total=len(todo), disable=not progress, desc=f"eval {','.join(variants)}"
+    ) as bar:
+        for fut in asyncio.as_completed([one(v, q) for v, q in todo]):
+            row = await fut
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+            f.flush()
+            run.ran += 1
+            run.failures += bool(row.get("error"))
+            bar.update(1)
+    return run

@@ -1,0 +1,77 @@
+"""Per-question scores from one graph output: accuracy, counts, decomposition, retrieval recall and coverage.
+
+Accuracy uses the same SQuAD-normalised metrics as the rewards (``parallelsearch.rl.metrics``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from parallelsearch.rl.metrics import answer_in_text, cover_match, exact_match, f1_score, normalize_answer
+
+
+def _is_yes_no(golds: list[str]) -> bool:
+    return bool(golds) and all(normalize_answer(g) in ("yes", "no") for g in golds)
+
+
+def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_ms: float) -> dict[str, Any]:
+    """One results.jsonl row for question ``q`` answered by graph ``variant``."""
+    meta = q.get("metadata") or {}
+    golds = list(q.get("golden_answers") or [])
+    answer = out.get("answer")
+    trajectory = out.get("trajectory") or []
+    turns = [t for t in trajectory if t.get("type") == "turn"]
+    observations = [t for t in trajectory if t.get("type") == "observation"]
+    titles = {p["title"] for o in observations for r in o.get("results", []) for p in r.get("passages", [])}
+    retrieved = "\n".join(o.get("text", "") for o in observations)
+    supporting = list(dict.fromkeys(meta.get("supporting_titles") or []))
+    searched = variant != "direct"
+    gold_recall = (
+        round(len(set(supporting) & titles) / len(supporting), 4) if supporting and searched else None
+    )
+    coverage = None
+    if searched and golds and not _is_yes_no(golds):
+        coverage = float(answer_in_text(retrieved, golds))
+    search_turns = [t for t in turns if t.get("action") == "search"]
+    return {
+        "variant": variant,
+        "id": q.get("id"),
+        "question": q.get("question"),
+        "dataset": meta.get("dataset"),
+        "type": meta.get("type"),
+        "split": meta.get("split"),
+        "golden_answers": golds,
+        "answer": answer,
+        "status": out.get("status"),
+        "em": exact_match(answer, golds),
+        "f1": round(f1_score(answer, golds), 4),
+        "acc": cover_match(answer, golds),
+        "policy_calls": out.get("policy_calls"),
+        "search_rounds": out.get("search_rounds"),
+        "subqueries": out.get("subqueries"),
+        "decomposed": any(len(t.get("subqueries") or []) >= 2 for t in search_turns),
+        "latency_ms": round(latency_ms, 3),
+        "tokens_in": out.get("tokens_in"),
+        "tokens_out": out.get("tokens_out"),
+        "gold_recall": gold_recall,
+        "answer_coverage": coverage,
+        "search_errors": out.get("errors", 0),
+        "policy": out.get("policy"),
+        "labels": out.get("labels"),
+        "error": None,
+    }
+
+
+def error_row(q: dict[str, Any], variant: str, error: str, latency_ms: float) -> dict[str, Any]:
+    meta = q.get("metadata") or {}
+    return {
+        "variant": variant,
+        "id": q.get("id"),
+        "question": q.get("question"),
+        "dataset": meta.get("dataset"),
+        "type": meta.get("type"),
+        "split": meta.get("split"),
+        "golden_answers": list(q.get("golden_answers") or []),
+        "latency_ms": round(latency_ms, 3),
+        "error": error,
+    }

@@ -1,0 +1,110 @@
+"""Aggregate results rows into the summary: variant -> split -> metric (the paper's Tables 2, 3 and 6)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from typing import Any
+
+SPLITS = ("all", "parallel", "sequential", "single")
+METRICS = (
+    "n",
+    "em",
+    "f1",
+    "acc",
+    "policy_calls",
+    "search_rounds",
+    "subqueries",
+    "decomposition_ratio",
+    "latency_p50_ms",
+    "latency_p95_ms",
+    "gold_recall",
+    "answer_coverage",
+)
+ACCURACY = ("em", "f1", "acc")
+
+
+def _mean(xs: Iterable[float | None]) -> float | None:
+    vals = [float(x) for x in xs if x is not None]
+    return round(statistics.fmean(vals), 4) if vals else None
+
+
+def _pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    pos = (len(s) - 1) * q
+    lo, hi = int(pos), min(int(pos) + 1, len(s) - 1)
+    return round(s[lo] + (s[hi] - s[lo]) * (pos - lo), 3)
+
+
+def metrics(rows: list[dict[str, Any]], *, split: str, accuracy: bool = True) -> dict[str, Any]:
+    """The metric dict of one group of rows; a metric that does not apply is None."""
+    ok = [r for r in rows if not r.get("error")]
+    lat = [r["latency_ms"] for r in ok if r.get("latency_ms") is not None]
+    par = [r for r in ok if r.get("split") == "parallel"]
+    out: dict[str, Any] = {
+        "n": len(ok),
+        "em": _mean(r["em"] for r in ok) if accuracy else None,
+        "f1": _mean(r["f1"] for r in ok) if accuracy else None,
+        "acc": _mean(r["acc"] for r in ok) if accuracy else None,
+        "policy_calls": _mean(r.get("policy_calls") for r in ok),
+        "search_rounds": _mean(r.get("search_rounds") for r in ok),
+        "subqueries": _mean(r.get("subqueries") for r in ok),
+        "decomposition_ratio": _mean(float(r["decomposed"]) for r in par) if split in ("all", "parallel") and par else None,
+        "latency_p50_ms": _pct(lat, 0.5),
+        "latency_p95_ms": _pct(lat, 0.95),
+        "gold_recall": _mean(r.get("gold_recall") for r in ok),
+        "answer_coverage": _mean(r.get("answer_coverage") for r in ok),
+    }
+    if not ok:
+        out = {k: (0 if k == "n" else None) for k in METRICS}
+    return out
+
+
+def dedup(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (variant, question id), a successful row before a failed one (resume never counts twice)."""
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for r in sorted(rows, key=lambda r: bool(r.get("error"))):
+        key = (r.get("variant"), str(r.get("id")))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(r)
+    return out
+
+
+def summarize(rows: Iterable[dict[str, Any]], *, accuracy: bool = True) -> dict[str, dict[str, dict[str, Any]]]:
+    """variant -> split (all, parallel, sequential, single) -> metric -> value."""
+    rows = dedup(rows)
+    variants = list(dict.fromkeys(r["variant"] for r in rows))
+    summary: dict[str, dict[str, dict[str, Any]]] = {}
+    for v in variants:
+        vr = [r for r in rows if r["variant"] == v]
+        summary[v] = {
+            s: metrics(vr if s == "all" else [r for r in vr if r.get("split") == s], split=s, accuracy=accuracy)
+            for s in SPLITS
+        }
+    return summary
+
+
+def by_type(rows: Iterable[dict[str, Any]], *, accuracy: bool = True) -> dict[str, dict[str, dict[str, Any]]]:
+    """variant -> 'dataset/type' -> metrics, plus mean tokens when the policy reports them."""
+    rows = dedup(rows)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        out.setdefault(r["variant"], {}).setdefault(f"{r.get('dataset')}/{r.get('type')}", [])  # type: ignore[arg-type]
+    result: dict[str, dict[str, dict[str, Any]]] = {}
+    for v, groups in out.items():
+        result[v] = {}
+        for key in groups:
+            ds, _, t = key.partition("/")
+            grp = [r for r in rows if r["variant"] == v and str(r.get("dataset")) == ds and str(r.get("type")) == t]
+            split = grp[0].get("split") or "all"
+            m = metrics(grp, split="parallel" if split == "parallel" else "other", accuracy=accuracy)
+            ok = [r for r in grp if not r.get("error")]
+            m["tokens_in"] = _mean(r.get("tokens_in") for r in ok)
+            m["tokens_out"] = _mean(r.get("tokens_out") for r in ok)
+            result[v][key] = m
+    return result
