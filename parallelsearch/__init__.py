@@ -18,6 +18,15 @@ _LAZY = {
     "Passage": "parallelsearch.stores",
     "RetrieverClient": "parallelsearch.stores",
     "ingest": "parallelsearch.stores",
+    "build_graph": "parallelsearch.graphs",
+    "build_parallel_search_graph": "parallelsearch.graphs",
+    "build_sequential_graph": "parallelsearch.graphs",
+    "policy_from_spec": "parallelsearch.agents.policies",
+    "score_trajectory": "parallelsearch.rl",
+    "EnvGraph": "parallelsearch.rl",
+    "evaluate": "parallelsearch.eval",
+    "write_report": "parallelsearch.eval",
+    "create_app": "parallelsearch.server",
 }
 
 

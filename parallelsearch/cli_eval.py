@@ -12,8 +12,12 @@ from parallelsearch.graphs import GRAPH_KINDS
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="evaluate graph variants on a question file; writes results, summary, report")
-    p.add_argument("--dataset", required=True, help="question file (prepare-data output or any benchmark file)")
+    p = sub.add_parser(
+        "eval", help="evaluate graph variants on a question file; writes results, summary, report"
+    )
+    p.add_argument(
+        "--dataset", required=True, help="question file (prepare-data output or any benchmark file)"
+    )
     p.add_argument("--dataset-name", help="dataset name when the path does not say it (hotpotqa, nq, ...)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--store", action="append", help="store name (repeat for multi-store routing)")
@@ -26,7 +30,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=4, help="questions in flight")
     p.add_argument("--top-k", type=int, default=3)
     p.add_argument("--max-turns", type=int, default=4)
-    p.add_argument("--turn-delay-ms", type=float, default=0.0, help="simulated generation time per policy turn")
+    p.add_argument(
+        "--turn-delay-ms", type=float, default=0.0, help="simulated generation time per policy turn"
+    )
+    p.add_argument(
+        "--template",
+        help="prompt template for every graph: paper | official | search_r1 (default: each graph's own)",
+    )
     p.add_argument("--no-plots", action="store_true")
     p.set_defaults(func=cmd_eval)
 
@@ -92,7 +102,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     graphs = parse_graphs(args.graphs)
     questions = select(load_questions(args.dataset, dataset=args.dataset_name), args.split, args.limit)
     if not questions:
-        raise ValueError(f"{args.dataset} holds no questions{' in split ' + args.split if args.split else ''}")
+        raise ValueError(
+            f"{args.dataset} holds no questions{' in split ' + args.split if args.split else ''}"
+        )
     run_and_report(
         questions,
         graphs,
@@ -105,5 +117,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         plots=not args.no_plots,
         top_k=args.top_k,
         max_turns=args.max_turns,
+        **({"prompt_template": args.template} if args.template else {}),
     )
     return 0

@@ -46,8 +46,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="first N of the 200 sample questions (default all)")
     p.add_argument("--out", help="report folder (default: <home>/demo-report/<policy>)")
     p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--turn-delay-ms", type=float, default=0.0, help="simulated generation time per policy turn")
-    p.add_argument("--fresh", action="store_true", help="discard earlier demo results instead of reusing them")
+    p.add_argument(
+        "--turn-delay-ms", type=float, default=0.0, help="simulated generation time per policy turn"
+    )
+    p.add_argument(
+        "--fresh", action="store_true", help="discard earlier demo results instead of reusing them"
+    )
     p.set_defaults(func=cmd_demo)
 
 
@@ -55,7 +59,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from parallelsearch.cli_eval import run_and_report
 
     store = demo_store(args.limit)
-    questions = load_questions(HOTPOTQA_SAMPLE)[: args.limit] if args.limit else load_questions(HOTPOTQA_SAMPLE)
+    questions = (
+        load_questions(HOTPOTQA_SAMPLE)[: args.limit] if args.limit else load_questions(HOTPOTQA_SAMPLE)
+    )
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", args.policy)[:60]
     out = Path(args.out) if args.out else get_settings().home / "demo-report" / slug
     if args.fresh and out.exists():
@@ -67,7 +73,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"policy {args.policy}"
     )
     if args.policy.startswith("oracle"):
-        print("the oracle answers with the gold answer: this run measures efficiency and retrieval, not accuracy")
+        print(
+            "the oracle answers with the gold answer: this run measures efficiency and retrieval, not accuracy"
+        )
     summary = run_and_report(
         questions,
         ["parallel", "sequential"],
@@ -85,5 +93,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             f"on parallelizable questions the parallel graph needs {par['policy_calls'] / seq['policy_calls']:.2f}x "
             f"the policy calls and {par['search_rounds'] / seq['search_rounds']:.2f}x the search rounds of the sequential one"
         )
-    (out / "demo.json").write_text(json.dumps({"questions": len(questions), "store": store.info()}, indent=2, default=str))
+    (out / "demo.json").write_text(
+        json.dumps({"questions": len(questions), "store": store.info()}, indent=2, default=str)
+    )
     return 0

@@ -8,6 +8,7 @@ import json
 import pytest
 from conftest import needs_data
 from parallelsearch.agents.policies import OraclePolicy, ScriptedPolicy
+
 from parallelsearch.cli import main
 from parallelsearch.eval import METRICS, SPLITS, evaluate, score_output, summarize, write_report
 
@@ -31,10 +32,19 @@ def test_summary_hand_computed():
     assert set(s) == {"parallel"} and set(s["parallel"]) == set(SPLITS)
     assert all(set(m) == set(METRICS) for m in s["parallel"].values())
     par, seq, all_ = s["parallel"]["parallel"], s["parallel"]["sequential"], s["parallel"]["all"]
-    assert par["n"] == 2 and par["em"] == 0.5 and par["decomposition_ratio"] == 0.5 and par["gold_recall"] == 0.75
+    assert (
+        par["n"] == 2
+        and par["em"] == 0.5
+        and par["decomposition_ratio"] == 0.5
+        and par["gold_recall"] == 0.75
+    )
     assert par["latency_p50_ms"] == 15.0 and par["latency_p95_ms"] == pytest.approx(19.5)
-    assert seq["n"] == 1 and seq["decomposition_ratio"] is None and seq["answer_coverage"] is None  # failed row left out
-    assert all_["n"] == 3 and all_["em"] == pytest.approx(2 / 3, abs=1e-4) and all_["decomposition_ratio"] == 0.5
+    assert (
+        seq["n"] == 1 and seq["decomposition_ratio"] is None and seq["answer_coverage"] is None
+    )  # failed row left out
+    assert (
+        all_["n"] == 3 and all_["em"] == pytest.approx(2 / 3, abs=1e-4) and all_["decomposition_ratio"] == 0.5
+    )
     assert all_["latency_p50_ms"] == 20.0 and all_["policy_calls"] == pytest.approx(8 / 3, abs=1e-4)
     assert s["parallel"]["single"] == {k: (0 if k == "n" else None) for k in METRICS}
     assert summarize(rows, accuracy=False)["parallel"]["all"]["em"] is None
@@ -67,19 +77,49 @@ def test_score_output_hand_computed():
 @needs_data
 def test_resume_never_counts_twice(hotpot_store, hotpot_questions, tmp_path):
     qs = hotpot_questions[:6]
-    first = asyncio.run(evaluate(qs[:3], ["parallel", "sequential"], OraclePolicy(), hotpot_store, tmp_path, policy_spec="oracle", progress=False))
+    first = asyncio.run(
+        evaluate(
+            qs[:3],
+            ["parallel", "sequential"],
+            OraclePolicy(),
+            hotpot_store,
+            tmp_path,
+            policy_spec="oracle",
+            progress=False,
+        )
+    )
     assert first.ran == 6
     # a run killed mid-write leaves a torn line; a duplicate row must not count twice
     lines = (tmp_path / "results.jsonl").read_text().splitlines()
     with (tmp_path / "results.jsonl").open("a") as f:
         f.write(lines[0] + "\n" + lines[0][: len(lines[0]) // 2])
-    second = asyncio.run(evaluate(qs, ["parallel", "sequential"], OraclePolicy(), hotpot_store, tmp_path, policy_spec="oracle", progress=False))
+    second = asyncio.run(
+        evaluate(
+            qs,
+            ["parallel", "sequential"],
+            OraclePolicy(),
+            hotpot_store,
+            tmp_path,
+            policy_spec="oracle",
+            progress=False,
+        )
+    )
     assert second.ran == 6 and second.skipped_done == 6 and second.bad_lines
     summary = write_report(tmp_path)
     assert summary["parallel"]["all"]["n"] == 6 and summary["sequential"]["all"]["n"] == 6
     assert summary["parallel"]["all"]["em"] is None  # oracle: accuracy does not apply
     with pytest.raises(ValueError, match="another run"):
-        asyncio.run(evaluate(qs, ["parallel"], OraclePolicy(), hotpot_store, tmp_path, policy_spec="scripted:x.json", progress=False))
+        asyncio.run(
+            evaluate(
+                qs,
+                ["parallel"],
+                OraclePolicy(),
+                hotpot_store,
+                tmp_path,
+                policy_spec="scripted:x.json",
+                progress=False,
+            )
+        )
 
 
 @needs_data
@@ -112,17 +152,35 @@ def test_eval_scripted_policy_reports_real_accuracy(hotpot_store, hotpot_questio
     yes_no = [q for q in hotpot_questions if q["golden_answers"][0].lower() in ("yes", "no")][:4]
     qs = yes_no + [q for q in hotpot_questions if q not in yes_no][:2]
     expected = sum(q["golden_answers"][0].lower() == "yes" for q in qs) / len(qs)
-    two_turns = ScriptedPolicy(["<think> t </think><search> a ## b </search>", "<think> t </think><answer> yes </answer>"])
-    asyncio.run(evaluate(qs, ["parallel"], two_turns, hotpot_store, tmp_path / "p", policy_spec="scripted", progress=False))
+    two_turns = ScriptedPolicy(
+        ["<think> t </think><search> a ## b </search>", "<think> t </think><answer> yes </answer>"]
+    )
+    asyncio.run(
+        evaluate(
+            qs, ["parallel"], two_turns, hotpot_store, tmp_path / "p", policy_spec="scripted", progress=False
+        )
+    )
     one_turn = ScriptedPolicy(["<think> t </think><answer> yes </answer>"])
-    asyncio.run(evaluate(qs, ["rag", "direct"], one_turn, hotpot_store, tmp_path / "b", policy_spec="scripted", progress=False))
+    asyncio.run(
+        evaluate(
+            qs,
+            ["rag", "direct"],
+            one_turn,
+            hotpot_store,
+            tmp_path / "b",
+            policy_spec="scripted",
+            progress=False,
+        )
+    )
     par, base = write_report(tmp_path / "p"), write_report(tmp_path / "b")
     assert 0 < expected < 1
     for summary, variant in ((par, "parallel"), (base, "rag"), (base, "direct")):
         assert summary[variant]["all"]["em"] == pytest.approx(expected, abs=1e-4)
     assert base["direct"]["all"]["gold_recall"] is None and base["rag"]["all"]["search_rounds"] == 1
     assert par["parallel"]["all"]["search_rounds"] == 1 and par["parallel"]["all"]["subqueries"] == 2
-    assert "oracle" not in (tmp_path / "p" / "report.md").read_text().split("## EM by split")[1].split("##")[0]
+    assert (
+        "oracle" not in (tmp_path / "p" / "report.md").read_text().split("## EM by split")[1].split("##")[0]
+    )
 
 
 @needs_data

@@ -27,12 +27,27 @@ def _fmt(v: Any, oracle: bool = False, pct: bool = False) -> str:
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows]
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + [
+        "| " + " | ".join(r) + " |" for r in rows
+    ]
 
 
 def comparison_lines(summary: dict[str, Any], oracle: bool) -> list[str]:
     """The compact table the demo prints: per variant and split, efficiency and retrieval."""
-    head = ["graph", "split", "n", "EM", "calls", "rounds", "sub-q", "DR", "p50 ms", "p95 ms", "recall", "coverage"]
+    head = [
+        "graph",
+        "split",
+        "n",
+        "EM",
+        "calls",
+        "rounds",
+        "sub-q",
+        "DR",
+        "p50 ms",
+        "p95 ms",
+        "recall",
+        "coverage",
+    ]
     rows = []
     for v, splits in summary.items():
         for s in SPLITS:
@@ -112,7 +127,14 @@ def plots(rows: list[dict[str, Any]], summary: dict[str, Any], out_dir: Path, or
     files.append("latency.png")
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    calls = [[r["policy_calls"] for r in rows if r["variant"] == v and not r.get("error") and r.get("policy_calls")] for v in variants]
+    calls = [
+        [
+            r["policy_calls"]
+            for r in rows
+            if r["variant"] == v and not r.get("error") and r.get("policy_calls")
+        ]
+        for v in variants
+    ]
     top = max((max(c) for c in calls if c), default=1)
     bins = [x - 0.5 for x in range(1, top + 2)]
     ax.hist(calls, bins=bins, label=variants)
@@ -154,12 +176,21 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
             "latency) and retrieval (gold-passage recall, answer coverage) only.",
         ]
     if run.get("turn_delay_s"):
-        md += ["", f"Each policy turn costs a simulated {1000 * run['turn_delay_s']:.0f} ms of generation time."]
+        md += [
+            "",
+            f"Each policy turn costs a simulated {1000 * run['turn_delay_s']:.0f} ms of generation time.",
+        ]
     md += ["", "## EM by split (paper Table 2 layout)", ""]
     md += _table(
         ["graph", *SPLITS],
         [
-            [v] + [_fmt(summary[v][s]["em"], oracle) + f" (n={summary[v][s]['n']})" if summary[v][s]["n"] else "–" for s in SPLITS]
+            [v]
+            + [
+                _fmt(summary[v][s]["em"], oracle) + f" (n={summary[v][s]['n']})"
+                if summary[v][s]["n"]
+                else "–"
+                for s in SPLITS
+            ]
             for v in summary
         ],
     )
@@ -170,18 +201,29 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
             [
                 v,
                 _fmt(summary[v]["parallel"]["em"], oracle),
-                _fmt(summary[v]["parallel"]["decomposition_ratio"], pct=True) + ("%" if summary[v]["parallel"]["decomposition_ratio"] is not None else ""),
-                _fmt(None if summary[v]["parallel"]["latency_p50_ms"] is None else summary[v]["parallel"]["latency_p50_ms"] / 1000),
+                _fmt(summary[v]["parallel"]["decomposition_ratio"], pct=True)
+                + ("%" if summary[v]["parallel"]["decomposition_ratio"] is not None else ""),
+                _fmt(
+                    None
+                    if summary[v]["parallel"]["latency_p50_ms"] is None
+                    else summary[v]["parallel"]["latency_p50_ms"] / 1000
+                ),
                 _fmt(summary[v]["parallel"]["policy_calls"]),
             ]
             for v in summary
         ],
     )
     md += ["", "## Efficiency and retrieval", ""] + comparison_lines(summary, oracle) + ratio_lines(summary)
-    md += ["", "DR = decomposition ratio (share of parallelizable questions searched with two or more sub-queries in one search); "
-           "recall = share of gold supporting passages retrieved; coverage = gold answer found in retrieved text (yes/no answers excluded)."]
+    md += [
+        "",
+        "DR = decomposition ratio (share of parallelizable questions searched with two or more sub-queries in one search); "
+        "recall = share of gold supporting passages retrieved; coverage = gold answer found in retrieved text (yes/no answers excluded).",
+    ]
     if failures or bad:
-        md += ["", f"Failures: {len(failures)} question(s) raised errors (see `error` in results.jsonl); {len(bad)} unreadable line(s)."]
+        md += [
+            "",
+            f"Failures: {len(failures)} question(s) raised errors (see `error` in results.jsonl); {len(bad)} unreadable line(s).",
+        ]
     if plots_enabled:
         md += ["", "## Plots", ""] + [f"![{f}]({f})" for f in plots(rows, summary, out, oracle)]
     (out / "report.md").write_text("\n".join(md) + "\n")

@@ -116,7 +116,13 @@ async def evaluate(
     spec = policy_spec or getattr(policy, "name", type(policy).__name__)
     _check_run(
         out,
-        {"policy": spec, "dataset": dataset, "graph_config": graph_config, "variants": list(variants), "turn_delay_s": turn_delay_s},
+        {
+            "policy": spec,
+            "dataset": dataset,
+            "graph_config": graph_config,
+            "variants": list(variants),
+            "turn_delay_s": turn_delay_s,
+        },
     )
     done_rows, bad_lines = read_results(out / RESULTS)
     done = {(r.get("variant"), str(r.get("id"))) for r in done_rows if not r.get("error")}
@@ -136,12 +142,15 @@ async def evaluate(
                 result = await graphs[variant].ainvoke({"question": q["question"], "metadata": meta})
                 return score_output(q, result, variant, (time.perf_counter() - t0) * 1000)
             except Exception as e:  # noqa: BLE001 - a failed question is a row with its error
-                return error_row(q, variant, f"{type(e).__name__}: {e}"[:500], (time.perf_counter() - t0) * 1000)
+                return error_row(
+                    q, variant, f"{type(e).__name__}: {e}"[:500], (time.perf_counter() - t0) * 1000
+                )
 
     _end_torn_line(out / RESULTS)
-    with (out / RESULTS).open("a", encoding="utf-8") as f, tqdm(
-        total=len(todo), disable=not progress, desc=f"eval {','.join(variants)}"
-    ) as bar:
+    with (
+        (out / RESULTS).open("a", encoding="utf-8") as f,
+        tqdm(total=len(todo), disable=not progress, desc=f"eval {','.join(variants)}") as bar,
+    ):
         for fut in asyncio.as_completed([one(v, q) for v, q in todo]):
             row = await fut
             f.write(json.dumps(row, ensure_ascii=False) + "\n")

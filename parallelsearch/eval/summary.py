@@ -51,7 +51,9 @@ def metrics(rows: list[dict[str, Any]], *, split: str, accuracy: bool = True) ->
         "policy_calls": _mean(r.get("policy_calls") for r in ok),
         "search_rounds": _mean(r.get("search_rounds") for r in ok),
         "subqueries": _mean(r.get("subqueries") for r in ok),
-        "decomposition_ratio": _mean(float(r["decomposed"]) for r in par) if split in ("all", "parallel") and par else None,
+        "decomposition_ratio": _mean(float(r["decomposed"]) for r in par)
+        if split in ("all", "parallel") and par
+        else None,
         "latency_p50_ms": _pct(lat, 0.5),
         "latency_p95_ms": _pct(lat, 0.95),
         "gold_recall": _mean(r.get("gold_recall") for r in ok),
@@ -75,7 +77,9 @@ def dedup(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def summarize(rows: Iterable[dict[str, Any]], *, accuracy: bool = True) -> dict[str, dict[str, dict[str, Any]]]:
+def summarize(
+    rows: Iterable[dict[str, Any]], *, accuracy: bool = True
+) -> dict[str, dict[str, dict[str, Any]]]:
     """variant -> split (all, parallel, sequential, single) -> metric -> value."""
     rows = dedup(rows)
     variants = list(dict.fromkeys(r["variant"] for r in rows))
@@ -83,7 +87,9 @@ def summarize(rows: Iterable[dict[str, Any]], *, accuracy: bool = True) -> dict[
     for v in variants:
         vr = [r for r in rows if r["variant"] == v]
         summary[v] = {
-            s: metrics(vr if s == "all" else [r for r in vr if r.get("split") == s], split=s, accuracy=accuracy)
+            s: metrics(
+                vr if s == "all" else [r for r in vr if r.get("split") == s], split=s, accuracy=accuracy
+            )
             for s in SPLITS
         }
     return summary
@@ -100,7 +106,11 @@ def by_type(rows: Iterable[dict[str, Any]], *, accuracy: bool = True) -> dict[st
         result[v] = {}
         for key in groups:
             ds, _, t = key.partition("/")
-            grp = [r for r in rows if r["variant"] == v and str(r.get("dataset")) == ds and str(r.get("type")) == t]
+            grp = [
+                r
+                for r in rows
+                if r["variant"] == v and str(r.get("dataset")) == ds and str(r.get("type")) == t
+            ]
             split = grp[0].get("split") or "all"
             m = metrics(grp, split="parallel" if split == "parallel" else "other", accuracy=accuracy)
             ok = [r for r in grp if not r.get("error")]

@@ -1,0 +1,246 @@
+"""The LangServe deployment: the parallel graph and its baselines behind one FastAPI app.
+
+Routes: ``/parallelsearch``, ``/sequential``, ``/rag`` (LangServe: invoke, batch, stream,
+stream_events, input/output schemas, playground), ``GET /health``, ``GET /stores``.
+
+A guard in front of the app (pure ASGI, so streaming is untouched) enforces what a
+public endpoint needs: the optional API key (``X-API-Key``), limits on question length
+and batch size (4xx with a message), a cap on concurrent requests (429), and any
+unhandled error turned into a JSON 500 carrying an id that is also in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from typing import Any
+
+from fastapi import FastAPI
+
+from parallelsearch.settings import Settings, get_settings
+
+log = logging.getLogger("parallelsearch.server")
+
+ROUTES = {"parallelsearch": "parallel", "sequential": "sequential", "rag": "rag"}
+MAX_BODY_BYTES = 1_000_000
+
+
+def _searcher_from_settings(s: Settings, stores: list[str] | None) -> Any:
+    if s.retriever_url and not stores:
+        return s.retriever_url
+    from parallelsearch.registry import open_store
+
+    names = stores or s.stores
+    if not names:
+        raise ValueError("the server needs a store (--store NAME, PARALLELSEARCH_STORES) or a retriever URL")
+    opened = {n: open_store(n, settings=s) for n in names}
+    return next(iter(opened.values())) if len(opened) == 1 else opened
+
+
+def _graph_serializer() -> Any:
+    """LangServe's serializer, extended for LangGraph's ``Send`` (router outputs appear in stream_events)."""
+    import orjson
+    from langgraph.types import Send
+    from langserve.serialization import WellKnownLCSerializer, default
+
+    def fallback(obj: Any) -> Any:
+        if isinstance(obj, Send):
+            return {"send": obj.node, "arg": obj.arg}
+        return default(obj)
+
+    class GraphSerializer(WellKnownLCSerializer):
+        def dumps(self, obj: Any) -> bytes:
+            return orjson.dumps(obj, default=fallback)
+
+    return GraphSerializer()
+
+
+def describe_searcher(search: Any) -> list[dict[str, Any]]:
+    """What ``GET /stores`` lists: each store's info, or the retriever URL."""
+    from parallelsearch.agents.searchers.base import store_names
+
+    if isinstance(search, str):
+        return [{"name": search, "kind": "retrieve"}]
+    if isinstance(search, dict):
+        return [st.info() if hasattr(st, "info") else {"name": n} for n, st in search.items()]
+    if hasattr(search, "info"):
+        return [search.info()]
+    return [{"name": n} for n in store_names(search)]
+
+
+class RequestGuard:
+    """API key, input limits, concurrency cap and error ids for the graph routes."""
+
+    def __init__(self, app: Any, settings: Settings):
+        self.app = app
+        self.s = settings
+        self.in_flight = 0
+
+    async def _reply(self, send: Any, status: int, detail: str, **extra: Any) -> None:
+        body = json.dumps({"detail": detail, **extra}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    def _check_payload(self, path: str, payload: Any) -> tuple[int, str] | None:
+        if not isinstance(payload, dict):
+            return 422, "the request body must be a JSON object"
+        op = path.rsplit("/", 1)[-1]
+        if op == "batch":
+            inputs = payload.get("inputs")
+            if not isinstance(inputs, list) or not inputs:
+                return 422, "'inputs' must be a non-empty list"
+            if len(inputs) > self.s.server_max_batch:
+                return 413, f"batch of {len(inputs)} exceeds the limit of {self.s.server_max_batch}"
+        else:
+            inputs = [payload.get("input")]
+        for item in inputs:
+            if not isinstance(item, dict):
+                return 422, "each input must be an object with a 'question' string"
+            q = item.get("question")
+            if not isinstance(q, str):
+                return 422, "'question' must be a string"
+            if not q.strip():
+                return 422, "'question' must not be empty"
+            if len(q) > self.s.server_max_question_chars:
+                return (
+                    413,
+                    f"question of {len(q)} characters exceeds the limit of {self.s.server_max_question_chars}",
+                )
+            meta = item.get("metadata")
+            if meta is not None and not isinstance(meta, dict):
+                return 422, "'metadata' must be an object"
+        return None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path: str = scope["path"]
+        if self.s.server_api_key and path not in ("/health",):
+            headers = dict(scope.get("headers") or [])
+            if headers.get(b"x-api-key", b"").decode("latin-1") != self.s.server_api_key:
+                return await self._reply(send, 401, "missing or wrong API key (header X-API-Key)")
+        parts = path.strip("/").split("/")
+        graph_call = (
+            scope["method"] == "POST" and len(parts) == 2 and parts[0] in ROUTES
+            and parts[1] in ("invoke", "batch", "stream", "stream_events", "stream_log")
+        )  # fmt: skip
+        if graph_call:
+            body = b""
+            more = True
+            while more:
+                msg = await receive()
+                body += msg.get("body", b"")
+                more = msg.get("more_body", False)
+                if len(body) > MAX_BODY_BYTES:
+                    return await self._reply(send, 413, f"request body exceeds {MAX_BODY_BYTES} bytes")
+            try:
+                payload = json.loads(body or b"null")
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                return await self._reply(send, 400, f"malformed JSON: {e}")
+            problem = self._check_payload(path, payload)
+            if problem:
+                return await self._reply(send, *problem)
+            if self.in_flight >= self.s.server_max_concurrency:
+                return await self._reply(
+                    send,
+                    429,
+                    f"too many concurrent requests (limit {self.s.server_max_concurrency}); retry later",
+                )
+            sent = False
+
+            async def replay() -> dict[str, Any]:
+                nonlocal sent
+                if not sent:
+                    sent = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            receive_fn = replay
+        else:
+            receive_fn = receive
+        started = False
+
+        async def tracking_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        self.in_flight += graph_call
+        try:
+            await self.app(scope, receive_fn, tracking_send)
+        except Exception:  # noqa: BLE001 - every unhandled error becomes a 500 with an id
+            error_id = uuid.uuid4().hex[:12]
+            log.exception("unhandled error %s on %s %s", error_id, scope["method"], path)
+            if not started:
+                await self._reply(send, 500, "internal error", error_id=error_id)
+        finally:
+            self.in_flight -= graph_call
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    policy: Any = None,
+    searcher: Any = None,
+    stores: list[str] | None = None,
+    graph_config: dict[str, Any] | None = None,
+) -> Any:
+    """The FastAPI app with LangServe routes, wrapped in :class:`RequestGuard`.
+
+    ``policy`` (object or spec) and ``searcher`` default to the settings' ``policy`` and
+    ``stores``/``retriever_url``; ``graph_config`` to the settings' ``graph``.
+    """
+    from langserve import add_routes
+
+    from parallelsearch.agents.policies import policy_from_spec
+    from parallelsearch.graphs import build_graph
+    from parallelsearch.graphs.state import GraphInput, GraphOutput
+
+    s = settings or get_settings()
+    pol = policy_from_spec(policy or s.policy) if policy is None or isinstance(policy, str) else policy
+    search = searcher if searcher is not None else _searcher_from_settings(s, stores)
+    cfg = {**s.graph, **(graph_config or {})}
+    app = FastAPI(
+        title="ParallelSearch",
+        version="0.1.0",
+        description="ParallelSearch (parallel sub-query search) and its baselines as LangServe routes.",
+    )
+    graphs = {route: build_graph(kind, pol, search, **cfg) for route, kind in ROUTES.items()}
+    serializer = _graph_serializer()
+    for route, graph in graphs.items():
+        runnable = graph.with_types(input_type=GraphInput, output_type=GraphOutput)
+        add_routes(app, runnable, path=f"/{route}", serializer=serializer)
+
+    @app.exception_handler(Exception)
+    async def unhandled(request: Any, exc: Exception) -> Any:
+        from fastapi.responses import JSONResponse
+
+        error_id = uuid.uuid4().hex[:12]
+        log.error("unhandled error %s on %s %s", error_id, request.method, request.url.path, exc_info=exc)
+        return JSONResponse({"detail": "internal error", "error_id": error_id}, status_code=500)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "policy": getattr(pol, "name", type(pol).__name__),
+            "routes": [f"/{r}" for r in ROUTES],
+        }
+
+    @app.get("/stores")
+    async def stores_route() -> dict[str, Any]:
+        return {"stores": await asyncio.to_thread(describe_searcher, search)}
+
+    app.state.graphs = graphs
+    guard = RequestGuard(app, s)
+    guard.state = app.state  # type: ignore[attr-defined]
+    return guard
