@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/parallelsearch demo
+	PARALLELSEARCH_HOME=$${PARALLELSEARCH_HOME:-.parallelsearch} $(VENV)/bin/parallelsearch demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q -rs

@@ -48,12 +48,7 @@ def hotpot_store(n_questions: int = 60, name: str = "bench"):
     return store, recs
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from parallelsearch.loopback import free_port  # noqa: E402
 
 
 class ChromaServer:
@@ -103,35 +98,3 @@ class ChromaServer:
                 metadatas=got["metadatas"][i : i + 256],
             )
         return remote
-
-
-class UvicornServer:
-    """An ASGI app served on 127.0.0.1 in a thread (stopped on exit)."""
-
-    def __init__(self, app) -> None:
-        import threading
-
-        import uvicorn
-
-        self.port = free_port()
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> UvicornServer:
-        self.thread.start()
-        deadline = time.time() + 30
-        while not self.server.started:
-            if time.time() > deadline:
-                raise RuntimeError("server did not start within 30 s")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)

@@ -240,7 +240,4 @@ def create_app(
     async def stores_route() -> dict[str, Any]:
         return {"stores": await asyncio.to_thread(describe_searcher, search)}
 
-    app.state.graphs = graphs
-    guard = RequestGuard(app, s)
-    guard.state = app.state  # type: ignore[attr-defined]
-    return guard
+    return RequestGuard(app, s)

@@ -4,10 +4,7 @@ and loopback HTTP servers. Tests never touch ../shared/data/holdout."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -23,40 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 needs_data = pytest.mark.skipif(not RAW.is_dir(), reason=f"benchmark data folder {RAW} is missing")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from parallelsearch.loopback import LoopbackServer as UvicornThread  # noqa: E402
+from parallelsearch.loopback import free_port  # noqa: E402
 
-
-class UvicornThread:
-    """A real uvicorn server on 127.0.0.1 in a background thread; stops on exit."""
-
-    def __init__(self, app, port: int | None = None):
-        import uvicorn
-
-        self.port = port or free_port()
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> UvicornThread:
-        self.thread.start()
-        deadline = time.time() + 20
-        while not self.server.started:
-            if time.time() > deadline:
-                raise RuntimeError("uvicorn did not start within 20 s")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+__all__ = ["UvicornThread", "free_port"]
 
 
 @pytest.fixture(autouse=True)

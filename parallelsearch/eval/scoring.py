@@ -34,13 +34,7 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
         coverage = float(answer_in_text(retrieved, golds))
     search_turns = [t for t in turns if t.get("action") == "search"]
     return {
-        "variant": variant,
-        "id": q.get("id"),
-        "question": q.get("question"),
-        "dataset": meta.get("dataset"),
-        "type": meta.get("type"),
-        "split": meta.get("split"),
-        "golden_answers": golds,
+        **_identity(q, variant),
         "answer": answer,
         "status": out.get("status"),
         "em": exact_match(answer, golds),
@@ -62,7 +56,7 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
     }
 
 
-def error_row(q: dict[str, Any], variant: str, error: str, latency_ms: float) -> dict[str, Any]:
+def _identity(q: dict[str, Any], variant: str) -> dict[str, Any]:
     meta = q.get("metadata") or {}
     return {
         "variant": variant,
@@ -72,6 +66,9 @@ def error_row(q: dict[str, Any], variant: str, error: str, latency_ms: float) ->
         "type": meta.get("type"),
         "split": meta.get("split"),
         "golden_answers": list(q.get("golden_answers") or []),
-        "latency_ms": round(latency_ms, 3),
-        "error": error,
     }
+
+
+def error_row(q: dict[str, Any], variant: str, error: str, latency_ms: float) -> dict[str, Any]:
+    """The row of a question whose graph run raised: kept, never silently dropped."""
+    return {**_identity(q, variant), "latency_ms": round(latency_ms, 3), "error": error}
