@@ -30,17 +30,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_ask)
 
 
-def make_searcher(stores: list[str] | None, retriever: str | None) -> Any:
-    if retriever:
-        from parallelsearch.agents.searchers import RemoteSearcher
-
-        return RemoteSearcher(retriever)
-    from parallelsearch.registry import open_store
-
-    opened = {name: open_store(name) for name in stores or []}
-    return next(iter(opened.values())) if len(opened) == 1 else opened
-
-
 def print_trajectory(out: dict[str, Any]) -> None:
     for step in out.get("trajectory", []):
         if step["type"] == "turn":
@@ -73,6 +62,7 @@ def print_trajectory(out: dict[str, Any]) -> None:
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    from parallelsearch.registry import searcher_for
     from parallelsearch.settings import get_settings
 
     settings = get_settings()
@@ -82,7 +72,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     graph = build_graph(
         args.graph,
         policy,
-        make_searcher(args.store, args.retriever),
+        searcher_for(args.store, args.retriever, settings=settings),
         top_k=args.top_k,
         max_turns=args.max_turns,
     )

@@ -96,7 +96,7 @@ def run_and_report(
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from parallelsearch.cli_agents import make_searcher
+    from parallelsearch.registry import searcher_for
     from parallelsearch.stores import load_questions
 
     graphs = parse_graphs(args.graphs)
@@ -109,7 +109,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         questions,
         graphs,
         args.policy,
-        make_searcher(args.store, args.retriever),
+        searcher_for(args.store, args.retriever),
         Path(args.out),
         dataset=str(args.dataset),
         concurrency=args.concurrency,

@@ -89,7 +89,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_rollout(args: argparse.Namespace) -> int:
     from parallelsearch.agents.policies import policy_from_spec
-    from parallelsearch.cli_agents import make_searcher
+    from parallelsearch.registry import searcher_for
     from parallelsearch.rl.env import EnvGraph
     from parallelsearch.rl.rollout import rollout
     from parallelsearch.stores import load_questions
@@ -100,7 +100,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if not questions:
         raise ValueError(f"{args.data} holds no questions")
     env_graph = EnvGraph(
-        make_searcher(args.store, args.retriever),
+        searcher_for(args.store, args.retriever),
         graph=args.graph,
         reward_mode=args.reward_mode,
         top_k=args.top_k,

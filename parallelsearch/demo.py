@@ -59,9 +59,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from parallelsearch.cli_eval import run_and_report
 
     store = demo_store(args.limit)
-    questions = (
-        load_questions(HOTPOTQA_SAMPLE)[: args.limit] if args.limit else load_questions(HOTPOTQA_SAMPLE)
-    )
+    questions = load_questions(HOTPOTQA_SAMPLE)[: args.limit or None]
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", args.policy)[:60]
     out = Path(args.out) if args.out else get_settings().home / "demo-report" / slug
     if args.fresh and out.exists():

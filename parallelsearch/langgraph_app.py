@@ -11,13 +11,13 @@ from typing import Any
 
 from parallelsearch.agents.policies import policy_from_spec
 from parallelsearch.graphs import build_graph
-from parallelsearch.server import _searcher_from_settings
+from parallelsearch.registry import searcher_for
 from parallelsearch.settings import get_settings
 
 
 def make_graph(kind: str = "parallel") -> Any:
     s = get_settings()
-    return build_graph(kind, policy_from_spec(s.policy), _searcher_from_settings(s, None), **s.graph)
+    return build_graph(kind, policy_from_spec(s.policy), searcher_for(settings=s), **s.graph)
 
 
 graph = make_graph("parallel")

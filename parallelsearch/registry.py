@@ -57,3 +57,25 @@ def describe_stores(
     if not (host or s.chroma_host) and not s.chroma_path.exists():
         return []
     return [dict(row, location=location) for row in list_stores(client_from_settings(s, host, port))]
+
+
+def searcher_for(
+    stores: list[str] | None = None, retriever: str | None = None, *, settings: Settings | None = None
+) -> Any:
+    """The searcher the CLI, server and LangGraph app use: named stores (several = routing) or a /retrieve URL.
+
+    Explicit arguments win; otherwise the settings' ``retriever_url``, then their ``stores``.
+    """
+    s = settings or get_settings()
+    url = retriever or (None if stores else s.retriever_url)
+    if url:
+        from parallelsearch.agents.searchers import RemoteSearcher
+
+        return RemoteSearcher(url)
+    names = list(stores or s.stores)
+    if not names:
+        raise ValueError(
+            "no store to search: pass --store NAME (or set PARALLELSEARCH_STORES) or a retriever URL"
+        )
+    opened = {name: open_store(name, settings=s) for name in names}
+    return next(iter(opened.values())) if len(opened) == 1 else opened

@@ -27,18 +27,6 @@ ROUTES = {"parallelsearch": "parallel", "sequential": "sequential", "rag": "rag"
 MAX_BODY_BYTES = 1_000_000
 
 
-def _searcher_from_settings(s: Settings, stores: list[str] | None) -> Any:
-    if s.retriever_url and not stores:
-        return s.retriever_url
-    from parallelsearch.registry import open_store
-
-    names = stores or s.stores
-    if not names:
-        raise ValueError("the server needs a store (--store NAME, PARALLELSEARCH_STORES) or a retriever URL")
-    opened = {n: open_store(n, settings=s) for n in names}
-    return next(iter(opened.values())) if len(opened) == 1 else opened
-
-
 def _graph_serializer() -> Any:
     """LangServe's serializer, extended for LangGraph's ``Send`` (router outputs appear in stream_events)."""
     import orjson
@@ -204,10 +192,11 @@ def create_app(
     from parallelsearch.agents.policies import policy_from_spec
     from parallelsearch.graphs import build_graph
     from parallelsearch.graphs.state import GraphInput, GraphOutput
+    from parallelsearch.registry import searcher_for
 
     s = settings or get_settings()
     pol = policy_from_spec(policy or s.policy) if policy is None or isinstance(policy, str) else policy
-    search = searcher if searcher is not None else _searcher_from_settings(s, stores)
+    search = searcher if searcher is not None else searcher_for(stores, settings=s)
     cfg = {**s.graph, **(graph_config or {})}
     app = FastAPI(
         title="ParallelSearch",

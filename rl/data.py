@@ -52,23 +52,27 @@ def prompt_question(question: str) -> str:
     return q if q.endswith("?") else q + "?"
 
 
+def label_of(q: dict[str, Any]) -> dict[str, Any]:
+    """What the reward needs of a FlashRAG question record: gold answers, type, split, id, dataset."""
+    meta = q.get("metadata") or {}
+    return {
+        "golden_answers": list(q.get("golden_answers") or []),
+        "type": meta.get("type", "na"),
+        "split": meta.get("split"),
+        "id": q.get("id"),
+        "dataset": meta.get("dataset"),
+    }
+
+
 def train_record(q: dict[str, Any], *, template: str = "paper", tokenizer: Any = None) -> dict[str, Any]:
     """One OpenRLHF prompt record from one FlashRAG question record."""
-    meta = q.get("metadata") or {}
     question = prompt_question(q["question"])
     text = render_prompt(question, template)
     if tokenizer is not None:
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
         )
-    label = {
-        "golden_answers": list(q.get("golden_answers") or []),
-        "type": meta.get("type", "na"),
-        "split": meta.get("split"),
-        "id": q.get("id"),
-        "dataset": meta.get("dataset"),
-        "question": question,
-    }
+    label = {**label_of(q), "question": question}
     return {
         "prompt": text,
         "label": json.dumps(label, ensure_ascii=False),

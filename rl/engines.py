@@ -11,11 +11,11 @@ with ``token_ids``, ``text``, ``finish_reason``, ``logprobs`` as a list of
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from parallelsearch.agents.protocol import truncate_at_stop
 
 
 @dataclass
@@ -44,12 +44,9 @@ class RequestOutput:
 
 
 def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, str | None]:
-    best: tuple[int, str] | None = None
-    for s in stops:
-        i = text.find(s)
-        if i != -1 and (best is None or i + len(s) < best[0]):
-            best = (i + len(s), s)
-    return (text, None) if best is None else (text[: best[0]], best[1])
+    """The text up to and including the first stop string, and which stop string it was."""
+    cut = truncate_at_stop(text, stops)
+    return cut, next((s for s in stops if s in text and cut.endswith(s)), None)
 
 
 def _stops(params: Any) -> list[str]:
@@ -98,63 +95,43 @@ class ScriptedEngine:
 
 
 class TransformersEngine:
-    """A Hugging Face causal LM behind vLLM's ``generate`` shape (one request at a time, in a thread).
+    """A Hugging Face causal LM behind vLLM's ``generate`` shape: :class:`HFPolicy` on token ids.
 
     Honours ``max_tokens``, ``stop`` (generation ends at a stop string, which is kept, as
     with ``include_stop_str_in_output``), ``temperature``/``top_p`` and ``logprobs``.
     """
 
     def __init__(self, model: Any, tokenizer: Any):
-        self.model = model.eval()
-        self.tokenizer = tokenizer
-        self._lock = threading.Lock()
+        from parallelsearch.agents.policies.hf import HFPolicy
+
+        self.policy = HFPolicy(model, tokenizer)
         self.requests = 0
         self.outputs: list[list[int]] = []  # generated token ids, in call order
-
-    def _run(self, token_ids: list[int], params: Any) -> RequestOutput:
-        import torch
-
-        stops = _stops(params)
-        max_tokens = getattr(params, "max_tokens", None) or 16
-        temperature = float(getattr(params, "temperature", 0.0) or 0.0)
-        kwargs: dict[str, Any] = dict(
-            max_new_tokens=max_tokens,
-            do_sample=temperature > 0,
-            output_scores=True,
-            return_dict_in_generate=True,
-            pad_token_id=self.tokenizer.pad_token_id
-            if self.tokenizer.pad_token_id is not None
-            else self.tokenizer.eos_token_id,
-        )
-        if stops:
-            kwargs.update(stop_strings=stops, tokenizer=self.tokenizer)
-        if temperature > 0:
-            kwargs.update(temperature=temperature, top_p=float(getattr(params, "top_p", 1.0) or 1.0))
-        input_ids = torch.tensor([token_ids], device=self.model.device)
-        with self._lock, torch.no_grad():
-            out = self.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
-        new = out.sequences[0, input_ids.shape[1] :].tolist()
-        text = self.tokenizer.decode(new, skip_special_tokens=True)
-        cut, stop = _cut_at_stop(text, stops)
-        if stop:
-            finish = "stop"
-        elif len(new) >= max_tokens:
-            finish = "length"
-        else:
-            finish = "stop"  # end of sequence
-        lps = None
-        if getattr(params, "logprobs", None) is not None:
-            lps = [
-                {tok: Logprob(float(torch.log_softmax(s[0].float(), dim=-1)[tok]))}
-                for s, tok in zip(out.scores, new, strict=False)
-            ]
-        self.requests += 1
-        self.outputs.append(list(new))
-        return RequestOutput(
-            f"hf-{self.requests}", list(token_ids), [CompletionOutput(0, cut, new, finish, lps, stop)]
-        )
 
     async def generate(
         self, token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None
     ) -> RequestOutput:
-        return await asyncio.to_thread(self._run, list(token_ids), sampling_params)
+        from parallelsearch.agents.policies.base import TurnRequest
+
+        stops = tuple(_stops(sampling_params))
+        request = TurnRequest(
+            transcript="",
+            token_ids=list(token_ids),
+            stop=stops,
+            max_tokens=getattr(sampling_params, "max_tokens", None) or 16,
+            temperature=float(getattr(sampling_params, "temperature", 0.0) or 0.0),
+            top_p=float(getattr(sampling_params, "top_p", 1.0) or 1.0),
+            logprobs=getattr(sampling_params, "logprobs", None) is not None,
+        )
+        res = await self.policy.agenerate(request)
+        ids = list(res.token_ids or [])
+        lps = (
+            None
+            if res.logprobs is None
+            else [{t: Logprob(lp)} for t, lp in zip(ids, res.logprobs, strict=False)]
+        )
+        stop = next((s for s in stops if res.text.endswith(s)), None)
+        self.requests += 1
+        self.outputs.append(ids)
+        out = CompletionOutput(0, res.text, ids, res.finish_reason, lps, stop)
+        return RequestOutput(f"hf-{self.requests}", list(token_ids), [out])

@@ -150,7 +150,6 @@ class SearchEnv:
                 after, self._label, self._g.reward_mode, prompt=self._prompt, **self._g.reward_weights
             )
         self.close()
-        self.done = True
         return StepResult(observation, True, reward=reward, output=final_state)
 
     def close(self) -> None:

@@ -87,15 +87,6 @@ def decode_episode(tokenizer: Any, tokens: list[int], mode: str) -> str:
     return tokenizer.decode(tokens, skip_special_tokens=(mode != "official"))
 
 
-def _tensor(x: float) -> Any:
-    try:
-        import torch
-
-        return torch.tensor(float(x))
-    except ImportError:  # pragma: no cover - torch is always there in a training job
-        return float(x)
-
-
 def extra_logs(breakdown: RewardBreakdown, state: dict[str, Any], turns: int) -> dict[str, Any]:
     """One scalar tensor per reward part and per count (OpenRLHF logs each key)."""
     values = {
@@ -112,7 +103,9 @@ def extra_logs(breakdown: RewardBreakdown, state: dict[str, Any], turns: int) ->
         "subqueries": float(state.get("subqueries", 0)),
         "search_errors": float(state.get("errors", 0)),
     }
-    return {k: _tensor(v) for k, v in values.items()}
+    import torch
+
+    return {k: torch.tensor(float(v)) for k, v in values.items()}
 
 
 async def execute_episode(

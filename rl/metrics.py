@@ -39,13 +39,8 @@ def exact_match(prediction: str | None, golden_answers: str | Iterable[str] | No
 
 
 def cover_match(prediction: str | None, golden_answers: str | Iterable[str] | None) -> float:
-    """Cover-EM ("acc" in FlashRAG): a normalised gold answer occurs inside the normalised prediction."""
-    if prediction is None:
-        return 0.0
-    pred = f" {normalize_answer(prediction)} "
-    return float(
-        any(f" {normalize_answer(g)} " in pred for g in _golds(golden_answers) if normalize_answer(g))
-    )
+    """Cover-EM ("acc" in FlashRAG): a normalised gold answer occurs, as whole words, in the prediction."""
+    return 0.0 if prediction is None else float(answer_in_text(prediction, golden_answers))
 
 
 def f1_score(prediction: str | None, golden_answers: str | Iterable[str] | None) -> float:

@@ -18,18 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from parallelsearch.agents.policies.base import TurnRequest
+from parallelsearch.rl.data import label_of
 from parallelsearch.rl.env import EnvGraph
-
-
-def label_of(q: dict[str, Any]) -> dict[str, Any]:
-    meta = q.get("metadata") or {}
-    return {
-        "golden_answers": list(q.get("golden_answers") or []),
-        "type": meta.get("type", "na"),
-        "split": meta.get("split"),
-        "id": q.get("id"),
-        "dataset": meta.get("dataset"),
-    }
 
 
 async def run_episode(env_graph: EnvGraph, policy: Any, q: dict[str, Any]) -> dict[str, Any]:

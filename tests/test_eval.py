@@ -124,9 +124,11 @@ def test_resume_never_counts_twice(hotpot_store, hotpot_questions, tmp_path):
 
 @needs_data
 def test_eval_cli_end_to_end_oracle(hotpot_store, hotpot_comparison_file, tmp_path, capsys, monkeypatch):
-    import parallelsearch.cli_agents as cli_agents
+    import parallelsearch.registry as registry
 
-    monkeypatch.setattr(cli_agents, "make_searcher", lambda stores, retriever: hotpot_store)
+    monkeypatch.setattr(
+        registry, "searcher_for", lambda stores=None, retriever=None, settings=None: hotpot_store
+    )
     out = tmp_path / "run"
     rc = main(["eval", "--dataset", str(hotpot_comparison_file), "--store", "hotpot", "--graphs", "parallel,sequential",
                "--policy", "oracle", "--limit", "6", "--split", "parallel", "--out", str(out)])  # fmt: skip

@@ -8,7 +8,8 @@ import pytest
 from conftest import needs_data
 from parallelsearch.agents.protocol import INVALID_FEEDBACK, render_prompt
 from parallelsearch.rl import EnvGraph, score_trajectory
-from parallelsearch.rl.rollout import label_of, rollout
+from parallelsearch.rl.data import label_of
+from parallelsearch.rl.rollout import rollout
 
 pytestmark = needs_data
 

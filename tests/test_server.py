@@ -186,9 +186,11 @@ def test_langgraph_json_graphs_load(monkeypatch, hotpot_store):
 
     spec = json.loads((ROOT / "langgraph.json").read_text())
     assert set(spec["graphs"]) == {"parallelsearch", "sequential", "rag"}
-    import parallelsearch.server as server_mod
+    import parallelsearch.registry as registry
 
-    monkeypatch.setattr(server_mod, "_searcher_from_settings", lambda s, stores: hotpot_store)
+    monkeypatch.setattr(
+        registry, "searcher_for", lambda stores=None, retriever=None, settings=None: hotpot_store
+    )
     sys.modules.pop("parallelsearch.langgraph_app", None)
     mod = importlib.import_module("parallelsearch.langgraph_app")
     for target in spec["graphs"].values():

@@ -47,14 +47,14 @@ class HFPolicy:
         kwargs: dict[str, Any] = dict(
             max_new_tokens=request.max_tokens,
             do_sample=sample,
-            stop_strings=list(request.stop),
-            tokenizer=self.tokenizer,
             output_scores=request.logprobs,
             return_dict_in_generate=True,
             pad_token_id=self.tokenizer.pad_token_id
             if self.tokenizer.pad_token_id is not None
             else self.tokenizer.eos_token_id,
         )
+        if request.stop:
+            kwargs.update(stop_strings=list(request.stop), tokenizer=self.tokenizer)
         if sample:
             kwargs.update(temperature=request.temperature, top_p=request.top_p)
         with self._lock, torch.no_grad():

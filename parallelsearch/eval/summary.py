@@ -97,24 +97,17 @@ def summarize(
 
 def by_type(rows: Iterable[dict[str, Any]], *, accuracy: bool = True) -> dict[str, dict[str, dict[str, Any]]]:
     """variant -> 'dataset/type' -> metrics, plus mean tokens when the policy reports them."""
-    rows = dedup(rows)
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for r in rows:
-        out.setdefault(r["variant"], {}).setdefault(f"{r.get('dataset')}/{r.get('type')}", [])  # type: ignore[arg-type]
+    groups: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for r in dedup(rows):
+        groups.setdefault(r["variant"], {}).setdefault(f"{r.get('dataset')}/{r.get('type')}", []).append(r)
     result: dict[str, dict[str, dict[str, Any]]] = {}
-    for v, groups in out.items():
-        result[v] = {}
-        for key in groups:
-            ds, _, t = key.partition("/")
-            grp = [
-                r
-                for r in rows
-                if r["variant"] == v and str(r.get("dataset")) == ds and str(r.get("type")) == t
-            ]
-            split = grp[0].get("split") or "all"
-            m = metrics(grp, split="parallel" if split == "parallel" else "other", accuracy=accuracy)
+    for variant, by_key in groups.items():
+        result[variant] = {}
+        for key, grp in by_key.items():
+            split = "parallel" if grp[0].get("split") == "parallel" else "other"
+            m = metrics(grp, split=split, accuracy=accuracy)
             ok = [r for r in grp if not r.get("error")]
             m["tokens_in"] = _mean(r.get("tokens_in") for r in ok)
             m["tokens_out"] = _mean(r.get("tokens_out") for r in ok)
-            result[v][key] = m
+            result[variant][key] = m
     return result
