@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-from _common import ChromaServer, UvicornServer, hotpot_store, write
+from _common import ChromaServer, hotpot_store, write
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.rl import EnvGraph
 from parallelsearch.rl.rollout import run_episode
 from tqdm import tqdm
+
+from parallelsearch.loopback import LoopbackServer
 
 EPISODES = 64
 LEVELS = (1, 8, 32)
@@ -75,7 +77,7 @@ def run() -> dict:
     qs = questions(recs, EPISODES)
     policy = policy_for(recs)
     results: dict = {"episodes_per_level": EPISODES, "backends": {}}
-    with ChromaServer() as chroma, UvicornServer(create_retrieval_app(store)) as retrieve:
+    with ChromaServer() as chroma, LoopbackServer(create_retrieval_app(store)) as retrieve:
         backends = {
             "embedded_store": store,
             "chroma_server": chroma.copy_store(store),

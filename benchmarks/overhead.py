@@ -1,14 +1,36 @@
-"""Graph overhead per policy turn with an instant policy and an instant searcher (goal <= 2 ms)."""
+"""Graph overhead per policy turn with an instant policy and an instant searcher (goal <= 2 ms).
+
+Side by side, interleaved in the same process: a bare LangGraph graph with the same
+topology and the same number of supersteps (planner -> Send x k -> join -> planner ...
+-> answer) whose nodes do nothing. Its time is what LangGraph itself costs on this
+machine; ours minus it is what parallelsearch adds per turn (parsing, prompt and
+observation formatting, state, counts, timings, the trajectory).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import operator
+import statistics
 import time
+from typing import Annotated
 
 from _common import write
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Send
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.graphs import build_parallel_search_graph
 from parallelsearch.stores import Passage
+from typing_extensions import TypedDict
+
+TURNS = [
+    "<search> a ## b </search>",
+    "<search> c ## d </search>",
+    "<search> e </search>",
+    "<answer> x </answer>",
+]
+EPISODES_PER_BLOCK = 25
+BLOCKS = 12
 
 
 class Instant:
@@ -16,31 +38,74 @@ class Instant:
         return [Passage(query, query, "text", 1.0, "instant")]
 
 
-def main() -> dict:
-    turns = [
-        "<search> a ## b </search>",
-        "<search> c ## d </search>",
-        "<search> e </search>",
-        "<answer> x </answer>",
-    ]
-    g = build_parallel_search_graph(ScriptedPolicy(turns), Instant())
-    n = 200
+class BareState(TypedDict, total=False):
+    question: str
+    turn: int
+    results: Annotated[list, operator.add]
 
-    async def go():
+
+def bare_langgraph():
+    """Same topology and supersteps as the ParallelSearch graph for TURNS; nodes do nothing."""
+    plan = [["a", "b"], ["c", "d"], ["e"], None]
+
+    async def planner(s):
+        return {"turn": s.get("turn", 0) + 1}
+
+    def route(s):
+        subqueries = plan[s["turn"] - 1]
+        return "answer" if subqueries is None else [Send("search", {"q": q}) for q in subqueries]
+
+    async def search(task):
+        return {"results": [task["q"]]}
+
+    async def nothing(s):
+        return {}
+
+    b = StateGraph(BareState)
+    for name, fn in (("planner", planner), ("search", search), ("join", nothing), ("answer", nothing)):
+        b.add_node(name, fn)
+    b.add_edge(START, "planner")
+    b.add_conditional_edges("planner", route, ["search", "answer"])
+    b.add_edge("search", "join")
+    b.add_edge("join", "planner")
+    b.add_edge("answer", END)
+    return b.compile()
+
+
+def main() -> dict:
+    graphs = {
+        "parallelsearch": build_parallel_search_graph(ScriptedPolicy(TURNS), Instant()),
+        "bare_langgraph": bare_langgraph(),
+    }
+
+    async def block(g, n):
         for _ in range(n):
             await g.ainvoke({"question": "q"})
 
-    asyncio.run(go())  # warm-up
-    t0 = time.perf_counter()
-    asyncio.run(go())
-    per_episode = (time.perf_counter() - t0) * 1000 / n
-    per_turn = per_episode / len(turns)
+    per_turn: dict[str, list[float]] = {name: [] for name in graphs}
+    with asyncio.Runner() as runner:
+        for g in graphs.values():  # warm-up
+            runner.run(block(g, EPISODES_PER_BLOCK))
+        for _ in range(BLOCKS):
+            for name, g in graphs.items():
+                t0 = time.perf_counter()
+                runner.run(block(g, EPISODES_PER_BLOCK))
+                per_turn[name].append((time.perf_counter() - t0) * 1000 / EPISODES_PER_BLOCK / len(TURNS))
+    ours = statistics.median(per_turn["parallelsearch"])
+    bare = statistics.median(per_turn["bare_langgraph"])
     print(
-        f"episode {per_episode:.2f} ms, {len(turns)} policy turns + 3 search rounds: {per_turn:.2f} ms per policy turn (goal <= 2 ms)"
+        f"{len(TURNS)} policy turns + 3 search rounds per episode: {ours:.2f} ms per policy turn (goal <= 2 ms); "
+        f"bare LangGraph, same supersteps: {bare:.2f} ms; parallelsearch adds {ours - bare:.2f} ms per turn"
     )
     return write(
         "overhead",
-        {"episodes": n, "ms_per_episode": round(per_episode, 3), "ms_per_policy_turn": round(per_turn, 3)},
+        {
+            "episodes": EPISODES_PER_BLOCK * BLOCKS,
+            "ms_per_policy_turn": round(ours, 3),
+            "ms_per_episode": round(ours * len(TURNS), 3),
+            "bare_langgraph_ms_per_policy_turn": round(bare, 3),
+            "added_ms_per_policy_turn": round(ours - bare, 3),
+        },
     )
 
 

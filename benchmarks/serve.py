@@ -9,10 +9,11 @@ import statistics
 import time
 
 import httpx
-from _common import UvicornServer, hotpot_store, write
+from _common import hotpot_store, write
 from parallelsearch.agents.policies import ScriptedPolicy
 from tqdm import tqdm
 
+from parallelsearch.loopback import LoopbackServer
 from parallelsearch.server import create_app
 from parallelsearch.settings import Settings
 
@@ -61,7 +62,7 @@ def run() -> dict:
     app = create_app(Settings(server_max_concurrency=256), policy=policy, searcher=store)
     questions = [r["question"] for r in recs] * (REQUESTS // len(recs) + 1)
     results: dict = {"requests_per_level": REQUESTS, "levels": {}}
-    with UvicornServer(app) as srv:
+    with LoopbackServer(app) as srv:
         asyncio.run(level(srv.url, 4, questions[:8]))  # warm-up
         for c in tqdm(LEVELS, desc="serve benchmark"):
             row = asyncio.run(level(srv.url, c, questions[:REQUESTS]))

@@ -23,7 +23,7 @@ from parallelsearch.agents.protocol import (
 )
 from parallelsearch.agents.searchers.base import Searcher, guarded_search, store_names
 from parallelsearch.graphs.config import GraphConfig
-from parallelsearch.graphs.state import SearchState, SearchTask, sum_ms
+from parallelsearch.graphs.state import SearchState, SearchTask
 from parallelsearch.stores.passages import Passage
 
 
@@ -137,10 +137,15 @@ class Nodes:
             },
             trajectory=[turn],
             node_ms={"planner": ms},
-            labels=sorted(set(st.get("labels") or []) | set(res.labels)),
-            tokens_in=_add(st.get("tokens_in"), res.prompt_tokens),
-            tokens_out=_add(st.get("tokens_out"), res.completion_tokens),
         )
+        # unchanged values are not written again: every channel write costs LangGraph time
+        labels = st.get("labels") or []
+        if not set(res.labels) <= set(labels):
+            update["labels"] = sorted(set(labels) | set(res.labels))
+        if res.prompt_tokens is not None:
+            update["tokens_in"] = _add(st.get("tokens_in"), res.prompt_tokens)
+        if res.completion_tokens is not None:
+            update["tokens_out"] = _add(st.get("tokens_out"), res.completion_tokens)
         if action.kind == "answer":
             update["answer"] = action.answer
         return update
@@ -173,9 +178,9 @@ class Nodes:
         else:
             async with sem:
                 out = await self._one(task)
-        ms = _ms(t0)
-        out["ms"] = ms
-        return {"results": [out], "node_ms": {"search": ms}}
+        out["ms"] = _ms(t0)
+        # the join adds the round's searcher milliseconds to node_ms in its own single write
+        return {"results": [out]}
 
     async def _one(self, task: SearchTask) -> dict[str, Any]:
         if self.searcher is None:
@@ -234,7 +239,7 @@ class Nodes:
             "passages": state.get("passages", 0) + sum(len(p) for p in passages),
             "errors": state.get("errors", 0) + n_err,
             "trajectory": [entry],
-            "node_ms": {"join": ms},
+            "node_ms": {"search": sum(row.get("ms") or 0.0 for row in rows), "join": ms},
         }
 
     async def retrieve_once(self, state: SearchState) -> dict[str, Any]:
@@ -245,7 +250,6 @@ class Nodes:
         merged = {**state, **update, "results": found["results"]}
         joined = await self.join(merged)  # type: ignore[arg-type]
         joined["results"] = found["results"]
-        joined["node_ms"] = sum_ms(found["node_ms"], joined["node_ms"])
         return {**update, **joined}
 
     async def answer(self, state: SearchState) -> dict[str, Any]:

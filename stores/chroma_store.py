@@ -14,6 +14,7 @@ from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from parallelsearch.stores.coalesce import BatchCoalescer
 from parallelsearch.stores.embedders import Embedder, get_embedder
 from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
@@ -118,7 +119,7 @@ class ChromaStore:
             embeddings = self.embedder.encode_passages([p.text for p in passages])
         self.collection.upsert(
             ids=[p.id for p in passages],
-            embeddings=[list(e) for e in embeddings],
+            embeddings=np.asarray(embeddings, dtype=np.float32),
             documents=[p.text for p in passages],
             metadatas=[{"title": p.title} for p in passages],
         )
@@ -132,11 +133,10 @@ class ChromaStore:
         if not queries:
             return []
         vecs = self.embedder.encode_queries(queries)
-        n = self.count()
-        if n == 0:
-            return [[] for _ in queries]
+        # Chroma returns fewer than k rows when the store holds fewer passages (none when
+        # empty), so no count() round trip is needed per search.
         res = self.collection.query(
-            query_embeddings=vecs, n_results=min(k, n), include=["documents", "metadatas", "distances"]
+            query_embeddings=vecs, n_results=k, include=["documents", "metadatas", "distances"]
         )
         out: list[list[Passage]] = []
         for ids, docs, metas, dists in zip(

@@ -12,7 +12,14 @@ import time
 
 import pytest
 from conftest import RAW, free_port, needs_data
-from parallelsearch.stores import ChromaStore, Embedder, ModelMismatchError, StoreNotFoundError, ingest
+from parallelsearch.stores import (
+    ChromaStore,
+    Embedder,
+    ModelMismatchError,
+    Passage,
+    StoreNotFoundError,
+    ingest,
+)
 
 pytestmark = needs_data
 
@@ -48,6 +55,17 @@ def test_concurrent_async_queries_are_coalesced(hotpot_store):
     assert [r[0].title for r in res] == ["Ed Wood", "Scott Derrickson", "Adam Collis", "Tyler Bates"]
     assert hotpot_store.embedder.calls == before_calls + 1
     assert hotpot_store.coalesced_batches == before_batches + 1
+
+
+def test_search_on_empty_and_small_stores(tmp_path, embedder):
+    store = ChromaStore("tiny", path=tmp_path / "db", embedder=embedder)
+    assert store.search_batch(["anything", "else"], 3) == [[], []]
+    assert asyncio.run(store.asearch("anything", 3)) == []
+    store.upsert([Passage.make("Alpha", "alpha text"), Passage.make("Beta", "beta text")])
+    hits = store.search("alpha", 5)
+    assert [p.title for p in hits] == ["Alpha", "Beta"]
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        store.search("alpha", 0)
 
 
 def test_ingest_is_idempotent(tmp_path, embedder):
@@ -184,6 +202,9 @@ def test_chroma_server_store(tmp_path, embedder):
         # a second client (as a second Ray actor would) sees the same store
         again = ChromaStore("shared", host="127.0.0.1", port=port, embedder=embedder, create=False)
         assert again.count() == 10
+        empty = ChromaStore("empty", host="127.0.0.1", port=port, embedder=embedder)
+        assert empty.search_batch(["a", "b"], 3) == [[], []]
+        assert len(again.search("lobbyist", 50)) == 10
         assert again.search("lobbyist for Genentech", 1)[0].title == "Evan Morris"
         assert "http://127.0.0.1" in again.info()["location"]
     finally:

@@ -7,6 +7,8 @@ failure into an error string for that sub-query: a broken searcher never kills a
 from __future__ import annotations
 
 import asyncio
+import sys
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -25,6 +27,14 @@ class SearchOutcome:
     attempts: int
 
 
+async def _with_timeout(aw: Awaitable[list[Passage]], timeout_s: float) -> list[Passage]:
+    """``asyncio.timeout`` where it exists: unlike ``wait_for`` on 3.11, it adds no task per call."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(timeout_s):
+            return await aw
+    return await asyncio.wait_for(aw, timeout=timeout_s)  # pragma: no cover - Python 3.10
+
+
 async def guarded_search(
     searcher: Searcher,
     query: str,
@@ -38,7 +48,7 @@ async def guarded_search(
     err = "unknown error"
     for attempt in range(1, retries + 2):
         try:
-            res = await asyncio.wait_for(searcher.asearch(query, k), timeout=timeout_s)
+            res = await _with_timeout(searcher.asearch(query, k), timeout_s)
             return SearchOutcome(list(res)[:k], None, attempt)
         except asyncio.TimeoutError:
             err = f"timed out after {timeout_s:g} s"
