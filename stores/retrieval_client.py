@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 from parallelsearch.stores.coalesce import BatchCoalescer
+from parallelsearch.stores.http_tls import tls_context
 from parallelsearch.stores.passages import Passage, split_contents
 
 
@@ -95,7 +96,9 @@ class RetrieverClient:
         for attempt in range(self.retries + 1):
             try:
                 self.requests += 1
-                resp = httpx.post(self.url, json=self._payload(queries, k), timeout=self.timeout_s)
+                resp = httpx.post(
+                    self.url, json=self._payload(queries, k), timeout=self.timeout_s, verify=tls_context()
+                )
                 if resp.status_code >= 500 and attempt < self.retries:
                     last = RetrieverError(f"{self.url} answered {resp.status_code}")
                 else:
@@ -115,7 +118,7 @@ class RetrieverClient:
         return await self._coalescer.submit(k, query)
 
     def health(self) -> dict[str, Any]:
-        resp = httpx.get(self.base + "/health", timeout=self.timeout_s)
+        resp = httpx.get(self.base + "/health", timeout=self.timeout_s, verify=tls_context())
         resp.raise_for_status()
         return resp.json()
 

@@ -72,7 +72,12 @@ def make_openai_test_server():
 
 
 @needs_data
-def test_openai_compatible_policy_over_real_http(hotpot_store):
+def test_openai_compatible_policy_over_real_http(hotpot_store, monkeypatch):
+    import ssl
+
+    made = []  # httpx would build a TLS context per client; the policy passes the shared one
+    real = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **kw: made.append(1) or real(*a, **kw))
     app = make_openai_test_server()
     with UvicornThread(app) as srv:
         pol = policy_from_spec(f"openai:test-model@{srv.url}/v1")
@@ -84,6 +89,7 @@ def test_openai_compatible_policy_over_real_http(hotpot_store):
     assert sent["stop"] == ["</search>", "</answer>"] and sent["model"] == "test-model"
     assert sent["include_stop_str_in_output"] is True
     assert out["tokens_in"] > 0
+    assert len(made) <= 1
 
 
 def test_openai_policy_errors_are_clear():

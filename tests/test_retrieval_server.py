@@ -88,3 +88,18 @@ def test_client_errors_are_clear(server):
     dead = RetrieverClient("http://127.0.0.1:9/retrieve", timeout_s=1, retries=1, backoff_s=0.01)
     with pytest.raises(RetrieverError, match="failed after 2 attempts"):
         dead.search("x")
+
+
+def test_clients_share_one_tls_context(server, monkeypatch):
+    """httpx builds a TLS context (40-80 ms here) for every client it is not given one;
+    the retriever client passes the process's shared one, so a search does not pay that."""
+    import ssl
+
+    made = []
+    real = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **kw: made.append(1) or real(*a, **kw))
+    client = RetrieverClient(server.url)
+    for q in ["Ed Wood", "Scott Derrickson", "Tyler Bates"]:
+        assert client.search(q, 1)
+    assert client.health()["status"] == "ok"
+    assert len(made) <= 1  # at most the shared context itself, if no earlier test made it

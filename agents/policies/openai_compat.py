@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag
+from parallelsearch.stores.http_tls import tls_context
 
 
 class OpenAICompletionsPolicy:
@@ -55,7 +56,7 @@ class OpenAICompletionsPolicy:
     async def agenerate(self, request: TurnRequest) -> TurnResult:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         last: Exception | None = None
-        async with httpx.AsyncClient(timeout=self.timeout_s) as client:
+        async with httpx.AsyncClient(timeout=self.timeout_s, verify=tls_context()) as client:
             for attempt in range(self.retries + 1):
                 try:
                     resp = await client.post(
