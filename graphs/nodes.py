@@ -24,7 +24,6 @@ from parallelsearch.agents.protocol import (
 from parallelsearch.agents.searchers.base import Searcher, guarded_search, store_names
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.state import SearchState, SearchTask
-from parallelsearch.stores.coalesce import expect_batch
 from parallelsearch.stores.passages import Passage
 
 
@@ -158,8 +157,7 @@ class Nodes:
         if act.get("kind") == "search":
             r = state.get("round", 0)
             return [
-                Send("search", {"query": q, "index": i, "round": r, "of": len(act["subqueries"])})
-                for i, q in enumerate(act["subqueries"])
+                Send("search", {"query": q, "index": i, "round": r}) for i, q in enumerate(act["subqueries"])
             ]
         return "planner"
 
@@ -175,17 +173,11 @@ class Nodes:
     async def search(self, task: SearchTask) -> dict[str, Any]:
         t0 = time.perf_counter()
         sem = self._sem()
-        # the round's searches reach a coalescing searcher together: its batch is complete
-        # when all of them (or max_concurrency of them) are in, without waiting out its window
-        together = task.get("of", 1)
-        if self.cfg.max_concurrency:
-            together = min(together, self.cfg.max_concurrency)
-        with expect_batch(together):
-            if sem is None:
+        if sem is None:
+            out = await self._one(task)
+        else:
+            async with sem:
                 out = await self._one(task)
-            else:
-                async with sem:
-                    out = await self._one(task)
         out["ms"] = _ms(t0)
         # the join adds the round's searcher milliseconds to node_ms in its own single write
         return {"results": [out]}
@@ -253,7 +245,7 @@ class Nodes:
     async def retrieve_once(self, state: SearchState) -> dict[str, Any]:
         """RAG baseline: search the question itself once, before the (answer-only) turn."""
         update = self._initial(state)
-        task: SearchTask = {"query": state["question"].strip(), "index": 0, "round": 0, "of": 1}
+        task: SearchTask = {"query": state["question"].strip(), "index": 0, "round": 0}
         found = await self.search(task)
         merged = {**state, **update, "results": found["results"]}
         joined = await self.join(merged)  # type: ignore[arg-type]

@@ -77,4 +77,3 @@ class SearchTask(TypedDict):
     query: str
     index: int
     round: int
-    of: NotRequired[int]  # how many sub-queries this round searches (a coalescing hint)

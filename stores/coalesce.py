@@ -5,35 +5,22 @@ event loop. Each task submits its query here; everything submitted within ``wind
 of the first is handed to one ``batch_fn`` call (run in a worker thread so the loop
 stays free), and each caller gets its own result back. k sub-queries => 1 encoder call.
 
-A caller that knows how many calls are coming (the graph knows a round's sub-query
-count) says so with :func:`expect_batch`; the batch then goes as soon as that many have
-arrived instead of waiting out the window (2 ms of a ~15 ms search). Without the hint,
-or when fewer arrive, the window still closes the batch.
+The window is also what merges searches from concurrent episodes (the RL environment
+runs many on one loop; a server answers many requests) into one encoder call. Closing
+a batch early, as soon as one episode's sub-queries were in, was tried: it saved ~1-2 ms
+for a lone episode, but batches were then cut at 1-2 queries and environment throughput
+stopped growing with concurrency (benchmarks/env.py, embedded store: 15 / 13 / 14
+episodes/s at 1 / 8 / 32 concurrent episodes, against 12-20 / 20-42 / 28-41 with the window).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 Q = TypeVar("Q")
 R = TypeVar("R")
-
-
-_expected: ContextVar[int | None] = ContextVar("parallelsearch_expected_batch", default=None)
-
-
-@contextmanager
-def expect_batch(n: int) -> Iterator[None]:
-    """Within this context (and tasks started from it), a batch is complete at ``n`` calls."""
-    token = _expected.set(max(1, int(n)))
-    try:
-        yield
-    finally:
-        _expected.reset(token)
 
 
 class BatchCoalescer(Generic[Q, R]):
@@ -59,7 +46,7 @@ class BatchCoalescer(Generic[Q, R]):
             batch = self._pending[slot] = []
             loop.call_later(self._window_s, self._flush_soon, loop, slot, batch)
         batch.append((item, fut))
-        if len(batch) >= min(self._max_batch, _expected.get() or self._max_batch):
+        if len(batch) >= self._max_batch:
             self._flush_soon(loop, slot, batch)
         return await fut
 

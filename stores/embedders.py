@@ -76,6 +76,8 @@ class Embedder:
         return on_encoder_thread(self._encode_queries, texts, batch_size)
 
     def _encode_passages(self, texts: list[str], batch_size: int) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
         self.calls += 1
         vecs = self._model.encode(
             texts,

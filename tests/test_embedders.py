@@ -49,6 +49,7 @@ def test_query_embeddings_match_sentence_transformers_encode(embedder):
     passages = embedder.encode_passages(queries)
     np.testing.assert_allclose(passages, want, atol=1e-5)
     assert embedder.encode_queries([]).shape == (0, embedder.dimension)
+    assert embedder.encode_passages([]).shape == (0, embedder.dimension)
 
 
 def _encode_in_child(queue):
