@@ -9,17 +9,7 @@ from parallelsearch.graphs import build_parallel_search_graph
 from parallelsearch.stores import Passage
 from parallelsearch.stores.coalesce import BatchCoalescer
 
-LONG_WINDOW_S = 30.0  # a batch that waited for this window would trip the 10 s guards below
-
-
-def make() -> tuple[BatchCoalescer, list[list[str]]]:
-    calls: list[list[str]] = []
-
-    def batch_fn(key, items):
-        calls.append(list(items))
-        return [f"{key}:{i}" for i in items]
-
-    return BatchCoalescer(batch_fn, window_s=LONG_WINDOW_S), calls
+LONG_WINDOW_S = 30.0  # a batch that waited for this window would trip the 10 s guard below
 
 
 def test_a_full_batch_goes_without_waiting_for_the_window():
