@@ -92,6 +92,8 @@ class Embedder:
         import torch
         from sentence_transformers.util import batch_to_device
 
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
         parts = []
         self.calls += 1
         with torch.inference_mode():
@@ -103,8 +105,6 @@ class Embedder:
                 if self.normalize:
                     vecs = torch.nn.functional.normalize(vecs, p=2, dim=1)
                 parts.append(vecs.float().cpu().numpy())
-        if not parts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
         return np.concatenate(parts)
 
 
