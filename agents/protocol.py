@@ -1,6 +1,6 @@
 """The ParallelSearch text protocol: prompt, action parser, observation formatter, feedback.
 
-Contract (DESIGN section 1): the policy writes ``<think>``, ``<search> a ## b </search>``
+Contract (docs/architecture.md, "The protocol"): the policy writes ``<think>``, ``<search> a ## b </search>``
 or ``<answer> x </answer>``; the environment answers a search with ONE
 ``<information>`` block holding, per sub-query in order, its passages as
 ``Doc i(Title: t) text`` lines (numbering restarts per sub-query, as in the official

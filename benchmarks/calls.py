@@ -16,11 +16,12 @@ import tempfile
 from pathlib import Path
 
 from _common import HOTPOT, write
-from parallelsearch.agents.policies import OraclePolicy
-from parallelsearch.stores import ChromaStore, ingest, load_questions
 
+from parallelsearch.agents.policies import OraclePolicy
+from parallelsearch.data import load_questions
 from parallelsearch.eval import evaluate, summarize
 from parallelsearch.eval.runner import read_results
+from parallelsearch.stores import ChromaStore, ingest
 
 TURN_MS = 200.0
 

@@ -21,8 +21,9 @@ import time
 
 import numpy as np
 from _common import write
-from parallelsearch.stores.embedders import DEFAULT_MODEL, get_embedder, resolve_model_path
 from tqdm import tqdm
+
+from parallelsearch.stores.embedders import DEFAULT_MODEL, get_embedder, resolve_model_path
 
 QUERIES = [
     "Scott Derrickson",

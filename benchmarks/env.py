@@ -12,12 +12,12 @@ import asyncio
 import time
 
 from _common import ChromaServer, hotpot_store, write
-from parallelsearch.agents.policies import ScriptedPolicy
-from parallelsearch.rl import EnvGraph
-from parallelsearch.rl.rollout import run_episode
 from tqdm import tqdm
 
+from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.loopback import LoopbackServer
+from parallelsearch.rl import EnvGraph
+from parallelsearch.rl.rollout import run_episode
 
 EPISODES = 64
 LEVELS = (1, 8, 32)

@@ -17,9 +17,9 @@ import statistics
 import time
 
 from _common import hotpot_store, write
+
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.graphs import build_parallel_search_graph, build_sequential_graph
-
 from parallelsearch.loopback import LoopbackServer
 
 REPEATS = 11
@@ -45,6 +45,7 @@ def wall_search_ms(graph, runner: asyncio.Runner | None = None) -> float:
 def delayed_retrieve_app(store, delay_s: float = 0.05):
     """The /retrieve app with ``delay_s`` added to every request (a remote retriever's latency)."""
     from fastapi import FastAPI
+
     from parallelsearch.stores import create_retrieval_app
 
     app = FastAPI()

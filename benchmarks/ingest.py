@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 
 from _common import RAW, write
+from tqdm import tqdm
+
 from parallelsearch.stores import ChromaStore, get_embedder, ingest, read_passages
 from parallelsearch.stores.encoder_thread import on_encoder_thread
-from tqdm import tqdm
 
 N = 1000
 BATCH = 32

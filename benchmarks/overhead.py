@@ -18,10 +18,11 @@ from typing import Annotated
 from _common import write
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
+from typing_extensions import TypedDict
+
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.graphs import build_parallel_search_graph
 from parallelsearch.stores import Passage
-from typing_extensions import TypedDict
 
 TURNS = [
     "<search> a ## b </search>",

@@ -10,9 +10,9 @@ import time
 
 import httpx
 from _common import hotpot_store, write
-from parallelsearch.agents.policies import ScriptedPolicy
 from tqdm import tqdm
 
+from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.loopback import LoopbackServer
 from parallelsearch.server import create_app
 from parallelsearch.settings import Settings

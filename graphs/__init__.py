@@ -1,25 +1,40 @@
-"""LangGraph graphs: ParallelSearch (parallel fan-out) and the sequential, rag and direct baselines."""
+"""LangGraph graphs: ParallelSearch (parallel fan-out) and the sequential, rag and direct baselines.
+
+``parallelsearch.graphs.factory`` builds them (and their policy and searcher) from
+configuration; the builders here take already built parts.
+"""
 
 from parallelsearch.graphs.builders import (
     GRAPH_KINDS,
+    SEARCHING_KINDS,
+    GraphKind,
+    SearchGraph,
     build_direct_graph,
     build_graph,
     build_parallel_search_graph,
     build_rag_graph,
     build_sequential_graph,
+    check_graph_kind,
 )
-from parallelsearch.graphs.config import GraphConfig
+from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig, GraphContext, GraphOptions
 from parallelsearch.graphs.state import GraphInput, GraphOutput, SearchState
 
 __all__ = [
     "GRAPH_KINDS",
+    "PER_REQUEST_KEYS",
+    "SEARCHING_KINDS",
     "GraphConfig",
+    "GraphContext",
     "GraphInput",
+    "GraphKind",
+    "GraphOptions",
     "GraphOutput",
+    "SearchGraph",
     "SearchState",
     "build_direct_graph",
     "build_graph",
     "build_parallel_search_graph",
     "build_rag_graph",
     "build_sequential_graph",
+    "check_graph_kind",
 ]

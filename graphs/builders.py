@@ -2,23 +2,55 @@
 
 Each returns a compiled LangGraph graph that works standalone and as a subgraph:
 input ``{"question", "metadata"?}``, output answer + transcript + trajectory + counts.
+The knobs are :class:`GraphConfig`'s fields, given as keyword arguments (typed through
+:class:`GraphOptions`) or as one ``config=GraphConfig(...)``; keyword arguments win.
+Every graph carries :class:`GraphContext` as its context schema, so a run can change
+``top_k``, ``max_turns``, ``max_subqueries`` and the sampling settings per request
+(docs/architecture.md, "A request").
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, TypeAlias, get_args
 
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from typing_extensions import Unpack
+
 from parallelsearch.agents.policies.base import Policy
 from parallelsearch.agents.searchers.backends import as_searcher
-from parallelsearch.graphs.config import GraphConfig
+from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
 from parallelsearch.graphs.nodes import Nodes
 from parallelsearch.graphs.state import GraphInput, GraphOutput, SearchState
 
-GRAPH_KINDS = ("parallel", "sequential", "rag", "direct")
+GraphKind = Literal["parallel", "sequential", "rag", "direct"]
+#: every graph kind, in the order the CLI lists them
+GRAPH_KINDS: tuple[str, ...] = get_args(GraphKind)
+#: the graphs that search turn by turn (the RL environment needs one of these)
+SEARCHING_KINDS: tuple[str, ...] = ("parallel", "sequential")
+
+#: what the builders return: a compiled graph over our state, context, input and output
+SearchGraph: TypeAlias = CompiledStateGraph[SearchState, GraphContext, GraphInput, GraphOutput]
 
 
-def _compile(builder: StateGraph, cfg: GraphConfig, checkpointer: Any, name: str) -> Any:
+def check_graph_kind(kind: str, allowed: tuple[str, ...] = GRAPH_KINDS) -> str:
+    """``kind`` if it is one of ``allowed``; else a ValueError that lists them (the one check)."""
+    if kind not in allowed:
+        raise ValueError(f"unknown graph {kind!r}; choose one of {', '.join(allowed)}")
+    return kind
+
+
+def _config(config: GraphConfig | None, options: dict[str, Any], **fixed: Any) -> GraphConfig:
+    """``config`` (or the defaults) with ``options`` over it, validated; ``fixed`` is what the graph kind sets."""
+    base = config if config is not None else GraphConfig()
+    if not isinstance(base, GraphConfig):
+        raise TypeError(f"config must be a GraphConfig, got {type(base).__name__}")
+    cfg = base.updated(**options) if options else base
+    defaults = {k: v for k, v in fixed.items() if not (k == "prompt_template" and cfg.prompt_template)}
+    return cfg.model_copy(update=defaults) if defaults else cfg
+
+
+def _compile(builder: StateGraph, cfg: GraphConfig, checkpointer: Any, name: str) -> SearchGraph:
     graph = builder.compile(checkpointer=checkpointer, name=name)
     defaults: dict[str, Any] = {"recursion_limit": cfg.recursion_limit()}
     if cfg.max_concurrency:
@@ -27,8 +59,14 @@ def _compile(builder: StateGraph, cfg: GraphConfig, checkpointer: Any, name: str
     return graph
 
 
-def _search_loop(nodes: Nodes, cfg: GraphConfig, checkpointer: Any, name: str) -> Any:
-    b = StateGraph(SearchState, input_schema=GraphInput, output_schema=GraphOutput)
+def _new_builder() -> StateGraph:
+    return StateGraph(
+        SearchState, context_schema=GraphContext, input_schema=GraphInput, output_schema=GraphOutput
+    )
+
+
+def _search_loop(nodes: Nodes, cfg: GraphConfig, checkpointer: Any, name: str) -> SearchGraph:
+    b = _new_builder()
     b.add_node("planner", nodes.planner)
     b.add_node("search", nodes.search)
     b.add_node("join", nodes.join)
@@ -47,15 +85,16 @@ def build_parallel_search_graph(
     *,
     answer_policy: Policy | None = None,
     checkpointer: Any = None,
-    **config: Any,
-) -> Any:
+    config: GraphConfig | None = None,
+    **options: Unpack[GraphOptions],
+) -> SearchGraph:
     """ParallelSearch: planner -> ``Send`` one searcher per sub-query -> join -> planner.
 
     ``searcher``: a :class:`ChromaStore`, a ``/retrieve`` URL or client, a LangChain
     retriever, a ``{name: store}`` mapping (multi-store routing) or any object with
-    ``asearch(query, k)``. ``config``: fields of :class:`GraphConfig`.
+    ``asearch(query, k)``. Knobs: ``config`` and/or :class:`GraphOptions` keywords.
     """
-    cfg = GraphConfig(**config)
+    cfg = _config(config, dict(options), prompt_template="paper")
     return _search_loop(
         Nodes(policy, as_searcher(searcher), cfg, answer_policy), cfg, checkpointer, "parallelsearch"
     )
@@ -67,21 +106,28 @@ def build_sequential_graph(
     *,
     answer_policy: Policy | None = None,
     checkpointer: Any = None,
-    **config: Any,
-) -> Any:
-    """Search-R1 baseline: its prompt, one query per search (``##`` is not split)."""
-    config = {"prompt_template": "search_r1", **config, "split_subqueries": False}
-    cfg = GraphConfig(**config)
+    config: GraphConfig | None = None,
+    **options: Unpack[GraphOptions],
+) -> SearchGraph:
+    """Search-R1 baseline: its prompt (unless one is given), one query per search (``##`` is not split)."""
+    cfg = _config(config, dict(options), prompt_template="search_r1", split_subqueries=False)
     return _search_loop(
         Nodes(policy, as_searcher(searcher), cfg, answer_policy), cfg, checkpointer, "sequential"
     )
 
 
-def build_rag_graph(policy: Policy, searcher: Any, *, checkpointer: Any = None, **config: Any) -> Any:
+def build_rag_graph(
+    policy: Policy,
+    searcher: Any,
+    *,
+    checkpointer: Any = None,
+    config: GraphConfig | None = None,
+    **options: Unpack[GraphOptions],
+) -> SearchGraph:
     """RAG baseline: retrieve once with the question, then one answer-only turn."""
-    cfg = GraphConfig(**{**config, "max_turns": 0})
-    nodes = Nodes(policy, as_searcher(searcher), cfg)
-    b = StateGraph(SearchState, input_schema=GraphInput, output_schema=GraphOutput)
+    cfg = _config(config, dict(options), prompt_template="paper", max_turns=0)
+    nodes = Nodes(policy, as_searcher(searcher), cfg, pinned=("max_turns",))
+    b = _new_builder()
     b.add_node("retrieve", nodes.retrieve_once)
     b.add_node("planner", nodes.planner)
     b.add_node("answer", nodes.answer)
@@ -93,12 +139,17 @@ def build_rag_graph(policy: Policy, searcher: Any, *, checkpointer: Any = None, 
 
 
 def build_direct_graph(
-    policy: Policy, searcher: Any = None, *, checkpointer: Any = None, **config: Any
-) -> Any:
+    policy: Policy,
+    searcher: Any = None,
+    *,
+    checkpointer: Any = None,
+    config: GraphConfig | None = None,
+    **options: Unpack[GraphOptions],
+) -> SearchGraph:
     """Direct baseline: no retrieval, one answer-only turn."""
-    cfg = GraphConfig(**{**config, "max_turns": 0})
-    nodes = Nodes(policy, None, cfg)
-    b = StateGraph(SearchState, input_schema=GraphInput, output_schema=GraphOutput)
+    cfg = _config(config, dict(options), prompt_template="paper", max_turns=0)
+    nodes = Nodes(policy, None, cfg, pinned=("max_turns",))
+    b = _new_builder()
     b.add_node("planner", nodes.planner)
     b.add_node("answer", nodes.answer)
     b.add_edge(START, "planner")
@@ -107,16 +158,29 @@ def build_direct_graph(
     return _compile(b, cfg, checkpointer, "direct")
 
 
-def build_graph(kind: str, policy: Policy, searcher: Any = None, **kwargs: Any) -> Any:
-    """Any graph by name: ``parallel``, ``sequential``, ``rag`` or ``direct``."""
-    builders = {
-        "parallel": build_parallel_search_graph,
-        "sequential": build_sequential_graph,
-        "rag": build_rag_graph,
-        "direct": build_direct_graph,
-    }
-    if kind not in builders:
-        raise ValueError(f"unknown graph {kind!r}; choose one of {', '.join(GRAPH_KINDS)}")
-    if kind in ("rag", "direct"):
-        kwargs.pop("answer_policy", None)
-    return builders[kind](policy, searcher, **kwargs)
+_BUILDERS = {
+    "parallel": build_parallel_search_graph,
+    "sequential": build_sequential_graph,
+    "rag": build_rag_graph,
+    "direct": build_direct_graph,
+}
+
+
+def build_graph(
+    kind: str,
+    policy: Policy,
+    searcher: Any = None,
+    *,
+    answer_policy: Policy | None = None,
+    checkpointer: Any = None,
+    config: GraphConfig | None = None,
+    **options: Unpack[GraphOptions],
+) -> SearchGraph:
+    """Any graph by name: ``parallel``, ``sequential``, ``rag`` or ``direct``.
+
+    ``answer_policy`` applies to the searching graphs; the one-turn baselines have no
+    separate answer turn, so it is not used there.
+    """
+    check_graph_kind(kind)
+    extra: dict[str, Any] = {"answer_policy": answer_policy} if kind in SEARCHING_KINDS else {}
+    return _BUILDERS[kind](policy, searcher, checkpointer=checkpointer, config=config, **extra, **options)

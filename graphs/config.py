@@ -1,8 +1,22 @@
-"""Graph configuration with the paper's defaults."""
+"""Graph configuration: the paper's defaults, the builders' typed keyword arguments, and the
+per-request knobs a served graph takes from ``config["configurable"]`` (or LangGraph's
+``context``).
+
+:class:`GraphConfig` is the one place the defaults live: the CLI's flags default to "not
+given" and the app's settings hold a ``GraphConfig`` whose unset fields keep these
+defaults (docs/architecture.md, "Configuration").
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
+from typing_extensions import TypedDict
+
+#: the most policy turns any request may ask for; the graphs' recursion limit is sized for it
+MAX_TURNS_LIMIT = 64
 
 
 class GraphConfig(BaseModel):
@@ -11,7 +25,9 @@ class GraphConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     top_k: int = Field(3, ge=1, le=100, description="passages per sub-query")
-    max_turns: int = Field(4, ge=0, le=64, description="policy turns before the final answer-only turn")
+    max_turns: int = Field(
+        4, ge=0, le=MAX_TURNS_LIMIT, description="policy turns before the final answer-only turn"
+    )
     max_subqueries: int = Field(
         8, ge=1, le=256, description="more sub-queries in one search is an invalid action"
     )
@@ -19,14 +35,90 @@ class GraphConfig(BaseModel):
     search_timeout_s: float = Field(10.0, gt=0, description="per-attempt searcher timeout")
     search_retries: int = Field(1, ge=0, le=5, description="extra attempts after a failed search")
     max_observation_words: int | None = Field(None, ge=1, description="cap on one <information> block")
-    prompt_template: str = Field("paper", description="'paper', 'official', 'search_r1' or a format string")
+    prompt_template: str | None = Field(
+        None,
+        description="'paper', 'official', 'search_r1' or a format string with {question}; "
+        "None = the graph's own (search_r1 for the sequential graph, paper otherwise)",
+    )
     max_new_tokens: int = Field(500, ge=1, description="per-turn token cap")
-    temperature: float = Field(0.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float = Field(0.0, ge=0, description="policy sampling temperature")
+    top_p: float = Field(1.0, gt=0, le=1, description="policy nucleus sampling")
     split_subqueries: bool = Field(
         True, description="split '##' into parallel sub-queries (False = Search-R1)"
     )
 
     def recursion_limit(self) -> int:
-        """Supersteps an episode can take: planner + search + join per turn, invalid turns, answer."""
-        return 3 * (self.max_turns + 1) + 10
+        """Supersteps an episode can take at the largest ``max_turns`` a request may set:
+        planner + search + join per turn, then the final turn and the answer."""
+        return 3 * (MAX_TURNS_LIMIT + 1) + 10
+
+    def updated(self, **values: Any) -> GraphConfig:
+        """A validated copy with ``values`` set (``None`` values are ignored: "not given")."""
+        given = {k: v for k, v in values.items() if v is not None}
+        if not given:
+            return self
+        return GraphConfig.model_validate({**self.model_dump(exclude_unset=True), **given})
+
+
+class GraphOptions(TypedDict, total=False):
+    """The builders' keyword arguments: exactly the fields of :class:`GraphConfig`.
+
+    ``build_parallel_search_graph(policy, searcher, top_k=5)`` is typed through this
+    (PEP 692 ``Unpack``), so editors list the knobs; a test keeps the two in step.
+    """
+
+    top_k: int
+    max_turns: int
+    max_subqueries: int
+    max_concurrency: int | None
+    search_timeout_s: float
+    search_retries: int
+    max_observation_words: int | None
+    prompt_template: str | None
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    split_subqueries: bool
+
+
+@with_config(ConfigDict(extra="allow"))
+class GraphContext(TypedDict, total=False):
+    """What one request may change: ``config={"configurable": {"top_k": 5}}`` (LangServe,
+    ``graph.ainvoke``) or ``context={"top_k": 5}`` (LangGraph's runtime context, Agent
+    Server). Other ``configurable`` keys (``thread_id``, ...) pass through untouched."""
+
+    top_k: Annotated[int, Field(ge=1, le=100, description="passages per sub-query")]
+    max_turns: Annotated[
+        int, Field(ge=0, le=MAX_TURNS_LIMIT, description="policy turns before the answer-only turn")
+    ]
+    max_subqueries: Annotated[int, Field(ge=1, le=256, description="sub-queries allowed in one search")]
+    max_new_tokens: Annotated[int, Field(ge=1, le=32768, description="per-turn token cap")]
+    temperature: Annotated[float, Field(ge=0, le=10, description="policy sampling temperature")]
+    top_p: Annotated[float, Field(gt=0, le=1, description="policy nucleus sampling")]
+
+
+#: the keys a request may set (the rest of GraphConfig is fixed when the graph is built)
+PER_REQUEST_KEYS: tuple[str, ...] = tuple(GraphContext.__annotations__)
+_CONTEXT = TypeAdapter(GraphContext)
+
+
+def request_overrides(*sources: Mapping[str, Any] | Any) -> dict[str, Any]:
+    """The per-request values found in ``sources`` (configurable dicts or a context), validated.
+
+    Later sources win. A bad value is a ``ValueError`` naming the key, so a served graph
+    answers a clear error instead of running with a nonsensical setting.
+    """
+    merged: dict[str, Any] = {}
+    for src in sources:
+        if src is None:
+            continue
+        items = src if isinstance(src, Mapping) else getattr(src, "__dict__", {})
+        merged.update({k: v for k, v in items.items() if k in PER_REQUEST_KEYS and v is not None})
+    if not merged:
+        return {}
+    try:
+        checked = _CONTEXT.validate_python(merged)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
+        raise ValueError(f"invalid per-request graph configuration: {problems}") from e
+    return {k: checked[k] for k in PER_REQUEST_KEYS if k in checked}

@@ -12,7 +12,10 @@ import asyncio
 import time
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
 from langgraph.types import Send
+
 from parallelsearch.agents.policies.base import Policy, TurnRequest
 from parallelsearch.agents.protocol import (
     INVALID_FEEDBACK,
@@ -22,7 +25,7 @@ from parallelsearch.agents.protocol import (
     render_prompt,
 )
 from parallelsearch.agents.searchers.base import Searcher, guarded_search, store_names
-from parallelsearch.graphs.config import GraphConfig
+from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig, request_overrides
 from parallelsearch.graphs.state import SearchState, SearchTask
 from parallelsearch.stores.passages import Passage
 
@@ -37,6 +40,24 @@ def _add(a: int | None, b: int | None) -> int | None:
     return (a or 0) + (b or 0)
 
 
+def _configured(
+    base: GraphConfig, config: RunnableConfig | None, runtime: Runtime | None, pinned: frozenset[str]
+) -> GraphConfig:
+    """The config of this run: ``base`` with the request's per-request overrides, if any.
+
+    Overrides come from ``config["configurable"]`` (LangServe, ``ainvoke(config=...)``) and
+    from LangGraph's runtime ``context`` (Agent Server, ``ainvoke(context=...)``); the
+    context wins. Keys the graph kind ``pinned`` (the one-turn baselines' ``max_turns``) are
+    not changed. Most runs set none, and then nothing is validated or copied.
+    """
+    configurable = (config or {}).get("configurable") or {}
+    context = getattr(runtime, "context", None)
+    if context is None and not any(k in configurable for k in PER_REQUEST_KEYS):
+        return base
+    overrides = {k: v for k, v in request_overrides(configurable, context).items() if k not in pinned}
+    return base.updated(**overrides) if overrides else base
+
+
 class Nodes:
     def __init__(
         self,
@@ -44,20 +65,22 @@ class Nodes:
         searcher: Searcher | None,
         config: GraphConfig,
         answer_policy: Policy | None = None,
+        pinned: tuple[str, ...] = (),
     ):
         self.policy = policy
         self.searcher = searcher
         self.cfg = config
         self.answer_policy = answer_policy
+        self.pinned = frozenset(pinned)  # per-request keys this graph kind does not let a request change
         self._stores = store_names(searcher) if searcher is not None else []
         self._sems: dict[int, asyncio.Semaphore] = {}
 
     # -- helpers -------------------------------------------------------------------------
-    def _initial(self, state: SearchState) -> dict[str, Any]:
+    def _initial(self, state: SearchState, cfg: GraphConfig) -> dict[str, Any]:
         q = state.get("question")
         if not isinstance(q, str) or not q.strip():
             raise ValueError("the graph input needs a non-empty 'question' string")
-        prompt = render_prompt(q, self.cfg.prompt_template, self._stores)
+        prompt = render_prompt(q, cfg.prompt_template or "paper", self._stores)  # builders set it
         return {
             "transcript": prompt,
             "segments": [("prompt", prompt)],
@@ -74,35 +97,38 @@ class Nodes:
             "policy": getattr(self.policy, "name", type(self.policy).__name__),
         }
 
-    def _request(self, st: dict[str, Any], final: bool, role: str = "planner") -> TurnRequest:
+    def _request(
+        self, st: dict[str, Any], cfg: GraphConfig, final: bool, role: str = "planner"
+    ) -> TurnRequest:
         meta = dict(st.get("metadata") or {})
         return TurnRequest(
             transcript=st["transcript"],
             segments=list(st.get("segments") or []),
             stop=STOP_STRINGS,
-            max_tokens=self.cfg.max_new_tokens,
-            temperature=self.cfg.temperature,
-            top_p=self.cfg.top_p,
+            max_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
             turn_index=st.get("policy_calls", 0),
             final=final,
-            allow_split=self.cfg.split_subqueries,
+            allow_split=cfg.split_subqueries,
             question=st.get("question", ""),
             metadata=meta,
             role=role,
         )
 
     # -- nodes ---------------------------------------------------------------------------
-    async def planner(self, state: SearchState) -> dict[str, Any]:
+    async def planner(self, state: SearchState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
         t0 = time.perf_counter()
+        cfg = _configured(self.cfg, config, runtime, self.pinned)
         st: dict[str, Any] = dict(state)
         update: dict[str, Any] = {}
         if not st.get("transcript"):
-            update = self._initial(st)
+            update = self._initial(st, cfg)
             st.update(update)
-        final = st["policy_calls"] >= self.cfg.max_turns
-        res = await self.policy.agenerate(self._request(st, final))
+        final = st["policy_calls"] >= cfg.max_turns
+        res = await self.policy.agenerate(self._request(st, cfg, final))
         text = res.text if isinstance(res.text, str) else ""
-        action = parse_action(text, max_subqueries=self.cfg.max_subqueries, split=self.cfg.split_subqueries)
+        action = parse_action(text, max_subqueries=cfg.max_subqueries, split=cfg.split_subqueries)
         transcript = st["transcript"] + text
         segments = list(st["segments"]) + [("policy", text)]
         invalid = action.kind == "invalid" or (final and action.kind != "answer")
@@ -170,25 +196,26 @@ class Nodes:
             sem = self._sems[id(loop)] = asyncio.Semaphore(self.cfg.max_concurrency)
         return sem
 
-    async def search(self, task: SearchTask) -> dict[str, Any]:
+    async def search(self, task: SearchTask, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
         t0 = time.perf_counter()
+        top_k = _configured(self.cfg, config, runtime, self.pinned).top_k
         sem = self._sem()
         if sem is None:
-            out = await self._one(task)
+            out = await self._one(task, top_k)
         else:
             async with sem:
-                out = await self._one(task)
+                out = await self._one(task, top_k)
         out["ms"] = _ms(t0)
         # the join adds the round's searcher milliseconds to node_ms in its own single write
         return {"results": [out]}
 
-    async def _one(self, task: SearchTask) -> dict[str, Any]:
+    async def _one(self, task: SearchTask, top_k: int) -> dict[str, Any]:
         if self.searcher is None:
             return {**task, "passages": [], "error": "no searcher configured"}
         outcome = await guarded_search(
             self.searcher,
             task["query"],
-            self.cfg.top_k,
+            top_k,
             timeout_s=self.cfg.search_timeout_s,
             retries=self.cfg.search_retries,
         )
@@ -242,18 +269,21 @@ class Nodes:
             "node_ms": {"search": sum(row.get("ms") or 0.0 for row in rows), "join": ms},
         }
 
-    async def retrieve_once(self, state: SearchState) -> dict[str, Any]:
+    async def retrieve_once(
+        self, state: SearchState, config: RunnableConfig, runtime: Runtime
+    ) -> dict[str, Any]:
         """RAG baseline: search the question itself once, before the (answer-only) turn."""
-        update = self._initial(state)
+        update = self._initial(state, _configured(self.cfg, config, runtime, self.pinned))
         task: SearchTask = {"query": state["question"].strip(), "index": 0, "round": 0}
-        found = await self.search(task)
+        found = await self.search(task, config, runtime)
         merged = {**state, **update, "results": found["results"]}
         joined = await self.join(merged)  # type: ignore[arg-type]
         joined["results"] = found["results"]
         return {**update, **joined}
 
-    async def answer(self, state: SearchState) -> dict[str, Any]:
+    async def answer(self, state: SearchState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
         t0 = time.perf_counter()
+        cfg = _configured(self.cfg, config, runtime, self.pinned)
         update: dict[str, Any] = {}
         answer = state.get("answer")
         if self.answer_policy is not None:
@@ -263,8 +293,8 @@ class Nodes:
                 # hand the answer turn to the answer model, on the transcript before the planner's answer
                 st["transcript"] = st["transcript"][: len(st["transcript"]) - len(last[0][1])]
                 st["segments"] = st["segments"][:-1]
-            res = await self.answer_policy.agenerate(self._request(st, final=True, role="answer"))
-            act = parse_action(res.text, max_subqueries=self.cfg.max_subqueries)
+            res = await self.answer_policy.agenerate(self._request(st, cfg, final=True, role="answer"))
+            act = parse_action(res.text, max_subqueries=cfg.max_subqueries)
             answer = act.answer if act.kind == "answer" else answer
             update.update(
                 policy_calls=state.get("policy_calls", 0) + 1,

@@ -8,12 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _LAZY = {
     "Settings": "parallelsearch.settings",
     "get_settings": "parallelsearch.settings",
     "open_store": "parallelsearch.registry",
+    "RetrievalConfig": "parallelsearch.stores.config",
+    "PolicyConfig": "parallelsearch.agents.policies.config",
+    "GraphConfig": "parallelsearch.graphs.config",
+    "make_embedder": "parallelsearch.graphs.factory",
+    "make_store": "parallelsearch.graphs.factory",
+    "make_searcher": "parallelsearch.graphs.factory",
+    "make_policy": "parallelsearch.graphs.factory",
+    "make_graph": "parallelsearch.graphs.factory",
+    "make_graphs": "parallelsearch.graphs.factory",
+    "load_questions": "parallelsearch.data",
     "ChromaStore": "parallelsearch.stores",
     "Passage": "parallelsearch.stores",
     "RetrieverClient": "parallelsearch.stores",

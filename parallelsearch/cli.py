@@ -10,6 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 from parallelsearch import cli_stores, demo
 
 _MODULES = [cli_stores, demo]
@@ -45,6 +47,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in err['loc']) or '(input)'}: {err['msg']}" for err in e.errors()
+        )
+        print(f"error: invalid {e.title} configuration: {problems}", file=sys.stderr)
+        return 2
     except (ValueError, LookupError, FileNotFoundError, RuntimeError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -7,20 +7,23 @@ import asyncio
 import json
 from typing import Any
 
-from parallelsearch.agents.policies import SPEC_HELP, policy_from_spec
-from parallelsearch.graphs import GRAPH_KINDS, build_graph
+from parallelsearch.cli_common import (
+    add_graph_args,
+    add_graph_kind_arg,
+    add_policy_args,
+    add_retrieval_args,
+    settings_from_args,
+)
+from parallelsearch.graphs.state import GraphOutput
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ask", help="answer one question with a ParallelSearch (or baseline) graph")
     p.add_argument("question")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--store", action="append", help="store name (repeat for multi-store routing)")
-    src.add_argument("--retriever", help="URL of any Search-R1 /retrieve server")
-    p.add_argument("--policy", default=None, help=SPEC_HELP + " (default from settings: oracle)")
-    p.add_argument("--graph", choices=GRAPH_KINDS, default="parallel")
-    p.add_argument("--top-k", type=int, default=3)
-    p.add_argument("--max-turns", type=int, default=4)
+    add_retrieval_args(p)
+    add_policy_args(p)
+    add_graph_kind_arg(p)
+    add_graph_args(p)
     p.add_argument(
         "--metadata",
         help="JSON object of question metadata (the oracle reads golden_answers, supporting_titles)",
@@ -62,20 +65,15 @@ def print_trajectory(out: dict[str, Any]) -> None:
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
-    from parallelsearch.registry import searcher_for
-    from parallelsearch.settings import get_settings
+    from parallelsearch.graphs.factory import make_graphs
 
-    settings = get_settings()
-    policy = policy_from_spec(
-        args.policy or settings.policy, base_url=settings.openai_base_url, api_key=settings.openai_api_key
-    )
-    graph = build_graph(
-        args.graph,
-        policy,
-        searcher_for(args.store, args.retriever, settings=settings),
-        top_k=args.top_k,
-        max_turns=args.max_turns,
-    )
+    s = settings_from_args(args)
+    graph = make_graphs(
+        [args.graph],
+        policy=s.policy_config(),
+        retrieval=s.retrieval(),
+        graph=s.graph,
+    )[args.graph]
     meta = json.loads(args.metadata) if args.metadata else {}
     if not isinstance(meta, dict):
         raise ValueError("--metadata must be a JSON object")
@@ -89,26 +87,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                         print(f"<{node}> " + ", ".join(f"{k}" for k in upd))
             else:
                 out = chunk
-        return {
-            k: out.get(k)
-            for k in (
-                "answer",
-                "status",
-                "transcript",
-                "trajectory",
-                "policy",
-                "labels",
-                "policy_calls",
-                "search_rounds",
-                "subqueries",
-                "passages",
-                "errors",
-                "node_ms",
-                "total_ms",
-                "tokens_in",
-                "tokens_out",
-            )
-        }
+        return {k: out.get(k) for k in GraphOutput.__annotations__}
     return await graph.ainvoke(inp)
 
 

@@ -7,8 +7,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.agents.policies import SPEC_HELP
-from parallelsearch.graphs import GRAPH_KINDS
+from parallelsearch.cli_common import add_graph_args, add_policy_args, add_retrieval_args, settings_from_args
+from parallelsearch.graphs.builders import GRAPH_KINDS, check_graph_kind
+from parallelsearch.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,23 +20,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--dataset", required=True, help="question file (prepare-data output or any benchmark file)"
     )
     p.add_argument("--dataset-name", help="dataset name when the path does not say it (hotpotqa, nq, ...)")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--store", action="append", help="store name (repeat for multi-store routing)")
-    src.add_argument("--retriever", help="URL of a Search-R1 /retrieve server")
+    add_retrieval_args(p)
+    add_policy_args(p)
     p.add_argument("--graphs", default="parallel,sequential", help=f"comma list of {', '.join(GRAPH_KINDS)}")
-    p.add_argument("--policy", default="oracle", help=SPEC_HELP)
     p.add_argument("--limit", type=int, help="first N questions (after --split)")
     p.add_argument("--split", choices=["parallel", "sequential", "single", "other"], help="only this split")
     p.add_argument("--out", required=True, help="output folder (re-running resumes)")
     p.add_argument("--concurrency", type=int, default=4, help="questions in flight")
-    p.add_argument("--top-k", type=int, default=3)
-    p.add_argument("--max-turns", type=int, default=4)
+    add_graph_args(p)
     p.add_argument(
         "--turn-delay-ms", type=float, default=0.0, help="simulated generation time per policy turn"
-    )
-    p.add_argument(
-        "--template",
-        help="prompt template for every graph: paper | official | search_r1 (default: each graph's own)",
     )
     p.add_argument("--no-plots", action="store_true")
     p.set_defaults(func=cmd_eval)
@@ -49,55 +43,58 @@ def select(questions: list[dict[str, Any]], split: str | None, limit: int | None
 
 def parse_graphs(text: str) -> list[str]:
     graphs = [g.strip() for g in text.split(",") if g.strip()]
-    bad = [g for g in graphs if g not in GRAPH_KINDS]
-    if bad or not graphs:
-        raise ValueError(f"--graphs: unknown graph(s) {bad or text!r}; choose from {', '.join(GRAPH_KINDS)}")
-    return graphs
+    if not graphs:
+        raise ValueError(f"--graphs names no graph; choose from {', '.join(GRAPH_KINDS)}")
+    return [check_graph_kind(g) for g in graphs]
 
 
 def run_and_report(
     questions: list[dict[str, Any]],
     graphs: list[str],
-    policy_spec: str,
-    searcher: Any,
+    settings: Settings,
     out: Path,
     *,
     dataset: str,
     concurrency: int,
     turn_delay_ms: float,
     plots: bool,
-    **graph_config: Any,
+    searcher: Any = None,
 ) -> dict[str, Any]:
-    from parallelsearch.agents.policies import policy_from_spec
+    """Evaluate ``graphs`` with the settings' policy, searcher (or ``searcher``) and graph config."""
     from parallelsearch.eval import comparison_lines, evaluate, write_report
+    from parallelsearch.graphs.factory import make_answer_policy, make_policy, make_searcher
 
-    policy = policy_from_spec(policy_spec)
+    pcfg = settings.policy_config()
     run = asyncio.run(
         evaluate(
             questions,
             graphs,
-            policy,
-            searcher,
+            make_policy(pcfg),
+            searcher if searcher is not None else make_searcher(settings.retrieval()),
             out,
-            policy_spec=policy_spec,
+            policy_spec=pcfg.policy,
+            answer_policy=make_answer_policy(pcfg),
             dataset=dataset,
             concurrency=concurrency,
             turn_delay_s=turn_delay_ms / 1000,
-            **graph_config,
+            config=settings.graph,
         )
     )
     summary = write_report(out, plots_enabled=plots)
     if run.skipped_done:
         print(f"resumed: {run.skipped_done} (graph, question) pairs were already done in {out}")
     print(f"ran {run.ran} (graph, question) pairs, {run.failures} failed")
-    print("\n".join(comparison_lines(summary, policy_spec.startswith("oracle"))))
+    if run.oracle:
+        print(
+            "the oracle answers with the gold answer: this run measures efficiency and retrieval, not accuracy"
+        )
+    print("\n".join(comparison_lines(summary, run.oracle)))
     print(f"\nreport: {out / 'report.md'}  (summary.json, results.jsonl, PNG plots beside it)")
     return summary
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from parallelsearch.registry import searcher_for
-    from parallelsearch.stores import load_questions
+    from parallelsearch.data import load_questions
 
     graphs = parse_graphs(args.graphs)
     questions = select(load_questions(args.dataset, dataset=args.dataset_name), args.split, args.limit)
@@ -108,15 +105,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     run_and_report(
         questions,
         graphs,
-        args.policy,
-        searcher_for(args.store, args.retriever),
+        settings_from_args(args),
         Path(args.out),
         dataset=str(args.dataset),
         concurrency=args.concurrency,
         turn_delay_ms=args.turn_delay_ms,
         plots=not args.no_plots,
-        top_k=args.top_k,
-        max_turns=args.max_turns,
-        **({"prompt_template": args.template} if args.template else {}),
     )
     return 0

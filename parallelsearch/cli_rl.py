@@ -7,7 +7,10 @@ import asyncio
 import json
 from pathlib import Path
 
-from parallelsearch.agents.policies import SPEC_HELP
+from parallelsearch.agents.policies.spec import SPEC_HELP
+from parallelsearch.cli_common import add_graph_args, add_retrieval_args, settings_from_args
+from parallelsearch.graphs.builders import SEARCHING_KINDS
+from parallelsearch.rl.rewards import MODES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", required=True, help="output jsonl")
     p.add_argument("--recipe", choices=["paper"], help="paper: the NQ + HotpotQA mix from the given files")
-    p.add_argument("--template", default="paper", help="prompt template: paper | official | search_r1")
+    p.add_argument(
+        "--template", default="paper", help="prompt template: paper | official | search_r1 (default paper)"
+    )
     p.add_argument("--tokenizer", help="chat-template the prompts with this Hugging Face tokenizer (path)")
     p.add_argument("--limit", type=int, help="keep at most N prompts (after shuffling)")
     p.add_argument("--seed", type=int, default=0)
@@ -42,18 +47,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollout", help="run the training environment with any policy and record episodes")
     p.add_argument("--data", required=True, help="question file (prepare-data output or a benchmark file)")
     p.add_argument("--dataset", help="dataset name when the path does not say it (hotpotqa, nq, ...)")
-    p.add_argument("--policy", required=True, help=SPEC_HELP)
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--store", action="append", help="store name (repeat for multi-store routing)")
-    src.add_argument("--retriever", help="URL of a Search-R1 /retrieve server")
+    p.add_argument("--policy", help=SPEC_HELP + " (default: the settings', oracle)")
+    add_retrieval_args(p)
     p.add_argument("--out", required=True, help="episodes jsonl")
     p.add_argument("--sft-out", help="write correctly answered episodes as an OpenRLHF SFT dataset")
-    p.add_argument("--graph", choices=["parallel", "sequential"], default="parallel")
-    p.add_argument("--reward-mode", choices=["paper", "official"], default="paper")
+    p.add_argument("--graph", choices=SEARCHING_KINDS, default="parallel")
+    p.add_argument("--reward-mode", choices=MODES, default="paper")
     p.add_argument("--limit", type=int)
     p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--top-k", type=int, default=3)
-    p.add_argument("--max-turns", type=int, default=4)
+    add_graph_args(p)
     p.add_argument("--summary-json", help="also write the summary as JSON here")
     p.set_defaults(func=cmd_rollout)
 
@@ -81,32 +83,29 @@ def cmd_make_train_data(args: argparse.Namespace) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from parallelsearch.rl.launch import launch, load_train_config
+    from parallelsearch.rl.launch import launch
+    from parallelsearch.rl.train_config import load_train_config
 
     cfg = load_train_config(args.config, args.preset, args.set)
     return launch(cfg, dry_run=args.dry_run, runner=args.runner)
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
-    from parallelsearch.agents.policies import policy_from_spec
-    from parallelsearch.registry import searcher_for
+    from parallelsearch.data import load_questions
+    from parallelsearch.graphs.factory import make_policy, make_searcher
     from parallelsearch.rl.env import EnvGraph
     from parallelsearch.rl.rollout import rollout
-    from parallelsearch.stores import load_questions
 
+    s = settings_from_args(args)
     questions = load_questions(args.data, dataset=args.dataset)
     if args.limit:
         questions = questions[: args.limit]
     if not questions:
         raise ValueError(f"{args.data} holds no questions")
     env_graph = EnvGraph(
-        searcher_for(args.store, args.retriever),
-        graph=args.graph,
-        reward_mode=args.reward_mode,
-        top_k=args.top_k,
-        max_turns=args.max_turns,
+        make_searcher(s.retrieval()), graph=args.graph, reward_mode=args.reward_mode, config=s.graph
     )
-    policy = policy_from_spec(args.policy)
+    policy = make_policy(s.policy_config())
     summary = asyncio.run(
         rollout(questions, env_graph, policy, args.out, concurrency=args.concurrency, sft_out=args.sft_out)
     )

@@ -6,14 +6,7 @@ import argparse
 import json
 import sys
 
-from parallelsearch.settings import get_settings
-
-
-def _add_chroma_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--chroma-host", help="Chroma server host (default: embedded store under the settings' home)"
-    )
-    p.add_argument("--chroma-port", type=int, help="Chroma server port (default 8000)")
+from parallelsearch.cli_common import add_chroma_args, add_model_arg, settings_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,10 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("index", help="index corpus or benchmark files into a named store")
     p.add_argument("files", nargs="+")
     p.add_argument("--store", required=True, help="store name")
-    p.add_argument(
-        "--model", help="sentence-transformers model name or path (default all-MiniLM-L6-v2, offline)"
-    )
-    p.add_argument("--batch-size", type=int, default=32, help="passages per encoder forward pass")
+    add_model_arg(p)
+    p.add_argument("--batch-size", type=int, help="passages per encoder forward pass (default 32)")
     p.add_argument(
         "--skip-bad", action="store_true", help="skip bad lines and report them instead of stopping"
     )
@@ -42,12 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--chunk-size", type=int, default=1024, help="passages read, encoded and committed together"
     )
     p.add_argument("--no-progress", action="store_true")
-    _add_chroma_args(p)
+    add_chroma_args(p)
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("stores", help="list stores: name, count, model, location")
     p.add_argument("--json", action="store_true")
-    _add_chroma_args(p)
+    add_chroma_args(p)
     p.set_defaults(func=cmd_stores)
 
     p = sub.add_parser("search", help="search a store")
@@ -55,8 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--store", required=True)
     p.add_argument("-k", type=int, default=3)
     p.add_argument("--json", action="store_true")
-    p.add_argument("--model")
-    _add_chroma_args(p)
+    add_model_arg(p)
+    add_chroma_args(p)
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("serve-retriever", help="serve a store over Search-R1's /retrieve protocol")
@@ -64,13 +55,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--topk", type=int, default=3, help="default top-k when a request omits it")
-    p.add_argument("--model")
-    _add_chroma_args(p)
+    add_model_arg(p)
+    add_chroma_args(p)
     p.set_defaults(func=cmd_serve_retriever)
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from parallelsearch.stores import SkipReport, prepare, write_prepared
+    from parallelsearch.data import prepare, write_prepared
+    from parallelsearch.stores.jsonfiles import SkipReport
 
     report = SkipReport()
     out = prepare(args.src, dataset=args.dataset, skip_bad=args.skip_bad, report=report)
@@ -88,16 +80,15 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from parallelsearch.registry import open_store
-    from parallelsearch.stores import ingest
+    from parallelsearch.graphs.factory import make_store
+    from parallelsearch.stores.ingest import ingest
 
-    store = open_store(
-        args.store, create=True, model=args.model, host=args.chroma_host, port=args.chroma_port
-    )
+    s = settings_from_args(args)
+    store = make_store(s.retrieval(), args.store, create=True)
     rep = ingest(
         store,
         args.files,
-        batch_size=args.batch_size,
+        batch_size=s.embed_batch_size,
         chunk_size=args.chunk_size,
         skip_bad=args.skip_bad,
         progress=not args.no_progress,
@@ -114,9 +105,9 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def cmd_stores(args: argparse.Namespace) -> int:
-    from parallelsearch.registry import describe_stores
+    from parallelsearch.graphs.factory import describe_stores
 
-    rows = describe_stores(get_settings(), args.chroma_host, args.chroma_port)
+    rows = describe_stores(settings_from_args(args).retrieval())
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
@@ -129,9 +120,9 @@ def cmd_stores(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from parallelsearch.registry import open_store
+    from parallelsearch.graphs.factory import make_store
 
-    store = open_store(args.store, model=args.model, host=args.chroma_host, port=args.chroma_port)
+    store = make_store(settings_from_args(args).retrieval(), args.store)
     hits = store.search(args.query, args.k)
     if args.json:
         print(json.dumps([h.to_dict() for h in hits], ensure_ascii=False, indent=2))
@@ -142,10 +133,10 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_retriever(args: argparse.Namespace) -> int:
-    from parallelsearch.registry import open_store
-    from parallelsearch.stores import create_retrieval_app, run_server
+    from parallelsearch.graphs.factory import make_store
+    from parallelsearch.stores.retrieval_server import create_retrieval_app, run_server
 
-    store = open_store(args.store, model=args.model, host=args.chroma_host, port=args.chroma_port)
+    store = make_store(settings_from_args(args).retrieval(), args.store)
     app = create_retrieval_app(store, default_topk=args.topk)
     print(f"serving store {store.name} ({store.count()} passages) on http://{args.host}:{args.port}/retrieve")
     run_server(app, args.host, args.port)

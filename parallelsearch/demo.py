@@ -15,18 +15,20 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
-from parallelsearch.agents.policies import SPEC_HELP
+from parallelsearch.cli_common import add_graph_args, add_policy_args, settings_from_args
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-from parallelsearch.registry import open_store
 from parallelsearch.settings import get_settings
-from parallelsearch.stores import ChromaStore, ingest, load_questions
 
 DEMO_STORE = "hotpotqa-demo"
 
 
-def demo_store(limit: int | None = None, progress: bool = True) -> ChromaStore:
+def demo_store(limit: int | None = None, progress: bool = True) -> Any:
     """The demo store; indexing is idempotent, so only missing passages are ever encoded."""
+    from parallelsearch.registry import open_store
+    from parallelsearch.stores.ingest import ingest
+
     store = open_store(DEMO_STORE, create=True)
     source = HOTPOTQA_SAMPLE
     if limit:
@@ -42,7 +44,8 @@ def demo_store(limit: int | None = None, progress: bool = True) -> ChromaStore:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="offline demo: parallel vs sequential graph on a shipped HotpotQA sample")
-    p.add_argument("--policy", default="oracle", help=SPEC_HELP + " (default oracle)")
+    add_policy_args(p)
+    add_graph_args(p)
     p.add_argument("--limit", type=int, help="first N of the 200 sample questions (default all)")
     p.add_argument("--out", help="report folder (default: <home>/demo-report/<policy>)")
     p.add_argument("--concurrency", type=int, default=4)
@@ -56,11 +59,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from parallelsearch.agents.searchers import StoreSearcher
     from parallelsearch.cli_eval import run_and_report
+    from parallelsearch.data import load_questions
 
+    settings = settings_from_args(args)
     store = demo_store(args.limit)
     questions = load_questions(HOTPOTQA_SAMPLE)[: args.limit or None]
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", args.policy)[:60]
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", settings.policy)[:60]
     out = Path(args.out) if args.out else get_settings().home / "demo-report" / slug
     if args.fresh and out.exists():
         shutil.rmtree(out)
@@ -68,18 +74,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(
         f"demo: {len(questions)} HotpotQA dev questions ({n_par} parallelizable comparison, "
         f"{len(questions) - n_par} sequential bridge), store {store.name} ({store.count()} passages), "
-        f"policy {args.policy}"
+        f"policy {settings.policy}"
     )
-    if args.policy.startswith("oracle"):
-        print(
-            "the oracle answers with the gold answer: this run measures efficiency and retrieval, not accuracy"
-        )
     summary = run_and_report(
         questions,
         ["parallel", "sequential"],
-        args.policy,
-        store,
+        settings,
         out,
+        searcher=StoreSearcher(store),
         dataset="parallelsearch/demo_data/hotpotqa_dev_sample.jsonl",
         concurrency=args.concurrency,
         turn_delay_ms=args.turn_delay_ms,

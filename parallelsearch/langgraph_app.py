@@ -1,25 +1,25 @@
-"""Graphs for ``langgraph dev`` / LangGraph Platform (see ``langgraph.json`` at the repository root).
+"""Graphs for ``langgraph dev`` / LangGraph Agent Server (see ``langgraph.json`` at the repository root).
 
-Built from settings at import: ``PARALLELSEARCH_POLICY`` (a policy spec), and
-``PARALLELSEARCH_STORES`` (JSON list of store names) or ``PARALLELSEARCH_RETRIEVER_URL``.
-No checkpointer is attached: the platform brings its own.
+Built from the settings at import, through :mod:`parallelsearch.graphs.factory`:
+``PARALLELSEARCH_POLICY`` (a policy spec), ``PARALLELSEARCH_STORES`` (store names) or
+``PARALLELSEARCH_RETRIEVER_URL``, ``PARALLELSEARCH_GRAPH__*`` (graph knobs). No
+checkpointer is attached: the server brings its own. Each run may set the per-request
+knobs (``top_k``, ``max_turns``, ...) in its context or ``configurable``.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from parallelsearch.agents.policies import policy_from_spec
-from parallelsearch.graphs import build_graph
-from parallelsearch.registry import searcher_for
+from parallelsearch.graphs.factory import make_graphs
 from parallelsearch.settings import get_settings
 
+_settings = get_settings()
+_graphs = make_graphs(
+    ["parallel", "sequential", "rag"],
+    policy=_settings.policy_config(),
+    retrieval=_settings.retrieval(),
+    graph=_settings.graph,
+)
 
-def make_graph(kind: str = "parallel") -> Any:
-    s = get_settings()
-    return build_graph(kind, policy_from_spec(s.policy), searcher_for(settings=s), **s.graph)
-
-
-graph = make_graph("parallel")
-sequential = make_graph("sequential")
-rag = make_graph("rag")
+graph = _graphs["parallel"]
+sequential = _graphs["sequential"]
+rag = _graphs["rag"]

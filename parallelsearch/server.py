@@ -19,6 +19,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from parallelsearch import __version__
+from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig
 from parallelsearch.settings import Settings, get_settings
 
 log = logging.getLogger("parallelsearch.server")
@@ -43,19 +45,6 @@ def _graph_serializer() -> Any:
             return orjson.dumps(obj, default=fallback)
 
     return GraphSerializer()
-
-
-def describe_searcher(search: Any) -> list[dict[str, Any]]:
-    """What ``GET /stores`` lists: each store's info, or the retriever URL."""
-    from parallelsearch.agents.searchers.base import store_names
-
-    if isinstance(search, str):
-        return [{"name": search, "kind": "retrieve"}]
-    if isinstance(search, dict):
-        return [st.info() if hasattr(st, "info") else {"name": n} for n, st in search.items()]
-    if hasattr(search, "info"):
-        return [search.info()]
-    return [{"name": n} for n in store_names(search)]
 
 
 class RequestGuard:
@@ -180,34 +169,55 @@ def create_app(
     policy: Any = None,
     searcher: Any = None,
     stores: list[str] | None = None,
-    graph_config: dict[str, Any] | None = None,
+    graph_config: GraphConfig | dict[str, Any] | None = None,
 ) -> Any:
     """The FastAPI app with LangServe routes, wrapped in :class:`RequestGuard`.
 
-    ``policy`` (object or spec) and ``searcher`` default to the settings' ``policy`` and
-    ``stores``/``retriever_url``; ``graph_config`` to the settings' ``graph``.
+    Everything comes from ``settings`` (policy, stores or retriever URL, graph config),
+    built by :mod:`parallelsearch.graphs.factory`. ``policy`` (an object or a spec),
+    ``searcher`` (an object), ``stores`` (names) and ``graph_config`` (values over the
+    settings' ``graph``) override it, for tests and notebooks. Each request may change
+    the per-request knobs through ``config={"configurable": {...}}``.
     """
     from langserve import add_routes
 
-    from parallelsearch.agents.policies import policy_from_spec
-    from parallelsearch.graphs import build_graph
-    from parallelsearch.graphs.state import GraphInput, GraphOutput
-    from parallelsearch.registry import searcher_for
+    from parallelsearch.agents.searchers import describe_searcher
+    from parallelsearch.graphs.builders import SEARCHING_KINDS
+    from parallelsearch.graphs.factory import make_answer_policy, make_graph, make_policy, make_searcher
 
     s = settings or get_settings()
-    pol = policy_from_spec(policy or s.policy) if policy is None or isinstance(policy, str) else policy
-    search = searcher if searcher is not None else searcher_for(stores, settings=s)
-    cfg = {**s.graph, **(graph_config or {})}
+    if isinstance(policy, str):
+        s = s.model_copy(update={"policy": policy})
+    if stores:
+        s = s.model_copy(update={"stores": list(stores), "retriever_url": None})
+    cfg = s.graph
+    if graph_config:
+        given = graph_config if isinstance(graph_config, GraphConfig) else GraphConfig(**graph_config)
+        cfg = cfg.updated(**given.model_dump(exclude_unset=True))
+    built = policy is None or isinstance(policy, str)
+    pol = make_policy(s.policy_config()) if built else policy
+    answer_pol = make_answer_policy(s.policy_config()) if built else None
+    search = searcher if searcher is not None else make_searcher(s.retrieval())
     app = FastAPI(
         title="ParallelSearch",
-        version="0.1.0",
+        version=__version__,
         description="ParallelSearch (parallel sub-query search) and its baselines as LangServe routes.",
     )
-    graphs = {route: build_graph(kind, pol, search, **cfg) for route, kind in ROUTES.items()}
+    graphs = {
+        route: make_graph(
+            kind,
+            policy=pol,
+            searcher=search,
+            graph=cfg,
+            answer_policy=answer_pol if kind in SEARCHING_KINDS else None,
+        )
+        for route, kind in ROUTES.items()
+    }
     serializer = _graph_serializer()
     for route, graph in graphs.items():
-        runnable = graph.with_types(input_type=GraphInput, output_type=GraphOutput)
-        add_routes(app, runnable, path=f"/{route}", serializer=serializer)
+        # the compiled graph itself: its input/output schemas are GraphInput/GraphOutput, and its
+        # context schema (GraphContext) becomes the route's config schema (per-request knobs)
+        add_routes(app, graph, path=f"/{route}", serializer=serializer)
 
     @app.exception_handler(Exception)
     async def unhandled(request: Any, exc: Exception) -> Any:
@@ -223,6 +233,8 @@ def create_app(
             "status": "ok",
             "policy": getattr(pol, "name", type(pol).__name__),
             "routes": [f"/{r}" for r in ROUTES],
+            "graph": cfg.model_dump(),
+            "per_request": list(PER_REQUEST_KEYS),
         }
 
     @app.get("/stores")

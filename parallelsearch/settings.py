@@ -1,7 +1,15 @@
 """Settings: environment (``PARALLELSEARCH_*``), an optional YAML/TOML config file, defaults.
 
 The config file is ``$PARALLELSEARCH_CONFIG`` when set, else ``./parallelsearch.yaml`` or
-``./parallelsearch.toml`` when present. This module is the one place that says where
+``./parallelsearch.toml`` when present. Precedence (docs/architecture.md,
+"Configuration"): an explicit CLI flag or argument > environment > config file > the
+defaults, which live in the config models (:class:`RetrievalConfig`,
+:class:`PolicyConfig`, :class:`GraphConfig`) and nowhere else.
+
+:class:`Settings` inherits the retrieval and policy fields, so their variables are
+``PARALLELSEARCH_STORES``, ``PARALLELSEARCH_CHROMA_HOST``, ``PARALLELSEARCH_POLICY``, ...;
+``graph`` is a :class:`GraphConfig` (``PARALLELSEARCH_GRAPH='{"top_k": 5}'`` or
+``PARALLELSEARCH_GRAPH__TOP_K=5``). This module is also the one place that says where
 stores live: ``home``/chroma (``$PARALLELSEARCH_HOME``; default ``./.parallelsearch`` when
 that folder exists, else the user's data dir, ``$XDG_DATA_HOME/parallelsearch``).
 """
@@ -12,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -20,6 +28,10 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
     YamlConfigSettingsSource,
 )
+
+from parallelsearch.agents.policies.config import PolicyConfig
+from parallelsearch.graphs.config import GraphConfig
+from parallelsearch.stores.config import RetrievalConfig
 
 
 def default_home() -> Path:
@@ -43,35 +55,34 @@ def _config_file() -> Path | None:
     return None
 
 
-class Settings(BaseSettings):
-    """Every tunable the CLI, server and library read; arguments override these."""
+class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
+    """Every tunable the CLI, server and library read; explicit arguments override these."""
 
-    model_config = SettingsConfigDict(env_prefix="PARALLELSEARCH_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="PARALLELSEARCH_", env_nested_delimiter="__", extra="ignore")
 
     home: Path = Field(default_factory=default_home, description="root folder for stores and caches")
-    chroma_host: str | None = Field(None, description="Chroma server host; unset = embedded store under home")
-    chroma_port: int = 8000
-    embedding_model: str = "all-MiniLM-L6-v2"
-    query_prefix: str = ""
-    passage_prefix: str = ""
-    embed_batch_size: int = 64
-    policy: str = "oracle"
-    openai_base_url: str = "http://127.0.0.1:8000/v1"
-    openai_api_key: str | None = None
-    retriever_url: str | None = None
-    stores: list[str] = Field(default_factory=list, description="stores the server and CLI search by default")
-    graph: dict[str, Any] = Field(
-        default_factory=dict, description="graph config overrides (top_k, max_turns, ...)"
+    graph: GraphConfig = Field(
+        default_factory=GraphConfig, description="graph knobs (top_k, max_turns, ...); unset = defaults"
     )
-    request_timeout_s: float = 30.0
-    server_api_key: str | None = None
+    embed_batch_size: int = Field(32, ge=1, description="passages per encoder forward pass when indexing")
+    server_api_key: str | None = Field(None, repr=False)
     server_max_question_chars: int = 2000
     server_max_batch: int = 32
     server_max_concurrency: int = 64
 
-    @property
-    def chroma_path(self) -> Path:
-        return Path(self.home) / "chroma"
+    @model_validator(mode="before")
+    @classmethod
+    def _openai_key_fallback(cls, data: Any) -> Any:
+        """``OPENAI_API_KEY`` is the key when ``PARALLELSEARCH_OPENAI_API_KEY`` is not set."""
+        if isinstance(data, dict) and not data.get("openai_api_key") and os.environ.get("OPENAI_API_KEY"):
+            data = {**data, "openai_api_key": os.environ["OPENAI_API_KEY"]}
+        return data
+
+    @model_validator(mode="after")
+    def _embedded_store_under_home(self) -> Settings:
+        if self.chroma_path is None:
+            self.chroma_path = Path(self.home) / "chroma"
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -93,5 +104,8 @@ class Settings(BaseSettings):
 
 
 def get_settings(**overrides: Any) -> Settings:
-    """Fresh settings (env and file are re-read so tests and long-lived servers see changes)."""
+    """Fresh settings (env and file are re-read so tests and long-lived servers see changes).
+
+    ``overrides`` are explicit values (e.g. CLI flags); ``None`` means "not given".
+    """
     return Settings(**{k: v for k, v in overrides.items() if v is not None})

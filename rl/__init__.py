@@ -4,17 +4,27 @@ Light parts import eagerly; OpenRLHF, Ray and vLLM are imported only inside the
 functions (and the ``openrlhf_agent`` module) that need them.
 """
 
+from parallelsearch.data.metrics import cover_match, exact_match, f1_score, normalize_answer
 from parallelsearch.rl.env import EnvGraph, SearchEnv, StepResult
-from parallelsearch.rl.metrics import cover_match, exact_match, f1_score, normalize_answer
-from parallelsearch.rl.rewards import MODES, PAPER_WEIGHTS, RewardBreakdown, question_class, score_trajectory
+from parallelsearch.rl.rewards import (
+    MODES,
+    PAPER_WEIGHTS,
+    RewardBreakdown,
+    RewardMode,
+    check_reward_mode,
+    question_class,
+    score_trajectory,
+)
 
 __all__ = [
     "MODES",
     "PAPER_WEIGHTS",
     "EnvGraph",
     "RewardBreakdown",
+    "RewardMode",
     "SearchEnv",
     "StepResult",
+    "check_reward_mode",
     "cover_match",
     "exact_match",
     "f1_score",

@@ -16,11 +16,15 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from parallelsearch.graphs.builders import SEARCHING_KINDS, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
-from parallelsearch.rl.rewards import MODES
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from parallelsearch.graphs.factory import make_searcher
+from parallelsearch.rl.rewards import RewardMode
+from parallelsearch.stores.config import RetrievalConfig
 
 ENV_VAR = "PARALLELSEARCH_AGENT_CONFIG"
 
@@ -32,27 +36,38 @@ class AgentConfigError(RuntimeError):
 class RewardConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["paper", "official"] = "paper"
+    mode: RewardMode = "paper"
     weights: dict[str, float] = Field(default_factory=dict, description="overrides of the mode's weights")
 
 
-class AgentConfig(BaseModel):
-    """What one rollout actor needs: where to search, the graph's knobs, the reward."""
+class AgentConfig(RetrievalConfig):
+    """What one rollout actor needs: where to search (the retrieval fields the app's settings
+    share), the graph's knobs, the reward.
+
+    ``store: NAME`` (one store) is accepted as an alias of ``stores: [NAME]``.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    retriever_url: str | None = Field(None, description="a Search-R1-compatible /retrieve server")
-    chroma_host: str | None = None
-    chroma_port: int = 8000
-    chroma_path: str | None = Field(None, description="embedded store (single process only)")
-    store: str | None = Field(None, description="store name on the Chroma server / path")
-    embedding_model: str | None = None
-    query_prefix: str = ""
-    passage_prefix: str = ""
-    graph: Literal["parallel", "sequential"] = "parallel"
+    graph: str = Field("parallel", description="parallel (ParallelSearch) or sequential (Search-R1)")
     graph_config: GraphConfig = Field(default_factory=GraphConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
-    retriever_timeout_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _store_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "store" in data:
+            data = dict(data)
+            store = data.pop("store")
+            if data.get("stores"):
+                raise ValueError("give 'stores' or its alias 'store', not both")
+            data["stores"] = [store] if isinstance(store, str) else store
+        return data
+
+    @field_validator("graph")
+    @classmethod
+    def _searching_graph(cls, value: str) -> str:
+        return check_graph_kind(value, SEARCHING_KINDS)
 
     @model_validator(mode="after")
     def _one_searcher(self) -> AgentConfig:
@@ -62,35 +77,19 @@ class AgentConfig(BaseModel):
                 "set exactly one of retriever_url, chroma_host (+ store) or chroma_path (+ store); "
                 f"got {kinds or 'none'}"
             )
-        if kinds[0] != "retriever_url" and not self.store:
+        if kinds[0] != "retriever_url" and not self.stores:
             raise ValueError(f"{kinds[0]} needs 'store' (the collection name)")
-        if self.reward.mode not in MODES:  # pragma: no cover - Literal already checks
-            raise ValueError(f"reward.mode must be one of {MODES}")
         return self
 
     def make_searcher(self) -> Any:
-        """The shared retriever this configuration names."""
-        if self.retriever_url:
-            from parallelsearch.stores import RetrieverClient
-
-            return RetrieverClient(self.retriever_url, timeout_s=self.retriever_timeout_s)
-        from parallelsearch.stores import ChromaStore, Embedder, get_embedder
-
-        model = self.embedding_model
-        if self.query_prefix or self.passage_prefix:
-            embedder = Embedder(model, query_prefix=self.query_prefix, passage_prefix=self.passage_prefix)
-        else:
-            embedder = get_embedder(model)
-        if self.chroma_path:
+        """The shared retriever this configuration names (built by the one factory)."""
+        if self.chroma_path is not None:
             warnings.warn(
                 "the agent executor uses an embedded Chroma store; Ray actors on several processes or "
                 "machines need a shared Chroma server or /retrieve server instead",
                 stacklevel=2,
             )
-            return ChromaStore(self.store, path=self.chroma_path, embedder=embedder, create=False)
-        return ChromaStore(
-            self.store, host=self.chroma_host, port=self.chroma_port, embedder=embedder, create=False
-        )
+        return make_searcher(self.retrieval())
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

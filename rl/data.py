@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from parallelsearch.agents.protocol import render_prompt
-from parallelsearch.stores.benchmarks import load_questions
+from parallelsearch.data.questions import load_questions
 
 #: recipe -> datasets it mixes (the paper trains on NQ + HotpotQA, merged and shuffled)
 RECIPES: dict[str, tuple[str, ...]] = {"paper": ("nq", "hotpotqa")}

@@ -14,9 +14,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from typing_extensions import Unpack
+
 from parallelsearch.agents.policies.external import ExternalPolicy
-from parallelsearch.graphs.builders import build_graph
-from parallelsearch.rl.rewards import MODES, RewardBreakdown, parse_label, score_trajectory
+from parallelsearch.graphs.builders import SEARCHING_KINDS, build_graph, check_graph_kind
+from parallelsearch.graphs.config import GraphConfig, GraphOptions
+from parallelsearch.rl.rewards import RewardBreakdown, check_reward_mode, parse_label, score_trajectory
 
 
 @dataclass
@@ -27,7 +30,6 @@ class StepResult:
     done: bool
     reward: RewardBreakdown | None = None
     next_final: bool = False  # the next turn is the answer-only turn
-    next_max_tokens: int | None = None
     output: dict[str, Any] = field(default_factory=dict)  # the graph's final state, when done
 
 
@@ -41,22 +43,18 @@ class EnvGraph:
         graph: str = "parallel",
         reward_mode: str = "paper",
         reward_weights: dict[str, float] | None = None,
-        **graph_config: Any,
+        config: GraphConfig | None = None,
+        **options: Unpack[GraphOptions],
     ):
         from langgraph.checkpoint.memory import InMemorySaver
 
-        if reward_mode not in MODES:
-            raise ValueError(f"unknown reward mode {reward_mode!r}; choose one of {', '.join(MODES)}")
-        if graph not in ("parallel", "sequential"):
-            raise ValueError(
-                f"the environment needs a searching graph ('parallel' or 'sequential'), not {graph!r}"
-            )
-        self.kind = graph
-        self.reward_mode = reward_mode
+        self.kind = check_graph_kind(graph, SEARCHING_KINDS)
+        self.reward_mode = check_reward_mode(reward_mode)
         self.reward_weights = dict(reward_weights or {})
         self.checkpointer = InMemorySaver()
+        self.config = (config or GraphConfig()).updated(**options)
         self.graph = build_graph(
-            graph, ExternalPolicy(), searcher, checkpointer=self.checkpointer, **graph_config
+            graph, ExternalPolicy(), searcher, checkpointer=self.checkpointer, config=self.config
         )
 
     def new_episode(self) -> SearchEnv:
@@ -137,12 +135,7 @@ class SearchEnv:
         self._transcript = after
         observation = after[len(before) :]
         if final_state is None:
-            return StepResult(
-                observation,
-                False,
-                next_final=bool(self.turn.get("final")),
-                next_max_tokens=self.turn.get("max_tokens"),
-            )
+            return StepResult(observation, False, next_final=bool(self.turn.get("final")))
         self.done = True
         reward = None
         if self._label.get("golden_answers"):

@@ -1,6 +1,6 @@
 """One OpenRLHF episode over the graph environment, with exact token bookkeeping.
 
-The loop (DESIGN section 4): tokenise the prompt once; per turn, ask the engine for
+The loop (docs/architecture.md, "A training episode"): tokenise the prompt once; per turn, ask the engine for
 token ids with the protocol's stop strings and a per-turn cap; hand the turn's text to
 the environment; append the observation's tokens. ``action_ranges`` are exactly the
 generated spans, so retrieved text never enters the loss. The reward is

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from openrlhf.utils.agent import AgentExecutorBase
+
 from parallelsearch.rl.agent_config import load_agent_config
 from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.executor import execute_episode
@@ -31,7 +32,7 @@ class AgentExecutor(AgentExecutorBase):
             graph=cfg.graph,
             reward_mode=cfg.reward.mode,
             reward_weights=cfg.reward.weights,
-            **cfg.graph_config.model_dump(),
+            config=cfg.graph_config,
         )
 
     async def execute(

@@ -112,7 +112,3 @@ def check_command(argv: list[str]) -> Any:
     except AssertionError as e:
         raise ValueError(f"OpenRLHF's argument checks fail: {e}") from e
     return captured.get("args", ns["args"])
-
-
-def known_flags() -> dict[str, argparse.Action]:
-    return {opt: a for a in build_parser()._actions for opt in a.option_strings}

@@ -53,12 +53,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from parallelsearch.agents.protocol import INVALID_FEEDBACK, split_subqueries
-from parallelsearch.rl.metrics import exact_match
+from parallelsearch.data.metrics import exact_match
 
-MODES = ("paper", "official")
+RewardMode = Literal["paper", "official"]
+#: the reward modes, derived from :data:`RewardMode` (configs type their field with it)
+MODES: tuple[str, ...] = get_args(RewardMode)
 PAPER_WEIGHTS: dict[str, float] = {"lambda_d": 0.15, "lambda_s": 0.35, "alpha": 3.0, "lambda_f": 0.1}
 #: The official training script's values (train_parallelsearch.sh) under the official names.
 OFFICIAL_WEIGHTS: dict[str, float] = {
@@ -225,6 +227,13 @@ def _weights(mode: str, given: dict[str, float]) -> dict[str, float]:
     return base
 
 
+def check_reward_mode(mode: str) -> str:
+    """``mode`` if it is a reward mode; else a ValueError listing them (the one check)."""
+    if mode not in MODES:
+        raise ValueError(f"unknown reward mode {mode!r}; choose one of {', '.join(MODES)}")
+    return mode
+
+
 def score_trajectory(
     text: str, label: Any, mode: str = "paper", *, prompt: str | None = None, **weights: float
 ) -> RewardBreakdown:
@@ -236,8 +245,7 @@ def score_trajectory(
     official mode also ``structure_format_score``, ``final_format_score``, ``count_score``,
     ``comp_score``, ``score``.
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown reward mode {mode!r}; choose one of {', '.join(MODES)}")
+    check_reward_mode(mode)
     if not isinstance(text, str):
         raise ValueError(f"text must be a string, got {type(text).__name__}")
     lab = parse_label(label)

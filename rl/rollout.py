@@ -71,6 +71,7 @@ async def run_episode(env_graph: EnvGraph, policy: Any, q: dict[str, Any]) -> di
             policy_calls=out.get("policy_calls"),
             search_rounds=out.get("search_rounds"),
             subqueries=out.get("subqueries"),
+            passages=out.get("passages"),
             search_errors=out.get("errors"),
             completion_tokens=sum(t["completion_tokens"] or 0 for t in turns)
             if any(t["completion_tokens"] is not None for t in turns)

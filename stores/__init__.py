@@ -1,41 +1,65 @@
-"""Corpus readers, embedders, Chroma stores, ingestion and the Search-R1 ``/retrieve`` server."""
+"""Corpus readers, embedders, Chroma stores, ingestion and the Search-R1 ``/retrieve`` server.
 
-from parallelsearch.stores.benchmarks import load_questions, prepare, split_of, write_prepared
-from parallelsearch.stores.chroma_store import ChromaStore, list_stores, make_client
-from parallelsearch.stores.embedders import DEFAULT_MODEL, Embedder, get_embedder
-from parallelsearch.stores.errors import BadInputError, ModelMismatchError, StoreNotFoundError
-from parallelsearch.stores.ingest import IngestReport, ingest
-from parallelsearch.stores.jsonfiles import SkipReport, iter_json_records
-from parallelsearch.stores.passages import Passage, passage_id, split_contents, to_contents
-from parallelsearch.stores.readers import read_passages
-from parallelsearch.stores.retrieval_client import RetrieverClient, RetrieverError
-from parallelsearch.stores.retrieval_server import create_retrieval_app, run_server
+Names are resolved lazily, so importing a light module of this package (the passage
+record, the readers) does not import Chroma, torch or FastAPI.
+"""
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "BadInputError",
-    "ChromaStore",
-    "Embedder",
-    "IngestReport",
-    "ModelMismatchError",
-    "Passage",
-    "RetrieverClient",
-    "RetrieverError",
-    "SkipReport",
-    "StoreNotFoundError",
-    "create_retrieval_app",
-    "get_embedder",
-    "ingest",
-    "iter_json_records",
-    "list_stores",
-    "load_questions",
-    "make_client",
-    "passage_id",
-    "prepare",
-    "read_passages",
-    "run_server",
-    "split_contents",
-    "split_of",
-    "to_contents",
-    "write_prepared",
-]
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
+
+# ``ingest`` is both a submodule and a function: import the function eagerly, or the
+# submodule (once imported by anything) would shadow it. It imports nothing heavy.
+from parallelsearch.stores.ingest import IngestReport as IngestReport
+from parallelsearch.stores.ingest import ingest as ingest
+
+_LAZY = {
+    "DEFAULT_MODEL": "parallelsearch.stores.embedders",
+    "Embedder": "parallelsearch.stores.embedders",
+    "get_embedder": "parallelsearch.stores.embedders",
+    "BadInputError": "parallelsearch.stores.errors",
+    "ModelMismatchError": "parallelsearch.stores.errors",
+    "StoreNotFoundError": "parallelsearch.stores.errors",
+    "ChromaStore": "parallelsearch.stores.chroma_store",
+    "list_stores": "parallelsearch.stores.chroma_store",
+    "make_client": "parallelsearch.stores.chroma_store",
+    "SkipReport": "parallelsearch.stores.jsonfiles",
+    "iter_json_records": "parallelsearch.stores.jsonfiles",
+    "Passage": "parallelsearch.stores.passages",
+    "passage_id": "parallelsearch.stores.passages",
+    "split_contents": "parallelsearch.stores.passages",
+    "to_contents": "parallelsearch.stores.passages",
+    "read_passages": "parallelsearch.stores.readers",
+    "RetrievalConfig": "parallelsearch.stores.config",
+    "RetrieverClient": "parallelsearch.stores.retrieval_client",
+    "RetrieverError": "parallelsearch.stores.retrieval_client",
+    "create_retrieval_app": "parallelsearch.stores.retrieval_server",
+    "run_server": "parallelsearch.stores.retrieval_server",
+}
+
+#: Names that moved out of this package; they still resolve, with a DeprecationWarning,
+#: until 0.3. The QA question readers live in ``parallelsearch.data`` now.
+_DEPRECATED = {
+    "load_questions": "parallelsearch.data",
+    "prepare": "parallelsearch.data",
+    "split_of": "parallelsearch.data",
+    "write_prepared": "parallelsearch.data",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _DEPRECATED:
+        warnings.warn(
+            f"parallelsearch.stores.{name} moved to {_DEPRECATED[name]}.{name}; the old name goes in 0.3",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_DEPRECATED[name]), name)
+    raise AttributeError(f"module 'parallelsearch.stores' has no attribute {name!r}")
+
+
+__all__ = sorted([*_LAZY, "IngestReport", "ingest"])

@@ -12,9 +12,9 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from parallelsearch.stores.encoder_thread import on_encoder_thread
 
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
+from parallelsearch.stores.config import DEFAULT_EMBEDDING_MODEL as DEFAULT_MODEL
+from parallelsearch.stores.encoder_thread import on_encoder_thread
 
 
 def resolve_model_path(name: str) -> str:

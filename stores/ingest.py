@@ -11,12 +11,16 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from parallelsearch.stores.chroma_store import ChromaStore
+from tqdm.auto import tqdm
+
 from parallelsearch.stores.jsonfiles import SkipReport
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.readers import read_passages
-from tqdm.auto import tqdm
+
+if TYPE_CHECKING:
+    from parallelsearch.stores.chroma_store import ChromaStore
 
 
 @dataclass

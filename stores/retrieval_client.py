@@ -13,6 +13,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import httpx
+
 from parallelsearch.stores.coalesce import BatchCoalescer
 from parallelsearch.stores.http_tls import tls_context
 from parallelsearch.stores.passages import Passage, split_contents

@@ -15,8 +15,9 @@ from typing import Any, Protocol
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from parallelsearch.stores.passages import Passage
 from pydantic import BaseModel, Field
+
+from parallelsearch.stores.passages import Passage
 
 
 class BatchSearcher(Protocol):

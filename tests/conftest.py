@@ -53,7 +53,7 @@ def hotpot_comparison_file() -> Path:
 @pytest.fixture(scope="session")
 def hotpot_questions(hotpot_comparison_file):
     """The first 20 questions of a real HotpotQA dev-distractor file (FlashRAG records)."""
-    from parallelsearch.stores import load_questions
+    from parallelsearch.data import load_questions
 
     return load_questions(hotpot_comparison_file)[:20]
 

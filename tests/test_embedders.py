@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from parallelsearch.stores.cpu_linear import TransposedLinear, transpose_linear_layers
 from parallelsearch.stores.embedders import DEFAULT_MODEL, resolve_model_path
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 from conftest import needs_data
-from parallelsearch.agents.policies import OraclePolicy, ScriptedPolicy
 
+from parallelsearch.agents.policies import OraclePolicy, ScriptedPolicy
 from parallelsearch.cli import main
 from parallelsearch.eval import METRICS, SPLITS, evaluate, score_output, summarize, write_report
 
@@ -124,11 +124,7 @@ def test_resume_never_counts_twice(hotpot_store, hotpot_questions, tmp_path):
 
 @needs_data
 def test_eval_cli_end_to_end_oracle(hotpot_store, hotpot_comparison_file, tmp_path, capsys, monkeypatch):
-    import parallelsearch.registry as registry
-
-    monkeypatch.setattr(
-        registry, "searcher_for", lambda stores=None, retriever=None, settings=None: hotpot_store
-    )
+    monkeypatch.setenv("PARALLELSEARCH_CHROMA_PATH", hotpot_store.location)
     out = tmp_path / "run"
     rc = main(["eval", "--dataset", str(hotpot_comparison_file), "--store", "hotpot", "--graphs", "parallel,sequential",
                "--policy", "oracle", "--limit", "6", "--split", "parallel", "--out", str(out)])  # fmt: skip

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from conftest import needs_data
+
 from parallelsearch.agents.policies import OraclePolicy, ScriptedPolicy
 from parallelsearch.graphs import build_graph, build_parallel_search_graph, build_sequential_graph
 from parallelsearch.stores import Passage
@@ -229,6 +230,7 @@ def test_bad_input_is_a_clear_error(hotpot_store):
 
 def test_multi_store_routing_and_rrf(hotpot_store, embedder, tmp_path):
     from conftest import RAW
+
     from parallelsearch.agents.searchers import MultiStoreSearcher, StoreSearcher
     from parallelsearch.stores import ChromaStore, ingest
 

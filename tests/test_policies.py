@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 from conftest import UvicornThread, needs_data
-from fastapi import Request
+from servers import make_openai_test_server
+
 from parallelsearch.agents.policies import (
     ChatModelPolicy,
     HFPolicy,
@@ -40,35 +41,6 @@ def test_hf_garbage_exercises_invalid_path_and_max_turns(tiny_lm, hotpot_store):
     assert out["policy_calls"] == 3  # 2 turns + the final answer-only turn
     assert out["tokens_out"] and out["tokens_in"]
     assert out["status"] in ("answered", "unanswered")
-
-
-def make_openai_test_server():
-    """A TEST SERVER implementing the OpenAI /v1/completions shape (with vLLM's stop_reason field).
-
-    Stand-in for `vllm serve`, which needs model weights this machine cannot download.
-    It answers from a fixed script keyed by how many <information> blocks the prompt holds.
-    """
-    from fastapi import FastAPI
-
-    app = FastAPI()
-    script = ["<think>two</think><search> Scott Derrickson ## Ed Wood </search>", "<answer> yes </answer>"]
-    app.state.requests = []
-
-    @app.post("/v1/completions")
-    async def completions(req: Request):
-        body = await req.json()
-        app.state.requests.append(body)
-        prompt = body["prompt"]
-        turn = prompt.count("\n\n<information>") if isinstance(prompt, str) else 0
-        full = script[min(turn, len(script) - 1)]
-        stop = next((s for s in body.get("stop", []) if s in full), None)
-        text = full[: full.index(stop)] if stop else full  # like OpenAI: stop string not included
-        return {
-            "choices": [{"text": text, "finish_reason": "stop", "stop_reason": stop}],
-            "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split())},
-        }
-
-    return app
 
 
 @needs_data

@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 from conftest import RAW, needs_data
-from parallelsearch.stores import load_questions, prepare, split_of
+
+from parallelsearch.data import load_questions, prepare, split_of
 
 pytestmark = needs_data
 

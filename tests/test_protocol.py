@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from parallelsearch.agents.protocol import (
     INVALID_FEEDBACK,
     TEMPLATES,

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from conftest import RAW, needs_data
+
 from parallelsearch.stores import BadInputError, SkipReport, passage_id, read_passages, split_contents
 
 pytestmark = needs_data

@@ -7,6 +7,7 @@ import asyncio
 import httpx
 import pytest
 from conftest import UvicornThread, needs_data
+
 from parallelsearch.stores import RetrieverClient, RetrieverError, create_retrieval_app
 
 pytestmark = needs_data

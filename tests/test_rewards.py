@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from parallelsearch.agents.protocol import INVALID_FEEDBACK, OFFICIAL_TEMPLATE, render_prompt
 from parallelsearch.rl import cover_match, exact_match, f1_score, normalize_answer, score_trajectory
 from parallelsearch.rl.rewards import question_class, state_machine

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from conftest import needs_data
+
 from parallelsearch.agents.protocol import INVALID_FEEDBACK, render_prompt
 from parallelsearch.rl import EnvGraph, score_trajectory
 from parallelsearch.rl.data import label_of
@@ -85,7 +86,7 @@ def test_env_rejects_misuse(hotpot_store):
         asyncio.run(env.reset("  "))
     with pytest.raises(ValueError, match="reward mode"):
         EnvGraph(hotpot_store, reward_mode="nope")
-    with pytest.raises(ValueError, match="searching graph"):
+    with pytest.raises(ValueError, match="choose one of parallel, sequential"):
         EnvGraph(hotpot_store, graph="rag")
 
 

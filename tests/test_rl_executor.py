@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 
 import pytest
 from conftest import UvicornThread, needs_data
+from engines import ScriptedEngine, TransformersEngine
+
 from parallelsearch.agents.protocol import render_prompt
 from parallelsearch.rl import EnvGraph, score_trajectory
 from parallelsearch.rl.agent_config import ENV_VAR, AgentConfigError, load_agent_config
 from parallelsearch.rl.data import train_record
-from parallelsearch.rl.engines import ScriptedEngine, TransformersEngine
 from parallelsearch.rl.executor import decode_episode, execute_episode
 from parallelsearch.rl.launch import agent_module_path
 

@@ -6,15 +6,16 @@ import json
 
 import pytest
 from conftest import RAW, UvicornThread, needs_data
-from parallelsearch.rl.launch import TrainConfig, load_train_config, paper_preset
-from parallelsearch.rl.openrlhf_cli import build_parser, check_command
 
 from parallelsearch.cli import main
+from parallelsearch.rl.launch import openrlhf_args
+from parallelsearch.rl.openrlhf_cli import build_parser, check_command
+from parallelsearch.rl.train_config import TrainConfig, load_train_config, paper_preset
 
 
 def test_paper_preset_passes_openrlhf_parser_and_checks():
     cfg = paper_preset()
-    args = check_command(cfg.openrlhf_args())
+    args = check_command(openrlhf_args(cfg))
     assert args.actor.model_name_or_path == "Qwen/Qwen2.5-7B-Instruct"
     assert args.algo.advantage.estimator == "gae" and args.critic.model_name_or_path == cfg.model
     assert args.actor.adam.lr == 1e-6 and args.critic.adam.lr == 1e-5
@@ -53,12 +54,12 @@ def test_paper_preset_passes_openrlhf_parser_and_checks():
 )
 def test_every_variant_is_accepted_by_openrlhf(overrides):
     cfg = paper_preset(**overrides)
-    args = check_command(cfg.openrlhf_args())
+    args = check_command(openrlhf_args(cfg))
     assert args.algo.advantage.estimator == cfg.algorithm
     if cfg.algorithm != "gae":
         assert args.critic.model_name_or_path is None
-        assert "--critic.adam.lr" not in cfg.openrlhf_args()
-    flags = [a for a in cfg.openrlhf_args() if a.startswith("--")]
+        assert "--critic.adam.lr" not in openrlhf_args(cfg)
+    flags = [a for a in openrlhf_args(cfg) if a.startswith("--")]
     known = {opt for action in build_parser()._actions for opt in action.option_strings}
     assert set(flags) <= known
 
@@ -96,7 +97,7 @@ def test_config_validation_names_the_field(tmp_path):
         and cfg.agent.graph_config.top_k == 5
         and cfg.agent.reward.mode == "official"
     )
-    check_command(cfg.openrlhf_args())
+    check_command(openrlhf_args(cfg))
 
 
 def test_train_dry_run_cli(capsys):

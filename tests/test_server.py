@@ -9,8 +9,8 @@ import logging
 import httpx
 import pytest
 from conftest import ROOT, UvicornThread, needs_data
-from parallelsearch.agents.policies import ScriptedPolicy
 
+from parallelsearch.agents.policies import DelayedPolicy, ScriptedPolicy
 from parallelsearch.server import create_app
 from parallelsearch.settings import Settings
 
@@ -155,7 +155,7 @@ def test_api_key_concurrency_cap_and_error_ids(hotpot_store, caplog):
         assert r.status_code == 500 and r.json()["error_id"]
         assert r.json()["error_id"] in caplog.text
 
-    slow = ScriptedPolicy(SCRIPT, delay_s=0.5)
+    slow = DelayedPolicy(ScriptedPolicy(SCRIPT), 0.5)
     app = create_app(Settings(server_max_concurrency=2), policy=slow, searcher=hotpot_store)
     with UvicornThread(app) as srv:
 
@@ -186,11 +186,8 @@ def test_langgraph_json_graphs_load(monkeypatch, hotpot_store):
 
     spec = json.loads((ROOT / "langgraph.json").read_text())
     assert set(spec["graphs"]) == {"parallelsearch", "sequential", "rag"}
-    import parallelsearch.registry as registry
-
-    monkeypatch.setattr(
-        registry, "searcher_for", lambda stores=None, retriever=None, settings=None: hotpot_store
-    )
+    monkeypatch.setenv("PARALLELSEARCH_CHROMA_PATH", hotpot_store.location)
+    monkeypatch.setenv("PARALLELSEARCH_STORES", hotpot_store.name)
     sys.modules.pop("parallelsearch.langgraph_app", None)
     mod = importlib.import_module("parallelsearch.langgraph_app")
     for target in spec["graphs"].values():

@@ -12,6 +12,7 @@ import time
 
 import pytest
 from conftest import RAW, free_port, needs_data
+
 from parallelsearch.stores import (
     ChromaStore,
     Embedder,

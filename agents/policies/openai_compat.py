@@ -8,10 +8,10 @@ out when the server supports vLLM's extensions (``return_token_ids``,
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 import httpx
+
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag
 from parallelsearch.stores.http_tls import tls_context
 
@@ -30,9 +30,7 @@ class OpenAICompletionsPolicy:
         self.model = model
         self.name = f"openai:{model}@{base_url}"
         self.base_url = base_url.rstrip("/")
-        self.api_key = (
-            api_key or os.environ.get("PARALLELSEARCH_OPENAI_API_KEY") or os.environ.get("OPENAI_API_KEY")
-        )
+        self.api_key = api_key  # from the caller (settings: PARALLELSEARCH_OPENAI_API_KEY / OPENAI_API_KEY)
         self.timeout_s = timeout_s
         self.retries = retries
         self.vllm_extensions = vllm_extensions

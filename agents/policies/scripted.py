@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
 from parallelsearch.agents.protocol import truncate_at_stop
@@ -21,11 +23,10 @@ class ScriptedPolicy:
 
     name = "scripted"
 
-    def __init__(self, turns: Sequence[str], delay_s: float = 0.0):
+    def __init__(self, turns: Sequence[str]):
         if not turns or not all(isinstance(t, str) for t in turns):
             raise ValueError("a scripted policy needs a non-empty list of turn texts")
         self.turns = list(turns)
-        self.delay_s = delay_s
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedPolicy:
@@ -42,15 +43,24 @@ class ScriptedPolicy:
         return cls(data)
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
-        if self.delay_s:
-            import asyncio
-
-            await asyncio.sleep(self.delay_s)
         text = self.turns[min(request.turn_index, len(self.turns) - 1)]
         text = truncate_at_stop(text, request.stop)
         return TurnResult(
             text=text, finish_reason="stop", completion_tokens=len(text.split()), labels=("scripted",)
         )
+
+
+class DelayedPolicy:
+    """Wraps a policy and adds a fixed simulated generation time per turn (latency comparisons, load tests)."""
+
+    def __init__(self, policy: Any, delay_s: float):
+        self.inner = policy
+        self.delay_s = delay_s
+        self.name = getattr(policy, "name", type(policy).__name__)
+
+    async def agenerate(self, request: TurnRequest) -> TurnResult:
+        await asyncio.sleep(self.delay_s)
+        return await self.inner.agenerate(request)
 
 
 def _evidence_queries(evidences: list) -> list[str]:
@@ -89,9 +99,6 @@ class OraclePolicy:
 
     name = "oracle"
 
-    def __init__(self, delay_s: float = 0.0):
-        self.delay_s = delay_s
-
     @staticmethod
     def plan(question: str, metadata: dict) -> list[str]:
         if metadata.get("question_decomposition"):
@@ -103,10 +110,6 @@ class OraclePolicy:
         return list(dict.fromkeys(titles)) or [question]
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
-        if self.delay_s:
-            import asyncio
-
-            await asyncio.sleep(self.delay_s)
         meta = request.metadata or {}
         gold = (meta.get("golden_answers") or [""])[0]
         plan = self.plan(request.question, meta)

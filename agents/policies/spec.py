@@ -9,13 +9,28 @@ from __future__ import annotations
 
 from typing import Any
 
+#: where ``openai:MODEL`` goes when neither the spec nor the configuration names a URL
+DEFAULT_OPENAI_BASE_URL = "http://127.0.0.1:8000/v1"
+
 SPEC_HELP = (
     "policy spec: oracle | scripted:FILE.json | hf:PATH | vllm:PATH | openai:MODEL[@BASE_URL] | "
     "chat:PROVIDER:MODEL | external"
 )
 
 
-def policy_from_spec(spec: str, **kwargs: Any) -> Any:
+def policy_from_spec(
+    spec: str,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    timeout_s: float | None = None,
+) -> Any:
+    """The policy a spec string names. ``base_url``, ``api_key`` and ``timeout_s`` reach the
+    OpenAI-compatible backend (a URL in the spec wins over ``base_url``).
+
+    Entry points do not call this directly: ``parallelsearch.graphs.factory.make_policy``
+    passes the configured URL, key and timeout (docs/architecture.md, "Configuration").
+    """
     from parallelsearch.agents.policies import (
         ChatModelPolicy,
         ExternalPolicy,
@@ -43,8 +58,11 @@ def policy_from_spec(spec: str, **kwargs: Any) -> Any:
         return VLLMPolicy(rest)
     if kind == "openai":
         model, _, url = rest.partition("@")
+        if not model:
+            raise ValueError(f"policy spec {spec!r} names no model; {SPEC_HELP}")
+        extra: dict[str, Any] = {"timeout_s": timeout_s} if timeout_s is not None else {}
         return OpenAICompletionsPolicy(
-            model, url or kwargs.get("base_url") or "http://127.0.0.1:8000/v1", api_key=kwargs.get("api_key")
+            model, url or base_url or DEFAULT_OPENAI_BASE_URL, api_key=api_key, **extra
         )
     if kind == "chat":
         return ChatModelPolicy(rest)

@@ -6,6 +6,7 @@ from parallelsearch.agents.searchers.backends import (
     RemoteSearcher,
     StoreSearcher,
     as_searcher,
+    describe_searcher,
     reciprocal_rank_fusion,
 )
 from parallelsearch.agents.searchers.base import Searcher, SearchOutcome, guarded_search, store_names
@@ -18,6 +19,7 @@ __all__ = [
     "Searcher",
     "StoreSearcher",
     "as_searcher",
+    "describe_searcher",
     "guarded_search",
     "reciprocal_rank_fusion",
     "store_names",

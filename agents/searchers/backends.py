@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from parallelsearch.agents.searchers.base import Searcher
+from parallelsearch.agents.searchers.base import Searcher, store_names
 from parallelsearch.stores.chroma_store import ChromaStore
 from parallelsearch.stores.passages import Passage, passage_id
 from parallelsearch.stores.retrieval_client import RetrieverClient
@@ -23,6 +23,9 @@ class StoreSearcher:
     async def asearch(self, query: str, k: int = 3) -> list[Passage]:
         return await self.store.asearch(query, k)
 
+    def info(self) -> list[dict[str, Any]]:
+        return [self.store.info()]
+
 
 class RemoteSearcher:
     """Any Search-R1 ``/retrieve`` server; concurrent queries travel in one request."""
@@ -37,6 +40,9 @@ class RemoteSearcher:
 
     async def asearch(self, query: str, k: int = 3) -> list[Passage]:
         return await self.client.asearch(query, k)
+
+    def info(self) -> list[dict[str, Any]]:
+        return [{"name": self.name, "kind": "retrieve", "url": self.client.url}]
 
 
 class LangChainRetrieverSearcher:
@@ -114,6 +120,18 @@ class MultiStoreSearcher:
             return await self.searchers[names[0]].asearch(q, k)
         results = await asyncio.gather(*(self.searchers[n].asearch(q, k) for n in names))
         return reciprocal_rank_fusion(results, k, self.rrf_c)
+
+    def info(self) -> list[dict[str, Any]]:
+        return [row for s in self.searchers.values() for row in describe_searcher(s)]
+
+
+def describe_searcher(searcher: Any) -> list[dict[str, Any]]:
+    """What a searcher searches, one dict per store (``GET /stores`` lists these)."""
+    info = getattr(searcher, "info", None)
+    if callable(info):
+        got = info()
+        return got if isinstance(got, list) else [got]
+    return [{"name": n} for n in store_names(searcher)]
 
 
 def as_searcher(obj: Any) -> Searcher:

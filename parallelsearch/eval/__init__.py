@@ -1,6 +1,6 @@
 """Evaluation: run graph variants over FlashRAG-format questions, score, summarise, report.
 
-One metrics module (``parallelsearch.rl.metrics``) is shared with the rewards.
+One metrics module (``parallelsearch.data.metrics``) is shared with the rewards.
 """
 
 from parallelsearch.eval.report import comparison_lines, write_report

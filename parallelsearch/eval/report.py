@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from parallelsearch.eval.runner import RESULTS, read_results
-from parallelsearch.eval.summary import SPLITS, by_type, dedup, summarize
+from parallelsearch.eval.summary import SPLITS, by_type, dedup, is_oracle_run, summarize
 
 
 def _fmt(v: Any, oracle: bool = False, pct: bool = False) -> str:
@@ -157,7 +157,7 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
     if not rows:
         raise ValueError(f"{out / RESULTS} holds no results")
     run = json.loads((out / "run.json").read_text()) if (out / "run.json").is_file() else {}
-    oracle = str(run.get("policy", "")).startswith("oracle")
+    oracle = is_oracle_run(rows)
     rows = dedup(rows)
     summary = summarize(rows, accuracy=not oracle)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

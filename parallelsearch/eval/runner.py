@@ -16,24 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import Unpack
+
+from parallelsearch.agents.policies.scripted import DelayedPolicy
 from parallelsearch.eval.scoring import error_row, score_output
-from parallelsearch.graphs import GRAPH_KINDS, build_graph
+from parallelsearch.eval.summary import is_oracle_run
+from parallelsearch.graphs.builders import build_graph, check_graph_kind
+from parallelsearch.graphs.config import GraphConfig, GraphOptions
 
 RESULTS = "results.jsonl"
 RUN = "run.json"
-
-
-class DelayedPolicy:
-    """Wraps a policy and adds a fixed simulated generation time per turn (for latency comparisons)."""
-
-    def __init__(self, policy: Any, delay_s: float):
-        self.inner = policy
-        self.delay_s = delay_s
-        self.name = getattr(policy, "name", type(policy).__name__)
-
-    async def agenerate(self, request: Any) -> Any:
-        await asyncio.sleep(self.delay_s)
-        return await self.inner.agenerate(request)
 
 
 @dataclass
@@ -45,6 +37,9 @@ class EvalRun:
     skipped_done: int = 0
     failures: int = 0
     bad_lines: list[int] = field(default_factory=list)
+    oracle: bool = False  # a row's policy labels say "oracle": accuracy means nothing
+    first_errors: dict[str, str] = field(default_factory=dict)  # error kind -> first message
+    error_counts: dict[str, int] = field(default_factory=dict)  # error kind -> rows
 
 
 def read_results(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
@@ -97,29 +92,36 @@ async def evaluate(
     out_dir: str | Path,
     *,
     policy_spec: str | None = None,
+    answer_policy: Any = None,
     dataset: str | None = None,
     concurrency: int = 4,
     progress: bool = True,
     turn_delay_s: float = 0.0,
-    **graph_config: Any,
+    config: GraphConfig | None = None,
+    **options: Unpack[GraphOptions],
 ) -> EvalRun:
-    """Run every (variant, question) pair not yet in ``out_dir/results.jsonl``."""
+    """Run every (variant, question) pair not yet in ``out_dir/results.jsonl``.
+
+    The graphs' knobs: ``config`` and/or :class:`GraphOptions` keywords, as for the builders.
+    """
     from tqdm.auto import tqdm
 
-    bad = [v for v in variants if v not in GRAPH_KINDS]
-    if bad or not variants:
-        raise ValueError(f"unknown graph variant(s) {bad or variants}; choose from {', '.join(GRAPH_KINDS)}")
+    if not variants:
+        raise ValueError("no graph variant to evaluate")
+    for v in variants:
+        check_graph_kind(v)
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = policy_spec or getattr(policy, "name", type(policy).__name__)
+    cfg = (config or GraphConfig()).updated(**options)
     _check_run(
         out,
         {
             "policy": spec,
             "dataset": dataset,
-            "graph_config": graph_config,
+            "graph_config": cfg.model_dump(exclude_unset=True),
             "variants": list(variants),
             "turn_delay_s": turn_delay_s,
         },
@@ -129,7 +131,7 @@ async def evaluate(
     run = EvalRun(out, list(variants), spec, bad_lines=bad_lines)
     if turn_delay_s:
         policy = DelayedPolicy(policy, turn_delay_s)
-    graphs = {v: build_graph(v, policy, searcher, **graph_config) for v in variants}
+    graphs = {v: build_graph(v, policy, searcher, answer_policy=answer_policy, config=cfg) for v in variants}
     todo = [(v, q) for v in variants for q in questions if (v, str(q.get("id"))) not in done]
     run.skipped_done = len(variants) * len(questions) - len(todo)
     sem = asyncio.Semaphore(concurrency)
@@ -156,6 +158,11 @@ async def evaluate(
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             f.flush()
             run.ran += 1
-            run.failures += bool(row.get("error"))
+            if row.get("error"):
+                run.failures += 1
+                kind = row["error"].split(":", 1)[0]
+                run.error_counts[kind] = run.error_counts.get(kind, 0) + 1
+                run.first_errors.setdefault(kind, row["error"])
             bar.update(1)
+    run.oracle = is_oracle_run(read_results(out / RESULTS)[0])
     return run

@@ -1,13 +1,13 @@
 """Per-question scores from one graph output: accuracy, counts, decomposition, retrieval recall and coverage.
 
-Accuracy uses the same SQuAD-normalised metrics as the rewards (``parallelsearch.rl.metrics``).
+Accuracy uses the same SQuAD-normalised metrics as the rewards (``parallelsearch.data.metrics``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from parallelsearch.rl.metrics import answer_in_text, cover_match, exact_match, f1_score, normalize_answer
+from parallelsearch.data.metrics import answer_in_text, cover_match, exact_match, f1_score, normalize_answer
 
 
 def _is_yes_no(golds: list[str]) -> bool:
@@ -43,6 +43,7 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
         "policy_calls": out.get("policy_calls"),
         "search_rounds": out.get("search_rounds"),
         "subqueries": out.get("subqueries"),
+        "passages": out.get("passages"),
         "decomposed": any(len(t.get("subqueries") or []) >= 2 for t in search_turns),
         "latency_ms": round(latency_ms, 3),
         "tokens_in": out.get("tokens_in"),

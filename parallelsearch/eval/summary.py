@@ -24,6 +24,11 @@ METRICS = (
 ACCURACY = ("em", "f1", "acc")
 
 
+def is_oracle_run(rows: Iterable[dict[str, Any]]) -> bool:
+    """True when the rows were answered by the oracle (their policy labels say so)."""
+    return any("oracle" in (r.get("labels") or []) for r in rows)
+
+
 def _mean(xs: Iterable[float | None]) -> float | None:
     vals = [float(x) for x in xs if x is not None]
     return round(statistics.fmean(vals), 4) if vals else None

@@ -1,0 +1,39 @@
+"""Policy configuration: which backend writes the turns, and how to reach it.
+
+The app's settings inherit these fields (``PARALLELSEARCH_POLICY``,
+``PARALLELSEARCH_OPENAI_BASE_URL``, ``PARALLELSEARCH_OPENAI_API_KEY``, ...), and
+``parallelsearch.graphs.factory.make_policy`` is the one place that turns them into a
+policy, so every entry point sees the same base URL and key (docs/architecture.md,
+"Configuration").
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from parallelsearch.agents.policies.spec import DEFAULT_OPENAI_BASE_URL, SPEC_HELP
+
+#: the one declaration of the default policy (offline demos and environment checks)
+DEFAULT_POLICY = "oracle"
+
+
+class PolicyConfig(BaseModel):
+    """The policy spec plus what the OpenAI-compatible backend needs to reach its server."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: str = Field(DEFAULT_POLICY, description=SPEC_HELP)
+    answer_policy: str | None = Field(
+        None, description="a separate policy spec for the answer turn (default: the policy itself)"
+    )
+    openai_base_url: str = Field(
+        DEFAULT_OPENAI_BASE_URL, description="base URL for 'openai:MODEL' specs that name no URL"
+    )
+    openai_api_key: str | None = Field(
+        None, repr=False, description="bearer token for the OpenAI-compatible server (also OPENAI_API_KEY)"
+    )
+    request_timeout_s: float = Field(120.0, gt=0, description="per-request timeout of remote policies")
+
+    def policy_config(self) -> PolicyConfig:
+        """Just these fields, as a plain :class:`PolicyConfig` (for models that extend it)."""
+        return PolicyConfig.model_validate({name: getattr(self, name) for name in PolicyConfig.model_fields})

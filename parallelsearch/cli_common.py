@@ -1,0 +1,98 @@
+"""The argument groups the CLI commands share, and the one merge of flags over settings.
+
+Flags default to ``None`` ("not given"), so the defaults live only in the config models,
+and the precedence is the same for every command (docs/architecture.md,
+"Configuration"): an explicit flag > environment > config file > defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from parallelsearch.agents.policies.spec import SPEC_HELP
+from parallelsearch.graphs.builders import GRAPH_KINDS
+from parallelsearch.settings import Settings, get_settings
+
+
+def add_retrieval_args(p: argparse.ArgumentParser, *, embedding_model: bool = False) -> None:
+    """Where to search: ``--store`` (repeatable) or ``--retriever``, plus the Chroma server."""
+    src = p.add_mutually_exclusive_group()
+    src.add_argument(
+        "--store",
+        action="append",
+        help="store name (repeat for multi-store routing; default: the settings' stores)",
+    )
+    src.add_argument("--retriever", help="URL of any Search-R1 /retrieve server (instead of stores)")
+    add_chroma_args(p)
+    if embedding_model:
+        add_model_arg(p)
+
+
+def add_chroma_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--chroma-host", help="Chroma server host (default: the settings'; unset = embedded store under home)"
+    )
+    p.add_argument("--chroma-port", type=int, help="Chroma server port (default: the settings', 8000)")
+
+
+def add_model_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model", help="sentence-transformers model name or path (default: the settings', all-MiniLM-L6-v2)"
+    )
+
+
+def add_policy_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", help=SPEC_HELP + " (default: the settings', oracle)")
+    p.add_argument("--answer-policy", help="a separate policy spec for the answer turn")
+
+
+def add_graph_kind_arg(p: argparse.ArgumentParser, kinds: tuple[str, ...] = GRAPH_KINDS) -> None:
+    p.add_argument("--graph", choices=kinds, default="parallel", help="which graph (default parallel)")
+
+
+def add_graph_args(p: argparse.ArgumentParser) -> None:
+    """The graph knobs; unset flags leave the settings' (or GraphConfig's) values."""
+    p.add_argument("--top-k", type=int, help="passages per sub-query (default 3)")
+    p.add_argument("--max-turns", type=int, help="policy turns before the answer-only turn (default 4)")
+    p.add_argument("--max-subqueries", type=int, help="sub-queries allowed in one search (default 8)")
+    p.add_argument(
+        "--template",
+        help="prompt template: paper | official | search_r1 | a format string with {question} "
+        "(default: each graph's own)",
+    )
+
+
+def settings_from_args(args: argparse.Namespace, settings: Settings | None = None) -> Settings:
+    """The settings with every flag the command was given over them (the one merge)."""
+    s = settings or get_settings()
+    v = vars(args)
+    update: dict[str, Any] = {}
+    if v.get("store"):
+        names = v["store"] if isinstance(v["store"], list) else [v["store"]]
+        update.update(stores=names, retriever_url=None)
+    elif v.get("retriever"):
+        update.update(retriever_url=v["retriever"], stores=[])
+    for flag, field in (
+        ("chroma_host", "chroma_host"),
+        ("chroma_port", "chroma_port"),
+        ("model", "embedding_model"),
+        ("policy", "policy"),
+        ("answer_policy", "answer_policy"),
+        ("api_key", "server_api_key"),
+        ("batch_size", "embed_batch_size"),
+    ):
+        if v.get(flag) is not None:
+            update[field] = v[flag]
+    graph = s.graph.updated(
+        top_k=v.get("top_k"),
+        max_turns=v.get("max_turns"),
+        max_subqueries=v.get("max_subqueries"),
+        prompt_template=v.get("template"),
+    )
+    if graph is not s.graph:
+        update["graph"] = graph
+    if not update:
+        return s
+    # validate the merged values (a bad flag is an error naming the field, not a crash later)
+    return Settings.model_validate({**s.model_dump(exclude_unset=True), **update, "home": s.home})

@@ -1,0 +1,93 @@
+"""Retrieval configuration: where passages are searched and how queries are embedded.
+
+One model shared by the app's settings (``parallelsearch.settings.Settings`` inherits
+these fields, so the environment variables are ``PARALLELSEARCH_STORES``,
+``PARALLELSEARCH_CHROMA_HOST``, ...) and by the OpenRLHF agent config
+(``parallelsearch.rl.agent_config.AgentConfig``). ``parallelsearch.graphs.factory``
+turns it into stores and searchers; nothing else does (docs/architecture.md,
+"Configuration").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+
+try:  # the environment gives "a,b" or '["a","b"]'; NoDecode lets the validator below read both
+    from pydantic_settings import NoDecode
+
+    _StoreList = Annotated[list[str], NoDecode]
+except ImportError:  # pragma: no cover - pydantic-settings is a dependency
+    _StoreList = list[str]  # type: ignore[misc]
+
+
+class RetrievalConfig(BaseModel):
+    """Where to search: named Chroma stores (embedded or on a Chroma server) or a ``/retrieve`` URL."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    retriever_url: str | None = Field(
+        None, description="a Search-R1 /retrieve server to search instead of local stores"
+    )
+    stores: _StoreList = Field(
+        default_factory=list,
+        description="store names to search; several = 'name: query' routing with rank fusion",
+    )
+    chroma_host: str | None = Field(None, description="Chroma server host; unset = embedded store")
+    chroma_port: int = Field(8000, ge=1, le=65535, description="Chroma server port")
+    chroma_path: Path | None = Field(
+        None, description="embedded Chroma folder (the app's settings default it to <home>/chroma)"
+    )
+    embedding_model: str = Field(
+        DEFAULT_EMBEDDING_MODEL, description="sentence-transformers model name or path"
+    )
+    query_prefix: str = Field("", description="prepended to every query (e.g. 'query: ' for E5)")
+    passage_prefix: str = Field("", description="prepended to every passage (e.g. 'passage: ' for E5)")
+    retriever_timeout_s: float = Field(30.0, gt=0, description="per-request timeout of /retrieve calls")
+
+    @field_validator("stores", mode="before")
+    @classmethod
+    def _store_list(cls, value: Any) -> Any:
+        """Accept a list, a JSON list, or comma-separated names (``PARALLELSEARCH_STORES=a,b``)."""
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    return json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"stores: {text[:60]!r} is not a JSON list ({e.msg})") from e
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    def searcher_kind(self) -> Literal["remote", "stores"]:
+        """Which searcher this configuration names; a clear error when it names none or two."""
+        if self.retriever_url and self.stores:
+            raise ValueError(
+                f"both a retriever URL ({self.retriever_url}) and stores ({', '.join(self.stores)}) are "
+                "configured; set one (e.g. unset PARALLELSEARCH_RETRIEVER_URL or PARALLELSEARCH_STORES)"
+            )
+        if self.retriever_url:
+            return "remote"
+        if not self.stores:
+            raise ValueError(
+                "no store to search: pass --store NAME (or set PARALLELSEARCH_STORES) or a retriever URL "
+                "(--retriever URL, PARALLELSEARCH_RETRIEVER_URL)"
+            )
+        return "stores"
+
+    def location(self) -> str:
+        """Where the stores live, as people read it: the Chroma server URL or the embedded folder."""
+        if self.chroma_host:
+            return f"http://{self.chroma_host}:{self.chroma_port}"
+        return str(self.chroma_path) if self.chroma_path is not None else "(no store location)"
+
+    def retrieval(self) -> RetrievalConfig:
+        """Just these fields, as a plain :class:`RetrievalConfig` (for models that extend it)."""
+        return RetrievalConfig.model_validate(
+            {name: getattr(self, name) for name in RetrievalConfig.model_fields}
+        )

@@ -1,0 +1,291 @@
+"""One way to configure anything: the config models, the factory, typed builders, per-request
+configuration, and the precedence flag > environment > defaults at every entry point.
+
+Every entry point runs for real against a loopback OpenAI-compatible test server (it
+records the Authorization header, so the configured base URL and key are seen to arrive)
+and a real Chroma store; ``top_k`` is read back from the passages each search returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import typing
+
+import httpx
+import pytest
+from conftest import UvicornThread, needs_data
+from servers import make_openai_test_server
+
+from parallelsearch.agents.policies import OpenAICompletionsPolicy, PolicyConfig, ScriptedPolicy
+from parallelsearch.agents.searchers import MultiStoreSearcher, RemoteSearcher, StoreSearcher
+from parallelsearch.cli import main
+from parallelsearch.graphs import (
+    PER_REQUEST_KEYS,
+    GraphConfig,
+    GraphOptions,
+    build_graph,
+    build_parallel_search_graph,
+    build_rag_graph,
+    build_sequential_graph,
+    factory,
+)
+from parallelsearch.rl.agent_config import AgentConfig
+from parallelsearch.settings import Settings, get_settings
+from parallelsearch.stores.config import RetrievalConfig
+
+Q = "Were Scott Derrickson and Ed Wood of the same nationality?"
+SEARCH = ["<think> t </think><search> Scott Derrickson ## Ed Wood </search>", "<answer> yes </answer>"]
+
+
+# ---- the models ------------------------------------------------------------------------------
+def test_settings_share_the_config_models_and_graph_is_a_graph_config(monkeypatch):
+    assert issubclass(Settings, RetrievalConfig) and issubclass(Settings, PolicyConfig)
+    assert issubclass(AgentConfig, RetrievalConfig)
+    monkeypatch.setenv("PARALLELSEARCH_GRAPH__TOP_K", "5")
+    monkeypatch.setenv("PARALLELSEARCH_STORES", "wiki, news")
+    s = get_settings()
+    assert isinstance(s.graph, GraphConfig) and s.graph.top_k == 5 and s.graph.max_turns == 4
+    assert s.graph.model_fields_set == {"top_k"} and s.stores == ["wiki", "news"]
+    assert s.chroma_path == s.home / "chroma" and s.policy == "oracle"
+    monkeypatch.delenv("PARALLELSEARCH_GRAPH__TOP_K")
+    monkeypatch.setenv("PARALLELSEARCH_GRAPH", '{"max_turns": 2}')
+    monkeypatch.setenv("PARALLELSEARCH_STORES", '["a"]')
+    s = get_settings()
+    assert (s.graph.top_k, s.graph.max_turns, s.stores) == (3, 2, ["a"])
+    monkeypatch.setenv("PARALLELSEARCH_GRAPH", '{"top_k": 0}')
+    with pytest.raises(ValueError, match="top_k"):
+        get_settings()
+
+
+def test_openai_key_from_settings_only(monkeypatch):
+    monkeypatch.delenv("PARALLELSEARCH_OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "from-openai-var")
+    assert get_settings().openai_api_key == "from-openai-var"
+    monkeypatch.setenv("PARALLELSEARCH_OPENAI_API_KEY", "ours")
+    assert get_settings().openai_api_key == "ours"
+    assert "ours" not in repr(get_settings())
+    # the backend itself no longer reads the environment: the key comes from configuration
+    assert OpenAICompletionsPolicy("m").api_key is None
+    pol = factory.make_policy(
+        PolicyConfig(policy="openai:m", openai_base_url="http://h:1/v1", openai_api_key="k")
+    )
+    assert (pol.base_url, pol.api_key) == ("http://h:1/v1", "k")
+    assert factory.make_policy("openai:m@http://other:2/v1").base_url == "http://other:2/v1"
+
+
+def test_factory_builds_searchers_from_one_retrieval_config(hotpot_store, tmp_path):
+    cfg = RetrievalConfig(stores=[hotpot_store.name], chroma_path=hotpot_store.location)
+    one = factory.make_searcher(cfg)
+    assert isinstance(one, StoreSearcher) and one.store.count() == hotpot_store.count()
+    other = RetrievalConfig(chroma_path=tmp_path / "chroma", stores=["wiki", "news"])
+    for name in other.stores:
+        factory.make_store(other, name, create=True)
+    two = factory.make_searcher(other)
+    assert isinstance(two, MultiStoreSearcher) and two.store_names() == ["wiki", "news"]
+    assert sorted(row["name"] for row in factory.describe_stores(other)) == ["news", "wiki"]
+    assert {st.store.embedder for st in two.searchers.values()} == {factory.make_embedder(other)}
+    remote = factory.make_searcher(RetrievalConfig(retriever_url="http://127.0.0.1:9/retrieve"))
+    assert isinstance(remote, RemoteSearcher) and remote.client.url == "http://127.0.0.1:9/retrieve"
+    with pytest.raises(ValueError, match="no store to search"):
+        factory.make_searcher(RetrievalConfig())
+    with pytest.raises(ValueError, match="set one"):
+        factory.make_searcher(RetrievalConfig(stores=["a"], retriever_url="http://x/retrieve"))
+
+
+def test_agent_config_uses_the_same_factory(hotpot_store):
+    cfg = AgentConfig(chroma_path=hotpot_store.location, store=hotpot_store.name)
+    assert cfg.stores == [hotpot_store.name] and isinstance(cfg.retrieval(), RetrievalConfig)
+    with pytest.warns(UserWarning, match="embedded Chroma store"):
+        searcher = cfg.make_searcher()
+    assert isinstance(searcher, StoreSearcher)
+    with pytest.raises(ValueError, match="choose one of parallel, sequential"):
+        AgentConfig(retriever_url="http://x/retrieve", graph="rag")
+
+
+# ---- typed builders --------------------------------------------------------------------------
+def test_builders_take_typed_options_and_return_compiled_graphs(hotpot_store):
+    assert set(typing.get_type_hints(GraphOptions)) == set(GraphConfig.model_fields)
+    for builder in (build_parallel_search_graph, build_sequential_graph, build_rag_graph, build_graph):
+        sig = inspect.signature(builder)
+        assert "Unpack[GraphOptions]" in str(sig.parameters["options"].annotation)
+        assert "config" in sig.parameters and sig.return_annotation == "SearchGraph"
+    from langgraph.graph.state import CompiledStateGraph
+
+    policy = ScriptedPolicy(SEARCH)
+    old_style = build_parallel_search_graph(policy, hotpot_store, top_k=1, max_turns=2)  # **config calls
+    via_config = build_parallel_search_graph(policy, hotpot_store, config=GraphConfig(top_k=1))
+    assert isinstance(old_style, CompiledStateGraph) and isinstance(via_config, CompiledStateGraph)
+    out = asyncio.run(via_config.ainvoke({"question": Q}))
+    assert out["passages"] == 2
+    # keyword options win over config; the sequential graph keeps its own template unless given one
+    seq = build_sequential_graph(policy, hotpot_store, config=GraphConfig(top_k=1), top_k=2)
+    out = asyncio.run(seq.ainvoke({"question": Q}))
+    assert out["passages"] == 2 and "decompose" not in out["transcript"].split("Question:")[0]
+    with pytest.raises(ValueError, match="top_k"):
+        build_parallel_search_graph(policy, hotpot_store, top_k=0)
+    with pytest.raises(ValueError, match="unknown graph"):
+        build_graph("nope", policy, hotpot_store)
+
+
+# ---- per request -----------------------------------------------------------------------------
+def test_per_request_configuration(hotpot_store):
+    graph = build_parallel_search_graph(ScriptedPolicy(SEARCH), hotpot_store)
+    schema = graph.get_context_jsonschema()
+    assert set(PER_REQUEST_KEYS) == set(schema["properties"]) >= {"top_k", "max_turns", "max_subqueries"}
+
+    def run(**kw):
+        return asyncio.run(graph.ainvoke({"question": Q}, **kw))
+
+    assert run()["passages"] == 6
+    assert run(config={"configurable": {"top_k": 1, "thread_id": "x"}})["passages"] == 2
+    assert run(context={"top_k": 2})["passages"] == 4
+    assert run(context={"max_subqueries": 1})["subqueries"] == 0  # two sub-queries are now invalid
+    assert run(config={"configurable": {"max_turns": 0}})["policy_calls"] == 1
+    with pytest.raises(ValueError, match="top_k"):
+        run(config={"configurable": {"top_k": 0}})
+    rag = build_rag_graph(ScriptedPolicy(["<answer> x </answer>"]), hotpot_store)
+    out = asyncio.run(rag.ainvoke({"question": Q}, config={"configurable": {"max_turns": 5, "top_k": 1}}))
+    assert out["policy_calls"] == 1 and out["passages"] == 1  # rag keeps its single turn
+
+
+@needs_data
+def test_served_graph_is_tuned_per_call(hotpot_store):
+    from parallelsearch.server import create_app
+
+    app = create_app(Settings(), policy=ScriptedPolicy(SEARCH), searcher=hotpot_store)
+    with UvicornThread(app) as srv:
+        schema = httpx.get(srv.url + "/parallelsearch/config_schema", timeout=30).json()
+        text = json.dumps(schema)
+        assert all(k in text for k in ("top_k", "max_turns", "max_subqueries", "temperature"))
+        body = {"input": {"question": Q}, "config": {"configurable": {"top_k": 1}}}
+        out = httpx.post(srv.url + "/parallelsearch/invoke", json=body, timeout=60).json()["output"]
+        assert out["passages"] == 2
+        out = httpx.post(srv.url + "/parallelsearch/invoke", json={"input": {"question": Q}}, timeout=60)
+        assert out.json()["output"]["passages"] == 6
+
+
+# ---- precedence at every entry point: flag > environment > defaults ----------------------------
+CASES = [("flag", "2", 1, 1), ("env", "2", None, 2), ("default", None, None, 3)]
+
+
+@pytest.fixture()
+def configured(monkeypatch, hotpot_store):
+    """Settings through the environment: the store, an OpenAI-compatible test server, its key."""
+    app = make_openai_test_server()
+    with UvicornThread(app) as srv:
+        monkeypatch.setenv("PARALLELSEARCH_CHROMA_PATH", hotpot_store.location)
+        monkeypatch.setenv("PARALLELSEARCH_STORES", hotpot_store.name)
+        monkeypatch.setenv("PARALLELSEARCH_POLICY", "openai:test-model")
+        monkeypatch.setenv("PARALLELSEARCH_OPENAI_BASE_URL", srv.url + "/v1")
+        monkeypatch.setenv("PARALLELSEARCH_OPENAI_API_KEY", "sekret")
+        yield app
+
+
+def _set_env_top_k(monkeypatch, env):
+    if env is None:
+        monkeypatch.delenv("PARALLELSEARCH_GRAPH__TOP_K", raising=False)
+    else:
+        monkeypatch.setenv("PARALLELSEARCH_GRAPH__TOP_K", env)
+
+
+def _flag(flag):
+    return ["--top-k", str(flag)] if flag is not None else []
+
+
+def _key_arrived(app):
+    assert app.state.auth and set(app.state.auth) == {"Bearer sekret"}
+
+
+@needs_data
+@pytest.mark.parametrize(("case", "env", "flag", "expected"), CASES)
+def test_precedence_ask(configured, monkeypatch, capsys, case, env, flag, expected):
+    _set_env_top_k(monkeypatch, env)
+    assert main(["ask", Q, "--json", *_flag(flag)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["subqueries"] == 2 and out["passages"] == 2 * expected
+    _key_arrived(configured)
+
+
+@needs_data
+@pytest.mark.parametrize(("case", "env", "flag", "expected"), CASES)
+def test_precedence_eval(
+    configured, monkeypatch, hotpot_comparison_file, tmp_path, case, env, flag, expected
+):
+    _set_env_top_k(monkeypatch, env)
+    out = tmp_path / "run"
+    argv = ["eval", "--dataset", str(hotpot_comparison_file), "--limit", "1", "--graphs", "parallel"]
+    assert main([*argv, "--out", str(out), "--no-plots", *_flag(flag)]) == 0
+    row = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    assert row["error"] is None and row["passages"] == 2 * expected
+    _key_arrived(configured)
+
+
+@needs_data
+@pytest.mark.parametrize(("case", "env", "flag", "expected"), CASES)
+def test_precedence_rollout(
+    configured, monkeypatch, hotpot_comparison_file, tmp_path, case, env, flag, expected
+):
+    _set_env_top_k(monkeypatch, env)
+    ep = tmp_path / "ep.jsonl"
+    argv = ["rollout", "--data", str(hotpot_comparison_file), "--limit", "1", "--out", str(ep)]
+    assert main([*argv, *_flag(flag)]) == 0
+    rec = json.loads(ep.read_text().splitlines()[0])
+    assert rec["error"] is None and rec["passages"] == 2 * expected
+    _key_arrived(configured)
+
+
+@needs_data
+@pytest.mark.parametrize(("case", "env", "flag", "expected"), CASES)
+def test_precedence_serve(configured, monkeypatch, case, env, flag, expected):
+    import uvicorn
+
+    _set_env_top_k(monkeypatch, env)
+    apps = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: apps.append(app))
+    assert main(["serve", *_flag(flag)]) == 0
+    with UvicornThread(apps[0]) as srv:
+        assert httpx.get(srv.url + "/health", timeout=10).json()["graph"]["top_k"] == expected
+        r = httpx.post(srv.url + "/parallelsearch/invoke", json={"input": {"question": Q}}, timeout=60)
+    assert r.status_code == 200 and r.json()["output"]["passages"] == 2 * expected
+    _key_arrived(configured)
+
+
+@needs_data
+@pytest.mark.parametrize(("case", "env", "flag", "expected"), CASES)
+def test_precedence_demo(configured, monkeypatch, tmp_path, case, env, flag, expected):
+    _set_env_top_k(monkeypatch, env)
+    out = tmp_path / "demo"
+    assert main(["demo", "--limit", "1", "--out", str(out), *_flag(flag)]) == 0
+    rows = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert rows and all(r["error"] is None and r["passages"] == r["subqueries"] * expected for r in rows)
+    _key_arrived(configured)
+
+
+@needs_data
+@pytest.mark.parametrize(("case", "env", "flag", "expected"), [c for c in CASES if c[2] is None])
+def test_precedence_langgraph_app(configured, monkeypatch, case, env, flag, expected):
+    import importlib
+    import sys
+
+    _set_env_top_k(monkeypatch, env)
+    sys.modules.pop("parallelsearch.langgraph_app", None)
+    mod = importlib.import_module("parallelsearch.langgraph_app")
+    out = asyncio.run(mod.graph.ainvoke({"question": Q}))
+    assert out["passages"] == 2 * expected and mod.graph.get_context_jsonschema()["properties"]["top_k"]
+    _key_arrived(configured)
+
+
+@needs_data
+def test_precedence_agent_config_and_train_overrides(tmp_path, monkeypatch, capsys):
+    """The agent config file > GraphConfig defaults; ``train --set`` > the preset."""
+    from parallelsearch.rl.agent_config import load_agent_config
+
+    path = tmp_path / "agent.yaml"
+    path.write_text("retriever_url: http://127.0.0.1:9/retrieve\ngraph_config:\n  top_k: 2\n")
+    assert load_agent_config(path).graph_config.top_k == 2
+    path.write_text("retriever_url: http://127.0.0.1:9/retrieve\n")
+    assert load_agent_config(path).graph_config.top_k == 3
+    assert main(["train", "--preset", "paper", "--dry-run", "--set", "agent.graph_config.top_k=5"]) == 0
+    assert "top_k: 5" in capsys.readouterr().out
