@@ -174,8 +174,17 @@ def parse_action(text: object, *, max_subqueries: int = 8, split: bool = True) -
     return Action("invalid", think=think, reason="no <search> or <answer> tag")
 
 
-def format_passages(passages: Sequence[Passage]) -> str:
+TitleStyle = Literal["official", "stripped"]
+#: how ``Doc i(Title: t)`` shows a title: ``official`` = the corpus entry's first line verbatim, as
+#: the official code renders it (Search-R1/wiki-18 titles keep their quotes: ``Title: "Aaron"``),
+#: which released checkpoints were trained on; ``stripped`` = the bare title (``Title: Aaron``)
+TITLE_STYLES: tuple[str, ...] = ("official", "stripped")
+
+
+def format_passages(passages: Sequence[Passage], titles: TitleStyle = "stripped") -> str:
     """One sub-query's results: ``Doc i(Title: t) text`` lines, numbering from 1."""
+    if titles == "official":
+        return "".join(f"Doc {i}(Title: {p.first_line}) {p.text}\n" for i, p in enumerate(passages, 1))
     return "".join(f"Doc {i}(Title: {p.title}) {p.text}\n" for i, p in enumerate(passages, 1))
 
 
@@ -184,13 +193,16 @@ def format_observation(
     errors: Sequence[str | None] = (),
     queries: Sequence[str] = (),
     max_words: int | None = None,
+    titles: TitleStyle = "stripped",
 ) -> str:
     """ONE ``<information>`` block for a search round, sub-queries in order.
 
     A failed sub-query contributes a one-line notice instead of passages, so the policy
     sees that the search happened and failed. ``max_words`` caps the block (a whitespace
-    approximation of the observation token cap).
+    approximation of the observation token cap). ``titles``: see :data:`TitleStyle`.
     """
+    if titles not in TITLE_STYLES:
+        raise ValueError(f"unknown title style {titles!r}; choose one of {', '.join(TITLE_STYLES)}")
     parts = []
     for i, res in enumerate(results):
         err = errors[i] if i < len(errors) else None
@@ -198,7 +210,7 @@ def format_observation(
             q = queries[i] if i < len(queries) else f"#{i + 1}"
             parts.append(f"Search failed for '{q}': {err}\n")
         else:
-            parts.append(format_passages(res or []))
+            parts.append(format_passages(res or [], titles))
     body = "".join(parts).strip()
     if max_words is not None:
         words = body.split(" ")

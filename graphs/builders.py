@@ -47,7 +47,10 @@ def _config(config: GraphConfig | None, options: dict[str, Any], **fixed: Any) -
         raise TypeError(f"config must be a GraphConfig, got {type(base).__name__}")
     cfg = base.updated(**options) if options else base
     defaults = {k: v for k, v in fixed.items() if not (k == "prompt_template" and cfg.prompt_template)}
-    return cfg.model_copy(update=defaults) if defaults else cfg
+    template = defaults.get("prompt_template", cfg.prompt_template)
+    if cfg.observation_titles is None:  # released checkpoints saw quoted titles with the official prompt
+        defaults["observation_titles"] = "official" if template == "official" else "stripped"
+    return cfg.model_copy(update=defaults)
 
 
 def _compile(builder: StateGraph, cfg: GraphConfig, checkpointer: Any, name: str) -> SearchGraph:

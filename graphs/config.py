@@ -10,7 +10,7 @@ defaults (docs/architecture.md, "Configuration").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
@@ -39,6 +39,12 @@ class GraphConfig(BaseModel):
         None,
         description="'paper', 'official', 'search_r1' or a format string with {question}; "
         "None = the graph's own (search_r1 for the sequential graph, paper otherwise)",
+    )
+    observation_titles: Literal["official", "stripped"] | None = Field(
+        None,
+        description="how <information> shows titles: 'official' = the corpus entry's first line verbatim "
+        "(quoted, as released checkpoints saw it), 'stripped' = the bare title; None = 'official' with the "
+        "official prompt template, else 'stripped'",
     )
     max_new_tokens: int = Field(500, ge=1, description="per-turn token cap")
     temperature: float = Field(0.0, ge=0, description="policy sampling temperature")
@@ -75,6 +81,7 @@ class GraphOptions(TypedDict, total=False):
     search_retries: int
     max_observation_words: int | None
     prompt_template: str | None
+    observation_titles: Literal["official", "stripped"] | None
     max_new_tokens: int
     temperature: float
     top_p: float

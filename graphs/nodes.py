@@ -236,7 +236,11 @@ class Nodes:
         ]
         errors = [row.get("error") for row in rows]
         obs = format_observation(
-            passages, errors, [row["query"] for row in rows], self.cfg.max_observation_words
+            passages,
+            errors,
+            [row["query"] for row in rows],
+            self.cfg.max_observation_words,
+            self.cfg.observation_titles or "stripped",
         )
         n_err = sum(1 for e in errors if e)
         ms = _ms(t0)

@@ -50,7 +50,11 @@ class AgentConfig(RetrievalConfig):
     model_config = ConfigDict(extra="forbid")
 
     graph: str = Field("parallel", description="parallel (ParallelSearch) or sequential (Search-R1)")
-    graph_config: GraphConfig = Field(default_factory=GraphConfig)
+    graph_config: GraphConfig = Field(
+        default_factory=GraphConfig,
+        validate_default=True,
+        description="the graph's knobs; observations render titles as the official code does unless set",
+    )
     reward: RewardConfig = Field(default_factory=RewardConfig)
 
     @model_validator(mode="before")
@@ -68,6 +72,13 @@ class AgentConfig(RetrievalConfig):
     @classmethod
     def _searching_graph(cls, value: str) -> str:
         return check_graph_kind(value, SEARCHING_KINDS)
+
+    @field_validator("graph_config")
+    @classmethod
+    def _official_observations(cls, value: GraphConfig) -> GraphConfig:
+        """Training sees the official observation format (quoted titles) unless the config says otherwise:
+        a policy trained here then reads released checkpoints' format, and vice versa."""
+        return value if value.observation_titles else value.updated(observation_titles="official")
 
     @model_validator(mode="after")
     def _one_searcher(self) -> AgentConfig:

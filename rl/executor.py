@@ -82,9 +82,15 @@ def _logprobs(out: Any, ids: list[int]) -> list[float]:
     return vals
 
 
-def decode_episode(tokenizer: Any, tokens: list[int], mode: str) -> str:
-    """The text the reward sees: special tokens kept for ``official`` (it looks for the chat marker)."""
-    return tokenizer.decode(tokens, skip_special_tokens=(mode != "official"))
+def decode_tokens(tokenizer: Any, tokens: list[int]) -> str:
+    """Token ids -> text, exactly: special tokens kept, no clean-up of spaces.
+
+    The episode's one decoding. Everything the environment, the reward and the next turn
+    see is decoded this way from the ids the policy is trained on, so text and tokens never
+    drift apart (for byte-level BPE tokenizers such as Qwen's, decoding is then exactly
+    additive: ``decode(a + b) == decode(a) + decode(b)``).
+    """
+    return tokenizer.decode(tokens, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
 def extra_logs(breakdown: RewardBreakdown, state: dict[str, Any], turns: int) -> dict[str, Any]:
@@ -119,7 +125,15 @@ async def execute_episode(
     *,
     max_new_tokens_per_turn: int | None = None,
 ) -> dict[str, Any]:
-    """Run one episode and return OpenRLHF's sample dict (see module docstring)."""
+    """Run one episode and return OpenRLHF's sample dict (see module docstring).
+
+    Invariant: the environment gets each turn as the decoded generated ids, not the
+    engine's ``text``. vLLM cuts ``text`` right after a stop string but keeps the whole
+    token that completed it (Qwen's ``>\n\n``), so ``text`` would drop what the policy
+    is trained on. Hence ``decode_tokens(observation_tokens)`` is exactly the episode
+    (prompt, turns, observations) that the environment and the reward saw, and the reward
+    is scored with the prompt's end known in tokens, whatever the chat template.
+    """
     lab = parse_label(label)
     mode = env_graph.reward_mode
     env = env_graph.new_episode()
@@ -133,6 +147,7 @@ async def execute_episode(
     if len(tokens) > max_length - 1:
         log.warning("prompt of %d tokens exceeds max_length %d; keeping its tail", len(tokens), max_length)
         tokens = tokens[-(max_length - 1) :]
+    prompt_len = len(tokens)
     want_lp = getattr(sampling_params, "logprobs", None) is not None
     rollout_lp: list[float] | None = [0.0] * len(tokens) if want_lp else None
     ranges: list[tuple[int, int]] = []
@@ -155,7 +170,7 @@ async def execute_episode(
                 rollout_lp.extend(_logprobs(out, ids))
             if out.finish_reason == "length" and len(tokens) >= max_length:
                 truncated = True
-            step = await env.step(out.text or "")
+            step = await env.step(decode_tokens(hf_tokenizer, ids))
             obs_ids = (
                 list(hf_tokenizer(step.observation, add_special_tokens=False)["input_ids"])
                 if step.observation
@@ -175,8 +190,9 @@ async def execute_episode(
     finally:
         env.close()
 
-    text = decode_episode(hf_tokenizer, tokens, mode)
-    breakdown = score_trajectory(text, lab, mode, **env_graph.reward_weights)
+    text = decode_tokens(hf_tokenizer, tokens)
+    prompt_text = decode_tokens(hf_tokenizer, tokens[:prompt_len])
+    breakdown = score_trajectory(text, lab, mode, prompt=prompt_text, **env_graph.reward_weights)
     return {
         "prompt": prompt,
         "label": label,

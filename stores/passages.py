@@ -40,6 +40,9 @@ class Passage:
     score: float | None = None
     store: str | None = None
     source: str | None = field(default=None, compare=False)
+    #: the corpus entry's first line verbatim, when the passage came as Search-R1 ``contents``
+    #: from a /retrieve server (``"Aaron"`` with its quotes); None = derive it from the title
+    heading: str | None = field(default=None, compare=False)
 
     @classmethod
     def make(cls, title: str, text: str, source: str | None = None) -> Passage:
@@ -50,6 +53,12 @@ class Passage:
     def contents(self) -> str:
         return to_contents(self.title, self.text)
 
+    @property
+    def first_line(self) -> str:
+        """The title line as the official code renders it: the corpus entry's first line verbatim
+        (what our ``/retrieve`` server serves as ``contents`` is ``"Title"`` + newline + text)."""
+        return self.heading if self.heading is not None else self.contents.partition("\n")[0]
+
     def to_dict(self) -> dict:
         # spelled out: dataclasses.asdict deep-copies every field, ~20x slower, on every search result
         return {
@@ -59,4 +68,5 @@ class Passage:
             "score": self.score,
             "store": self.store,
             "source": self.source,
+            "heading": self.heading,
         }

@@ -37,11 +37,18 @@ def parse_result(result: Any, store: str | None = None) -> list[list[Passage]]:
                 doc, score = item["document"], item.get("score")
             if not isinstance(doc, dict) or "contents" not in doc:
                 raise RetrieverError(f"document without 'contents': {str(doc)[:200]}")
-            title, text = split_contents(doc["contents"])
-            pid = str(doc.get("id", ""))
+            contents = doc["contents"]
+            if not isinstance(contents, str):
+                raise RetrieverError(f"document 'contents' is {type(contents).__name__}, not text")
+            title, text = split_contents(contents)
             row.append(
                 Passage(
-                    id=pid, title=title, text=text, score=None if score is None else float(score), store=store
+                    id=str(doc.get("id", "")),
+                    title=title,
+                    text=text,
+                    score=None if score is None else float(score),
+                    store=store,
+                    heading=contents.partition("\n")[0],
                 )
             )
         out.append(row)

@@ -78,46 +78,8 @@ TINY_LM_QUESTION = "Were Scott Derrickson and Ed Wood of the same nationality?"
 
 @pytest.fixture(scope="session")
 def tiny_lm():
-    """A randomly initialised Llama-style model with a tokenizer trained here (tokenizers package)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    """A randomly initialised Llama-style model and a Qwen2-style tokenizer trained here (tests/tiny_model.py)."""
+    from tiny_model import build_model, build_tokenizer
 
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    corpus = [
-        "<think> </think> <search> </search> <answer> </answer> <information> ## Doc Title",
-        TINY_LM_QUESTION,
-    ] * 50
-    tok.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(
-            vocab_size=300,
-            special_tokens=["<unk>", "<eos>", "<|im_start|>", "<|im_end|>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    from tokenizers import decoders
-
-    tok.decoder = decoders.ByteLevel()
-    hf_tok = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        unk_token="<unk>",
-        eos_token="<eos>",
-        pad_token="<eos>",
-        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
-    )
-    import torch
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=len(hf_tok),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        eos_token_id=hf_tok.eos_token_id,
-        pad_token_id=hf_tok.eos_token_id,
-    )
-    return LlamaForCausalLM(cfg), hf_tok
+    tok = build_tokenizer()
+    return build_model(tok), tok

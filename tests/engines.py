@@ -15,8 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from parallelsearch.agents.protocol import truncate_at_stop
-
 
 @dataclass
 class Logprob:
@@ -43,12 +41,6 @@ class RequestOutput:
     finished: bool = True
 
 
-def _cut_at_stop(text: str, stops: Sequence[str]) -> tuple[str, str | None]:
-    """The text up to and including the first stop string, and which stop string it was."""
-    cut = truncate_at_stop(text, stops)
-    return cut, next((s for s in stops if s in text and cut.endswith(s)), None)
-
-
 def _stops(params: Any) -> list[str]:
     stop = getattr(params, "stop", None) or []
     return [stop] if isinstance(stop, str) else list(stop)
@@ -57,9 +49,14 @@ def _stops(params: Any) -> list[str]:
 class ScriptedEngine:
     """Replays turn texts: the i-th call for a prompt returns ``turns[i]`` (last one repeated).
 
-    Turns are matched to episodes by the prompt's leading tokens, so one engine can serve
-    concurrent episodes. Text is cut at the first stop string (kept) and at ``max_tokens``
-    tokens, as vLLM would; logprobs are a fixed -0.5 per token when requested.
+    It stops the way vLLM does: the scripted turn is tokenised whole (it may go on past
+    the stop string), generation ends at the FIRST TOKEN whose text completes a stop
+    string, and that whole token is returned in ``token_ids`` while ``text`` is cut right
+    after the stop string (``include_stop_str_in_output``). With a tokenizer whose merges
+    cross the stop string (``>\\n\\n``), ``text`` and ``token_ids`` then disagree, exactly
+    as with vLLM. ``max_tokens`` cuts at a token count (finish "length"). Turns are matched
+    to episodes by the prompt's leading tokens, so one engine serves concurrent episodes.
+    Logprobs are a fixed -0.5 per token when requested.
     """
 
     def __init__(self, tokenizer: Any, turns: Sequence[str], prefix_tokens: int = 64):
@@ -71,6 +68,23 @@ class ScriptedEngine:
         self.calls: dict[tuple[int, ...], int] = {}
         self.requests: list[list[int]] = []
         self.outputs: list[list[int]] = []  # generated token ids, in call order
+        self.texts: list[str] = []  # the engine's (cut) text, in call order
+
+    def _stop_like_vllm(
+        self, ids: list[int], stops: list[str], cap: int | None
+    ) -> tuple[list[int], str, str, str | None]:
+        decode = self.tokenizer.decode
+        for k in range(1, len(ids) + 1):
+            if cap is not None and k > cap:
+                break
+            text = decode(ids[:k], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            hit = min(((text.find(s), s) for s in stops if s in text), default=None)
+            if hit is not None:
+                at, stop = hit
+                return ids[:k], text[: at + len(stop)], "stop", stop
+        kept = ids[:cap] if cap is not None else ids
+        text = decode(kept, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        return kept, text, "length" if cap is not None and len(ids) > cap else "stop", None
 
     async def generate(
         self, token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None
@@ -79,18 +93,16 @@ class ScriptedEngine:
         key = tuple(token_ids[: self.prefix_tokens])
         i = self.calls.get(key, 0)
         self.calls[key] = i + 1
-        text, stop = _cut_at_stop(self.turns[min(i, len(self.turns) - 1)], _stops(sampling_params))
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        finish = "stop" if stop else "length"
+        turn = self.turns[min(i, len(self.turns) - 1)]
+        full = self.tokenizer(turn, add_special_tokens=False)["input_ids"]
         cap = getattr(sampling_params, "max_tokens", None)
-        if cap is not None and len(ids) > cap:
-            ids, finish = ids[:cap], "length"
-            text = self.tokenizer.decode(ids)
+        ids, text, finish, stop = self._stop_like_vllm(full, _stops(sampling_params), cap)
         lps = None
         if getattr(sampling_params, "logprobs", None) is not None:
             lps = [{t: Logprob(-0.5)} for t in ids]
         out = CompletionOutput(0, text, list(ids), finish, lps, stop)
         self.outputs.append(list(ids))
+        self.texts.append(text)
         return RequestOutput(f"scripted-{len(self.requests)}", list(token_ids), [out])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,3 +104,17 @@ def test_prompt_templates():
     assert set(TEMPLATES) == {"paper", "official", "search_r1"} and INVALID_FEEDBACK.startswith(
         "\nMy previous action is invalid."
     )
+
+
+def test_official_title_style_keeps_the_first_line_verbatim():
+    ours = Passage("1", "Aaron", "Aaron is a prophet.")  # from a store: the title, quoted as in to_contents
+    remote = Passage(
+        "2", "Aaron", "Aaron is a prophet.", heading="Aaron (prophet)"
+    )  # a first line without quotes
+    assert format_observation([[ours], [remote]], titles="official") == (
+        '\n\n<information>Doc 1(Title: "Aaron") Aaron is a prophet.\n'
+        "Doc 1(Title: Aaron (prophet)) Aaron is a prophet.</information>\n\n"
+    )
+    assert "Doc 1(Title: Aaron) " in format_observation([[ours]], titles="stripped")
+    with pytest.raises(ValueError, match="title style"):
+        format_observation([[ours]], titles="quoted")

@@ -104,3 +104,52 @@ def test_clients_share_one_tls_context(server, monkeypatch):
         assert client.search(q, 1)
     assert client.health()["status"] == "ok"
     assert len(made) <= 1  # at most the shared context itself, if no earlier test made it
+
+
+def _official_client_observation(url: str, action_query: str, topk: int) -> str:
+    """The <information> block the official rollout code builds for a search action, derived from
+    our server's HTTP response as its client does (documented behaviour, see docs/architecture.md
+    "The protocol"): sub-queries split on '##' and sent as they are, each document rendered as
+    'Doc i(Title: <first line of contents, verbatim>) <the other lines>', one block, stripped."""
+    queries = action_query.split("##")
+    body = httpx.post(
+        url + "/retrieve", json={"queries": queries, "topk": topk, "return_scores": True}, timeout=30
+    )
+    parts = []
+    for docs in body.json()["result"]:
+        for i, item in enumerate(docs, 1):
+            first, _, rest = item["document"]["contents"].partition("\n")
+            parts.append(f"Doc {i}(Title: {first}) {rest}\n")
+    return "\n\n<information>" + "".join(parts).strip() + "</information>\n\n"
+
+
+@pytest.mark.parametrize("via", ["store", "retrieve"])
+def test_official_template_observation_is_byte_identical_to_the_official_client(server, hotpot_store, via):
+    """Released checkpoints were trained on the official rendering (quoted wiki-18 titles); with the
+    official template our graph's observation is the same bytes, from a local store or over /retrieve."""
+    from parallelsearch.agents.policies import ScriptedPolicy
+    from parallelsearch.graphs import build_parallel_search_graph
+
+    action = "<think> t </think>\n<search>Scott Derrickson##Ed Wood</search>"
+    searcher = hotpot_store if via == "store" else server.url
+    graph = build_parallel_search_graph(
+        ScriptedPolicy([action, "<answer> yes </answer>"]), searcher, prompt_template="official", top_k=2
+    )
+    out = asyncio.run(
+        graph.ainvoke({"question": "Were Scott Derrickson and Ed Wood of the same nationality?"})
+    )
+    ours = next(s for s in out["trajectory"] if s["type"] == "observation")["text"]
+    assert ours == _official_client_observation(server.url, "Scott Derrickson##Ed Wood", 2)
+    # the exact bytes of its start, pinned
+    assert ours.startswith(
+        '\n\n<information>Doc 1(Title: "Scott Derrickson") Scott Derrickson (born July 16, 1966) is an American '
+        "director, screenwriter and producer."
+    )
+    assert '\nDoc 1(Title: "Ed Wood") ' in ours and ours.count("Doc 2(Title: ") == 2
+    # the stripped form stays available, and is the default with the paper template
+    plain = build_parallel_search_graph(ScriptedPolicy([action, "<answer> yes </answer>"]), searcher, top_k=2)
+    text = asyncio.run(plain.ainvoke({"question": "q?"}))["transcript"]
+    assert (
+        "Doc 1(Title: Scott Derrickson) " in text
+        and '"Scott Derrickson"' not in text.split("<information>")[1]
+    )

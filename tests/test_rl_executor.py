@@ -20,7 +20,7 @@ from parallelsearch.agents.protocol import render_prompt
 from parallelsearch.rl import EnvGraph, score_trajectory
 from parallelsearch.rl.agent_config import ENV_VAR, AgentConfigError, load_agent_config
 from parallelsearch.rl.data import train_record
-from parallelsearch.rl.executor import decode_episode, execute_episode
+from parallelsearch.rl.executor import decode_tokens, execute_episode
 from parallelsearch.rl.launch import agent_module_path
 
 pytestmark = needs_data
@@ -49,6 +49,29 @@ def load_like_openrlhf():
     return module.AgentExecutor()
 
 
+@pytest.fixture()
+def episodes(monkeypatch):
+    """Every SearchEnv the executor opens (to compare its transcript with the tokens)."""
+    from parallelsearch.rl.env import EnvGraph as _EnvGraph
+
+    opened = []
+    real = _EnvGraph.new_episode
+
+    def recording(self):
+        env = real(self)
+        opened.append(env)
+        return env
+
+    monkeypatch.setattr(_EnvGraph, "new_episode", recording)
+    return opened
+
+
+def check_transcript(result, prompt_ids, tok, env):
+    """decode(observation_tokens) is exactly prompt + what the environment's transcript holds after its prompt."""
+    text = decode_tokens(tok, result["observation_tokens"])
+    assert text == decode_tokens(tok, prompt_ids) + env.transcript[len(env.prompt) :]
+
+
 def check_bookkeeping(result, prompt_ids, engine, tok, label, mode="paper"):
     toks = result["observation_tokens"]
     ranges = result["action_ranges"]
@@ -62,7 +85,7 @@ def check_bookkeeping(result, prompt_ids, engine, tok, label, mode="paper"):
     assert "<information>" not in inside
     covered = sum(b - a for a, b in ranges)
     assert covered == sum(len(o) for o in engine.outputs) <= len(toks) - len(prompt_ids)
-    expected = score_trajectory(decode_episode(tok, toks, mode), label, mode)
+    expected = score_trajectory(decode_tokens(tok, toks), label, mode, prompt=decode_tokens(tok, prompt_ids))
     assert result["reward"] == pytest.approx(expected.total)
     assert result["scores"] == expected.outcome
     lps = result["rollout_log_probs"]
@@ -110,7 +133,9 @@ def _comparison(questions):
     )
 
 
-def test_openrlhf_loads_executor_and_scripted_episode_bookkeeping(agent_config, hotpot_questions, tiny_lm):
+def test_openrlhf_loads_executor_and_scripted_episode_bookkeeping(
+    agent_config, hotpot_questions, tiny_lm, episodes
+):
     _, tok = tiny_lm
     q = _comparison(hotpot_questions)
     a, b = q["metadata"]["supporting_titles"][:2]
@@ -126,12 +151,14 @@ def test_openrlhf_loads_executor_and_scripted_episode_bookkeeping(agent_config, 
     )
     prompt_ids = tok(rec["prompt"], add_special_tokens=False)["input_ids"]
     expected = check_bookkeeping(result, prompt_ids, engine, tok, json.loads(rec["label"]))
+    check_transcript(result, prompt_ids, tok, episodes[0])
     assert len(result["action_ranges"]) == 2 and not result["truncated"]
     assert expected.correct and expected.decomposed and expected.total == pytest.approx(1.8)
-    # the engine saw prompt + action + observation as ids; the observation holds both titles
+    # the engine saw prompt + action + observation as ids; the observation holds both titles,
+    # rendered as the official code does (the agent config's default): the first line verbatim, quoted
     second = engine.requests[1]
     obs = tok.decode(second[result["action_ranges"][0][1] :])
-    assert obs.startswith("\n\n<information>") and f"(Title: {a})" in obs and f"(Title: {b})" in obs
+    assert obs.startswith("\n\n<information>") and f'(Title: "{a}")' in obs and f'(Title: "{b}")' in obs
     assert set(result) >= {
         "prompt",
         "label",
@@ -189,13 +216,8 @@ def test_tiny_hf_model_as_engine(hotpot_store, hotpot_questions, tiny_lm):
 
 
 def test_official_mode_with_chat_template(hotpot_store, hotpot_questions, tiny_lm):
-    _, tok = tiny_lm
     _, base = tiny_lm
-    base.chat_template = (
-        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-    )
-    try:
+    if True:  # the tiny tokenizer carries Qwen's chat template
         q = _comparison(hotpot_questions)
         rec = train_record(q, template="official", tokenizer=base)
         assert rec["prompt"].endswith("<|im_start|>assistant\n")
@@ -217,8 +239,6 @@ def test_official_mode_with_chat_template(hotpot_store, hotpot_questions, tiny_l
         )
         # the official score: right answer, valid format, '##' in the first search, one search round
         assert expected.format_valid and expected.total == pytest.approx(1 + 0.45 + 0.35)
-    finally:
-        base.chat_template = None
 
 
 def test_config_errors_fail_fast(tmp_path, monkeypatch):
@@ -249,3 +269,67 @@ def test_question_taken_from_prompt_when_label_lacks_it():
     assert question_from(prompt, {"golden_answers": ["A"]}) == "Who is older, A or B?"
     with pytest.raises(ValueError, match="cannot find the question"):
         question_from("no question here", {"golden_answers": ["A"]})
+
+
+@pytest.mark.parametrize("template", ["paper", "official"])
+def test_chat_template_episode_scores_like_the_environment(
+    hotpot_store, hotpot_questions, tiny_lm, episodes, template
+):
+    """Defect: decoding without special tokens dropped <|im_start|>assistant, paper mode then counted the
+    leftover 'assistant' as text outside tags (1.7 instead of 1.8). The executor now knows where the
+    prompt ends in tokens; its reward equals the environment's and score_trajectory on the raw text."""
+    _, tok = tiny_lm
+    q = _comparison(hotpot_questions)
+    a, b = q["metadata"]["supporting_titles"][:2]
+    rec = train_record(q, template=template, tokenizer=tok)
+    assert rec["prompt"].endswith("<|im_start|>assistant\n")
+    gold = q["golden_answers"][0]
+    engine = ScriptedEngine(
+        tok,
+        [
+            f"<think> t </think>\n<search> {a} ## {b} </search>",
+            f"<think> t </think>\n<answer> {gold} </answer>",
+        ],
+    )
+    g = EnvGraph(hotpot_store, reward_mode="paper", prompt_template=template)
+    result = asyncio.run(
+        execute_episode(g, rec["prompt"], rec["label"], SamplingParamsStandIn(), 4096, tok, engine)
+    )
+    env = episodes[0]
+    label = json.loads(rec["label"])
+    assert result["reward"] == pytest.approx(1.8)
+    raw = rec["prompt"] + env.transcript[len(env.prompt) :]
+    assert score_trajectory(raw, label, "paper", prompt=rec["prompt"]).total == pytest.approx(1.8)
+    assert score_trajectory(env.transcript, label, "paper", prompt=env.prompt).total == pytest.approx(1.8)
+    check_transcript(result, tok(rec["prompt"], add_special_tokens=False)["input_ids"], tok, env)
+
+
+def test_tokens_and_text_never_drift_after_a_stop_string(hotpot_store, hotpot_questions, tiny_lm, episodes):
+    """Defect: vLLM cuts ``text`` after the stop string but keeps the token that completed it (``>\\n\\n``
+    here, a real merge of the tiny Qwen-style tokenizer). The environment must continue from the decoded
+    tokens, so the sequence trained on is the transcript the environment and the reward saw."""
+    _, tok = tiny_lm
+    assert ">\n\n" in [tok.decode([i]) for i in tok("</search>\n\n", add_special_tokens=False)["input_ids"]]
+    q = _comparison(hotpot_questions)
+    a, b = q["metadata"]["supporting_titles"][:2]
+    rec = train_record(q)
+    gold = q["golden_answers"][0]
+    engine = ScriptedEngine(
+        tok,
+        [
+            f"<think> t </think>\n<search> {a} ## {b} </search>\n\nthe model would go on",
+            f"<think> t </think>\n<answer> {gold} </answer>\n\nand on",
+        ],
+    )
+    executor_cfg = EnvGraph(hotpot_store)
+    result = asyncio.run(
+        execute_episode(executor_cfg, rec["prompt"], rec["label"], SamplingParamsStandIn(), 4096, tok, engine)
+    )
+    # the engine's text stops at the stop string, its ids carry the newlines past it
+    assert engine.texts[0].endswith("</search>") and tok.decode(engine.outputs[0]).endswith("</search>\n\n")
+    env = episodes[0]
+    assert "</search>\n\n\n\n<information>" in env.transcript  # what the policy's tokens really say
+    prompt_ids = tok(rec["prompt"], add_special_tokens=False)["input_ids"]
+    check_transcript(result, prompt_ids, tok, env)
+    expected = check_bookkeeping(result, prompt_ids, engine, tok, json.loads(rec["label"]))
+    assert expected.format_valid and result["reward"] == pytest.approx(1.8)
