@@ -13,6 +13,15 @@ from conftest import ROOT
 
 @pytest.mark.slow
 def test_wheel_holds_only_the_parallelsearch_namespace(tmp_path):
+    # build from a clean copy: a stale build/ folder in the checkout would mask a missing package
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(".venv*", "build", "dist", "*.egg-info", ".git", ".parallelsearch"),
+    )
     r = subprocess.run(
         [
             sys.executable,
@@ -23,7 +32,7 @@ def test_wheel_holds_only_the_parallelsearch_namespace(tmp_path):
             "--no-build-isolation",
             "-w",
             str(tmp_path),
-            str(ROOT),
+            str(src),
         ],
         capture_output=True,
         text=True,
@@ -36,6 +45,12 @@ def test_wheel_holds_only_the_parallelsearch_namespace(tmp_path):
     assert tops == {"parallelsearch", next(t for t in tops if t.endswith(".dist-info"))}
     for sub in ("stores", "agents", "graphs", "rl"):
         assert f"parallelsearch/{sub}/__init__.py" in names
+    # every module of the source tree is in the wheel (a package missing from pyproject's list is not)
+    from test_architecture import project_modules
+
+    for module, path in project_modules().items():
+        wanted = module.replace(".", "/") + ("/__init__.py" if path.name == "__init__.py" else ".py")
+        assert wanted in names, f"{path.relative_to(ROOT)} is not packaged as {wanted}"
     assert not tops & {"agents", "graphs", "rl", "stores", "tests"}
 
 
