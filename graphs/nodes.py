@@ -111,6 +111,7 @@ class Nodes:
             turn_index=st.get("policy_calls", 0),
             final=final,
             allow_split=cfg.split_subqueries,
+            max_subqueries=cfg.max_subqueries,
             question=st.get("question", ""),
             metadata=meta,
             role=role,

@@ -45,6 +45,13 @@ def add_model_arg(p: argparse.ArgumentParser) -> None:
 def add_policy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", help=SPEC_HELP + " (default: the settings', oracle)")
     p.add_argument("--answer-policy", help="a separate policy spec for the answer turn")
+    p.add_argument(
+        "--constrained",
+        action="store_const",
+        const=True,
+        help="generate every turn under the protocol's grammar (vLLM structured outputs: vllm:PATH, "
+        "or openai:MODEL@URL against vllm serve)",
+    )
 
 
 def add_graph_kind_arg(p: argparse.ArgumentParser, kinds: tuple[str, ...] = GRAPH_KINDS) -> None:
@@ -79,6 +86,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("model", "embedding_model"),
         ("policy", "policy"),
         ("answer_policy", "answer_policy"),
+        ("constrained", "constrained"),
         ("api_key", "server_api_key"),
         ("batch_size", "embed_batch_size"),
     ):

@@ -48,6 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", required=True, help="question file (prepare-data output or a benchmark file)")
     p.add_argument("--dataset", help="dataset name when the path does not say it (hotpotqa, nq, ...)")
     p.add_argument("--policy", help=SPEC_HELP + " (default: the settings', oracle)")
+    p.add_argument(
+        "--constrained",
+        action="store_const",
+        const=True,
+        help="decode every turn under the protocol's grammar",
+    )
     add_retrieval_args(p)
     p.add_argument("--out", required=True, help="episodes jsonl")
     p.add_argument("--sft-out", help="write correctly answered episodes as an OpenRLHF SFT dataset")

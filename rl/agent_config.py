@@ -56,6 +56,12 @@ class AgentConfig(RetrievalConfig):
         description="the graph's knobs; observations render titles as the official code does unless set",
     )
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    constrained_decoding: bool = Field(
+        False, description="decode every turn under the protocol's grammar (vLLM structured outputs)"
+    )
+    constrained_think_chars: int = Field(
+        600, ge=1, description="longest <think> a constrained turn may write"
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -18,7 +18,7 @@ import logging
 import re
 from typing import Any
 
-from parallelsearch.agents.protocol import STOP_STRINGS
+from parallelsearch.agents.protocol import STOP_STRINGS, protocol_regex
 from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.rewards import RewardBreakdown, parse_label, score_trajectory
 
@@ -41,9 +41,18 @@ def question_from(prompt: str, label: dict[str, Any]) -> str:
     return m.group(1)
 
 
-def turn_params(params: Any, *, stop: tuple[str, ...], max_tokens: int) -> Any:
-    """A copy of the sampling params for one turn: stop strings kept in the output, a token cap."""
-    overrides = {"stop": list(stop), "include_stop_str_in_output": True, "max_tokens": int(max_tokens)}
+def turn_params(params: Any, *, stop: tuple[str, ...], max_tokens: int, regex: str | None = None) -> Any:
+    """A copy of the sampling params for one turn: stop strings kept in the output, a token cap,
+    and with ``regex`` vLLM's structured outputs (constrained decoding)."""
+    overrides: dict[str, Any] = {
+        "stop": list(stop),
+        "include_stop_str_in_output": True,
+        "max_tokens": int(max_tokens),
+    }
+    if regex is not None:
+        from parallelsearch.agents.policies.vllm_engine import structured_regex
+
+        overrides["structured_outputs"] = structured_regex(regex)
     fields = getattr(type(params), "__struct_fields__", None)  # vLLM SamplingParams is a msgspec Struct
     if fields:
         values = {f: getattr(params, f) for f in fields if not f.startswith("_")}
@@ -124,6 +133,8 @@ async def execute_episode(
     llm_engine: Any,
     *,
     max_new_tokens_per_turn: int | None = None,
+    constrained: bool = False,
+    think_chars: int = 600,
 ) -> dict[str, Any]:
     """Run one episode and return OpenRLHF's sample dict (see module docstring).
 
@@ -133,6 +144,10 @@ async def execute_episode(
     is trained on. Hence ``decode_tokens(observation_tokens)`` is exactly the episode
     (prompt, turns, observations) that the environment and the reward saw, and the reward
     is scored with the prompt's end known in tokens, whatever the chat template.
+
+    ``constrained``: every turn is decoded under the protocol's grammar (vLLM structured
+    outputs). The log-probs vLLM then returns are of the grammar-masked distribution, so they
+    are off-policy for the unconstrained model (docs/vllm.md says what to do about it).
     """
     lab = parse_label(label)
     mode = env_graph.reward_mode
@@ -160,7 +175,18 @@ async def execute_episode(
             if budget <= 0:
                 truncated = True
                 break
-            params = turn_params(sampling_params, stop=STOP_STRINGS, max_tokens=min(turn_cap, budget))
+            regex = None
+            if constrained:
+                turn = env.turn or {}
+                regex = protocol_regex(
+                    final=bool(turn.get("final")),
+                    split=bool(turn.get("allow_split", True)),
+                    max_subqueries=int(turn.get("max_subqueries") or 8),
+                    think_chars=think_chars,
+                )
+            params = turn_params(
+                sampling_params, stop=STOP_STRINGS, max_tokens=min(turn_cap, budget), regex=regex
+            )
             out = (await llm_engine.generate(tokens, params)).outputs[0]
             ids = list(out.token_ids)
             ranges.append((len(tokens), len(tokens) + len(ids)))

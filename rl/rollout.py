@@ -46,6 +46,8 @@ async def run_episode(env_graph: EnvGraph, policy: Any, q: dict[str, Any]) -> di
                 max_tokens=int(turn.get("max_tokens") or 500),
                 turn_index=int(turn.get("turn_index") or 0),
                 final=bool(turn.get("final")),
+                allow_split=bool(turn.get("allow_split", True)),
+                max_subqueries=int(turn.get("max_subqueries") or 8),
                 question=q["question"],
                 metadata={**(q.get("metadata") or {}), **label},
             )

@@ -83,3 +83,33 @@ def tiny_lm():
 
     tok = build_tokenizer()
     return build_model(tok), tok
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """The tiny random Llama and its tokenizer saved as one model folder (what vLLM loads)."""
+    from tiny_model import save_tiny
+
+    return save_tiny(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    with pytest.MonkeyPatch.context() as mp:
+        yield mp
+
+
+@pytest.fixture(scope="module")
+def module_loop():
+    """One event loop for a whole module: vLLM's async engine binds to the loop of its first request.
+    ``module_loop.run_until_complete(coro)`` runs a coroutine on it."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    yield loop
+    pending = asyncio.all_tasks(loop)  # e.g. an engine's output handler: end it inside the loop
+    for task in pending:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()

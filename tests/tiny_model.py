@@ -91,7 +91,7 @@ def build_model(tokenizer: Any, *, hidden: int = 64, layers: int = 2, heads: int
         num_attention_heads=heads,
         num_key_value_heads=heads,
         head_dim=hidden // heads,
-        max_position_embeddings=4096,
+        max_position_embeddings=16384,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=None,

@@ -28,6 +28,7 @@ class TurnRequest:
     turn_index: int = 0
     final: bool = False
     allow_split: bool = True
+    max_subqueries: int = 8
     question: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     role: str = "planner"

@@ -28,6 +28,8 @@ class ExternalPolicy:
                 "max_tokens": request.max_tokens,
                 "turn_index": request.turn_index,
                 "final": request.final,
+                "allow_split": request.allow_split,
+                "max_subqueries": request.max_subqueries,
             }
         )
         if isinstance(value, dict):

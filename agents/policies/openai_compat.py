@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag
+from parallelsearch.agents.protocol import protocol_regex
 from parallelsearch.stores.http_tls import tls_context
 
 
@@ -26,6 +27,8 @@ class OpenAICompletionsPolicy:
         timeout_s: float = 120.0,
         retries: int = 2,
         vllm_extensions: bool = True,
+        constrained: bool = False,
+        think_chars: int = 600,
     ):
         self.model = model
         self.name = f"openai:{model}@{base_url}"
@@ -34,6 +37,12 @@ class OpenAICompletionsPolicy:
         self.timeout_s = timeout_s
         self.retries = retries
         self.vllm_extensions = vllm_extensions
+        if constrained and not vllm_extensions:
+            raise ValueError(
+                "constrained decoding needs a vLLM server (structured_outputs); enable vllm_extensions"
+            )
+        self.constrained = constrained
+        self.think_chars = think_chars
 
     def _payload(self, r: TurnRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -49,6 +58,17 @@ class OpenAICompletionsPolicy:
         if self.vllm_extensions:
             body["include_stop_str_in_output"] = True
             body["return_token_ids"] = True
+        if (
+            self.constrained
+        ):  # vLLM's structured outputs (the older "guided_regex" field is ignored by vLLM 0.32)
+            body["structured_outputs"] = {
+                "regex": protocol_regex(
+                    final=r.final,
+                    split=r.allow_split,
+                    max_subqueries=r.max_subqueries,
+                    think_chars=self.think_chars,
+                )
+            }
         return body
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
@@ -90,5 +110,5 @@ class OpenAICompletionsPolicy:
             finish_reason=choice.get("finish_reason"),
             prompt_tokens=usage.get("prompt_tokens"),
             completion_tokens=usage.get("completion_tokens"),
-            labels=("openai",),
+            labels=("openai",) + (("constrained",) if self.constrained else ()),
         )

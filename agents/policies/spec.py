@@ -24,6 +24,9 @@ def policy_from_spec(
     base_url: str | None = None,
     api_key: str | None = None,
     timeout_s: float | None = None,
+    constrained: bool = False,
+    think_chars: int = 600,
+    engine_args: dict[str, Any] | None = None,
 ) -> Any:
     """The policy a spec string names. ``base_url``, ``api_key`` and ``timeout_s`` reach the
     OpenAI-compatible backend (a URL in the spec wins over ``base_url``).
@@ -52,15 +55,22 @@ def policy_from_spec(
         raise ValueError(f"policy spec {spec!r} needs a value after '{kind}:'; {SPEC_HELP}")
     if kind == "scripted":
         return ScriptedPolicy.from_file(rest)
+    if constrained and kind not in ("vllm", "openai"):
+        raise ValueError(
+            f"constrained decoding needs vLLM's structured outputs: use vllm:PATH or openai:MODEL@URL against "
+            f"vllm serve, not {kind}:"
+        )
     if kind == "hf":
         return HFPolicy(rest)
     if kind == "vllm":
-        return VLLMPolicy(rest)
+        return VLLMPolicy(rest, constrained=constrained, think_chars=think_chars, **(engine_args or {}))
     if kind == "openai":
         model, _, url = rest.partition("@")
         if not model:
             raise ValueError(f"policy spec {spec!r} names no model; {SPEC_HELP}")
         extra: dict[str, Any] = {"timeout_s": timeout_s} if timeout_s is not None else {}
+        if constrained:
+            extra.update(constrained=True, think_chars=think_chars)
         return OpenAICompletionsPolicy(
             model, url or base_url or DEFAULT_OPENAI_BASE_URL, api_key=api_key, **extra
         )

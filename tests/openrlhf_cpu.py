@@ -1,0 +1,69 @@
+"""Import OpenRLHF 0.11.2's real rollout and loss modules on a CPU machine (vLLM tier only).
+
+``openrlhf.models`` imports ``flash_attn`` at module level (ring attention and sample
+packing helpers), and flash-attn has no CPU build. While ``openrlhf.models`` imports, this
+registers STAND-IN modules for the three flash_attn names it imports; their functions raise
+if called (only packing and ring attention call them, which the tests do not use), and the
+stand-ins are removed again afterwards. Everything else is OpenRLHF's code, unchanged.
+
+Also here: building ``RolloutRayActor`` in-process. It is a Ray actor class whose
+``__init__`` is ``async``; without a Ray cluster we take the plain class from Ray's
+metadata and await its ``__init__`` ourselves. Its ``_configure_vllm_env`` reads Ray's
+GCS address when ``RAY_ADDRESS`` is unset, so a placeholder is set for the duration.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import sys
+import types
+from typing import Any
+
+_STUBS = ("flash_attn", "flash_attn.bert_padding", "flash_attn.utils", "flash_attn.utils.distributed")
+
+
+def _stand_in(name: str) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__spec__ = importlib.machinery.ModuleSpec(name, loader=None)
+
+    def unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"{name} is a CPU stand-in: flash-attn cannot run here")
+
+    for attr in ("pad_input", "unpad_input", "index_first_axis", "rearrange", "all_gather"):
+        setattr(mod, attr, unavailable)
+    return mod
+
+
+def import_openrlhf_models() -> types.ModuleType:
+    """``openrlhf.models`` with flash_attn stood in only while it imports."""
+    import peft  # noqa: F401 - these probe find_spec("flash_attn") themselves: import them first
+    import transformers  # noqa: F401
+
+    added = [n for n in _STUBS if n not in sys.modules]
+    for name in added:
+        sys.modules[name] = _stand_in(name)
+    try:
+        import openrlhf.models as models
+    finally:
+        for name in added:
+            sys.modules.pop(name, None)
+    return models
+
+
+async def rollout_actor_in_process(**kwargs: Any) -> Any:
+    """OpenRLHF's ``RolloutRayActor`` constructed without Ray (its own ``__init__``, awaited)."""
+    import_openrlhf_models()
+    from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
+
+    cls = RolloutRayActor.__ray_metadata__.modified_class
+    actor = cls.__new__(cls)
+    placeholder = "RAY_ADDRESS" not in os.environ
+    if placeholder:
+        os.environ["RAY_ADDRESS"] = "in-process-without-ray"
+    try:
+        await cls.__init__(actor, **kwargs)
+    finally:
+        if placeholder:
+            os.environ.pop("RAY_ADDRESS", None)
+    return actor
