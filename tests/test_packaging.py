@@ -36,6 +36,7 @@ def test_wheel_holds_only_the_parallelsearch_namespace(tmp_path):
     assert tops == {"parallelsearch", next(t for t in tops if t.endswith(".dist-info"))}
     for sub in ("stores", "agents", "graphs", "rl"):
         assert f"parallelsearch/{sub}/__init__.py" in names
+    assert "parallelsearch/web/ask.html" in names  # the page `parallelsearch serve` shows at /ui
     assert not tops & {"agents", "graphs", "rl", "stores", "tests"}
 
 
