@@ -121,3 +121,15 @@ def tiny_lm():
         pad_token_id=hf_tok.eos_token_id,
     )
     return LlamaForCausalLM(cfg), hf_tok
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The serving tier's timings and artefacts (tests/serving.py), when it ran."""
+    serving = sys.modules.get("serving")
+    if serving is None or not (serving.TIMINGS or serving.ARTIFACT_FILES):
+        return
+    terminalreporter.section("serving tier")
+    for what, seconds in serving.TIMINGS:
+        terminalreporter.write_line(f"{seconds:7.1f} s  {what}")
+    for path in serving.ARTIFACT_FILES:
+        terminalreporter.write_line(f"artefact: {path}")

@@ -32,6 +32,17 @@ SCRIPT = [
     "<think>two entities: search both at once</think>\n<search> Scott Derrickson ## Ed Wood </search>",
     "<think>both are American</think>\n<answer> yes </answer>",
 ]
+#: (what, seconds) measured by the serving tests; conftest prints them after the run
+TIMINGS: list[tuple[str, float]] = []
+#: files a person should look at (screenshots); conftest prints their paths after the run
+ARTIFACT_FILES: list[Path] = []
+
+
+def record(what: str, seconds: float) -> None:
+    """Note a timing for the run's summary (reported, never asserted: the machine is shared)."""
+    TIMINGS.append((what, seconds))
+
+
 #: what every server subprocess gets: offline, no telemetry, no LangSmith
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",

@@ -14,10 +14,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import signal
+import time
 
 import pytest
 from conftest import ROOT, free_port, needs_data
-from serving import BIN, ServerProcess, copy_store, script_file, server_env
+from serving import BIN, ServerProcess, copy_store, record, script_file, server_env
 
 pytestmark = [
     needs_data,
@@ -48,9 +49,11 @@ def dev_server(hotpot_store, tmp_path_factory):
            "--port", str(port), "--config", str(ROOT / "langgraph.json")]  # fmt: skip
     srv = ServerProcess(cmd, env=env, cwd=tmp, log=tmp / "langgraph-dev.log", port=port, ready_path="/ok")
     srv.start()
-    print(f"\nTIMING langgraph dev ready (GET /ok) in {srv.ready_s:.1f} s")
+    record("langgraph dev: start until GET /ok answers", srv.ready_s)
     yield srv
+    t0 = time.perf_counter()
     code = srv.kill(signal.SIGTERM)
+    record("langgraph dev: SIGTERM until the process group is gone", time.perf_counter() - t0)
     assert not srv.group_alive(), "langgraph dev left processes behind"
     assert code is not None
 

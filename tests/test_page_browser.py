@@ -10,10 +10,11 @@ i.e. streamed. Screenshots are written to build/artifacts/ (path printed).
 from __future__ import annotations
 
 import tempfile
+import time
 
 import pytest
 from conftest import UvicornThread, needs_data
-from serving import ARTIFACTS, CHROMIUM, SCRIPT, chromium_missing
+from serving import ARTIFACT_FILES, ARTIFACTS, CHROMIUM, SCRIPT, chromium_missing, record
 
 from parallelsearch.agents.policies import DelayedPolicy, ScriptedPolicy
 from parallelsearch.server import create_app
@@ -49,11 +50,13 @@ def page():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p, tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+        t0 = time.perf_counter()
         ctx = p.chromium.launch_persistent_context(
             profile, executable_path=str(CHROMIUM), headless=True, args=ARGS,
             viewport={"width": 1200, "height": 900},
         )  # fmt: skip
         pg = ctx.pages[0] if ctx.pages else ctx.new_page()
+        record("chromium (Playwright, system browser): launch", time.perf_counter() - t0)
         pg.set_default_timeout(60_000)
         pg.problems = []
         pg.on("console", lambda m: m.type == "error" and pg.problems.append(m.text))
@@ -69,15 +72,20 @@ def page():
 
 def test_the_page_streams_subqueries_passages_and_the_answer(server, page):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
     page.goto(server.url + "/ui", wait_until="load")
     page.wait_for_selector("body[data-ready='1']")
+    record("browser: /ui loaded and /health read", time.perf_counter() - t0)
     assert page.locator("#route option").all_inner_texts() == ["parallelsearch", "sequential", "rag"]
     assert page.locator("#thread").input_value()  # the server keeps threads: the page made an id
 
     page.fill("#question", Q1)
+    t0 = time.perf_counter()
     page.click("#ask")
     # the parallel sub-queries show up, and get their passages, while the answer is still being made
     page.wait_for_selector(".subquery.done >> nth=1")
+    record(f"browser: click until both sub-queries show passages (policy turns take {TURN_DELAY_S:g} s)",
+           time.perf_counter() - t0)  # fmt: skip
     cards = page.locator(".subquery")
     assert cards.count() == 2
     assert [c.split("\n")[0] for c in cards.all_inner_texts()] == ["Scott Derrickson", "Ed Wood"]
@@ -88,6 +96,7 @@ def test_the_page_streams_subqueries_passages_and_the_answer(server, page):
     page.screenshot(path=str(midway), full_page=True)
 
     page.wait_for_function("document.getElementById('answer').textContent.length > 0")
+    record("browser: click until the answer shows", time.perf_counter() - t0)
     assert page.locator("#answer").inner_text() == "yes"
     assert page.locator(".turn").count() == 2
     assert "2 policy calls" in page.locator("#counts").inner_text()
@@ -107,7 +116,8 @@ def test_the_page_streams_subqueries_passages_and_the_answer(server, page):
     assert [c.locator(".passage").count() for c in page.locator(".subquery").all()] == [1, 1]
     done = ARTIFACTS / "ask_page.png"
     page.screenshot(path=str(done), full_page=True)
-    print(f"\nSCREENSHOTS {midway} {done}")
+    ARTIFACT_FILES.extend([midway, done])
+    print(f"\nscreenshots: {midway} {done}")
 
     assert page.problems == [], page.problems
     assert page.external == [], page.external  # everything came from the server

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from conftest import needs_data
-from serving import copy_store, postgres_missing, serve_process, throwaway_postgres
+from serving import copy_store, postgres_missing, record, serve_process, throwaway_postgres
 
 pytestmark = [needs_data, pytest.mark.serving, pytest.mark.slow]
 Q1 = "Were Scott Derrickson and Ed Wood of the same nationality?"
@@ -60,8 +60,8 @@ def test_sqlite_threads_survive_a_killed_server(hotpot_store, tmp_path):
         assert [(r["question"], r["status"]) for r in recs] == [(Q1, "answered"), (Q2, "answered")]
     finally:
         second.kill()
-    print(f"\nTIMING parallelsearch serve (sqlite) ready: first start {first.ready_s:.1f} s, "
-          f"restart {second.ready_s:.1f} s")  # fmt: skip
+    record("parallelsearch serve (sqlite threads): first start until /health", first.ready_s)
+    record("parallelsearch serve (sqlite threads): restart after SIGKILL until /health", second.ready_s)
 
 
 @pytest.mark.skipif(postgres_missing() is not None, reason=str(postgres_missing()))
@@ -97,8 +97,10 @@ def test_postgres_threads_are_shared_by_two_server_processes(hotpot_store, tmp_p
         finally:
             for s in servers:
                 s.kill()
-    print(f"\nTIMING PostgreSQL {pg['version']} initdb+start {pg['started_s']:.1f} s; "
-          f"two parallelsearch serve processes ready in {both_ready_s:.1f} s")  # fmt: skip
+    record(f"PostgreSQL {pg['version']}: initdb + start", pg["started_s"])
+    record(
+        "two parallelsearch serve processes (postgres threads) starting together until /health", both_ready_s
+    )
 
 
 @pytest.mark.skipif(postgres_missing() is not None, reason=str(postgres_missing()))
