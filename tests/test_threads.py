@@ -88,6 +88,19 @@ def test_requests_without_a_thread_write_nothing_and_stream_on_a_thread(sqlite_s
     assert "event: data" in text and "event: end" in text
     state = httpx.get(f"{url}/sequential/threads/thread-s", timeout=30).json()
     assert state["values"]["answer"] == "yes"
+    # RemoteRunnable's stream_events on a thread
+    from langserve import RemoteRunnable
+
+    async def events():
+        remote = RemoteRunnable(f"{url}/rag")
+        cfg = {"configurable": {"thread_id": "thread-e"}}
+        return [e async for e in remote.astream_events({"question": Q1}, cfg, version="v2")]
+
+    evs = asyncio.run(events())
+    assert any(e["event"] == "on_chain_end" and e.get("name") == "retrieve" for e in evs)
+    values = httpx.get(f"{url}/rag/threads/thread-e", timeout=30).json()["values"]
+    # the rag graph's one turn is answer-only, and the script searches: kept on the thread all the same
+    assert values["question"] == Q1 and values["status"] == "unanswered" and values["search_rounds"] == 1
 
 
 def _count_checkpoints(db):
@@ -128,6 +141,30 @@ def test_a_server_without_threads_refuses_a_thread_id(hotpot_store):
         assert invoke(srv.url, Q1).json()["output"]["answer"] == "yes"
         assert httpx.get(f"{srv.url}/parallelsearch/threads/thread-a", timeout=10).status_code == 404
         assert httpx.get(f"{srv.url}/health", timeout=10).json()["threads"] == "none"
+
+
+@needs_data
+def test_the_page_is_public_and_the_api_key_guards_its_requests(hotpot_store):
+    app = create_app(
+        Settings(server_api_key="k3y", server_checkpointer="memory"),
+        policy=ScriptedPolicy(SCRIPT),
+        searcher=hotpot_store,
+    )
+    with UvicornThread(app) as srv:
+        page = httpx.get(f"{srv.url}/ui", timeout=10)
+        assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+        assert "/stream" in page.text and "x-api-key" in page.text
+        health = httpx.get(f"{srv.url}/health", timeout=10).json()
+        assert health["api_key_required"] is True and health["threads"] == "memory"
+        body = {"input": {"question": Q1}, "config": {"configurable": {"thread_id": "k"}}}
+        assert httpx.post(f"{srv.url}/parallelsearch/stream", json=body, timeout=30).status_code == 401
+        assert httpx.get(f"{srv.url}/parallelsearch/threads/k", timeout=10).status_code == 401
+        ok = httpx.post(
+            f"{srv.url}/parallelsearch/invoke", json=body, headers={"X-API-Key": "k3y"}, timeout=60
+        )
+        assert ok.status_code == 200 and ok.json()["output"]["answer"] == "yes"
+        r = httpx.get(f"{srv.url}/parallelsearch/threads/k", headers={"X-API-Key": "k3y"}, timeout=10)
+        assert r.json()["values"]["history"][0]["question"] == Q1
 
 
 # ---- the checkpointer factory ------------------------------------------------------------------
