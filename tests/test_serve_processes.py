@@ -78,12 +78,12 @@ def test_postgres_threads_are_shared_by_two_server_processes(hotpot_store, tmp_p
             )  # fmt: skip
             for i in (1, 2)
         ]
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(2) as pool:
-            list(pool.map(lambda s: s.start(), servers))  # both start at once against one database
-        both_ready_s = time.perf_counter() - t0
         a, b = servers
         try:
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(lambda s: s.start(), servers))  # both start at once against one database
+            both_ready_s = time.perf_counter() - t0
             assert httpx.get(a.url + "/health", timeout=10).json()["threads"] == "postgres"
             assert ask(a.url, Q1, "pg-1")["answer"] == "yes"
             a.kill()
