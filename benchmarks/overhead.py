@@ -1,8 +1,8 @@
 """Graph overhead per policy turn with an instant policy and an instant searcher (goal <= 2 ms).
 
 Side by side, interleaved in the same process: a bare LangGraph graph with the same
-topology and the same number of supersteps (planner -> Send x k -> join -> planner ...
--> answer) whose nodes do nothing. Its time is what LangGraph itself costs on this
+topology and the same number of supersteps (begin -> planner -> Send x k -> join ->
+planner ... -> answer) whose nodes do nothing. Its time is what LangGraph itself costs on this
 machine; ours minus it is what parallelsearch adds per turn (parsing, prompt and
 observation formatting, state, counts, timings, the trajectory).
 """
@@ -62,10 +62,21 @@ def bare_langgraph():
     async def nothing(s):
         return {}
 
+    async def begin(s):
+        return {"turn": 0}
+
     b = StateGraph(BareState)
-    for name, fn in (("planner", planner), ("search", search), ("join", nothing), ("answer", nothing)):
+    nodes = (
+        ("begin", begin),
+        ("planner", planner),
+        ("search", search),
+        ("join", nothing),
+        ("answer", nothing),
+    )
+    for name, fn in nodes:
         b.add_node(name, fn)
-    b.add_edge(START, "planner")
+    b.add_edge(START, "begin")
+    b.add_edge("begin", "planner")
     b.add_conditional_edges("planner", route, ["search", "answer"])
     b.add_edge("search", "join")
     b.add_edge("join", "planner")

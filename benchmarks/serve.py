@@ -59,7 +59,10 @@ def run() -> dict:
     policy = ScriptedPolicy(
         [f"<think> t </think><search> {a} ## {b} </search>", "<think> t </think><answer> x </answer>"]
     )
-    app = create_app(Settings(server_max_concurrency=256), policy=policy, searcher=store)
+    # stateless requests, as the default app serves them (through the thread router, writing
+    # nothing); "memory" keeps the benchmark from creating a thread database under the user's home
+    settings = Settings(server_max_concurrency=256, server_checkpointer="memory")
+    app = create_app(settings, policy=policy, searcher=store)
     questions = [r["question"] for r in recs] * (REQUESTS // len(recs) + 1)
     results: dict = {"requests_per_level": REQUESTS, "levels": {}}
     with LoopbackServer(app) as srv:

@@ -6,7 +6,10 @@ The knobs are :class:`GraphConfig`'s fields, given as keyword arguments (typed t
 :class:`GraphOptions`) or as one ``config=GraphConfig(...)``; keyword arguments win.
 Every graph carries :class:`GraphContext` as its context schema, so a run can change
 ``top_k``, ``max_turns``, ``max_subqueries`` and the sampling settings per request
-(docs/architecture.md, "A request").
+(docs/architecture.md, "A request"). Every run with input enters through the node that
+opens an episode (``begin``; ``retrieve`` in the RAG graph), so on a checkpointed thread
+each new question is a fresh episode and the earlier ones stay in ``history``
+(docs/architecture.md, "Threads").
 """
 
 from __future__ import annotations
@@ -70,11 +73,13 @@ def _new_builder() -> StateGraph:
 
 def _search_loop(nodes: Nodes, cfg: GraphConfig, checkpointer: Any, name: str) -> SearchGraph:
     b = _new_builder()
+    b.add_node("begin", nodes.begin)
     b.add_node("planner", nodes.planner)
     b.add_node("search", nodes.search)
     b.add_node("join", nodes.join)
     b.add_node("answer", nodes.answer)
-    b.add_edge(START, "planner")
+    b.add_edge(START, "begin")
+    b.add_edge("begin", "planner")
     b.add_conditional_edges("planner", nodes.route, ["search", "planner", "answer"])
     b.add_edge("search", "join")
     b.add_edge("join", "planner")
@@ -127,7 +132,9 @@ def build_rag_graph(
     config: GraphConfig | None = None,
     **options: Unpack[GraphOptions],
 ) -> SearchGraph:
-    """RAG baseline: retrieve once with the question, then one answer-only turn."""
+    """RAG baseline: retrieve once with the question, then one answer-only turn.
+
+    ``retrieve`` is its entry node, so it also opens the episode (no ``begin`` node)."""
     cfg = _config(config, dict(options), prompt_template="paper", max_turns=0)
     nodes = Nodes(policy, as_searcher(searcher), cfg, pinned=("max_turns",))
     b = _new_builder()
@@ -153,9 +160,11 @@ def build_direct_graph(
     cfg = _config(config, dict(options), prompt_template="paper", max_turns=0)
     nodes = Nodes(policy, None, cfg, pinned=("max_turns",))
     b = _new_builder()
+    b.add_node("begin", nodes.begin)
     b.add_node("planner", nodes.planner)
     b.add_node("answer", nodes.answer)
-    b.add_edge(START, "planner")
+    b.add_edge(START, "begin")
+    b.add_edge("begin", "planner")
     b.add_edge("planner", "answer")
     b.add_edge("answer", END)
     return _compile(b, cfg, checkpointer, "direct")

@@ -1,9 +1,11 @@
 """The graph's node functions, bound to one policy, searcher and config.
 
-Small private steps, one job each: the planner makes one policy turn; the router
-fans a search out with ``Send``; a searcher node runs one sub-query; the join node
-puts the round's results back in sub-query order as one ``<information>`` block;
-the answer node finishes the episode.
+Small private steps, one job each: ``begin`` opens an episode for the run's question
+(on a thread that already holds one it resets the episode's channels and keeps the
+old episode in ``history``); the planner makes one policy turn; the router fans a
+search out with ``Send``; a searcher node runs one sub-query; the join node puts the
+round's results back in sub-query order as one ``<information>`` block; the answer
+node finishes the episode.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
-from langgraph.types import Send
+from langgraph.types import Overwrite, Send
 
 from parallelsearch.agents.policies.base import Policy, TurnRequest
 from parallelsearch.agents.protocol import (
@@ -76,16 +78,37 @@ class Nodes:
         self._sems: dict[int, asyncio.Semaphore] = {}
 
     # -- helpers -------------------------------------------------------------------------
-    def _initial(self, state: SearchState, cfg: GraphConfig) -> dict[str, Any]:
+    def _begin(self, state: SearchState, cfg: GraphConfig) -> dict[str, Any]:
+        """The writes that open an episode for ``state["question"]`` (see :meth:`begin`)."""
         q = state.get("question")
         if not isinstance(q, str) or not q.strip():
             raise ValueError("the graph input needs a non-empty 'question' string")
+        meta = state.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            raise ValueError(f"the graph input's 'metadata' must be an object, got {type(meta).__name__}")
         prompt = render_prompt(q, cfg.prompt_template or "paper", self._stores)  # builders set it
-        return {
+        started = time.time()
+        history = state.get("history") or []
+        episode = history[-1]["episode"] + 1 if history else 0
+        records: list[dict[str, Any]] = []
+        if history and history[-1].get("status") == "running":
+            # the previous episode never reached its answer (an error, or new input while it waited)
+            records.append({"episode": episode - 1, "status": "abandoned"})
+        records.append(
+            {
+                "episode": episode,
+                "question": q,
+                "metadata": dict(meta or {}),
+                "status": "running",
+                "started_at": started,
+            }
+        )
+        update: dict[str, Any] = {
+            "history": records,
             "transcript": prompt,
             "segments": [("prompt", prompt)],
             "round": 0,
-            "started_at": time.time(),
+            "started_at": started,
             "policy_calls": 0,
             "search_rounds": 0,
             "subqueries": 0,
@@ -96,11 +119,26 @@ class Nodes:
             "tokens_out": None,
             "policy": getattr(self.policy, "name", type(self.policy).__name__),
         }
+        if meta:
+            update["metadata"] = {}  # consumed: a later question on the thread does not inherit it
+        if state.get("transcript"):
+            # the thread holds an earlier episode: its reducer channels start empty again
+            update.update(
+                answer=None,
+                status=None,
+                total_ms=None,
+                last_action=None,
+                trajectory=Overwrite([]),
+                results=Overwrite([]),
+                node_ms=Overwrite({}),
+            )
+        return update
 
     def _request(
         self, st: dict[str, Any], cfg: GraphConfig, final: bool, role: str = "planner"
     ) -> TurnRequest:
-        meta = dict(st.get("metadata") or {})
+        history = st.get("history") or [{}]
+        meta = dict(history[-1].get("metadata") or {})  # the episode's (begin consumed the input's)
         return TurnRequest(
             transcript=st["transcript"],
             segments=list(st.get("segments") or []),
@@ -118,14 +156,24 @@ class Nodes:
         )
 
     # -- nodes ---------------------------------------------------------------------------
+    async def begin(self, state: SearchState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
+        """Open an episode: every run with input passes here once (START -> begin).
+
+        A resumed run (``Command(resume=...)``, the RL environment) continues at the
+        planner and does not. On a thread that already holds an episode, the episode's
+        channels are reset (reducer channels with ``Overwrite``), so the state after
+        this run is this run's; the earlier episode stays in ``history`` and in the
+        thread's checkpoints.
+        """
+        return self._begin(state, _configured(self.cfg, config, runtime, self.pinned))
+
     async def planner(self, state: SearchState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
         t0 = time.perf_counter()
         cfg = _configured(self.cfg, config, runtime, self.pinned)
-        st: dict[str, Any] = dict(state)
-        update: dict[str, Any] = {}
+        st: dict[str, Any] = state  # type: ignore[assignment]
         if not st.get("transcript"):
-            update = self._initial(st, cfg)
-            st.update(update)
+            raise RuntimeError("the planner ran before an episode began (wire START -> begin -> planner)")
+        update: dict[str, Any] = {}
         final = st["policy_calls"] >= cfg.max_turns
         res = await self.policy.agenerate(self._request(st, cfg, final))
         text = res.text if isinstance(res.text, str) else ""
@@ -278,12 +326,16 @@ class Nodes:
         self, state: SearchState, config: RunnableConfig, runtime: Runtime
     ) -> dict[str, Any]:
         """RAG baseline: search the question itself once, before the (answer-only) turn."""
-        update = self._initial(state, _configured(self.cfg, config, runtime, self.pinned))
+        update = self._begin(state, _configured(self.cfg, config, runtime, self.pinned))
         task: SearchTask = {"query": state["question"].strip(), "index": 0, "round": 0}
         found = await self.search(task, config, runtime)
         merged = {**state, **update, "results": found["results"]}
         joined = await self.join(merged)  # type: ignore[arg-type]
         joined["results"] = found["results"]
+        if isinstance(update.get("trajectory"), Overwrite):
+            # a reset episode: this node's reducer writes replace the old values, not add to them
+            for key in ("trajectory", "results", "node_ms"):
+                joined[key] = Overwrite(joined[key])
         return {**update, **joined}
 
     async def answer(self, state: SearchState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
@@ -324,10 +376,25 @@ class Nodes:
                 tokens_out=_add(state.get("tokens_out"), res.completion_tokens),
             )
         started = state.get("started_at") or time.time()
+        status = "answered" if answer is not None else "unanswered"
+        total_ms = round((time.time() - started) * 1000, 3)
+        history = state.get("history") or [{"episode": 0}]
+        calls = update.get("policy_calls", state.get("policy_calls", 0))
         update.update(
             answer=answer,
-            status="answered" if answer is not None else "unanswered",
-            total_ms=round((time.time() - started) * 1000, 3),
+            status=status,
+            total_ms=total_ms,
             node_ms={"answer": _ms(t0)},
+            history=[
+                {
+                    "episode": history[-1]["episode"],
+                    "status": status,
+                    "answer": answer,
+                    "policy_calls": calls,
+                    "search_rounds": state.get("search_rounds", 0),
+                    "subqueries": state.get("subqueries", 0),
+                    "total_ms": total_ms,
+                }
+            ],
         )
         return update

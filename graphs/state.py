@@ -2,6 +2,11 @@
 
 The transcript (prompt + every turn + every observation, as text) is the state that
 matters; counts, timings and the readable trajectory live beside it.
+
+On a checkpointed thread every run with a new input is a new *episode*: the ``begin``
+node resets the episode's channels, so the state after a run is that run's, while
+``history`` keeps one record per episode of the thread (question, metadata, answer,
+counts) and the checkpoints keep every earlier state (docs/architecture.md, "Threads").
 """
 
 from __future__ import annotations
@@ -17,6 +22,20 @@ def sum_ms(left: dict[str, float] | None, right: dict[str, float] | None) -> dic
     out = dict(left or {})
     for k, v in (right or {}).items():
         out[k] = round(out.get(k, 0.0) + float(v), 3)
+    return out
+
+
+def merge_episodes(
+    left: list[dict[str, Any]] | None, right: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """Episode records of a thread: a record for the episode already last is merged into it
+    (the answer node completes what ``begin`` opened); any other record is appended."""
+    out = list(left or [])
+    for rec in right or []:
+        if out and out[-1].get("episode") == rec.get("episode"):
+            out[-1] = {**out[-1], **rec}
+        else:
+            out.append(dict(rec))
     return out
 
 
@@ -44,9 +63,11 @@ class GraphOutput(TypedDict, total=False):
 
 
 class SearchState(TypedDict, total=False):
-    # input
+    # input (``metadata`` is consumed by ``begin``: the episode's copy is in its history record)
     question: str
     metadata: dict[str, Any]
+    # the thread: one record per episode (question, metadata, status, answer, counts)
+    history: Annotated[list[dict[str, Any]], merge_episodes]
     # the episode
     transcript: str
     segments: list[tuple[str, str]]

@@ -89,6 +89,8 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("constrained", "constrained"),
         ("api_key", "server_api_key"),
         ("batch_size", "embed_batch_size"),
+        ("checkpointer", "server_checkpointer"),
+        ("checkpoint_url", "server_checkpoint_url"),
     ):
         if v.get(flag) is not None:
             update[field] = v[flag]

@@ -15,6 +15,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_retrieval_args(p)
     add_graph_args(p)
     p.add_argument("--api-key", help="require this X-API-Key header (default: settings' server_api_key)")
+    p.add_argument(
+        "--checkpointer",
+        choices=("sqlite", "postgres", "memory", "none"),
+        help="where threads live (requests with a thread_id; default: the settings', sqlite)",
+    )
+    p.add_argument(
+        "--checkpoint-url",
+        help="the SQLite file (default <home>/threads.sqlite) or postgresql://user:password@host:port/db",
+    )
     p.set_defaults(func=cmd_serve)
 
 

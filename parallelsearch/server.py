@@ -1,7 +1,10 @@
 """The LangServe deployment: the parallel graph and its baselines behind one FastAPI app.
 
 Routes: ``/parallelsearch``, ``/sequential``, ``/rag`` (LangServe: invoke, batch, stream,
-stream_events, input/output schemas, playground), ``GET /health``, ``GET /stores``.
+stream_events, input/output schemas, playground), ``GET /health``, ``GET /stores``, the
+page ``GET /ui`` (:mod:`parallelsearch.page`) and, when the server keeps threads,
+``GET /{route}/threads/{thread_id}[/history]`` (:mod:`parallelsearch.threads`): a request
+with ``config.configurable.thread_id`` runs on a checkpointed graph (SQLite by default).
 
 A guard in front of the app (pure ASGI, so streaming is untouched) enforces what a
 public endpoint needs: the optional API key (``X-API-Key``), limits on question length
@@ -100,7 +103,7 @@ class RequestGuard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path: str = scope["path"]
-        if self.s.server_api_key and path not in ("/health",):
+        if self.s.server_api_key and path not in ("/health", "/ui"):
             headers = dict(scope.get("headers") or [])
             if headers.get(b"x-api-key", b"").decode("latin-1") != self.s.server_api_key:
                 return await self._reply(send, 401, "missing or wrong API key (header X-API-Key)")
@@ -184,6 +187,13 @@ def create_app(
     from parallelsearch.agents.searchers import describe_searcher
     from parallelsearch.graphs.builders import SEARCHING_KINDS
     from parallelsearch.graphs.factory import make_answer_policy, make_graph, make_policy, make_searcher
+    from parallelsearch.page import add_page
+    from parallelsearch.threads import (
+        ThreadRouted,
+        add_thread_routes,
+        thread_config_modifier,
+        threads_lifespan,
+    )
 
     s = settings or get_settings()
     if isinstance(policy, str):
@@ -198,26 +208,43 @@ def create_app(
     pol = make_policy(s.policy_config()) if built else policy
     answer_pol = make_answer_policy(s.policy_config()) if built else None
     search = searcher if searcher is not None else make_searcher(s.retrieval())
-    app = FastAPI(
-        title="ParallelSearch",
-        version=__version__,
-        description="ParallelSearch (parallel sub-query search) and its baselines as LangServe routes.",
-    )
-    graphs = {
-        route: make_graph(
+
+    def build(route: str, checkpointer: Any = None) -> Any:
+        kind = ROUTES[route]
+        return make_graph(
             kind,
             policy=pol,
             searcher=search,
             graph=cfg,
             answer_policy=answer_pol if kind in SEARCHING_KINDS else None,
+            checkpointer=checkpointer,
         )
-        for route, kind in ROUTES.items()
-    }
+
+    keeps_threads = s.server_checkpointer != "none"
+    routers = {route: ThreadRouted(build(route)) for route in ROUTES} if keeps_threads else {}
+    app = FastAPI(
+        title="ParallelSearch",
+        version=__version__,
+        description="ParallelSearch (parallel sub-query search) and its baselines as LangServe routes.",
+        lifespan=threads_lifespan(s.server_checkpointer, s.checkpoint_target(), routers, build)
+        if keeps_threads
+        else None,
+    )
     serializer = _graph_serializer()
-    for route, graph in graphs.items():
-        # the compiled graph itself: its input/output schemas are GraphInput/GraphOutput, and its
-        # context schema (GraphContext) becomes the route's config schema (per-request knobs)
-        add_routes(app, graph, path=f"/{route}", serializer=serializer)
+    for route in ROUTES:
+        # the compiled graph (behind the thread router when the server keeps threads): its
+        # input/output schemas are GraphInput/GraphOutput, and its context schema (GraphContext)
+        # becomes the route's config schema (per-request knobs; thread_id passes through)
+        runnable = routers[route] if keeps_threads else build(route)
+        add_routes(
+            app,
+            runnable,
+            path=f"/{route}",
+            serializer=serializer,
+            per_req_config_modifier=thread_config_modifier(keeps_threads),
+        )
+    add_thread_routes(app, routers)
+    add_page(app)
 
     @app.exception_handler(Exception)
     async def unhandled(request: Any, exc: Exception) -> Any:
@@ -235,6 +262,8 @@ def create_app(
             "routes": [f"/{r}" for r in ROUTES],
             "graph": cfg.model_dump(),
             "per_request": list(PER_REQUEST_KEYS),
+            "threads": s.server_checkpointer,
+            "api_key_required": bool(s.server_api_key),
         }
 
     @app.get("/stores")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import (
@@ -69,6 +69,26 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
     server_max_question_chars: int = 2000
     server_max_batch: int = 32
     server_max_concurrency: int = 64
+    server_checkpointer: Literal["none", "memory", "sqlite", "postgres"] = Field(
+        "sqlite",
+        description="where `parallelsearch serve` keeps threads (requests with a thread_id): "
+        "sqlite = an embedded file (one process), postgres = shared by several processes, "
+        "memory = until the process ends, none = no threads",
+    )
+    server_checkpoint_url: str | None = Field(
+        None,
+        repr=False,  # a Postgres URL may hold a password
+        description="sqlite: the database file (default <home>/threads.sqlite); "
+        "postgres: a URL, postgresql://user:password@host:5432/db",
+    )
+
+    def checkpoint_target(self) -> str | None:
+        """The checkpointer's file or URL: the SQLite default lives under ``home``."""
+        if self.server_checkpoint_url:
+            return self.server_checkpoint_url
+        if self.server_checkpointer == "sqlite":
+            return str(Path(self.home) / "threads.sqlite")
+        return None
 
     @model_validator(mode="before")
     @classmethod

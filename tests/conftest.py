@@ -113,3 +113,15 @@ def module_loop():
     loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
     loop.run_until_complete(loop.shutdown_asyncgens())
     loop.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The serving tier's timings and artefacts (tests/serving.py), when it ran."""
+    serving = sys.modules.get("serving")
+    if serving is None or not (serving.TIMINGS or serving.ARTIFACT_FILES):
+        return
+    terminalreporter.section("serving tier")
+    for what, seconds in serving.TIMINGS:
+        terminalreporter.write_line(f"{seconds:7.1f} s  {what}")
+    for path in serving.ARTIFACT_FILES:
+        terminalreporter.write_line(f"artefact: {path}")

@@ -195,7 +195,7 @@ def test_checkpointer_thread_and_stream_modes(hotpot_store):
         return nodes
 
     nodes = asyncio.run(go())
-    assert nodes == ["planner", "search", "search", "join", "planner", "answer"]
+    assert nodes == ["begin", "planner", "search", "search", "join", "planner", "answer"]
     snap = g.get_state(cfg)
     assert snap.values["answer"] == "yes" and snap.values["policy_calls"] == 2
 

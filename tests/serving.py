@@ -1,0 +1,247 @@
+"""Helpers for the serving tier: server subprocesses, a throwaway PostgreSQL, the system chromium.
+
+Everything runs on 127.0.0.1 and is stopped by the helper that started it: a server
+process is started in its own session (process group) and the whole group is killed;
+a PostgreSQL cluster lives in a temporary folder and is stopped and removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from conftest import ROOT, free_port
+
+BIN = Path(sys.executable).parent
+#: where tests leave what a person looks at (screenshots); build/ is git-ignored
+ARTIFACTS = Path(os.environ.get("PARALLELSEARCH_TEST_ARTIFACTS", ROOT / "build" / "artifacts"))
+PGBIN_ROOT = Path("/usr/lib/postgresql")
+CHROMIUM = Path("/usr/bin/chromium")
+SCRIPT = [
+    "<think>two entities: search both at once</think>\n<search> Scott Derrickson ## Ed Wood </search>",
+    "<think>both are American</think>\n<answer> yes </answer>",
+]
+#: (what, seconds) measured by the serving tests; conftest prints them after the run
+TIMINGS: list[tuple[str, float]] = []
+#: files a person should look at (screenshots); conftest prints their paths after the run
+ARTIFACT_FILES: list[Path] = []
+
+
+def record(what: str, seconds: float) -> None:
+    """Note a timing for the run's summary (reported, never asserted: the machine is shared)."""
+    TIMINGS.append((what, seconds))
+
+
+#: what every server subprocess gets: offline, no telemetry, no LangSmith
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+    "LANGGRAPH_NO_VERSION_CHECK": "true",
+    "LANGSMITH_TRACING": "false",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def script_file(folder: Path, turns: list[str] = SCRIPT) -> Path:
+    path = folder / "turns.json"
+    path.write_text(json.dumps(turns))
+    return path
+
+
+def copy_store(store: Any, dest: Path) -> Path:
+    """A copy of an embedded store's folder, so a server process never shares files with pytest."""
+    shutil.copytree(store.location, dest)
+    return dest
+
+
+def server_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_"))}
+    env.pop("PARALLELSEARCH_SERVER_API_KEY", None)
+    return {**env, **OFFLINE_ENV, **extra}
+
+
+class ServerProcess:
+    """A server started as a subprocess in its own process group, ready once ``ready_path`` answers 200."""
+
+    def __init__(
+        self,
+        cmd: list[str],
+        *,
+        env: dict[str, str],
+        cwd: Path,
+        log: Path,
+        port: int,
+        ready_path: str,
+        start_timeout_s: float = 180.0,
+    ):
+        self.cmd, self.env, self.cwd, self.log, self.port = cmd, env, cwd, log, port
+        self.ready_path = ready_path
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.ready_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServerProcess:
+        t0 = time.perf_counter()
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.cmd,
+                env=self.env,
+                cwd=self.cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: kill() takes its children too
+            )
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.cmd[:2]} exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                if httpx.get(self.url + self.ready_path, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(
+                    f"{self.cmd[:2]} not ready within {self.start_timeout_s:g} s:\n{self.tail()}"
+                )
+            time.sleep(0.2)
+        self.ready_s = time.perf_counter() - t0
+        return self
+
+    def tail(self, n: int = 4000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def kill(self, sig: int = signal.SIGKILL, timeout_s: float = 30.0) -> int | None:
+        """Signal the whole process group and wait for the leader (bounded)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait(timeout=10)
+
+    def group_alive(self) -> bool:
+        """Whether any process of the group is still there."""
+        if self.proc is None:
+            return False
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def serve_process(tmp: Path, store_dir: Path, *, log_name: str, **settings: str) -> ServerProcess:
+    """``parallelsearch serve`` on a free port over the copied store, with the scripted policy."""
+    port = free_port()
+    env = server_env(
+        PARALLELSEARCH_HOME=str(tmp / "home"),
+        PARALLELSEARCH_CHROMA_PATH=str(store_dir),
+        **{f"PARALLELSEARCH_{k.upper()}": v for k, v in settings.items()},
+    )
+    cmd = [str(BIN / "parallelsearch"), "serve", "--port", str(port), "--store", "hotpot"]
+    cmd += ["--policy", f"scripted:{script_file(tmp)}"]
+    return ServerProcess(cmd, env=env, cwd=tmp, log=tmp / log_name, port=port, ready_path="/health")
+
+
+# -- PostgreSQL -----------------------------------------------------------------------------------
+def postgres_bin() -> Path | None:
+    """Debian's PostgreSQL binaries (``/usr/lib/postgresql/<version>/bin``), newest version."""
+    if not PGBIN_ROOT.is_dir():
+        return None
+    versions = sorted(
+        (p for p in PGBIN_ROOT.iterdir() if (p / "bin" / "initdb").is_file()), key=lambda p: p.name
+    )
+    return versions[-1] / "bin" if versions else None
+
+
+def postgres_missing() -> str | None:
+    """Why a throwaway PostgreSQL cannot be started here, or None."""
+    if postgres_bin() is None:
+        return "PostgreSQL is not installed (Debian package postgresql; `make test` installs it as root with apt-get)"
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        return "running as root without runuser: initdb refuses to run as root"
+    return None
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    # initdb and postgres refuse to run as root; the Debian package creates the postgres user
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+@contextlib.contextmanager
+def throwaway_postgres(timeout_s: float = 60.0) -> Iterator[dict[str, Any]]:
+    """A fresh PostgreSQL cluster on 127.0.0.1 (a free port), stopped and deleted on exit."""
+    pgbin = postgres_bin()
+    assert pgbin is not None, postgres_missing()
+    root = Path(tempfile.mkdtemp(prefix="pgtmp-"))
+    data, sock, log = root / "data", root / "sock", root / "log"
+    sock.mkdir()
+    if os.geteuid() == 0:
+        for p in (root, sock):
+            shutil.chown(p, "postgres", "postgres")
+    port = free_port()
+    t0 = time.perf_counter()
+    subprocess.run(
+        _as_postgres([str(pgbin / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync",
+                      "-E", "UTF8", "--locale=C"]),
+        check=True, capture_output=True, timeout=timeout_s,
+    )  # fmt: skip
+    opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off"
+    subprocess.run(
+        _as_postgres([str(pgbin / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(log), "-w", "-t", "60", "start"]),
+        check=True, capture_output=True, timeout=timeout_s + 30,
+    )  # fmt: skip
+    started_s = time.perf_counter() - t0
+    try:
+        yield {
+            "url": f"postgresql://postgres@127.0.0.1:{port}/postgres?sslmode=disable",
+            "port": port,
+            "started_s": started_s,
+            "version": pgbin.parent.name,
+        }
+    finally:
+        subprocess.run(
+            _as_postgres([str(pgbin / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-t", "60", "stop"]),
+            capture_output=True, timeout=90,
+        )  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# -- the browser ----------------------------------------------------------------------------------
+def chromium_missing() -> str | None:
+    """Why the system chromium cannot be driven here, or None."""
+    if not CHROMIUM.exists():
+        return (
+            f"{CHROMIUM} is missing (Debian package chromium; `make test` installs it as root with apt-get)"
+        )
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return "playwright is not installed (the dev extra)"
+    return None
