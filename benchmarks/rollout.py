@@ -1,0 +1,168 @@
+"""What our environment costs in rollout time, with a real vLLM engine (vLLM tier: make bench-vllm).
+
+Episodes/s at 1, 8, 32 and 128 concurrent episodes of the OpenRLHF executor
+(``rl/executor.py``) on a real ``vllm.AsyncLLMEngine`` (the tiny random model of
+tests/tiny_model.py, constrained decoding so every turn is a real action) over the
+parallel graph and a real embedded Chroma store, against the SAME engine replaying the
+same requests (the same prompt token ids, the same sampling and grammar, greedy, so the
+same tokens come out) with no environment in between. Their ratio says what the
+environment (graph, search, observation tokenisation, reward) costs: goal >= 0.8 at 32.
+
+Greedy decoding makes the replay produce the episode's tokens exactly; prefix caching is
+off, so the replay gains nothing from the first run. The two run interleaved per level.
+Prints the figures and writes benchmarks/results/rollout.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from _common import HOTPOT, ROOT, hotpot_store, write
+
+LEVELS = (1, 8, 32, 128)
+
+
+class RecordingEngine:
+    """vLLM's ``generate(token_ids, sampling_params)`` shape over AsyncLLM, recording each request."""
+
+    def __init__(self, llm, requests: list | None = None):
+        self.llm = llm
+        self.requests = requests if requests is not None else []
+
+    async def generate(self, token_ids, sampling_params, multi_modal_data=None):
+        from vllm.inputs import TokensPrompt
+
+        final = None
+        async for out in self.llm.generate(
+            TokensPrompt(prompt_token_ids=list(token_ids)), sampling_params, request_id=uuid.uuid4().hex
+        ):
+            final = out
+        self.requests.append((list(token_ids), sampling_params, len(final.outputs[0].token_ids)))
+        return final
+
+
+async def with_env(llm, env_graph, records, tok, sp, concurrency: int) -> tuple[float, list[list], int]:
+    from parallelsearch.rl.executor import execute_episode
+
+    sem = asyncio.Semaphore(concurrency)
+    per_episode: list[list] = [[] for _ in records]
+
+    async def one(i, rec):
+        async with sem:
+            await execute_episode(
+                env_graph,
+                rec["prompt"],
+                rec["label"],
+                sp,
+                16000,
+                tok,
+                RecordingEngine(llm, per_episode[i]),
+                constrained=True,
+                think_chars=200,
+            )
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(i, r) for i, r in enumerate(records)))
+    tokens = sum(n for reqs in per_episode for _, _, n in reqs)
+    return time.perf_counter() - t0, per_episode, tokens
+
+
+async def replay(llm, per_episode: list[list], concurrency: int) -> tuple[float, int]:
+    sem = asyncio.Semaphore(concurrency)
+    engine = RecordingEngine(llm)
+
+    async def one(reqs):
+        async with sem:
+            for ids, sp, _ in reqs:  # one episode's turns, one after another, as the episode ran them
+                await engine.generate(ids, sp)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one(r) for r in per_episode))
+    return time.perf_counter() - t0, sum(n for _, _, n in engine.requests)
+
+
+async def run(args: argparse.Namespace) -> dict:
+    import vllm
+    from transformers import AutoTokenizer
+
+    from parallelsearch.data import load_questions
+    from parallelsearch.rl.data import train_record
+    from parallelsearch.rl.env import EnvGraph
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tiny_model import save_tiny
+
+    model_dir = save_tiny(Path(tempfile.mkdtemp()) / "tiny-llama")
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    store, _ = hotpot_store(60)
+    env_graph = EnvGraph(store, graph="parallel", top_k=2, max_turns=2, max_subqueries=3, max_new_tokens=400)
+    questions = load_questions(HOTPOT)[:60]  # the questions whose paragraphs the store holds
+    records = [train_record(q, template="official", tokenizer=tok) for q in questions]
+    t0 = time.perf_counter()
+    llm = vllm.AsyncLLMEngine.from_engine_args(
+        vllm.AsyncEngineArgs(
+            model=str(model_dir), dtype="float32", max_model_len=16384, enforce_eager=True, seed=0,
+            enable_prefix_caching=False,
+        )
+    )  # fmt: skip
+    print(f"engine started in {time.perf_counter() - t0:.1f} s")
+    sp = vllm.SamplingParams(temperature=0.0, max_tokens=400)
+    # warm up (first requests compile the grammar and allocate)
+    await with_env(llm, env_graph, records[:2], tok, sp, 2)
+    results: dict = {"levels": {}, "repeats": args.repeats}
+    for level in args.levels:
+        n = max(args.min_episodes, 2 * level)
+        batch = records[:n] if n <= len(records) else (records * (n // len(records) + 1))[:n]
+        env_rates, bare_rates, tok_env, tok_bare = [], [], [], []
+        for _ in range(args.repeats):
+            secs, per_episode, tokens = await with_env(llm, env_graph, batch, tok, sp, level)
+            env_rates.append(n / secs)
+            tok_env.append(tokens)
+            secs_bare, tokens_bare = await replay(llm, per_episode, level)
+            bare_rates.append(n / secs_bare)
+            tok_bare.append(tokens_bare)
+        env_eps, bare_eps = statistics.median(env_rates), statistics.median(bare_rates)
+        results["levels"][level] = {
+            "episodes": n,
+            "env_episodes_per_s": round(env_eps, 3),
+            "engine_only_episodes_per_s": round(bare_eps, 3),
+            "ratio": round(env_eps / bare_eps, 3),
+            "tokens_generated_env": tok_env,
+            "tokens_generated_replay": tok_bare,
+            "turns_per_episode": round(sum(len(r) for r in per_episode) / n, 2),
+        }
+        r = results["levels"][level]
+        print(
+            f"concurrency {level:>3}: {n} episodes, with env {env_eps:7.2f} eps/s, engine only {bare_eps:7.2f} eps/s, "
+            f"ratio {r['ratio']:.3f}, {r['turns_per_episode']} turns/episode, tokens env/replay {tok_env}/{tok_bare}"
+        )
+    llm.shutdown()
+    results["goal"] = "ratio >= 0.8 at 32 concurrent episodes"
+    results["met"] = results["levels"].get(32, {}).get("ratio", 0) >= 0.8
+    return results
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--levels", type=int, nargs="+", default=list(LEVELS))
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--min-episodes", type=int, default=8)
+    args = p.parse_args()
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        sys.exit("benchmarks/rollout.py needs vLLM: run it in the vLLM tier (make bench-vllm)")
+    write("rollout", asyncio.run(run(args)))
+
+
+if __name__ == "__main__":
+    main()
