@@ -89,6 +89,41 @@ async def replay(llm, per_episode: list[list], concurrency: int) -> tuple[float,
     return time.perf_counter() - t0, sum(n for _, _, n in engine.requests)
 
 
+async def decode_cost(llm, tok, records, batch: int, repeats: int = 3) -> dict:
+    """Milliseconds per generated token with the protocol's grammar (vLLM structured outputs) and
+    without it, at the same token counts, interleaved on the same engine."""
+    import vllm
+
+    from parallelsearch.agents.policies.vllm_engine import structured_regex
+    from parallelsearch.agents.protocol import protocol_regex
+
+    prompts = [tok(r["prompt"], add_special_tokens=False)["input_ids"] for r in records[:batch]]
+    grammar = structured_regex(protocol_regex(max_subqueries=3, think_chars=200))
+    engine = RecordingEngine(llm)
+    free_ms, constrained_ms = [], []
+    for _ in range(repeats):
+        engine.requests.clear()
+        sp = vllm.SamplingParams(temperature=1.0, max_tokens=400, structured_outputs=grammar, seed=None)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(engine.generate(p, sp) for p in prompts))
+        n_c = sum(n for _, _, n in engine.requests)
+        constrained_ms.append(1000 * (time.perf_counter() - t0) / n_c)
+        per = max(1, n_c // len(prompts))
+        sp_free = vllm.SamplingParams(temperature=1.0, max_tokens=per, min_tokens=per, ignore_eos=True)
+        engine.requests.clear()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(engine.generate(p, sp_free) for p in prompts))
+        n_f = sum(n for _, _, n in engine.requests)
+        free_ms.append(1000 * (time.perf_counter() - t0) / n_f)
+    c, f = statistics.median(constrained_ms), statistics.median(free_ms)
+    print(f"batch {batch:>2}: constrained {c:.3f} ms/token, free {f:.3f} ms/token, ratio {c / f:.2f}")
+    return {
+        "constrained_ms_per_token": round(c, 4),
+        "free_ms_per_token": round(f, 4),
+        "ratio": round(c / f, 3),
+    }
+
+
 async def run(args: argparse.Namespace) -> dict:
     import vllm
     from transformers import AutoTokenizer
@@ -118,6 +153,7 @@ async def run(args: argparse.Namespace) -> dict:
     # warm up (first requests compile the grammar and allocate)
     await with_env(llm, env_graph, records[:2], tok, sp, 2)
     results: dict = {"levels": {}, "repeats": args.repeats}
+    results["constrained_decoding"] = {b: await decode_cost(llm, tok, records, b) for b in (1, 32)}
     for level in args.levels:
         n = max(args.min_episodes, 2 * level)
         batch = records[:n] if n <= len(records) else (records * (n // len(records) + 1))[:n]
