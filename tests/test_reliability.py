@@ -79,6 +79,53 @@ def test_depth_is_counted_without_parsing_and_brackets_in_strings_do_not_count()
     assert parse_json(b"{nope").error.startswith("malformed JSON")
 
 
+def test_admission_is_first_in_first_out_and_a_batch_holds_one_slot_per_input():
+    from parallelsearch.admission import AdmissionQueue, Refused
+
+    async def scenario():
+        q = AdmissionQueue(limit=4, queue_size=2, max_wait_s=30)
+        order: list[str] = []
+        gate = asyncio.Event()
+
+        async def run(name: str, weight: int):
+            async with q.slot(weight):
+                order.append(name)
+                await gate.wait()
+
+        first = asyncio.create_task(run("a", 3))  # 3 of 4 slots
+        await asyncio.sleep(0)
+        batch = asyncio.create_task(run("batch", 9))  # needs all 4: waits
+        await asyncio.sleep(0)
+        small = asyncio.create_task(run("small", 1))  # one slot is free, but it queues behind the batch
+        await asyncio.sleep(0)
+        assert (q.in_flight, q.waiting) == (3, 2)
+        with pytest.raises(Refused) as refused:
+            async with q.slot(1):
+                pass
+        assert "queue of 2 is full" in refused.value.reason and refused.value.retry_after_s >= 1
+        gate.set()
+        await asyncio.gather(first, batch, small)
+        return order, q.stats()
+
+    order, stats = asyncio.run(scenario())
+    assert order == ["a", "batch", "small"]
+    assert stats["in_flight"] == 0 and stats["refused_full"] == 1 and stats["queued"] == 2
+
+
+def test_admission_settings_flags_over_environment_over_defaults(monkeypatch):
+    from parallelsearch.cli import build_parser
+    from parallelsearch.cli_common import settings_from_args
+
+    defaults = Settings()
+    assert (defaults.server_max_concurrency, defaults.server_queue_size) == (64, 512)
+    assert defaults.server_queue_timeout_s == 60 and defaults.server_max_batch >= 200
+    monkeypatch.setenv("PARALLELSEARCH_SERVER_QUEUE_SIZE", "7")
+    monkeypatch.setenv("PARALLELSEARCH_SERVER_MAX_CONCURRENCY", "5")
+    args = build_parser().parse_args(["serve", "--queue-timeout", "2.5", "--max-concurrency", "3"])
+    s = settings_from_args(args)
+    assert (s.server_max_concurrency, s.server_queue_size, s.server_queue_timeout_s) == (3, 7, 2.5)
+
+
 # ---- defect 5: /retrieve -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def retriever(hotpot_store):
