@@ -29,10 +29,9 @@ from parallelsearch.stores.asgi_guard import (
     BODY_METHODS,
     SCOPE_JSON,
     BodyRejected,
-    JsonBody,
     call_with_error_id,
     json_reply,
-    parse_json,
+    parse_json_body,
     read_body,
     replaying,
 )
@@ -114,7 +113,7 @@ class RequestGuard:
         if scope["method"] in BODY_METHODS:
             try:
                 body = await read_body(scope, receive, max_bytes=self.s.server_max_body_bytes)
-                parsed = parse_json(body, max_depth=self.s.server_max_json_depth) if body else JsonBody(body)
+                parsed = await parse_json_body(body, max_depth=self.s.server_max_json_depth)
             except BodyRejected as e:
                 return await json_reply(send, e.status, e.detail)
             if op is not None:
