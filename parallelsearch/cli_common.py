@@ -97,6 +97,9 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("batch_size", "embed_batch_size"),
         ("checkpointer", "server_checkpointer"),
         ("checkpoint_url", "server_checkpoint_url"),
+        ("max_concurrency", "server_max_concurrency"),
+        ("queue_size", "server_queue_size"),
+        ("queue_timeout", "server_queue_timeout_s"),
     ):
         if v.get(flag) is not None:
             update[field] = v[flag]
