@@ -1,0 +1,124 @@
+"""One writer at a time per embedded store (issue 12, defect 1).
+
+Two real ``parallelsearch index`` processes write one store at once, on a new store and on
+an existing one: exact count, every passage found by its own text, every vector readable, no
+errors. A held lock makes a writer fail fast naming the holder (``--no-wait``) or give up
+after ``--lock-timeout``; readers are not blocked. ``stores --check`` reads every vector back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import RAW, needs_data
+
+from parallelsearch.cli import main
+from parallelsearch.stores.store_lock import StoreWriteLock, lock_path
+
+pytestmark = needs_data
+
+HOTPOT = RAW / "hotpotqa" / "hahahajw_Agentic-RAG" / "HotpotQA_500_benchmark.json"
+
+
+def _sentences(n: int) -> list[dict[str, str]]:
+    """Real, short passages: HotpotQA context sentences (short, so encoding stays quick on CPU)."""
+    out, seen = [], set()
+    for rec in json.loads(HOTPOT.read_text(encoding="utf-8")):
+        for title, sents in rec["context"]:
+            for s in sents:
+                s = s.strip()
+                if len(s) > 30 and (title, s) not in seen:
+                    seen.add((title, s))
+                    out.append({"title": title, "text": s})
+                    if len(out) == n:
+                        return out
+    return out
+
+
+def _write(path: Path, records: list[dict[str, str]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def _two_writers(tmp_path: Path, env: dict[str, str], a: Path, b: Path) -> list[subprocess.CompletedProcess]:
+    """Start both ``index`` runs together; chunks of 16 so their writes interleave when unlocked."""
+    args = ["index", "--store", "shared", "--chunk-size", "16", "--batch-size", "16", "--no-progress"]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "parallelsearch.cli", *args, str(f)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for f in (a, b)
+    ]
+    done = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    return done
+
+
+def _check_store(home: Path, passages: list[dict[str, str]]) -> None:
+    from parallelsearch.registry import open_store
+    from parallelsearch.settings import Settings
+    from parallelsearch.stores.passages import Passage
+
+    store = open_store("shared", settings=Settings(home=home))
+    want = {Passage.make(p["title"], p["text"]).id: p for p in passages}
+    assert store.count() == len(want)
+    check = store.verify()
+    assert check.ok, check.summary()
+    texts = [p["text"] for p in want.values()]
+    hits = store.search_batch(texts, k=1)
+    lost = [t for t, h in zip(texts, hits, strict=True) if not h or h[0].text != t]
+    assert not lost, f"{len(lost)} passages are not found by their own text, e.g. {lost[:2]}"
+
+
+@pytest.mark.slow
+def test_two_index_processes_on_new_and_existing_store(tmp_path):
+    """150 + 150 passages (50 shared) into a new store, then 150 + 150 more (50 shared) into it."""
+    home = tmp_path / "home"
+    env = dict(os.environ, PARALLELSEARCH_HOME=str(home), HF_HUB_OFFLINE="1")
+    rows = _sentences(500)
+    first = (_write(tmp_path / "a.jsonl", rows[:150]), _write(tmp_path / "b.jsonl", rows[100:250]))
+    second = (_write(tmp_path / "c.jsonl", rows[250:400]), _write(tmp_path / "d.jsonl", rows[350:500]))
+    for files, expected in ((first, rows[:250]), (second, rows)):
+        runs = _two_writers(tmp_path, env, *files)
+        for r in runs:
+            assert r.returncode == 0, r.stderr
+            assert "Traceback" not in r.stderr and "error" not in r.stderr.lower(), r.stderr
+        _check_store(home, expected)
+        added = sum(int(r.stdout.split("added ")[1].split(",")[0]) for r in runs)
+        assert added == 250, [r.stdout for r in runs]  # each new passage added once, by one of the two
+
+
+def test_held_lock_fails_fast_or_times_out_naming_the_holder_and_readers_go_on(tmp_path, capsys):
+    from parallelsearch.settings import get_settings
+
+    data = _write(tmp_path / "one.jsonl", _sentences(3))
+    assert main(["index", "--store", "locked", "--no-progress", str(data)]) == 0
+    capsys.readouterr()
+    chroma = get_settings().chroma_path
+    with StoreWriteLock(chroma, "locked"):
+        assert lock_path(chroma, "locked").is_file()
+        assert main(["index", "--store", "locked", "--no-wait", "--no-progress", str(data)]) == 2
+        err = capsys.readouterr().err
+        assert f"store 'locked' is being written by pid {os.getpid()}" in err and "--lock-timeout" in err
+        assert main(["index", "--store", "locked", "--lock-timeout", "0.5", "--no-progress", str(data)]) == 2
+        err = capsys.readouterr().err
+        assert "waiting (up to 0.5 s)" in err and "gave up after waiting 0.5 s" in err
+        # readers take no lock
+        assert main(["search", "anything", "--store", "locked", "--json"]) == 0
+        assert len(json.loads(capsys.readouterr().out)) == 3
+        assert main(["stores", "--check", "locked"]) == 0
+        assert "all 3 vectors read back" in capsys.readouterr().out
+    # released: the next writer goes ahead
+    assert main(["index", "--store", "locked", "--no-wait", "--no-progress", str(data)]) == 0
+    assert "already present 3" in capsys.readouterr().out
