@@ -191,7 +191,8 @@ def parse_action(text: object, *, max_subqueries: int = 8, split: bool = True) -
             return Action(
                 "invalid",
                 think=think,
-                reason=f"more than {max_subqueries} sub-queries in one search; at most {max_subqueries} are allowed",
+                reason=f"{body.count(SUBQUERY_SEPARATOR) + 1} sub-queries in one search (more than "
+                f"{max_subqueries} distinct); at most {max_subqueries} are allowed",
                 raw_query=body,
             )
         return Action("search", subqueries=subs, think=think, raw_query=body, dropped=dropped)

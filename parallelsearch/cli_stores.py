@@ -144,6 +144,13 @@ def cmd_index(args: argparse.Namespace) -> int:
         if repaired:
             again = store.verify()
             print(f"after re-adding: {again.summary()}")
+            gone = len(check.bad) - len(store.existing_ids(check.bad))
+            if gone:
+                print(
+                    f"warning: {gone} of the {repaired} passages with a bad vector are not in these files and "
+                    "are no longer in the store; index the files they came from",
+                    file=sys.stderr,
+                )
             if not again.ok:
                 return 1
     d = rep.to_dict()

@@ -24,7 +24,10 @@ GOOD = {"title": "Ada Lovelace", "text": "Ada Lovelace wrote the first published
 WRONG_TYPES = {
     "evidence_str": ({"evidence_list": ["a fact"]}, "evidence_list[0] is str"),
     "evidence_int": ({"evidence_list": [5]}, "evidence_list[0] is int"),
-    "paragraph_title_int": ({"paragraphs": [{"title": 5, "paragraph_text": "x"}]}, "paragraphs[0].title is int"),
+    "paragraph_title_int": (
+        {"paragraphs": [{"title": 5, "paragraph_text": "x"}]},
+        "paragraphs[0].title is int",
+    ),
     "evidence_fact_int": ({"evidence_list": [{"title": "t", "fact": 7}]}, "evidence_list[0].fact is int"),
     "support_title_int": (
         {
@@ -140,4 +143,6 @@ def test_lone_surrogates_in_records_are_replaced_and_counted(tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 0, captured.err
     hit = json.loads(captured.out)[0]
-    assert hit["title"] == "Bad \ufffd title" and "replaced 1 invalid character(s) in the query" in captured.err
+    assert (
+        hit["title"] == "Bad \ufffd title" and "replaced 1 invalid character(s) in the query" in captured.err
+    )
