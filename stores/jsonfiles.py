@@ -113,7 +113,9 @@ def iter_json_records(
     """
     path = Path(path)
     if path.is_dir():
-        raise BadInputError(str(path), None, "is a directory (pass its files, or index the directory itself)")
+        raise BadInputError(
+            str(path), None, "is a directory, not a data file (pass the .json or .jsonl files in it)"
+        )
     if not path.is_file():
         raise BadInputError(str(path), None, "no such file")
     raw = path.read_bytes()
