@@ -164,3 +164,50 @@ def test_held_lock_fails_fast_or_times_out_naming_the_holder_and_readers_go_on(t
     # released: the next writer goes ahead
     assert main(["index", "--store", "locked", "--no-wait", "--no-progress", str(data)]) == 0
     assert "already present 3" in capsys.readouterr().out
+
+
+UNLOCKED_WRITER = """
+import sys
+from parallelsearch.graphs.factory import make_store
+from parallelsearch.settings import get_settings
+from parallelsearch.stores.ingest import ingest
+store = make_store(get_settings().retrieval(), sys.argv[1], create=True)  # no writer lock: main's index
+print(ingest(store, [sys.argv[2]], batch_size=8, chunk_size=8, progress=False).to_dict())
+"""
+
+
+@pytest.mark.slow
+def test_check_finds_and_verify_repairs_a_store_corrupted_by_unlocked_writers(tmp_path, capsys):
+    """A real corrupt store, made the way issue 12 found it: two writers without the lock (main's
+    ``index`` code path, run as two processes). ``stores --check`` reports it (exit 1) where
+    ``index`` said "already present"; ``index --verify FILES`` rebuilds it, every vector readable."""
+    from chromadb.api.shared_system_client import SharedSystemClient
+
+    home = tmp_path / "home"
+    env = dict(os.environ, PARALLELSEARCH_HOME=str(home), HF_HUB_OFFLINE="1")
+    rows = _sentences(200)
+    files = [_write(tmp_path / "a.jsonl", rows[:100]), _write(tmp_path / "b.jsonl", rows[100:])]
+    _existing_store_that_syncs_often(home, "corrupt")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", UNLOCKED_WRITER, "corrupt", str(f)],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        for f in files
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=400)
+        assert p.returncode == 0, err
+    SharedSystemClient.clear_system_cache()
+    assert main(["stores", "--check", "corrupt"]) == 1
+    out = capsys.readouterr().out
+    assert "store corrupt: CORRUPT:" in out and "Error getting embedding" in out, out
+    assert main(["index", "--store", "corrupt", "--verify", "--no-progress", *map(str, files)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "rebuilt store corrupt" in out and "after re-adding: store corrupt: all 200 vectors read back" in out
+    )
+    _check_store(home, "corrupt", rows)
