@@ -12,12 +12,12 @@ from parallelsearch.agents.protocol import parse_action, split_subqueries
 def test_limit_stops_reading_at_the_first_distinct_piece_past_it():
     # 9 distinct pieces, then 200,000 duplicates: nothing after the 9th distinct piece is looked at
     body = " ## ".join([f"q{i}" for i in range(9)] + ["q0"] * 200_000)
+    action = parse_action(f"<search> {body} </search>", max_subqueries=8)
+    assert action.kind == "invalid" and action.dropped == ()  # main's parser dropped all 200,000
+    assert "200009 sub-queries in one search" in action.reason and "at most 8" in action.reason
     kept, dropped = split_subqueries(body, limit=8)
     assert kept == tuple(f"q{i}" for i in range(9))
     assert dropped == ()
-    action = parse_action(f"<search> {body} </search>", max_subqueries=8)
-    assert action.kind == "invalid" and action.dropped == ()
-    assert "200009 sub-queries in one search" in action.reason and "at most 8" in action.reason
 
 
 def test_200k_distinct_sub_queries_give_exactly_the_limit_plus_one():
