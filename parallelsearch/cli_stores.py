@@ -117,6 +117,13 @@ def cmd_index(args: argparse.Namespace) -> int:
         if args.verify:
             check = store.verify(progress=not args.no_progress)
             print(check.summary())
+            if not check.ok and not check.bad:
+                print(
+                    f"store {store.name} cannot be read at all; index the files into a new store "
+                    "(or delete this one) instead",
+                    file=sys.stderr,
+                )
+                return 1
             if check.bad and files:
                 kept = store.rebuild_without(check.bad)
                 repaired = len(check.bad)

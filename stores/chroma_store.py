@@ -188,11 +188,19 @@ class ChromaStore:
         """
         from tqdm.auto import tqdm
 
-        check = StoreCheck(store=self.name, count=self.count())
+        try:
+            check = StoreCheck(store=self.name, count=self.count())
+        except Exception as e:  # noqa: BLE001 - a store too broken to count is the worst finding
+            return StoreCheck(store=self.name, count=-1, first_error=f"{type(e).__name__}: {e}"[:300])
         offset = 0
         with tqdm(total=check.count, desc=f"checking {self.name}", disable=not progress) as bar:
             while True:
-                ids = self.collection.get(include=[], limit=batch_size, offset=offset)["ids"]
+                try:
+                    ids = self.collection.get(include=[], limit=batch_size, offset=offset)["ids"]
+                except Exception as e:  # noqa: BLE001
+                    check.first_error = check.first_error or f"{type(e).__name__}: {e}"[:300]
+                    check.checked = -1  # listing failed: not ok, whatever was read so far
+                    break
                 if not ids:
                     break
                 offset += len(ids)
@@ -300,6 +308,8 @@ class StoreCheck:
     def summary(self) -> str:
         if self.ok:
             return f"store {self.store}: all {self.checked} vectors read back"
+        if self.count < 0 or self.checked < 0:
+            return f"store {self.store}: CORRUPT: it cannot be read ({self.first_error})"
         line = (
             f"store {self.store}: CORRUPT: {len(self.unreadable)} unreadable and {len(self.missing)} missing "
             f"vector(s) of {self.count} passages ({self.checked} checked)"
