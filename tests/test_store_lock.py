@@ -176,6 +176,19 @@ print(ingest(store, [sys.argv[2]], batch_size=8, chunk_size=8, progress=False).t
 """
 
 
+FRESH_CHECK = """
+import json, sys
+from parallelsearch.graphs.factory import make_store
+from parallelsearch.settings import get_settings
+from parallelsearch.stores.readers import read_passages
+store = make_store(get_settings().retrieval(), sys.argv[1])
+passages = list(read_passages(sys.argv[2:]))
+hits = store.search_batch([p.text for p in passages], k=1)
+lost = sum(1 for p, h in zip(passages, hits) if not h or h[0].text != p.text)
+print(json.dumps({"count": store.count(), "bad": len(store.verify().bad), "lost": lost}))
+"""
+
+
 @pytest.mark.slow
 def test_check_finds_and_verify_repairs_a_store_corrupted_by_unlocked_writers(tmp_path, capsys):
     """A real corrupt store, made the way issue 12 found it: two writers without the lock (main's
@@ -210,4 +223,8 @@ def test_check_finds_and_verify_repairs_a_store_corrupted_by_unlocked_writers(tm
     assert (
         "rebuilt store corrupt" in out and "after re-adding: store corrupt: all 200 vectors read back" in out
     )
-    _check_store(home, "corrupt", rows)
+    # read it back in a fresh process, as the next user of the store will
+    fresh = subprocess.run([sys.executable, "-c", FRESH_CHECK, "corrupt", *map(str, files)], env=env,
+                           capture_output=True, text=True, timeout=400)  # fmt: skip
+    assert fresh.returncode == 0, fresh.stderr
+    assert json.loads(fresh.stdout.strip().splitlines()[-1]) == {"count": 200, "bad": 0, "lost": 0}
