@@ -31,12 +31,19 @@ from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.stores.chroma_store import ChromaStore, list_stores, make_client, validate_store_name
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.embedders import Embedder, get_embedder
+from parallelsearch.stores.encoder_thread import set_encoder_threads
 from parallelsearch.stores.retrieval_client import RetrieverClient
 from parallelsearch.stores.store_lock import StoreWriteLock
 
 
 def make_embedder(cfg: RetrievalConfig) -> Embedder:
-    """The query/passage encoder; the default configuration shares one model per process."""
+    """The query/passage encoder; the default configuration shares one model per process.
+
+    ``cfg.encoder_threads`` sizes the process's one encoder thread's OpenMP team (see
+    :func:`parallelsearch.stores.encoder_thread.set_encoder_threads`).
+    """
+    if cfg.encoder_threads is not None:
+        set_encoder_threads(cfg.encoder_threads)
     if cfg.query_prefix or cfg.passage_prefix:
         return Embedder(cfg.embedding_model, query_prefix=cfg.query_prefix, passage_prefix=cfg.passage_prefix)
     return get_embedder(cfg.embedding_model)

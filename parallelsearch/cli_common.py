@@ -53,6 +53,11 @@ def add_chroma_args(p: argparse.ArgumentParser) -> None:
         "--chroma-host", help="Chroma server host (default: the settings'; unset = embedded store under home)"
     )
     p.add_argument("--chroma-port", type=int, help="Chroma server port (default: the settings', 8000)")
+    p.add_argument(
+        "--encoder-threads",
+        type=int,
+        help="torch threads of the local encoder (default: the settings'; unset = every core)",
+    )
 
 
 def add_lock_args(p: argparse.ArgumentParser) -> None:
@@ -120,6 +125,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
     for flag, field in (
         ("chroma_host", "chroma_host"),
         ("chroma_port", "chroma_port"),
+        ("encoder_threads", "encoder_threads"),
         ("model", "embedding_model"),
         ("policy", "policy"),
         ("answer_policy", "answer_policy"),

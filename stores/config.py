@@ -54,6 +54,12 @@ class RetrievalConfig(BaseModel):
         ge=0,
         description="how long a writer (index) waits for another writer of the same embedded store; 0 = fail at once",
     )
+    encoder_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch threads of the local query/passage encoder (unset = torch's default, every "
+        "core); 1 when it shares the machine with other CPU-bound work such as a CPU vLLM engine",
+    )
 
     @field_validator("stores", mode="before")
     @classmethod
