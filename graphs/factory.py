@@ -34,10 +34,18 @@ from parallelsearch.stores.embedders import Embedder, get_embedder
 from parallelsearch.stores.retrieval_client import RetrieverClient
 
 
-def make_embedder(cfg: RetrievalConfig) -> Embedder:
-    """The query/passage encoder; the default configuration shares one model per process."""
-    if cfg.query_prefix or cfg.passage_prefix:
-        return Embedder(cfg.embedding_model, query_prefix=cfg.query_prefix, passage_prefix=cfg.passage_prefix)
+def make_embedder(cfg: RetrievalConfig, *, device: str | None = None) -> Embedder:
+    """The query/passage encoder; the default configuration shares one model per process.
+
+    ``device`` (``cpu``, ``cuda``, ``cuda:1``): where the model runs; None = sentence-transformers' choice.
+    """
+    if cfg.query_prefix or cfg.passage_prefix or device:
+        return Embedder(
+            cfg.embedding_model,
+            query_prefix=cfg.query_prefix,
+            passage_prefix=cfg.passage_prefix,
+            device=device,
+        )
     return get_embedder(cfg.embedding_model)
 
 
@@ -49,15 +57,25 @@ def make_chroma_client(cfg: RetrievalConfig) -> Any:
 
 
 def make_store(
-    cfg: RetrievalConfig, name: str, *, create: bool = False, embedder: Embedder | None = None
+    cfg: RetrievalConfig,
+    name: str,
+    *,
+    create: bool = False,
+    embedder: Embedder | None = None,
+    hnsw: dict[str, Any] | None = None,
 ) -> ChromaStore:
-    """The store ``name`` where ``cfg`` says stores live; a missing one is an error unless ``create``."""
+    """The store ``name`` where ``cfg`` says stores live; a missing one is an error unless ``create``.
+
+    ``hnsw``: Chroma's HNSW parameters for a new store (``stores/hnsw.py``); for an existing
+    one, ``ef_search`` is changed and any other that differs is an error.
+    """
     return ChromaStore(
         name,
         client=make_chroma_client(cfg),
         embedder=embedder or make_embedder(cfg),
         create=create,
         location=cfg.location(),
+        hnsw=hnsw,
     )
 
 

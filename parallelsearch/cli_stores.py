@@ -6,7 +6,14 @@ import argparse
 import json
 import sys
 
-from parallelsearch.cli_common import add_chroma_args, add_model_arg, settings_from_args
+from parallelsearch.cli_common import (
+    add_chroma_args,
+    add_hnsw_args,
+    add_model_arg,
+    hnsw_from_args,
+    settings_from_args,
+)
+from parallelsearch.cli_index import add_index_scale_args, cmd_index_vectors, index_encoder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,14 +37,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--skip-bad", action="store_true", help="skip bad lines and report them instead of stopping"
     )
     p.add_argument(
-        "--chunk-size", type=int, default=1024, help="passages read, encoded and committed together"
+        "--chunk-size",
+        type=int,
+        help="passages read, encoded and committed together (default 1024; with --vectors 5000)",
     )
     p.add_argument("--no-progress", action="store_true")
+    add_index_scale_args(p)
+    add_hnsw_args(p)
     add_chroma_args(p)
     p.set_defaults(func=cmd_index)
 
-    p = sub.add_parser("stores", help="list stores: name, count, model, location")
+    p = sub.add_parser("stores", help="list stores: name, count, model, HNSW parameters, location")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--store", help="with --set-ef-search: the store to change")
+    p.add_argument(
+        "--set-ef-search",
+        type=int,
+        help="record a new HNSW ef_search for --store (processes that open it afterwards use it)",
+    )
     add_chroma_args(p)
     p.set_defaults(func=cmd_stores)
 
@@ -80,23 +97,32 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from parallelsearch.cli_index import limit_kwargs
     from parallelsearch.graphs.factory import make_store
     from parallelsearch.stores.ingest import ingest
 
+    if args.vectors:
+        return cmd_index_vectors(args)
     s = settings_from_args(args)
-    store = make_store(s.retrieval(), args.store, create=True)
-    rep = ingest(
-        store,
-        args.files,
-        batch_size=s.embed_batch_size,
-        chunk_size=args.chunk_size,
-        skip_bad=args.skip_bad,
-        progress=not args.no_progress,
-    )
+    with index_encoder(args, s.retrieval()) as (embedder, pool):
+        store = make_store(
+            s.retrieval(), args.store, create=True, embedder=embedder, hnsw=hnsw_from_args(args)
+        )
+        rep = ingest(
+            store,
+            args.files,
+            batch_size=s.embed_batch_size,
+            chunk_size=args.chunk_size or 1024,
+            skip_bad=args.skip_bad,
+            progress=not args.no_progress,
+            encoder=pool,
+            **limit_kwargs(args),
+        )
     d = rep.to_dict()
     print(
         f"store {store.name} ({store.location}): added {d['added']}, already present {d['already_present']}, "
         f"duplicates in input {d['duplicates_in_input']}, skipped {d['skipped']}, "
+        f"over-long passages split {d['split']} (into {d['pieces']}), truncated {d['truncated']}, "
         f"{d['seconds']} s, {d['passages_per_s']} passages/s; total {store.count()}"
     )
     if rep.skipped.count or args.skip_bad:
@@ -107,6 +133,17 @@ def cmd_index(args: argparse.Namespace) -> int:
 def cmd_stores(args: argparse.Namespace) -> int:
     from parallelsearch.graphs.factory import describe_stores
 
+    if args.set_ef_search is not None:
+        from parallelsearch.graphs.factory import make_chroma_client
+        from parallelsearch.stores.hnsw import set_ef_search
+
+        if not args.store:
+            raise ValueError("--set-ef-search needs --store NAME")
+        cfg = settings_from_args(args).retrieval()
+        client = make_chroma_client(cfg)
+        if args.store not in {getattr(c, "name", c) for c in client.list_collections()}:
+            raise LookupError(f"no store named {args.store!r} at {cfg.location()}")
+        set_ef_search(client.get_collection(args.store), args.set_ef_search)
     rows = describe_stores(settings_from_args(args).retrieval())
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -115,7 +152,8 @@ def cmd_stores(args: argparse.Namespace) -> int:
         print("no stores yet (index one with: parallelsearch index --store NAME FILE...)")
         return 0
     for r in rows:
-        print(f"{r['name']}\t{r['count']}\t{r['model']}\t{r['location']}")
+        hnsw = " ".join(f"{k}={v}" for k, v in (r.get("hnsw") or {}).items())
+        print(f"{r['name']}\t{r['count']}\t{r['model']}\t{hnsw}\t{r['location']}")
     return 0
 
 
