@@ -24,6 +24,10 @@ def add_index_scale_args(p: argparse.ArgumentParser) -> None:
         "(.faiss/.index); nothing is encoded, --model names the model that made them",
     )
     g.add_argument("--vectors-key", help="the array of a .npz archive that holds several")
+    g.add_argument(
+        "--rows",
+        help="START:STOP: only these passages (0-based) and their vectors, one shard of a large corpus",
+    )
     g = p.add_argument_group("encoding text")
     g.add_argument(
         "--device",
@@ -77,7 +81,13 @@ def cmd_index_vectors(args: argparse.Namespace) -> int:
     from parallelsearch.graphs.factory import make_store
     from parallelsearch.stores.errors import BadInputError, ModelMismatchError
     from parallelsearch.stores.vector_files import open_vectors
-    from parallelsearch.stores.vectors import DEFAULT_CHUNK, RecordedModel, check_count, ingest_vectors
+    from parallelsearch.stores.vectors import (
+        DEFAULT_CHUNK,
+        RecordedModel,
+        check_count,
+        ingest_vectors,
+        parse_rows,
+    )
 
     if len(args.files) != 1:
         raise ValueError(
@@ -103,6 +113,7 @@ def cmd_index_vectors(args: argparse.Namespace) -> int:
             skip_bad=args.skip_bad,
             progress=not args.no_progress,
             count_checked=True,
+            rows=parse_rows(args.rows) if args.rows else None,
         )
     finally:
         vf.close()

@@ -38,9 +38,26 @@ class LimitCounts:
     pieces: int = 0  # passages the split ones became
 
 
-def _boundaries(offsets: list[tuple[int, int]]) -> list[int]:
-    """Start character of every token (special tokens, offset (0, 0), are not added here)."""
-    return [start for start, _end in offsets]
+def _starts(tokenizer: Any, text: str) -> list[int]:
+    """Start character of every token of ``text`` (no special tokens).
+
+    A fast tokenizer's own backend is called directly: the same offsets, without the
+    transformers wrapper's "longer than the maximum sequence length" warning (the windows
+    here are longer than the model's on purpose, and never reach the model).
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        return [start for start, _end in backend.encode(text, add_special_tokens=False).offsets]
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False)
+    return [start for start, _end in enc["offset_mapping"]]
+
+
+def _word_end(seg: str, cut: int) -> int:
+    """``cut`` moved back to the last whitespace before it, so a word is not cut into pieces
+    (a prefix that ends at whitespace has a prefix of the tokens, so the budget still holds);
+    kept where no whitespace lies in the second half of the piece."""
+    space = max(seg.rfind(" ", 0, cut), seg.rfind("\n", 0, cut))
+    return space if space > cut // 2 else cut
 
 
 def pieces(text: str, max_tokens: int, tokenizer: Any) -> Iterator[str]:
@@ -56,15 +73,14 @@ def pieces(text: str, max_tokens: int, tokenizer: Any) -> Iterator[str]:
             yield text[pos:]
             return
         seg = text[pos : pos + window]
-        enc = tokenizer(seg, add_special_tokens=False, return_offsets_mapping=True, truncation=False)
-        starts = _boundaries(enc["offset_mapping"])
+        starts = _starts(tokenizer, seg)
         if len(starts) > max_tokens:
-            cut = starts[max_tokens]
+            cut = _word_end(seg, starts[max_tokens])
         elif pos + window >= n:
             yield seg.strip()
             return
         else:  # the window ran out before the budget: end at its last token boundary
-            cut = starts[-1] if len(starts) > 1 and starts[-1] > 0 else len(seg)
+            cut = _word_end(seg, starts[-1]) if len(starts) > 1 and starts[-1] > 0 else len(seg)
         piece = seg[:cut].strip()
         if piece:
             yield piece
@@ -76,8 +92,7 @@ def needs_cut(text: str, max_tokens: int, tokenizer: Any) -> bool:
     if len(text) <= max_tokens:
         return False
     seg = text[: max_tokens * WINDOW_CHARS_PER_TOKEN]
-    n = len(tokenizer(seg, add_special_tokens=False, truncation=False)["input_ids"])
-    return n > max_tokens or len(seg) < len(text)
+    return len(seg) < len(text) or len(_starts(tokenizer, seg)) > max_tokens
 
 
 class PassageLimit:

@@ -148,6 +148,7 @@ class FaissFlatVectors:
             raise BadInputError(
                 str(path), None, f"not a readable FAISS index ({str(e).splitlines()[0]})"
             ) from e
+        self._owner = index  # downcast_index returns a view; the C++ object belongs to this one
         index = faiss.downcast_index(index)
         kind = type(index).__name__
         if not kind.startswith("IndexFlat"):
@@ -167,7 +168,7 @@ class FaissFlatVectors:
         return np.ascontiguousarray(self._index.reconstruct_n(start, stop - start), dtype=np.float32)
 
     def close(self) -> None:
-        self._index = None
+        self._index = self._owner = None
 
 
 def open_vectors(path: str | Path, key: str | None = None) -> VectorFile:

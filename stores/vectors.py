@@ -150,10 +150,13 @@ def ingest_vectors(
     skip_bad: bool = False,
     progress: bool = True,
     count_checked: bool = False,
+    rows: tuple[int, int | None] | None = None,
 ) -> VectorIngestReport:
     """Add every passage of ``corpus`` with its row of ``vectors`` that ``store`` lacks.
 
     ``count_checked``: the caller already ran :func:`check_count` (it is one pass over the corpus).
+    ``rows``: only passages ``[start, stop)`` (0-based, blank lines not counted; stop None = to
+    the end): one shard of a corpus too large for one store (docs/scaling.md).
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -171,13 +174,19 @@ def ingest_vectors(
     start = time.perf_counter()
     try:
         check_vectors(store, corpus, vf, count=not count_checked)
+        first, last = _row_range(rows, vf)
+        report.rows = last - first
         bar = tqdm(
-            total=vf.count, desc=f"indexing vectors into {store.name}", unit="vec", disable=not progress
+            total=last - first, desc=f"indexing vectors into {store.name}", unit="vec", disable=not progress
         )
         try:
-            row = 0
+            row = first
             chunk: list[tuple[int, Passage | BadInputError]] = []
-            for item in iter_corpus(corpus):
+            for r, item in enumerate(iter_corpus(corpus)):
+                if r < first:
+                    continue
+                if r >= last:
+                    break
                 chunk.append(item)
                 if len(chunk) >= chunk_size:
                     _commit(store, vf, row, chunk, report, skip_bad)
@@ -194,6 +203,26 @@ def ingest_vectors(
             vf.close()
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _row_range(rows: tuple[int, int | None] | None, vf: VectorFile) -> tuple[int, int]:
+    if rows is None:
+        return 0, vf.count
+    first, last = rows[0], vf.count if rows[1] is None else rows[1]
+    if not 0 <= first < last <= vf.count:
+        raise BadInputError(str(vf.path), None, f"row range {first}:{last} is not within its {vf.count} rows")
+    return first, last
+
+
+def parse_rows(text: str) -> tuple[int, int | None]:
+    """``START:STOP`` (either may be empty) as a row range; a ValueError names the text."""
+    start, sep, stop = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(start or 0), (int(stop) if stop else None)
+    except ValueError:
+        raise ValueError(f"--rows {text!r} is not START:STOP (e.g. 0:3000000)") from None
 
 
 def _commit(
