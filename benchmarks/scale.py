@@ -295,7 +295,7 @@ def measure_retrieve(d: Path, n: int, questions: list[str], exact: np.ndarray, r
             time.sleep(0.5)
 
         def one(client: httpx.Client, q: str) -> list[str]:
-            r = client.post(f"{url}/retrieve", json={"queries": [q], "topk": K}, timeout=60)
+            r = client.post(f"{url}/retrieve", json={"queries": [q], "topk": K}, timeout=900)
             r.raise_for_status()
             return [doc["id"] for doc in r.json()["result"][0]]
 
@@ -316,7 +316,7 @@ def measure_retrieve(d: Path, n: int, questions: list[str], exact: np.ndarray, r
                 async def go(q: str) -> None:
                     async with sem:
                         t0 = time.perf_counter()
-                        r = await ac.post(f"{url}/retrieve", json={"queries": [q], "topk": K}, timeout=120)
+                        r = await ac.post(f"{url}/retrieve", json={"queries": [q], "topk": K}, timeout=900)
                         r.raise_for_status()
                         lat.append((time.perf_counter() - t0) * 1000)
 
