@@ -399,6 +399,7 @@ def plot(rows: list[dict], sweep: list[dict], path: Path) -> Path | None:
         ax[2].set_xlabel(f"store API p50 ms at {rows[-1]['n']:,} (1 client)")
         ax[2].set_ylabel("recall@3 vs exact")
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     print(f"wrote {path}")
     return path
