@@ -219,6 +219,13 @@ def format_observation(
     return f"\n\n<information>{body}</information>\n\n"
 
 
+# Every character Python's str.strip() removes, spelled out: "\s" in a regular expression means
+# different sets to Python and to a decoding engine's grammar compiler (xgrammar leaves out
+# \x1c-\x1f, which Python strips), so an engine could end an answer on a character the parser
+# then strips away.
+_SPACE = "".join(f"\\u{i:04x}" for i in range(0x3001) if chr(i).isspace())
+
+
 def protocol_regex(
     *,
     final: bool = False,
@@ -240,8 +247,8 @@ def protocol_regex(
     if max_subqueries < 1:
         raise ValueError(f"max_subqueries must be >= 1, got {max_subqueries}")
     think = rf"<think>[^<]{{1,{think_chars}}}</think>\n"
-    word = rf"[^<#\s]([^<#\n]{{0,{max(query_chars - 2, 0)}}}[^<#\s])?"
-    answer = rf"<answer> [^<\s]([^<\n]{{0,{max(answer_chars - 2, 0)}}}[^<\s])? </answer>"
+    word = rf"[^<#{_SPACE}]([^<#\n]{{0,{max(query_chars - 2, 0)}}}[^<#{_SPACE}])?"
+    answer = rf"<answer> [^<{_SPACE}]([^<\n]{{0,{max(answer_chars - 2, 0)}}}[^<{_SPACE}])? </answer>"
     if final:
         return think + answer
     parts = rf"{word}( ## {word}){{0,{max_subqueries - 1}}}" if split and max_subqueries > 1 else word

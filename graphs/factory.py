@@ -31,14 +31,19 @@ from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.stores.chroma_store import ChromaStore, list_stores, make_client
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.embedders import Embedder, get_embedder
+from parallelsearch.stores.encoder_thread import set_encoder_threads
 from parallelsearch.stores.retrieval_client import RetrieverClient
 
 
 def make_embedder(cfg: RetrievalConfig, *, device: str | None = None) -> Embedder:
     """The query/passage encoder; the default configuration shares one model per process.
 
-    ``device`` (``cpu``, ``cuda``, ``cuda:1``): where the model runs; None = sentence-transformers' choice.
+    ``cfg.encoder_threads`` sizes the process's one encoder thread's OpenMP team (see
+    :func:`parallelsearch.stores.encoder_thread.set_encoder_threads`). ``device`` (``cpu``,
+    ``cuda``, ``cuda:1``): where the model runs; None = sentence-transformers' choice.
     """
+    if cfg.encoder_threads is not None:
+        set_encoder_threads(cfg.encoder_threads)
     if cfg.query_prefix or cfg.passage_prefix or device:
         return Embedder(
             cfg.embedding_model,

@@ -34,6 +34,11 @@ def add_chroma_args(p: argparse.ArgumentParser) -> None:
         "--chroma-host", help="Chroma server host (default: the settings'; unset = embedded store under home)"
     )
     p.add_argument("--chroma-port", type=int, help="Chroma server port (default: the settings', 8000)")
+    p.add_argument(
+        "--encoder-threads",
+        type=int,
+        help="torch threads of the local encoder (default: the settings'; unset = every core)",
+    )
 
 
 def add_hnsw_args(p: argparse.ArgumentParser) -> None:
@@ -105,6 +110,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
     for flag, field in (
         ("chroma_host", "chroma_host"),
         ("chroma_port", "chroma_port"),
+        ("encoder_threads", "encoder_threads"),
         ("model", "embedding_model"),
         ("policy", "policy"),
         ("answer_policy", "answer_policy"),
@@ -113,6 +119,9 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("batch_size", "embed_batch_size"),
         ("checkpointer", "server_checkpointer"),
         ("checkpoint_url", "server_checkpoint_url"),
+        ("max_concurrency", "server_max_concurrency"),
+        ("queue_size", "server_queue_size"),
+        ("queue_timeout", "server_queue_timeout_s"),
     ):
         if v.get(flag) is not None:
             update[field] = v[flag]

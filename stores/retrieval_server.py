@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from parallelsearch.stores.asgi_guard import DEFAULT_MAX_JSON_DEPTH, JsonBodyGuard
 from parallelsearch.stores.passages import Passage
 
 
@@ -45,9 +46,19 @@ def create_retrieval_app(
     max_topk: int = 50,
     max_queries: int = 256,
     max_query_chars: int = 2000,
+    max_body_bytes: int = 4_000_000,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
 ) -> FastAPI:
-    """FastAPI app answering ``POST /retrieve`` and ``GET /health`` for ``searcher``."""
+    """FastAPI app answering ``POST /retrieve`` and ``GET /health`` for ``searcher``.
+
+    Bodies are size- and depth-limited before parsing, invalid Unicode in queries is
+    replaced, and an unhandled error is one JSON 500 with an ``error_id``
+    (:class:`~parallelsearch.stores.asgi_guard.JsonBodyGuard`).
+    """
     app = FastAPI(title="parallelsearch /retrieve", version="1")
+    app.add_middleware(
+        JsonBodyGuard, max_body_bytes=max_body_bytes, max_json_depth=max_json_depth, logger=__name__
+    )
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
