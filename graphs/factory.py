@@ -36,16 +36,22 @@ from parallelsearch.stores.retrieval_client import RetrieverClient
 from parallelsearch.stores.store_lock import StoreWriteLock
 
 
-def make_embedder(cfg: RetrievalConfig) -> Embedder:
+def make_embedder(cfg: RetrievalConfig, *, device: str | None = None) -> Embedder:
     """The query/passage encoder; the default configuration shares one model per process.
 
     ``cfg.encoder_threads`` sizes the process's one encoder thread's OpenMP team (see
-    :func:`parallelsearch.stores.encoder_thread.set_encoder_threads`).
+    :func:`parallelsearch.stores.encoder_thread.set_encoder_threads`). ``device`` (``cpu``,
+    ``cuda``, ``cuda:1``): where the model runs; None = sentence-transformers' choice.
     """
     if cfg.encoder_threads is not None:
         set_encoder_threads(cfg.encoder_threads)
-    if cfg.query_prefix or cfg.passage_prefix:
-        return Embedder(cfg.embedding_model, query_prefix=cfg.query_prefix, passage_prefix=cfg.passage_prefix)
+    if cfg.query_prefix or cfg.passage_prefix or device:
+        return Embedder(
+            cfg.embedding_model,
+            query_prefix=cfg.query_prefix,
+            passage_prefix=cfg.passage_prefix,
+            device=device,
+        )
     return get_embedder(cfg.embedding_model)
 
 
@@ -57,15 +63,25 @@ def make_chroma_client(cfg: RetrievalConfig) -> Any:
 
 
 def make_store(
-    cfg: RetrievalConfig, name: str, *, create: bool = False, embedder: Embedder | None = None
+    cfg: RetrievalConfig,
+    name: str,
+    *,
+    create: bool = False,
+    embedder: Embedder | None = None,
+    hnsw: dict[str, Any] | None = None,
 ) -> ChromaStore:
-    """The store ``name`` where ``cfg`` says stores live; a missing one is an error unless ``create``."""
+    """The store ``name`` where ``cfg`` says stores live; a missing one is an error unless ``create``.
+
+    ``hnsw``: Chroma's HNSW parameters for a new store (``stores/hnsw.py``); for an existing
+    one, ``ef_search`` is changed and any other that differs is an error.
+    """
     return ChromaStore(
         name,
         client=make_chroma_client(cfg),
         embedder=embedder or make_embedder(cfg),
         create=create,
         location=cfg.location(),
+        hnsw=hnsw,
     )
 
 
@@ -77,6 +93,7 @@ def writing_store(
     lock_timeout_s: float | None = None,
     on_wait: Callable[[str], None] | None = None,
     embedder: Embedder | None = None,
+    hnsw: dict[str, Any] | None = None,
 ) -> Iterator[ChromaStore]:
     """The store ``name`` opened (created when missing) for writing, one writer at a time.
 
@@ -96,7 +113,7 @@ def writing_store(
         timeout = cfg.store_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
         lock = StoreWriteLock(cfg.chroma_path, name, timeout_s=timeout, on_wait=on_wait)
     with lock:
-        store = make_store(cfg, name, create=True, embedder=embedder)
+        store = make_store(cfg, name, create=True, embedder=embedder, hnsw=hnsw)
         try:
             yield store
         except BaseException:

@@ -78,6 +78,28 @@ def add_lock_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_hnsw_args(p: argparse.ArgumentParser) -> None:
+    """Chroma's HNSW parameters of a new store (stores/hnsw.py); only --ef-search can change later."""
+    g = p.add_argument_group("HNSW index of a new store (Chroma's defaults when not given)")
+    g.add_argument("--space", choices=("cosine", "ip"), help="distance (default cosine)")
+    g.add_argument("--ef-construction", type=int, help="candidate list while building (Chroma: 100)")
+    g.add_argument("--max-neighbors", type=int, help="HNSW M, links per node (Chroma: 16)")
+    g.add_argument(
+        "--ef-search",
+        type=int,
+        help="candidate list while searching (Chroma: 100); on an existing store it is changed, "
+        "and processes that open the store afterwards search with it",
+    )
+
+
+def hnsw_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The HNSW flags that were given (empty: Chroma's defaults, or the store's own)."""
+    v = vars(args)
+    return {
+        k: v[k] for k in ("space", "ef_construction", "max_neighbors", "ef_search") if v.get(k) is not None
+    }
+
+
 def add_model_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model", help="sentence-transformers model name or path (default: the settings', all-MiniLM-L6-v2)"

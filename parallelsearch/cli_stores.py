@@ -8,11 +8,14 @@ import sys
 
 from parallelsearch.cli_common import (
     add_chroma_args,
+    add_hnsw_args,
     add_lock_args,
     add_model_arg,
     clean_text_arg,
+    hnsw_from_args,
     settings_from_args,
 )
+from parallelsearch.cli_index import add_index_scale_args, cmd_index_vectors, index_encoder
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--skip-bad", action="store_true", help="skip bad lines and report them instead of stopping"
     )
     p.add_argument(
-        "--chunk-size", type=int, default=1024, help="passages read, encoded and committed together"
+        "--chunk-size",
+        type=int,
+        help="passages read, encoded and committed together (default 1024; with --vectors 5000)",
     )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument(
@@ -47,15 +52,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         "store instead); without FILES: only check",
     )
     add_lock_args(p)
+    add_index_scale_args(p)
+    add_hnsw_args(p)
     add_chroma_args(p)
     p.set_defaults(func=cmd_index)
 
-    p = sub.add_parser("stores", help="list stores: name, count, model, location")
+    p = sub.add_parser("stores", help="list stores: name, count, model, HNSW parameters, location")
     p.add_argument("--json", action="store_true")
     p.add_argument(
         "--check",
         metavar="NAME",
         help="read every vector of store NAME back and report missing or unreadable ones (exit 1 if any)",
+    )
+    p.add_argument("--store", help="with --set-ef-search: the store to change")
+    p.add_argument(
+        "--set-ef-search",
+        type=int,
+        help="record a new HNSW ef_search for --store (processes that open it afterwards use it)",
     )
     add_model_arg(p)
     add_chroma_args(p)
@@ -104,15 +117,23 @@ def _stderr(message: str) -> None:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
+    from parallelsearch.cli_index import limit_kwargs
     from parallelsearch.graphs.factory import writing_store
     from parallelsearch.stores.ingest import ingest
     from parallelsearch.stores.jsonfiles import expand_paths
 
     if not args.files and not args.verify:
         raise ValueError("index needs FILES (or --verify to check the store only)")
+    if args.vectors:
+        return cmd_index_vectors(args)
     files = expand_paths(args.files)  # before the store is opened: a typo creates nothing
     s = settings_from_args(args)
-    with writing_store(s.retrieval(), args.store, on_wait=_stderr) as store:
+    with (
+        index_encoder(args, s.retrieval()) as (embedder, pool),
+        writing_store(
+            s.retrieval(), args.store, on_wait=_stderr, embedder=embedder, hnsw=hnsw_from_args(args)
+        ) as store,
+    ):
         if args.verify:
             check = store.verify(progress=not args.no_progress)
             print(check.summary())
@@ -132,14 +153,17 @@ def cmd_index(args: argparse.Namespace) -> int:
             store,
             files,
             batch_size=s.embed_batch_size,
-            chunk_size=args.chunk_size,
+            chunk_size=args.chunk_size or 1024,
             skip_bad=args.skip_bad,
             progress=not args.no_progress,
+            encoder=pool,
+            **limit_kwargs(args),
         )
     d = rep.to_dict()
     print(
         f"store {store.name} ({store.location}): added {d['added']}, already present {d['already_present']}, "
         f"duplicates in input {d['duplicates_in_input']}, skipped {d['skipped']}, "
+        f"over-long passages split {d['split']} (into {d['pieces']}), truncated {d['truncated']}, "
         f"{d['seconds']} s, {d['passages_per_s']} passages/s; total {store.count()}"
     )
     if rep.skipped.count or rep.skipped.notes or rep.skipped.replaced or args.skip_bad:
@@ -157,6 +181,17 @@ def cmd_stores(args: argparse.Namespace) -> int:
         else:
             print(check.summary())
         return 0 if check.ok else 1
+    if args.set_ef_search is not None:
+        from parallelsearch.graphs.factory import make_chroma_client
+        from parallelsearch.stores.hnsw import set_ef_search
+
+        if not args.store:
+            raise ValueError("--set-ef-search needs --store NAME")
+        cfg = settings_from_args(args).retrieval()
+        client = make_chroma_client(cfg)
+        if args.store not in {getattr(c, "name", c) for c in client.list_collections()}:
+            raise LookupError(f"no store named {args.store!r} at {cfg.location()}")
+        set_ef_search(client.get_collection(args.store), args.set_ef_search)
     rows = describe_stores(settings_from_args(args).retrieval())
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -165,7 +200,8 @@ def cmd_stores(args: argparse.Namespace) -> int:
         print("no stores yet (index one with: parallelsearch index --store NAME FILE...)")
         return 0
     for r in rows:
-        print(f"{r['name']}\t{r['count']}\t{r['model']}\t{r['location']}")
+        hnsw = " ".join(f"{k}={v}" for k, v in (r.get("hnsw") or {}).items())
+        print(f"{r['name']}\t{r['count']}\t{r['model']}\t{hnsw}\t{r['location']}")
     return 0
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from parallelsearch.stores.coalesce import BatchCoalescer
 from parallelsearch.stores.embedders import Embedder, get_embedder
 from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
+from parallelsearch.stores.hnsw import hnsw_configuration, hnsw_of, reconcile
 from parallelsearch.stores.passages import Passage
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9]$")
@@ -69,8 +70,11 @@ class ChromaStore:
         create: bool = True,
         coalesce_window_s: float = 0.002,
         location: str | None = None,
+        hnsw: dict[str, Any] | None = None,
     ) -> None:
         self.name = validate_store_name(name)
+        self._requested_hnsw = hnsw
+        self._hnsw = hnsw_configuration(hnsw)
         self.client = client if client is not None else make_client(path, host, port)
         self.location = location or (f"http://{host}:{port}" if host else str(path) if path else "client")
         self.embedder = embedder or get_embedder()
@@ -90,7 +94,7 @@ class ChromaStore:
                 col = self.client.create_collection(
                     self.name,
                     metadata=meta,
-                    configuration={"hnsw": {"space": "cosine"}},
+                    configuration={"hnsw": self._hnsw},
                     embedding_function=None,
                 )
                 self.created = True
@@ -107,6 +111,7 @@ class ChromaStore:
                 f"{have.get(_META_MODEL)!r} (dimension {have.get(_META_DIM)}), but was opened with "
                 f"{meta[_META_MODEL]!r} (dimension {meta[_META_DIM]}); open it with the same model or re-index"
             )
+        reconcile(col, self._requested_hnsw, self.location)
         return col
 
     # ---- writing -------------------------------------------------------------------------
@@ -196,7 +201,14 @@ class ChromaStore:
         queries = list(queries)
         if not queries:
             return []
-        vecs = self.embedder.encode_queries(queries)
+        return self.search_vectors(self.embedder.encode_queries(queries), k)
+
+    def search_vectors(self, vecs: np.ndarray, k: int = 3) -> list[list[Passage]]:
+        """Top-k for query vectors already encoded with the store's model (one Chroma query)."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if len(vecs) == 0:
+            return []
         # Chroma returns fewer than k rows when the store holds fewer passages (none when
         # empty), so no count() round trip is needed per search.
         res = self.collection.query(
@@ -242,6 +254,7 @@ class ChromaStore:
             "model": meta.get(_META_MODEL),
             "dimension": meta.get(_META_DIM),
             "location": self.location,
+            "hnsw": hnsw_of(self.collection),
         }
 
 
@@ -289,6 +302,7 @@ def list_stores(client: Any) -> list[dict[str, Any]]:
                 "count": col.count(),
                 "model": meta.get(_META_MODEL),
                 "dimension": meta.get(_META_DIM),
+                "hnsw": hnsw_of(col),
             }
         )
     return out

@@ -11,11 +11,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
 from parallelsearch.stores.jsonfiles import SkipReport
+from parallelsearch.stores.passage_limit import DEFAULT_MAX_TOKENS, PassageLimit, tokenizer_of
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.readers import read_passages
 
@@ -31,6 +32,9 @@ class IngestReport:
     skipped: SkipReport = field(default_factory=SkipReport)
     seconds: float = 0.0
     encode_seconds: float = 0.0
+    truncated: int = 0  # over-long passages cut to the token budget (stores/passage_limit.py)
+    split: int = 0  # over-long passages split into pieces
+    pieces: int = 0  # the passages those became
 
     @property
     def passages_per_s(self) -> float:
@@ -42,6 +46,9 @@ class IngestReport:
             "already_present": self.already_present,
             "duplicates_in_input": self.duplicates_in_input,
             "skipped": self.skipped.count,
+            "truncated": self.truncated,
+            "split": self.split,
+            "pieces": self.pieces,
             "seconds": round(self.seconds, 3),
             "passages_per_s": round(self.passages_per_s, 1),
         }
@@ -72,6 +79,9 @@ def ingest(
     chunk_size: int = 1024,
     skip_bad: bool = False,
     progress: bool = True,
+    max_passage_tokens: int | None = DEFAULT_MAX_TOKENS,
+    long_passages: str = "split",
+    encoder: Any | None = None,
 ) -> IngestReport:
     """Add every passage of ``paths`` (or of ``passages``) that ``store`` lacks.
 
@@ -80,6 +90,10 @@ def ingest(
     sentence-transformers sorts a call's texts by length, and short calls of unsorted
     text pad far more (measured: 8 calls of 64 took 2.5x one call of 512 on 2 cores).
     Each chunk is committed before the next is read, so a killed run loses at most one chunk.
+
+    Passages over ``max_passage_tokens`` tokens are split or truncated (``long_passages``;
+    None = no limit). ``encoder``: what encodes the passages instead of the store's embedder
+    (a :class:`~parallelsearch.stores.encode_pool.PassagePool` on several processes or GPUs).
     """
     if batch_size < 1 or chunk_size < 1:
         raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size} and {chunk_size}")
@@ -89,6 +103,11 @@ def ingest(
         if passages is not None
         else read_passages(paths or [], skip_bad=skip_bad, report=report.skipped)
     )
+    limit = None
+    if max_passage_tokens is not None:
+        limit = PassageLimit(tokenizer_of(store.embedder), max_passage_tokens, long_passages)  # type: ignore[arg-type]
+        source = limit.apply(source)
+    encode = (encoder or store.embedder).encode_passages
     start = time.perf_counter()
     bar = tqdm(desc=f"indexing into {store.name}", unit="passage", disable=not progress)
     try:
@@ -98,12 +117,18 @@ def ingest(
             report.already_present += len(batch) - len(new)
             if new:
                 t0 = time.perf_counter()
-                vecs = store.embedder.encode_passages([p.text for p in new], batch_size=batch_size)
+                vecs = encode([p.text for p in new], batch_size=batch_size)
                 report.encode_seconds += time.perf_counter() - t0
                 store.upsert(new, vecs)
                 report.added += len(new)
             bar.update(len(batch))
     finally:
         bar.close()
+        if limit is not None:
+            report.truncated, report.split, report.pieces = (
+                limit.counts.truncated,
+                limit.counts.split,
+                limit.counts.pieces,
+            )
     report.seconds = time.perf_counter() - start
     return report

@@ -1,0 +1,500 @@
+"""Stores of 10k, 100k and 1M passages built from precomputed vectors, measured.
+
+    python benchmarks/scale.py --sizes 10000 100000 1000000 [--scratch DIR] [--ef-search 10 20 40 80 160]
+
+The data. The 4,948 distinct context paragraphs of the HotpotQA 500-question benchmark file
+(``raw/``, never ``holdout/``) are encoded with all-MiniLM-L6-v2 (384-d, normalised): these are
+the store's first rows, real text with real embeddings. Every further row i is drawn around a
+real one: parent p = a uniformly drawn real paragraph, v = normalise(e_p + s * g), g an
+isotropic Gaussian of expected norm 1, s uniform in [0.5, 1.0], so cos(v, e_p) is 0.71-0.89
+and two children of one parent sit at cosine ~0.5-0.8 of each other: dense neighbourhoods
+around real ones, as near-duplicate and related passages of a large corpus make them. The
+row's text is its parent's (so documents, and the disk they take, are paragraph-sized); its
+id is the row number. Rows are drawn per block of 10,000 with seed (block), so every size
+is a prefix of the larger ones.
+
+The queries: the benchmark file's first ``--queries`` questions, real text. Through the store
+API they go as precomputed query vectors (``ChromaStore.search_vectors``: the store's own
+cost, no encoder); through ``/retrieve`` (``parallelsearch serve-retriever`` on 127.0.0.1) as
+text, so those figures include the server's MiniLM query encoding.
+
+Per size:
+* ingest: ``parallelsearch index --vectors`` as a child process (the project's own ingestion):
+  vectors/s, the child's peak RSS, the store's disk size;
+* recall@3 against exact search (numpy brute force, cosine, on the same vectors), for the
+  store API, ``/retrieve`` and a FAISS ``IndexFlatIP`` (the official retrieval server's engine);
+* latency p50/p95 at 1 client and at 32 concurrent clients (threads, one query each request)
+  for the store API (a child process per setting, since Chroma reads ``ef_search`` when a
+  process opens the store), ``/retrieve`` (32 = asyncio clients) and FAISS;
+* at the largest size, an ``ef_search`` sweep (recall@3 and latency per value).
+
+Builds are kept in ``--scratch`` (default ``/tmp/parallelsearch-scale``) and reused when
+complete (``build.json``), so a 1M store is built once (``--build-only`` builds and stops).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import HOTPOT, OUT, write
+from tqdm import tqdm
+
+DIM = 384
+BLOCK = 10_000
+K = 3
+CLIENTS = 32
+PY = sys.executable
+CLI = [PY, "-m", "parallelsearch.cli"]
+
+
+# ---------------------------------------------------------------------------------- data
+def base_data(scratch: Path, n_queries: int) -> tuple[np.ndarray, list[dict], np.ndarray, list[str]]:
+    """Real paragraph embeddings and query embeddings (cached in scratch)."""
+    d = scratch / "base"
+    d.mkdir(parents=True, exist_ok=True)
+    recs = json.loads(HOTPOT.read_text())
+    questions = [r["question"] for r in recs][:n_queries]
+    if not (d / "base.npy").is_file() or not (d / "queries.npy").is_file():
+        from parallelsearch.stores import get_embedder, read_passages
+
+        seen: dict[str, dict] = {}
+        for p in read_passages([HOTPOT]):
+            seen.setdefault(p.id, {"title": p.title, "text": p.text})
+        paras = list(seen.values())
+        emb = get_embedder()
+        vecs = []
+        for i in tqdm(range(0, len(paras), 256), desc="encoding the real paragraphs"):
+            vecs.append(emb.encode_passages([p["text"] for p in paras[i : i + 256]], batch_size=32))
+        np.save(d / "base.npy", np.concatenate(vecs))
+        (d / "base.json").write_text(json.dumps(paras))
+        np.save(d / "queries.npy", emb.encode_queries(questions))
+    base = np.load(d / "base.npy")
+    paras = json.loads((d / "base.json").read_text())
+    qv = np.load(d / "queries.npy")[:n_queries]
+    return base, paras, qv, questions
+
+
+def block_rows(base: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows [block*BLOCK, (block+1)*BLOCK): real rows first, then rows drawn around them."""
+    nb = len(base)
+    rng = np.random.default_rng(block)
+    idx = np.arange(block * BLOCK, (block + 1) * BLOCK)
+    parent = rng.integers(0, nb, size=BLOCK)
+    parent[idx < nb] = idx[idx < nb]
+    g = rng.standard_normal((BLOCK, DIM)).astype(np.float32) / np.sqrt(DIM)
+    s = rng.uniform(0.5, 1.0, size=(BLOCK, 1)).astype(np.float32)
+    s[idx < nb] = 0.0
+    v = base[parent] + s * g
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return v.astype(np.float32), parent
+
+
+def make_data(d: Path, n: int, base: np.ndarray, paras: list[dict]) -> tuple[Path, Path]:
+    vec_path, corpus_path = d / "vectors.npy", d / "corpus.jsonl"
+    done = d / "data.done"
+    if done.is_file():
+        return vec_path, corpus_path
+    d.mkdir(parents=True, exist_ok=True)
+    mm = np.lib.format.open_memmap(vec_path, mode="w+", dtype=np.float32, shape=(n, DIM))
+    with corpus_path.open("w") as f:
+        for b in tqdm(range(-(-n // BLOCK)), desc=f"drawing {n:,} vectors"):
+            v, parent = block_rows(base, b)
+            lo, hi = b * BLOCK, min(n, (b + 1) * BLOCK)
+            mm[lo:hi] = v[: hi - lo]
+            for i in range(lo, hi):
+                p = paras[parent[i - lo]]
+                f.write(json.dumps({"id": str(i), "title": p["title"], "text": p["text"]}) + "\n")
+    mm.flush()
+    del mm
+    done.write_text("ok")
+    return vec_path, corpus_path
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def env_for(home: Path) -> dict[str, str]:
+    env = dict(os.environ, PARALLELSEARCH_HOME=str(home), HF_HUB_OFFLINE="1")
+    env.pop("PARALLELSEARCH_CHROMA_HOST", None)
+    return env
+
+
+def run_child(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Run ``cmd``; (seconds, peak RSS in GiB, stdout). The child's stderr (progress) passes through."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    out = proc.stdout.read() if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    secs = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed with exit code {proc.returncode}: {out[-2000:]}")
+    return secs, usage.ru_maxrss / 2**20, out
+
+
+def build(d: Path, n: int, vec_path: Path, corpus_path: Path) -> dict:
+    info = d / "build.json"
+    if info.is_file():
+        return json.loads(info.read_text())
+    home = d / "home"
+    if home.exists():
+        shutil.rmtree(home)
+    cmd = [*CLI, "index", "--store", store_name(n), "--vectors", str(vec_path), str(corpus_path)]
+    secs, rss, out = run_child(cmd, env_for(home))
+    print(out.strip())
+    res = {
+        "n": n,
+        "ingest_s": round(secs, 1),
+        "ingest_vectors_per_s": round(n / secs, 1),
+        "ingest_peak_rss_gib": round(rss, 2),
+        "disk_gib": round(du(home / "chroma") / 2**30, 3),
+        "cli_summary": out.strip(),
+    }
+    info.write_text(json.dumps(res, indent=2))
+    return res
+
+
+def store_name(n: int) -> str:
+    return f"scale-{n}"
+
+
+# -------------------------------------------------------------------------------- exact
+def exact_topk(vec_path: Path, qv: np.ndarray, k: int = K) -> np.ndarray:
+    """Exact top-k row indices by cosine (vectors and queries are normalised): numpy, in chunks."""
+    mm = np.load(vec_path, mmap_mode="r")
+    q = qv / np.linalg.norm(qv, axis=1, keepdims=True)
+    best_s = np.full((len(q), k), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(q), k), dtype=np.int64)
+    for lo in range(0, len(mm), 100_000):
+        s = q @ np.asarray(mm[lo : lo + 100_000]).T
+        top = (
+            np.argpartition(-s, k - 1, axis=1)[:, :k]
+            if s.shape[1] > k
+            else np.tile(np.arange(s.shape[1]), (len(q), 1))
+        )
+        cand_s = np.concatenate([best_s, np.take_along_axis(s, top, 1)], axis=1)
+        cand_i = np.concatenate([best_i, top + lo], axis=1)
+        order = np.argsort(-cand_s, axis=1)[:, :k]
+        best_s, best_i = np.take_along_axis(cand_s, order, 1), np.take_along_axis(cand_i, order, 1)
+    return best_i
+
+
+def recall(got: list[list[str]], exact: np.ndarray) -> float:
+    hits = sum(len({str(i) for i in ex} & set(g[:K])) for g, ex in zip(got, exact, strict=True))
+    return hits / (K * len(exact))
+
+
+def pct(ms: list[float]) -> dict:
+    s = sorted(ms)
+    return {"p50_ms": round(statistics.median(s), 2), "p95_ms": round(s[int(0.95 * (len(s) - 1))], 2)}
+
+
+def timed_concurrent(fn, items: list, clients: int) -> tuple[list, list[float]]:
+    """Every item through ``fn`` from ``clients`` threads at once; (results in order, latencies ms)."""
+    results: list = [None] * len(items)
+    lat: list[float] = [0.0] * len(items)
+    nxt = iter(range(len(items)))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                i = next(nxt, None)
+            if i is None:
+                return
+            t0 = time.perf_counter()
+            results[i] = fn(items[i])
+            lat[i] = (time.perf_counter() - t0) * 1000
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, lat
+
+
+# ---------------------------------------------------------------- store API (child process)
+def store_worker(home: str, name: str, qpath: str, reps: int) -> None:
+    """Child: open the store (fresh process, so its recorded ef_search applies), time queries."""
+    from parallelsearch.stores import ChromaStore
+    from parallelsearch.stores.hnsw import hnsw_of
+    from parallelsearch.stores.vectors import RecordedModel
+
+    qv = np.load(qpath)
+    t0 = time.perf_counter()
+    store = ChromaStore(
+        name, path=Path(home) / "chroma", embedder=RecordedModel("all-MiniLM-L6-v2", DIM), create=False
+    )
+    store.search_vectors(qv[:1], K)  # loads the index
+    load_s = time.perf_counter() - t0
+    items = [qv[i : i + 1] for i in range(len(qv))]
+    for _ in range(1):  # warm
+        store.search_vectors(qv[:8], K)
+    out: dict = {"load_s": round(load_s, 2), "hnsw": hnsw_of(store.collection)}
+    ids, lat = [], []
+    for _ in range(reps):
+        ids, lat1 = timed_concurrent(lambda q: store.search_vectors(q, K)[0], items, 1)
+        lat += lat1
+    out["c1"] = pct(lat)
+    out["ids"] = [[p.id for p in hits] for hits in ids]
+    _, lat32 = timed_concurrent(lambda q: store.search_vectors(q, K)[0], items * reps, CLIENTS)
+    out["c32"] = pct(lat32)
+    out["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    print("RESULT " + json.dumps(out))
+
+
+def measure_store(d: Path, n: int, qpath: Path, exact: np.ndarray, reps: int) -> dict:
+    cmd = [PY, __file__, "--store-worker", str(d / "home"), store_name(n), str(qpath), str(reps)]
+    _, rss, out = run_child(cmd, env_for(d / "home"))
+    res = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
+    res["recall@3"] = round(recall(res.pop("ids"), exact), 4)
+    return res
+
+
+def set_ef(d: Path, n: int, ef: int) -> None:
+    cmd = [*CLI, "stores", "--store", store_name(n), "--set-ef-search", str(ef)]
+    run_child(cmd, env_for(d / "home"))
+
+
+# ------------------------------------------------------------------------------ /retrieve
+def measure_retrieve(d: Path, n: int, questions: list[str], exact: np.ndarray, reps: int) -> dict:
+    import httpx
+
+    from parallelsearch.loopback import free_port
+
+    port = free_port()
+    cmd = [*CLI, "serve-retriever", "--store", store_name(n), "--port", str(port)]
+    proc = subprocess.Popen(
+        cmd, env=env_for(d / "home"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 300
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("serve-retriever did not start")
+            time.sleep(0.5)
+
+        def one(client: httpx.Client, q: str) -> list[str]:
+            r = client.post(f"{url}/retrieve", json={"queries": [q], "topk": K}, timeout=900)
+            r.raise_for_status()
+            return [doc["id"] for doc in r.json()["result"][0]]
+
+        with httpx.Client() as c:
+            for q in questions[:8]:
+                one(c, q)
+            lat1: list[float] = []
+            ids: list = []
+            for _ in range(reps):
+                ids, lat = timed_concurrent(lambda q: one(c, q), questions, 1)
+                lat1 += lat
+
+        async def many() -> list[float]:
+            lat: list[float] = []
+            sem = asyncio.Semaphore(CLIENTS)
+            async with httpx.AsyncClient(limits=httpx.Limits(max_connections=CLIENTS)) as ac:
+
+                async def go(q: str) -> None:
+                    async with sem:
+                        t0 = time.perf_counter()
+                        r = await ac.post(f"{url}/retrieve", json={"queries": [q], "topk": K}, timeout=900)
+                        r.raise_for_status()
+                        lat.append((time.perf_counter() - t0) * 1000)
+
+                await asyncio.gather(*(go(q) for q in questions * reps))
+            return lat
+
+        lat32 = asyncio.run(many())
+        rss = None
+        try:
+            import psutil
+
+            rss = round(psutil.Process(proc.pid).memory_info().rss / 2**30, 2)
+        except Exception:
+            pass
+        return {
+            "c1": pct(lat1),
+            "c32": pct(lat32),
+            "recall@3": round(recall(ids, exact), 4),
+            "server_rss_gib": rss,
+        }
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+# ---------------------------------------------------------------------------------- FAISS
+def measure_faiss(vec_path: Path, qv: np.ndarray, exact: np.ndarray, reps: int) -> dict:
+    from parallelsearch.stores.vector_files import import_faiss
+
+    faiss = import_faiss()
+    mm = np.load(vec_path, mmap_mode="r")
+    index = faiss.IndexFlatIP(DIM)
+    for lo in range(0, len(mm), 100_000):
+        index.add(np.ascontiguousarray(mm[lo : lo + 100_000]))
+    q = np.ascontiguousarray(qv / np.linalg.norm(qv, axis=1, keepdims=True), dtype=np.float32)
+    items = [q[i : i + 1] for i in range(len(q))]
+    index.search(q[:8], K)
+    lat1: list[float] = []
+    res: list = []
+    for _ in range(reps):
+        res, lat = timed_concurrent(lambda x: index.search(x, K)[1][0], items, 1)
+        lat1 += lat
+    _, lat32 = timed_concurrent(lambda x: index.search(x, K)[1][0], items * reps, CLIENTS)
+    got = [[str(i) for i in r] for r in res]
+    index.reset()  # frees the vectors before the next size
+    return {"c1": pct(lat1), "c32": pct(lat32), "recall@3": round(recall(got, exact), 4)}
+
+
+# ----------------------------------------------------------------------------------- main
+def plot(rows: list[dict], sweep: list[dict], path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return None
+    ns = [r["n"] for r in rows]
+    fig, ax = plt.subplots(1, 3 if sweep else 2, figsize=(15 if sweep else 10, 4))
+    ax[0].loglog(ns, [r["store"]["c1"]["p50_ms"] for r in rows], "o-", label="store API p50, 1 client")
+    ax[0].loglog(ns, [r["store"]["c32"]["p50_ms"] for r in rows], "o--", label="store API p50, 32 clients")
+    if all(r.get("retrieve") for r in rows):
+        ax[0].loglog(ns, [r["retrieve"]["c1"]["p50_ms"] for r in rows], "s-", label="/retrieve p50, 1 client")
+    ax[0].loglog(ns, [r["faiss"]["c1"]["p50_ms"] for r in rows], "^-", label="FAISS flat p50, 1 client")
+    ax[0].set_xlabel("passages")
+    ax[0].set_ylabel("ms")
+    ax[0].legend(fontsize=7)
+    ax[1].loglog(ns, [r["ingest_peak_rss_gib"] for r in rows], "o-", label="ingest peak RSS (GiB)")
+    ax[1].loglog(ns, [r["disk_gib"] for r in rows], "s-", label="disk (GiB)")
+    ax[1].loglog(ns, [r["ingest_s"] / 60 for r in rows], "^-", label="ingest time (min)")
+    ax[1].set_xlabel("passages")
+    ax[1].legend(fontsize=7)
+    if sweep:
+        ax[2].plot([s["store"]["c1"]["p50_ms"] for s in sweep], [s["store"]["recall@3"] for s in sweep], "o-")
+        for s in sweep:
+            ax[2].annotate(
+                f"ef={s['ef_search']}", (s["store"]["c1"]["p50_ms"], s["store"]["recall@3"]), fontsize=7
+            )
+        ax[2].set_xlabel(f"store API p50 ms at {rows[-1]['n']:,} (1 client)")
+        ax[2].set_ylabel("recall@3 vs exact")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")
+    return path
+
+
+def main() -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    ap.add_argument(
+        "--scratch", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "parallelsearch-scale"
+    )
+    ap.add_argument("--queries", type=int, default=200, help="HotpotQA questions used as queries")
+    ap.add_argument("--reps", type=int, default=2, help="passes over the queries per setting")
+    ap.add_argument(
+        "--ef-search", type=int, nargs="*", default=[10, 20, 40, 80, 160], help="sweep at the largest size"
+    )
+    ap.add_argument("--no-retrieve", action="store_true", help="skip the /retrieve server column")
+    ap.add_argument("--build-only", action="store_true", help="build the stores and stop")
+    ap.add_argument("--store-worker", nargs=4, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.store_worker:
+        home, name, qpath, reps = args.store_worker
+        store_worker(home, name, qpath, int(reps))
+        return {}
+    if not HOTPOT.is_file():
+        sys.exit(f"benchmark data {HOTPOT} is missing")
+    args.scratch.mkdir(parents=True, exist_ok=True)
+    base, paras, qv, questions = base_data(args.scratch, args.queries)
+    qpath = args.scratch / "base" / "queries.npy"
+    np.save(args.scratch / "base" / f"queries-{len(qv)}.npy", qv)
+    qpath = args.scratch / "base" / f"queries-{len(qv)}.npy"
+    rows: list[dict] = []
+    sweep: list[dict] = []
+    for n in sorted(args.sizes):
+        d = args.scratch / str(n)
+        vec_path, corpus_path = make_data(d, n, base, paras)
+        row = build(d, n, vec_path, corpus_path)
+        print(
+            f"{n:,}: ingest {row['ingest_vectors_per_s']} vectors/s ({row['ingest_s']} s), peak RSS "
+            f"{row['ingest_peak_rss_gib']} GiB, disk {row['disk_gib']} GiB"
+        )
+        if args.build_only:
+            rows.append(row)
+            continue
+        exact = exact_topk(vec_path, qv)
+        row["store"] = measure_store(d, n, qpath, exact, args.reps)
+        print(
+            f"  store API: recall@3 {row['store']['recall@3']}, 1 client {row['store']['c1']}, "
+            f"32 clients {row['store']['c32']}, load {row['store']['load_s']} s, RSS {row['store']['peak_rss_gib']} GiB"
+        )
+        if not args.no_retrieve:
+            row["retrieve"] = measure_retrieve(d, n, questions, exact, args.reps)
+            print(
+                f"  /retrieve (text queries): recall@3 {row['retrieve']['recall@3']}, 1 client "
+                f"{row['retrieve']['c1']}, 32 clients {row['retrieve']['c32']}"
+            )
+        row["faiss"] = measure_faiss(vec_path, qv, exact, args.reps)
+        print(
+            f"  FAISS flat: recall@3 {row['faiss']['recall@3']}, 1 client {row['faiss']['c1']}, 32 clients {row['faiss']['c32']}"
+        )
+        rows.append(row)
+        if n == max(args.sizes) and args.ef_search:
+            default_ef = row["store"]["hnsw"].get("ef_search", 100)
+            for ef in tqdm(args.ef_search, desc=f"ef_search sweep at {n:,}"):
+                set_ef(d, n, ef)
+                res = measure_store(d, n, qpath, exact, 1)
+                sweep.append({"ef_search": ef, "store": res})
+                print(
+                    f"  ef_search {ef}: recall@3 {res['recall@3']}, 1 client {res['c1']}, 32 clients {res['c32']}"
+                )
+            set_ef(d, n, default_ef)
+    result = {
+        "k": K,
+        "clients": CLIENTS,
+        "queries": len(qv),
+        "dimension": DIM,
+        "sizes": rows,
+        "ef_sweep": sweep,
+    }
+    if not args.build_only and rows:
+        result["plot"] = str(plot(rows, sweep, OUT / "scale.png"))
+        big = rows[-1]
+        result["goals_at_largest"] = {
+            "n": big["n"],
+            "recall@3 >= 0.97": big["store"]["recall@3"] >= 0.97,
+            "store API p50 <= 10 ms": big["store"]["c1"]["p50_ms"] <= 10,
+            "peak RSS < 8 GiB (ingest, store API process)": max(
+                big["ingest_peak_rss_gib"], big["store"]["peak_rss_gib"]
+            )
+            < 8,
+        }
+        print(json.dumps(result["goals_at_largest"]))
+    write("scale", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The ``index`` command's scale options: precomputed vectors, devices and encoding processes,
+the passage token budget. ``cli_stores.py`` registers the command; this module holds the flags
+and the two paths they open (docs/architecture.md, "Configuration": flags default to None).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from parallelsearch.stores.config import RetrievalConfig
+from parallelsearch.stores.passage_limit import DEFAULT_MAX_TOKENS, MODES
+
+
+def add_index_scale_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("precomputed vectors")
+    g.add_argument(
+        "--vectors",
+        help="vectors of the ONE corpus file given (row i = passage i): .npy, .npz or a FAISS flat index "
+        "(.faiss/.index); nothing is encoded, --model names the model that made them",
+    )
+    g.add_argument("--vectors-key", help="the array of a .npz archive that holds several")
+    g.add_argument(
+        "--rows",
+        help="START:STOP: only these passages (0-based) and their vectors, one shard of a large corpus",
+    )
+    g = p.add_argument_group("encoding text")
+    g.add_argument(
+        "--device",
+        help="where the encoder runs: cpu, cuda, cuda:1, or a comma list (cuda:0,cuda:1) for one "
+        "encoding process per device",
+    )
+    g.add_argument(
+        "--processes",
+        type=int,
+        help="encoding processes (sentence-transformers' pool); with --device cuda: cuda:0..N-1",
+    )
+    g.add_argument(
+        "--max-passage-tokens",
+        type=int,
+        help=f"token budget per passage; longer ones are split or truncated (default {DEFAULT_MAX_TOKENS})",
+    )
+    g.add_argument("--long-passages", choices=MODES, help="what happens to a longer passage (default split)")
+
+
+def limit_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The passage-limit arguments of ``ingest`` that were given (else its defaults hold)."""
+    out: dict[str, Any] = {}
+    if getattr(args, "max_passage_tokens", None) is not None:
+        out["max_passage_tokens"] = args.max_passage_tokens
+    if getattr(args, "long_passages", None) is not None:
+        out["long_passages"] = args.long_passages
+    return out
+
+
+@contextmanager
+def index_encoder(args: argparse.Namespace, cfg: RetrievalConfig) -> Iterator[tuple[Any, Any]]:
+    """``(embedder, pool)`` for text ingestion: the embedder on ``--device``, and a started
+    multi-process pool when several devices or processes are asked for (else None)."""
+    from parallelsearch.graphs.factory import make_embedder
+    from parallelsearch.stores.encode_pool import PassagePool, device_list
+
+    devices = device_list(args.device, args.processes)
+    single = None if devices else args.device
+    embedder = make_embedder(cfg, device=single)
+    if not devices:
+        yield embedder, None
+        return
+    print(f"encoding on {len(devices)} processes: {', '.join(devices)}", file=sys.stderr)
+    with PassagePool(embedder, devices) as pool:
+        yield embedder, pool
+
+
+def cmd_index_vectors(args: argparse.Namespace) -> int:
+    """``index --vectors``: one corpus file plus its precomputed vectors into a store."""
+    from parallelsearch.cli_common import hnsw_from_args, settings_from_args
+    from parallelsearch.graphs.factory import writing_store
+    from parallelsearch.stores.errors import BadInputError, ModelMismatchError
+    from parallelsearch.stores.vector_files import open_vectors
+    from parallelsearch.stores.vectors import (
+        DEFAULT_CHUNK,
+        RecordedModel,
+        check_count,
+        ingest_vectors,
+        parse_rows,
+    )
+
+    if len(args.files) != 1:
+        raise ValueError(
+            f"--vectors goes with ONE corpus file, got {len(args.files)}: {' '.join(args.files)}"
+        )
+    for flag in ("device", "processes", "max_passage_tokens", "long_passages"):
+        if getattr(args, flag, None) is not None:
+            raise ValueError(f"--{flag.replace('_', '-')} is about encoding text; --vectors encodes nothing")
+    cfg = settings_from_args(args).retrieval()
+    vf = open_vectors(args.vectors, args.vectors_key)
+    try:
+        check_count(Path(args.files[0]), vf)  # before the store is created
+        model = RecordedModel(cfg.embedding_model, vf.dimension)
+        try:
+            # one writer at a time, as for text (graphs/factory.py writing_store)
+            with writing_store(
+                cfg,
+                args.store,
+                on_wait=lambda m: print(m, file=sys.stderr, flush=True),
+                embedder=model,
+                hnsw=hnsw_from_args(args),
+            ) as store:
+                rep = ingest_vectors(
+                    store,
+                    args.files[0],
+                    vf,
+                    chunk_size=args.chunk_size if args.chunk_size is not None else DEFAULT_CHUNK,
+                    skip_bad=args.skip_bad,
+                    progress=not args.no_progress,
+                    count_checked=True,
+                    rows=parse_rows(args.rows) if args.rows else None,
+                )
+        except ModelMismatchError as e:
+            raise BadInputError(args.vectors, None, f"does not fit the store: {e}") from e
+    finally:
+        vf.close()
+    d = rep.to_dict()
+    print(
+        f"store {store.name} ({store.location}): added {d['added']} vectors of {vf.dimension} dimensions "
+        f"({cfg.embedding_model}), already present {d['already_present']}, duplicates in input "
+        f"{d['duplicates_in_input']}, skipped {d['skipped']}, {d['seconds']} s, "
+        f"{d['passages_per_s']} vectors/s; total {store.count()}"
+    )
+    if rep.skipped.count or args.skip_bad:
+        print(rep.skipped.summary(), file=sys.stderr)
+    return 0

@@ -1,0 +1,77 @@
+"""Passage encoding on several processes or GPUs (sentence-transformers' multi-process pool).
+
+One process encodes on one device. On a box with several GPUs (or many cores) text
+ingestion starts one worker per listed device (``cuda:0,cuda:1`` or ``cpu,cpu``); each
+chunk of passages is split among them and the embeddings come back in order, equal to one
+process's (the workers get a copy of the same model). Queries never go through the pool:
+they are few at a time, and a pool round trip costs more than encoding them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def device_list(device: str | None, processes: int | None) -> list[str] | None:
+    """The pool's devices from ``--device`` (comma list allowed) and ``--processes``; None = no pool.
+
+    ``cuda`` with ``--processes 4`` means ``cuda:0`` .. ``cuda:3``; ``cpu`` with 2 means two CPU
+    workers. A single device without ``--processes`` is no pool (the plain embedder runs there).
+    """
+    devices = [d.strip() for d in (device or "").split(",") if d.strip()]
+    if processes is not None and processes < 1:
+        raise ValueError(f"--processes must be >= 1, got {processes}")
+    if len(devices) > 1:
+        if processes is not None and processes != len(devices):
+            raise ValueError(f"--processes {processes} contradicts the {len(devices)} devices in --device")
+        return devices
+    if processes is None or processes == 1:
+        return None
+    base = devices[0] if devices else "cpu"
+    if base == "cuda":
+        return [f"cuda:{i}" for i in range(processes)]
+    return [base] * processes
+
+
+class PassagePool:
+    """A context manager: ``encode_passages`` on a pool of worker processes, one per device."""
+
+    def __init__(self, embedder: Any, devices: list[str]) -> None:
+        self.embedder = embedder
+        self.devices = devices
+        self._pool: dict[str, Any] | None = None
+        self.calls = 0
+
+    @property
+    def _model(self) -> Any:
+        return self.embedder._model
+
+    def __enter__(self) -> PassagePool:
+        self._pool = self._model.start_multi_process_pool(target_devices=self.devices)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._model.stop_multi_process_pool(self._pool)
+            self._pool = None
+
+    def encode_passages(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        if self._pool is None:
+            raise RuntimeError("the encoding pool is not started (use it as a context manager)")
+        if not texts:
+            return np.zeros((0, self.embedder.dimension), dtype=np.float32)
+        self.calls += 1
+        texts = [self.embedder.passage_prefix + t for t in texts]
+        vecs = self._model.encode(
+            texts,
+            pool=self._pool,
+            batch_size=batch_size,
+            normalize_embeddings=self.embedder.normalize,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+            # one slice per worker per chunk: fewer queue round trips, length-sorted within each
+            chunk_size=max(1, -(-len(texts) // len(self.devices))),
+        )
+        return np.asarray(vecs, dtype=np.float32).reshape(len(texts), -1)

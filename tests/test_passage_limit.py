@@ -1,0 +1,84 @@
+"""The passage token budget: over-long passages split or truncated, counted, in bounded memory.
+Real MiniLM tokenizer and model, real Chroma, real HotpotQA text."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from parallelsearch.stores import ChromaStore, ingest, make_client, read_passages
+from parallelsearch.stores.passage_limit import PassageLimit, pieces, tokenizer_of
+from parallelsearch.stores.passages import Passage
+
+
+@pytest.fixture(scope="module")
+def long_text(hotpot_comparison_file) -> str:
+    texts = [p.text for p in read_passages([hotpot_comparison_file])][:40]
+    return " ".join(texts)  # ~40 real paragraphs, a few thousand tokens
+
+
+def _ntok(tok, text: str) -> int:
+    return len(tok(text, add_special_tokens=False)["input_ids"])
+
+
+def test_pieces_stay_within_the_budget_and_keep_all_the_text(embedder, long_text):
+    tok = tokenizer_of(embedder)
+    assert _ntok(tok, long_text) > 1000
+    parts = list(pieces(long_text, 100, tok))
+    assert len(parts) >= _ntok(tok, long_text) // 100
+    assert all(_ntok(tok, p) <= 100 for p in parts)
+    assert " ".join(parts).split() == long_text.split()  # nothing lost, nothing repeated
+
+
+def test_split_and_truncate_are_counted_and_resume_adds_nothing(tmp_path, embedder, long_text):
+    short = Passage.make("Short", "A short paragraph that fits.")
+    long = Passage.make("Long", long_text)
+    store = ChromaStore("limit", path=tmp_path / "db", embedder=embedder)
+    rep = ingest(store, passages=[short, long], max_passage_tokens=200, progress=False)
+    assert (rep.split, rep.truncated) == (1, 0)
+    assert rep.pieces >= 5 and rep.added == rep.pieces + 1 == store.count()
+    got = store.collection.get(include=["documents", "metadatas"])
+    tok = tokenizer_of(embedder)
+    assert all(_ntok(tok, d) <= 200 for d in got["documents"])
+    assert {m["title"] for m in got["metadatas"]} == {"Short", "Long"}
+    again = ingest(store, passages=[short, long], max_passage_tokens=200, progress=False)
+    assert (again.added, again.already_present) == (0, rep.added)
+
+    other = ChromaStore("trunc", path=tmp_path / "db", embedder=embedder)
+    rep = ingest(
+        other, passages=[short, long], max_passage_tokens=200, long_passages="truncate", progress=False
+    )
+    assert (rep.truncated, rep.split, rep.added) == (1, 0, 2)
+    doc = other.collection.get(where={"title": "Long"}, include=["documents"])["documents"][0]
+    assert long_text.startswith(doc) and _ntok(tok, doc) <= 200
+    with pytest.raises(ValueError, match="long-passage mode 'drop'"):
+        PassageLimit(tok, 100, "drop")  # type: ignore[arg-type]
+
+
+def test_a_huge_line_is_truncated_in_bounded_memory(tmp_path, long_text):
+    """A 30 MB line (one passage): without the budget, the tokenizer and Chroma took all of it
+    (a 50 MB line took 7.3 GB); now the CLI stores its first piece, says so, and the child's
+    peak RSS (read with wait4) stays far below that."""
+    corpus = tmp_path / "huge.jsonl"
+    reps = 30_000_000 // len(long_text) + 1
+    with corpus.open("w") as f:
+        f.write(json.dumps({"title": "Normal", "text": "An ordinary paragraph."}) + "\n")
+        f.write(json.dumps({"title": "Huge", "text": " ".join([long_text] * reps)}) + "\n")
+    assert corpus.stat().st_size > 30_000_000
+    env = dict(os.environ, PARALLELSEARCH_HOME=str(tmp_path / "home"))
+    cmd = [sys.executable, "-m", "parallelsearch.cli", "index", "--store", "huge", str(corpus),
+           "--long-passages", "truncate", "--max-passage-tokens", "128", "--no-progress"]  # fmt: skip
+    with (tmp_path / "out.txt").open("w") as out, (tmp_path / "err.txt").open("w") as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+    stdout = (tmp_path / "out.txt").read_text()
+    assert os.waitstatus_to_exitcode(status) == 0, (tmp_path / "err.txt").read_text()
+    assert "truncated 1" in stdout and "added 2" in stdout
+    docs = make_client(tmp_path / "home" / "chroma").get_collection("huge").get(include=["documents"])
+    assert max(len(d) for d in docs["documents"]) < 128 * 12
+    peak_gib = usage.ru_maxrss / 2**20
+    assert peak_gib < 1.5, f"peak RSS {peak_gib:.2f} GiB"
