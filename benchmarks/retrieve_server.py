@@ -10,7 +10,8 @@ those questions. Variants, interleaved round by round in this one process:
 * ``unbatched``: ``--max-batch 0``, one ``search_batch`` per request (before issue 14);
 * ``official`` (only with ``--official PATH``, a checkout of ParallelSearch/Search-R1): its
   ``search_r1/search/retrieval_server.py`` over a FAISS flat index of the same embeddings.
-  It needs ``faiss`` and ``datasets`` importable and port 8000 free (the script binds it);
+  It needs ``faiss`` and ``datasets`` importable and a CUDA device: its encoder moves every
+  batch to CUDA unconditionally, so on a CPU-only machine this column cannot run;
 * the bare encoder, in this process, at batch 1/8/32/64: the store's own encoder
   (``Embedder.encode_queries``) and plain sentence-transformers ``encode``.
 
@@ -56,11 +57,13 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
-def build_store(home: Path, backend: str | None) -> Path:
-    """The HotpotQA paragraphs indexed through the CLI (as a user would), under ``home``."""
+def build_store(home: Path, backend: str) -> Path:
+    """The HotpotQA paragraphs indexed through the CLI (as a user would), under ``home``.
+
+    An fp32 store is indexed with ONNX fp32, the same embeddings as torch's (to 1e-5), because
+    on a shared 2-core machine torch's two spinning OpenMP threads index far slower."""
     cmd = [str(Path(sys.executable).parent / "parallelsearch"), "index", str(HOTPOT), "--store", "hotpot500"]
-    if backend:
-        cmd += ["--encoder-backend", backend]
+    cmd += ["--encoder-backend", backend]
     subprocess.run(cmd, check=True, env={**os.environ, "PARALLELSEARCH_HOME": str(home)}, timeout=1800)
     return home
 
@@ -68,13 +71,11 @@ def build_store(home: Path, backend: str | None) -> Path:
 class Server:
     """One ``serve-retriever`` process on 127.0.0.1 (stopped on exit)."""
 
-    def __init__(self, home: Path, extra: list[str], backend: str | None) -> None:
+    def __init__(self, home: Path, extra: list[str], backend: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [str(Path(sys.executable).parent / "parallelsearch"), "serve-retriever", "--store", "hotpot500"]
-        cmd += ["--port", str(self.port), *extra]
-        if backend:
-            cmd += ["--encoder-backend", backend]
+        cmd += ["--port", str(self.port), *extra, "--encoder-backend", backend]
         self.cmd, self.env = cmd, {**os.environ, "PARALLELSEARCH_HOME": str(home)}
 
     def __enter__(self) -> Server:
@@ -117,7 +118,8 @@ class OfficialServer:
         except ImportError:
             sys.exit("--official needs faiss (pip install faiss-cpu) to build the flat index it serves")
         self.home, self.model_path = home, model_path
-        self.url = "http://127.0.0.1:8000"  # the official script binds 0.0.0.0:8000
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"  # the official script binds 0.0.0.0:--port
 
     def __enter__(self) -> OfficialServer:
         import faiss
@@ -136,7 +138,7 @@ class OfficialServer:
         faiss.write_index(index, str(work / "flat.index"))
         cmd = [sys.executable, str(self.script), "--index_path", str(work / "flat.index")]
         cmd += ["--corpus_path", str(work / "corpus.jsonl"), "--topk", "3", "--retriever_name", "minilm"]
-        cmd += ["--retriever_model", self.model_path, "--pooling_method", "mean"]
+        cmd += ["--retriever_model", self.model_path, "--port", str(self.port)]  # it mean-pools
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         wait_healthy_post(self.url, self.proc)
         return self
@@ -233,10 +235,11 @@ def main(argv: list[str] | None = None) -> dict:
     recs = json.loads(HOTPOT.read_text())
     queries = [r["question"] for r in recs]
     home = Path(tempfile.mkdtemp(prefix="retrieve-server-"))
+    backend = args.backend or "torch"
     print(f"indexing {HOTPOT.name} into {home} ...")
-    build_store(home / "a", args.backend)
+    build_store(home / "a", "onnx-int8" if backend == "onnx-int8" else "onnx")
     shutil.copytree(home / "a", home / "b")  # an embedded store is one process's: one copy each
-    ours = Embedder(DEFAULT_MODEL, backend=args.backend or "torch", cache_dir=home / "a" / "models")
+    ours = Embedder(DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models")
     plain = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu")
     encoders = {
         f"store encoder ({ours.backend})": ours.encode_queries,
@@ -245,8 +248,8 @@ def main(argv: list[str] | None = None) -> dict:
         ),
     }
     servers = {
-        "batched": Server(home / "a", ["--max-batch", "64"], args.backend),
-        "unbatched": Server(home / "b", ["--max-batch", "0"], args.backend),
+        "batched": Server(home / "a", ["--max-batch", "64"], backend),
+        "unbatched": Server(home / "b", ["--max-batch", "0"], backend),
     }
     if args.official:
         servers["official"] = OfficialServer(args.official, home / "a", resolve_model_path(DEFAULT_MODEL))

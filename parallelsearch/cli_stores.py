@@ -121,7 +121,7 @@ def cmd_stores(args: argparse.Namespace) -> int:
         print("no stores yet (index one with: parallelsearch index --store NAME FILE...)")
         return 0
     for r in rows:
-        print(f"{r['name']}\t{r['count']}\t{r['model']}\t{r['location']}")
+        print(f"{r['name']}\t{r['count']}\t{r['model']} ({r['encoder_backend']})\t{r['location']}")
     return 0
 
 
