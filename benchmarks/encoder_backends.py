@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import HOTPOT, write
+from _common import HOTPOT, ROOT, plot_bars, write
 from tqdm import tqdm
 
 from parallelsearch.stores import ChromaStore, ingest
@@ -96,6 +96,14 @@ def main() -> dict:
         )
     drop = base - rec["onnx-int8"]["recall3"]
     print(f"int8 recall@3 drop {drop:+.4f}: {'may' if drop < 0.005 else 'may NOT'} be the default (< 0.005)")
+    plot_bars(
+        ROOT / "docs" / "img" / "encoder_backends.png",
+        "query encoder queries/s by batch size (recall@3: "
+        + ", ".join(f"{n} {rec[n]['recall3']:.3f}" for n in BACKENDS)
+        + ")",
+        {f"batch {b}": {n: qps[n][b] for n in BACKENDS} for b in BATCHES},
+        "queries/s",
+    )
     return write(
         "encoder_backends",
         {"rounds": ROUNDS, "queries_per_s": qps, "recall": rec, "int8_drop": round(drop, 4)},

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 import httpx
-from _common import HOTPOT, write
+from _common import HOTPOT, ROOT, plot_bars, write
 from tqdm import tqdm
 
 from parallelsearch.loopback import free_port
@@ -338,7 +338,16 @@ def report(args, enc: dict, rows: dict, encoders: dict) -> dict:
         "goals": {n: {k: round(x, 3) for k, x in g.items()} for n, g in goals.items()},
         "p95_8c_ms": round(b["8c_1q"]["p95_ms"], 1),
     }
-    write(f"retrieve_server{'_' + args.backend if args.backend else ''}", data)
+    suffix = f"_{args.backend}" if args.backend else ""
+    write(f"retrieve_server{suffix}", data)
+    best = goals[store_enc]["best_batched_queries_per_s"]
+    plot_bars(
+        ROOT / "docs" / "img" / f"retrieve_server{suffix}.png",
+        f"/retrieve queries/s by load ({store_enc}; bare encoder best {best:.0f} q/s)",
+        {ln: {v: rows[v][ln]["queries_per_s"] for v in rows} for ln in LOADS},
+        "queries/s",
+        hline=(0.8 * best, "0.8x bare encoder best (goal at 8/32 clients)"),
+    )
     return data
 
 
