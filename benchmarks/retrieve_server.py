@@ -225,6 +225,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--backend", help="encoder backend of the store and servers (default: the default)")
     ap.add_argument("--official", type=Path, help="a ParallelSearch/Search-R1 checkout (optional column)")
+    ap.add_argument("--reuse", type=Path, help="the folder a previous run printed (skips indexing)")
     args = ap.parse_args(argv)
     if not HOTPOT.is_file():
         sys.exit(f"benchmark data {HOTPOT} is missing")
@@ -234,11 +235,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     recs = json.loads(HOTPOT.read_text())
     queries = [r["question"] for r in recs]
-    home = Path(tempfile.mkdtemp(prefix="retrieve-server-"))
     backend = args.backend or "torch"
-    print(f"indexing {HOTPOT.name} into {home} ...")
-    build_store(home / "a", "onnx-int8" if backend == "onnx-int8" else "onnx")
-    shutil.copytree(home / "a", home / "b")  # an embedded store is one process's: one copy each
+    if args.reuse:
+        home = args.reuse
+    else:
+        home = Path(tempfile.mkdtemp(prefix="retrieve-server-"))
+        print(f"indexing {HOTPOT.name} into {home} ...")
+        build_store(home / "a", "onnx-int8" if backend == "onnx-int8" else "onnx")
+        shutil.copytree(home / "a", home / "b")  # an embedded store is one process's: one copy each
     ours = Embedder(DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models")
     plain = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu")
     encoders = {
