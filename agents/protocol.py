@@ -9,12 +9,16 @@ code). The parser never raises: it reports what it found or why the action is in
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from parallelsearch.stores.passages import Passage
+from parallelsearch.stores.text import scrub_text
+
+log = logging.getLogger(__name__)
 
 STOP_STRINGS: tuple[str, ...] = ("</search>", "</answer>")
 SUBQUERY_SEPARATOR = "##"
@@ -64,7 +68,7 @@ def render_prompt(question: str, template: str = "paper", stores: Sequence[str] 
         raise ValueError(
             f"prompt template {template[:60]!r} is neither a known name ({', '.join(TEMPLATES)}) nor has {{question}}"
         )
-    q = question.strip()
+    q, _ = scrub_text(question.strip())
     prompt = text.replace("{question}", q)
     if len(stores) > 1:
         listing = ", ".join(stores)
@@ -104,18 +108,40 @@ def truncate_at_stop(text: str, stops: Sequence[str] = STOP_STRINGS) -> str:
     return text if cut is None else text[:cut]
 
 
-def split_subqueries(query: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``a ## b ## a ##`` -> (("a", "b"), ("a",)): stripped, empties dropped, duplicates kept once."""
+def _pieces(query: str) -> Iterator[str]:
+    """The ``##``-separated pieces of ``query``, found one at a time (no list of all of them)."""
+    start = 0
+    sep = len(SUBQUERY_SEPARATOR)
+    while True:
+        end = query.find(SUBQUERY_SEPARATOR, start)
+        if end == -1:
+            yield query[start:]
+            return
+        yield query[start:end]
+        start = end + sep
+
+
+def split_subqueries(query: str, limit: int | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``a ## b ## a ##`` -> (("a", "b"), ("a",)): stripped, empties dropped, duplicates kept once.
+
+    Linear in ``query`` (duplicates are found with a set). With ``limit``, reading stops at
+    the first distinct piece past it: the result then holds ``limit + 1`` sub-queries, which is
+    all a caller needs to refuse the action, and no later piece costs any work.
+    """
     kept: list[str] = []
+    seen: set[str] = set()
     dropped: list[str] = []
-    for piece in query.split(SUBQUERY_SEPARATOR):
-        piece = " ".join(piece.split())
+    for raw in _pieces(query):
+        piece = " ".join(raw.split())
         if not piece:
             continue
-        if piece in kept:
+        if piece in seen:
             dropped.append(piece)
-        else:
-            kept.append(piece)
+            continue
+        seen.add(piece)
+        kept.append(piece)
+        if limit is not None and len(kept) > limit:
+            break
     return tuple(kept), tuple(dropped)
 
 
@@ -155,7 +181,7 @@ def parse_action(text: object, *, max_subqueries: int = 8, split: bool = True) -
                 return Action("invalid", think=think, reason="empty <answer>")
             return Action("answer", answer=answer, think=think)
         if split:
-            subs, dropped = split_subqueries(body)
+            subs, dropped = split_subqueries(body, limit=max_subqueries)
         else:
             q = " ".join(body.split())
             subs, dropped = ((q,) if q else ()), ()
@@ -165,7 +191,8 @@ def parse_action(text: object, *, max_subqueries: int = 8, split: bool = True) -
             return Action(
                 "invalid",
                 think=think,
-                reason=f"{len(subs)} sub-queries in one search; at most {max_subqueries} are allowed",
+                reason=f"{body.count(SUBQUERY_SEPARATOR) + 1} sub-queries in one search (more than "
+                f"{max_subqueries} distinct); at most {max_subqueries} are allowed",
                 raw_query=body,
             )
         return Action("search", subqueries=subs, think=think, raw_query=body, dropped=dropped)
@@ -211,12 +238,23 @@ def format_observation(
             parts.append(f"Search failed for '{q}': {err}\n")
         else:
             parts.append(format_passages(res or [], titles))
-    body = "".join(parts).strip()
+    body, replaced = scrub_text("".join(parts).strip())
+    if replaced:
+        log.warning(
+            "replaced %d invalid character(s) (lone surrogates) in an observation with U+FFFD", replaced
+        )
     if max_words is not None:
         words = body.split(" ")
         if len(words) > max_words:
             body = " ".join(words[:max_words]) + " ..."
     return f"\n\n<information>{body}</information>\n\n"
+
+
+# Every character Python's str.strip() removes, spelled out: "\s" in a regular expression means
+# different sets to Python and to a decoding engine's grammar compiler (xgrammar leaves out
+# \x1c-\x1f, which Python strips), so an engine could end an answer on a character the parser
+# then strips away.
+_SPACE = "".join(f"\\u{i:04x}" for i in range(0x3001) if chr(i).isspace())
 
 
 def protocol_regex(
@@ -240,8 +278,8 @@ def protocol_regex(
     if max_subqueries < 1:
         raise ValueError(f"max_subqueries must be >= 1, got {max_subqueries}")
     think = rf"<think>[^<]{{1,{think_chars}}}</think>\n"
-    word = rf"[^<#\s]([^<#\n]{{0,{max(query_chars - 2, 0)}}}[^<#\s])?"
-    answer = rf"<answer> [^<\s]([^<\n]{{0,{max(answer_chars - 2, 0)}}}[^<\s])? </answer>"
+    word = rf"[^<#{_SPACE}]([^<#\n]{{0,{max(query_chars - 2, 0)}}}[^<#{_SPACE}])?"
+    answer = rf"<answer> [^<{_SPACE}]([^<\n]{{0,{max(answer_chars - 2, 0)}}}[^<{_SPACE}])? </answer>"
     if final:
         return think + answer
     parts = rf"{word}( ## {word}){{0,{max_subqueries - 1}}}" if split and max_subqueries > 1 else word

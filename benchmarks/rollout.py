@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import sys
@@ -28,6 +29,23 @@ from pathlib import Path
 from _common import HOTPOT, ROOT, hotpot_store, write
 
 LEVELS = (1, 8, 32, 128)
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds (user + system) so far of this process (vLLM's front end and, in the env runs,
+    the environment) and of its children (vLLM's engine core and worker)."""
+    import psutil
+
+    me = psutil.Process()
+    children = 0.0
+    for child in me.children(recursive=True):
+        try:
+            t = child.cpu_times()
+            children += t.user + t.system
+        except psutil.Error:
+            continue
+    t = me.cpu_times()
+    return t.user + t.system, children
 
 
 class RecordingEngine:
@@ -137,7 +155,13 @@ async def run(args: argparse.Namespace) -> dict:
 
     model_dir = save_tiny(Path(tempfile.mkdtemp()) / "tiny-llama")
     tok = AutoTokenizer.from_pretrained(model_dir)
+    import torch
+
+    from parallelsearch.stores.encoder_thread import on_encoder_thread, set_encoder_threads
+
     store, _ = hotpot_store(60)
+    wide = on_encoder_thread(torch.get_num_threads)  # torch's default: every core
+    set_encoder_threads(args.encoder_threads)  # the OpenRLHF agent config's default is 1
     env_graph = EnvGraph(store, graph="parallel", top_k=2, max_turns=2, max_subqueries=3, max_new_tokens=400)
     questions = load_questions(HOTPOT)[:60]  # the questions whose paragraphs the store holds
     records = [train_record(q, template="official", tokenizer=tok) for q in questions]
@@ -158,14 +182,23 @@ async def run(args: argparse.Namespace) -> dict:
         n = max(args.min_episodes, 2 * level)
         batch = records[:n] if n <= len(records) else (records * (n // len(records) + 1))[:n]
         env_rates, bare_rates, tok_env, tok_bare = [], [], [], []
+        cpu = {"env_main": [], "env_engine": [], "replay_main": [], "replay_engine": []}
         for _ in range(args.repeats):
+            c0 = cpu_seconds()
             secs, per_episode, tokens = await with_env(llm, env_graph, batch, tok, sp, level)
+            c1 = cpu_seconds()
             env_rates.append(n / secs)
             tok_env.append(tokens)
             secs_bare, tokens_bare = await replay(llm, per_episode, level)
+            c2 = cpu_seconds()
             bare_rates.append(n / secs_bare)
             tok_bare.append(tokens_bare)
+            cpu["env_main"].append(1000 * (c1[0] - c0[0]) / n)
+            cpu["env_engine"].append(1000 * (c1[1] - c0[1]) / n)
+            cpu["replay_main"].append(1000 * (c2[0] - c1[0]) / n)
+            cpu["replay_engine"].append(1000 * (c2[1] - c1[1]) / n)
         env_eps, bare_eps = statistics.median(env_rates), statistics.median(bare_rates)
+        cpu_ms = {k: round(statistics.median(v), 1) for k, v in cpu.items()}
         results["levels"][level] = {
             "episodes": n,
             "env_episodes_per_s": round(env_eps, 3),
@@ -174,13 +207,30 @@ async def run(args: argparse.Namespace) -> dict:
             "tokens_generated_env": tok_env,
             "tokens_generated_replay": tok_bare,
             "turns_per_episode": round(sum(len(r) for r in per_episode) / n, 2),
+            # CPU ms per episode: the main process (vLLM front end [+ environment]) and the engine
+            # processes. The environment's own CPU cost is env_main - replay_main.
+            "cpu_ms_per_episode": cpu_ms,
+            "env_cpu_ms_per_episode": round(cpu_ms["env_main"] - cpu_ms["replay_main"], 1),
         }
+        if level == args.compare_threads_at and wide != args.encoder_threads:
+            # the same level with the encoder's OpenMP team as wide as the machine (torch's default)
+            set_encoder_threads(wide)
+            secs, _, _ = await with_env(llm, env_graph, batch, tok, sp, level)
+            set_encoder_threads(args.encoder_threads)
+            results["levels"][level][f"env_episodes_per_s_encoder_threads_{wide}"] = round(n / secs, 3)
+            print(f"concurrency {level:>3}: with env, encoder threads {wide}: {n / secs:7.2f} eps/s")
         r = results["levels"][level]
         print(
             f"concurrency {level:>3}: {n} episodes, with env {env_eps:7.2f} eps/s, engine only {bare_eps:7.2f} eps/s, "
             f"ratio {r['ratio']:.3f}, {r['turns_per_episode']} turns/episode, tokens env/replay {tok_env}/{tok_bare}"
         )
+        print(
+            f"                 CPU ms/episode: main {cpu_ms['env_main']} (replay {cpu_ms['replay_main']}), "
+            f"engine {cpu_ms['env_engine']} (replay {cpu_ms['replay_engine']}); "
+            f"environment {r['env_cpu_ms_per_episode']} ms"
+        )
     llm.shutdown()
+    results["encoder_threads"] = args.encoder_threads
     results["goal"] = "ratio >= 0.8 at 32 concurrent episodes"
     results["met"] = results["levels"].get(32, {}).get("ratio", 0) >= 0.8
     return results
@@ -191,6 +241,15 @@ def main() -> None:
     p.add_argument("--levels", type=int, nargs="+", default=list(LEVELS))
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--min-episodes", type=int, default=8)
+    p.add_argument(
+        "--encoder-threads",
+        type=int,
+        default=1,
+        help="the environment encoder's torch threads (agent default 1)",
+    )
+    p.add_argument(
+        "--compare-threads-at", type=int, default=32, help="also run this level with torch's default threads"
+    )
     args = p.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     try:
@@ -198,6 +257,7 @@ def main() -> None:
     except ImportError:
         sys.exit("benchmarks/rollout.py needs vLLM: run it in the vLLM tier (make bench-vllm)")
     write("rollout", asyncio.run(run(args)))
+    gc.collect()  # vLLM's AsyncLLM.__del__ fails at interpreter exit if it is still referenced then
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ graphs) and must be importable by ``rl``; the app's settings only produce the mo
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -28,17 +28,30 @@ from parallelsearch.agents.searchers.backends import MultiStoreSearcher, RemoteS
 from parallelsearch.agents.searchers.base import Searcher
 from parallelsearch.graphs.builders import SEARCHING_KINDS, SearchGraph, build_graph, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
-from parallelsearch.stores.chroma_store import ChromaStore, list_stores, make_client, store_backend
+from parallelsearch.stores.chroma_store import (
+    ChromaStore,
+    list_stores,
+    make_client,
+    store_backend,
+    validate_store_name,
+)
 from parallelsearch.stores.config import DEFAULT_NEW_STORE_BACKEND, RetrievalConfig
 from parallelsearch.stores.embedders import Embedder, get_embedder
+from parallelsearch.stores.encoder_thread import set_encoder_threads
 from parallelsearch.stores.retrieval_client import RetrieverClient
+from parallelsearch.stores.store_lock import StoreWriteLock
 
 
 def make_embedder(cfg: RetrievalConfig, backend: str | None = None) -> Embedder:
     """The query/passage encoder; the default configuration shares one model per process.
 
     ``backend`` (torch, onnx, onnx-int8) overrides ``cfg.encoder_backend``; ``auto`` alone,
-    with no store to ask, means the backend new stores get."""
+    with no store to ask, means the backend new stores get. ``cfg.encoder_threads`` sizes
+    the process's one encoder thread's OpenMP team (see
+    :func:`parallelsearch.stores.encoder_thread.set_encoder_threads`).
+    """
+    if cfg.encoder_threads is not None:
+        set_encoder_threads(cfg.encoder_threads)
     backend = backend or cfg.encoder_backend
     if backend == "auto":
         backend = DEFAULT_NEW_STORE_BACKEND
@@ -80,6 +93,42 @@ def make_store(
         create=create,
         location=cfg.location(),
     )
+
+
+@contextlib.contextmanager
+def writing_store(
+    cfg: RetrievalConfig,
+    name: str,
+    *,
+    lock_timeout_s: float | None = None,
+    on_wait: Callable[[str], None] | None = None,
+    embedder: Embedder | None = None,
+) -> Iterator[ChromaStore]:
+    """The store ``name`` opened (created when missing) for writing, one writer at a time.
+
+    An embedded store is locked (:mod:`parallelsearch.stores.store_lock`) before its client
+    is opened, so this process loads the index the previous writer left; a Chroma server
+    serialises writes itself. ``lock_timeout_s`` defaults to ``cfg.store_lock_timeout_s``.
+    A store this call created is removed again when the block fails before adding anything,
+    so a failed first ``index`` leaves no empty store behind.
+    """
+    validate_store_name(name)
+    lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if not cfg.chroma_host:
+        if cfg.chroma_path is None:
+            raise ValueError(
+                "no store location: set chroma_path (embedded store) or chroma_host (Chroma server)"
+            )
+        timeout = cfg.store_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
+        lock = StoreWriteLock(cfg.chroma_path, name, timeout_s=timeout, on_wait=on_wait)
+    with lock:
+        store = make_store(cfg, name, create=True, embedder=embedder)
+        try:
+            yield store
+        except BaseException:
+            if store.created and store.count() == 0:
+                store.drop()
+            raise
 
 
 def describe_stores(cfg: RetrievalConfig) -> list[dict[str, Any]]:

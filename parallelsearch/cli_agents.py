@@ -12,6 +12,7 @@ from parallelsearch.cli_common import (
     add_graph_kind_arg,
     add_policy_args,
     add_retrieval_args,
+    clean_text_arg,
     settings_from_args,
 )
 from parallelsearch.graphs.state import GraphOutput
@@ -77,7 +78,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     meta = json.loads(args.metadata) if args.metadata else {}
     if not isinstance(meta, dict):
         raise ValueError("--metadata must be a JSON object")
-    inp = {"question": args.question, "metadata": meta}
+    inp = {"question": clean_text_arg(args.question, "question"), "metadata": meta}
     if args.stream and not args.json:
         out: dict[str, Any] = {}
         async for mode, chunk in graph.astream(inp, stream_mode=["updates", "values"]):

@@ -8,11 +8,30 @@ and the precedence is the same for every command (docs/architecture.md,
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from parallelsearch.agents.policies.spec import SPEC_HELP
 from parallelsearch.graphs.builders import GRAPH_KINDS
 from parallelsearch.settings import Settings, get_settings
+
+
+def clean_text_arg(text: str, what: str) -> str:
+    """A text argument with invalid Unicode replaced (U+FFFD) and the count said on stderr.
+
+    Undecodable bytes on the command line reach Python as lone surrogates, which no encoder,
+    tokenizer or JSON client accepts; they are replaced here instead of crashing later.
+    """
+    from parallelsearch.stores.text import scrub_text
+
+    clean, n = scrub_text(text)
+    if n:
+        print(
+            f"warning: replaced {n} invalid character(s) in the {what} with U+FFFD "
+            "(lone surrogates: bytes that are not UTF-8)",
+            file=sys.stderr,
+        )
+    return clean
 
 
 def add_retrieval_args(p: argparse.ArgumentParser, *, embedding_model: bool = False) -> None:
@@ -34,6 +53,29 @@ def add_chroma_args(p: argparse.ArgumentParser) -> None:
         "--chroma-host", help="Chroma server host (default: the settings'; unset = embedded store under home)"
     )
     p.add_argument("--chroma-port", type=int, help="Chroma server port (default: the settings', 8000)")
+    p.add_argument(
+        "--encoder-threads",
+        type=int,
+        help="torch threads of the local encoder (default: the settings'; unset = every core)",
+    )
+
+
+def add_lock_args(p: argparse.ArgumentParser) -> None:
+    """What a writer does when another process is writing the same embedded store."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--lock-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="wait at most this long for another writer of the store (default: the settings', 600)",
+    )
+    g.add_argument(
+        "--no-wait",
+        dest="lock_timeout",
+        action="store_const",
+        const=0.0,
+        help="fail at once, naming the other writer, when the store is being written",
+    )
 
 
 def add_model_arg(p: argparse.ArgumentParser) -> None:
@@ -89,6 +131,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
     for flag, field in (
         ("chroma_host", "chroma_host"),
         ("chroma_port", "chroma_port"),
+        ("encoder_threads", "encoder_threads"),
         ("model", "embedding_model"),
         ("encoder_backend", "encoder_backend"),
         ("policy", "policy"),
@@ -96,8 +139,12 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("constrained", "constrained"),
         ("api_key", "server_api_key"),
         ("batch_size", "embed_batch_size"),
+        ("lock_timeout", "store_lock_timeout_s"),
         ("checkpointer", "server_checkpointer"),
         ("checkpoint_url", "server_checkpoint_url"),
+        ("max_concurrency", "server_max_concurrency"),
+        ("queue_size", "server_queue_size"),
+        ("queue_timeout", "server_queue_timeout_s"),
     ):
         if v.get(flag) is not None:
             update[field] = v[flag]

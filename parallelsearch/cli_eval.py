@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,18 @@ def parse_graphs(text: str) -> list[str]:
     return [check_graph_kind(g) for g in graphs]
 
 
+def error_lines(run: Any) -> list[str]:
+    """One line per error kind of an evaluation run: its count and its first message."""
+    return [
+        f"  {n} x {kind}; first: {run.first_errors[kind]}"
+        for kind, n in sorted(run.error_counts.items(), key=lambda kv: -kv[1])
+    ]
+
+
+class NothingSucceededError(RuntimeError):
+    """Every (graph, question) pair of a run failed: the command exits non-zero."""
+
+
 def run_and_report(
     questions: list[dict[str, Any]],
     graphs: list[str],
@@ -84,6 +97,13 @@ def run_and_report(
     if run.skipped_done:
         print(f"resumed: {run.skipped_done} (graph, question) pairs were already done in {out}")
     print(f"ran {run.ran} (graph, question) pairs, {run.failures} failed")
+    if run.failures:
+        print("\n".join(["errors by kind:", *error_lines(run)]), file=sys.stderr)
+    if run.ran and run.failures == run.ran:
+        raise NothingSucceededError(
+            f"no question succeeded: all {run.ran} (graph, question) pairs failed "
+            f"(first error: {next(iter(run.first_errors.values()), '?')}); details in {out / 'results.jsonl'}"
+        )
     if run.oracle:
         print(
             "the oracle answers with the gold answer: this run measures efficiency and retrieval, not accuracy"

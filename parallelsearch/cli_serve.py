@@ -24,6 +24,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--checkpoint-url",
         help="the SQLite file (default <home>/threads.sqlite) or postgresql://user:password@host:port/db",
     )
+    p.add_argument(
+        "--max-concurrency",
+        type=int,
+        help="graph runs in flight before requests queue (default: the settings', 64)",
+    )
+    p.add_argument(
+        "--queue-size",
+        type=int,
+        help="requests that may wait beyond --max-concurrency; more get 429 (default: the settings', 512)",
+    )
+    p.add_argument(
+        "--queue-timeout",
+        type=float,
+        help="seconds a request waits in the queue before a 429 with Retry-After (default: the settings', 60)",
+    )
     p.set_defaults(func=cmd_serve)
 
 

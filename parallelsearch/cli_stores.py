@@ -6,7 +6,13 @@ import argparse
 import json
 import sys
 
-from parallelsearch.cli_common import add_chroma_args, add_model_arg, settings_from_args
+from parallelsearch.cli_common import (
+    add_chroma_args,
+    add_lock_args,
+    add_model_arg,
+    clean_text_arg,
+    settings_from_args,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_prepare)
 
     p = sub.add_parser("index", help="index corpus or benchmark files into a named store")
-    p.add_argument("files", nargs="+")
+    p.add_argument("files", nargs="*", help="files, or folders (their .json/.jsonl files)")
     p.add_argument("--store", required=True, help="store name")
     add_model_arg(p)
     p.add_argument("--batch-size", type=int, help="passages per encoder forward pass (default 32)")
@@ -33,11 +39,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--chunk-size", type=int, default=1024, help="passages read, encoded and committed together"
     )
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="first read every vector of the store back; when some are missing or unreadable (a store "
+        "corrupted by concurrent writers), report them, add nothing and exit 1 (index FILES into a new "
+        "store instead); without FILES: only check",
+    )
+    add_lock_args(p)
     add_chroma_args(p)
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("stores", help="list stores: name, count, model, location")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--check",
+        metavar="NAME",
+        help="read every vector of store NAME back and report missing or unreadable ones (exit 1 if any)",
+    )
+    add_model_arg(p)
     add_chroma_args(p)
     p.set_defaults(func=cmd_stores)
 
@@ -85,34 +105,64 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_index(args: argparse.Namespace) -> int:
-    from parallelsearch.graphs.factory import make_store
-    from parallelsearch.stores.ingest import ingest
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from parallelsearch.graphs.factory import writing_store
+    from parallelsearch.stores.ingest import ingest
+    from parallelsearch.stores.jsonfiles import expand_paths
+
+    if not args.files and not args.verify:
+        raise ValueError("index needs FILES (or --verify to check the store only)")
+    files = expand_paths(args.files)  # before the store is opened: a typo creates nothing
     s = settings_from_args(args)
-    store = make_store(s.retrieval(), args.store, create=True)
-    rep = ingest(
-        store,
-        args.files,
-        batch_size=s.embed_batch_size,
-        chunk_size=args.chunk_size,
-        skip_bad=args.skip_bad,
-        progress=not args.no_progress,
-    )
+    with writing_store(s.retrieval(), args.store, on_wait=_stderr) as store:
+        if args.verify:
+            check = store.verify(progress=not args.no_progress)
+            print(check.summary())
+            if not check.ok:
+                # Chroma 1.x cannot repair a collection in place (deleting or updating an id whose
+                # vector is gone breaks every later read), and a copy into a new collection in the
+                # same process lost passages from search: a fresh store is the repair that holds.
+                print(
+                    f"store {store.name} is corrupt: nothing was added. Index the files it came from into a "
+                    f"new store (parallelsearch index --store {store.name}-new FILES) and search that one",
+                    file=sys.stderr,
+                )
+                return 1
+            if not files:
+                return 0
+        rep = ingest(
+            store,
+            files,
+            batch_size=s.embed_batch_size,
+            chunk_size=args.chunk_size,
+            skip_bad=args.skip_bad,
+            progress=not args.no_progress,
+        )
     d = rep.to_dict()
     print(
         f"store {store.name} ({store.location}): added {d['added']}, already present {d['already_present']}, "
         f"duplicates in input {d['duplicates_in_input']}, skipped {d['skipped']}, "
         f"{d['seconds']} s, {d['passages_per_s']} passages/s; total {store.count()}"
     )
-    if rep.skipped.count or args.skip_bad:
+    if rep.skipped.count or rep.skipped.notes or rep.skipped.replaced or args.skip_bad:
         print(rep.skipped.summary(), file=sys.stderr)
     return 0
 
 
 def cmd_stores(args: argparse.Namespace) -> int:
-    from parallelsearch.graphs.factory import describe_stores
+    from parallelsearch.graphs.factory import describe_stores, make_store
 
+    if args.check:
+        check = make_store(settings_from_args(args).retrieval(), args.check).verify()
+        if args.json:
+            print(json.dumps({**check.__dict__, "ok": check.ok}, indent=2))
+        else:
+            print(check.summary())
+        return 0 if check.ok else 1
     rows = describe_stores(settings_from_args(args).retrieval())
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -129,7 +179,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from parallelsearch.graphs.factory import make_store
 
     store = make_store(settings_from_args(args).retrieval(), args.store)
-    hits = store.search(args.query, args.k)
+    hits = store.search(clean_text_arg(args.query, "query"), args.k)
     if args.json:
         print(json.dumps([h.to_dict() for h in hits], ensure_ascii=False, indent=2))
         return 0

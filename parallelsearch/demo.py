@@ -26,17 +26,20 @@ DEMO_STORE = "hotpotqa-demo"
 
 def demo_store(limit: int | None = None, progress: bool = True) -> Any:
     """The demo store; indexing is idempotent, so only missing passages are ever encoded."""
-    from parallelsearch.registry import open_store
+    import sys
+
+    from parallelsearch.graphs.factory import writing_store
+    from parallelsearch.registry import retrieval_config
     from parallelsearch.stores.ingest import ingest
 
-    store = open_store(DEMO_STORE, create=True)
     source = HOTPOTQA_SAMPLE
     if limit:
         lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:limit]
         source = get_settings().home / "demo-cache" / f"hotpotqa_sample_{limit}.jsonl"
         source.parent.mkdir(parents=True, exist_ok=True)
         source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    rep = ingest(store, [source], progress=progress)
+    with writing_store(retrieval_config(), DEMO_STORE, on_wait=lambda m: print(m, file=sys.stderr)) as store:
+        rep = ingest(store, [source], progress=progress)
     if rep.added:
         print(f"indexed {rep.added} passages into {store.name} ({store.location}) in {rep.seconds:.1f} s")
     return store

@@ -6,30 +6,33 @@ page ``GET /ui`` (:mod:`parallelsearch.page`) and, when the server keeps threads
 ``GET /{route}/threads/{thread_id}[/history]`` (:mod:`parallelsearch.threads`): a request
 with ``config.configurable.thread_id`` runs on a checkpointed graph (SQLite by default).
 
-A guard in front of the app (pure ASGI, so streaming is untouched) enforces what a
-public endpoint needs: the optional API key (``X-API-Key``), limits on question length
-and batch size (4xx with a message), a cap on concurrent requests (429), and any
-unhandled error turned into a JSON 500 carrying an id that is also in the log.
+A guard (:class:`parallelsearch.guard.RequestGuard`, pure ASGI middleware, so streaming
+is untouched) enforces what a public endpoint needs on every graph route, the config-hash
+variants included: the optional API key (``X-API-Key``), body size and depth limits,
+repaired invalid Unicode, limits on question length and batch size (4xx with a message),
+admission control (a cap on graph runs in flight, then a bounded queue; 429 with
+``Retry-After`` only when the queue is full or the wait expires), and any unhandled error
+turned into one JSON 500 carrying an id that is also in the one log line.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import uuid
 from typing import Any
 
 from fastapi import FastAPI
 
 from parallelsearch import __version__
+from parallelsearch.admission import AdmissionQueue
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig
+from parallelsearch.guard import RequestGuard
 from parallelsearch.settings import Settings, get_settings
 
 log = logging.getLogger("parallelsearch.server")
 
 ROUTES = {"parallelsearch": "parallel", "sequential": "sequential", "rag": "rag"}
-MAX_BODY_BYTES = 1_000_000
+__all__ = ["ROUTES", "RequestGuard", "create_app"]
 
 
 def _graph_serializer() -> Any:
@@ -50,122 +53,6 @@ def _graph_serializer() -> Any:
     return GraphSerializer()
 
 
-class RequestGuard:
-    """API key, input limits, concurrency cap and error ids for the graph routes."""
-
-    def __init__(self, app: Any, settings: Settings):
-        self.app = app
-        self.s = settings
-        self.in_flight = 0
-
-    async def _reply(self, send: Any, status: int, detail: str, **extra: Any) -> None:
-        body = json.dumps({"detail": detail, **extra}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [(b"content-type", b"application/json")],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-
-    def _check_payload(self, path: str, payload: Any) -> tuple[int, str] | None:
-        if not isinstance(payload, dict):
-            return 422, "the request body must be a JSON object"
-        op = path.rsplit("/", 1)[-1]
-        if op == "batch":
-            inputs = payload.get("inputs")
-            if not isinstance(inputs, list) or not inputs:
-                return 422, "'inputs' must be a non-empty list"
-            if len(inputs) > self.s.server_max_batch:
-                return 413, f"batch of {len(inputs)} exceeds the limit of {self.s.server_max_batch}"
-        else:
-            inputs = [payload.get("input")]
-        for item in inputs:
-            if not isinstance(item, dict):
-                return 422, "each input must be an object with a 'question' string"
-            q = item.get("question")
-            if not isinstance(q, str):
-                return 422, "'question' must be a string"
-            if not q.strip():
-                return 422, "'question' must not be empty"
-            if len(q) > self.s.server_max_question_chars:
-                return (
-                    413,
-                    f"question of {len(q)} characters exceeds the limit of {self.s.server_max_question_chars}",
-                )
-            meta = item.get("metadata")
-            if meta is not None and not isinstance(meta, dict):
-                return 422, "'metadata' must be an object"
-        return None
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        path: str = scope["path"]
-        if self.s.server_api_key and path not in ("/health", "/ui"):
-            headers = dict(scope.get("headers") or [])
-            if headers.get(b"x-api-key", b"").decode("latin-1") != self.s.server_api_key:
-                return await self._reply(send, 401, "missing or wrong API key (header X-API-Key)")
-        parts = path.strip("/").split("/")
-        graph_call = (
-            scope["method"] == "POST" and len(parts) == 2 and parts[0] in ROUTES
-            and parts[1] in ("invoke", "batch", "stream", "stream_events", "stream_log")
-        )  # fmt: skip
-        if graph_call:
-            body = b""
-            more = True
-            while more:
-                msg = await receive()
-                body += msg.get("body", b"")
-                more = msg.get("more_body", False)
-                if len(body) > MAX_BODY_BYTES:
-                    return await self._reply(send, 413, f"request body exceeds {MAX_BODY_BYTES} bytes")
-            try:
-                payload = json.loads(body or b"null")
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                return await self._reply(send, 400, f"malformed JSON: {e}")
-            problem = self._check_payload(path, payload)
-            if problem:
-                return await self._reply(send, *problem)
-            if self.in_flight >= self.s.server_max_concurrency:
-                return await self._reply(
-                    send,
-                    429,
-                    f"too many concurrent requests (limit {self.s.server_max_concurrency}); retry later",
-                )
-            sent = False
-
-            async def replay() -> dict[str, Any]:
-                nonlocal sent
-                if not sent:
-                    sent = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
-
-            receive_fn = replay
-        else:
-            receive_fn = receive
-        started = False
-
-        async def tracking_send(message: dict[str, Any]) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        self.in_flight += graph_call
-        try:
-            await self.app(scope, receive_fn, tracking_send)
-        except Exception:  # noqa: BLE001 - every unhandled error becomes a 500 with an id
-            error_id = uuid.uuid4().hex[:12]
-            log.exception("unhandled error %s on %s %s", error_id, scope["method"], path)
-            if not started:
-                await self._reply(send, 500, "internal error", error_id=error_id)
-        finally:
-            self.in_flight -= graph_call
-
-
 def create_app(
     settings: Settings | None = None,
     *,
@@ -174,7 +61,7 @@ def create_app(
     stores: list[str] | None = None,
     graph_config: GraphConfig | dict[str, Any] | None = None,
 ) -> Any:
-    """The FastAPI app with LangServe routes, wrapped in :class:`RequestGuard`.
+    """The FastAPI app with LangServe routes behind :class:`RequestGuard`.
 
     Everything comes from ``settings`` (policy, stores or retriever URL, graph config),
     built by :mod:`parallelsearch.graphs.factory`. ``policy`` (an object or a spec),
@@ -246,13 +133,11 @@ def create_app(
     add_thread_routes(app, routers)
     add_page(app)
 
-    @app.exception_handler(Exception)
-    async def unhandled(request: Any, exc: Exception) -> Any:
-        from fastapi.responses import JSONResponse
-
-        error_id = uuid.uuid4().hex[:12]
-        log.error("unhandled error %s on %s %s", error_id, request.method, request.url.path, exc_info=exc)
-        return JSONResponse({"detail": "internal error", "error_id": error_id}, status_code=500)
+    # inside Starlette's ServerErrorMiddleware, so an unhandled error reaches the guard first
+    # and is answered and logged once (no app-level exception handler: it would log again)
+    admission = AdmissionQueue(s.server_max_concurrency, s.server_queue_size, s.server_queue_timeout_s)
+    app.state.admission = admission
+    app.add_middleware(RequestGuard, settings=s, admission=admission, routes=set(ROUTES))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -264,10 +149,11 @@ def create_app(
             "per_request": list(PER_REQUEST_KEYS),
             "threads": s.server_checkpointer,
             "api_key_required": bool(s.server_api_key),
+            "admission": admission.stats(),
         }
 
     @app.get("/stores")
     async def stores_route() -> dict[str, Any]:
         return {"stores": await asyncio.to_thread(describe_searcher, search)}
 
-    return RequestGuard(app, s)
+    return app

@@ -66,9 +66,27 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
     )
     embed_batch_size: int = Field(32, ge=1, description="passages per encoder forward pass when indexing")
     server_api_key: str | None = Field(None, repr=False)
-    server_max_question_chars: int = 2000
-    server_max_batch: int = 32
-    server_max_concurrency: int = 64
+    server_max_question_chars: int = Field(2000, ge=1, description="longest question a graph route accepts")
+    server_max_batch: int = Field(
+        256, ge=1, description="most inputs in one /batch request (RemoteRunnable.batch sends all at once)"
+    )
+    server_max_concurrency: int = Field(
+        64, ge=1, description="graph runs in flight; a batch holds one slot per input (at most all)"
+    )
+    server_queue_size: int = Field(
+        512,
+        ge=0,
+        description="requests that may wait for a slot beyond the in-flight cap (0 = refuse at once)",
+    )
+    server_queue_timeout_s: float = Field(
+        60.0, ge=0, description="longest a request waits in the queue before a 429 with Retry-After"
+    )
+    server_max_body_bytes: int = Field(
+        1_000_000, ge=1, description="largest request body, checked before parsing (413)"
+    )
+    server_max_json_depth: int = Field(
+        64, ge=1, description="deepest nesting of a JSON request body, checked before parsing (400)"
+    )
     server_checkpointer: Literal["none", "memory", "sqlite", "postgres"] = Field(
         "sqlite",
         description="where `parallelsearch serve` keeps threads (requests with a thread_id): "

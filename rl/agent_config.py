@@ -56,6 +56,12 @@ class AgentConfig(RetrievalConfig):
         description="the graph's knobs; observations render titles as the official code does unless set",
     )
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    encoder_threads: int | None = Field(
+        1,
+        ge=1,
+        description="torch threads of an embedded store's query encoder: 1 by default, because a rollout "
+        "actor shares its node with vLLM engines and other actors (unset = every core)",
+    )
     constrained_decoding: bool = Field(
         False, description="decode every turn under the protocol's grammar (vLLM structured outputs)"
     )

@@ -21,6 +21,7 @@ from typing import Any
 from parallelsearch.agents.protocol import STOP_STRINGS, protocol_regex
 from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.rewards import RewardBreakdown, parse_label, score_trajectory
+from parallelsearch.stores.text import scrub_text
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,9 @@ def decode_tokens(tokenizer: Any, tokens: list[int]) -> str:
     return tokenizer.decode(tokens, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
 
-def extra_logs(breakdown: RewardBreakdown, state: dict[str, Any], turns: int) -> dict[str, Any]:
+def extra_logs(
+    breakdown: RewardBreakdown, state: dict[str, Any], turns: int, replaced_chars: int = 0
+) -> dict[str, Any]:
     """One scalar tensor per reward part and per count (OpenRLHF logs each key)."""
     values = {
         "reward_outcome": breakdown.outcome,
@@ -117,6 +120,7 @@ def extra_logs(breakdown: RewardBreakdown, state: dict[str, Any], turns: int) ->
         "search_rounds": float(state.get("search_rounds", 0)),
         "subqueries": float(state.get("subqueries", 0)),
         "search_errors": float(state.get("errors", 0)),
+        "invalid_chars_replaced": float(replaced_chars),
     }
     import torch
 
@@ -150,15 +154,19 @@ async def execute_episode(
     are off-policy for the unconstrained model (docs/vllm.md says what to do about it).
     """
     lab = parse_label(label)
+    # a prompt with lone surrogates (a dataset's "\ud800" escape) cannot be tokenized
+    clean_prompt, replaced = scrub_text(prompt) if isinstance(prompt, str) else (prompt, 0)
+    if replaced:
+        log.warning("replaced %d invalid character(s) (lone surrogates) in a prompt with U+FFFD", replaced)
     mode = env_graph.reward_mode
     env = env_graph.new_episode()
-    await env.reset(question_from(prompt, lab), lab)
+    await env.reset(question_from(clean_prompt, lab), lab)
     turn_cap = max_new_tokens_per_turn or (env.turn or {}).get("max_tokens") or 500
     outer_cap = getattr(sampling_params, "max_tokens", None)
     if outer_cap:
         turn_cap = min(turn_cap, int(outer_cap))
 
-    tokens: list[int] = list(hf_tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    tokens: list[int] = list(hf_tokenizer(clean_prompt, add_special_tokens=False)["input_ids"])
     if len(tokens) > max_length - 1:
         log.warning("prompt of %d tokens exceeds max_length %d; keeping its tail", len(tokens), max_length)
         tokens = tokens[-(max_length - 1) :]
@@ -197,10 +205,10 @@ async def execute_episode(
             if out.finish_reason == "length" and len(tokens) >= max_length:
                 truncated = True
             step = await env.step(decode_tokens(hf_tokenizer, ids))
+            observation, bad = scrub_text(step.observation or "")  # the protocol already scrubs passages
+            replaced += bad
             obs_ids = (
-                list(hf_tokenizer(step.observation, add_special_tokens=False)["input_ids"])
-                if step.observation
-                else []
+                list(hf_tokenizer(observation, add_special_tokens=False)["input_ids"]) if observation else []
             )
             room = max_length - len(tokens)
             if len(obs_ids) > room:
@@ -230,5 +238,5 @@ async def execute_episode(
         "action_ranges": ranges,
         "rollout_log_probs": rollout_lp,
         "truncated": truncated,
-        "extra_logs": extra_logs(breakdown, final_state, turns),
+        "extra_logs": extra_logs(breakdown, final_state, turns, replaced),
     }

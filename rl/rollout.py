@@ -99,12 +99,18 @@ class RolloutSummary:
     decomposed_parallel: list[bool] = field(default_factory=list)
     policy_calls: list[int] = field(default_factory=list)
     sft_written: int = 0
+    first_errors: dict[str, str] = field(default_factory=dict)  # error kind -> first message
+    error_counts: dict[str, int] = field(default_factory=dict)  # error kind -> episodes
 
     def add(self, rec: dict[str, Any]) -> None:
         self.episodes += 1
         r = rec.get("reward")
         if rec.get("error") or r is None:
             self.failures += 1
+            message = str(rec.get("error") or "episode ended without a reward")
+            kind = message.split(":", 1)[0]
+            self.error_counts[kind] = self.error_counts.get(kind, 0) + 1
+            self.first_errors.setdefault(kind, message)
             return
         self.rewards.append(r["total"])
         for part in ("outcome", "decomposition", "search_count", "format"):
@@ -133,18 +139,27 @@ class RolloutSummary:
             "parallel_questions": len(self.decomposed_parallel),
             "mean_policy_calls": mean(self.policy_calls),
             "sft_written": self.sft_written,
+            "error_counts": dict(self.error_counts),
+            "first_errors": dict(self.first_errors),
         }
 
     def lines(self) -> list[str]:
         d = self.to_dict()
         parts = ", ".join(f"{k} {v}" for k, v in d["mean_parts"].items())
-        return [
-            f"episodes {d['episodes']}, failures {d['failures']}",
-            f"mean reward {d['mean_reward']} ({parts})",
-            f"EM {d['em']}, format valid {d['format_valid_pct']}%",
-            f"decomposition ratio on {d['parallel_questions']} parallelizable questions: {d['decomposition_ratio_parallel']}",
-            f"policy calls per episode {d['mean_policy_calls']}",
-        ] + ([f"SFT examples written {d['sft_written']}"] if d["sft_written"] else [])
+        return (
+            [
+                f"episodes {d['episodes']}, failures {d['failures']}",
+                f"mean reward {d['mean_reward']} ({parts})",
+                f"EM {d['em']}, format valid {d['format_valid_pct']}%",
+                f"decomposition ratio on {d['parallel_questions']} parallelizable questions: {d['decomposition_ratio_parallel']}",
+                f"policy calls per episode {d['mean_policy_calls']}",
+            ]
+            + ([f"SFT examples written {d['sft_written']}"] if d["sft_written"] else [])
+            + [
+                f"{n} episode(s) failed with {kind}; first: {self.first_errors[kind]}"
+                for kind, n in sorted(self.error_counts.items(), key=lambda kv: -kv[1])
+            ]
+        )
 
 
 def sft_record(rec: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,7 @@ class ChromaStore:
         self.client = client if client is not None else make_client(path, host, port)
         self.location = location or (f"http://{host}:{port}" if host else str(path) if path else "client")
         self.embedder = embedder or get_embedder()
+        self.created = False  # True when this object created the collection
         self.collection = self._open(create)
         self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(
             self._search_key, coalesce_window_s
@@ -100,12 +102,19 @@ class ChromaStore:
         if self.name not in existing:
             if not create:
                 raise StoreNotFoundError(f"no store named {self.name!r} at {self.location}")
-            return self.client.create_collection(
-                self.name,
-                metadata=meta,
-                configuration={"hnsw": {"space": "cosine"}},
-                embedding_function=None,
-            )
+            try:
+                col = self.client.create_collection(
+                    self.name,
+                    metadata=meta,
+                    configuration={"hnsw": {"space": "cosine"}},
+                    embedding_function=None,
+                )
+                self.created = True
+                return col
+            except Exception as e:  # noqa: BLE001 - Chroma's error class differs by client and version
+                # another process created it between the listing and here: open theirs
+                if "already exists" not in str(e):
+                    raise
         col = self.client.get_collection(self.name, embedding_function=None)
         have = col.metadata or {}
         if have.get(_META_MODEL) != meta[_META_MODEL] or have.get(_META_DIM) != meta[_META_DIM]:
@@ -147,6 +156,60 @@ class ChromaStore:
             documents=[p.text for p in passages],
             metadatas=[{"title": p.title} for p in passages],
         )
+
+    def drop(self) -> None:
+        """Delete the whole store (used to remove a store a failed first ``index`` created)."""
+        self.client.delete_collection(self.name)
+
+    def verify(self, batch_size: int = 512, progress: bool = False) -> StoreCheck:
+        """Read every vector back; ids whose embedding is missing or unreadable are corruption.
+
+        A store written by two processes at once (issue 12) keeps its documents but loses
+        vectors: reading them raises ``InternalError: Error getting embedding``. A batch that
+        fails is read again id by id to name exactly the bad ones.
+        """
+        from tqdm.auto import tqdm
+
+        try:
+            check = StoreCheck(store=self.name, count=self.count())
+        except Exception as e:  # noqa: BLE001 - a store too broken to count is the worst finding
+            return StoreCheck(store=self.name, count=-1, first_error=f"{type(e).__name__}: {e}"[:300])
+        offset = 0
+        with tqdm(total=check.count, desc=f"checking {self.name}", disable=not progress) as bar:
+            while True:
+                try:
+                    ids = self.collection.get(include=[], limit=batch_size, offset=offset)["ids"]
+                except Exception as e:  # noqa: BLE001
+                    check.first_error = check.first_error or f"{type(e).__name__}: {e}"[:300]
+                    check.checked = -1  # listing failed: not ok, whatever was read so far
+                    break
+                if not ids:
+                    break
+                offset += len(ids)
+                self._check_ids(ids, check)
+                bar.update(len(ids))
+        return check
+
+    def _check_ids(self, ids: list[str], check: StoreCheck) -> None:
+        try:
+            got = self.collection.get(ids=ids, include=["embeddings"])
+        except Exception as e:  # noqa: BLE001 - any read failure is what we are looking for
+            if len(ids) == 1:
+                check.unreadable.append(ids[0])
+                check.first_error = check.first_error or f"{type(e).__name__}: {e}"[:300]
+                check.checked += 1
+                return
+            mid = len(ids) // 2
+            self._check_ids(ids[:mid], check)
+            self._check_ids(ids[mid:], check)
+            return
+        vecs = got.get("embeddings")
+        by_id = dict(zip(got["ids"], vecs if vecs is not None else [None] * len(got["ids"]), strict=True))
+        for i in ids:
+            v = by_id.get(i)
+            check.checked += 1
+            if v is None or len(v) != self.embedder.dimension or not np.all(np.isfinite(v)):
+                check.missing.append(i)
 
     # ---- reading -------------------------------------------------------------------------
     def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
@@ -204,6 +267,37 @@ class ChromaStore:
             "encoder_backend": meta.get(_META_BACKEND, "torch"),
             "location": self.location,
         }
+
+
+@dataclass
+class StoreCheck:
+    """What :meth:`ChromaStore.verify` found: ids whose vector is missing or cannot be read."""
+
+    store: str
+    count: int
+    checked: int = 0
+    missing: list[str] = field(default_factory=list)
+    unreadable: list[str] = field(default_factory=list)
+    first_error: str | None = None
+
+    @property
+    def bad(self) -> list[str]:
+        return self.missing + self.unreadable
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad and self.checked == self.count
+
+    def summary(self) -> str:
+        if self.ok:
+            return f"store {self.store}: all {self.checked} vectors read back"
+        if self.count < 0 or self.checked < 0:
+            return f"store {self.store}: CORRUPT: it cannot be read ({self.first_error})"
+        line = (
+            f"store {self.store}: CORRUPT: {len(self.unreadable)} unreadable and {len(self.missing)} missing "
+            f"vector(s) of {self.count} passages ({self.checked} checked)"
+        )
+        return line + (f"; first error: {self.first_error}" if self.first_error else "")
 
 
 def list_stores(client: Any) -> list[dict[str, Any]]:

@@ -63,6 +63,17 @@ class RetrievalConfig(BaseModel):
     query_prefix: str = Field("", description="prepended to every query (e.g. 'query: ' for E5)")
     passage_prefix: str = Field("", description="prepended to every passage (e.g. 'passage: ' for E5)")
     retriever_timeout_s: float = Field(30.0, gt=0, description="per-request timeout of /retrieve calls")
+    store_lock_timeout_s: float = Field(
+        600.0,
+        ge=0,
+        description="how long a writer (index) waits for another writer of the same embedded store; 0 = fail at once",
+    )
+    encoder_threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch threads of the local query/passage encoder (unset = torch's default, every "
+        "core); 1 when it shares the machine with other CPU-bound work such as a CPU vLLM engine",
+    )
 
     @field_validator("stores", mode="before")
     @classmethod

@@ -51,6 +51,26 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
+def set_encoder_threads(n: int) -> None:
+    """Limit the encoder thread's OpenMP team to ``n`` threads (torch's default: every core).
+
+    Why: an OpenMP team spins on its cores between parallel regions. When the encoder shares
+    the machine with other CPU-bound work (a CPU vLLM engine, other rollout actors, a busy
+    server), a team as wide as the machine takes cores from that work and, oversubscribed,
+    mostly waits: a 3-sub-query search step measured 31 ms of CPU with 1 thread and 257 ms
+    with 2 on a loaded 2-core machine (docs/vllm.md, "Rollout benchmark").
+    """
+    if n < 1:
+        raise ValueError(f"encoder threads must be >= 1, got {n}")
+
+    def apply() -> None:
+        import torch
+
+        torch.set_num_threads(n)
+
+    on_encoder_thread(apply)
+
+
 def on_encoder_thread(fn: Callable[..., T], *args: object) -> T:
     """Run ``fn(*args)`` on the encoder thread and return its result (exceptions propagate)."""
     if threading.get_ident() == _thread_ident:

@@ -9,7 +9,7 @@ be named precisely. Undecodable bytes and invalid JSON become :class:`BadInputEr
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,18 +21,28 @@ class SkipReport:
     """What was skipped and where, for ``--skip-bad`` runs."""
 
     entries: list[tuple[str, int | None, str]] = field(default_factory=list)
+    #: decisions a reader took that a person should know of (how a file's layout was read)
+    notes: list[str] = field(default_factory=list)
+    #: invalid characters (lone surrogates) replaced with U+FFFD in records that were kept
+    replaced: int = 0
 
     def add(self, err: BadInputError) -> None:
         self.entries.append((err.path, err.line, err.reason))
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
 
     @property
     def count(self) -> int:
         return len(self.entries)
 
     def summary(self, limit: int = 10) -> str:
+        notes = [f"note: {n}" for n in self.notes]
+        if self.replaced:
+            notes.append(f"note: replaced {self.replaced} invalid character(s) (lone surrogates) with U+FFFD")
         if not self.entries:
-            return "skipped 0 bad records"
-        lines = [f"skipped {self.count} bad record(s):"]
+            return "\n".join([*notes, "skipped 0 bad records"])
+        lines = [*notes, f"skipped {self.count} bad record(s):"]
         for path, line, reason in self.entries[:limit]:
             lines.append(f"  {path}:{line if line is not None else '-'}: {reason}")
         if self.count > limit:
@@ -55,31 +65,89 @@ def _first_char(raw: bytes) -> str:
     return ""
 
 
+DATA_SUFFIXES = (".json", ".jsonl")
+
+
+def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Files as given; a directory becomes its ``.json``/``.jsonl`` files (recursively, sorted).
+
+    A directory without data files and a path that does not exist are errors naming the path.
+    """
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in DATA_SUFFIXES)
+            if not found:
+                raise BadInputError(str(p), None, "is a directory holding no .json or .jsonl files")
+            out.extend(found)
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise BadInputError(str(p), None, "no such file or directory")
+    return out
+
+
+def _first_line_record(lines: list[bytes]) -> tuple[int, str | None]:
+    """The first non-empty line and why it is not one JSON value (None = it is)."""
+    for lineno, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                json.loads(line.decode("utf-8-sig" if lineno == 1 else "utf-8"))
+                return lineno, None
+            except UnicodeDecodeError as e:
+                return lineno, f"not valid UTF-8 ({e.reason} at byte {e.start})"
+            except json.JSONDecodeError as e:
+                return lineno, f"not valid JSON ({e.msg})"
+    return 1, None
+
+
 def iter_json_records(
     path: str | Path, *, skip_bad: bool = False, report: SkipReport | None = None
 ) -> Iterator[tuple[int, dict]]:
-    """Yield ``(line, record)`` for every object record in ``path``."""
+    """Yield ``(line, record)`` for every object record in ``path``.
+
+    Layout detection: ``[`` = a JSON array; ``{`` with a first line that is a whole JSON
+    value = JSON lines; otherwise the file is read as ONE JSON document only when the whole
+    file parses as one; when it does not, it is JSON lines whose first line is bad (an
+    error naming that line, or with ``skip_bad`` a skipped line plus a note of the decision).
+    """
     path = Path(path)
+    if path.is_dir():
+        raise BadInputError(
+            str(path), None, "is a directory, not a data file (pass the .json or .jsonl files in it)"
+        )
     if not path.is_file():
         raise BadInputError(str(path), None, "no such file")
     raw = path.read_bytes()
     first = _first_char(raw)
     if first == "[":
-        yield from _iter_array(path, raw)
+        yield from _iter_array(path, raw, skip_bad, report)
         return
     lines = raw.split(b"\n")
     if first == "{" and len(lines) > 1:
-        try:
-            json.loads(lines[0].decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            # first line is not a full record: the file is one pretty-printed object
-            yield from _iter_single_object(path, raw)
-            return
+        bad_line, why = _first_line_record(lines)
+        if why is not None:
+            try:
+                whole = json.loads(raw.decode("utf-8-sig"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                whole = None
+            if isinstance(whole, dict):
+                # a pretty-printed JSON document: its first line alone is not a record
+                yield from _iter_single_object(path, whole, skip_bad, report)
+                return
+            if not skip_bad:
+                raise BadInputError(
+                    str(path),
+                    bad_line,
+                    f"{why}; the file is not one JSON document either, so it was read as JSON lines",
+                )
+            if report is not None:
+                report.note(f"{path}: line {bad_line} is bad ({why}); read the file as JSON lines")
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            text = line.decode("utf-8")
+            text = line.decode("utf-8-sig" if lineno == 1 else "utf-8")
         except UnicodeDecodeError as e:
             _fail(
                 BadInputError(str(path), lineno, f"not valid UTF-8 ({e.reason} at byte {e.start})"),
@@ -110,7 +178,9 @@ def _decode_whole(path: Path, raw: bytes) -> str:
         raise BadInputError(str(path), line, f"not valid UTF-8 ({e.reason})") from e
 
 
-def _iter_array(path: Path, raw: bytes) -> Iterator[tuple[int, dict]]:
+def _iter_array(
+    path: Path, raw: bytes, skip_bad: bool, report: SkipReport | None
+) -> Iterator[tuple[int, dict]]:
     text = _decode_whole(path, raw)
     decoder = json.JSONDecoder()
     i = text.index("[") + 1
@@ -129,19 +199,26 @@ def _iter_array(path: Path, raw: bytes) -> Iterator[tuple[int, dict]]:
         try:
             rec, end = decoder.raw_decode(text, i)
         except json.JSONDecodeError as e:
-            raise BadInputError(str(path), e.lineno, f"not valid JSON ({e.msg})") from e
-        if not isinstance(rec, dict):
-            raise BadInputError(str(path), line, f"expected a JSON object, got {type(rec).__name__}")
-        yield line, rec
+            # the array cannot be resynchronised after a syntax error: the rest is unreadable
+            raise BadInputError(
+                str(path), e.lineno, f"not valid JSON ({e.msg}); the rest of the array cannot be read"
+            ) from e
         i = end
+        if not isinstance(rec, dict):
+            _fail(
+                BadInputError(
+                    str(path), line, f"array element is {type(rec).__name__}, expected a JSON object"
+                ),
+                skip_bad,
+                report,
+            )
+            continue
+        yield line, rec
 
 
-def _iter_single_object(path: Path, raw: bytes) -> Iterator[tuple[int, dict]]:
-    text = _decode_whole(path, raw)
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise BadInputError(str(path), e.lineno, f"not valid JSON ({e.msg})") from e
+def _iter_single_object(
+    path: Path, obj: dict, skip_bad: bool, report: SkipReport | None
+) -> Iterator[tuple[int, dict]]:
     # containers seen in benchmark files: {"queries": [...]} and {"0": {...}, "1": {...}}
     if isinstance(obj.get("queries"), list):
         items = obj["queries"]
@@ -151,5 +228,10 @@ def _iter_single_object(path: Path, raw: bytes) -> Iterator[tuple[int, dict]]:
         items = [obj]
     for idx, rec in enumerate(items):
         if not isinstance(rec, dict):
-            raise BadInputError(str(path), None, f"record #{idx}: expected a JSON object")
+            _fail(
+                BadInputError(str(path), 1, f"record #{idx} is {type(rec).__name__}, expected a JSON object"),
+                skip_bad,
+                report,
+            )
+            continue
         yield 1, rec

@@ -18,8 +18,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from parallelsearch.stores.errors import BadInputError
-from parallelsearch.stores.jsonfiles import SkipReport, iter_json_records
+from parallelsearch.stores.jsonfiles import SkipReport, expand_paths, iter_json_records
 from parallelsearch.stores.passages import Passage, split_contents
+from parallelsearch.stores.text import scrub_text
 
 SUPPORTED = (
     '{"contents"}, {"title","text"}, "context" (HotpotQA/2Wiki, list or HF dict), '
@@ -52,11 +53,28 @@ def _context_pairs(ctx: object) -> list[tuple[str, str]]:
         bodies = ctx.get("sentences", ctx.get("content"))
         if not isinstance(bodies, list) or len(bodies) != len(ctx["title"]):
             raise ValueError("context.title and context.sentences differ in length")
+        for i, t in enumerate(ctx["title"]):
+            if not isinstance(t, str):
+                raise ValueError(f"context.title[{i}] is {type(t).__name__}, expected a string")
         return [
             (t, join_sentences(b if isinstance(b, list) else [b]))
             for t, b in zip(ctx["title"], bodies, strict=True)
         ]
     raise ValueError("context has an unknown shape")
+
+
+def _text(obj: object, key: str, where: str, *, optional: bool = False) -> str:
+    """``obj[key]`` as a string; ValueError naming the field and the type found otherwise."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where} is {type(obj).__name__}, expected an object with {key!r}")
+    value = obj.get(key)
+    if value is None and (optional or key not in obj):
+        if optional:
+            return ""
+        raise ValueError(f"{where} has no {key!r}")
+    if not isinstance(value, str):
+        raise ValueError(f"{where}.{key} is {type(value).__name__}, expected a string")
+    return value
 
 
 def passage_pairs(rec: dict) -> list[tuple[str, str]]:
@@ -68,20 +86,31 @@ def passage_pairs(rec: dict) -> list[tuple[str, str]]:
     if "context" in rec:
         return _context_pairs(rec["context"])
     if isinstance(rec.get("paragraphs"), list):
-        return [(p["title"], p["paragraph_text"]) for p in rec["paragraphs"]]
+        return [
+            (_text(p, "title", f"paragraphs[{i}]"), _text(p, "paragraph_text", f"paragraphs[{i}]"))
+            for i, p in enumerate(rec["paragraphs"])
+        ]
     meta = rec.get("metadata")
     if isinstance(meta, dict):
         if "context" in meta:
             return _context_pairs(meta["context"])
         decomp = meta.get("question_decomposition")
-        if isinstance(decomp, list) and any("support_paragraph" in d for d in decomp):
-            return [
-                (d["support_paragraph"]["title"], d["support_paragraph"]["paragraph_text"])
-                for d in decomp
-                if "support_paragraph" in d
-            ]
+        if isinstance(decomp, list) and any(isinstance(d, dict) and "support_paragraph" in d for d in decomp):
+            pairs = []
+            for i, d in enumerate(decomp):
+                if isinstance(d, dict) and "support_paragraph" in d:
+                    where = f"question_decomposition[{i}].support_paragraph"
+                    sp = d["support_paragraph"]
+                    pairs.append((_text(sp, "title", where), _text(sp, "paragraph_text", where)))
+            return pairs
     if isinstance(rec.get("evidence_list"), list):
-        return [(e.get("title") or "", e["fact"]) for e in rec["evidence_list"]]
+        return [
+            (
+                _text(e, "title", f"evidence_list[{i}]", optional=True),
+                _text(e, "fact", f"evidence_list[{i}]"),
+            )
+            for i, e in enumerate(rec["evidence_list"])
+        ]
     raise ValueError(f"record holds no passages; expected one of {SUPPORTED}")
 
 
@@ -89,11 +118,11 @@ def read_passages(
     paths: Iterable[str | Path], *, skip_bad: bool = False, report: SkipReport | None = None
 ) -> Iterator[Passage]:
     """Yield passages of every file in order (duplicates included; stores dedupe by id)."""
-    for path in paths:
+    for path in expand_paths(paths):
         for line, rec in iter_json_records(path, skip_bad=skip_bad, report=report):
             try:
                 pairs = passage_pairs(rec)
-            except (ValueError, KeyError, TypeError) as e:
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 reason = f"missing field {e}" if isinstance(e, KeyError) else str(e)
                 err = BadInputError(str(path), line, reason)
                 if not skip_bad:
@@ -109,4 +138,8 @@ def read_passages(
                     if report is not None:
                         report.add(err)
                     continue
-                yield Passage.make(title or "", text or "", source=f"{path}:{line}")
+                title, n_title = scrub_text(title or "")
+                text, n_text = scrub_text(text or "")
+                if report is not None:
+                    report.replaced += n_title + n_text
+                yield Passage.make(title, text, source=f"{path}:{line}")

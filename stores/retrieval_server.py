@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from parallelsearch.stores.asgi_guard import DEFAULT_MAX_JSON_DEPTH, JsonBodyGuard
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.request_batching import BatchSearchError, RequestBatcher
 
@@ -48,14 +49,21 @@ def create_retrieval_app(
     max_query_chars: int = 2000,
     max_batch: int = 64,
     batch_window_s: float = 0.002,
+    max_body_bytes: int = 4_000_000,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
 ) -> FastAPI:
     """FastAPI app answering ``POST /retrieve`` and ``GET /health`` for ``searcher``.
 
     Concurrent requests are searched together, at most ``max_batch`` queries per encoder
     call (:mod:`parallelsearch.stores.request_batching`); ``max_batch=0`` searches each
-    request on its own.
+    request on its own. Bodies are size- and depth-limited before parsing, invalid Unicode
+    in queries is replaced, and an unhandled error is one JSON 500 with an ``error_id``
+    (:class:`~parallelsearch.stores.asgi_guard.JsonBodyGuard`).
     """
     app = FastAPI(title="parallelsearch /retrieve", version="1")
+    app.add_middleware(
+        JsonBodyGuard, max_body_bytes=max_body_bytes, max_json_depth=max_json_depth, logger=__name__
+    )
     batcher = RequestBatcher(searcher, max_batch=max_batch, window_s=batch_window_s) if max_batch else None
     app.state.batcher = batcher
 

@@ -97,8 +97,17 @@ def test_factory_builds_searchers_from_one_retrieval_config(hotpot_store, tmp_pa
 def test_agent_config_uses_the_same_factory(hotpot_store):
     cfg = AgentConfig(chroma_path=hotpot_store.location, store=hotpot_store.name)
     assert cfg.stores == [hotpot_store.name] and isinstance(cfg.retrieval(), RetrievalConfig)
-    with pytest.warns(UserWarning, match="embedded Chroma store"):
-        searcher = cfg.make_searcher()
+    import torch
+
+    from parallelsearch.stores.encoder_thread import on_encoder_thread, set_encoder_threads
+
+    before = on_encoder_thread(torch.get_num_threads)
+    try:
+        with pytest.warns(UserWarning, match="embedded Chroma store"):
+            searcher = cfg.make_searcher()
+        assert on_encoder_thread(torch.get_num_threads) == 1  # the agent config's default
+    finally:
+        set_encoder_threads(before)
     assert isinstance(searcher, StoreSearcher)
     with pytest.raises(ValueError, match="choose one of parallel, sequential"):
         AgentConfig(retriever_url="http://x/retrieve", graph="rag")
@@ -289,3 +298,33 @@ def test_precedence_agent_config_and_train_overrides(tmp_path, monkeypatch, caps
     assert load_agent_config(path).graph_config.top_k == 3
     assert main(["train", "--preset", "paper", "--dry-run", "--set", "agent.graph_config.top_k=5"]) == 0
     assert "top_k: 5" in capsys.readouterr().out
+
+
+def test_encoder_threads_size_the_encoder_team_and_rollout_actors_default_to_one(monkeypatch):
+    """A rollout actor's embedded encoder must not take every core from the vLLM engine beside it."""
+    import argparse
+
+    import torch
+
+    from parallelsearch.cli_common import add_chroma_args, settings_from_args
+    from parallelsearch.graphs.factory import make_embedder
+    from parallelsearch.stores.encoder_thread import on_encoder_thread, set_encoder_threads
+
+    before = on_encoder_thread(torch.get_num_threads)
+    try:
+        make_embedder(RetrievalConfig(encoder_threads=1))
+        assert on_encoder_thread(torch.get_num_threads) == 1
+    finally:
+        set_encoder_threads(before)
+    agent = AgentConfig(retriever_url="http://127.0.0.1:9/retrieve")
+    assert agent.encoder_threads == 1
+    assert agent.retrieval().encoder_threads == 1  # what make_searcher is given
+    assert RetrievalConfig().encoder_threads is None  # elsewhere torch's default
+    with pytest.raises(ValueError, match="encoder_threads"):
+        RetrievalConfig(encoder_threads=0)
+    # precedence: flag > environment > default
+    p = argparse.ArgumentParser()
+    add_chroma_args(p)
+    monkeypatch.setenv("PARALLELSEARCH_ENCODER_THREADS", "2")
+    assert settings_from_args(p.parse_args([])).encoder_threads == 2
+    assert settings_from_args(p.parse_args(["--encoder-threads", "1"])).encoder_threads == 1

@@ -333,3 +333,44 @@ def test_tokens_and_text_never_drift_after_a_stop_string(hotpot_store, hotpot_qu
     check_transcript(result, prompt_ids, tok, env)
     expected = check_bookkeeping(result, prompt_ids, engine, tok, json.loads(rec["label"]))
     assert expected.format_valid and result["reward"] == pytest.approx(1.8)
+
+
+def test_lone_surrogates_in_prompt_and_observations_are_replaced(hotpot_questions, tiny_lm):
+    """Issue 12: a prompt or a retrieved passage holding a lone surrogate (what ``json.dumps`` writes
+    for Python text that holds one) used to crash the tokenizer (TypeError). The retriever here is
+    a real loopback server in the Search-R1 format (a stand-in for a third-party /retrieve server
+    that sends such escapes); the episode runs, the text shows U+FFFD and the count is logged."""
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from parallelsearch.agents.searchers.backends import RemoteSearcher
+    from parallelsearch.stores.retrieval_client import RetrieverClient
+
+    async def retrieve(request):
+        body = await request.json()
+        doc = {"document": {"id": "1", "contents": '"Bad \ud800 title"\ntext \udcff here'}, "score": 0.5}
+        raw = json.dumps({"result": [[doc]] * len(body["queries"])})
+        assert "\\ud800" in raw  # escapes on the wire, as json.dumps writes them
+        return Response(raw, media_type="application/json")
+
+    app = Starlette(routes=[Route("/retrieve", retrieve, methods=["POST"])])
+
+    _, tok = tiny_lm
+    q = _comparison(hotpot_questions)
+    rec = train_record(q)
+    prompt = rec["prompt"].replace("Question: ", "Question: \udc80 ", 1)
+    turns = [
+        "<think> look </think><search> a ## b </search>",
+        f"<think> done </think><answer> {q['golden_answers'][0]} </answer>",
+    ]
+    engine = ScriptedEngine(tok, turns)
+    with UvicornThread(app) as srv:
+        env_graph = EnvGraph(RemoteSearcher(RetrieverClient(f"{srv.url}/retrieve")), max_turns=2)
+        result = asyncio.run(
+            execute_episode(env_graph, prompt, rec["label"], SamplingParamsStandIn(), 4096, tok, engine)
+        )
+    text = decode_tokens(tok, result["observation_tokens"])
+    assert "\ud800" not in text and "Bad \ufffd title" in text and "text \ufffd here" in text
+    assert result["extra_logs"]["invalid_chars_replaced"].item() == 1  # the prompt's; passages: protocol
+    assert len(result["action_ranges"]) == 2 and result["reward"] is not None

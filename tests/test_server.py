@@ -161,7 +161,10 @@ def test_api_key_concurrency_cap_and_error_ids(hotpot_store, caplog):
         assert r.json()["error_id"] in caplog.text
 
     slow = DelayedPolicy(ScriptedPolicy(SCRIPT), 0.5)
-    app = create_app(Settings(server_max_concurrency=2), policy=slow, searcher=hotpot_store)
+    # no queue: beyond the cap a request is refused at once (tests/test_reliability.py has the queue)
+    app = create_app(
+        Settings(server_max_concurrency=2, server_queue_size=0), policy=slow, searcher=hotpot_store
+    )
     with UvicornThread(app) as srv:
 
         async def burst():
@@ -175,8 +178,10 @@ def test_api_key_concurrency_cap_and_error_ids(hotpot_store, caplog):
                     )
                 )
 
-        codes = sorted(r.status_code for r in asyncio.run(burst()))
+        replies = asyncio.run(burst())
+        codes = sorted(r.status_code for r in replies)
         assert codes.count(200) >= 2 and codes.count(429) >= 1 and set(codes) <= {200, 429}
+        assert all(int(r.headers["retry-after"]) >= 1 for r in replies if r.status_code == 429)
         assert (
             httpx.post(
                 srv.url + "/parallelsearch/invoke", json={"input": {"question": "again?"}}, timeout=60

@@ -102,3 +102,23 @@ def test_parallel_graph_with_the_real_engine_searches_a_real_store(policies, mod
     assert rounds >= 1 and sum(o["passages"] for o in outs) >= 3  # real <information> blocks came back
     obs = [t for o in outs for t in o["trajectory"] if t["type"] == "observation"]
     assert all(o["text"].startswith("\n\n<information>Doc 1(Title: ") for o in obs)
+
+
+def test_grammar_and_parser_agree_on_whitespace():
+    """vLLM compiles the protocol's regex with xgrammar, whose ``\\s`` leaves out characters
+    Python strips (``\\x1c``-``\\x1f``): a random model once ended an answer on ``\\x1c``, which
+    the engine allowed and Python's own reading of the same regex refused. The regex now spells
+    out every character ``str.strip()`` removes, so both read it alike."""
+    import xgrammar
+    from xgrammar.testing import _is_grammar_accept_string as accepts  # xgrammar's own test helper
+
+    for final in (True, False):
+        grammar = xgrammar.Grammar.from_regex(protocol_regex(final=final, max_subqueries=3))
+        assert accepts(grammar, "<think>x</think>\n<answer> yes </answer>")
+        for space in (c for c in map(chr, range(0x3001)) if c.isspace() and c not in " \n"):
+            text = f"<think>x</think>\n<answer> yes{space} </answer>"
+            assert not accepts(grammar, text), repr(space)
+            assert not re.fullmatch(protocol_regex(final=final, max_subqueries=3), text)
+        if not final:
+            assert accepts(grammar, "<think>x</think>\n<search> a ## b </search>")
+            assert not accepts(grammar, "<think>x</think>\n<search> a\x1f ## b </search>")

@@ -17,6 +17,21 @@ from parallelsearch.agents.protocol import protocol_regex
 from parallelsearch.stores.http_tls import tls_context
 
 
+def transport_reason(e: BaseException) -> str:
+    """What went wrong on the wire, in words: httpx says "All connection attempts failed" and
+    keeps the socket error (``ConnectionRefusedError``, a DNS failure) in its cause chain."""
+    seen: BaseException | None = e
+    for _ in range(8):
+        if seen is None:
+            break
+        if isinstance(seen, ConnectionRefusedError):
+            return f"connection refused ({e})"
+        if isinstance(seen, OSError) and seen.errno is not None:
+            return f"{seen.strerror or seen} ({e})"
+        seen = seen.__cause__ or seen.__context__
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
 class OpenAICompletionsPolicy:
     def __init__(
         self,
@@ -87,7 +102,8 @@ class OpenAICompletionsPolicy:
                     last = e
                     if attempt == self.retries:
                         raise RuntimeError(
-                            f"{self.base_url}/completions failed after {attempt + 1} attempts: {e}"
+                            f"{self.base_url}/completions failed after {attempt + 1} attempts: "
+                            f"{transport_reason(e)}"
                         ) from e
                 await asyncio.sleep(0.2 * 2**attempt)
         if resp.status_code >= 400:

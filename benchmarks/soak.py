@@ -1,0 +1,472 @@
+"""Soak: minutes of mixed load against both servers, as real processes on 127.0.0.1.
+
+``parallelsearch serve-retriever`` (the Search-R1 ``/retrieve`` server over an embedded
+Chroma store of the shipped HotpotQA sample) and ``parallelsearch serve`` (the LangServe
+app, oracle policy, searching through that ``/retrieve`` server), both started as
+subprocesses. Workers send an interleaved random mix: retrieve, invoke, config-hash invoke,
+batch, stream, bad inputs (lone surrogates, oversized bodies, deep nesting, an empty
+question, malformed JSON) and clients that disconnect mid-stream.
+
+Every request has the answers it may get: a good request 200, a bad input its 4xx (a lone
+surrogate is repaired, so 200). Anything else (a 5xx, another status, a reset, a timeout)
+is an unexpected error. Reported: requests and errors by kind, p50/p95 latency per kind,
+each server's RSS after start-up, after the warm-up and at the end, and its growth from
+the warm-up to the end (goals: 0 unexpected errors, growth < 10%). Writes
+``benchmarks/results/soak.json`` and, with matplotlib, ``soak.png`` (RSS and requests over time).
+
+    .venv/bin/python benchmarks/soak.py [--duration 600] [--concurrency 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _common import OUT, write
+from tqdm import tqdm
+
+from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+from parallelsearch.loopback import free_port
+
+BIN = Path(sys.executable).parent
+DEEP = b"[" * 50_000 + b"]" * 50_000
+JSON = {"content-type": "application/json"}
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LANGSMITH_TRACING": "false"}
+#: (kind, weight): how often each request kind is drawn
+MIX = [
+    ("retrieve", 20),
+    ("invoke", 20),
+    ("invoke_config_hash", 5),
+    ("batch", 5),
+    ("stream", 15),
+    ("stream_disconnect", 5),
+    ("bad_retrieve_surrogate", 3),
+    ("bad_retrieve_oversized", 2),
+    ("bad_retrieve_deep", 2),
+    ("bad_retrieve_json", 2),
+    ("bad_invoke_surrogate", 3),
+    ("bad_invoke_oversized", 2),
+    ("bad_invoke_deep", 2),
+    ("bad_invoke_empty", 3),
+    ("bad_invoke_json", 2),
+    ("bad_stream_surrogate", 2),
+]
+
+
+@dataclass
+class Tally:
+    """What the workers saw: per kind, the count, the latencies of answered requests, the surprises."""
+
+    requests: Counter = field(default_factory=Counter)
+    expected_4xx: Counter = field(default_factory=Counter)
+    unexpected: Counter = field(default_factory=Counter)
+    examples: dict = field(default_factory=dict)
+    latency_ms: dict = field(default_factory=lambda: defaultdict(list))
+    per_second: Counter = field(default_factory=Counter)
+
+
+class Server:
+    """A server subprocess in its own process group, ready when ``GET /health`` answers 200."""
+
+    def __init__(self, name: str, cmd: list[str], env: dict[str, str], port: int, log: Path):
+        self.name, self.cmd, self.env, self.port, self.log = name, cmd, env, port, log
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 300) -> Server:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} not ready within {timeout_s:g} s")
+            time.sleep(0.3)
+
+    def rss_mb(self) -> float:
+        import psutil
+
+        return psutil.Process(self.proc.pid).memory_info().rss / 2**20
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+def build_store(folder: Path, n_questions: int) -> tuple[Path, list[dict]]:
+    """An embedded store of the shipped HotpotQA sample's first questions' paragraphs, and those questions."""
+    from parallelsearch.data import load_questions
+    from parallelsearch.stores import ChromaStore, ingest
+
+    lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:n_questions]
+    sample = folder / "sample.jsonl"
+    sample.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    store = ChromaStore("soak", path=folder / "chroma")
+    ingest(store, [sample], progress=False)
+    return folder / "chroma", load_questions(sample, dataset="hotpotqa")
+
+
+def config_hash(config: dict) -> str:
+    from langserve.lzstring import LZString
+
+    return LZString.compressToEncodedURIComponent(json.dumps(config))
+
+
+class Load:
+    """The request kinds: each sends one request and says whether its answer was what it may be."""
+
+    def __init__(self, retriever: str, app: str, questions: list[dict], rng: random.Random):
+        self.retriever, self.app, self.questions, self.rng = retriever, app, questions, rng
+        self.hash = config_hash({"configurable": {"top_k": 2}})
+
+    def _input(self) -> dict:
+        q = self.rng.choice(self.questions)
+        return {
+            "question": q["question"],
+            "metadata": {**q["metadata"], "golden_answers": q["golden_answers"]},
+        }
+
+    def _titles(self) -> list[str]:
+        q = self.rng.choice(self.questions)
+        return q["metadata"].get("supporting_titles") or [q["question"]]
+
+    async def send(self, client: httpx.AsyncClient, kind: str) -> tuple[int | str, set[int]]:
+        """(the status or the outcome, the statuses this kind may get)."""
+        if kind == "retrieve":
+            r = await client.post(self.retriever + "/retrieve", json={"queries": self._titles(), "topk": 3})
+            return r.status_code, {200}
+        if kind == "invoke":
+            r = await client.post(self.app + "/parallelsearch/invoke", json={"input": self._input()})
+            return _answered(r), {200}
+        if kind == "invoke_config_hash":
+            url = f"{self.app}/parallelsearch/c/{self.hash}/invoke"
+            return _answered(await client.post(url, json={"input": self._input()})), {200}
+        if kind == "batch":
+            body = {"inputs": [self._input() for _ in range(4)]}
+            r = await client.post(self.app + "/sequential/batch", json=body)
+            return r.status_code, {200}
+        if kind == "stream":
+            return await self._stream(client, {"input": self._input()}), {200}
+        if kind == "stream_disconnect":
+            body = {"input": self._input()}
+            async with client.stream("POST", self.app + "/parallelsearch/stream", json=body) as r:
+                async for _ in r.aiter_raw():
+                    break  # the first chunk, then the client goes away mid-stream
+            return r.status_code, {200}
+        if kind == "bad_retrieve_surrogate":
+            body = json.dumps({"queries": ["Ed Wood \ud800"]}).encode()
+            r = await client.post(self.retriever + "/retrieve", content=body, headers=JSON)
+            return r.status_code, {200}  # repaired, then searched
+        if kind == "bad_retrieve_oversized":
+            r = await client.post(self.retriever + "/retrieve", json={"queries": ["x" * 5_000_000]})
+            return r.status_code, {413}
+        if kind == "bad_retrieve_deep":
+            return (
+                await client.post(self.retriever + "/retrieve", content=DEEP, headers=JSON)
+            ).status_code, {400}
+        if kind == "bad_retrieve_json":
+            r = await client.post(self.retriever + "/retrieve", content=b'{"queries": [', headers=JSON)
+            return r.status_code, {422}
+        if kind == "bad_invoke_surrogate":
+            body = json.dumps({"input": {"question": "Who is older, Ed Wood \ud800 or Scott Derrickson?"}})
+            r = await client.post(self.app + "/parallelsearch/invoke", content=body.encode(), headers=JSON)
+            return _answered(r), {200}
+        if kind == "bad_invoke_oversized":
+            r = await client.post(
+                self.app + "/parallelsearch/invoke", json={"input": {"question": "x" * 1_500_000}}
+            )
+            return r.status_code, {413}
+        if kind == "bad_invoke_deep":
+            r = await client.post(self.app + "/rag/invoke", content=b'{"input": ' + DEEP + b"}", headers=JSON)
+            return r.status_code, {400}
+        if kind == "bad_invoke_empty":
+            url = self.rng.choice(
+                [self.app + "/parallelsearch/invoke", f"{self.app}/parallelsearch/c/{self.hash}/invoke"]
+            )
+            return (await client.post(url, json={"input": {"question": " "}})).status_code, {422}
+        if kind == "bad_invoke_json":
+            r = await client.post(self.app + "/parallelsearch/invoke", content=b"{not json", headers=JSON)
+            return r.status_code, {400}
+        if kind == "bad_stream_surrogate":
+            body = json.dumps({"input": {"question": "Ed Wood \udfff?"}}).encode()
+            return await self._stream(client, None, content=body), {200}
+        raise ValueError(kind)
+
+    async def _stream(
+        self, client: httpx.AsyncClient, body: dict | None, content: bytes | None = None
+    ) -> int | str:
+        kw: dict[str, Any] = {"json": body} if body is not None else {"content": content, "headers": JSON}
+        async with client.stream("POST", self.app + "/parallelsearch/stream", **kw) as r:
+            text = "".join([chunk async for chunk in r.aiter_text()])
+        if r.status_code == 200 and ("event: end" not in text or "event: error" in text):
+            return "stream without its end event"
+        return r.status_code
+
+
+def _answered(r: httpx.Response) -> int | str:
+    if r.status_code == 200 and "answer" not in r.json().get("output", {}):
+        return "200 without an answer"
+    return r.status_code
+
+
+async def drive(load: Load, tally: Tally, duration_s: float, concurrency: int, bar: tqdm) -> None:
+    kinds, weights = zip(*MIX, strict=True)
+    t_end = time.monotonic() + duration_s
+    t0 = time.monotonic()
+    limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while time.monotonic() < t_end:
+            kind = load.rng.choices(kinds, weights)[0]
+            t = time.perf_counter()
+            try:
+                outcome, allowed = await load.send(client, kind)
+            except (httpx.HTTPError, json.JSONDecodeError) as e:
+                outcome, allowed = type(e).__name__, set()
+            ms = (time.perf_counter() - t) * 1000
+            tally.requests[kind] += 1
+            tally.per_second[int(time.monotonic() - t0)] += 1
+            if outcome in allowed and isinstance(outcome, int) and outcome < 400:
+                tally.latency_ms[kind].append(ms)
+            elif outcome in allowed:
+                tally.expected_4xx[f"{kind}:{outcome}"] += 1
+            else:
+                tally.unexpected[f"{kind}:{outcome}"] += 1
+                tally.examples.setdefault(f"{kind}:{outcome}", f"expected {sorted(allowed)}")
+            bar.update(1)
+
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+
+
+def pct(xs: list[float], q: float) -> float | None:
+    if not xs:
+        return None
+    s = sorted(xs)
+    return round(s[min(len(s) - 1, int(round(q * (len(s) - 1))))], 1)
+
+
+def run(
+    duration_s: float = 600,
+    concurrency: int = 16,
+    n_questions: int = 60,
+    warmup_s: float | None = None,
+    seed: int = 0,
+    name: str = "soak",
+    write_results: bool = True,
+    store_dir: Path | None = None,
+    store_name: str = "soak",
+    questions: list[dict] | None = None,
+) -> dict:
+    """Start both servers, drive the mix for ``duration_s``, stop them; the figures as a dict.
+
+    ``store_dir``/``store_name``/``questions`` reuse an existing embedded store (tests);
+    by default the store is built from the shipped HotpotQA sample's first ``n_questions``.
+    """
+    tmp = Path(tempfile.mkdtemp(prefix="soak-"))
+    t_setup = time.perf_counter()
+    if store_dir is None:
+        store_dir, questions = build_store(tmp, n_questions)
+    elif questions is None:
+        raise ValueError("questions are needed with store_dir")
+    env = {
+        **os.environ,
+        **OFFLINE,
+        "PARALLELSEARCH_HOME": str(tmp / "home"),
+        "PARALLELSEARCH_CHROMA_PATH": str(store_dir),
+    }
+    env.pop("PARALLELSEARCH_SERVER_API_KEY", None)
+    cli = str(BIN / "parallelsearch")
+    rp, ap = free_port(), free_port()
+    retriever = Server(
+        "serve-retriever",
+        [cli, "serve-retriever", "--store", store_name, "--port", str(rp)],
+        env,
+        rp,
+        tmp / "retriever.log",
+    )
+    app = Server(
+        "serve",
+        [cli, "serve", "--retriever", f"http://127.0.0.1:{rp}/retrieve", "--checkpointer", "none", "--port", str(ap)],
+        env,
+        ap,
+        tmp / "serve.log",
+    )  # fmt: skip
+    servers = (retriever, app)
+    warmup_s = warmup_s if warmup_s is not None else min(60.0, duration_s / 10)
+    tally = Tally()
+    rss: dict[str, list[tuple[float, float]]] = {s.name: [] for s in servers}
+    try:
+        for s in servers:
+            s.start()
+        setup_s = time.perf_counter() - t_setup
+        rss_ready = {s.name: s.rss_mb() for s in servers}
+        load = Load(retriever.url, app.url, questions, random.Random(seed))
+        t0 = time.monotonic()
+
+        async def sample_rss(stop: asyncio.Event) -> None:
+            while not stop.is_set():
+                for s in servers:
+                    rss[s.name].append((round(time.monotonic() - t0, 1), round(s.rss_mb(), 1)))
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=max(1.0, duration_s / 120))
+                except TimeoutError:
+                    pass
+
+        async def main() -> None:
+            stop = asyncio.Event()
+            sampler = asyncio.create_task(sample_rss(stop))
+            with tqdm(desc=f"soak {duration_s:g} s", unit="req", mininterval=2) as bar:
+                await drive(load, tally, duration_s, concurrency, bar)
+            stop.set()
+            await sampler
+
+        asyncio.run(main())
+        wall_s = time.monotonic() - t0
+        health = httpx.get(app.url + "/health", timeout=30).json()
+        rss_end = {s.name: s.rss_mb() for s in servers}
+    finally:
+        for s in servers:
+            s.stop()
+    logs = {s.name: s.log.read_text(errors="replace") for s in servers}
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    def after(name: str, t: float) -> float:
+        return next((v for at, v in rss[name] if at >= t), rss[name][-1][1])
+
+    good = [ms for k, xs in tally.latency_ms.items() for ms in xs]
+    result: dict[str, Any] = {
+        "duration_s": round(wall_s, 1),
+        "concurrency": concurrency,
+        "setup_s": round(setup_s, 1),
+        "passages_questions": len(questions),
+        "requests": sum(tally.requests.values()),
+        "requests_per_s": round(sum(tally.requests.values()) / wall_s, 2),
+        "by_kind": dict(sorted(tally.requests.items())),
+        "expected_4xx": dict(sorted(tally.expected_4xx.items())),
+        "unexpected_errors": sum(tally.unexpected.values()),
+        "unexpected_by_kind": dict(sorted(tally.unexpected.items())),
+        "p50_ms": pct(good, 0.5),
+        "p95_ms": pct(good, 0.95),
+        "latency_by_kind": {
+            k: {
+                "n": len(xs),
+                "p50_ms": pct(xs, 0.5),
+                "p95_ms": pct(xs, 0.95),
+                "mean_ms": round(statistics.fmean(xs), 1),
+            }
+            for k, xs in sorted(tally.latency_ms.items())
+        },
+        "admission_at_end": health.get("admission"),
+        "server_log_errors": {
+            n: text.count("unhandled error") + text.count("Traceback") for n, text in logs.items()
+        },
+        "rss_mb": {
+            n: {
+                "ready": round(rss_ready[n], 1),
+                "after_warmup": round(after(n, warmup_s), 1),
+                "end": round(rss_end[n], 1),
+                "growth_pct_since_warmup": round(100 * (rss_end[n] / after(n, warmup_s) - 1), 2),
+                "growth_pct_since_ready": round(100 * (rss_end[n] / rss_ready[n] - 1), 2),
+            }
+            for n in rss
+        },
+        "warmup_s": warmup_s,
+        "rss_series": rss,
+        "requests_per_second_series": [tally.per_second[i] for i in range(int(wall_s) + 1)],
+    }
+    report(result)
+    if write_results:
+        write(name, result)
+        plot(result, OUT / f"{name}.png")
+    return result
+
+
+def report(r: dict) -> None:
+    print(
+        f"soak: {r['requests']} requests in {r['duration_s']} s ({r['requests_per_s']}/s, {r['concurrency']} clients); "
+        f"unexpected errors {r['unexpected_errors']} {r['unexpected_by_kind'] or ''}; "
+        f"expected 4xx {sum(r['expected_4xx'].values())}; p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms"
+    )
+    for kind, row in r["latency_by_kind"].items():
+        print(f"  {kind:24s} n={row['n']:6d}  p50 {row['p50_ms']:8.1f} ms  p95 {row['p95_ms']:8.1f} ms")
+    for name, m in r["rss_mb"].items():
+        print(
+            f"  RSS {name:16s} ready {m['ready']:7.1f} MB, after warm-up {m['after_warmup']:7.1f} MB, "
+            f"end {m['end']:7.1f} MB: {m['growth_pct_since_warmup']:+.1f}% since warm-up "
+            f"({m['growth_pct_since_ready']:+.1f}% since ready)"
+        )
+    print(f"  admission at end: {r['admission_at_end']}; server log errors: {r['server_log_errors']}")
+
+
+def plot(r: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for name, series in r["rss_series"].items():
+        ax1.plot([t for t, _ in series], [v for _, v in series], label=name)
+    ax1.axvline(r["warmup_s"], color="grey", ls=":", label="end of warm-up")
+    ax1.set_ylabel("RSS (MB)")
+    ax1.legend()
+    ax1.set_title(
+        f"soak: {r['requests']} requests, {r['unexpected_errors']} unexpected errors, p95 {r['p95_ms']} ms"
+    )
+    per_s = r["requests_per_second_series"]
+    ax2.plot(range(len(per_s)), per_s, lw=0.6)
+    ax2.set_ylabel("requests/s")
+    ax2.set_xlabel("seconds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--duration", type=float, default=600, help="seconds of load (default 600)")
+    ap.add_argument("--concurrency", type=int, default=16, help="clients sending at once (default 16)")
+    ap.add_argument(
+        "--questions", type=int, default=60, help="HotpotQA sample questions to index (default 60)"
+    )
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--name", default="soak", help="results file name (default soak)")
+    a = ap.parse_args()
+    res = run(a.duration, a.concurrency, a.questions, seed=a.seed, name=a.name)
+    sys.exit(1 if res["unexpected_errors"] else 0)

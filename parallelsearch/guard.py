@@ -1,0 +1,141 @@
+"""The request guard of the LangServe app: what a public endpoint needs, for every graph route.
+
+Pure ASGI middleware (``app.add_middleware(RequestGuard, ...)``), so streaming passes
+untouched. For each HTTP request, in this order:
+
+1. the optional API key (``X-API-Key``; ``/health`` and ``/ui`` stay open): 401;
+2. a request with a body: size- and depth-limited before parsing, invalid Unicode
+   replaced (:mod:`parallelsearch.stores.asgi_guard`): 413 / 400;
+3. a graph call, i.e. a POST to ``/{route}/{op}`` or its config-hash variant
+   ``/{route}/c/{hash}/{op}`` for every LangServe operation: the body is checked
+   (a question string, not empty, within ``server_max_question_chars``; a batch within
+   ``server_max_batch``): 4xx with a message;
+4. admission (:mod:`parallelsearch.admission`): up to ``server_max_concurrency`` graph runs
+   in flight, then a FIFO queue of ``server_queue_size`` places, each wait at most
+   ``server_queue_timeout_s``; 429 with ``Retry-After`` only when the queue is full or
+   the wait expires;
+5. the app, with every unhandled error turned into one JSON 500 whose ``error_id`` is the
+   one in the (single) log line.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from parallelsearch.admission import AdmissionQueue, ClientGone, Refused
+from parallelsearch.settings import Settings
+from parallelsearch.stores.asgi_guard import (
+    BODY_METHODS,
+    SCOPE_JSON,
+    BodyRejected,
+    call_with_error_id,
+    json_reply,
+    parse_json_body,
+    read_body,
+    replaying,
+)
+
+log = logging.getLogger("parallelsearch.server")
+
+#: LangServe's operations that run the graph (each also under ``/c/{config_hash}/``)
+GRAPH_OPS = frozenset({"invoke", "batch", "stream", "stream_events", "stream_log"})
+OPEN_PATHS = frozenset({"/health", "/ui"})
+
+
+def graph_call(method: str, path: str, routes: frozenset[str] | set[str]) -> str | None:
+    """The LangServe operation ``method path`` runs on a served graph, or None.
+
+    Matches ``/{route}/{op}`` and every longer path under a route that ends in an
+    operation (``/{route}/c/{hash}/{op}``), so no variant of a route escapes the checks.
+    """
+    if method != "POST":
+        return None
+    parts = [p for p in path.split("/") if p]
+    if len(parts) >= 2 and parts[0] in routes and parts[-1] in GRAPH_OPS:
+        return parts[-1]
+    return None
+
+
+def check_payload(op: str, payload: Any, settings: Settings) -> tuple[int, str] | None:
+    """Why a graph call's body cannot be run (status, message), or None."""
+    if not isinstance(payload, dict):
+        return 422, "the request body must be a JSON object"
+    if op == "batch":
+        inputs = payload.get("inputs")
+        if not isinstance(inputs, list) or not inputs:
+            return 422, "'inputs' must be a non-empty list"
+        if len(inputs) > settings.server_max_batch:
+            return 413, f"batch of {len(inputs)} exceeds the limit of {settings.server_max_batch}"
+    else:
+        inputs = [payload.get("input")]
+    for item in inputs:
+        if not isinstance(item, dict):
+            return 422, "each input must be an object with a 'question' string"
+        q = item.get("question")
+        if not isinstance(q, str):
+            return 422, "'question' must be a string"
+        if not q.strip():
+            return 422, "'question' must not be empty"
+        if len(q) > settings.server_max_question_chars:
+            return (
+                413,
+                f"question of {len(q)} characters exceeds the limit of {settings.server_max_question_chars}",
+            )
+        meta = item.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            return 422, "'metadata' must be an object"
+    return None
+
+
+class RequestGuard:
+    """API key, body limits, input checks, admission and error ids (see the module docstring)."""
+
+    def __init__(self, app: Any, settings: Settings, admission: AdmissionQueue, routes: set[str]):
+        self.app = app
+        self.s = settings
+        self.admission = admission
+        self.routes = frozenset(routes)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        await call_with_error_id(self._guarded, scope, receive, send, log)
+
+    async def _guarded(self, scope: Any, receive: Any, send: Any) -> None:
+        path: str = scope["path"]
+        client_receive = receive  # the replayed body is for the app; disconnects come from here
+        if self.s.server_api_key and path not in OPEN_PATHS:
+            headers = dict(scope.get("headers") or [])
+            if headers.get(b"x-api-key", b"").decode("latin-1") != self.s.server_api_key:
+                return await json_reply(send, 401, "missing or wrong API key (header X-API-Key)")
+        op = graph_call(scope["method"], path, self.routes)
+        if scope["method"] in BODY_METHODS:
+            try:
+                body = await read_body(scope, receive, max_bytes=self.s.server_max_body_bytes)
+                parsed = await parse_json_body(body, max_depth=self.s.server_max_json_depth)
+            except BodyRejected as e:
+                return await json_reply(send, e.status, e.detail)
+            if op is not None:
+                if parsed.error or not body:
+                    return await json_reply(send, 400, parsed.error or "malformed JSON: the body is empty")
+                problem = check_payload(op, parsed.value, self.s)
+                if problem:
+                    return await json_reply(send, *problem)
+            scope, receive = replaying(scope, parsed.raw, receive)
+            scope[SCOPE_JSON] = parsed
+        if op is None:
+            return await self.app(scope, receive, send)
+        weight = len(parsed.value["inputs"]) if op == "batch" else 1
+
+        async def gone() -> None:
+            while (await client_receive())["type"] != "http.disconnect":
+                pass
+
+        try:
+            async with self.admission.slot(weight, gone=gone):
+                await self.app(scope, receive, send)
+        except Refused as r:
+            await json_reply(send, 429, r.reason, headers={"Retry-After": str(r.retry_after_s)})
+        except ClientGone:
+            log.info("client left %s while its request waited in the queue", path)

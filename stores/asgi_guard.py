@@ -1,0 +1,301 @@
+"""What every JSON HTTP endpoint of the project needs before and after its own code runs.
+
+Used by the ``/retrieve`` server (:mod:`parallelsearch.stores.retrieval_server`) and the
+LangServe app's request guard (:mod:`parallelsearch.guard`), so both answer bad input and
+their own failures the same way (docs/architecture.md, "A request"):
+
+- **Body limits before parsing.** A body larger than ``max_body_bytes`` is a 413 (the
+  declared ``Content-Length`` is checked first, and the body is read only up to the
+  limit); JSON nested deeper than ``max_json_depth`` is a 400, found by a linear scan
+  of the bytes, so a 50,000-level ``[[[[...`` never reaches a recursive parser.
+- **Text repaired, not crashed on.** JSON may carry lone surrogates (``"\\ud800"``, which
+  Python's ``json.dumps`` writes) and a body may hold invalid UTF-8. Neither can be
+  encoded again (tokenizers, orjson, the log), so every string of the parsed body has
+  them replaced with U+FFFD and the app reads the repaired body.
+- **One JSON 500 per unhandled error.** The error gets an id that is in the response
+  (``{"detail": "internal error", "error_id": ...}``) and in exactly one log line. The
+  exception is not re-raised: uvicorn would otherwise close the keep-alive connection and
+  the client's next request on it would be reset.
+
+The middleware sits inside Starlette's ``ServerErrorMiddleware`` (``app.add_middleware``),
+so an error reaches it first and nothing else logs or answers it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+DEFAULT_MAX_BODY_BYTES = 1_000_000
+DEFAULT_MAX_JSON_DEPTH = 64
+#: a body over the limit is still read (and dropped) up to this many bytes before the 413,
+#: so the client, still sending, reads the answer instead of a connection reset
+DRAIN_LIMIT_BYTES = 16_000_000
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+#: the scope key under which the parsed (and repaired) JSON body travels to inner layers
+SCOPE_JSON = "parallelsearch.json"
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: a JSON escape that decodes to a surrogate code point (raw ones cannot survive UTF-8 decoding)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+#: a JSON string (escapes included); used to blank strings out before counting brackets
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+_BRACKET_STEP = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # +1 / -1 as signed bytes
+#: bodies at least this large are checked and parsed in a worker thread, off the event loop
+OFF_LOOP_BYTES = 64_000
+
+
+class BodyRejected(Exception):
+    """The body breaks a limit; ``status`` and ``detail`` are the answer."""
+
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+@dataclass
+class JsonBody:
+    """A request body as the app will read it.
+
+    ``raw`` is what is replayed to the app (re-encoded when text was repaired); ``value``
+    the parsed JSON, or None with ``error`` saying why it did not parse (the app answers
+    that itself); ``repaired`` the number of strings whose invalid Unicode was replaced.
+    """
+
+    raw: bytes
+    value: Any = None
+    error: str | None = None
+    repaired: int = 0
+
+
+def clean_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (valid text is returned as is)."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+def clean_json(value: Any) -> tuple[Any, int]:
+    """``value`` with :func:`clean_text` applied to every string (keys too); and how many changed."""
+    if isinstance(value, str):
+        cleaned = clean_text(value)
+        return cleaned, int(cleaned is not value)
+    if isinstance(value, list):
+        out, n = [], 0
+        for item in value:
+            c, k = clean_json(item)
+            out.append(c)
+            n += k
+        return out, n
+    if isinstance(value, dict):
+        d, n = {}, 0
+        for key, item in value.items():
+            ck, k1 = clean_json(key)
+            c, k2 = clean_json(item)
+            d[ck] = c
+            n += k1 + k2
+        return d, n
+    return value, 0
+
+
+def json_depth(body: bytes) -> int:
+    """How deeply ``body``'s arrays and objects nest, in time linear in its length (no parsing).
+
+    Strings are blanked out first (brackets inside them do not count); the running sum of
+    +1/-1 per bracket is then taken in C (``accumulate`` over signed bytes).
+    """
+    brackets = _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b'""', body))
+    if not brackets:
+        return 0
+    return max(accumulate(memoryview(brackets.translate(_BRACKET_STEP)).cast("b")))
+
+
+def depth_exceeds(body: bytes, limit: int) -> int | None:
+    """``body``'s nesting depth when it is deeper than ``limit``, else None.
+
+    Nesting cannot be deeper than the number of opening brackets, so a body with few of
+    them (nearly every real request) is not scanned at all.
+    """
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return None
+    depth = json_depth(body)
+    return depth if depth > limit else None
+
+
+def parse_json(body: bytes, *, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> JsonBody:
+    """Parse ``body`` within the depth limit, repairing invalid Unicode (see the module docstring).
+
+    Raises :class:`BodyRejected` (400) when it nests deeper than ``max_depth``. A body
+    that is not JSON comes back with ``error`` set and ``raw`` unchanged.
+    """
+    depth = depth_exceeds(body, max_depth)
+    if depth is not None:
+        raise BodyRejected(400, f"JSON nested {depth} levels deep; the limit is {max_depth}")
+    try:
+        text, bad_utf8 = body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, bad_utf8 = body.decode("utf-8", errors="replace"), True
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, a 5,000-digit number, ...
+        return JsonBody(raw=body, error=f"malformed JSON: {e}")
+    repaired = 0
+    if _SURROGATE_ESCAPE.search(body):
+        value, repaired = clean_json(value)
+    if repaired:
+        raw = json.dumps(value, ensure_ascii=False).encode()
+    elif bad_utf8:
+        raw, repaired = text.encode(), 1
+    else:
+        raw = body
+    return JsonBody(raw=raw, value=value, repaired=repaired)
+
+
+async def parse_json_body(body: bytes, *, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> JsonBody:
+    """:func:`parse_json` for a request: an empty body is left as is, a large one parsed off the loop."""
+    if not body:
+        return JsonBody(raw=body)
+    if len(body) >= OFF_LOOP_BYTES:
+        return await asyncio.to_thread(parse_json, body, max_depth=max_depth)
+    return parse_json(body, max_depth=max_depth)
+
+
+async def read_body(scope: Scope, receive: Receive, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> bytes:
+    """The whole request body, or :class:`BodyRejected` (413) once it is larger than ``max_bytes``."""
+    declared = _content_length(scope)
+    too_big = BodyRejected(413, f"request body exceeds the limit of {max_bytes} bytes")
+    if declared is not None and declared > max_bytes and declared > DRAIN_LIMIT_BYTES:
+        raise too_big
+    chunks: list[bytes] = []
+    size = 0
+    more = True
+    while more:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise BodyRejected(400, "the client disconnected while sending the body")
+        chunk = msg.get("body", b"")
+        size += len(chunk)
+        more = msg.get("more_body", False)
+        if size <= max_bytes:
+            chunks.append(chunk)
+        elif size > DRAIN_LIMIT_BYTES:
+            raise too_big
+    if size > max_bytes:
+        raise too_big
+    return b"".join(chunks)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers") or ():
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def replaying(scope: Scope, body: bytes, receive: Receive) -> tuple[Scope, Receive]:
+    """A scope (``Content-Length`` set to ``body``'s length) and a receive that gives ``body`` first."""
+    headers = [(k, v) for k, v in scope.get("headers") or () if k != b"content-length"]
+    headers.append((b"content-length", str(len(body)).encode()))
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return {**scope, "headers": headers}, replay
+
+
+async def json_reply(
+    send: Send, status: int, detail: str, *, headers: dict[str, str] | None = None, **extra: Any
+) -> None:
+    """Answer ``{"detail": detail, **extra}`` with ``status`` (and any extra headers)."""
+    body = json.dumps({"detail": clean_text(detail), **extra}).encode()
+    head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    head += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def call_with_error_id(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, log: logging.Logger
+) -> None:
+    """Run ``app``; an exception becomes one log line and, when nothing was sent yet, one JSON 500.
+
+    The exception is not re-raised, so the connection stays usable. When the response had
+    already started (a stream failing midway) there is nothing to answer; the server ends
+    the connection, the client sees a cut-off stream.
+    """
+    started = False
+
+    async def tracking_send(message: Message) -> None:
+        nonlocal started
+        if message["type"] == "http.response.start":
+            started = True
+        await send(message)
+
+    try:
+        await app(scope, receive, tracking_send)
+    except Exception as exc:  # noqa: BLE001 - every unhandled error becomes a 500 with an id
+        error_id = uuid.uuid4().hex[:12]
+        log.error(
+            "unhandled error %s on %s %s%s",
+            error_id,
+            scope.get("method"),
+            scope.get("path"),
+            " (after the response started)" if started else "",
+            exc_info=exc,
+        )
+        if not started:
+            await json_reply(send, 500, "internal error", error_id=error_id)
+
+
+class JsonBodyGuard:
+    """ASGI middleware: body limits, repaired text and error ids for every request (see module doc).
+
+    ``app.add_middleware(JsonBodyGuard, max_body_bytes=..., max_json_depth=..., logger=...)``.
+    A body that is not JSON is passed on unchanged (the app answers it with its own 4xx).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+        logger: str = "parallelsearch.http",
+    ):
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.max_json_depth = max_json_depth
+        self.log = logging.getLogger(logger)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if scope["method"] in BODY_METHODS:
+            try:
+                body = await read_body(scope, receive, max_bytes=self.max_body_bytes)
+                parsed = await parse_json_body(body, max_depth=self.max_json_depth)
+            except BodyRejected as e:
+                return await json_reply(send, e.status, e.detail)
+            scope, receive = replaying(scope, parsed.raw, receive)
+            scope[SCOPE_JSON] = parsed
+        await call_with_error_id(self.app, scope, receive, send, self.log)
