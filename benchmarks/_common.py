@@ -98,3 +98,37 @@ class ChromaServer:
                 metadatas=got["metadatas"][i : i + 256],
             )
         return remote
+
+
+def plot_bars(
+    path: Path, title: str, groups: dict[str, dict[str, float]], ylabel: str, hline=None
+) -> Path | None:
+    """A grouped bar chart (``groups``: group label -> {series: value}) saved to ``path``;
+    None when matplotlib is missing (the figures are printed and written as JSON anyway)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot")
+        return None
+    series = list(dict.fromkeys(s for row in groups.values() for s in row))
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / max(1, len(series))
+    for i, s in enumerate(series):
+        xs = [g + i * width for g in range(len(groups))]
+        ax.bar(xs, [row.get(s, 0.0) for row in groups.values()], width, label=s)
+    if hline is not None:
+        value, label = hline
+        ax.axhline(value, color="black", linestyle="--", linewidth=1, label=label)
+    ax.set_xticks([g + width * (len(series) - 1) / 2 for g in range(len(groups))], list(groups))
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print(f"wrote {path}")
+    return path

@@ -28,31 +28,52 @@ from parallelsearch.agents.searchers.backends import MultiStoreSearcher, RemoteS
 from parallelsearch.agents.searchers.base import Searcher
 from parallelsearch.graphs.builders import SEARCHING_KINDS, SearchGraph, build_graph, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
-from parallelsearch.stores.chroma_store import ChromaStore, list_stores, make_client, validate_store_name
-from parallelsearch.stores.config import RetrievalConfig
+from parallelsearch.stores.chroma_store import (
+    ChromaStore,
+    list_stores,
+    make_client,
+    store_backend,
+    validate_store_name,
+)
+from parallelsearch.stores.config import DEFAULT_NEW_STORE_BACKEND, RetrievalConfig
 from parallelsearch.stores.embedders import Embedder, get_embedder
 from parallelsearch.stores.encoder_thread import set_encoder_threads
 from parallelsearch.stores.retrieval_client import RetrieverClient
 from parallelsearch.stores.store_lock import StoreWriteLock
 
 
-def make_embedder(cfg: RetrievalConfig, *, device: str | None = None) -> Embedder:
+def make_embedder(cfg: RetrievalConfig, backend: str | None = None, *, device: str | None = None) -> Embedder:
     """The query/passage encoder; the default configuration shares one model per process.
 
-    ``cfg.encoder_threads`` sizes the process's one encoder thread's OpenMP team (see
+    ``backend`` (torch, onnx, onnx-int8) overrides ``cfg.encoder_backend``; ``auto`` alone,
+    with no store to ask, means the backend new stores get. ``cfg.encoder_threads`` sizes
+    the process's one encoder thread's OpenMP team (see
     :func:`parallelsearch.stores.encoder_thread.set_encoder_threads`). ``device`` (``cpu``,
     ``cuda``, ``cuda:1``): where the model runs; None = sentence-transformers' choice.
     """
     if cfg.encoder_threads is not None:
         set_encoder_threads(cfg.encoder_threads)
-    if cfg.query_prefix or cfg.passage_prefix or device:
+    backend = backend or cfg.encoder_backend
+    if backend == "auto":
+        backend = DEFAULT_NEW_STORE_BACKEND
+    if cfg.query_prefix or cfg.passage_prefix or backend != "torch" or device:
         return Embedder(
             cfg.embedding_model,
             query_prefix=cfg.query_prefix,
             passage_prefix=cfg.passage_prefix,
             device=device,
+            backend=backend,
+            cache_dir=cfg.model_cache_dir,
         )
     return get_embedder(cfg.embedding_model)
+
+
+def resolve_backend(cfg: RetrievalConfig, client: Any, name: str) -> str:
+    """The encoder backend for store ``name``: the configured one, or with ``auto`` the one the
+    store records (a new store: ``DEFAULT_NEW_STORE_BACKEND``)."""
+    if cfg.encoder_backend != "auto":
+        return cfg.encoder_backend
+    return store_backend(client, name) or DEFAULT_NEW_STORE_BACKEND
 
 
 def make_chroma_client(cfg: RetrievalConfig) -> Any:
@@ -75,10 +96,11 @@ def make_store(
     ``hnsw``: Chroma's HNSW parameters for a new store (``stores/hnsw.py``); for an existing
     one, ``ef_search`` is changed and any other that differs is an error.
     """
+    client = make_chroma_client(cfg)
     return ChromaStore(
         name,
-        client=make_chroma_client(cfg),
-        embedder=embedder or make_embedder(cfg),
+        client=client,
+        embedder=embedder or make_embedder(cfg, resolve_backend(cfg, client, name)),
         create=create,
         location=cfg.location(),
         hnsw=hnsw,
@@ -135,8 +157,13 @@ def make_searcher(cfg: RetrievalConfig) -> Searcher:
     if cfg.searcher_kind() == "remote":
         assert cfg.retriever_url is not None
         return RemoteSearcher(RetrieverClient(cfg.retriever_url, timeout_s=cfg.retriever_timeout_s))
-    embedder = make_embedder(cfg)
-    searchers = {name: StoreSearcher(make_store(cfg, name, embedder=embedder)) for name in cfg.stores}
+    client = make_chroma_client(cfg)
+    embedders: dict[str, Embedder] = {}  # one per backend: the stores may have been built differently
+    searchers = {}
+    for name in cfg.stores:
+        backend = resolve_backend(cfg, client, name)
+        embedder = embedders.get(backend) or embedders.setdefault(backend, make_embedder(cfg, backend))
+        searchers[name] = StoreSearcher(make_store(cfg, name, embedder=embedder))
     return next(iter(searchers.values())) if len(searchers) == 1 else MultiStoreSearcher(searchers)
 
 

@@ -104,6 +104,12 @@ def add_model_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model", help="sentence-transformers model name or path (default: the settings', all-MiniLM-L6-v2)"
     )
+    p.add_argument(
+        "--encoder-backend",
+        choices=("auto", "torch", "onnx", "onnx-int8"),
+        help="encoder engine: torch, onnx (ONNX Runtime fp32, same embeddings), onnx-int8 (int8, faster, "
+        "different embeddings); auto = the store's own (default: the settings', auto)",
+    )
 
 
 def add_policy_args(p: argparse.ArgumentParser) -> None:
@@ -149,6 +155,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("chroma_port", "chroma_port"),
         ("encoder_threads", "encoder_threads"),
         ("model", "embedding_model"),
+        ("encoder_backend", "encoder_backend"),
         ("policy", "policy"),
         ("answer_policy", "answer_policy"),
         ("constrained", "constrained"),

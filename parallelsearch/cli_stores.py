@@ -88,6 +88,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--topk", type=int, default=3, help="default top-k when a request omits it")
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        help="most queries of concurrent requests searched in one encoder call (default 64; 0 = each "
+        "request on its own)",
+    )
     add_model_arg(p)
     add_chroma_args(p)
     p.set_defaults(func=cmd_serve_retriever)
@@ -201,7 +207,7 @@ def cmd_stores(args: argparse.Namespace) -> int:
         return 0
     for r in rows:
         hnsw = " ".join(f"{k}={v}" for k, v in (r.get("hnsw") or {}).items())
-        print(f"{r['name']}\t{r['count']}\t{r['model']}\t{hnsw}\t{r['location']}")
+        print(f"{r['name']}\t{r['count']}\t{r['model']} ({r['encoder_backend']})\t{hnsw}\t{r['location']}")
     return 0
 
 
@@ -223,7 +229,11 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     from parallelsearch.stores.retrieval_server import create_retrieval_app, run_server
 
     store = make_store(settings_from_args(args).retrieval(), args.store)
-    app = create_retrieval_app(store, default_topk=args.topk)
+    batching = {} if args.max_batch is None else {"max_batch": args.max_batch}
+    if args.max_batch is not None and args.max_batch < 0:
+        print(f"--max-batch must be >= 0, got {args.max_batch}", file=sys.stderr)
+        return 2
+    app = create_retrieval_app(store, default_topk=args.topk, **batching)
     print(f"serving store {store.name} ({store.count()} passages) on http://{args.host}:{args.port}/retrieve")
     run_server(app, args.host, args.port)
     return 0

@@ -21,11 +21,22 @@ from parallelsearch.stores.coalesce import BatchCoalescer
 from parallelsearch.stores.embedders import Embedder, get_embedder
 from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
 from parallelsearch.stores.hnsw import hnsw_configuration, hnsw_of, reconcile
+from parallelsearch.stores.onnx_encoder import embedding_family
 from parallelsearch.stores.passages import Passage
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9]$")
 _META_MODEL = "ps_embedding_model"
 _META_DIM = "ps_dimension"
+_META_BACKEND = "ps_encoder_backend"  # absent in stores built before it existed: torch
+
+
+def store_backend(client: Any, name: str) -> str | None:
+    """The encoder backend the store ``name`` was built with (None when there is no such store)."""
+    existing = {c.name if hasattr(c, "name") else c for c in client.list_collections()}
+    if name not in existing:
+        return None
+    meta = client.get_collection(name, embedding_function=None).metadata or {}
+    return str(meta.get(_META_BACKEND, "torch"))
 
 
 def validate_store_name(name: str) -> str:
@@ -85,7 +96,12 @@ class ChromaStore:
         )
 
     def _open(self, create: bool) -> Any:
-        meta = {_META_MODEL: self.embedder.model_name, _META_DIM: self.embedder.dimension}
+        backend = getattr(self.embedder, "backend", "torch")
+        meta = {
+            _META_MODEL: self.embedder.model_name,
+            _META_DIM: self.embedder.dimension,
+            _META_BACKEND: backend,
+        }
         existing = {c.name if hasattr(c, "name") else c for c in self.client.list_collections()}
         if self.name not in existing:
             if not create:
@@ -112,6 +128,13 @@ class ChromaStore:
                 f"{meta[_META_MODEL]!r} (dimension {meta[_META_DIM]}); open it with the same model or re-index"
             )
         reconcile(col, self._requested_hnsw, self.location)
+        built = str(have.get(_META_BACKEND, "torch"))
+        if embedding_family(built) != embedding_family(backend):
+            raise ModelMismatchError(
+                f"store {self.name!r} at {self.location} was built with the {built!r} encoder backend, but was "
+                f"opened with {backend!r}; their embeddings differ. Open it with encoder_backend={built!r} "
+                "(--encoder-backend, PARALLELSEARCH_ENCODER_BACKEND; 'auto' picks it) or re-index"
+            )
         return col
 
     # ---- writing -------------------------------------------------------------------------
@@ -253,6 +276,7 @@ class ChromaStore:
             "count": self.count(),
             "model": meta.get(_META_MODEL),
             "dimension": meta.get(_META_DIM),
+            "encoder_backend": meta.get(_META_BACKEND, "torch"),
             "location": self.location,
             "hnsw": hnsw_of(self.collection),
         }
@@ -303,6 +327,7 @@ def list_stores(client: Any) -> list[dict[str, Any]]:
                 "model": meta.get(_META_MODEL),
                 "dimension": meta.get(_META_DIM),
                 "hnsw": hnsw_of(col),
+                "encoder_backend": meta.get(_META_BACKEND, "torch"),
             }
         )
     return out

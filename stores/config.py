@@ -17,6 +17,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+#: the encoder backend a NEW store is built with when ``encoder_backend`` is ``auto``; an
+#: existing store is always opened with the backend it records (docs/performance.md,
+#: "Encoder backends", has the measurements behind this choice)
+DEFAULT_NEW_STORE_BACKEND = "torch"
+EncoderBackend = Literal["auto", "torch", "onnx", "onnx-int8"]
 
 try:  # the environment gives "a,b" or '["a","b"]'; NoDecode lets the validator below read both
     from pydantic_settings import NoDecode
@@ -45,6 +50,15 @@ class RetrievalConfig(BaseModel):
     )
     embedding_model: str = Field(
         DEFAULT_EMBEDDING_MODEL, description="sentence-transformers model name or path"
+    )
+    encoder_backend: EncoderBackend = Field(
+        "auto",
+        description="query/passage encoder: torch, onnx (ONNX Runtime fp32, the same embeddings), "
+        "onnx-int8 (dynamic int8, different embeddings); auto = what the store was built with, "
+        "and for a new store the default",
+    )
+    model_cache_dir: Path | None = Field(
+        None, description="where exported ONNX encoders are cached (the app's settings: <home>/models)"
     )
     query_prefix: str = Field("", description="prepended to every query (e.g. 'query: ' for E5)")
     passage_prefix: str = Field("", description="prepended to every passage (e.g. 'passage: ' for E5)")

@@ -7,8 +7,10 @@ package, so nothing is downloaded at run time. E5-style models want ``query: `` 
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,12 @@ class Embedder:
     encoder thread (:mod:`parallelsearch.stores.encoder_thread` says why), one at a time.
     They return float32 arrays of shape (n, dimension), which Chroma takes as they are.
 
+    ``backend`` picks the engine: ``torch`` (sentence-transformers), ``onnx`` (ONNX Runtime,
+    the same fp32 embeddings) or ``onnx-int8`` (dynamic int8 quantisation: different
+    embeddings, so a store records the backend it was built with). The ONNX files are
+    exported from the same model and cached in ``cache_dir``
+    (:mod:`parallelsearch.stores.onnx_encoder`).
+
     Passages go through sentence-transformers' ``encode`` (it sorts long inputs by length
     to pad less). Queries are short and come a few at a time from the coalescer, so they
     take a lean path (preprocess, forward, normalise) that skips ``encode``'s per-call
@@ -51,12 +59,25 @@ class Embedder:
         passage_prefix: str = "",
         device: str | None = None,
         normalize: bool = True,
+        backend: str = "torch",
+        cache_dir: str | Path | None = None,
+        threads: int = 1,
     ) -> None:
+        from parallelsearch.stores.onnx_encoder import BACKENDS, OnnxEncoder
+
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown encoder backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         self.model_name = model
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self.normalize = normalize
-        self._model = _load_model(resolve_model_path(model), device)
+        self.backend = backend
+        path = resolve_model_path(model)
+        self._model = _load_model(path, device)
+        self._onnx: OnnxEncoder | None = None
+        if backend != "torch":
+            cache = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "parallelsearch-models"
+            self._onnx = _load_onnx(path, str(cache), backend, threads)
         self.calls = 0  # number of encoder invocations (benchmarks and coalescing tests read it)
 
     @property
@@ -79,6 +100,8 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         self.calls += 1
+        if self._onnx is not None:
+            return self._onnx.encode(texts, batch_size, self.normalize)
         vecs = self._model.encode(
             texts,
             batch_size=batch_size,
@@ -96,6 +119,8 @@ class Embedder:
             return np.zeros((0, self.dimension), dtype=np.float32)
         parts = []
         self.calls += 1
+        if self._onnx is not None:
+            return self._onnx.encode(texts, batch_size, self.normalize)
         with torch.inference_mode():
             for start in range(0, len(texts), batch_size):
                 features = batch_to_device(
@@ -130,6 +155,15 @@ def _load_model(path: str, device: str | None) -> Any:
 
         transpose_linear_layers(model)
     return model
+
+
+@lru_cache(maxsize=8)
+def _load_onnx(model_path: str, cache_dir: str, backend: str, threads: int) -> Any:
+    """One ONNX Runtime session per (model, backend, threads) per process (export cached on disk)."""
+    from parallelsearch.stores.onnx_encoder import OnnxEncoder, export_onnx
+
+    model = _load_model(model_path, "cpu")
+    return OnnxEncoder(model, export_onnx(model_path, Path(cache_dir), backend), threads)
 
 
 _default: Embedder | None = None

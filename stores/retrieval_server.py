@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from parallelsearch.stores.asgi_guard import DEFAULT_MAX_JSON_DEPTH, JsonBodyGuard
 from parallelsearch.stores.passages import Passage
+from parallelsearch.stores.request_batching import BatchSearchError, RequestBatcher
 
 
 class BatchSearcher(Protocol):
@@ -46,19 +47,25 @@ def create_retrieval_app(
     max_topk: int = 50,
     max_queries: int = 256,
     max_query_chars: int = 2000,
+    max_batch: int = 64,
+    batch_window_s: float = 0.002,
     max_body_bytes: int = 4_000_000,
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
 ) -> FastAPI:
     """FastAPI app answering ``POST /retrieve`` and ``GET /health`` for ``searcher``.
 
-    Bodies are size- and depth-limited before parsing, invalid Unicode in queries is
-    replaced, and an unhandled error is one JSON 500 with an ``error_id``
+    Concurrent requests are searched together, at most ``max_batch`` queries per encoder
+    call (:mod:`parallelsearch.stores.request_batching`); ``max_batch=0`` searches each
+    request on its own. Bodies are size- and depth-limited before parsing, invalid Unicode
+    in queries is replaced, and an unhandled error is one JSON 500 with an ``error_id``
     (:class:`~parallelsearch.stores.asgi_guard.JsonBodyGuard`).
     """
     app = FastAPI(title="parallelsearch /retrieve", version="1")
     app.add_middleware(
         JsonBodyGuard, max_body_bytes=max_body_bytes, max_json_depth=max_json_depth, logger=__name__
     )
+    batcher = RequestBatcher(searcher, max_batch=max_batch, window_s=batch_window_s) if max_batch else None
+    app.state.batcher = batcher
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -82,7 +89,13 @@ def create_retrieval_app(
         k = req.topk if req.topk is not None else default_topk
         if not 1 <= k <= max_topk:
             raise HTTPException(422, f"topk must be between 1 and {max_topk}, got {k}")
-        results = await asyncio.to_thread(searcher.search_batch, req.queries, k)
+        if batcher is None:
+            results = await asyncio.to_thread(searcher.search_batch, req.queries, k)
+        else:
+            try:
+                results = await batcher.search(req.queries, k)
+            except BatchSearchError as e:
+                raise HTTPException(500, str(e)) from e
         if req.return_scores:
             return {
                 "result": [

@@ -26,10 +26,17 @@ from parallelsearch.loopback import free_port  # noqa: E402
 __all__ = ["UvicornThread", "free_port"]
 
 
+@pytest.fixture(scope="session")
+def _model_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_home(tmp_path, monkeypatch):
-    """Every test gets its own settings home, so no test sees another's stores."""
+def _isolated_home(tmp_path, monkeypatch, _model_cache):
+    """Every test gets its own settings home, so no test sees another's stores. Exported
+    ONNX encoders are shared by the session (an export costs seconds; it is tested once)."""
     monkeypatch.setenv("PARALLELSEARCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PARALLELSEARCH_MODEL_CACHE_DIR", str(_model_cache))
     monkeypatch.delenv("PARALLELSEARCH_CONFIG", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")

@@ -1,0 +1,155 @@
+"""ONNX Runtime sentence encoders: the offline MiniLM exported locally, fp32 or dynamic int8.
+
+Why: on CPU the query encoder is most of a search's cost. ONNX Runtime runs the same
+graph in fewer, fused kernels; with per-channel dynamic int8 quantisation (weights int8,
+activations quantised per call) its GEMMs run on the CPU's int8 units. On the 2-core CI
+machine a one-query encode took ~1.5 ms int8 / ~4-9 ms fp32 against ~6-10 ms for the torch
+path (benchmarks/encoder_backends.py has the figures and the recall check).
+
+The model is never downloaded: the sentence-transformers model (the packaged offline
+all-MiniLM-L6-v2 by default) is exported here with ``torch.onnx.export`` (transformer
+plus mean pooling; the L2 normalisation is done in numpy) and, for ``onnx-int8``,
+quantised with ``onnxruntime.quantization``. Both files are cached under ``cache_dir``
+(the app's ``<home>/models``). Each is written to a unique temporary name in the same
+folder and moved into place with ``os.replace``, so concurrent processes never read a
+half-written file and need no lock (the last of two identical writes wins).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: encoder backends: the name recorded in a store, and whether its embeddings are fp32 ones
+BACKENDS = ("torch", "onnx", "onnx-int8")
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def embedding_family(backend: str) -> str:
+    """Backends whose embeddings are interchangeable: torch and ONNX fp32 agree to ~1e-7."""
+    return "int8" if backend == "onnx-int8" else "fp32"
+
+
+def _atomic_write(target: Path, write: Any) -> Path:
+    """``write(tmp_path)`` then move the result to ``target`` in one step."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def _model_key(model_path: str) -> str:
+    """A cache folder name that changes when the model files do (path + sizes + mtimes)."""
+    h = hashlib.sha256(str(Path(model_path).resolve()).encode())
+    root = Path(model_path)
+    if root.is_dir():
+        for f in sorted(root.rglob("*")):
+            if f.is_file():
+                st = f.stat()
+                h.update(f"{f.relative_to(root)}:{st.st_size}:{int(st.st_mtime)}".encode())
+    return f"{root.name or 'model'}-{h.hexdigest()[:12]}"
+
+
+def export_onnx(model_path: str, cache_dir: Path, backend: str) -> Path:
+    """The cached ONNX file of the model at ``model_path`` for ``backend`` (made when missing)."""
+    if backend not in ("onnx", "onnx-int8"):
+        raise ValueError(f"not an ONNX backend: {backend!r}")
+    folder = Path(cache_dir) / _model_key(model_path)
+    fp32 = folder / "model.onnx"
+    if not fp32.is_file():
+        _atomic_write(fp32, lambda tmp: _export(model_path, tmp))
+    if backend == "onnx":
+        return fp32
+    int8 = folder / "model.int8.onnx"
+    if not int8.is_file():
+        _atomic_write(int8, lambda tmp: _quantize(fp32, tmp))
+    return int8
+
+
+def _export(model_path: str, out: Path) -> None:
+    """Export a fresh copy (the stores' copy has its linear layers swapped, see cpu_linear.py)."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    st_model = SentenceTransformer(model_path, device="cpu")
+    transformer = st_model[0].auto_model
+
+    class MeanPooled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.transformer = transformer
+
+        def forward(self, input_ids, attention_mask, token_type_ids):  # type: ignore[no-untyped-def]
+            hidden = self.transformer(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+
+    sample = st_model.preprocess(["an example query", "a second, longer example query"])
+    axes = {name: {0: "batch", 1: "tokens"} for name in _INPUTS}
+    with torch.inference_mode(False), torch.no_grad():
+        torch.onnx.export(
+            MeanPooled().eval(),
+            tuple(sample[name] for name in _INPUTS),
+            str(out),
+            input_names=list(_INPUTS),
+            output_names=["embedding"],
+            dynamic_axes={**axes, "embedding": {0: "batch"}},
+            opset_version=17,
+            dynamo=False,
+        )
+
+
+def _quantize(fp32: Path, out: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre = out.with_name(out.name + ".pre.onnx")
+    try:
+        # symbolic shape inference fails on the exported attention graph; ONNX's own is enough
+        quant_pre_process(str(fp32), str(pre), skip_symbolic_shape=True)
+        quantize_dynamic(str(pre), str(out), per_channel=True, weight_type=QuantType.QInt8)
+    finally:
+        pre.unlink(missing_ok=True)
+
+
+class OnnxEncoder:
+    """Mean-pooled sentence embeddings from an ONNX file, tokenised by the model's own tokenizer."""
+
+    def __init__(self, st_model: Any, onnx_path: Path, threads: int = 1) -> None:
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        # one thread: the encoder shares 2-core machines with the server's event loop and Chroma,
+        # and one thread was faster than two there at batch 1-32 (benchmarks/encoder_backends.py)
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+        self.path = onnx_path
+        self._st = st_model
+        self._names = {i.name for i in self.session.get_inputs()}
+
+    def encode(self, texts: list[str], batch_size: int = 64, normalize: bool = True) -> np.ndarray:
+        """Embeddings of ``texts`` (float32, n x dim); long inputs are batched by length to pad less."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out: list[np.ndarray] = [np.empty(0)] * len(texts)
+        for start in range(0, len(texts), batch_size):
+            idx = order[start : start + batch_size]
+            features = self._st.preprocess([texts[i] for i in idx])
+            feed = {n: features[n].numpy().astype(np.int64) for n in _INPUTS if n in self._names}
+            vecs = self.session.run(None, feed)[0].astype(np.float32)
+            if normalize:
+                vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+            for j, i in enumerate(idx):
+                out[i] = vecs[j]
+        return np.stack(out) if texts else np.zeros((0, 0), dtype=np.float32)
