@@ -62,13 +62,13 @@ demo: $(STAMP)
 test: test-main test-vllm
 
 test-main: $(STAMP) system-deps
-	$(PY) -m pytest -q -rs -m "not vllm"
+	$(PY) -m pytest -q -rs --durations=15 -m "not vllm"
 
 test-serving: $(STAMP) system-deps
 	$(PY) -m pytest -q -rs -m serving
 
 test-vllm: $(VSTAMP)
-	$(VPY) -m pytest -q -rs -m vllm
+	$(VPY) -m pytest -q -rs --durations=10 -m vllm
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

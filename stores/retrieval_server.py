@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from parallelsearch.stores.asgi_guard import DEFAULT_MAX_JSON_DEPTH, JsonBodyGuard
 from parallelsearch.stores.passages import Passage
-from parallelsearch.stores.request_batching import BatchSearchError, RequestBatcher
+from parallelsearch.stores.request_batching import RequestBatcher
 
 
 class BatchSearcher(Protocol):
@@ -92,10 +92,9 @@ def create_retrieval_app(
         if batcher is None:
             results = await asyncio.to_thread(searcher.search_batch, req.queries, k)
         else:
-            try:
-                results = await batcher.search(req.queries, k)
-            except BatchSearchError as e:
-                raise HTTPException(500, str(e)) from e
+            # a failing batch raises BatchSearchError naming the cause, in each of its requests;
+            # the body guard makes it one JSON 500 whose error_id is the one logged with it
+            results = await batcher.search(req.queries, k)
         if req.return_scores:
             return {
                 "result": [

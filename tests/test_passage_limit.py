@@ -81,4 +81,7 @@ def test_a_huge_line_is_truncated_in_bounded_memory(tmp_path, long_text):
     docs = make_client(tmp_path / "home" / "chroma").get_collection("huge").get(include=["documents"])
     assert max(len(d) for d in docs["documents"]) < 128 * 12
     peak_gib = usage.ru_maxrss / 2**20
-    assert peak_gib < 1.5, f"peak RSS {peak_gib:.2f} GiB"
+    # Without the budget a 30 MB line needs ~4.5 GiB more than the CLI's ~0.6 GiB (measured:
+    # +1.55 GiB for 10 MB). With it, 0.8 GiB was measured alone and 1.9 GiB once inside the whole
+    # suite on a loaded machine; the bound sits between those and the unbudgeted figure.
+    assert peak_gib < 3.0, f"peak RSS {peak_gib:.2f} GiB"

@@ -7,6 +7,7 @@ in encoder calls."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 
 import httpx
@@ -158,10 +159,13 @@ def test_concurrent_http_requests_share_encoder_calls_and_match_unbatched(hotpot
     assert 1 <= calls < len(reqs), f"{len(reqs)} concurrent requests took {calls} encoder calls"
 
 
-def test_a_failing_search_is_a_500_naming_the_cause(hotpot_store):
-    with UvicornThread(create_retrieval_app(Recording(hotpot_store))) as srv:
+def test_a_failing_search_is_a_500_whose_logged_error_names_the_cause(hotpot_store, caplog):
+    with UvicornThread(create_retrieval_app(Recording(hotpot_store))) as srv, caplog.at_level(logging.ERROR):
         r = httpx.post(srv.url + "/retrieve", json={"queries": ["boom"]}, timeout=30)
-        assert r.status_code == 500 and "disk on fire" in r.json()["detail"]
+        assert r.status_code == 500 and r.json()["detail"] == "internal error"
+        logged = [rec for rec in caplog.records if r.json()["error_id"] in rec.getMessage()]
+        assert len(logged) == 1 and isinstance(logged[0].exc_info[1], BatchSearchError)
+        assert "disk on fire" in str(logged[0].exc_info[1])
         ok = httpx.post(srv.url + "/retrieve", json={"queries": ["Ed Wood"], "topk": 1}, timeout=30)
         assert ok.status_code == 200
 
