@@ -64,6 +64,7 @@ def make_embedder(cfg: RetrievalConfig, backend: str | None = None, *, device: s
             device=device,
             backend=backend,
             cache_dir=cfg.model_cache_dir,
+            threads=cfg.encoder_threads or 1,  # ONNX Runtime's intra-op threads (1 unless configured)
         )
     return get_embedder(cfg.embedding_model)
 

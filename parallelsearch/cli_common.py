@@ -34,6 +34,11 @@ def clean_text_arg(text: str, what: str) -> str:
     return clean
 
 
+def to_stderr(message: str) -> None:
+    """Where a waiting writer's messages go (``writing_store``'s ``on_wait``): stderr, at once."""
+    print(message, file=sys.stderr, flush=True)
+
+
 def add_retrieval_args(p: argparse.ArgumentParser, *, embedding_model: bool = False) -> None:
     """Where to search: ``--store`` (repeatable) or ``--retriever``, plus the Chroma server."""
     src = p.add_mutually_exclusive_group()

@@ -77,7 +77,7 @@ def index_encoder(args: argparse.Namespace, cfg: RetrievalConfig) -> Iterator[tu
 
 def cmd_index_vectors(args: argparse.Namespace) -> int:
     """``index --vectors``: one corpus file plus its precomputed vectors into a store."""
-    from parallelsearch.cli_common import hnsw_from_args, settings_from_args
+    from parallelsearch.cli_common import hnsw_from_args, settings_from_args, to_stderr
     from parallelsearch.graphs.factory import writing_store
     from parallelsearch.stores.errors import BadInputError, ModelMismatchError
     from parallelsearch.stores.vector_files import open_vectors
@@ -106,7 +106,7 @@ def cmd_index_vectors(args: argparse.Namespace) -> int:
             with writing_store(
                 cfg,
                 args.store,
-                on_wait=lambda m: print(m, file=sys.stderr, flush=True),
+                on_wait=to_stderr,
                 embedder=model,
                 hnsw=hnsw_from_args(args),
             ) as store:

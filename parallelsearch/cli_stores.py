@@ -14,6 +14,7 @@ from parallelsearch.cli_common import (
     clean_text_arg,
     hnsw_from_args,
     settings_from_args,
+    to_stderr,
 )
 from parallelsearch.cli_index import add_index_scale_args, cmd_index_vectors, index_encoder
 
@@ -118,10 +119,6 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def cmd_index(args: argparse.Namespace) -> int:
     from parallelsearch.cli_index import limit_kwargs
     from parallelsearch.graphs.factory import writing_store
@@ -137,7 +134,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     with (
         index_encoder(args, s.retrieval()) as (embedder, pool),
         writing_store(
-            s.retrieval(), args.store, on_wait=_stderr, embedder=embedder, hnsw=hnsw_from_args(args)
+            s.retrieval(), args.store, on_wait=to_stderr, embedder=embedder, hnsw=hnsw_from_args(args)
         ) as store,
     ):
         if args.verify:

@@ -17,7 +17,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.cli_common import add_graph_args, add_policy_args, settings_from_args
+from parallelsearch.cli_common import add_graph_args, add_policy_args, settings_from_args, to_stderr
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
 from parallelsearch.settings import get_settings
 
@@ -26,7 +26,6 @@ DEMO_STORE = "hotpotqa-demo"
 
 def demo_store(limit: int | None = None, progress: bool = True) -> Any:
     """The demo store; indexing is idempotent, so only missing passages are ever encoded."""
-    import sys
 
     from parallelsearch.graphs.factory import writing_store
     from parallelsearch.registry import retrieval_config
@@ -38,7 +37,7 @@ def demo_store(limit: int | None = None, progress: bool = True) -> Any:
         source = get_settings().home / "demo-cache" / f"hotpotqa_sample_{limit}.jsonl"
         source.parent.mkdir(parents=True, exist_ok=True)
         source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with writing_store(retrieval_config(), DEMO_STORE, on_wait=lambda m: print(m, file=sys.stderr)) as store:
+    with writing_store(retrieval_config(), DEMO_STORE, on_wait=to_stderr) as store:
         rep = ingest(store, [source], progress=progress)
     if rep.added:
         print(f"indexed {rep.added} passages into {store.name} ({store.location}) in {rep.seconds:.1f} s")

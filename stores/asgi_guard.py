@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
+from parallelsearch.stores.text import scrub_text
+
 Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -48,7 +50,6 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 #: the scope key under which the parsed (and repaired) JSON body travels to inner layers
 SCOPE_JSON = "parallelsearch.json"
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 #: a JSON escape that decodes to a surrogate code point (raw ones cannot survive UTF-8 decoding)
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 #: a JSON string (escapes included); used to blank strings out before counting brackets
@@ -82,16 +83,11 @@ class JsonBody:
     repaired: int = 0
 
 
-def clean_text(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD (valid text is returned as is)."""
-    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
-
-
 def clean_json(value: Any) -> tuple[Any, int]:
-    """``value`` with :func:`clean_text` applied to every string (keys too); and how many changed."""
+    """``value`` with :func:`scrub_text` applied to every string (keys too); and how many changed."""
     if isinstance(value, str):
-        cleaned = clean_text(value)
-        return cleaned, int(cleaned is not value)
+        cleaned, replaced = scrub_text(value)
+        return cleaned, int(replaced > 0)
     if isinstance(value, list):
         out, n = [], 0
         for item in value:
@@ -227,7 +223,7 @@ async def json_reply(
     send: Send, status: int, detail: str, *, headers: dict[str, str] | None = None, **extra: Any
 ) -> None:
     """Answer ``{"detail": detail, **extra}`` with ``status`` (and any extra headers)."""
-    body = json.dumps({"detail": clean_text(detail), **extra}).encode()
+    body = json.dumps({"detail": scrub_text(detail)[0], **extra}).encode()
     head = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     head += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
     await send({"type": "http.response.start", "status": status, "headers": head})

@@ -71,8 +71,9 @@ class RetrievalConfig(BaseModel):
     encoder_threads: int | None = Field(
         None,
         ge=1,
-        description="torch threads of the local query/passage encoder (unset = torch's default, every "
-        "core); 1 when it shares the machine with other CPU-bound work such as a CPU vLLM engine",
+        description="threads of the local query/passage encoder (unset = torch's default, every core; "
+        "the ONNX backends use 1); 1 when it shares the machine with other CPU-bound work such as a "
+        "CPU vLLM engine",
     )
 
     @field_validator("stores", mode="before")

@@ -147,3 +147,12 @@ class TransformersEngine:
         self.outputs.append(ids)
         out = CompletionOutput(0, res.text, ids, res.finish_reason, lps, stop)
         return RequestOutput(f"hf-{self.requests}", list(token_ids), [out])
+
+
+class FailingPolicy:
+    """A policy stand-in whose every turn raises, as a crashed model server makes it do."""
+
+    name = "broken"
+
+    async def agenerate(self, request):
+        raise RuntimeError("model server exploded")

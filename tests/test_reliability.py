@@ -21,6 +21,7 @@ import time
 import httpx
 import pytest
 from conftest import UvicornThread, needs_data
+from engines import FailingPolicy
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.server import create_app
@@ -241,13 +242,7 @@ def test_deep_nesting_is_a_json_400_before_parsing(guarded):
 
 @needs_data
 def test_an_unhandled_error_is_one_json_500_with_the_id_of_its_one_log_line(hotpot_store, caplog):
-    class Broken:
-        name = "broken"
-
-        async def agenerate(self, request):
-            raise RuntimeError("model server exploded")
-
-    app = create_app(Settings(server_checkpointer="none"), policy=Broken(), searcher=hotpot_store)
+    app = create_app(Settings(server_checkpointer="none"), policy=FailingPolicy(), searcher=hotpot_store)
     with UvicornThread(app) as srv, caplog.at_level(logging.ERROR):
         h = config_hash({"configurable": {"top_k": 2}})
         for path in ("/parallelsearch/invoke", f"/parallelsearch/c/{h}/invoke"):

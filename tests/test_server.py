@@ -9,6 +9,7 @@ import logging
 import httpx
 import pytest
 from conftest import ROOT, UvicornThread, needs_data
+from engines import FailingPolicy
 
 from parallelsearch.agents.policies import DelayedPolicy, ScriptedPolicy
 from parallelsearch.server import create_app
@@ -137,13 +138,7 @@ def test_bad_input_is_a_4xx_with_a_message_and_the_server_goes_on(server, path, 
 
 
 def test_api_key_concurrency_cap_and_error_ids(hotpot_store, caplog):
-    class Broken:
-        name = "broken"
-
-        async def agenerate(self, request):
-            raise RuntimeError("model server exploded")
-
-    app = create_app(Settings(server_api_key="s3cret"), policy=Broken(), searcher=hotpot_store)
+    app = create_app(Settings(server_api_key="s3cret"), policy=FailingPolicy(), searcher=hotpot_store)
     with UvicornThread(app) as srv, caplog.at_level(logging.ERROR, logger="parallelsearch.server"):
         body = {"input": {"question": "q?"}}
         assert httpx.post(srv.url + "/parallelsearch/invoke", json=body, timeout=30).status_code == 401
