@@ -37,7 +37,7 @@ from parallelsearch.stores.chroma_store import (
 )
 from parallelsearch.stores.config import DEFAULT_NEW_STORE_BACKEND, RetrievalConfig
 from parallelsearch.stores.embedders import Embedder, get_embedder
-from parallelsearch.stores.encoder_thread import set_encoder_threads
+from parallelsearch.stores.encoder_thread import set_encoder_threads, set_encoder_workers
 from parallelsearch.stores.retrieval_client import RetrieverClient
 from parallelsearch.stores.store_lock import StoreWriteLock
 
@@ -47,12 +47,14 @@ def make_embedder(cfg: RetrievalConfig, backend: str | None = None, *, device: s
 
     ``backend`` (torch, onnx, onnx-int8) overrides ``cfg.encoder_backend``; ``auto`` alone,
     with no store to ask, means the backend new stores get. ``cfg.encoder_threads`` sizes
-    the process's one encoder thread's OpenMP team (see
-    :func:`parallelsearch.stores.encoder_thread.set_encoder_threads`). ``device`` (``cpu``,
+    each encoder thread's OpenMP team and ``cfg.encoder_workers`` says how many encoder threads
+    run at once (see :mod:`parallelsearch.stores.encoder_thread`). ``device`` (``cpu``,
     ``cuda``, ``cuda:1``): where the model runs; None = sentence-transformers' choice.
     """
     if cfg.encoder_threads is not None:
         set_encoder_threads(cfg.encoder_threads)
+    if cfg.encoder_workers is not None:
+        set_encoder_workers(cfg.encoder_workers)
     backend = backend or cfg.encoder_backend
     if backend == "auto":
         backend = DEFAULT_NEW_STORE_BACKEND

@@ -63,6 +63,12 @@ def add_chroma_args(p: argparse.ArgumentParser) -> None:
         type=int,
         help="torch threads of the local encoder (default: the settings'; unset = every core)",
     )
+    p.add_argument(
+        "--encoder-workers",
+        type=int,
+        help="encoder calls at once, each on its own thread (default: the settings', 1); "
+        "serve-retriever then searches that many batches at once",
+    )
 
 
 def add_lock_args(p: argparse.ArgumentParser) -> None:
@@ -159,6 +165,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("chroma_host", "chroma_host"),
         ("chroma_port", "chroma_port"),
         ("encoder_threads", "encoder_threads"),
+        ("encoder_workers", "encoder_workers"),
         ("model", "embedding_model"),
         ("encoder_backend", "encoder_backend"),
         ("policy", "policy"),

@@ -75,6 +75,12 @@ class RetrievalConfig(BaseModel):
         "the ONNX backends use 1); 1 when it shares the machine with other CPU-bound work such as a "
         "CPU vLLM engine",
     )
+    encoder_workers: int | None = Field(
+        None,
+        ge=1,
+        description="encoder calls that may run at once, each on its own thread (unset = 1; a /retrieve "
+        "server then searches that many batches at once); 2 with encoder_threads=1 on a 2-core retriever",
+    )
 
     @field_validator("stores", mode="before")
     @classmethod

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from parallelsearch.stores.config import DEFAULT_EMBEDDING_MODEL as DEFAULT_MODEL
-from parallelsearch.stores.encoder_thread import on_encoder_thread
+from parallelsearch.stores.encoder_thread import on_encoder_thread, tokenizer_lock
 
 
 def resolve_model_path(name: str) -> str:
@@ -102,13 +102,14 @@ class Embedder:
         self.calls += 1
         if self._onnx is not None:
             return self._onnx.encode(texts, batch_size, self.normalize)
-        vecs = self._model.encode(
-            texts,
-            batch_size=batch_size,
-            normalize_embeddings=self.normalize,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
+        with tokenizer_lock:  # sentence-transformers tokenises inside encode()
+            vecs = self._model.encode(
+                texts,
+                batch_size=batch_size,
+                normalize_embeddings=self.normalize,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
         return np.asarray(vecs, dtype=np.float32).reshape(len(texts), -1)
 
     def _encode_queries(self, texts: list[str], batch_size: int) -> np.ndarray:
@@ -123,9 +124,9 @@ class Embedder:
             return self._onnx.encode(texts, batch_size, self.normalize)
         with torch.inference_mode():
             for start in range(0, len(texts), batch_size):
-                features = batch_to_device(
-                    self._model.preprocess(texts[start : start + batch_size]), self._model.device
-                )
+                with tokenizer_lock:
+                    tokens = self._model.preprocess(texts[start : start + batch_size])
+                features = batch_to_device(tokens, self._model.device)
                 vecs = self._model(features)["sentence_embedding"]
                 if self.normalize:
                     vecs = torch.nn.functional.normalize(vecs, p=2, dim=1)

@@ -1,4 +1,4 @@
-"""Every embedding forward pass in the process runs on one dedicated thread.
+"""Every embedding forward pass in the process runs on a dedicated encoder thread.
 
 Why: torch's CPU kernels run on an OpenMP thread team that belongs to the calling
 thread. When several threads take turns calling the model (asyncio executor threads from
@@ -8,7 +8,9 @@ the team that is working (in benchmarks/fanout.py, with a /retrieve server's thr
 the same process, one batched 4-query search took 153 ms instead of 30 ms). With one
 caller thread there is one team. Handing work to it costs a thread switch (tens of
 microseconds) against milliseconds of encoding. Work is done in submission order, one
-call at a time, which also serialises the model without a lock.
+call at a time, unless :func:`set_encoder_workers` asks for more encoder threads (each
+then has its own team, sized by :func:`set_encoder_threads`; the model's weights are
+shared and only the tokenizer needs :data:`tokenizer_lock`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,18 @@ T = TypeVar("T")
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
-_thread_ident: int | None = None
+_workers = 1  # encoder threads (set_encoder_workers)
+_threads: int | None = None  # OpenMP team size of each encoder thread; None = torch's default
+_local = threading.local()  # .encoder: this thread is an encoder thread; .threads: team size applied
+
+# The model's tokenizer is one Rust object with mutable padding/truncation state: two encoder
+# threads tokenising at once can fail with "Already borrowed". Tokenising a batch takes well
+# under a millisecond against tens for the forward pass, so one lock costs nothing measurable.
+tokenizer_lock = threading.Lock()
 
 
 def _mark_thread() -> None:
-    global _thread_ident
-    _thread_ident = threading.get_ident()
+    _local.encoder = True
 
 
 def _get_executor() -> ThreadPoolExecutor:
@@ -36,15 +44,15 @@ def _get_executor() -> ThreadPoolExecutor:
     with _lock:
         if _executor is None:
             _executor = ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="parallelsearch-encoder", initializer=_mark_thread
+                max_workers=_workers, thread_name_prefix="parallelsearch-encoder", initializer=_mark_thread
             )
         return _executor
 
 
 def _forget_in_child() -> None:
     """A forked child has no encoder thread (threads do not survive fork): start a new one on demand."""
-    global _executor, _thread_ident, _lock
-    _executor, _thread_ident, _lock = None, None, threading.Lock()
+    global _executor, _lock, _local
+    _executor, _lock, _local = None, threading.Lock(), threading.local()
 
 
 if hasattr(os, "register_at_fork"):
@@ -52,27 +60,57 @@ if hasattr(os, "register_at_fork"):
 
 
 def set_encoder_threads(n: int) -> None:
-    """Limit the encoder thread's OpenMP team to ``n`` threads (torch's default: every core).
+    """Limit each encoder thread's OpenMP team to ``n`` threads (torch's default: every core).
 
     Why: an OpenMP team spins on its cores between parallel regions. When the encoder shares
     the machine with other CPU-bound work (a CPU vLLM engine, other rollout actors, a busy
     server), a team as wide as the machine takes cores from that work and, oversubscribed,
     mostly waits: a 3-sub-query search step measured 31 ms of CPU with 1 thread and 257 ms
-    with 2 on a loaded 2-core machine (docs/vllm.md, "Rollout benchmark").
+    with 2 on a loaded 2-core machine (docs/vllm.md, "Rollout benchmark"). Each encoder
+    thread applies the size before its next call (the team belongs to the calling thread).
     """
+    global _threads
     if n < 1:
         raise ValueError(f"encoder threads must be >= 1, got {n}")
+    _threads = n
 
-    def apply() -> None:
+
+def set_encoder_workers(n: int) -> None:
+    """Run up to ``n`` encoder calls at once, each on its own encoder thread (default 1).
+
+    Why: one call at a time leaves the cores idle while a server answers the last batch
+    and its clients send the next; with ``n`` threads of ``cores / n`` OpenMP threads each,
+    one batch encodes while another is being answered. On 2 cores, 2 threads of 1 raised
+    the bare encoder from 176 to 210 queries/s at batch 8 and ``/retrieve`` at 8 clients by
+    about a fifth (docs/performance.md). Calls already queued still run.
+    """
+    global _executor, _workers
+    if n < 1:
+        raise ValueError(f"encoder workers must be >= 1, got {n}")
+    with _lock:
+        if n == _workers:
+            return
+        old, _executor, _workers = _executor, None, n
+    if old is not None:
+        old.shutdown(wait=False)
+
+
+def encoder_workers() -> int:
+    """How many encoder calls may run at once (the ``/retrieve`` batcher sends that many batches)."""
+    return _workers
+
+
+def _call(fn: Callable[..., T], args: tuple) -> T:
+    if _threads is not None and getattr(_local, "threads", None) != _threads:
         import torch
 
-        torch.set_num_threads(n)
-
-    on_encoder_thread(apply)
+        torch.set_num_threads(_threads)
+        _local.threads = _threads
+    return fn(*args)
 
 
 def on_encoder_thread(fn: Callable[..., T], *args: object) -> T:
-    """Run ``fn(*args)`` on the encoder thread and return its result (exceptions propagate)."""
-    if threading.get_ident() == _thread_ident:
-        return fn(*args)
-    return _get_executor().submit(fn, *args).result()
+    """Run ``fn(*args)`` on an encoder thread and return its result (exceptions propagate)."""
+    if getattr(_local, "encoder", False):
+        return _call(fn, args)
+    return _get_executor().submit(_call, fn, args).result()

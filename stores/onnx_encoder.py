@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from parallelsearch.stores.encoder_thread import tokenizer_lock
+
 #: encoder backends: the name recorded in a store, and whether its embeddings are fp32 ones
 BACKENDS = ("torch", "onnx", "onnx-int8")
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -145,7 +147,8 @@ class OnnxEncoder:
         out: list[np.ndarray] = [np.empty(0)] * len(texts)
         for start in range(0, len(texts), batch_size):
             idx = order[start : start + batch_size]
-            features = self._st.preprocess([texts[i] for i in idx])
+            with tokenizer_lock:
+                features = self._st.preprocess([texts[i] for i in idx])
             feed = {n: features[n].numpy().astype(np.int64) for n in _INPUTS if n in self._names}
             vecs = self.session.run(None, feed)[0].astype(np.float32)
             if normalize:

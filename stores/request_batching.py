@@ -7,7 +7,9 @@ other and plateaued at about a third of what the encoder does at its best batch 
 8-64). Here each request's queries join the queue of a serial
 :class:`~parallelsearch.stores.coalesce.BatchCoalescer`: one batch runs at a time, what
 arrives meanwhile leaves together as the next batch (at most ``max_batch`` queries), and
-an idle server sends a lone request at once.
+an idle server sends a lone request at once. With ``concurrent_batches=n`` (the process's
+encoder threads, :func:`~parallelsearch.stores.encoder_thread.set_encoder_workers`) up to
+``n`` batches run at once, so one encodes while the requests of another are answered.
 
 Requests may ask for different ``topk``: a batch is searched once with the largest ``k``
 in it, and each query's list is cut to its own ``k`` (a Chroma top-k is the prefix of the
@@ -36,12 +38,22 @@ class RequestBatcher:
     """Merges the queries of concurrent requests into one ``searcher.search_batch`` call."""
 
     def __init__(
-        self, searcher: BatchSearcher, *, max_batch: int = 64, window_s: float = 0.002, recent_s: float = 0.5
+        self,
+        searcher: BatchSearcher,
+        *,
+        max_batch: int = 64,
+        window_s: float = 0.002,
+        recent_s: float = 0.5,
+        concurrent_batches: int = 1,
     ) -> None:
         self.searcher = searcher
         self.max_batch = max_batch
         self._coalescer: BatchCoalescer[tuple[str, int], list[Passage]] = BatchCoalescer(
-            self._search, window_s=window_s, max_batch=max_batch, max_in_flight=1, recent_s=recent_s
+            self._search,
+            window_s=window_s,
+            max_batch=max_batch,
+            max_in_flight=concurrent_batches,
+            recent_s=recent_s,
         )
 
     @property

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from parallelsearch.stores.asgi_guard import DEFAULT_MAX_JSON_DEPTH, JsonBodyGuard
+from parallelsearch.stores.encoder_thread import encoder_workers
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.request_batching import RequestBatcher
 
@@ -49,6 +50,7 @@ def create_retrieval_app(
     max_query_chars: int = 2000,
     max_batch: int = 64,
     batch_window_s: float = 0.002,
+    concurrent_batches: int | None = None,
     max_body_bytes: int = 4_000_000,
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
 ) -> FastAPI:
@@ -56,7 +58,9 @@ def create_retrieval_app(
 
     Concurrent requests are searched together, at most ``max_batch`` queries per encoder
     call (:mod:`parallelsearch.stores.request_batching`); ``max_batch=0`` searches each
-    request on its own. Bodies are size- and depth-limited before parsing, invalid Unicode
+    request on its own. Up to ``concurrent_batches`` batches run at once (default: the
+    process's encoder threads, :func:`~parallelsearch.stores.encoder_thread.encoder_workers`,
+    1 unless configured). Bodies are size- and depth-limited before parsing, invalid Unicode
     in queries is replaced, and an unhandled error is one JSON 500 with an ``error_id``
     (:class:`~parallelsearch.stores.asgi_guard.JsonBodyGuard`).
     """
@@ -64,7 +68,15 @@ def create_retrieval_app(
     app.add_middleware(
         JsonBodyGuard, max_body_bytes=max_body_bytes, max_json_depth=max_json_depth, logger=__name__
     )
-    batcher = RequestBatcher(searcher, max_batch=max_batch, window_s=batch_window_s) if max_batch else None
+    if concurrent_batches is None:
+        concurrent_batches = encoder_workers()
+    batcher = (
+        RequestBatcher(
+            searcher, max_batch=max_batch, window_s=batch_window_s, concurrent_batches=concurrent_batches
+        )
+        if max_batch
+        else None
+    )
     app.state.batcher = batcher
 
     @app.exception_handler(RequestValidationError)
