@@ -10,10 +10,13 @@ those questions. Variants, interleaved round by round in this one process:
 * ``unbatched``: ``--max-batch 0``, one ``search_batch`` per request (before issue 14);
 * ``batched, 2 encoder threads x 1``: ``--encoder-workers 2 --encoder-threads 1``, two
   batches at once, each encoded on its own thread with a one-thread OpenMP team;
-* ``official`` (only with ``--official PATH``, a checkout of ParallelSearch/Search-R1): its
-  ``search_r1/search/retrieval_server.py`` over a FAISS flat index of the same embeddings.
-  It needs ``faiss`` and ``datasets`` importable and a CUDA device: its encoder moves every
-  batch to CUDA unconditionally, so on a CPU-only machine this column cannot run;
+* ``official`` (only with ``--official PATH``, a checkout of ParallelSearch/Search-R1; never
+  vendored or downloaded): its ``search_r1/search/retrieval_server.py``, run unmodified from
+  the checkout, over a FAISS flat index of the same embeddings (it needs ``faiss`` and
+  ``datasets``: ``pip install faiss-cpu datasets``). Without CUDA it runs through
+  :func:`run_official_on_cpu`, which turns its unconditional ``.cuda()`` calls into no-ops
+  and keeps the model fp32 (it asks for fp16). Before the rounds, the two servers' top-3
+  ids are compared (same embeddings; HNSW against exact search);
 * the bare encoder, in this process, at batch 1/8/32/64: the store's own encoder
   (``Embedder.encode_queries``) on one encoder thread and on 2 threads x 1 (the batch split
   over both, running at once), and plain sentence-transformers ``encode``. The goals are
@@ -46,6 +49,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 from _common import HOTPOT, ROOT, plot_bars, write
@@ -91,9 +95,7 @@ class Server:
         self.cmd, self.env = cmd, {**os.environ, "PARALLELSEARCH_HOME": str(home)}
 
     def __enter__(self) -> Server:
-        self.proc = subprocess.Popen(
-            self.cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        self.proc = start_child(self.cmd, self.env)
         wait_healthy(self.url, self.proc)
         return self
 
@@ -102,13 +104,32 @@ class Server:
         self.proc.wait(timeout=30)
 
 
+_stderr_files: dict[int, Any] = {}
+
+
+def start_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """A server child whose stderr goes to a temporary file, not a pipe nobody reads (a full
+    pipe blocks the child, and the official server writes a tqdm bar per request)."""
+    err = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    _stderr_files[proc.pid] = err
+    return proc
+
+
+def log_tail(proc: subprocess.Popen) -> str:
+    """The end of what a child wrote to its stderr (for the error when it exits early)."""
+    err = _stderr_files.get(proc.pid)
+    if err is None:
+        return ""
+    err.seek(0)
+    return err.read().decode(errors="replace")[-2000:]
+
+
 def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(
-                f"server {url} exited: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}"
-            )
+            raise RuntimeError(f"server {url} exited: {log_tail(proc)}")
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 return
@@ -179,10 +200,11 @@ class OfficialServer:
         self.script = checkout / "search_r1" / "search" / "retrieval_server.py"
         if not self.script.is_file():
             sys.exit(f"--official: {self.script} does not exist")
-        try:
-            import faiss  # noqa: F401
-        except ImportError:
-            sys.exit("--official needs faiss (pip install faiss-cpu) to build the flat index it serves")
+        for module, pip in (("faiss", "faiss-cpu"), ("datasets", "datasets")):
+            try:
+                __import__(module)
+            except ImportError:
+                sys.exit(f"--official needs {module} (pip install {pip}): the official server imports it")
         self.home, self.model_path = home, model_path
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"  # the official script binds 0.0.0.0:--port
@@ -195,23 +217,67 @@ class OfficialServer:
 
         store = ChromaStore("hotpot500", path=self.home / "chroma", create=False)
         got = store.collection.get(include=["embeddings", "documents", "metadatas"])
-        work = Path(tempfile.mkdtemp())
+        self.work = work = Path(tempfile.mkdtemp(prefix="official-retriever-"))
         with (work / "corpus.jsonl").open("w") as f:
             for i, d, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
                 f.write(json.dumps({"id": i, "contents": f'"{(m or {}).get("title", "")}"\n{d}'}) + "\n")
         index = faiss.IndexFlatIP(store.embedder.dimension)
         index.add(np.asarray(got["embeddings"], dtype=np.float32))
         faiss.write_index(index, str(work / "flat.index"))
-        cmd = [sys.executable, str(self.script), "--index_path", str(work / "flat.index")]
+        cmd = [sys.executable, str(self.script)]
+        if not torch_has_cuda():
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--official-on-cpu", str(self.script)]
+        cmd += ["--index_path", str(work / "flat.index")]
         cmd += ["--corpus_path", str(work / "corpus.jsonl"), "--topk", "3", "--retriever_name", "minilm"]
         cmd += ["--retriever_model", self.model_path, "--port", str(self.port)]  # it mean-pools
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = start_child(cmd, dict(os.environ))
         wait_healthy_post(self.url, self.proc)
         return self
 
     def __exit__(self, *exc) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def top_k_agreement(url_a: str, url_b: str, queries: list[str]) -> float:
+    """Share of top-3 ids two servers have in common over ``queries`` (same embeddings: the
+    difference is HNSW against exact search)."""
+
+    def ids(url: str) -> list[set[str]]:
+        r = httpx.post(
+            url + "/retrieve", json={"queries": queries, "topk": 3, "return_scores": True}, timeout=120
+        )
+        r.raise_for_status()
+        return [{d["document"]["id"] for d in docs} for docs in r.json()["result"]]
+
+    a, b = ids(url_a), ids(url_b)
+    return sum(len(x & y) for x, y in zip(a, b, strict=True)) / (3 * len(queries))
+
+
+def torch_has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def run_official_on_cpu(script: str, argv: list[str]) -> None:
+    """Child: the checkout's ``retrieval_server.py`` on a machine without CUDA.
+
+    Its encoder calls ``.cuda()`` on the model and on every batch and switches the model to
+    fp16 unconditionally. Here ``.cuda()`` returns the tensor or module unchanged,
+    ``torch.cuda.empty_cache()`` does nothing and ``.half()`` keeps fp32 (FAISS flat, fp32: the
+    issue's official column); the script itself runs unmodified from the checkout."""
+    import runpy
+
+    import torch
+
+    torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
+    torch.nn.Module.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
+    torch.nn.Module.half = lambda self: self  # type: ignore[method-assign]
+    torch.cuda.empty_cache = lambda: None
+    sys.argv = [script, *argv]
+    runpy.run_path(script, run_name="__main__")
 
 
 def wait_healthy_post(url: str, proc: subprocess.Popen, timeout_s: float = 600) -> None:
@@ -219,12 +285,12 @@ def wait_healthy_post(url: str, proc: subprocess.Popen, timeout_s: float = 600) 
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(
-                f"official server exited: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}"
-            )
+            raise RuntimeError(f"official server exited: {log_tail(proc)}")
         try:
             if (
-                httpx.post(url + "/retrieve", json={"queries": ["x"], "topk": 1}, timeout=5).status_code
+                httpx.post(
+                    url + "/retrieve", json={"queries": ["x"], "topk": 1, "return_scores": True}, timeout=5
+                ).status_code
                 == 200
             ):
                 return
@@ -261,7 +327,8 @@ async def load(
                 start = (c * requests_each + r) * per_request
                 qs = [queries[(start + j) % len(queries)] for j in range(per_request)]
                 t0 = time.perf_counter()
-                resp = await client.post(url + "/retrieve", json={"queries": qs, "topk": 3})
+                body = {"queries": qs, "topk": 3, "return_scores": True}  # as Search-R1's client sends
+                resp = await client.post(url + "/retrieve", json=body)
                 lat.append((time.perf_counter() - t0) * 1000)
                 errors += resp.status_code != 200
 
@@ -347,6 +414,10 @@ def median_rows(samples: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--official-on-cpu"]:  # the child of OfficialServer: the script's own arguments follow
+        run_official_on_cpu(argv[1], argv[2:])
+        return {}
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--backend", help="encoder backend of the store and servers (default: the default)")
@@ -394,7 +465,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     servers[NO_ENCODER] = NoEncoderServer()
     if args.official:
-        servers["official"] = OfficialServer(args.official, home / "a", resolve_model_path(DEFAULT_MODEL))
+        servers["official"] = OfficialServer(args.official, home / "d", resolve_model_path(DEFAULT_MODEL))
     samples: dict[str, dict[str, list[dict]]] = {v: {k: [] for k in LOADS} for v in servers}
     enc_samples: list[dict] = []
     chroma_samples: list[dict] = []
@@ -405,6 +476,11 @@ def main(argv: list[str] | None = None) -> dict:
         for v in servers.values():
             if isinstance(v, Server):
                 asyncio.run(load(v.url, 4, 1, 8, queries))  # warm-up
+        agreement = None
+        if "official" in servers:
+            with servers["official"] as official:
+                agreement = top_k_agreement(servers["batched"].url, official.url, queries[:100])
+            print(f"top-3 ids, ours (HNSW) vs official (FAISS flat), same embeddings: {agreement:.3f} agree")
         for _ in tqdm(range(args.rounds), desc="rounds"):
             enc_samples.append(bare_encoder_rows(encoders, queries))
             chroma_samples.append(chroma_query_ms(home / "d", ours, queries))
@@ -422,13 +498,17 @@ def main(argv: list[str] | None = None) -> dict:
     enc = {name: {b: median_rows([s[name][b] for s in enc_samples]) for b in BATCHES} for name in encoders}
     rows = {v: {lname: median_rows(s) for lname, s in per.items()} for v, per in samples.items()}
     chroma = {b: statistics.median(c[b] for c in chroma_samples) for b in chroma_samples[0]}
-    return report(args, enc, rows, encoders, chroma)
+    data = report(args, enc, rows, encoders, chroma)
+    if agreement is not None:
+        data["official_top3_agreement"] = round(agreement, 4)
+        write("retrieve_server" + (f"_{args.backend}" if args.backend else ""), data)
+    return data
 
 
 def floor_report(
     enc: dict, rows: dict, encoders: dict, chroma: dict, best_of: dict, overall: str, cores: int
 ) -> dict:
-    """What no server could beat on this machine, from costs measured in this run.
+    """The best any server could do on this machine, from costs measured in this run.
 
     1 client: the encoder's batch-1 call, the store's batch-1 Chroma query and the HTTP round
     trip of the no-encoder server are each paid once per request, one after the other.

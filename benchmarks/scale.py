@@ -152,9 +152,12 @@ def graph_tag(hnsw: dict[str, int]) -> str:
     return "".join(f"-{k}{v}" for k, v in sorted(hnsw.items()))
 
 
-def build(d: Path, home: Path, n: int, vec_path: Path, corpus_path: Path, hnsw: dict[str, int]) -> dict:
+def build(home: Path, n: int, vec_path: Path, corpus_path: Path, hnsw: dict[str, int]) -> dict:
     """Build (or reuse) the store of ``n`` rows in ``home``, with the given HNSW build parameters."""
     info = home.with_name(home.name + ".build.json")
+    legacy = home.with_name("build.json")  # runs before the HNSW flags: the default graph's record
+    if not hnsw and not info.is_file() and legacy.is_file():
+        legacy.rename(info)
     if info.is_file():
         return json.loads(info.read_text())
     if home.exists():
@@ -481,7 +484,7 @@ def main() -> dict:
         d = args.scratch / str(n)
         home = d / f"home{graph_tag(hnsw)}"
         vec_path, corpus_path = make_data(d, n, base, paras)
-        row = build(d, home, n, vec_path, corpus_path, hnsw)
+        row = build(home, n, vec_path, corpus_path, hnsw)
         print(
             f"{n:,}: ingest {row['ingest_vectors_per_s']} vectors/s ({row['ingest_s']} s), peak RSS "
             f"{row['ingest_peak_rss_gib']} GiB, disk {row['disk_gib']} GiB"
