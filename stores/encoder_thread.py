@@ -81,9 +81,9 @@ def set_encoder_workers(n: int) -> None:
     Why: one call at a time leaves the cores idle while a server answers the last batch
     and its clients send the next; with ``n`` threads of ``cores / n`` OpenMP threads each,
     one batch encodes while another is being answered. On 2 cores, 2 threads of 1 raised
-    the bare encoder from 198 to 237 queries/s at batch 8 and ``/retrieve`` by 5% / 15% at
-    8 / 32 clients, while a lone request, now on one core, took 15.3 instead of 13.2 ms
-    (docs/performance.md). Passage encoding (sentence-transformers' ``encode``) holds the
+    the bare encoder from 198-208 to 237-240 queries/s at batch 8 and ``/retrieve`` by 5-6% /
+    15-24% at 8 / 32 clients, while a lone request, now on one core, took 15.3-16.4 instead of
+    13.2-13.8 ms (docs/performance.md). Passage encoding (sentence-transformers' ``encode``) holds the
     tokenizer lock throughout, so it stays one call at a time. Calls already queued still run.
     """
     global _executor, _workers
