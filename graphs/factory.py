@@ -118,6 +118,7 @@ def writing_store(
     lock_timeout_s: float | None = None,
     on_wait: Callable[[str], None] | None = None,
     embedder: Embedder | None = None,
+    embedder_for: Callable[[str], Embedder] | None = None,
     hnsw: dict[str, Any] | None = None,
 ) -> Iterator[ChromaStore]:
     """The store ``name`` opened (created when missing) for writing, one writer at a time.
@@ -126,7 +127,9 @@ def writing_store(
     is opened, so this process loads the index the previous writer left; a Chroma server
     serialises writes itself. ``lock_timeout_s`` defaults to ``cfg.store_lock_timeout_s``.
     A store this call created is removed again when the block fails before adding anything,
-    so a failed first ``index`` leaves no empty store behind.
+    so a failed first ``index`` leaves no empty store behind. ``embedder_for(backend)`` builds
+    the encoder once the store's backend is known (``auto``: the one an existing store
+    records), inside the lock, since opening the client earlier would load a stale index.
     """
     validate_store_name(name)
     lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
@@ -138,6 +141,8 @@ def writing_store(
         timeout = cfg.store_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
         lock = StoreWriteLock(cfg.chroma_path, name, timeout_s=timeout, on_wait=on_wait)
     with lock:
+        if embedder is None and embedder_for is not None:
+            embedder = embedder_for(resolve_backend(cfg, make_chroma_client(cfg), name))
         store = make_store(cfg, name, create=True, embedder=embedder, hnsw=hnsw)
         try:
             yield store

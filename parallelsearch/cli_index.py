@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -57,22 +57,30 @@ def limit_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-@contextmanager
-def index_encoder(args: argparse.Namespace, cfg: RetrievalConfig) -> Iterator[tuple[Any, Any]]:
-    """``(embedder, pool)`` for text ingestion: the embedder on ``--device``, and a started
-    multi-process pool when several devices or processes are asked for (else None)."""
+def index_embedder_for(args: argparse.Namespace, cfg: RetrievalConfig) -> Callable[[str], Any]:
+    """Builds text ingestion's embedder, for ``writing_store``'s ``embedder_for``: on
+    ``--device`` when one process encodes, else where sentence-transformers puts it (the
+    pool's processes take the devices)."""
     from parallelsearch.graphs.factory import make_embedder
+    from parallelsearch.stores.encode_pool import device_list
+
+    single = None if device_list(args.device, args.processes) else args.device
+    return lambda backend: make_embedder(cfg, backend, device=single)
+
+
+@contextmanager
+def index_pool(args: argparse.Namespace, embedder: Any) -> Iterator[Any]:
+    """A started multi-process encoding pool when several devices or processes are asked for
+    (else None: the store's own embedder encodes)."""
     from parallelsearch.stores.encode_pool import PassagePool, device_list
 
     devices = device_list(args.device, args.processes)
-    single = None if devices else args.device
-    embedder = make_embedder(cfg, device=single)
     if not devices:
-        yield embedder, None
+        yield None
         return
     print(f"encoding on {len(devices)} processes: {', '.join(devices)}", file=sys.stderr)
     with PassagePool(embedder, devices) as pool:
-        yield embedder, pool
+        yield pool
 
 
 def cmd_index_vectors(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from parallelsearch.cli_common import (
     settings_from_args,
     to_stderr,
 )
-from parallelsearch.cli_index import add_index_scale_args, cmd_index_vectors, index_encoder
+from parallelsearch.cli_index import add_index_scale_args, cmd_index_vectors, index_embedder_for, index_pool
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -131,11 +131,16 @@ def cmd_index(args: argparse.Namespace) -> int:
         return cmd_index_vectors(args)
     files = expand_paths(args.files)  # before the store is opened: a typo creates nothing
     s = settings_from_args(args)
+    cfg = s.retrieval()
     with (
-        index_encoder(args, s.retrieval()) as (embedder, pool),
         writing_store(
-            s.retrieval(), args.store, on_wait=to_stderr, embedder=embedder, hnsw=hnsw_from_args(args)
+            cfg,
+            args.store,
+            on_wait=to_stderr,
+            embedder_for=index_embedder_for(args, cfg),  # auto: an existing store's own backend
+            hnsw=hnsw_from_args(args),
         ) as store,
+        index_pool(args, store.embedder) as pool,
     ):
         if args.verify:
             check = store.verify(progress=not args.no_progress)

@@ -98,3 +98,26 @@ def test_auto_opens_each_store_with_the_backend_it_records(tmp_path, embedder, i
     explicit = cfg.model_copy(update={"encoder_backend": "torch"})
     with pytest.raises(ModelMismatchError, match="built with the 'onnx-int8' encoder backend"):
         make_store(explicit, "s-int8")
+
+
+def test_index_adds_to_a_store_with_the_backend_it_records(tmp_path, monkeypatch, capsys, int8, cache):
+    """``index`` without --encoder-backend into an int8 store encodes with int8 (auto), where it
+    used to open the store with torch and fail on the mismatch."""
+    from parallelsearch.cli import main
+    from parallelsearch.graphs.factory import make_store
+    from parallelsearch.stores import RetrievalConfig
+
+    chroma = tmp_path / "home" / "chroma"
+    monkeypatch.setenv("PARALLELSEARCH_MODEL_CACHE_DIR", str(cache))
+    ChromaStore("s-int8", path=chroma, embedder=int8)
+    corpus = tmp_path / "more.jsonl"
+    corpus.write_text(json.dumps({"title": "Woodson", "text": PASSAGES[2]}) + "\n", encoding="utf-8")
+    assert main(["index", "--store", "s-int8", "--no-progress", str(corpus)]) == 0, capsys.readouterr().err
+    assert "added 1" in capsys.readouterr().out
+    store = make_store(RetrievalConfig(chroma_path=chroma, model_cache_dir=cache), "s-int8")
+    assert store.embedder.backend == "onnx-int8"
+    assert store.search("a town in Arkansas", 1)[0].title == "Woodson"
+    assert (
+        main(["index", "--store", "s-int8", "--encoder-backend", "torch", "--no-progress", str(corpus)]) == 2
+    )
+    assert "built with the 'onnx-int8' encoder backend" in capsys.readouterr().err
