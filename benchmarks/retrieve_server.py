@@ -125,18 +125,25 @@ def log_tail(proc: subprocess.Popen) -> str:
     return err.read().decode(errors="replace")[-2000:]
 
 
-def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 300) -> None:
+def wait_healthy(
+    url: str,
+    proc: subprocess.Popen,
+    timeout_s: float = 300,
+    probe: Callable[[], httpx.Response] | None = None,
+) -> None:
+    """Wait until ``probe`` (default: ``GET /health``) answers 200; fail if the child exits."""
+    probe = probe or (lambda: httpx.get(url + "/health", timeout=2))
     deadline = time.time() + timeout_s
     while time.time() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server {url} exited: {log_tail(proc)}")
         try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
+            if probe().status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
-    raise RuntimeError(f"server {url} not healthy within {timeout_s} s")
+    raise RuntimeError(f"server {url} not answering within {timeout_s} s")
 
 
 class NoEncoderServer(Server):
@@ -174,12 +181,10 @@ def serve_no_encoder(port: int) -> None:
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=30)
 
 
-def chroma_query_ms(home: Path, embedder, queries: list[str]) -> dict:
+def chroma_query_ms(store, queries: list[str]) -> dict:
     """The store's own Chroma query (precomputed query vectors) at batch 1 and 8, median ms, on
-    a copy of the store in this process."""
-    from parallelsearch.stores import ChromaStore
-
-    store = ChromaStore("hotpot500", path=home / "chroma", embedder=embedder, create=False)
+    a copy of the store opened in this process."""
+    embedder = store.embedder
     out = {}
     for b in (1, 8):
         vecs = [embedder.encode_queries(queries[i : i + b]) for i in range(0, 24 * b, b)]
@@ -208,22 +213,31 @@ class OfficialServer:
         self.home, self.model_path = home, model_path
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"  # the official script binds 0.0.0.0:--port
+        self._work: tempfile.TemporaryDirectory | None = None
+
+    def _files(self) -> Path:
+        """Its corpus and FAISS flat index, from the store's own embeddings (written once; the
+        server is started again every round)."""
+        if self._work is None:
+            import faiss
+            import numpy as np
+
+            from parallelsearch.stores import ChromaStore
+
+            store = ChromaStore("hotpot500", path=self.home / "chroma", create=False)
+            got = store.collection.get(include=["embeddings", "documents", "metadatas"])
+            self._work = tempfile.TemporaryDirectory(prefix="official-retriever-")
+            work = Path(self._work.name)
+            with (work / "corpus.jsonl").open("w") as f:
+                for i, d, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
+                    f.write(json.dumps({"id": i, "contents": f'"{(m or {}).get("title", "")}"\n{d}'}) + "\n")
+            index = faiss.IndexFlatIP(store.embedder.dimension)
+            index.add(np.asarray(got["embeddings"], dtype=np.float32))
+            faiss.write_index(index, str(work / "flat.index"))
+        return Path(self._work.name)
 
     def __enter__(self) -> OfficialServer:
-        import faiss
-        import numpy as np
-
-        from parallelsearch.stores import ChromaStore
-
-        store = ChromaStore("hotpot500", path=self.home / "chroma", create=False)
-        got = store.collection.get(include=["embeddings", "documents", "metadatas"])
-        self.work = work = Path(tempfile.mkdtemp(prefix="official-retriever-"))
-        with (work / "corpus.jsonl").open("w") as f:
-            for i, d, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
-                f.write(json.dumps({"id": i, "contents": f'"{(m or {}).get("title", "")}"\n{d}'}) + "\n")
-        index = faiss.IndexFlatIP(store.embedder.dimension)
-        index.add(np.asarray(got["embeddings"], dtype=np.float32))
-        faiss.write_index(index, str(work / "flat.index"))
+        work = self._files()
         cmd = [sys.executable, str(self.script)]
         if not torch_has_cuda():
             cmd = [sys.executable, str(Path(__file__).resolve()), "--official-on-cpu", str(self.script)]
@@ -231,13 +245,16 @@ class OfficialServer:
         cmd += ["--corpus_path", str(work / "corpus.jsonl"), "--topk", "3", "--retriever_name", "minilm"]
         cmd += ["--retriever_model", self.model_path, "--port", str(self.port)]  # it mean-pools
         self.proc = start_child(cmd, dict(os.environ))
-        wait_healthy_post(self.url, self.proc)
+        # the official server has no /health: wait until /retrieve answers
+        body = {"queries": ["x"], "topk": 1, "return_scores": True}
+        wait_healthy(
+            self.url, self.proc, 600, lambda: httpx.post(self.url + "/retrieve", json=body, timeout=5)
+        )
         return self
 
     def __exit__(self, *exc) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
-        shutil.rmtree(self.work, ignore_errors=True)
 
 
 def top_k_agreement(url_a: str, url_b: str, queries: list[str]) -> float:
@@ -278,26 +295,6 @@ def run_official_on_cpu(script: str, argv: list[str]) -> None:
     torch.cuda.empty_cache = lambda: None
     sys.argv = [script, *argv]
     runpy.run_path(script, run_name="__main__")
-
-
-def wait_healthy_post(url: str, proc: subprocess.Popen, timeout_s: float = 600) -> None:
-    """The official server has no /health: wait until /retrieve answers."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"official server exited: {log_tail(proc)}")
-        try:
-            if (
-                httpx.post(
-                    url + "/retrieve", json={"queries": ["x"], "topk": 1, "return_scores": True}, timeout=5
-                ).status_code
-                == 200
-            ):
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"official server {url} not answering within {timeout_s} s")
 
 
 async def load(
@@ -432,6 +429,7 @@ def main(argv: list[str] | None = None) -> dict:
         sys.exit(f"benchmark data {HOTPOT} is missing")
     from sentence_transformers import SentenceTransformer
 
+    from parallelsearch.stores import ChromaStore
     from parallelsearch.stores.embedders import DEFAULT_MODEL, Embedder, resolve_model_path
 
     recs = json.loads(HOTPOT.read_text())
@@ -447,6 +445,7 @@ def main(argv: list[str] | None = None) -> dict:
         if not (home / copy).exists():
             shutil.copytree(home / "a", home / copy)
     ours = Embedder(DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models")
+    timing_store = ChromaStore("hotpot500", path=home / "d" / "chroma", embedder=ours, create=False)
     plain = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu")
     encoders = {
         f"store encoder ({ours.backend})": one_encoder_thread(ours),
@@ -483,7 +482,7 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"top-3 ids, ours (HNSW) vs official (FAISS flat), same embeddings: {agreement:.3f} agree")
         for _ in tqdm(range(args.rounds), desc="rounds"):
             enc_samples.append(bare_encoder_rows(encoders, queries))
-            chroma_samples.append(chroma_query_ms(home / "d", ours, queries))
+            chroma_samples.append(chroma_query_ms(timing_store, queries))
             for name, srv in servers.items():
                 if name == "official":
                     srv.__enter__()

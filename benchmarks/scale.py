@@ -469,7 +469,6 @@ def main() -> dict:
         sys.exit(f"benchmark data {HOTPOT} is missing")
     args.scratch.mkdir(parents=True, exist_ok=True)
     base, paras, qv, questions = base_data(args.scratch, args.queries)
-    qpath = args.scratch / "base" / "queries.npy"
     np.save(args.scratch / "base" / f"queries-{len(qv)}.npy", qv)
     qpath = args.scratch / "base" / f"queries-{len(qv)}.npy"
     rows: list[dict] = []

@@ -93,13 +93,15 @@ def make_store(
     create: bool = False,
     embedder: Embedder | None = None,
     hnsw: dict[str, Any] | None = None,
+    client: Any = None,
 ) -> ChromaStore:
     """The store ``name`` where ``cfg`` says stores live; a missing one is an error unless ``create``.
 
     ``hnsw``: Chroma's HNSW parameters for a new store (``stores/hnsw.py``); for an existing
-    one, ``ef_search`` is changed and any other that differs is an error.
+    one, ``ef_search`` is changed and any other that differs is an error. ``client``: one the
+    caller already opened for ``cfg`` (else a new one).
     """
-    client = make_chroma_client(cfg)
+    client = client or make_chroma_client(cfg)
     return ChromaStore(
         name,
         client=client,
@@ -141,9 +143,10 @@ def writing_store(
         timeout = cfg.store_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
         lock = StoreWriteLock(cfg.chroma_path, name, timeout_s=timeout, on_wait=on_wait)
     with lock:
+        client = make_chroma_client(cfg)
         if embedder is None and embedder_for is not None:
-            embedder = embedder_for(resolve_backend(cfg, make_chroma_client(cfg), name))
-        store = make_store(cfg, name, create=True, embedder=embedder, hnsw=hnsw)
+            embedder = embedder_for(resolve_backend(cfg, client, name))
+        store = make_store(cfg, name, create=True, embedder=embedder, hnsw=hnsw, client=client)
         try:
             yield store
         except BaseException:
