@@ -9,7 +9,7 @@ those questions. Variants, interleaved round by round in this one process:
   encoder call and one Chroma query (:mod:`parallelsearch.stores.request_batching`);
 * ``unbatched``: ``--max-batch 0``, one ``search_batch`` per request (before issue 14);
 * ``batched, 2 encoder threads x 1``: ``--encoder-workers 2 --encoder-threads 1``, two
-  batches at once, each encoded on its own thread with a one-thread OpenMP team;
+  batches at once, each split over the two encoder threads (one-thread OpenMP teams);
 * ``official`` (only with ``--official PATH``, a checkout of ParallelSearch/Search-R1; never
   vendored or downloaded): its ``search_r1/search/retrieval_server.py``, run unmodified from
   the checkout, over a FAISS flat index of the same embeddings (it needs ``faiss`` and
@@ -17,14 +17,20 @@ those questions. Variants, interleaved round by round in this one process:
   :func:`run_official_on_cpu`, which turns its unconditional ``.cuda()`` calls into no-ops
   and keeps the model fp32 (it asks for fp16). Before the rounds, the two servers' top-3
   ids are compared (same embeddings; HNSW against exact search);
-* the bare encoder, in this process, at batch 1/8/32/64: the store's own encoder
-  (``Embedder.encode_queries``) on one encoder thread and on 2 threads x 1 (the batch split
-  over both, running at once), and plain sentence-transformers ``encode``. The goals are
-  read against each, and against the best of them.
+* the bare encoder at batch 1/8/32/64, each kind alone in its own child process
+  (:func:`bare_encoder_child`): the store's own encoder (``Embedder.encode_queries``) on one
+  encoder thread and on 2 threads x 1 (the batch split over both, running at once), and
+  plain sentence-transformers ``encode``. The goals are read against each, and against the
+  best of them.
 
 Every load also records the CPU time the server process and this process (the clients)
 spent per query, so the report prints each server's CPU ceiling (cores / CPU per query) and
 how much of it was reached: what is left is CPU idle between batches, not cost.
+
+The clients are a lean raw HTTP/1.1 client (:mod:`_raw_http`, ~0.1 ms of CPU per request;
+``--client httpx`` for httpx's ``AsyncClient``, 0.9-1.7 ms): on 2 cores, every millisecond
+the load generator spends is taken from the server it measures, and in RL the clients
+(rollout workers) run elsewhere.
 
 Loads: 1 client sending 1 query per request, 1 client with 4 queries per request, 8 and 32
 clients with 1 query per request (closed loop). Goals (issue 14): at 8 and 32 clients the
@@ -53,6 +59,7 @@ from typing import Any
 
 import httpx
 from _common import HOTPOT, ROOT, plot_bars, write
+from _raw_http import RawHttpConnection
 from tqdm import tqdm
 
 from parallelsearch.loopback import free_port
@@ -304,8 +311,14 @@ async def load(
     requests_each: int,
     queries: list[str],
     server_pid: int | None = None,
+    client: str = "raw",
 ) -> dict:
     """Closed-loop clients; every request's latency; queries/s over the whole run.
+
+    ``client="raw"`` (default): one :class:`~_raw_http.RawHttpConnection` per client, about
+    0.1 ms of CPU per request; ``"httpx"``: one shared ``httpx.AsyncClient``, 0.9-1.7 ms, which
+    on this machine's 2 cores is taken from the server under test. A request counts as an
+    error unless it is a 200 with one result list per query.
 
     Also the CPU each side spent: the server process's (user + system, from ``server_pid``)
     per query, and this process's (the clients') per request, so the report can tell a
@@ -315,27 +328,50 @@ async def load(
     server = psutil.Process(server_pid) if server_pid else None
     lat: list[float] = []
     errors = 0
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
 
-        async def one_client(c: int) -> None:
-            nonlocal errors
+    def body(c: int, r: int) -> dict:
+        start = (c * requests_each + r) * per_request
+        qs = [queries[(start + j) % len(queries)] for j in range(per_request)]
+        return {"queries": qs, "topk": 3, "return_scores": True}  # as Search-R1's client sends
+
+    def check(status: int, answer: object) -> None:
+        nonlocal errors
+        ok = status == 200 and isinstance(answer, dict) and len(answer.get("result", ())) == per_request
+        errors += not ok
+
+    async def one_raw_client(c: int) -> None:
+        async with RawHttpConnection(url) as conn:
             for r in range(requests_each):
-                start = (c * requests_each + r) * per_request
-                qs = [queries[(start + j) % len(queries)] for j in range(per_request)]
+                req = body(c, r)
                 t0 = time.perf_counter()
-                body = {"queries": qs, "topk": 3, "return_scores": True}  # as Search-R1's client sends
-                resp = await client.post(url + "/retrieve", json=body)
+                status, answer = await conn.post_json("/retrieve", req)
                 lat.append((time.perf_counter() - t0) * 1000)
-                errors += resp.status_code != 200
+                check(status, answer)
 
-        s0 = sum(server.cpu_times()[:2]) if server else 0.0
-        c0 = time.process_time()
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one_client(c) for c in range(clients)))
-        wall = time.perf_counter() - t0
-        client_cpu = time.process_time() - c0
-        server_cpu = sum(server.cpu_times()[:2]) - s0 if server else float("nan")
+    async def run_clients() -> None:
+        if client == "raw":
+            await asyncio.gather(*(one_raw_client(c) for c in range(clients)))
+            return
+        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+        async with httpx.AsyncClient(timeout=60, limits=limits) as shared:
+
+            async def one_httpx_client(c: int) -> None:
+                for r in range(requests_each):
+                    req = body(c, r)
+                    t0 = time.perf_counter()
+                    resp = await shared.post(url + "/retrieve", json=req)
+                    lat.append((time.perf_counter() - t0) * 1000)
+                    check(resp.status_code, resp.json() if resp.status_code == 200 else None)
+
+            await asyncio.gather(*(one_httpx_client(c) for c in range(clients)))
+
+    s0 = sum(server.cpu_times()[:2]) if server else 0.0
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    await run_clients()
+    wall = time.perf_counter() - t0
+    client_cpu = time.process_time() - c0
+    server_cpu = sum(server.cpu_times()[:2]) - s0 if server else float("nan")
     n = clients * requests_each
     return {
         "requests_per_s": n / wall,
@@ -348,61 +384,82 @@ async def load(
     }
 
 
-def one_encoder_thread(embedder) -> Callable[[list[str]], object]:
-    """The store's encoder as the server runs it by default: one encoder thread, torch's team."""
-    import torch
+ENCODERS = ("store", "store, 2 threads x 1", "sentence-transformers")  # bare encoder kinds
 
+
+def encoder_name(kind: str, backend: str) -> str:
+    return {
+        "store": f"store encoder ({backend})",
+        "store, 2 threads x 1": f"store encoder ({backend}), {POOL[0]} threads x {POOL[1]}",
+        "sentence-transformers": "sentence-transformers encode",
+    }[kind]
+
+
+def make_encoder(kind: str, home: Path, backend: str) -> Callable[[list[str]], object]:
+    """One bare encoder: the store's as the default server runs it (one encoder thread, torch's
+    team), the store's as ``--encoder-workers 2 --encoder-threads 1`` runs it (a batch split
+    over both threads, :func:`~parallelsearch.stores.encoder_thread.split_on_encoder_threads`),
+    or plain sentence-transformers ``encode``."""
     from parallelsearch.stores import encoder_thread
+    from parallelsearch.stores.embedders import DEFAULT_MODEL, Embedder, resolve_model_path
 
-    wide = encoder_thread.on_encoder_thread(torch.get_num_threads)
+    if kind == "sentence-transformers":
+        from sentence_transformers import SentenceTransformer
 
-    def encode(qs: list[str]) -> object:
-        encoder_thread.set_encoder_workers(1)
-        encoder_thread.set_encoder_threads(wide)
-        return embedder.encode_queries(qs)
-
-    return encode
-
-
-def pooled_encoder(embedder) -> Callable[[list[str]], object]:
-    """The store's encoder as ``--encoder-workers W --encoder-threads T`` runs it: a batch of b
-    is split over the W encoder threads (b=1 runs on one), all running at once."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from parallelsearch.stores import encoder_thread
-
-    callers = ThreadPoolExecutor(POOL[0])
-
-    def encode(qs: list[str]) -> object:
+        plain = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu")
+        return lambda qs: plain.encode(
+            qs, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
+    if kind == "store, 2 threads x 1":
         encoder_thread.set_encoder_workers(POOL[0])
         encoder_thread.set_encoder_threads(POOL[1])
-        size = -(-len(qs) // POOL[0])
-        return list(callers.map(embedder.encode_queries, [qs[i : i + size] for i in range(0, len(qs), size)]))
-
-    return encode
+    embedder = Embedder(DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models")
+    return embedder.encode_queries
 
 
-def bare_encoder_rows(encoders: dict, queries: list[str]) -> dict:
-    """queries/s and median ms per call of each encoder at each batch size (one block each)."""
+def bare_encoder_child(kind: str, home: Path, backend: str) -> None:
+    """Child process: one bare encoder's rows, as JSON on stdout.
+
+    Each encoder runs alone in a fresh process: two OpenMP teams in one process (torch on the
+    main thread and on an encoder thread) slow each other down for the rest of the process,
+    ~7.5 -> ~10 ms for a batch-1 query here, because libgomp stops spinning once it manages
+    more threads than there are cores. A server has one team, so its reference must too."""
+    from _common import HOTPOT as data
+
+    queries = [r["question"] for r in json.loads(data.read_text())]
+    print(json.dumps(bare_encoder_rows(make_encoder(kind, home, backend), queries)))
+
+
+def bare_encoder_rows(fn: Callable[[list[str]], object], queries: list[str]) -> dict:
+    """queries/s, median ms per call and CPU per query of one encoder at each batch size."""
     out: dict = {}
-    for name, fn in encoders.items():
-        for b in BATCHES:
-            fn(queries[:b])  # warm-up
-            times = []
-            n_calls = max(3, 48 // b)
-            c0 = time.process_time()
-            for i in range(n_calls):
-                chunk = [queries[(i * b + j) % len(queries)] for j in range(b)]
-                t0 = time.perf_counter()
-                fn(chunk)
-                times.append(time.perf_counter() - t0)
-            cpu = time.process_time() - c0
-            med = statistics.median(times)
-            out.setdefault(name, {})[b] = {
-                "ms": med * 1000,
-                "queries_per_s": b / med,
-                "cpu_ms_per_query": cpu * 1000 / (n_calls * b),
-            }
+    for b in BATCHES:
+        fn(queries[:b])  # warm-up
+        times = []
+        n_calls = max(3, 48 // b)
+        c0 = time.process_time()
+        for i in range(n_calls):
+            chunk = [queries[(i * b + j) % len(queries)] for j in range(b)]
+            t0 = time.perf_counter()
+            fn(chunk)
+            times.append(time.perf_counter() - t0)
+        cpu = time.process_time() - c0
+        med = statistics.median(times)
+        out[b] = {"ms": med * 1000, "queries_per_s": b / med, "cpu_ms_per_query": cpu * 1000 / (n_calls * b)}
+    return out
+
+
+def bare_encoders_in_children(home: Path, backend: str) -> dict:
+    """Every bare encoder's rows, each measured in its own child process (one after another)."""
+    out = {}
+    for kind in ENCODERS:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--bare-encoder", kind, "--reuse", str(home)]
+        cmd += ["--backend", backend]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise RuntimeError(f"bare encoder {kind!r} failed: {done.stderr[-2000:]}")
+        rows = json.loads(done.stdout.strip().splitlines()[-1])
+        out[encoder_name(kind, backend)] = {int(b): r for b, r in rows.items()}
     return out
 
 
@@ -420,14 +477,23 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--backend", help="encoder backend of the store and servers (default: the default)")
     ap.add_argument("--official", type=Path, help="a ParallelSearch/Search-R1 checkout (optional column)")
     ap.add_argument("--reuse", type=Path, help="the folder a previous run printed (skips indexing)")
+    ap.add_argument(
+        "--client",
+        choices=("raw", "httpx"),
+        default="raw",
+        help="load generator: a lean raw HTTP/1.1 client (default) or httpx.AsyncClient (1-2 ms CPU/request more)",
+    )
     ap.add_argument("--no-encoder-server", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--bare-encoder", choices=ENCODERS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.bare_encoder:
+        bare_encoder_child(args.bare_encoder, args.reuse, args.backend or "torch")
+        return {}
     if args.no_encoder_server:
         serve_no_encoder(args.no_encoder_server)
         return {}
     if not HOTPOT.is_file():
         sys.exit(f"benchmark data {HOTPOT} is missing")
-    from sentence_transformers import SentenceTransformer
 
     from parallelsearch.stores import ChromaStore
     from parallelsearch.stores.embedders import DEFAULT_MODEL, Embedder, resolve_model_path
@@ -446,14 +512,7 @@ def main(argv: list[str] | None = None) -> dict:
             shutil.copytree(home / "a", home / copy)
     ours = Embedder(DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models")
     timing_store = ChromaStore("hotpot500", path=home / "d" / "chroma", embedder=ours, create=False)
-    plain = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu")
-    encoders = {
-        f"store encoder ({ours.backend})": one_encoder_thread(ours),
-        f"store encoder ({ours.backend}), {POOL[0]} threads x {POOL[1]}": pooled_encoder(ours),
-        "sentence-transformers encode": lambda qs: plain.encode(
-            qs, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-        ),
-    }
+    encoders = [encoder_name(kind, backend) for kind in ENCODERS]
     pool_flags = ["--encoder-workers", str(POOL[0]), "--encoder-threads", str(POOL[1])]
     servers = {
         "batched": Server(home / "a", ["--max-batch", "64"], backend),
@@ -474,14 +533,14 @@ def main(argv: list[str] | None = None) -> dict:
                 running.enter_context(srv)
         for v in servers.values():
             if isinstance(v, Server):
-                asyncio.run(load(v.url, 4, 1, 8, queries))  # warm-up
+                asyncio.run(load(v.url, 4, 1, 8, queries, client=args.client))  # warm-up
         agreement = None
         if "official" in servers:
             with servers["official"] as official:
                 agreement = top_k_agreement(servers["batched"].url, official.url, queries[:100])
             print(f"top-3 ids, ours (HNSW) vs official (FAISS flat), same embeddings: {agreement:.3f} agree")
         for _ in tqdm(range(args.rounds), desc="rounds"):
-            enc_samples.append(bare_encoder_rows(encoders, queries))
+            enc_samples.append(bare_encoders_in_children(home, backend))
             chroma_samples.append(chroma_query_ms(timing_store, queries))
             for name, srv in servers.items():
                 if name == "official":
@@ -489,7 +548,7 @@ def main(argv: list[str] | None = None) -> dict:
                 try:
                     for lname, (c, per, each) in LOADS.items():
                         samples[name][lname].append(
-                            asyncio.run(load(srv.url, c, per, each, queries, srv.proc.pid))
+                            asyncio.run(load(srv.url, c, per, each, queries, srv.proc.pid, args.client))
                         )
                 finally:
                     if name == "official":
@@ -616,6 +675,7 @@ def report(args, enc: dict, rows: dict, encoders: dict, chroma: dict) -> dict:
     data = {
         "rounds": args.rounds,
         "backend": args.backend,
+        "client": args.client,
         "store_encoder": store_enc,
         "loads": {
             k: {"clients": c, "queries_per_request": p, "requests_per_client": e}

@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from parallelsearch.stores.omp_spin import let_idle_threads_sleep
+
+    print(f"OpenMP: {let_idle_threads_sleep()}")  # before torch loads (stores/omp_spin.py)
     import uvicorn
 
     from parallelsearch.server import create_app

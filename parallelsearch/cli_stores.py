@@ -227,6 +227,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_retriever(args: argparse.Namespace) -> int:
+    from parallelsearch.stores.omp_spin import let_idle_threads_sleep
+
+    spin = let_idle_threads_sleep()  # before torch loads (stores/omp_spin.py)
     from parallelsearch.graphs.factory import make_store
     from parallelsearch.stores.retrieval_server import create_retrieval_app, run_server
 
@@ -237,5 +240,6 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
         return 2
     app = create_retrieval_app(store, default_topk=args.topk, **batching)
     print(f"serving store {store.name} ({store.count()} passages) on http://{args.host}:{args.port}/retrieve")
+    print(f"OpenMP: {spin}")
     run_server(app, args.host, args.port)
     return 0

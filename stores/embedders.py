@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import tempfile
 import threading
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from parallelsearch.stores.config import DEFAULT_EMBEDDING_MODEL as DEFAULT_MODEL
-from parallelsearch.stores.encoder_thread import on_encoder_thread, tokenizer_lock
+from parallelsearch.stores.encoder_thread import on_encoder_thread, split_on_encoder_threads, tokenizer_lock
 
 
 def resolve_model_path(name: str) -> str:
@@ -93,8 +93,21 @@ class Embedder:
         return on_encoder_thread(self._encode_passages, texts, batch_size)
 
     def encode_queries(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        """One vector per query; with several encoder threads the batch is split over them."""
         texts = [self.query_prefix + t for t in texts]
-        return on_encoder_thread(self._encode_queries, texts, batch_size)
+        if texts:
+            self.calls += 1  # one call, however many encoder threads share it
+        if len(texts) < 2:
+            return on_encoder_thread(self._encode_queries, texts, batch_size)
+        # parts of similar length pad less: split the batch in order of length, put it back after
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        parts = split_on_encoder_threads(
+            partial(self._encode_queries, batch_size=batch_size), [texts[i] for i in order]
+        )
+        vecs = np.concatenate(parts)
+        out = np.empty_like(vecs)
+        out[order] = vecs
+        return out
 
     def _encode_passages(self, texts: list[str], batch_size: int) -> np.ndarray:
         if not texts:
@@ -119,7 +132,6 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         parts = []
-        self.calls += 1
         if self._onnx is not None:
             return self._onnx.encode(texts, batch_size, self.normalize)
         with torch.inference_mode():

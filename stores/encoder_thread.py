@@ -10,7 +10,8 @@ caller thread there is one team. Handing work to it costs a thread switch (tens 
 microseconds) against milliseconds of encoding. Work is done in submission order, one
 call at a time, unless :func:`set_encoder_workers` asks for more encoder threads (each
 then has its own team, sized by :func:`set_encoder_threads`; the model's weights are
-shared and only the tokenizer needs :data:`tokenizer_lock`).
+shared and only the tokenizer needs :data:`tokenizer_lock`). With several encoder threads,
+:func:`split_on_encoder_threads` runs the parts of one batch on all of them at once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
@@ -76,14 +78,15 @@ def set_encoder_threads(n: int) -> None:
 
 
 def set_encoder_workers(n: int) -> None:
-    """Run up to ``n`` encoder calls at once, each on its own encoder thread (default 1).
+    """Run up to ``n`` encoder calls at once, each on its own encoder thread (default 1), and
+    split one batch of queries over them (:func:`split_on_encoder_threads`).
 
     Why: one call at a time leaves the cores idle while a server answers the last batch
     and its clients send the next; with ``n`` threads of ``cores / n`` OpenMP threads each,
-    one batch encodes while another is being answered. On 2 cores, 2 threads of 1 raised
-    the bare encoder from 198-208 to 237-240 queries/s at batch 8 and ``/retrieve`` by 5-6% /
-    15-24% at 8 / 32 clients, while a lone request, now on one core, took 15.3-16.4 instead of
-    13.2-13.8 ms (docs/performance.md). Passage encoding (sentence-transformers' ``encode``) holds the
+    one batch encodes while another is being answered, and each batch is split over the
+    threads. On 2 cores, 2 threads of 1 took ``/retrieve`` from 147 / 172 to 156 / 214
+    queries/s at 8 / 32 clients, while a lone request, on one core, took 13.8 instead of 12.2
+    ms (docs/performance.md). Passage encoding (sentence-transformers' ``encode``) holds the
     tokenizer lock throughout, so it stays one call at a time. Calls already queued still run.
     """
     global _executor, _workers
@@ -116,3 +119,24 @@ def on_encoder_thread(fn: Callable[..., T], *args: object) -> T:
     if getattr(_local, "encoder", False):
         return _call(fn, args)
     return _get_executor().submit(_call, fn, args).result()
+
+
+def split_on_encoder_threads(fn: Callable[[list[T]], R], items: list[T]) -> list[R]:
+    """``fn`` on near-equal parts of ``items``, one part per encoder thread, all at once.
+
+    Why: with ``n`` encoder threads of ``cores / n`` OpenMP threads each, one batch on one
+    thread leaves the other threads idle unless another batch is waiting, so a lone request
+    (or the one batch of a lightly loaded server) ran on a fraction of the cores. The bare
+    encoder's best arrangement on 2 cores is exactly this: the batch split over 2 threads of
+    1 (benchmarks/retrieve_server.py). Parts of concurrent batches queue in order behind each
+    other. Returns one result per part, in order; with one encoder thread, one item, or when
+    called from an encoder thread (its siblings may be busy with this batch's caller), ``fn``
+    runs once on all of ``items``.
+    """
+    parts = min(_workers, len(items))
+    if parts <= 1 or getattr(_local, "encoder", False):
+        return [on_encoder_thread(fn, items)]
+    size = -(-len(items) // parts)
+    executor = _get_executor()
+    futures = [executor.submit(_call, fn, (items[i : i + size],)) for i in range(0, len(items), size)]
+    return [f.result() for f in futures]

@@ -13,7 +13,12 @@ import pytest
 from conftest import needs_data
 
 from parallelsearch.stores import encoder_thread
-from parallelsearch.stores.encoder_thread import on_encoder_thread, set_encoder_threads, set_encoder_workers
+from parallelsearch.stores.encoder_thread import (
+    on_encoder_thread,
+    set_encoder_threads,
+    set_encoder_workers,
+    split_on_encoder_threads,
+)
 from parallelsearch.stores.request_batching import RequestBatcher
 
 
@@ -87,6 +92,48 @@ def test_concurrent_batches_on_two_workers_match_serial_encoding(embedder, resto
         got = list(callers.map(embedder.encode_queries, batches * 3))
     for e, g in zip(expected * 3, got, strict=True):
         np.testing.assert_allclose(g, e, atol=1e-5)
+
+
+def test_one_batch_is_split_over_the_encoder_threads_and_runs_on_all_at_once(restore_encoder):
+    """A batch of 5 on 2 encoder threads: parts of 3 and 2, each on its own thread, at once
+    (the barrier breaks unless both run together); in order; one thread or one item: one call."""
+    set_encoder_workers(2)
+    barrier = threading.Barrier(2, timeout=30)
+
+    def part(items: list[int]) -> tuple[list[int], str]:
+        barrier.wait()
+        return items, threading.current_thread().name
+
+    got = split_on_encoder_threads(part, [1, 2, 3, 4, 5])
+    assert [items for items, _ in got] == [[1, 2, 3], [4, 5]]
+    assert len({name for _, name in got}) == 2
+    assert split_on_encoder_threads(lambda items: items, [7]) == [[7]]
+    set_encoder_workers(1)
+    assert split_on_encoder_threads(lambda items: items, [1, 2, 3]) == [[1, 2, 3]]
+
+
+def test_a_split_called_from_an_encoder_thread_runs_there_whole(restore_encoder):
+    """Its sibling threads may be busy with the caller's own batch: waiting on them could deadlock."""
+    set_encoder_workers(2)
+    me = threading.current_thread
+
+    def inner() -> list:
+        return split_on_encoder_threads(lambda items: (items, me().name), [1, 2, 3, 4])
+
+    [(items, name)] = on_encoder_thread(inner)
+    assert items == [1, 2, 3, 4] and name.startswith("parallelsearch-encoder")
+
+
+@needs_data
+def test_a_split_batch_encodes_as_one_call_would(embedder, restore_encoder):
+    texts = [f"which river flows through city number {i}?" for i in range(7)]
+    set_encoder_workers(1)
+    expected = embedder.encode_queries(texts)
+    set_encoder_workers(2)
+    set_encoder_threads(1)
+    calls = embedder.calls
+    np.testing.assert_allclose(embedder.encode_queries(texts), expected, atol=1e-5)
+    assert embedder.calls == calls + 1  # one call, however many threads shared it
 
 
 class _HeldSearcher:

@@ -1,0 +1,86 @@
+"""A lean HTTP/1.1 keep-alive client for load tests: a few bytes written, one body read.
+
+Why: on the 2-core benchmark machine the clients share the cores with the server they
+measure. httpx's ``AsyncClient`` spends 0.9-1.7 ms of CPU per ``/retrieve`` request (its
+request models, header handling and pools), which is 10-20% of the server's own cost per
+query and comes straight out of the server's throughput. This client, like ``wrk`` or
+``hey``, writes the request bytes on one connection per client and reads the response by
+its ``Content-Length``: about 0.1 ms per request. It speaks only what the servers under
+test send (a ``Content-Length`` body, keep-alive); anything else is an error naming what
+came back, and every read and write has a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+
+class RawHttpError(RuntimeError):
+    """The server answered something this client does not read (or nothing in time)."""
+
+
+class RawHttpConnection:
+    """One keep-alive connection; ``post_json`` sends a request and returns (status, parsed body)."""
+
+    def __init__(self, url: str, timeout_s: float = 60.0) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname or not parts.port:
+            raise ValueError(f"raw HTTP client needs http://host:port, got {url!r}")
+        self.host, self.port, self.timeout_s = parts.hostname, parts.port, timeout_s
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def __aenter__(self) -> RawHttpConnection:
+        self._reader, self._writer = await asyncio.wait_for(
+            asyncio.open_connection(self.host, self.port), self.timeout_s
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            try:
+                await asyncio.wait_for(self._writer.wait_closed(), self.timeout_s)
+            except (OSError, asyncio.TimeoutError):
+                pass
+
+    async def post_json(self, path: str, body: Any) -> tuple[int, Any]:
+        return await asyncio.wait_for(self._post(path, json.dumps(body).encode()), self.timeout_s)
+
+    async def _post(self, path: str, payload: bytes) -> tuple[int, Any]:
+        assert self._reader is not None and self._writer is not None, "use it as an async context manager"
+        head = (
+            f"POST {path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(payload)}\r\n\r\n"
+        ).encode()
+        self._writer.write(head + payload)
+        try:
+            header = await self._reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as e:
+            raise RawHttpError(
+                f"{self.host}:{self.port}{path} closed the connection ({e.partial[:200]!r})"
+            ) from e
+        lines = header.decode("latin-1").split("\r\n")
+        try:
+            status = int(lines[0].split(" ", 2)[1])
+        except (IndexError, ValueError) as e:
+            raise RawHttpError(f"{self.host}:{self.port}{path}: not an HTTP status line: {lines[0]!r}") from e
+        length = None
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+            elif name.strip().lower() == "transfer-encoding":
+                raise RawHttpError(f"{self.host}:{self.port}{path}: {line!r} is not read by this client")
+        if length is None:
+            raise RawHttpError(f"{self.host}:{self.port}{path}: response {status} has no content-length")
+        data = await self._reader.readexactly(length)
+        try:
+            return status, json.loads(data)
+        except ValueError as e:
+            raise RawHttpError(
+                f"{self.host}:{self.port}{path}: status {status}, body not JSON: {data[:200]!r}"
+            ) from e

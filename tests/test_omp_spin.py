@@ -1,0 +1,62 @@
+"""Server processes set GOMP_SPINCOUNT before torch loads, and never override the user's setting."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+CHECK = (
+    "import os, sys\n"
+    "from parallelsearch.stores.omp_spin import let_idle_threads_sleep\n"
+    "{before}"
+    "said = let_idle_threads_sleep()\n"
+    "print(os.environ.get('GOMP_SPINCOUNT'), '|', said)\n"
+)
+
+
+def _run(before: str = "", **env: str) -> str:
+    clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECK.format(before=before)],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.strip()
+
+
+def test_a_fresh_process_gets_the_server_spin_count():
+    out = _run()
+    assert out.startswith("1000 |") and "idle OpenMP threads sleep" in out
+
+
+def test_the_users_setting_is_kept():
+    assert _run(GOMP_SPINCOUNT="50000").startswith("50000 | GOMP_SPINCOUNT=50000 kept")
+    assert "OMP_WAIT_POLICY=PASSIVE kept" in _run(OMP_WAIT_POLICY="PASSIVE")
+
+
+def test_after_torch_loaded_it_says_it_is_too_late_instead_of_pretending():
+    out = _run(before="import torch\n")
+    assert out.startswith("None |") and "torch was already loaded" in out
+
+
+def test_serve_retriever_sets_it_before_the_store_loads_torch():
+    """The CLI path: the spin count is in the environment by the time the store is opened."""
+    code = (
+        "import os, sys\n"
+        "import parallelsearch.graphs.factory as f\n"
+        "def stop(*a, **k):\n"
+        "    print('torch loaded:', 'torch' in sys.modules, 'spin:', os.environ.get('GOMP_SPINCOUNT'))\n"
+        "    raise SystemExit(0)\n"
+        "f.make_store = stop\n"
+        "from parallelsearch.cli import main\n"
+        "main(['serve-retriever', '--store', 'x'])\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=clean, capture_output=True, text=True, timeout=120
+    )
+    assert "spin: 1000" in proc.stdout, proc.stdout + proc.stderr[-2000:]
