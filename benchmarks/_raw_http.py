@@ -57,6 +57,7 @@ class RawHttpConnection:
             f"content-length: {len(payload)}\r\n\r\n"
         ).encode()
         self._writer.write(head + payload)
+        await self._writer.drain()
         try:
             header = await self._reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as e:
@@ -72,12 +73,20 @@ class RawHttpConnection:
         for line in lines[1:]:
             name, _, value = line.partition(":")
             if name.strip().lower() == "content-length":
-                length = int(value)
+                try:
+                    length = int(value)
+                except ValueError as e:
+                    raise RawHttpError(f"{self.host}:{self.port}{path}: bad header {line!r}") from e
             elif name.strip().lower() == "transfer-encoding":
                 raise RawHttpError(f"{self.host}:{self.port}{path}: {line!r} is not read by this client")
         if length is None:
             raise RawHttpError(f"{self.host}:{self.port}{path}: response {status} has no content-length")
-        data = await self._reader.readexactly(length)
+        try:
+            data = await self._reader.readexactly(length)
+        except asyncio.IncompleteReadError as e:
+            raise RawHttpError(
+                f"{self.host}:{self.port}{path}: body cut short at {len(e.partial)} of {length} bytes"
+            ) from e
         try:
             return status, json.loads(data)
         except ValueError as e:

@@ -59,7 +59,7 @@ from typing import Any
 
 import httpx
 from _common import HOTPOT, ROOT, plot_bars, write
-from _raw_http import RawHttpConnection
+from _raw_http import RawHttpConnection, RawHttpError
 from tqdm import tqdm
 
 from parallelsearch.loopback import free_port
@@ -76,6 +76,8 @@ POOL = (2, 1)  # the pooled variant: encoder threads x OpenMP threads each (2 co
 
 
 def pct(xs: list[float], q: float) -> float:
+    if not xs:  # every request failed: the errors column says so
+        return float("nan")
     s = sorted(xs)
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
@@ -318,7 +320,8 @@ async def load(
     ``client="raw"`` (default): one :class:`~_raw_http.RawHttpConnection` per client, about
     0.1 ms of CPU per request; ``"httpx"``: one shared ``httpx.AsyncClient``, 0.9-1.7 ms, which
     on this machine's 2 cores is taken from the server under test. A request counts as an
-    error unless it is a 200 with one result list per query.
+    error unless it is a 200 with one result list per query; a failed connection counts its
+    request as an error and is opened again.
 
     Also the CPU each side spent: the server process's (user + system, from ``server_pid``)
     per query, and this process's (the clients') per request, so the report can tell a
@@ -340,13 +343,26 @@ async def load(
         errors += not ok
 
     async def one_raw_client(c: int) -> None:
-        async with RawHttpConnection(url) as conn:
-            for r in range(requests_each):
-                req = body(c, r)
+        nonlocal errors
+        conn: RawHttpConnection | None = None
+        for r in range(
+            requests_each
+        ):  # a failed request (or connect) is an error; the connection is reopened
+            req = body(c, r)
+            try:
+                if conn is None:
+                    conn = await RawHttpConnection(url).__aenter__()
                 t0 = time.perf_counter()
                 status, answer = await conn.post_json("/retrieve", req)
                 lat.append((time.perf_counter() - t0) * 1000)
                 check(status, answer)
+            except (RawHttpError, OSError, asyncio.TimeoutError):
+                errors += 1
+                if conn is not None:
+                    await conn.__aexit__(None, None, None)
+                conn = None
+        if conn is not None:
+            await conn.__aexit__(None, None, None)
 
     async def run_clients() -> None:
         if client == "raw":
@@ -356,10 +372,15 @@ async def load(
         async with httpx.AsyncClient(timeout=60, limits=limits) as shared:
 
             async def one_httpx_client(c: int) -> None:
+                nonlocal errors
                 for r in range(requests_each):
                     req = body(c, r)
                     t0 = time.perf_counter()
-                    resp = await shared.post(url + "/retrieve", json=req)
+                    try:
+                        resp = await shared.post(url + "/retrieve", json=req)
+                    except httpx.HTTPError:
+                        errors += 1
+                        continue
                     lat.append((time.perf_counter() - t0) * 1000)
                     check(resp.status_code, resp.json() if resp.status_code == 200 else None)
 
@@ -564,7 +585,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def floor_report(
-    enc: dict, rows: dict, encoders: dict, chroma: dict, best_of: dict, overall: str, cores: int
+    enc: dict, rows: dict, encoders: list[str], chroma: dict, best_of: dict, overall: str, cores: int
 ) -> dict:
     """The best any server could do on this machine, from costs measured in this run.
 
@@ -602,7 +623,7 @@ def floor_report(
     return out
 
 
-def report(args, enc: dict, rows: dict, encoders: dict, chroma: dict) -> dict:
+def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict) -> dict:
     store_enc = next(iter(encoders))
     for name, per_b in enc.items():
         print(

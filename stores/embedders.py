@@ -35,8 +35,9 @@ def resolve_model_path(name: str) -> str:
 class Embedder:
     """Encodes passages and queries with one sentence-transformers model.
 
-    ``encode_*`` may be called from any thread: the forward passes all run on one
-    encoder thread (:mod:`parallelsearch.stores.encoder_thread` says why), one at a time.
+    ``encode_*`` may be called from any thread: the forward passes all run on the encoder
+    thread (:mod:`parallelsearch.stores.encoder_thread` says why), one at a time; with
+    several encoder threads, a batch of queries is split over them.
     They return float32 arrays of shape (n, dimension), which Chroma takes as they are.
 
     ``backend`` picks the engine: ``torch`` (sentence-transformers), ``onnx`` (ONNX Runtime,

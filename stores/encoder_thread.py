@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -41,14 +41,21 @@ def _mark_thread() -> None:
     _local.encoder = True
 
 
-def _get_executor() -> ThreadPoolExecutor:
+def _executor_locked() -> ThreadPoolExecutor:
     global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(
+            max_workers=_workers, thread_name_prefix="parallelsearch-encoder", initializer=_mark_thread
+        )
+    return _executor
+
+
+def _submit(calls: list[tuple[Callable[..., T], tuple]]) -> list[Future[T]]:
+    """Submit every call to the current pool in one step: a concurrent resize
+    (:func:`set_encoder_workers`) cannot shut the pool down between two of them."""
     with _lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(
-                max_workers=_workers, thread_name_prefix="parallelsearch-encoder", initializer=_mark_thread
-            )
-        return _executor
+        executor = _executor_locked()
+        return [executor.submit(_call, fn, args) for fn, args in calls]
 
 
 def _forget_in_child() -> None:
@@ -62,7 +69,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def set_encoder_threads(n: int) -> None:
-    """Limit each encoder thread's OpenMP team to ``n`` threads (torch's default: every core).
+    """Limit each encoder thread's OpenMP team to ``n`` threads (unset: every core with one
+    encoder thread, ``cores / workers`` with several, see :func:`team_size`).
 
     Why: an OpenMP team spins on its cores between parallel regions. When the encoder shares
     the machine with other CPU-bound work (a CPU vLLM engine, other rollout actors, a busy
@@ -79,7 +87,8 @@ def set_encoder_threads(n: int) -> None:
 
 def set_encoder_workers(n: int) -> None:
     """Run up to ``n`` encoder calls at once, each on its own encoder thread (default 1), and
-    split one batch of queries over them (:func:`split_on_encoder_threads`).
+    split one batch of queries over them (:func:`split_on_encoder_threads`). Each thread's
+    OpenMP team is ``cores / n`` unless :func:`set_encoder_threads` says otherwise.
 
     Why: one call at a time leaves the cores idle while a server answers the last batch
     and its clients send the next; with ``n`` threads of ``cores / n`` OpenMP threads each,
@@ -105,12 +114,24 @@ def encoder_workers() -> int:
     return _workers
 
 
+def team_size() -> int | None:
+    """Each encoder thread's OpenMP team: :func:`set_encoder_threads`, else ``cores / workers``
+    with several workers (two full-width teams on the same cores would mostly wait on each
+    other), else None (torch's default: every core)."""
+    if _threads is not None:
+        return _threads
+    if _workers > 1:
+        return max(1, (os.cpu_count() or 1) // _workers)
+    return None
+
+
 def _call(fn: Callable[..., T], args: tuple) -> T:
-    if _threads is not None and getattr(_local, "threads", None) != _threads:
+    size = team_size()
+    if size is not None and getattr(_local, "threads", None) != size:
         import torch
 
-        torch.set_num_threads(_threads)
-        _local.threads = _threads
+        torch.set_num_threads(size)
+        _local.threads = size
     return fn(*args)
 
 
@@ -118,7 +139,7 @@ def on_encoder_thread(fn: Callable[..., T], *args: object) -> T:
     """Run ``fn(*args)`` on an encoder thread and return its result (exceptions propagate)."""
     if getattr(_local, "encoder", False):
         return _call(fn, args)
-    return _get_executor().submit(_call, fn, args).result()
+    return _submit([(fn, args)])[0].result()
 
 
 def split_on_encoder_threads(fn: Callable[[list[T]], R], items: list[T]) -> list[R]:
@@ -131,12 +152,14 @@ def split_on_encoder_threads(fn: Callable[[list[T]], R], items: list[T]) -> list
     1 (benchmarks/retrieve_server.py). Parts of concurrent batches queue in order behind each
     other. Returns one result per part, in order; with one encoder thread, one item, or when
     called from an encoder thread (its siblings may be busy with this batch's caller), ``fn``
-    runs once on all of ``items``.
+    runs once on all of ``items``. If a part fails, the others are waited for, then the first
+    failure is raised.
     """
     parts = min(_workers, len(items))
     if parts <= 1 or getattr(_local, "encoder", False):
         return [on_encoder_thread(fn, items)]
-    size = -(-len(items) // parts)
-    executor = _get_executor()
-    futures = [executor.submit(_call, fn, (items[i : i + size],)) for i in range(0, len(items), size)]
+    size, extra = divmod(len(items), parts)
+    bounds = [i * size + min(i, extra) for i in range(parts + 1)]  # the first `extra` parts get one more
+    futures = _submit([(fn, (items[bounds[i] : bounds[i + 1]],)) for i in range(parts)])
+    wait(futures)
     return [f.result() for f in futures]

@@ -12,7 +12,8 @@ speed did not change (batch 1 7.7-8.1 ms, batch 8 214-224 queries/s either way),
 1,000 spins still bridge the gaps between the regions of one forward pass.
 
 libgomp reads the variable once, when it is loaded, so this must run before ``import
-torch``; a value the user set (or ``OMP_WAIT_POLICY``) is kept.
+torch``; a value the user set (or ``OMP_WAIT_POLICY``) is kept. Child processes inherit it
+(measured only for the encoder; set ``GOMP_SPINCOUNT`` yourself to give them another value).
 """
 
 from __future__ import annotations
@@ -29,7 +30,18 @@ def let_idle_threads_sleep(spin_count: int = SERVER_SPIN_COUNT) -> str:
     for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
         if name in os.environ:
             return f"{name}={os.environ[name]} kept (set by the environment)"
-    if "torch" in sys.modules:
-        return "GOMP_SPINCOUNT not set: torch was already loaded (set it in the environment instead)"
+    if _openmp_loaded():
+        return "GOMP_SPINCOUNT not set: OpenMP was already loaded (set it in the environment instead)"
     os.environ["GOMP_SPINCOUNT"] = str(spin_count)
     return f"GOMP_SPINCOUNT={spin_count} (idle OpenMP threads sleep after {spin_count} spins)"
+
+
+def _openmp_loaded() -> bool:
+    """Whether libgomp is already in this process (torch imported, or another library that links it)."""
+    if "torch" in sys.modules:
+        return True
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            return any("libgomp" in line for line in maps)
+    except OSError:  # not Linux: torch is the one that loads it here
+        return False

@@ -72,6 +72,22 @@ def test_every_worker_gets_the_configured_team_size(restore_encoder):
     assert sizes == [1, 1]
 
 
+def test_several_workers_without_a_team_size_share_the_cores(restore_encoder, monkeypatch):
+    """Two full-width teams on the same cores would mostly wait on each other: with N workers
+    and no --encoder-threads, each team is cores / N (at least 1); one worker keeps torch's."""
+    import os
+
+    import torch
+
+    monkeypatch.setattr(encoder_thread, "_threads", None)
+    set_encoder_workers(2)
+    share = max(1, (os.cpu_count() or 1) // 2)
+    assert encoder_thread.team_size() == share
+    assert on_encoder_thread(torch.get_num_threads) == share
+    set_encoder_workers(1)
+    assert encoder_thread.team_size() is None
+
+
 def test_bad_worker_and_thread_counts_are_refused():
     with pytest.raises(ValueError, match="encoder workers must be >= 1"):
         set_encoder_workers(0)
@@ -124,11 +140,30 @@ def test_a_split_called_from_an_encoder_thread_runs_there_whole(restore_encoder)
     assert items == [1, 2, 3, 4] and name.startswith("parallelsearch-encoder")
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_a_split_batch_comes_back_in_the_callers_order(workers, restore_encoder):
+    """Texts of mixed lengths, so sorting by length really reorders them (and undoing it the wrong
+    way round gives another order); the
+    stand-in encoder returns each text's index, so any mix-up in putting the parts back shows."""
+    from parallelsearch.stores.embedders import Embedder
+
+    lengths = [3, 7, 1, 9, 5, 2, 8, 4, 6, 10, 11]  # sorting by length is no involution of the order
+    texts = [f"q{i:02d}" + "x" * (3 * n) for i, n in enumerate(lengths)]
+    index = {t: i for i, t in enumerate(texts)}
+    fake = Embedder.__new__(Embedder)  # no model: _encode_queries is the stand-in below
+    fake.query_prefix, fake.calls = "", 0
+    fake._encode_queries = lambda part, batch_size: np.array([[index[t]] for t in part], dtype=np.float32)
+    set_encoder_workers(workers)
+    got = fake.encode_queries(texts)
+    assert got[:, 0].tolist() == list(range(len(texts)))
+    assert fake.calls == 1
+
+
 @needs_data
 def test_a_split_batch_encodes_as_one_call_would(embedder, restore_encoder):
-    texts = [f"which river flows through city number {i}?" for i in range(7)]
+    texts = [f"which river flows through city number {i}?" + " and why" * (6 - i) for i in range(7)]
     set_encoder_workers(1)
-    expected = embedder.encode_queries(texts)
+    expected = np.concatenate([embedder.encode_queries([t]) for t in texts])  # no batch, no sort
     set_encoder_workers(2)
     set_encoder_threads(1)
     calls = embedder.calls

@@ -40,7 +40,7 @@ def test_the_users_setting_is_kept():
 
 def test_after_torch_loaded_it_says_it_is_too_late_instead_of_pretending():
     out = _run(before="import torch\n")
-    assert out.startswith("None |") and "torch was already loaded" in out
+    assert out.startswith("None |") and "OpenMP was already loaded" in out
 
 
 def test_serve_retriever_sets_it_before_the_store_loads_torch():
@@ -54,6 +54,26 @@ def test_serve_retriever_sets_it_before_the_store_loads_torch():
         "f.make_store = stop\n"
         "from parallelsearch.cli import main\n"
         "main(['serve-retriever', '--store', 'x'])\n"
+    )
+    clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=clean, capture_output=True, text=True, timeout=120
+    )
+    assert "spin: 1000" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+
+
+def test_serve_sets_it_before_the_app_loads_torch():
+    """The LangServe CLI path, with the app factory replaced by a probe (no model is loaded)."""
+    code = (
+        "import os, sys, types\n"
+        "probe = types.ModuleType('parallelsearch.server')\n"
+        "def create_app(*a, **k):\n"
+        "    print('spin:', os.environ.get('GOMP_SPINCOUNT'))\n"
+        "    raise SystemExit(0)\n"
+        "probe.create_app = create_app\n"
+        "sys.modules['parallelsearch.server'] = probe\n"
+        "from parallelsearch.cli import main\n"
+        "main(['serve'])\n"
     )
     clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     proc = subprocess.run(

@@ -78,3 +78,23 @@ def test_a_silent_server_times_out_and_a_bad_url_is_refused():
         asyncio.run(run())
     with pytest.raises(ValueError, match="http://host:port"):
         RawHttpConnection("https://127.0.0.1:1")
+
+
+def test_a_body_cut_short_or_a_bad_length_is_refused_by_name():
+    async def answer(head: bytes) -> None:
+        async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1 << 16)
+            writer.write(head)
+            await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            async with RawHttpConnection(f"http://127.0.0.1:{port}", timeout_s=5) as conn:
+                await conn.post_json("/retrieve", {"queries": ["a"]})
+
+    with pytest.raises(RawHttpError, match="cut short at 10 of 100 bytes"):
+        asyncio.run(answer(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n" + b"x" * 10))
+    with pytest.raises(RawHttpError, match="bad header"):
+        asyncio.run(answer(b"HTTP/1.1 200 OK\r\ncontent-length: ten\r\n\r\n"))
