@@ -345,9 +345,8 @@ async def load(
     async def one_raw_client(c: int) -> None:
         nonlocal errors
         conn: RawHttpConnection | None = None
-        for r in range(
-            requests_each
-        ):  # a failed request (or connect) is an error; the connection is reopened
+        # a failed request (or connect) counts as an error, and the connection is opened again
+        for r in range(requests_each):
             req = body(c, r)
             try:
                 if conn is None:
@@ -443,8 +442,9 @@ def bare_encoder_child(kind: str, home: Path, backend: str) -> None:
 
     Each encoder runs alone in a fresh process: two OpenMP teams in one process (torch on the
     main thread and on an encoder thread) slow each other down for the rest of the process,
-    ~7.5 -> ~10 ms for a batch-1 query here, because libgomp stops spinning once it manages
-    more threads than there are cores. A server has one team, so its reference must too."""
+    ~7.5 -> ~10 ms for a batch-1 query here (likely libgomp's throttled spinning once it
+    manages more threads than there are cores). A server has one team, so its reference must
+    too."""
     from _common import HOTPOT as data
 
     queries = [r["question"] for r in json.loads(data.read_text())]
