@@ -75,6 +75,11 @@ NO_ENCODER = "no encoder (HTTP path only)"
 POOL = (2, 1)  # the pooled variant: encoder threads x OpenMP threads each (2 cores)
 
 
+def hotpot_questions() -> list[str]:
+    """The 500 HotpotQA dev questions the store's paragraphs come from (the benchmark's queries)."""
+    return [r["question"] for r in json.loads(HOTPOT.read_text())]
+
+
 def pct(xs: list[float], q: float) -> float:
     if not xs:  # every request failed: the errors column says so
         return float("nan")
@@ -445,10 +450,7 @@ def bare_encoder_child(kind: str, home: Path, backend: str) -> None:
     ~7.5 -> ~10 ms for a batch-1 query here (likely libgomp's throttled spinning once it
     manages more threads than there are cores). A server has one team, so its reference must
     too."""
-    from _common import HOTPOT as data
-
-    queries = [r["question"] for r in json.loads(data.read_text())]
-    print(json.dumps(bare_encoder_rows(make_encoder(kind, home, backend), queries)))
+    print(json.dumps(bare_encoder_rows(make_encoder(kind, home, backend), hotpot_questions())))
 
 
 def bare_encoder_rows(fn: Callable[[list[str]], object], queries: list[str]) -> dict:
@@ -519,8 +521,7 @@ def main(argv: list[str] | None = None) -> dict:
     from parallelsearch.stores import ChromaStore
     from parallelsearch.stores.embedders import DEFAULT_MODEL, Embedder, resolve_model_path
 
-    recs = json.loads(HOTPOT.read_text())
-    queries = [r["question"] for r in recs]
+    queries = hotpot_questions()
     backend = args.backend or "torch"
     if args.reuse:
         home = args.reuse

@@ -28,7 +28,7 @@ R = TypeVar("R")
 _lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
 _workers = 1  # encoder threads (set_encoder_workers)
-_threads: int | None = None  # OpenMP team size of each encoder thread; None = torch's default
+_threads: int | None = None  # OpenMP team size of each encoder thread; None = team_size()'s default
 _local = threading.local()  # .encoder: this thread is an encoder thread; .threads: team size applied
 
 # The model's tokenizer is one Rust object with mutable padding/truncation state: two encoder

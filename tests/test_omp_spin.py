@@ -15,15 +15,16 @@ CHECK = (
 )
 
 
-def _run(before: str = "", **env: str) -> str:
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    """``code`` in a fresh interpreter whose environment sets neither variable (plus ``env``)."""
     clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    proc = subprocess.run(
-        [sys.executable, "-c", CHECK.format(before=before)],
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return subprocess.run(
+        [sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, timeout=120
     )
+
+
+def _run(before: str = "", **env: str) -> str:
+    proc = _python(CHECK.format(before=before), **env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout.strip()
 
@@ -46,19 +47,16 @@ def test_after_torch_loaded_it_says_it_is_too_late_instead_of_pretending():
 def test_serve_retriever_sets_it_before_the_store_loads_torch():
     """The CLI path: the spin count is in the environment by the time the store is opened."""
     code = (
-        "import os, sys\n"
+        "import os\n"
         "import parallelsearch.graphs.factory as f\n"
         "def stop(*a, **k):\n"
-        "    print('torch loaded:', 'torch' in sys.modules, 'spin:', os.environ.get('GOMP_SPINCOUNT'))\n"
+        "    print('spin:', os.environ.get('GOMP_SPINCOUNT'))\n"
         "    raise SystemExit(0)\n"
         "f.make_store = stop\n"
         "from parallelsearch.cli import main\n"
         "main(['serve-retriever', '--store', 'x'])\n"
     )
-    clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], env=clean, capture_output=True, text=True, timeout=120
-    )
+    proc = _python(code)
     assert "spin: 1000" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 
 
@@ -75,8 +73,5 @@ def test_serve_sets_it_before_the_app_loads_torch():
         "from parallelsearch.cli import main\n"
         "main(['serve'])\n"
     )
-    clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    proc = subprocess.run(
-        [sys.executable, "-c", code], env=clean, capture_output=True, text=True, timeout=120
-    )
+    proc = _python(code)
     assert "spin: 1000" in proc.stdout, proc.stdout + proc.stderr[-2000:]
