@@ -6,10 +6,13 @@ Real server processes (``parallelsearch serve-retriever``) on 127.0.0.1 over a s
 those questions. Variants, interleaved round by round in this one process:
 
 * ``batched``: the default server (``--max-batch 64``): concurrent requests share one
-  encoder call and one Chroma query (:mod:`parallelsearch.stores.request_batching`);
+  encoder call and one Chroma query (:mod:`parallelsearch.stores.request_batching`). With
+  the default engine (ONNX fp32 on CPU) it runs one encoder thread per core, a batch split
+  over them; with ``--backend torch``, one encoder thread with torch's team;
 * ``unbatched``: ``--max-batch 0``, one ``search_batch`` per request (before issue 14);
-* ``batched, 2 encoder threads x 1``: ``--encoder-workers 2 --encoder-threads 1``, two
-  batches at once, each split over the two encoder threads (one-thread OpenMP teams);
+* the other thread arrangement (:data:`OTHER_ARRANGEMENT`): with torch, ``--encoder-workers 2
+  --encoder-threads 1`` (two batches at once, each split over the two encoder threads); with
+  ONNX, ``--encoder-workers 1`` (one encoder thread, one core, as before the default changed);
 * ``official`` (only with ``--official PATH``, a checkout of ParallelSearch/Search-R1; never
   vendored or downloaded): its ``search_r1/search/retrieval_server.py``, run unmodified from
   the checkout, over a FAISS flat index of the same embeddings (it needs ``faiss`` and
@@ -20,8 +23,8 @@ those questions. Variants, interleaved round by round in this one process:
 * the bare encoder at batch 1/8/32/64, each kind alone in its own child process
   (:func:`bare_encoder_child`): the store's own encoder (``Embedder.encode_queries``) on one
   encoder thread and on 2 threads x 1 (the batch split over both, running at once), and
-  plain sentence-transformers ``encode``. The goals are read against each, and against the
-  best of them.
+  plain sentence-transformers ``encode`` (the issue's reference column). The goals are read
+  against each, and against the best of them.
 
 Every load also records the CPU time the server process and this process (the clients)
 spent per query, so the report prints each server's CPU ceiling (cores / CPU per query) and
@@ -37,7 +40,8 @@ clients with 1 query per request (closed loop). Goals (issue 14): at 8 and 32 cl
 batched server's queries/s >= 0.8x the bare encoder's best batched queries/s; p95 at 8
 clients <= 50 ms; 1-client 1-query p50 <= 1.15x the bare batch-1 encoder call.
 
-Usage: ``python benchmarks/retrieve_server.py [--rounds 3] [--backend torch] [--official PATH]``.
+Usage: ``python benchmarks/retrieve_server.py [--rounds 3] [--backend torch|onnx] [--official PATH]``
+(no ``--backend``: the default engine, ``auto``; figures go to ``retrieve_server.json``).
 """
 
 from __future__ import annotations
@@ -70,9 +74,17 @@ LOADS = {  # name: (clients, queries per request, requests per client)
     "8c_1q": (8, 1, 40),
     "32c_1q": (32, 1, 16),
 }
-BATCHES = (1, 8, 32, 64)
+BATCHES = (1, 2, 4, 8, 32, 64)
 NO_ENCODER = "no encoder (HTTP path only)"
-POOL = (2, 1)  # the pooled variant: encoder threads x OpenMP threads each (2 cores)
+POOL = (2, 1)  # the pooled bare encoder and torch's other server: encoder threads x OpenMP threads each
+#: each engine's server that is not the default arrangement: (variant name, serve-retriever flags)
+OTHER_ARRANGEMENT = {
+    "torch": (
+        f"batched, {POOL[0]} encoder threads x {POOL[1]}",
+        ["--encoder-workers", str(POOL[0]), "--encoder-threads", str(POOL[1])],
+    ),
+    "onnx": ("batched, 1 encoder thread", ["--encoder-workers", "1"]),
+}
 
 
 def hotpot_questions() -> list[str]:
@@ -196,11 +208,11 @@ def serve_no_encoder(port: int) -> None:
 
 
 def chroma_query_ms(store, queries: list[str]) -> dict:
-    """The store's own Chroma query (precomputed query vectors) at batch 1 and 8, median ms, on
-    a copy of the store opened in this process."""
+    """The store's own Chroma query (precomputed query vectors) at batch 1, 4 and 8, median ms,
+    on a copy of the store opened in this process."""
     embedder = store.embedder
     out = {}
-    for b in (1, 8):
+    for b in (1, 4, 8):
         vecs = [embedder.encode_queries(queries[i : i + b]) for i in range(0, 24 * b, b)]
         store.search_vectors(vecs[0], 3)
         times = []
@@ -486,6 +498,13 @@ def bare_encoders_in_children(home: Path, backend: str) -> dict:
     return out
 
 
+def engine_of(backend: str | None) -> str:
+    """The engine a server told ``backend`` runs here (``auto``/None: the CPU default)."""
+    from parallelsearch.stores.backend_choice import auto_backend
+
+    return auto_backend(None, "cpu") if backend in (None, "auto") else backend
+
+
 def median_rows(samples: list[dict]) -> dict:
     return {k: statistics.median(s[k] for s in samples) for k in samples[0]}
 
@@ -497,7 +516,11 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--backend", help="encoder backend of the store and servers (default: the default)")
+    ap.add_argument(
+        "--backend",
+        choices=("auto", "torch", "onnx", "onnx-int8"),
+        help="encoder backend of the servers (default: auto, the project's default engine)",
+    )
     ap.add_argument("--official", type=Path, help="a ParallelSearch/Search-R1 checkout (optional column)")
     ap.add_argument("--reuse", type=Path, help="the folder a previous run printed (skips indexing)")
     ap.add_argument(
@@ -510,7 +533,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--bare-encoder", choices=ENCODERS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.bare_encoder:
-        bare_encoder_child(args.bare_encoder, args.reuse, args.backend or "torch")
+        bare_encoder_child(args.bare_encoder, args.reuse, engine_of(args.backend))
         return {}
     if args.no_encoder_server:
         serve_no_encoder(args.no_encoder_server)
@@ -522,7 +545,8 @@ def main(argv: list[str] | None = None) -> dict:
     from parallelsearch.stores.embedders import DEFAULT_MODEL, Embedder, resolve_model_path
 
     queries = hotpot_questions()
-    backend = args.backend or "torch"
+    backend = engine_of(args.backend)  # the engine the default servers run (auto: ONNX on CPU)
+    served = args.backend or "auto"  # what the servers are told
     if args.reuse:
         home = args.reuse
     else:
@@ -535,13 +559,11 @@ def main(argv: list[str] | None = None) -> dict:
     ours = Embedder(DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models")
     timing_store = ChromaStore("hotpot500", path=home / "d" / "chroma", embedder=ours, create=False)
     encoders = [encoder_name(kind, backend) for kind in ENCODERS]
-    pool_flags = ["--encoder-workers", str(POOL[0]), "--encoder-threads", str(POOL[1])]
+    other, other_flags = OTHER_ARRANGEMENT["torch" if backend == "torch" else "onnx"]
     servers = {
-        "batched": Server(home / "a", ["--max-batch", "64"], backend),
-        "unbatched": Server(home / "b", ["--max-batch", "0"], backend),
-        f"batched, {POOL[0]} encoder threads x {POOL[1]}": Server(
-            home / "c", ["--max-batch", "64", *pool_flags], backend
-        ),
+        "batched": Server(home / "a", ["--max-batch", "64"], served),
+        "unbatched": Server(home / "b", ["--max-batch", "0"], served),
+        other: Server(home / "c", ["--max-batch", "64", *other_flags], served),
     }
     servers[NO_ENCODER] = NoEncoderServer()
     if args.official:
@@ -621,7 +643,41 @@ def floor_report(
             f"clients ms CPU per query) = {ceiling:.0f} queries/s = {ceiling / best['queries_per_s']:.2f}x "
             f"the best bare encoder ({overall}){little}"
         )
+    out.update(eight_client_floor(enc, rows, chroma, best, overall, cores))
     return out
+
+
+def eight_client_floor(enc: dict, rows: dict, chroma: dict, best: dict, overall: str, cores: int) -> dict:
+    """The 8-client floor once batch size is counted: 8 closed-loop clients have 8 queries in
+    flight, so the encoder never sees the best batch while it is kept busy.
+
+    * One batch at a time (all 8 together, split over the encoder threads): the encoder idles
+      while the batch's Chroma query and HTTP answers run, so a cycle is at least the bare
+      batch-8 call + the batch-8 Chroma query + the no-encoder server's 8-client p50.
+    * Two or more batches at once (the encoder busy throughout): each batch is at most 4, so
+      every query costs at least the bare batch-4 CPU + a batch-4 Chroma query's share + the
+      HTTP path's and the clients' CPU, over the cores.
+
+    The floor is the better of the two, for the bare encoder with the best throughput."""
+    http = rows[NO_ENCODER]["8c_1q"]
+    client = rows["batched"]["8c_1q"]["client_cpu_ms_per_request"]
+    e8, e4 = enc[overall][8], enc[overall][4]
+    one_batch = 8000 / (e8["ms"] + chroma[8] + http["p50_ms"])
+    per_query = e4["cpu_ms_per_query"] + chroma[4] / 4 + http["server_cpu_ms_per_query"] + client
+    pipelined = 1000 * cores / per_query
+    floor = max(one_batch, pipelined)
+    print(
+        f"8-client floor with batch size counted ({overall}): one batch of 8 at a time 8 / "
+        f"({e8['ms']:.1f} encode + {chroma[8]:.2f} Chroma + {http['p50_ms']:.2f} HTTP ms) = {one_batch:.0f} q/s; "
+        f"batches of 4 pipelined {cores} cores / ({e4['cpu_ms_per_query']:.2f} + {chroma[4] / 4:.2f} + "
+        f"{http['server_cpu_ms_per_query']:.2f} + {client:.2f} ms CPU per query) = {pipelined:.0f} q/s; "
+        f"floor {floor:.0f} q/s = {floor / best['queries_per_s']:.2f}x the best bare encoder (goal >= 0.8)"
+    )
+    return {
+        "8c_one_batch_floor_queries_per_s": one_batch,
+        "8c_pipelined_floor_queries_per_s": pipelined,
+        "8c_batch_floor_over_best": floor / best["queries_per_s"],
+    }
 
 
 def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict) -> dict:
@@ -696,7 +752,8 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict) -> di
             )
     data = {
         "rounds": args.rounds,
-        "backend": args.backend,
+        "backend": args.backend or "auto",
+        "engine": engine_of(args.backend),
         "client": args.client,
         "store_encoder": store_enc,
         "loads": {

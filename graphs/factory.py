@@ -16,6 +16,7 @@ graphs) and must be importable by ``rl``; the app's settings only produce the mo
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from parallelsearch.agents.searchers.backends import MultiStoreSearcher, RemoteS
 from parallelsearch.agents.searchers.base import Searcher
 from parallelsearch.graphs.builders import SEARCHING_KINDS, SearchGraph, build_graph, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
+from parallelsearch.stores.backend_choice import auto_backend, on_gpu, onnx_encoder_workers
 from parallelsearch.stores.chroma_store import (
     ChromaStore,
     list_stores,
@@ -35,31 +37,57 @@ from parallelsearch.stores.chroma_store import (
     store_backend,
     validate_store_name,
 )
-from parallelsearch.stores.config import DEFAULT_NEW_STORE_BACKEND, RetrievalConfig
+from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.embedders import Embedder, get_embedder
 from parallelsearch.stores.encoder_thread import set_encoder_threads, set_encoder_workers
+from parallelsearch.stores.onnx_encoder import embedding_family
 from parallelsearch.stores.retrieval_client import RetrieverClient
 from parallelsearch.stores.store_lock import StoreWriteLock
 
+log = logging.getLogger(__name__)
+
 
 def make_embedder(cfg: RetrievalConfig, backend: str | None = None, *, device: str | None = None) -> Embedder:
-    """The query/passage encoder; the default configuration shares one model per process.
+    """The query/passage encoder; one configuration shares one instance per process.
 
     ``backend`` (torch, onnx, onnx-int8) overrides ``cfg.encoder_backend``; ``auto`` alone,
-    with no store to ask, means the backend new stores get. ``cfg.encoder_threads`` sizes
-    each encoder thread's OpenMP team and ``cfg.encoder_workers`` says how many encoder threads
-    run at once (see :mod:`parallelsearch.stores.encoder_thread`). ``device`` (``cpu``,
-    ``cuda``, ``cuda:1``): where the model runs; None = sentence-transformers' choice.
+    with no store to ask, means a new store's engine on ``device``
+    (:func:`~parallelsearch.stores.backend_choice.auto_backend`: ONNX fp32 on CPU, torch on a
+    GPU). ``cfg.encoder_threads`` sizes each encoder thread's OpenMP team (ONNX: its intra-op
+    threads) and ``cfg.encoder_workers`` says how many encoder threads run at once (see
+    :mod:`parallelsearch.stores.encoder_thread`); with ONNX, unset workers fill the cores.
+    ``device`` (``cpu``, ``cuda``, ``cuda:1``): where the model runs; None = sentence-transformers'
+    choice. ONNX runs on CPU only: an ``auto`` choice of ONNX on a GPU becomes torch (the same
+    embeddings), an explicit one is an error.
     """
+    chosen = backend or cfg.encoder_backend
+    automatic = cfg.encoder_backend == "auto"
+    if chosen == "auto":
+        chosen = auto_backend(None, device)
+    if chosen != "torch" and device and on_gpu(device):
+        if automatic and embedding_family(chosen) == "fp32":
+            chosen = "torch"
+        else:
+            raise ValueError(
+                f"encoder backend {chosen!r} runs on CPU only, but device {device!r} was asked for; "
+                "use --encoder-backend torch (the same embeddings as onnx) or --device cpu"
+            )
+    embedder = _new_embedder(cfg, chosen, device, fall_back=automatic and chosen == "onnx")
     if cfg.encoder_threads is not None:
         set_encoder_threads(cfg.encoder_threads)
-    if cfg.encoder_workers is not None:
-        set_encoder_workers(cfg.encoder_workers)
-    backend = backend or cfg.encoder_backend
-    if backend == "auto":
-        backend = DEFAULT_NEW_STORE_BACKEND
-    if cfg.query_prefix or cfg.passage_prefix or backend != "torch" or device:
-        return Embedder(
+    workers = cfg.encoder_workers
+    if workers is None and embedder.backend != "torch":
+        workers = onnx_encoder_workers(cfg.encoder_threads)
+    if workers is not None:
+        set_encoder_workers(workers)
+    return embedder
+
+
+def _new_embedder(cfg: RetrievalConfig, backend: str, device: str | None, *, fall_back: bool) -> Embedder:
+    """The shared embedder for ``backend``; with ``fall_back`` (``auto`` picked ONNX for speed), a model
+    ONNX cannot export runs on torch instead, with a warning (the same embeddings)."""
+    try:
+        return get_embedder(
             cfg.embedding_model,
             query_prefix=cfg.query_prefix,
             passage_prefix=cfg.passage_prefix,
@@ -68,15 +96,25 @@ def make_embedder(cfg: RetrievalConfig, backend: str | None = None, *, device: s
             cache_dir=cfg.model_cache_dir,
             threads=cfg.encoder_threads or 1,  # ONNX Runtime's intra-op threads (1 unless configured)
         )
-    return get_embedder(cfg.embedding_model)
+    except Exception as e:
+        if not fall_back:
+            raise
+        log.warning(
+            "encoder backend auto: ONNX could not run %r (%s: %s); using torch",
+            cfg.embedding_model,
+            type(e).__name__,
+            e,
+        )
+        return _new_embedder(cfg, "torch", device, fall_back=False)
 
 
 def resolve_backend(cfg: RetrievalConfig, client: Any, name: str) -> str:
-    """The encoder backend for store ``name``: the configured one, or with ``auto`` the one the
-    store records (a new store: ``DEFAULT_NEW_STORE_BACKEND``)."""
+    """The encoder backend for store ``name``: the configured one, or with ``auto`` the fastest
+    engine of the embedding family the store records on this machine (a new store: fp32), see
+    :func:`~parallelsearch.stores.backend_choice.auto_backend`."""
     if cfg.encoder_backend != "auto":
         return cfg.encoder_backend
-    return store_backend(client, name) or DEFAULT_NEW_STORE_BACKEND
+    return auto_backend(store_backend(client, name))
 
 
 def make_chroma_client(cfg: RetrievalConfig) -> Any:

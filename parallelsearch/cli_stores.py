@@ -95,6 +95,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="most queries of concurrent requests searched in one encoder call (default 64; 0 = each "
         "request on its own)",
     )
+    p.add_argument(
+        "--concurrent-batches",
+        type=int,
+        help="batches searched at once (default: one per encoder thread, plus one with an ONNX encoder)",
+    )
     add_model_arg(p)
     add_chroma_args(p)
     p.set_defaults(func=cmd_serve_retriever)
@@ -231,15 +236,28 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
 
     spin = let_idle_threads_sleep()  # before torch loads (stores/omp_spin.py)
     from parallelsearch.graphs.factory import make_store
+    from parallelsearch.stores.encoder_thread import encoder_workers, team_size
     from parallelsearch.stores.retrieval_server import create_retrieval_app, run_server
 
-    store = make_store(settings_from_args(args).retrieval(), args.store)
-    batching = {} if args.max_batch is None else {"max_batch": args.max_batch}
-    if args.max_batch is not None and args.max_batch < 0:
-        print(f"--max-batch must be >= 0, got {args.max_batch}", file=sys.stderr)
-        return 2
+    for flag, least in (("max_batch", 0), ("concurrent_batches", 1)):
+        value = getattr(args, flag)
+        if value is not None and value < least:
+            print(f"--{flag.replace('_', '-')} must be >= {least}, got {value}", file=sys.stderr)
+            return 2
+    cfg = settings_from_args(args).retrieval()
+    store = make_store(cfg, args.store)
+    batching = {k: v for k in ("max_batch", "concurrent_batches") if (v := getattr(args, k)) is not None}
     app = create_retrieval_app(store, default_topk=args.topk, **batching)
+    batcher = app.state.batcher
+    engine = store.embedder.backend
+    threads = (team_size() or "all cores") if engine == "torch" else (cfg.encoder_threads or 1)
     print(f"serving store {store.name} ({store.count()} passages) on http://{args.host}:{args.port}/retrieve")
+    batches = (
+        f"batches of up to {batcher.max_batch} queries, {batcher.concurrent_batches} at once"
+        if batcher is not None
+        else "no batching (--max-batch 0)"
+    )
+    print(f"encoder: {engine}, {encoder_workers()} encoder thread(s) x {threads}; {batches}")
     print(f"OpenMP: {spin}")
     run_server(app, args.host, args.port)
     return 0

@@ -59,8 +59,14 @@ class AgentConfig(RetrievalConfig):
     encoder_threads: int | None = Field(
         1,
         ge=1,
-        description="torch threads of an embedded store's query encoder: 1 by default, because a rollout "
-        "actor shares its node with vLLM engines and other actors (unset = every core)",
+        description="threads of each call of an embedded store's query encoder: 1 by default, because a "
+        "rollout actor shares its node with vLLM engines and other actors (unset = every core)",
+    )
+    encoder_workers: int | None = Field(
+        1,
+        ge=1,
+        description="encoder calls at once: 1 by default, so the encoder takes one core of the node "
+        "(unset = the engine's default: ONNX fills the cores)",
     )
     constrained_decoding: bool = Field(
         False, description="decode every turn under the protocol's grammar (vLLM structured outputs)"

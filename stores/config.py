@@ -17,10 +17,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
-#: the encoder backend a NEW store is built with when ``encoder_backend`` is ``auto``; an
-#: existing store is always opened with the backend it records (docs/performance.md,
-#: "Encoder backends", has the measurements behind this choice)
-DEFAULT_NEW_STORE_BACKEND = "torch"
 EncoderBackend = Literal["auto", "torch", "onnx", "onnx-int8"]
 
 try:  # the environment gives "a,b" or '["a","b"]'; NoDecode lets the validator below read both
@@ -54,8 +50,8 @@ class RetrievalConfig(BaseModel):
     encoder_backend: EncoderBackend = Field(
         "auto",
         description="query/passage encoder: torch, onnx (ONNX Runtime fp32, the same embeddings), "
-        "onnx-int8 (dynamic int8, different embeddings); auto = what the store was built with, "
-        "and for a new store the default",
+        "onnx-int8 (dynamic int8, different embeddings); auto = the store's embeddings (a new store: "
+        "fp32) on the fastest engine for the device: onnx on CPU, torch on a GPU",
     )
     model_cache_dir: Path | None = Field(
         None, description="where exported ONNX encoders are cached (the app's settings: <home>/models)"
@@ -71,15 +67,16 @@ class RetrievalConfig(BaseModel):
     encoder_threads: int | None = Field(
         None,
         ge=1,
-        description="threads of the local query/passage encoder (unset = torch's default, every core; "
-        "the ONNX backends use 1); 1 when it shares the machine with other CPU-bound work such as a "
+        description="threads of each local encoder call (unset = torch: every core, split between "
+        "encoder workers; ONNX: 1); 1 when it shares the machine with other CPU-bound work such as a "
         "CPU vLLM engine",
     )
     encoder_workers: int | None = Field(
         None,
         ge=1,
-        description="encoder calls that may run at once, each on its own thread (unset = 1; a /retrieve "
-        "server then searches that many batches at once); 2 with encoder_threads=1 on a 2-core retriever",
+        description="encoder threads: calls that may run at once, and how many parts one batch is split "
+        "into (unset = torch: 1; ONNX: cores / encoder_threads); a /retrieve server searches that many "
+        "batches at once",
     )
 
     @field_validator("stores", mode="before")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from collections.abc import Callable
 from functools import lru_cache, partial
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,12 @@ from typing import Any
 import numpy as np
 
 from parallelsearch.stores.config import DEFAULT_EMBEDDING_MODEL as DEFAULT_MODEL
-from parallelsearch.stores.encoder_thread import on_encoder_thread, split_on_encoder_threads, tokenizer_lock
+from parallelsearch.stores.encoder_thread import (
+    encoder_workers,
+    on_encoder_thread,
+    split_on_encoder_threads,
+    tokenizer_lock,
+)
 
 
 def resolve_model_path(name: str) -> str:
@@ -90,21 +96,42 @@ class Embedder:
         return int(get())
 
     def encode_passages(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        """One vector per passage. ONNX splits the texts over the encoder threads, dealt out in
+        order of length so each thread gets an even share of long and short ones; torch's
+        ``encode`` holds the tokenizer lock throughout, so it runs as one call."""
         texts = [self.passage_prefix + t for t in texts]
-        return on_encoder_thread(self._encode_passages, texts, batch_size)
+        if texts:
+            self.calls += 1
+        if self._onnx is None:
+            return on_encoder_thread(self._encode_passages, texts, batch_size)
+        return self._split(self._encode_passages, texts, batch_size, deal=True)
 
     def encode_queries(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
-        """One vector per query; with several encoder threads the batch is split over them."""
+        """One vector per query; with several encoder threads the batch is split over them
+        (in order of length: parts of similar length pad less)."""
         texts = [self.query_prefix + t for t in texts]
         if texts:
             self.calls += 1  # one call, however many encoder threads share it
+        return self._split(self._encode_queries, texts, batch_size, deal=False)
+
+    def _split(
+        self, fn: Callable[[list[str], int], np.ndarray], texts: list[str], batch_size: int, *, deal: bool
+    ) -> np.ndarray:
+        """``fn`` over ``texts`` split across the encoder threads, results put back in order.
+
+        The texts are sorted by length. ``deal=False`` cuts the sorted list into contiguous
+        parts (each part pads least; the short part finishes first and frees its core);
+        ``deal=True`` deals it out round-robin, so parts of many inner batches take equal time.
+        """
         if len(texts) < 2:
-            return on_encoder_thread(self._encode_queries, texts, batch_size)
-        # parts of similar length pad less: split the batch in order of length, put it back after
+            return on_encoder_thread(fn, texts, batch_size)
         order = np.argsort([len(t) for t in texts], kind="stable")
-        parts = split_on_encoder_threads(
-            partial(self._encode_queries, batch_size=batch_size), [texts[i] for i in order]
-        )
+        if deal:
+            n = min(encoder_workers(), len(texts))
+            # part i gets order[i::n]: the sizes split_on_encoder_threads cuts (the first len % n parts
+            # get one more), so its contiguous parts are exactly these dealt ones
+            order = np.concatenate([order[i::n] for i in range(n)])
+        parts = split_on_encoder_threads(partial(fn, batch_size=batch_size), [texts[i] for i in order])
         vecs = np.concatenate(parts)
         out = np.empty_like(vecs)
         out[order] = vecs
@@ -113,7 +140,6 @@ class Embedder:
     def _encode_passages(self, texts: list[str], batch_size: int) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        self.calls += 1
         if self._onnx is not None:
             return self._onnx.encode(texts, batch_size, self.normalize)
         with tokenizer_lock:  # sentence-transformers tokenises inside encode()
@@ -180,16 +206,15 @@ def _load_onnx(model_path: str, cache_dir: str, backend: str, threads: int) -> A
     return OnnxEncoder(model, export_onnx(model_path, Path(cache_dir), backend), threads)
 
 
-_default: Embedder | None = None
-_default_lock = threading.Lock()
+_shared: dict[tuple, Embedder] = {}
+_shared_lock = threading.Lock()
 
 
 def get_embedder(model: str = DEFAULT_MODEL, **kwargs: Any) -> Embedder:
-    """Shared embedder instance for the default configuration (one model load per process)."""
-    global _default
-    if model == DEFAULT_MODEL and not kwargs:
-        with _default_lock:
-            if _default is None:
-                _default = Embedder(model)
-            return _default
-    return Embedder(model, **kwargs)
+    """The process's shared embedder for ``model`` and these settings (``Embedder``'s keyword
+    arguments): stores and searchers built from one configuration share one instance."""
+    key = (model, tuple(sorted((k, str(v)) for k, v in kwargs.items())))
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = Embedder(model, **kwargs)
+        return _shared[key]

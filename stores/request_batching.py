@@ -46,8 +46,11 @@ class RequestBatcher:
         recent_s: float = 0.5,
         concurrent_batches: int = 1,
     ) -> None:
+        if concurrent_batches < 1:
+            raise ValueError(f"concurrent_batches must be >= 1, got {concurrent_batches}")
         self.searcher = searcher
         self.max_batch = max_batch
+        self.concurrent_batches = concurrent_batches
         self._coalescer: BatchCoalescer[tuple[str, int], list[Passage]] = BatchCoalescer(
             self._search,
             window_s=window_s,

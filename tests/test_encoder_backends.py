@@ -21,6 +21,16 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("models")
 
 
+@pytest.fixture
+def restore_workers():
+    """Put the process's encoder thread count back (other tests share it)."""
+    from parallelsearch.stores import encoder_thread
+
+    workers = encoder_thread.encoder_workers()
+    yield
+    encoder_thread.set_encoder_workers(workers)
+
+
 @pytest.fixture(scope="module")
 def int8(cache):
     return Embedder(backend="onnx-int8", cache_dir=cache)
@@ -81,7 +91,9 @@ def test_a_store_refuses_an_encoder_it_was_not_built_for(tmp_path, embedder, int
         ChromaStore("built-int8", path=tmp_path, embedder=embedder, create=False)
 
 
-def test_auto_opens_each_store_with_the_backend_it_records(tmp_path, embedder, int8, cache):
+def test_auto_opens_each_store_with_its_embeddings_on_the_cpu_engine(tmp_path, embedder, int8, cache):
+    """``auto`` keeps a store's embedding family and runs fp32 on ONNX on CPU, whichever fp32
+    engine built the store; an explicit backend is obeyed."""
     from parallelsearch.graphs.factory import make_searcher, make_store
     from parallelsearch.stores import RetrievalConfig
 
@@ -89,15 +101,106 @@ def test_auto_opens_each_store_with_the_backend_it_records(tmp_path, embedder, i
     ChromaStore("s-int8", path=tmp_path, embedder=int8)
     cfg = RetrievalConfig(chroma_path=tmp_path, model_cache_dir=cache)
     assert make_store(cfg, "s-int8").embedder.backend == "onnx-int8"
-    assert make_store(cfg, "s-torch").embedder.backend == "torch"
+    assert make_store(cfg, "s-torch").embedder.backend == "onnx"
+    assert make_store(cfg, "s-new", create=True).embedder.backend == "onnx"
     multi = make_searcher(cfg.model_copy(update={"stores": ["s-torch", "s-int8"]}))
     assert {n: s.store.embedder.backend for n, s in multi.searchers.items()} == {
-        "s-torch": "torch",
+        "s-torch": "onnx",
         "s-int8": "onnx-int8",
     }
     explicit = cfg.model_copy(update={"encoder_backend": "torch"})
+    assert make_store(explicit, "s-torch").embedder.backend == "torch"
     with pytest.raises(ModelMismatchError, match="built with the 'onnx-int8' encoder backend"):
         make_store(explicit, "s-int8")
+
+
+def test_auto_backend_runs_fp32_on_torch_on_a_gpu(monkeypatch):
+    from parallelsearch.stores import backend_choice
+
+    assert backend_choice.auto_backend(None, "cpu") == "onnx"
+    assert backend_choice.auto_backend("torch", "cpu") == "onnx"
+    assert backend_choice.auto_backend("onnx", "cuda:1") == "torch"
+    assert backend_choice.auto_backend("onnx-int8", "cuda") == "onnx-int8"  # its embeddings need it
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    assert backend_choice.auto_backend("torch", None) == "torch"  # sentence-transformers would pick cuda
+    assert backend_choice.onnx_encoder_workers(None, cores=8) == 8
+    assert backend_choice.onnx_encoder_workers(2, cores=8) == 4
+    assert backend_choice.onnx_encoder_workers(4, cores=2) == 1
+
+
+def test_make_embedder_on_a_gpu_device(monkeypatch, cache):
+    """``index --device cuda``: auto runs torch there (same embeddings as ONNX), an explicit
+    ONNX backend is refused by name, before any model is loaded."""
+    from parallelsearch.graphs import factory
+    from parallelsearch.stores import RetrievalConfig
+
+    built = []
+    monkeypatch.setattr(
+        factory, "_new_embedder", lambda cfg, backend, device, fall_back: built.append(backend)
+    )
+    cfg = RetrievalConfig(model_cache_dir=cache)
+    with pytest.raises(AttributeError):  # the stand-in returns None, which has no .backend
+        factory.make_embedder(cfg, "onnx", device="cuda")
+    assert built == ["torch"]
+    for backend in ("onnx", "onnx-int8"):
+        with pytest.raises(ValueError, match=f"encoder backend '{backend}' runs on CPU only.*'cuda:0'"):
+            factory.make_embedder(cfg.model_copy(update={"encoder_backend": backend}), device="cuda:0")
+    with pytest.raises(ValueError, match="'onnx-int8' runs on CPU only"):
+        factory.make_embedder(cfg, "onnx-int8", device="cuda")  # auto, but int8 has no GPU engine here
+
+
+def test_auto_falls_back_to_torch_when_onnx_cannot_run_the_model(
+    monkeypatch, caplog, tmp_path, restore_workers
+):
+    from parallelsearch.graphs.factory import make_embedder
+    from parallelsearch.stores import RetrievalConfig, embedders
+
+    def no_export(*args):
+        raise RuntimeError("this model has no ONNX export")
+
+    monkeypatch.setattr(embedders, "_load_onnx", no_export)
+    cfg = RetrievalConfig(model_cache_dir=tmp_path)  # a cache no shared embedder was made for
+    with caplog.at_level("WARNING"):
+        assert make_embedder(cfg).backend == "torch"
+    assert (
+        "ONNX could not run 'all-MiniLM-L6-v2' (RuntimeError: this model has no ONNX export); using torch"
+        in caplog.text
+    )
+    with pytest.raises(RuntimeError, match="no ONNX export"):
+        make_embedder(cfg.model_copy(update={"encoder_backend": "onnx"}))
+
+
+def test_onnx_fills_the_cores_with_encoder_threads_unless_told(cache, restore_workers):
+    import os
+
+    from parallelsearch.graphs.factory import make_embedder
+    from parallelsearch.stores import RetrievalConfig, encoder_thread
+
+    cfg = RetrievalConfig(model_cache_dir=cache)
+    make_embedder(cfg.model_copy(update={"encoder_workers": 1}))
+    assert encoder_thread.encoder_workers() == 1
+    assert make_embedder(cfg).backend == "onnx"
+    assert encoder_thread.encoder_workers() == os.cpu_count()
+    make_embedder(cfg.model_copy(update={"encoder_threads": os.cpu_count()}))
+    assert encoder_thread.encoder_workers() == 1
+    encoder_thread.set_encoder_workers(1)
+    make_embedder(cfg.model_copy(update={"encoder_backend": "torch"}))  # torch: one team, as before
+    assert encoder_thread.encoder_workers() == 1
+
+
+def test_onnx_passages_split_over_encoder_threads_match_one_call(cache, restore_workers):
+    """Passages dealt out by length to 2 and 3 encoder threads come back in order, equal to one call."""
+    from parallelsearch.stores import encoder_thread
+
+    onnx = Embedder(backend="onnx", cache_dir=cache)
+    texts = [PASSAGES[i % 3] + f" {i}" * (7 * i % 5) for i in range(11)]
+    encoder_thread.set_encoder_workers(1)
+    one = onnx.encode_passages(texts, batch_size=4)
+    for workers in (2, 3):
+        encoder_thread.set_encoder_workers(workers)
+        calls = onnx.calls
+        assert np.abs(onnx.encode_passages(texts, batch_size=4) - one).max() < 1e-5
+        assert onnx.calls == calls + 1
 
 
 def test_index_adds_to_a_store_with_the_backend_it_records(tmp_path, monkeypatch, capsys, int8, cache):

@@ -179,3 +179,37 @@ def test_unbatched_and_batch_of_one_servers_answer_the_same(hotpot_store, max_ba
     assert [[d["id"] for d in docs] for docs in body["result"]] == [
         [p.id for p in res] for res in hotpot_store.search_batch(["Ed Wood", "Tyler Bates"], 2)
     ]
+
+
+def test_batches_at_once_default_to_encoder_threads_plus_one_with_onnx():
+    """ONNX encodes fast enough that a batch's Chroma query and answers are worth overlapping:
+    one batch more than encoder threads; torch gets one per encoder thread."""
+    from types import SimpleNamespace
+
+    from parallelsearch.stores import encoder_thread
+    from parallelsearch.stores.retrieval_server import default_concurrent_batches
+
+    before = encoder_thread.encoder_workers()
+    try:
+        for workers in (1, 2):
+            encoder_thread.set_encoder_workers(workers)
+            for backend, extra in (("torch", 0), ("onnx", 1), ("onnx-int8", 1)):
+                store = SimpleNamespace(embedder=SimpleNamespace(backend=backend))
+                assert default_concurrent_batches(store) == workers + extra
+                app = create_retrieval_app(store)
+                assert app.state.batcher.concurrent_batches == workers + extra
+            assert default_concurrent_batches(object()) == workers  # no embedder to ask: torch's rule
+        assert create_retrieval_app(store, concurrent_batches=5).state.batcher.concurrent_batches == 5
+        with pytest.raises(ValueError, match="concurrent_batches must be >= 1, got 0"):
+            create_retrieval_app(store, concurrent_batches=0)
+    finally:
+        encoder_thread.set_encoder_workers(before)
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--concurrent-batches", "0"), ("--max-batch", "-1")])
+def test_serve_retriever_refuses_bad_batching_flags_before_opening_the_store(flag, value, capsys):
+    from parallelsearch.cli import main
+
+    assert main(["serve-retriever", "--store", "no-such-store", flag, value]) == 2
+    least = 1 if flag == "--concurrent-batches" else 0
+    assert f"{flag} must be >= {least}, got {value}" in capsys.readouterr().err

@@ -1,0 +1,109 @@
+"""``parallelsearch index`` with the default engine against ``--encoder-backend torch``.
+
+Why: issue 14 made ONNX fp32 the engine ``auto`` runs on CPU (the same embeddings as torch).
+Queries are measured by ``retrieve_server.py``; this measures passage ingestion, which with
+ONNX is split over one encoder thread per core (``Embedder.encode_passages``), as a user runs
+it: the CLI in a fresh process per run, into a fresh store, engines alternating round by
+round so a slow patch of a shared machine hits both. Reports the CLI's own passages/s
+(encode + Chroma) and the whole command's wall time (model load included), and checks that
+both stores answer the same top-3 for 50 questions.
+
+Usage: ``python benchmarks/index_engines.py [--rounds 2] [--passages 1000]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import HOTPOT, RAW, write
+from tqdm import tqdm
+
+CORPUS = RAW / "wiki_corpus" / "RUC-NLPIR_FlashRAG" / "sample_data.jsonl"
+ENGINES = {"default (auto)": [], "torch": ["--encoder-backend", "torch"]}
+
+
+def index_once(corpus: Path, home: Path, flags: list[str]) -> dict:
+    """One ``index`` run in a fresh process: the CLI's passages/s and the command's wall time."""
+    cmd = [str(Path(sys.executable).parent / "parallelsearch"), "index", str(corpus), "--store", "bench"]
+    env = {**os.environ, "PARALLELSEARCH_HOME": str(home)}
+    env.setdefault("PARALLELSEARCH_MODEL_CACHE_DIR", str(home.parent / "models"))  # export once
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [*cmd, *flags, "--no-progress"], env=env, capture_output=True, text=True, timeout=3600
+    )
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"index {' '.join(flags) or '(default)'} failed: {done.stderr[-2000:]}")
+    rate = re.search(r"([\d.]+) passages/s", done.stdout)
+    if rate is None:
+        raise RuntimeError(f"no passages/s in the index summary: {done.stdout[-500:]!r}")
+    return {"passages_per_s": float(rate.group(1)), "wall_s": wall}
+
+
+def top3(home: Path, questions: list[str]) -> list[list[str]]:
+    from parallelsearch.stores import ChromaStore
+
+    store = ChromaStore("bench", path=home / "chroma", create=False)
+    return [[p.id for p in hits] for hits in store.search_batch(questions, 3)]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--passages", type=int, default=1000, help="first N passages of the FlashRAG wiki sample")
+    args = ap.parse_args(argv)
+    if not CORPUS.is_file():
+        sys.exit(f"benchmark data {CORPUS} is missing")
+    root = Path(tempfile.mkdtemp(prefix="index-engines-"))
+    corpus = root / "corpus.jsonl"
+    with CORPUS.open(encoding="utf-8") as src, corpus.open("w", encoding="utf-8") as out:
+        for i, line in enumerate(src):
+            if i >= args.passages:
+                break
+            out.write(line)
+    index_once(corpus, root / "warm", ENGINES["default (auto)"])  # the ONNX export, once, untimed
+    runs: dict[str, list[dict]] = {name: [] for name in ENGINES}
+    homes: dict[str, Path] = {}
+    for r in tqdm(range(args.rounds), desc="rounds"):
+        order = list(ENGINES) if r % 2 == 0 else list(reversed(ENGINES))
+        for name in order:
+            homes[name] = root / f"{name.split()[0]}-{r}"
+            runs[name].append(index_once(corpus, homes[name], ENGINES[name]))
+    questions = [q["question"] for q in json.loads(HOTPOT.read_text())[:50]] if HOTPOT.is_file() else []
+    answers = {name: top3(home, questions) for name, home in homes.items()}
+    agree = statistics.mean(a == b for a, b in zip(*answers.values(), strict=True)) if questions else None
+    rows = {
+        name: {k: statistics.median(run[k] for run in rs) for k in ("passages_per_s", "wall_s")}
+        for name, rs in runs.items()
+    }
+    base = rows["torch"]
+    for name, row in rows.items():
+        print(
+            f"{name:15s}: {row['passages_per_s']:6.1f} passages/s "
+            f"({row['passages_per_s'] / base['passages_per_s']:.2f}x torch), command {row['wall_s']:.1f} s"
+        )
+    if agree is not None:
+        print(f"top-3 ids of 50 HotpotQA questions, default vs torch store: {agree:.2f} identical")
+    data = {
+        "passages": args.passages,
+        "rounds": args.rounds,
+        "cores": os.cpu_count(),
+        "engines": rows,
+        "default_over_torch": rows["default (auto)"]["passages_per_s"] / base["passages_per_s"],
+        "top3_identical": agree,
+    }
+    write("index_engines", data)
+    return data
+
+
+if __name__ == "__main__":
+    main()
