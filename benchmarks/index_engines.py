@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
         "top3_identical": agree,
     }
     write("index_engines", data)
+    shutil.rmtree(root, ignore_errors=True)
     return data
 
 

@@ -40,11 +40,12 @@ from parallelsearch.stores.chroma_store import (
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.embedders import Embedder, get_embedder
 from parallelsearch.stores.encoder_thread import set_encoder_threads, set_encoder_workers
-from parallelsearch.stores.onnx_encoder import embedding_family
+from parallelsearch.stores.onnx_encoder import OnnxUnavailableError, embedding_family
 from parallelsearch.stores.retrieval_client import RetrieverClient
 from parallelsearch.stores.store_lock import StoreWriteLock
 
 log = logging.getLogger(__name__)
+_warned: set[str] = set()
 
 
 def make_embedder(cfg: RetrievalConfig, backend: str | None = None, *, device: str | None = None) -> Embedder:
@@ -64,14 +65,17 @@ def make_embedder(cfg: RetrievalConfig, backend: str | None = None, *, device: s
     automatic = cfg.encoder_backend == "auto"
     if chosen == "auto":
         chosen = auto_backend(None, device)
+    elif automatic and device:
+        chosen = auto_backend(chosen, device)  # the store's family, on the engine for this device
     if chosen != "torch" and device and on_gpu(device):
-        if automatic and embedding_family(chosen) == "fp32":
-            chosen = "torch"
-        else:
-            raise ValueError(
-                f"encoder backend {chosen!r} runs on CPU only, but device {device!r} was asked for; "
-                "use --encoder-backend torch (the same embeddings as onnx) or --device cpu"
-            )
+        fix = (
+            "use --encoder-backend torch (the same embeddings as onnx) or --device cpu"
+            if embedding_family(chosen) == "fp32"
+            else "use --device cpu (int8 embeddings have no GPU engine here), or re-index the store with torch"
+        )
+        raise ValueError(
+            f"encoder backend {chosen!r} runs on CPU only, but device {device!r} was asked for; {fix}"
+        )
     embedder = _new_embedder(cfg, chosen, device, fall_back=automatic and chosen == "onnx")
     if cfg.encoder_threads is not None:
         set_encoder_threads(cfg.encoder_threads)
@@ -96,25 +100,26 @@ def _new_embedder(cfg: RetrievalConfig, backend: str, device: str | None, *, fal
             cache_dir=cfg.model_cache_dir,
             threads=cfg.encoder_threads or 1,  # ONNX Runtime's intra-op threads (1 unless configured)
         )
-    except Exception as e:
+    except OnnxUnavailableError as e:
         if not fall_back:
             raise
-        log.warning(
-            "encoder backend auto: ONNX could not run %r (%s: %s); using torch",
-            cfg.embedding_model,
-            type(e).__name__,
-            e,
-        )
+        if str(e) not in _warned:  # once per model and cache: N stores of one model, one warning
+            _warned.add(str(e))
+            log.warning("encoder backend auto: %s; using torch (the same embeddings)", e)
         return _new_embedder(cfg, "torch", device, fall_back=False)
 
 
-def resolve_backend(cfg: RetrievalConfig, client: Any, name: str) -> str:
+def resolve_backend(cfg: RetrievalConfig, client: Any, name: str, device: str | None = None) -> str:
     """The encoder backend for store ``name``: the configured one, or with ``auto`` the fastest
-    engine of the embedding family the store records on this machine (a new store: fp32), see
+    engine on ``device`` for the embedding family the store records (a new store: fp32), see
     :func:`~parallelsearch.stores.backend_choice.auto_backend`."""
     if cfg.encoder_backend != "auto":
         return cfg.encoder_backend
-    return auto_backend(store_backend(client, name))
+    recorded = store_backend(client, name)
+    try:
+        return auto_backend(recorded, device)
+    except ValueError as e:
+        raise ValueError(f"store {name!r} at {cfg.location()}: {e}") from e
 
 
 def make_chroma_client(cfg: RetrievalConfig) -> Any:

@@ -61,13 +61,14 @@ def add_chroma_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--encoder-threads",
         type=int,
-        help="torch threads of the local encoder (default: the settings'; unset = every core)",
+        help="threads of each local encoder call (default: the settings'; unset = torch: every core, "
+        "split between encoder workers; ONNX: 1)",
     )
     p.add_argument(
         "--encoder-workers",
         type=int,
-        help="encoder calls at once, each on its own thread (default: the settings', 1); "
-        "serve-retriever then searches that many batches at once",
+        help="encoder calls at once, each on its own thread, a batch split over them (default: the "
+        "settings'; unset = torch: 1, ONNX: cores / --encoder-threads)",
     )
 
 
@@ -119,7 +120,8 @@ def add_model_arg(p: argparse.ArgumentParser) -> None:
         "--encoder-backend",
         choices=("auto", "torch", "onnx", "onnx-int8"),
         help="encoder engine: torch, onnx (ONNX Runtime fp32, same embeddings), onnx-int8 (int8, faster, "
-        "different embeddings); auto = the store's own (default: the settings', auto)",
+        "different embeddings); auto = the store's embeddings on the fastest engine for the device: "
+        "onnx on CPU, torch on a GPU (default: the settings', auto)",
     )
 
 

@@ -59,13 +59,24 @@ def limit_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def index_embedder_for(args: argparse.Namespace, cfg: RetrievalConfig) -> Callable[[str], Any]:
     """Builds text ingestion's embedder, for ``writing_store``'s ``embedder_for``: on
-    ``--device`` when one process encodes, else where sentence-transformers puts it (the
-    pool's processes take the devices)."""
+    ``--device`` when one process encodes (``auto``: the engine for that device), else torch
+    where sentence-transformers puts it (the pool's processes take the devices and encode with
+    sentence-transformers)."""
     from parallelsearch.graphs.factory import make_embedder
     from parallelsearch.stores.encode_pool import device_list
+    from parallelsearch.stores.onnx_encoder import embedding_family
 
-    single = None if device_list(args.device, args.processes) else args.device
-    return lambda backend: make_embedder(cfg, backend, device=single)
+    pool = device_list(args.device, args.processes)
+    if not pool:
+        return lambda backend: make_embedder(cfg, backend, device=args.device)
+
+    def for_pool(backend: str) -> Any:
+        # the pool's processes encode with sentence-transformers (torch); auto keeps the family
+        if cfg.encoder_backend == "auto" and embedding_family(backend) == "fp32":
+            backend = "torch"
+        return make_embedder(cfg, backend)
+
+    return for_pool
 
 
 @contextmanager

@@ -234,16 +234,22 @@ def cmd_search(args: argparse.Namespace) -> int:
 def cmd_serve_retriever(args: argparse.Namespace) -> int:
     from parallelsearch.stores.omp_spin import let_idle_threads_sleep
 
-    spin = let_idle_threads_sleep()  # before torch loads (stores/omp_spin.py)
-    from parallelsearch.graphs.factory import make_store
-    from parallelsearch.stores.encoder_thread import encoder_workers, team_size
-    from parallelsearch.stores.retrieval_server import create_retrieval_app, run_server
-
     for flag, least in (("max_batch", 0), ("concurrent_batches", 1)):
         value = getattr(args, flag)
         if value is not None and value < least:
             print(f"--{flag.replace('_', '-')} must be >= {least}, got {value}", file=sys.stderr)
             return 2
+    if args.max_batch == 0 and args.concurrent_batches is not None:
+        print(
+            "--concurrent-batches needs batching; --max-batch 0 searches each request on its own",
+            file=sys.stderr,
+        )
+        return 2
+    spin = let_idle_threads_sleep()  # before torch loads (stores/omp_spin.py)
+    from parallelsearch.graphs.factory import make_store
+    from parallelsearch.stores.encoder_thread import encoder_workers, team_size
+    from parallelsearch.stores.retrieval_server import create_retrieval_app, run_server
+
     cfg = settings_from_args(args).retrieval()
     store = make_store(cfg, args.store)
     batching = {k: v for k in ("max_batch", "concurrent_batches") if (v := getattr(args, k)) is not None}

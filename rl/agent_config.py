@@ -60,7 +60,8 @@ class AgentConfig(RetrievalConfig):
         1,
         ge=1,
         description="threads of each call of an embedded store's query encoder: 1 by default, because a "
-        "rollout actor shares its node with vLLM engines and other actors (unset = every core)",
+        "rollout actor shares its node with vLLM engines and other actors (unset = torch: every core, "
+        "ONNX: 1)",
     )
     encoder_workers: int | None = Field(
         1,

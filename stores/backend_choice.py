@@ -15,9 +15,8 @@ many encoder threads as it takes to fill the cores: ``cores / encoder_threads``.
 
 from __future__ import annotations
 
-import os
-
-from parallelsearch.stores.onnx_encoder import embedding_family
+from parallelsearch.stores.encoder_thread import usable_cores
+from parallelsearch.stores.onnx_encoder import BACKENDS, embedding_family
 
 #: the fp32 engine ``auto`` runs on CPU (docs/performance.md, "Encoder backends")
 CPU_BACKEND = "onnx"
@@ -37,6 +36,10 @@ def on_gpu(device: str | None) -> bool:
 
 def auto_backend(recorded: str | None, device: str | None = None) -> str:
     """The engine for a store that records ``recorded`` (None: a new store) on ``device``."""
+    if recorded is not None and recorded not in BACKENDS:
+        raise ValueError(
+            f"it records encoder backend {recorded!r}, which this version does not know ({', '.join(BACKENDS)})"
+        )
     if recorded is not None and embedding_family(recorded) == "int8":
         return recorded
     return GPU_BACKEND if on_gpu(device) else CPU_BACKEND
@@ -44,5 +47,5 @@ def auto_backend(recorded: str | None, device: str | None = None) -> str:
 
 def onnx_encoder_workers(threads: int | None, cores: int | None = None) -> int:
     """Encoder threads that fill the cores when each ONNX call runs on ``threads`` (unset: 1)."""
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_cores()
     return max(1, cores // (threads or 1))

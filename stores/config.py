@@ -76,7 +76,7 @@ class RetrievalConfig(BaseModel):
         ge=1,
         description="encoder threads: calls that may run at once, and how many parts one batch is split "
         "into (unset = torch: 1; ONNX: cores / encoder_threads); a /retrieve server searches that many "
-        "batches at once",
+        "batches at once (one more with ONNX)",
     )
 
     @field_validator("stores", mode="before")

@@ -20,9 +20,11 @@ from parallelsearch.stores.config import DEFAULT_EMBEDDING_MODEL as DEFAULT_MODE
 from parallelsearch.stores.encoder_thread import (
     encoder_workers,
     on_encoder_thread,
+    run_parts_on_encoder_threads,
     split_on_encoder_threads,
     tokenizer_lock,
 )
+from parallelsearch.stores.onnx_encoder import OnnxUnavailableError, pipeline_problem
 
 
 def resolve_model_path(name: str) -> str:
@@ -52,8 +54,9 @@ class Embedder:
     exported from the same model and cached in ``cache_dir``
     (:mod:`parallelsearch.stores.onnx_encoder`).
 
-    Passages go through sentence-transformers' ``encode`` (it sorts long inputs by length
-    to pad less). Queries are short and come a few at a time from the coalescer, so they
+    With torch, passages go through sentence-transformers' ``encode`` (it sorts long inputs
+    by length to pad less) as one call; with ONNX they are split over the encoder threads,
+    dealt out by length. Queries are short and come a few at a time from the coalescer, so they
     take a lean path (preprocess, forward, normalise) that skips ``encode``'s per-call
     bookkeeping (~2 ms of a ~10 ms single-query encode on 2 CPU cores).
     """
@@ -80,11 +83,12 @@ class Embedder:
         self.normalize = normalize
         self.backend = backend
         path = resolve_model_path(model)
-        self._model = _load_model(path, device)
+        # ONNX runs on CPU, and the ONNX session is built from the CPU copy: one copy, not two
+        self._model = _load_model(path, "cpu" if backend != "torch" else device)
         self._onnx: OnnxEncoder | None = None
         if backend != "torch":
             cache = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "parallelsearch-models"
-            self._onnx = _load_onnx(path, str(cache), backend, threads)
+            self._onnx = _onnx_or_why_not(path, str(cache.resolve()), backend, threads)
         self.calls = 0  # number of encoder invocations (benchmarks and coalescing tests read it)
 
     @property
@@ -126,12 +130,14 @@ class Embedder:
         if len(texts) < 2:
             return on_encoder_thread(fn, texts, batch_size)
         order = np.argsort([len(t) for t in texts], kind="stable")
+        run = partial(fn, batch_size=batch_size)
         if deal:
             n = min(encoder_workers(), len(texts))
-            # part i gets order[i::n]: the sizes split_on_encoder_threads cuts (the first len % n parts
-            # get one more), so its contiguous parts are exactly these dealt ones
-            order = np.concatenate([order[i::n] for i in range(n)])
-        parts = split_on_encoder_threads(partial(fn, batch_size=batch_size), [texts[i] for i in order])
+            dealt = [order[i::n] for i in range(n)]
+            parts = run_parts_on_encoder_threads(run, [[texts[j] for j in idx] for idx in dealt])
+            order = np.concatenate(dealt)
+        else:
+            parts = split_on_encoder_threads(run, [texts[i] for i in order])
         vecs = np.concatenate(parts)
         out = np.empty_like(vecs)
         out[order] = vecs
@@ -197,6 +203,30 @@ def _load_model(path: str, device: str | None) -> Any:
     return model
 
 
+_onnx_failures: dict[tuple[str, str, str], OnnxUnavailableError] = {}
+
+
+def _onnx_or_why_not(model_path: str, cache_dir: str, backend: str, threads: int) -> Any:
+    """The ONNX encoder, or :class:`OnnxUnavailableError` saying why this model cannot have one.
+    A failure is remembered per process, so N stores of one model try (and log) it once."""
+    key = (model_path, cache_dir, backend)
+    if key in _onnx_failures:
+        raise _onnx_failures[key]
+    problem = pipeline_problem(_load_model(model_path, "cpu"))
+    try:
+        if problem is not None:
+            raise OnnxUnavailableError(problem)
+        return _load_onnx(model_path, cache_dir, backend, threads)
+    except Exception as e:
+        why = e if isinstance(e, OnnxUnavailableError) else f"{type(e).__name__}: {e}"
+        err = OnnxUnavailableError(
+            f"the {backend} encoder cannot run model {model_path!r}: {why}; use encoder_backend torch "
+            "(--encoder-backend torch)"
+        )
+        _onnx_failures[key] = err
+        raise err from e
+
+
 @lru_cache(maxsize=8)
 def _load_onnx(model_path: str, cache_dir: str, backend: str, threads: int) -> Any:
     """One ONNX Runtime session per (model, backend, threads) per process (export cached on disk)."""
@@ -213,7 +243,8 @@ _shared_lock = threading.Lock()
 def get_embedder(model: str = DEFAULT_MODEL, **kwargs: Any) -> Embedder:
     """The process's shared embedder for ``model`` and these settings (``Embedder``'s keyword
     arguments): stores and searchers built from one configuration share one instance."""
-    key = (model, tuple(sorted((k, str(v)) for k, v in kwargs.items())))
+    norm = {k: Path(v).resolve() if isinstance(v, Path) else v for k, v in kwargs.items()}
+    key = (model, tuple(sorted(norm.items(), key=lambda kv: kv[0])))
     with _shared_lock:
         if key not in _shared:
             _shared[key] = Embedder(model, **kwargs)

@@ -95,8 +95,9 @@ def set_encoder_workers(n: int) -> None:
     one batch encodes while another is being answered, and each batch is split over the
     threads. On 2 cores, 2 threads of 1 took ``/retrieve`` from 147 / 172 to 156 / 214
     queries/s at 8 / 32 clients, while a lone request, on one core, took 13.8 instead of 12.2
-    ms (docs/performance.md). Passage encoding (sentence-transformers' ``encode``) holds the
-    tokenizer lock throughout, so it stays one call at a time. Calls already queued still run.
+    ms (docs/performance.md). torch's passage encoding (sentence-transformers' ``encode``)
+    holds the tokenizer lock throughout, so it stays one call at a time; ONNX's is split too.
+    Calls already queued still run.
     """
     global _executor, _workers
     if n < 1:
@@ -114,6 +115,15 @@ def encoder_workers() -> int:
     return _workers
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container's ``--cpuset-cpus``,
+    Slurm or Ray pinning), not the host's count, which ``os.cpu_count`` gives."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
+        return os.cpu_count() or 1
+
+
 def team_size() -> int | None:
     """Each encoder thread's OpenMP team: :func:`set_encoder_threads`, else ``cores / workers``
     with several workers (two full-width teams on the same cores would mostly wait on each
@@ -121,7 +131,7 @@ def team_size() -> int | None:
     if _threads is not None:
         return _threads
     if _workers > 1:
-        return max(1, (os.cpu_count() or 1) // _workers)
+        return max(1, usable_cores() // _workers)
     return None
 
 
@@ -143,7 +153,7 @@ def on_encoder_thread(fn: Callable[..., T], *args: object) -> T:
 
 
 def split_on_encoder_threads(fn: Callable[[list[T]], R], items: list[T]) -> list[R]:
-    """``fn`` on near-equal parts of ``items``, one part per encoder thread, all at once.
+    """``fn`` on near-equal contiguous parts of ``items``, one part per encoder thread, all at once.
 
     Why: with ``n`` encoder threads of ``cores / n`` OpenMP threads each, one batch on one
     thread leaves the other threads idle unless another batch is waiting, so a lone request
@@ -160,6 +170,16 @@ def split_on_encoder_threads(fn: Callable[[list[T]], R], items: list[T]) -> list
         return [on_encoder_thread(fn, items)]
     size, extra = divmod(len(items), parts)
     bounds = [i * size + min(i, extra) for i in range(parts + 1)]  # the first `extra` parts get one more
-    futures = _submit([(fn, (items[bounds[i] : bounds[i + 1]],)) for i in range(parts)])
+    return run_parts_on_encoder_threads(fn, [items[bounds[i] : bounds[i + 1]] for i in range(parts)])
+
+
+def run_parts_on_encoder_threads(fn: Callable[[list[T]], R], parts: list[list[T]]) -> list[R]:
+    """``fn`` on each of ``parts`` (cut by the caller), each on its own encoder thread, all at
+    once; one result per part, in order. Called from an encoder thread (its siblings may be
+    busy with this batch's caller), the parts run there, one after another. If a part fails,
+    the others are waited for, then the first failure is raised."""
+    if len(parts) <= 1 or getattr(_local, "encoder", False):
+        return [on_encoder_thread(fn, part) for part in parts]
+    futures = _submit([(fn, (part,)) for part in parts])
     wait(futures)
     return [f.result() for f in futures]

@@ -32,6 +32,33 @@ BACKENDS = ("torch", "onnx", "onnx-int8")
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
+class OnnxUnavailableError(RuntimeError):
+    """The model cannot run on ONNX here (the message says why); torch computes its embeddings."""
+
+
+def pipeline_problem(st_model: Any) -> str | None:
+    """Why the export would not reproduce ``st_model``'s embeddings, or None when it would.
+
+    The export is the transformer plus mean pooling (:func:`_export`); a model pooled another
+    way (CLS, max, last token) or with more modules (a Dense layer) would export without error
+    and give different embeddings, so it is refused before that."""
+    names = [type(m).__name__ for m in st_model]
+    if names[:2] != ["Transformer", "Pooling"] or any(n != "Normalize" for n in names[2:]):
+        return f"its modules are {' + '.join(names)}, not Transformer + Pooling (+ Normalize)"
+    pool = st_model[1]
+    mode = getattr(pool, "pooling_mode", None)  # sentence-transformers >= 6; earlier: one flag per mode
+    if mode is None:
+        flags = [
+            k[len("pooling_mode_") :]
+            for k, v in vars(pool).items()
+            if k.startswith("pooling_mode_") and v is True
+        ]
+        mode = flags[0] if len(flags) == 1 else tuple(flags)
+    if mode not in ("mean", "mean_tokens", ("mean",)):
+        return f"its pooling is {mode!r}, not mean"
+    return None
+
+
 def embedding_family(backend: str) -> str:
     """Backends whose embeddings are interchangeable: torch and ONNX fp32 agree to ~1e-7."""
     return "int8" if backend == "onnx-int8" else "fp32"

@@ -7,9 +7,10 @@ other and plateaued at about a third of what the encoder does at its best batch 
 8-64). Here each request's queries join the queue of a serial
 :class:`~parallelsearch.stores.coalesce.BatchCoalescer`: one batch runs at a time, what
 arrives meanwhile leaves together as the next batch (at most ``max_batch`` queries), and
-an idle server sends a lone request at once. With ``concurrent_batches=n`` (the process's
-encoder threads, :func:`~parallelsearch.stores.encoder_thread.set_encoder_workers`) up to
-``n`` batches run at once, so one encodes while the requests of another are answered.
+an idle server sends a lone request at once. With ``concurrent_batches=n`` (the server's
+default: one per encoder thread, plus one with ONNX,
+:func:`~parallelsearch.stores.retrieval_server.default_concurrent_batches`) up to ``n``
+batches run at once, so one encodes while the requests of another are answered.
 
 Requests may ask for different ``topk``: a batch is searched once with the largest ``k``
 in it, and each query's list is cut to its own ``k`` (a Chroma top-k is the prefix of the

@@ -318,6 +318,7 @@ def test_encoder_threads_size_the_encoder_team_and_rollout_actors_default_to_one
         set_encoder_threads(before)
     agent = AgentConfig(retriever_url="http://127.0.0.1:9/retrieve")
     assert agent.encoder_threads == 1
+    assert agent.encoder_workers == 1  # one encoder thread: ONNX would otherwise take every core
     assert agent.retrieval().encoder_threads == 1  # what make_searcher is given
     assert RetrievalConfig().encoder_threads is None  # elsewhere torch's default
     with pytest.raises(ValueError, match="encoder_threads"):

@@ -11,6 +11,7 @@ from conftest import needs_data
 
 from parallelsearch.stores import ChromaStore, ModelMismatchError, ingest
 from parallelsearch.stores.embedders import Embedder
+from parallelsearch.stores.onnx_encoder import OnnxUnavailableError
 
 QUERIES = ["Scott Derrickson", "Were Scott Derrickson and Ed Wood of the same nationality?", "Tyler Bates"]
 PASSAGES = ["Ed Wood was an American filmmaker. " * 20, "short", "Woodson is a town in Arkansas."]
@@ -21,14 +22,11 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("models")
 
 
-@pytest.fixture
-def restore_workers():
-    """Put the process's encoder thread count back (other tests share it)."""
-    from parallelsearch.stores import encoder_thread
-
-    workers = encoder_thread.encoder_workers()
-    yield
-    encoder_thread.set_encoder_workers(workers)
+@pytest.fixture(autouse=True)
+def _no_gpu_visible(monkeypatch):
+    """What ``auto`` picks depends on whether torch sees CUDA: these tests state the CPU case
+    (a GPU host runs them too), and the GPU tests say so themselves."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +124,10 @@ def test_auto_backend_runs_fp32_on_torch_on_a_gpu(monkeypatch):
     assert backend_choice.onnx_encoder_workers(None, cores=8) == 8
     assert backend_choice.onnx_encoder_workers(2, cores=8) == 4
     assert backend_choice.onnx_encoder_workers(4, cores=2) == 1
+    with pytest.raises(
+        ValueError, match="records encoder backend 'onnx-fp16', which this version does not know"
+    ):
+        backend_choice.auto_backend("onnx-fp16", "cpu")
 
 
 def test_make_embedder_on_a_gpu_device(monkeypatch, cache):
@@ -145,13 +147,11 @@ def test_make_embedder_on_a_gpu_device(monkeypatch, cache):
     for backend in ("onnx", "onnx-int8"):
         with pytest.raises(ValueError, match=f"encoder backend '{backend}' runs on CPU only.*'cuda:0'"):
             factory.make_embedder(cfg.model_copy(update={"encoder_backend": backend}), device="cuda:0")
-    with pytest.raises(ValueError, match="'onnx-int8' runs on CPU only"):
+    with pytest.raises(ValueError, match="'onnx-int8' runs on CPU only.*int8 embeddings have no GPU engine"):
         factory.make_embedder(cfg, "onnx-int8", device="cuda")  # auto, but int8 has no GPU engine here
 
 
-def test_auto_falls_back_to_torch_when_onnx_cannot_run_the_model(
-    monkeypatch, caplog, tmp_path, restore_workers
-):
+def test_auto_falls_back_to_torch_when_onnx_cannot_run_the_model(monkeypatch, caplog, tmp_path):
     from parallelsearch.graphs.factory import make_embedder
     from parallelsearch.stores import RetrievalConfig, embedders
 
@@ -162,33 +162,56 @@ def test_auto_falls_back_to_torch_when_onnx_cannot_run_the_model(
     cfg = RetrievalConfig(model_cache_dir=tmp_path)  # a cache no shared embedder was made for
     with caplog.at_level("WARNING"):
         assert make_embedder(cfg).backend == "torch"
-    assert (
-        "ONNX could not run 'all-MiniLM-L6-v2' (RuntimeError: this model has no ONNX export); using torch"
-        in caplog.text
-    )
-    with pytest.raises(RuntimeError, match="no ONNX export"):
+        assert make_embedder(cfg).backend == "torch"  # a second store of the model: not tried again
+    assert caplog.text.count("this model has no ONNX export") == 1, caplog.text
+    assert "the onnx encoder cannot run model" in caplog.text and "using torch" in caplog.text
+    with pytest.raises(OnnxUnavailableError, match="RuntimeError: this model has no ONNX export"):
         make_embedder(cfg.model_copy(update={"encoder_backend": "onnx"}))
 
 
-def test_onnx_fills_the_cores_with_encoder_threads_unless_told(cache, restore_workers):
-    import os
+def test_onnx_refuses_a_model_it_would_export_wrongly(monkeypatch, caplog, tmp_path):
+    """A CLS-pooled model would export without error and give other embeddings: refused by
+    name, and auto runs it on torch."""
+    from parallelsearch.graphs.factory import make_embedder
+    from parallelsearch.stores import RetrievalConfig
+    from parallelsearch.stores.embedders import _load_model, resolve_model_path
+    from parallelsearch.stores.onnx_encoder import pipeline_problem
 
+    model = _load_model(resolve_model_path("all-MiniLM-L6-v2"), "cpu")
+    assert pipeline_problem(model) is None
+    monkeypatch.setattr(model[1], "pooling_mode", "cls")
+    assert pipeline_problem(model) == "its pooling is 'cls', not mean"
+    with caplog.at_level("WARNING"):
+        assert make_embedder(RetrievalConfig(model_cache_dir=tmp_path)).backend == "torch"
+    assert "its pooling is 'cls', not mean; use encoder_backend torch" in caplog.text
+    assert not list(tmp_path.rglob("*.onnx")), "nothing is exported for a model the export cannot reproduce"
+    with pytest.raises(OnnxUnavailableError, match="'cls'"):
+        Embedder(backend="onnx", cache_dir=tmp_path / "other")
+
+
+def test_onnx_fills_the_cores_with_encoder_threads_unless_told(cache, monkeypatch):
     from parallelsearch.graphs.factory import make_embedder
     from parallelsearch.stores import RetrievalConfig, encoder_thread
+    from parallelsearch.stores.backend_choice import onnx_encoder_workers
 
+    cores = encoder_thread.usable_cores()
     cfg = RetrievalConfig(model_cache_dir=cache)
     make_embedder(cfg.model_copy(update={"encoder_workers": 1}))
     assert encoder_thread.encoder_workers() == 1
     assert make_embedder(cfg).backend == "onnx"
-    assert encoder_thread.encoder_workers() == os.cpu_count()
-    make_embedder(cfg.model_copy(update={"encoder_threads": os.cpu_count()}))
+    assert encoder_thread.encoder_workers() == cores
+    make_embedder(cfg.model_copy(update={"encoder_threads": cores}))
     assert encoder_thread.encoder_workers() == 1
+    # the cores this process may use, not the host's: a container pinned to 2 of 64 cores
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 5})
+    monkeypatch.setattr("os.cpu_count", lambda: 64)
+    assert encoder_thread.usable_cores() == 2 and onnx_encoder_workers(None) == 2
     encoder_thread.set_encoder_workers(1)
     make_embedder(cfg.model_copy(update={"encoder_backend": "torch"}))  # torch: one team, as before
     assert encoder_thread.encoder_workers() == 1
 
 
-def test_onnx_passages_split_over_encoder_threads_match_one_call(cache, restore_workers):
+def test_onnx_passages_split_over_encoder_threads_match_one_call(cache, monkeypatch):
     """Passages dealt out by length to 2 and 3 encoder threads come back in order, equal to one call."""
     from parallelsearch.stores import encoder_thread
 
@@ -201,6 +224,16 @@ def test_onnx_passages_split_over_encoder_threads_match_one_call(cache, restore_
         calls = onnx.calls
         assert np.abs(onnx.encode_passages(texts, batch_size=4) - one).max() < 1e-5
         assert onnx.calls == calls + 1
+    # each encoder thread gets every n-th passage in order of length: parts of equal work
+    parts = []
+    real = encoder_thread.run_parts_on_encoder_threads
+    monkeypatch.setattr(
+        "parallelsearch.stores.embedders.run_parts_on_encoder_threads",
+        lambda fn, ps: parts.extend(ps) or real(fn, ps),
+    )
+    onnx.encode_passages(texts, batch_size=4)
+    by_length = sorted(texts, key=len)
+    assert parts == [by_length[i::3] for i in range(3)]
 
 
 def test_index_adds_to_a_store_with_the_backend_it_records(tmp_path, monkeypatch, capsys, int8, cache):

@@ -217,7 +217,7 @@ def test_encoder_workers_flow_from_flag_to_the_retrieve_batcher(restore_encoder)
     assert encoder_thread.encoder_workers() == 2
     app = create_retrieval_app(_HeldSearcher(1))
     assert app.state.batcher._coalescer._max_in_flight == 2
-    make_embedder(RetrievalConfig())  # unset leaves the pool as it is
+    make_embedder(RetrievalConfig(encoder_backend="torch"))  # unset leaves torch's pool as it is
     assert encoder_thread.encoder_workers() == 2
     with pytest.raises(ValueError, match="encoder_workers"):
         RetrievalConfig(encoder_workers=0)

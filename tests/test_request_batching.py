@@ -206,10 +206,20 @@ def test_batches_at_once_default_to_encoder_threads_plus_one_with_onnx():
         encoder_thread.set_encoder_workers(before)
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--concurrent-batches", "0"), ("--max-batch", "-1")])
-def test_serve_retriever_refuses_bad_batching_flags_before_opening_the_store(flag, value, capsys):
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--concurrent-batches", "0"], "--concurrent-batches must be >= 1, got 0"),
+        (["--max-batch", "-1"], "--max-batch must be >= 0, got -1"),
+        (["--max-batch", "0", "--concurrent-batches", "2"], "--concurrent-batches needs batching"),
+    ],
+)
+def test_serve_retriever_refuses_bad_batching_flags_before_opening_the_store(flags, message, capsys):
+    import os
+
     from parallelsearch.cli import main
 
-    assert main(["serve-retriever", "--store", "no-such-store", flag, value]) == 2
-    least = 1 if flag == "--concurrent-batches" else 0
-    assert f"{flag} must be >= {least}, got {value}" in capsys.readouterr().err
+    spin = os.environ.get("GOMP_SPINCOUNT")
+    assert main(["serve-retriever", "--store", "no-such-store", *flags]) == 2
+    assert message in capsys.readouterr().err
+    assert os.environ.get("GOMP_SPINCOUNT") == spin, "refused before touching the process's OpenMP settings"
