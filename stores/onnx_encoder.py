@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,12 @@ def _export(model_path: str, out: Path) -> None:
 
     sample = st_model.preprocess(["an example query", "a second, longer example query"])
     axes = {name: {0: "batch", 1: "tokens"} for name in _INPUTS}
-    with torch.inference_mode(False), torch.no_grad():
+    # The tracer warns about the attention code's Python branches; they take the same path for
+    # every input shape here (tests/test_encoder_backends.py compares the embeddings at several
+    # lengths and batch sizes), so the warnings would only alarm a user's first `index`.
+    with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", message="Exporting aten::index operator")
         torch.onnx.export(
             MeanPooled().eval(),
             tuple(sample[name] for name in _INPUTS),
