@@ -45,7 +45,6 @@ from parallelsearch.stores.retrieval_client import RetrieverClient
 from parallelsearch.stores.store_lock import StoreWriteLock
 
 log = logging.getLogger(__name__)
-_warned: set[str] = set()
 
 
 def make_embedder(cfg: RetrievalConfig, backend: str | None = None, *, device: str | None = None) -> Embedder:
@@ -103,21 +102,22 @@ def _new_embedder(cfg: RetrievalConfig, backend: str, device: str | None, *, fal
     except OnnxUnavailableError as e:
         if not fall_back:
             raise
-        if str(e) not in _warned:  # once per model and cache: N stores of one model, one warning
-            _warned.add(str(e))
+        if not e.reported:  # the same error comes back for every store of the model: warn once
+            e.reported = True
             log.warning("encoder backend auto: %s; using torch (the same embeddings)", e)
         return _new_embedder(cfg, "torch", device, fall_back=False)
 
 
-def resolve_backend(cfg: RetrievalConfig, client: Any, name: str, device: str | None = None) -> str:
+def resolve_backend(cfg: RetrievalConfig, client: Any, name: str) -> str:
     """The encoder backend for store ``name``: the configured one, or with ``auto`` the fastest
-    engine on ``device`` for the embedding family the store records (a new store: fp32), see
-    :func:`~parallelsearch.stores.backend_choice.auto_backend`."""
+    engine here for the embedding family the store records (a new store: fp32), see
+    :func:`~parallelsearch.stores.backend_choice.auto_backend` (:func:`make_embedder` chooses
+    again for an explicit device)."""
     if cfg.encoder_backend != "auto":
         return cfg.encoder_backend
     recorded = store_backend(client, name)
     try:
-        return auto_backend(recorded, device)
+        return auto_backend(recorded)
     except ValueError as e:
         raise ValueError(f"store {name!r} at {cfg.location()}: {e}") from e
 

@@ -244,7 +244,7 @@ def get_embedder(model: str = DEFAULT_MODEL, **kwargs: Any) -> Embedder:
     """The process's shared embedder for ``model`` and these settings (``Embedder``'s keyword
     arguments): stores and searchers built from one configuration share one instance."""
     norm = {k: Path(v).resolve() if isinstance(v, Path) else v for k, v in kwargs.items()}
-    key = (model, tuple(sorted(norm.items(), key=lambda kv: kv[0])))
+    key = (model, tuple(sorted(norm.items())))
     with _shared_lock:
         if key not in _shared:
             _shared[key] = Embedder(model, **kwargs)

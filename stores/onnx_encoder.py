@@ -34,7 +34,10 @@ _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class OnnxUnavailableError(RuntimeError):
-    """The model cannot run on ONNX here (the message says why); torch computes its embeddings."""
+    """The model cannot run on ONNX here (the message says why); torch computes its embeddings.
+    One instance per model is raised again for every later try (``reported``: already logged)."""
+
+    reported = False
 
 
 def pipeline_problem(st_model: Any) -> str | None:

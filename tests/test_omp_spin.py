@@ -44,34 +44,34 @@ def test_after_torch_loaded_it_says_it_is_too_late_instead_of_pretending():
     assert out.startswith("None |") and "OpenMP was already loaded" in out
 
 
-def test_serve_retriever_sets_it_before_the_store_loads_torch():
-    """The CLI path: the spin count is in the environment by the time the store is opened."""
+def _spin_seen_by(replace: str, argv: list[str]) -> str:
+    """Run the CLI with ``argv`` in a fresh process, where ``replace`` swaps the part that
+    would load torch for ``probe`` (no model is loaded); what the probe saw of GOMP_SPINCOUNT."""
     code = (
-        "import os\n"
-        "import parallelsearch.graphs.factory as f\n"
-        "def stop(*a, **k):\n"
+        "import os, sys, types\n"
+        "def probe(*a, **k):\n"
         "    print('spin:', os.environ.get('GOMP_SPINCOUNT'))\n"
         "    raise SystemExit(0)\n"
-        "f.make_store = stop\n"
+        f"{replace}"
         "from parallelsearch.cli import main\n"
-        "main(['serve-retriever', '--store', 'x'])\n"
+        f"main({argv!r})\n"
     )
     proc = _python(code)
-    assert "spin: 1000" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "spin:" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    return proc.stdout.split("spin:")[1].split()[0]
+
+
+def test_serve_retriever_sets_it_before_the_store_loads_torch():
+    """The CLI path: the spin count is in the environment by the time the store is opened."""
+    replace = "import parallelsearch.graphs.factory as f\nf.make_store = probe\n"
+    assert _spin_seen_by(replace, ["serve-retriever", "--store", "x"]) == "1000"
 
 
 def test_serve_sets_it_before_the_app_loads_torch():
-    """The LangServe CLI path, with the app factory replaced by a probe (no model is loaded)."""
-    code = (
-        "import os, sys, types\n"
-        "probe = types.ModuleType('parallelsearch.server')\n"
-        "def create_app(*a, **k):\n"
-        "    print('spin:', os.environ.get('GOMP_SPINCOUNT'))\n"
-        "    raise SystemExit(0)\n"
-        "probe.create_app = create_app\n"
-        "sys.modules['parallelsearch.server'] = probe\n"
-        "from parallelsearch.cli import main\n"
-        "main(['serve'])\n"
+    """The LangServe CLI path, with the app factory replaced by a probe module."""
+    replace = (
+        "server = types.ModuleType('parallelsearch.server')\n"
+        "server.create_app = probe\n"
+        "sys.modules['parallelsearch.server'] = server\n"
     )
-    proc = _python(code)
-    assert "spin: 1000" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert _spin_seen_by(replace, ["serve"]) == "1000"
