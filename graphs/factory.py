@@ -32,7 +32,6 @@ from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.stores.backend_choice import auto_backend, on_gpu, onnx_encoder_workers
 from parallelsearch.stores.chroma_store import (
     ChromaStore,
-    list_stores,
     make_client,
     store_backend,
     validate_store_name,
@@ -40,6 +39,7 @@ from parallelsearch.stores.chroma_store import (
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.embedders import Embedder, get_embedder
 from parallelsearch.stores.encoder_thread import set_encoder_threads, set_encoder_workers
+from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, StoreLocation, list_stores
 from parallelsearch.stores.onnx_encoder import OnnxUnavailableError, embedding_family
 from parallelsearch.stores.retrieval_client import RetrieverClient
 from parallelsearch.stores.store_lock import StoreWriteLock
@@ -198,12 +198,25 @@ def writing_store(
             raise
 
 
-def describe_stores(cfg: RetrievalConfig) -> list[dict[str, Any]]:
-    """Name, count, model and location of every store where ``cfg`` says stores live."""
+def store_location(cfg: RetrievalConfig) -> StoreLocation:
+    """Where ``cfg`` says stores live, as the isolated store reader opens it."""
+    if not cfg.chroma_host and cfg.chroma_path is None:
+        raise ValueError("no store location: set chroma_path (embedded store) or chroma_host (Chroma server)")
+    return StoreLocation(path=cfg.chroma_path, host=cfg.chroma_host, port=cfg.chroma_port)
+
+
+def describe_stores(
+    cfg: RetrievalConfig, *, timeout_s: float = DEFAULT_READ_TIMEOUT_S
+) -> list[dict[str, Any]]:
+    """Name, count, model and location of every store where ``cfg`` says stores live.
+
+    Read in a child process: a store that crashes or hangs Chroma is listed with an ``error``
+    instead of taking the listing (and every healthy store in it) down.
+    """
     if not cfg.chroma_host and (cfg.chroma_path is None or not cfg.chroma_path.exists()):
         return []
     location = cfg.location()
-    return [dict(row, location=location) for row in list_stores(make_chroma_client(cfg))]
+    return [dict(row, location=location) for row in list_stores(store_location(cfg), timeout_s=timeout_s)]
 
 
 def make_searcher(cfg: RetrievalConfig) -> Searcher:

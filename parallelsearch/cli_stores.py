@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from parallelsearch.cli_common import (
     add_chroma_args,
@@ -17,6 +18,10 @@ from parallelsearch.cli_common import (
     to_stderr,
 )
 from parallelsearch.cli_index import add_index_scale_args, cmd_index_vectors, index_embedder_for, index_pool
+from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, check_store
+
+if TYPE_CHECKING:
+    from parallelsearch.stores.chroma_store import StoreCheck
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "corrupted by concurrent writers), report them, add nothing and exit 1 (index FILES into a new "
         "store instead); without FILES: only check",
     )
+    add_read_timeout_arg(p)
     add_lock_args(p)
     add_index_scale_args(p)
     add_hnsw_args(p)
@@ -65,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="read every vector of store NAME back and report missing or unreadable ones (exit 1 if any)",
     )
+    add_read_timeout_arg(p)
     p.add_argument("--store", help="with --set-ef-search: the store to change")
     p.add_argument(
         "--set-ef-search",
@@ -105,6 +112,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_serve_retriever)
 
 
+def add_read_timeout_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=DEFAULT_READ_TIMEOUT_S,
+        metavar="S",
+        help="stores are read in a child process: a store whose reader crashes, or is silent for S "
+        f"seconds, is reported as corrupt (default {DEFAULT_READ_TIMEOUT_S:g})",
+    )
+
+
+def report_check(check: StoreCheck, *, as_json: bool = False, note: str = "") -> int:
+    """Print a store check (and ``note`` and the repair when it failed); exit code 0 ok, 1 corrupt."""
+    if as_json:
+        print(json.dumps({**check.__dict__, "ok": check.ok}, indent=2))
+    else:
+        print(check.summary())
+    if not check.ok:
+        print(f"store {check.store} is corrupt: {note}{check.repair()}", file=sys.stderr)
+    return 0 if check.ok else 1
+
+
 def cmd_prepare(args: argparse.Namespace) -> int:
     from parallelsearch.data import prepare, write_prepared
     from parallelsearch.stores.jsonfiles import SkipReport
@@ -126,7 +155,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def cmd_index(args: argparse.Namespace) -> int:
     from parallelsearch.cli_index import limit_kwargs
-    from parallelsearch.graphs.factory import writing_store
+    from parallelsearch.graphs.factory import store_location, writing_store
     from parallelsearch.stores.ingest import ingest
     from parallelsearch.stores.jsonfiles import expand_paths
 
@@ -148,18 +177,13 @@ def cmd_index(args: argparse.Namespace) -> int:
         index_pool(args, store.embedder) as pool,
     ):
         if args.verify:
-            check = store.verify(progress=not args.no_progress)
-            print(check.summary())
+            # read in a child while this process holds the writer lock and has not loaded the index
+            check = check_store(
+                store_location(cfg), store.name, timeout_s=args.read_timeout, progress=not args.no_progress
+            )
             if not check.ok:
-                # Chroma 1.x cannot repair a collection in place (deleting or updating an id whose
-                # vector is gone breaks every later read), and a copy into a new collection in the
-                # same process lost passages from search: a fresh store is the repair that holds.
-                print(
-                    f"store {store.name} is corrupt: nothing was added. Index the files it came from into a "
-                    f"new store (parallelsearch index --store {store.name}-new FILES) and search that one",
-                    file=sys.stderr,
-                )
-                return 1
+                return report_check(check, note="nothing was added. ")
+            print(check.summary())
             if not files:
                 return 0
         rep = ingest(
@@ -185,15 +209,12 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def cmd_stores(args: argparse.Namespace) -> int:
-    from parallelsearch.graphs.factory import describe_stores, make_store
+    from parallelsearch.graphs.factory import describe_stores, store_location
 
     if args.check:
-        check = make_store(settings_from_args(args).retrieval(), args.check).verify()
-        if args.json:
-            print(json.dumps({**check.__dict__, "ok": check.ok}, indent=2))
-        else:
-            print(check.summary())
-        return 0 if check.ok else 1
+        cfg = settings_from_args(args).retrieval()
+        check = check_store(store_location(cfg), args.check, timeout_s=args.read_timeout, progress=False)
+        return report_check(check, as_json=args.json)
     if args.set_ef_search is not None:
         from parallelsearch.graphs.factory import make_chroma_client
         from parallelsearch.stores.hnsw import set_ef_search
@@ -205,17 +226,27 @@ def cmd_stores(args: argparse.Namespace) -> int:
         if args.store not in {getattr(c, "name", c) for c in client.list_collections()}:
             raise LookupError(f"no store named {args.store!r} at {cfg.location()}")
         set_ef_search(client.get_collection(args.store), args.set_ef_search)
-    rows = describe_stores(settings_from_args(args).retrieval())
+    rows = describe_stores(settings_from_args(args).retrieval(), timeout_s=args.read_timeout)
+    broken = [r for r in rows if r.get("error")]
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
+    elif not rows:
         print("no stores yet (index one with: parallelsearch index --store NAME FILE...)")
-        return 0
     for r in rows:
+        if args.json:
+            break
+        if r.get("error"):
+            print(f"{r['name']}\tCORRUPT: {r['error']}\t{r['location']}")
+            continue
         hnsw = " ".join(f"{k}={v}" for k, v in (r.get("hnsw") or {}).items())
         print(f"{r['name']}\t{r['count']}\t{r['model']} ({r['encoder_backend']})\t{hnsw}\t{r['location']}")
-    return 0
+    from parallelsearch.stores.chroma_store import StoreCheck
+
+    for r in broken:
+        print(
+            f"store {r['name']} is corrupt: {StoreCheck(store=r['name'], count=-1).repair()}", file=sys.stderr
+        )
+    return 1 if broken else 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
