@@ -40,7 +40,7 @@ log = logging.getLogger("parallelsearch.server")
 
 #: LangServe's operations that run the graph (each also under ``/c/{config_hash}/``)
 GRAPH_OPS = frozenset({"invoke", "batch", "stream", "stream_events", "stream_log"})
-OPEN_PATHS = frozenset({"/health", "/ui"})
+OPEN_PATHS = frozenset({"/health", "/ui", "/ui/examples"})
 
 
 def graph_call(method: str, path: str, routes: frozenset[str] | set[str]) -> str | None:
@@ -57,8 +57,11 @@ def graph_call(method: str, path: str, routes: frozenset[str] | set[str]) -> str
     return None
 
 
-def check_payload(op: str, payload: Any, settings: Settings) -> tuple[int, str] | None:
-    """Why a graph call's body cannot be run (status, message), or None."""
+def check_payload(
+    op: str, payload: Any, settings: Settings, *, needs_gold: bool = False
+) -> tuple[int, str] | None:
+    """Why a graph call's body cannot be run (status, message), or None. ``needs_gold``: the
+    served policy is the oracle, which cannot run a question without golden answers."""
     if not isinstance(payload, dict):
         return 422, "the request body must be a JSON object"
     if op == "batch":
@@ -85,17 +88,34 @@ def check_payload(op: str, payload: Any, settings: Settings) -> tuple[int, str] 
         meta = item.get("metadata")
         if meta is not None and not isinstance(meta, dict):
             return 422, "'metadata' must be an object"
+        if needs_gold and not (meta or {}).get("golden_answers"):
+            return 422, ORACLE_NEEDS_GOLD_SERVED
     return None
+
+
+ORACLE_NEEDS_GOLD_SERVED = (
+    "this server runs the oracle policy, which plans and answers from a question's dataset annotations: "
+    "send metadata with golden_answers (and supporting_titles), pick one of the example questions on /ui, "
+    "or start the server with a real model (parallelsearch serve --policy openai:MODEL@URL or chat:PROVIDER:MODEL)"
+)
 
 
 class RequestGuard:
     """API key, body limits, input checks, admission and error ids (see the module docstring)."""
 
-    def __init__(self, app: Any, settings: Settings, admission: AdmissionQueue, routes: set[str]):
+    def __init__(
+        self,
+        app: Any,
+        settings: Settings,
+        admission: AdmissionQueue,
+        routes: set[str],
+        needs_gold: bool = False,
+    ):
         self.app = app
         self.s = settings
         self.admission = admission
         self.routes = frozenset(routes)
+        self.needs_gold = needs_gold
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -119,7 +139,7 @@ class RequestGuard:
             if op is not None:
                 if parsed.error or not body:
                     return await json_reply(send, 400, parsed.error or "malformed JSON: the body is empty")
-                problem = check_payload(op, parsed.value, self.s)
+                problem = check_payload(op, parsed.value, self.s, needs_gold=self.needs_gold)
                 if problem:
                     return await json_reply(send, *problem)
             scope, receive = replaying(scope, parsed.raw, receive)

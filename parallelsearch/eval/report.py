@@ -180,6 +180,8 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
             "",
             f"Each policy turn costs a simulated {1000 * run['turn_delay_s']:.0f} ms of generation time.",
         ]
+    if run.get("latency"):
+        md += ["", f"How latency was measured: {run['latency']}."]
     md += ["", "## EM by split (paper Table 2 layout)", ""]
     md += _table(
         ["graph", *SPLITS],
