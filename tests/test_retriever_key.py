@@ -19,13 +19,13 @@ import sys
 import httpx
 import pytest
 from conftest import free_port, needs_data
-from serving import BIN, SCRIPT, ServerProcess, copy_store, script_file, server_env
+from serving import BIN, SCRIPT, ServerProcess, copy_store, record, script_file, server_env
 
 from parallelsearch.cli import main
 from parallelsearch.stores import RetrieverAuthError, RetrieverClient
 from parallelsearch.stores.api_key import bind_problem, is_loopback, key_problem
 
-pytestmark = needs_data
+pytestmark = [needs_data, pytest.mark.serving]
 
 KEY = "rk-" + secrets.token_hex(16)
 KEY_VAR = "PARALLELSEARCH_RETRIEVER_API_KEY"
@@ -34,16 +34,21 @@ BODY = {"queries": ["Scott Derrickson", "Ed Wood"], "topk": 2, "return_scores": 
 
 
 @pytest.fixture(scope="module")
-def keyed(hotpot_store, tmp_path_factory):
+def keyed(hotpot_store, tmp_path_factory, _model_cache):
     """``serve-retriever`` over a copy of the store, its key from the setting (off the process list)."""
     tmp = tmp_path_factory.mktemp("keyed")
     store_dir = copy_store(hotpot_store, tmp / "chroma")
     port = free_port()
-    env = server_env(PARALLELSEARCH_HOME=str(tmp / "home"), PARALLELSEARCH_CHROMA_PATH=str(store_dir))
+    env = server_env(
+        PARALLELSEARCH_HOME=str(tmp / "home"),
+        PARALLELSEARCH_CHROMA_PATH=str(store_dir),
+        PARALLELSEARCH_MODEL_CACHE_DIR=str(_model_cache),  # the session's exported ONNX encoder
+    )
     env[KEY_VAR] = KEY
     cmd = [str(BIN / "parallelsearch"), "serve-retriever", "--store", hotpot_store.name, "--port", str(port)]
     srv = ServerProcess(cmd, env=env, cwd=tmp, log=tmp / "retriever.log", port=port, ready_path="/health")
     srv.start()
+    record("parallelsearch serve-retriever (API key): start until /health", srv.ready_s)
     try:
         yield srv
     finally:
