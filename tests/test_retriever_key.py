@@ -368,3 +368,20 @@ def test_the_setting_is_a_secret_everywhere_it_is_shown(monkeypatch):
     monkeypatch.setenv(KEY_VAR, "  ")
     assert get_settings().retriever_api_key is None  # an empty setting is no key
     assert RetrievalConfig(retriever_api_key=1234).retriever_api_key.get_secret_value() == "1234"
+
+
+def test_the_search_guard_stops_on_a_refused_key_at_the_first_attempt():
+    """Other searcher failures become an error entry after a retry; a refused key is raised at once."""
+    from parallelsearch.agents.searchers import guarded_search
+
+    class Refusing:
+        calls = 0
+
+        async def asearch(self, query, k=3):
+            self.calls += 1
+            raise RetrieverAuthError("http://h/retrieve answered 401: no API key was sent")
+
+    searcher = Refusing()
+    with pytest.raises(RetrieverAuthError):
+        asyncio.run(guarded_search(searcher, "q", 1, retries=3, backoff_s=0))
+    assert searcher.calls == 1
