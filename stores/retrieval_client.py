@@ -87,13 +87,11 @@ class RetrieverClient:
         self.backoff_s = backoff_s
         self.name = name or self.base
         self.requests = 0
-        self._api_key = api_key if isinstance(api_key, SecretStr) or api_key is None else SecretStr(api_key)
-        self._headers: dict[str, bytes] = {}
-        if self._api_key is not None:
-            value = self._api_key.get_secret_value().strip()
-            if not value.isprintable():  # a header cannot carry a line break; h11 would echo it
-                raise ValueError("the retriever API key holds a control character (a line break?)")
-            self._headers["X-API-Key"] = value.encode("utf-8")
+        value = (api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key or "").strip()
+        if not value.isprintable():  # a header cannot carry a line break; h11 would echo it
+            raise ValueError("the retriever API key holds a control character (a line break?)")
+        self._api_key = SecretStr(value) if value else None  # an empty key is no key
+        self._headers: dict[str, bytes] = {"X-API-Key": value.encode("utf-8")} if value else {}
         self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(
             self._batch_for_key, coalesce_window_s
         )
