@@ -308,6 +308,7 @@ def run(
         "PARALLELSEARCH_CHROMA_PATH": str(store_dir),
     }
     env.pop("PARALLELSEARCH_SERVER_API_KEY", None)
+    env.pop("PARALLELSEARCH_RETRIEVER_API_KEY", None)
     cli = str(BIN / "parallelsearch")
     rp, ap = free_port(), free_port()
     retriever = Server(

@@ -223,7 +223,11 @@ def make_searcher(cfg: RetrievalConfig) -> Searcher:
     """What the graphs search: a ``/retrieve`` server, one store, or several with routing."""
     if cfg.searcher_kind() == "remote":
         assert cfg.retriever_url is not None
-        return RemoteSearcher(RetrieverClient(cfg.retriever_url, timeout_s=cfg.retriever_timeout_s))
+        return RemoteSearcher(
+            RetrieverClient(
+                cfg.retriever_url, timeout_s=cfg.retriever_timeout_s, api_key=cfg.retriever_api_key
+            )
+        )
     client = make_chroma_client(cfg)
     embedders: dict[str, Embedder] = {}  # one per backend: the stores may have been built differently
     searchers = {}

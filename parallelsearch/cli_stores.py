@@ -12,6 +12,8 @@ from parallelsearch.cli_common import (
     add_hnsw_args,
     add_lock_args,
     add_model_arg,
+    add_server_key_args,
+    bind_refused,
     clean_text_arg,
     hnsw_from_args,
     settings_from_args,
@@ -22,6 +24,8 @@ from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, check_st
 
 if TYPE_CHECKING:
     from parallelsearch.stores.chroma_store import StoreCheck
+
+RETRIEVER_KEY_SETTING = "PARALLELSEARCH_RETRIEVER_API_KEY"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -93,8 +97,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("serve-retriever", help="serve a store over Search-R1's /retrieve protocol")
     p.add_argument("--store", required=True)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="bind address (default 127.0.0.1: local only; any other needs a key or --insecure-no-key)",
+    )
     p.add_argument("--port", type=int, default=8000)
+    add_server_key_args(p, dest="retriever_api_key", setting=RETRIEVER_KEY_SETTING)
     p.add_argument("--topk", type=int, default=3, help="default top-k when a request omits it")
     p.add_argument(
         "--max-batch",
@@ -276,15 +285,18 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    cfg = settings_from_args(args).retrieval()
+    if bind_refused(args, cfg.retriever_api_key is not None, RETRIEVER_KEY_SETTING):
+        return 2
     spin = let_idle_threads_sleep()  # before torch loads (stores/omp_spin.py)
     from parallelsearch.graphs.factory import make_store
     from parallelsearch.stores.encoder_thread import encoder_workers, team_size
     from parallelsearch.stores.retrieval_server import create_retrieval_app, run_server
 
-    cfg = settings_from_args(args).retrieval()
     store = make_store(cfg, args.store)
     batching = {k: v for k in ("max_batch", "concurrent_batches") if (v := getattr(args, k)) is not None}
-    app = create_retrieval_app(store, default_topk=args.topk, **batching)
+    key = cfg.retriever_api_key.get_secret_value() if cfg.retriever_api_key is not None else None
+    app = create_retrieval_app(store, default_topk=args.topk, api_key=key, **batching)
     batcher = app.state.batcher
     engine = store.embedder.backend
     threads = (team_size() or "all cores") if engine == "torch" else (cfg.encoder_threads or 1)
@@ -296,5 +308,8 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     )
     print(f"encoder: {engine}, {encoder_workers()} encoder thread(s) x {threads}; {batches}")
     print(f"OpenMP: {spin}")
+    print(
+        f"API key: {'required on every route but /health' if key else 'none (anyone who reaches the port)'}"
+    )
     run_server(app, args.host, args.port)
     return 0

@@ -3,7 +3,8 @@
 Pure ASGI middleware (``app.add_middleware(RequestGuard, ...)``), so streaming passes
 untouched. For each HTTP request, in this order:
 
-1. the optional API key (``X-API-Key``; ``/health`` and ``/ui`` stay open): 401;
+1. the optional API key (``X-API-Key`` or ``Authorization: Bearer``, compared in constant time,
+   :mod:`parallelsearch.stores.api_key`; ``/health`` and ``/ui`` stay open): 401;
 2. a request with a body: size- and depth-limited before parsing, invalid Unicode
    replaced (:mod:`parallelsearch.stores.asgi_guard`): 413 / 400;
 3. a graph call, i.e. a POST to ``/{route}/{op}`` or its config-hash variant
@@ -25,6 +26,7 @@ from typing import Any
 
 from parallelsearch.admission import AdmissionQueue, ClientGone, Refused
 from parallelsearch.settings import Settings
+from parallelsearch.stores.api_key import key_problem, refuse
 from parallelsearch.stores.asgi_guard import (
     BODY_METHODS,
     SCOPE_JSON,
@@ -126,9 +128,9 @@ class RequestGuard:
         path: str = scope["path"]
         client_receive = receive  # the replayed body is for the app; disconnects come from here
         if self.s.server_api_key and path not in OPEN_PATHS:
-            headers = dict(scope.get("headers") or [])
-            if headers.get(b"x-api-key", b"").decode("latin-1") != self.s.server_api_key:
-                return await json_reply(send, 401, "missing or wrong API key (header X-API-Key)")
+            problem = key_problem(scope.get("headers") or [], self.s.server_api_key)
+            if problem:
+                return await refuse(send, problem)
         op = graph_call(scope["method"], path, self.routes)
         if scope["method"] in BODY_METHODS:
             try:

@@ -8,6 +8,10 @@ Several Ray actors run episodes at once on different machines: they must share O
 retriever, either a ``/retrieve`` server (``retriever_url``) or a Chroma server
 (``chroma_host``/``chroma_port`` + ``store``). An embedded store (``chroma_path``) is
 accepted only for single-process debugging.
+
+A keyed ``/retrieve`` server's key is ``retriever_api_key`` in the file or, when the file
+has none, ``PARALLELSEARCH_RETRIEVER_API_KEY`` in the actor's environment (the way that
+keeps it out of files).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from parallelsearch.rl.rewards import RewardMode
 from parallelsearch.stores.config import RetrievalConfig
 
 ENV_VAR = "PARALLELSEARCH_AGENT_CONFIG"
+KEY_ENV_VAR = "PARALLELSEARCH_RETRIEVER_API_KEY"
 
 
 class AgentConfigError(RuntimeError):
@@ -85,6 +90,14 @@ class AgentConfig(RetrievalConfig):
             if data.get("stores"):
                 raise ValueError("give 'stores' or its alias 'store', not both")
             data["stores"] = [store] if isinstance(store, str) else store
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _key_from_environment(cls, data: Any) -> Any:
+        """The retriever's key from ``PARALLELSEARCH_RETRIEVER_API_KEY`` when the file gives none."""
+        if isinstance(data, dict) and not data.get("retriever_api_key") and os.environ.get(KEY_ENV_VAR):
+            data = {**data, "retriever_api_key": os.environ[KEY_ENV_VAR]}
         return data
 
     @field_validator("graph")

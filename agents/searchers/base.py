@@ -2,6 +2,8 @@
 
 :func:`guarded_search` gives every call a timeout and a bounded retry and turns any
 failure into an error string for that sub-query: a broken searcher never kills an episode.
+A retriever that refuses the key is not broken but misconfigured: that error is raised at
+once, so a run stops on it instead of going on with empty observations.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from parallelsearch.stores.passages import Passage
+from parallelsearch.stores.retrieval_client import RetrieverAuthError
 
 
 @runtime_checkable
@@ -44,7 +47,8 @@ async def guarded_search(
     retries: int = 1,
     backoff_s: float = 0.05,
 ) -> SearchOutcome:
-    """Search with a per-attempt timeout and ``retries`` extra attempts; never raises (but on cancellation)."""
+    """Search with a per-attempt timeout and ``retries`` extra attempts; never raises (but on
+    cancellation and a refused retriever key)."""
     err = "unknown error"
     for attempt in range(1, retries + 2):
         try:
@@ -52,7 +56,7 @@ async def guarded_search(
             return SearchOutcome(list(res)[:k], None, attempt)
         except asyncio.TimeoutError:
             err = f"timed out after {timeout_s:g} s"
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, RetrieverAuthError):
             raise
         except Exception as e:  # noqa: BLE001 - any searcher failure becomes an error entry
             err = f"{type(e).__name__}: {e}"[:300]
