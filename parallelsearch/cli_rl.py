@@ -118,11 +118,12 @@ def add_train_job_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list-keys", action="store_true", help="list every config key with its type and default")
 
 
-def cmd_train_list_keys() -> int:
+def cmd_train_list_keys(preset: str | None) -> int:
     from parallelsearch.rl.config_errors import flat_keys
-    from parallelsearch.rl.train_config import ALGORITHM_ALIASES, OPENRLHF_NAMES, TrainConfig
+    from parallelsearch.rl.train_config import ALGORITHM_ALIASES, OPENRLHF_NAMES, PRESETS, TrainConfig
 
-    rows = flat_keys(TrainConfig)
+    rows = flat_keys(TrainConfig, values=PRESETS[preset]() if preset else None)
+    print(f"# key  type  = {'the preset ' + preset + ' value' if preset else 'default'}  # what it sets")
     width = max(len(k) for k, *_ in rows)
     for key, type_name, default, desc in rows:
         print(f"{key:<{width}}  {type_name}  = {default!r}" + (f"  # {desc}" if desc else ""))
@@ -150,7 +151,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from parallelsearch.rl.train_config import load_train_config
 
     if args.list_keys:
-        return cmd_train_list_keys()
+        return cmd_train_list_keys(args.preset)
     if not (args.config or args.preset):
         raise ValueError("train needs --config FILE or --preset NAME (or --list-keys)")
     cfg = load_train_config(args.config, args.preset, args.set)

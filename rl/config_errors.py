@@ -50,16 +50,25 @@ def describe(error: ValidationError, model: type[BaseModel]) -> str:
     return "; ".join(problems)
 
 
-def flat_keys(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, Any, str]]:
-    """(dotted key, type, default, description) of every field, nested models expanded."""
+def flat_keys(
+    model: type[BaseModel], prefix: str = "", values: BaseModel | None = None
+) -> list[tuple[str, str, Any, str]]:
+    """(dotted key, type, default, description) of every field, nested models expanded; with
+    ``values`` (an instance, e.g. a preset) its values stand in for the defaults."""
     from pydantic_core import PydanticUndefined
 
     rows: list[tuple[str, str, Any, str]] = []
     for name, f in model.model_fields.items():
         key = prefix + name
         sub = _sub_model(model, name)
+        value = getattr(values, name) if values is not None else None
         if sub is not None:
-            rows.extend(flat_keys(sub, key + "."))
+            rows.extend(flat_keys(sub, key + ".", value if isinstance(value, BaseModel) else None))
+            continue
+        if values is not None:
+            ann = f.annotation
+            shown = ann.__name__ if isinstance(ann, type) else str(ann).replace("typing.", "")
+            rows.append((key, shown, value, f.description or ""))
             continue
         ann = f.annotation
         type_name = getattr(ann, "__name__", None) if isinstance(ann, type) else None

@@ -117,6 +117,12 @@ class TrainConfig(BaseModel):
     def _algorithm_alias(cls, value: Any) -> Any:
         return ALGORITHM_ALIASES.get(value, value) if isinstance(value, str) else value
 
+    @field_validator("wandb", mode="before")
+    @classmethod
+    def _wandb_switch(cls, value: Any) -> Any:
+        """YAML reads ``on``/``off`` as booleans."""
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
         if self.algorithm != "gae" and self.n_samples_per_prompt < 2:
