@@ -273,3 +273,11 @@ def test_openrlhf_dotted_names_set_exactly_their_flag():
                 assert flags.get(name) == shown, (name, flags.get(name))
             seen.add(name)
     assert seen == set(OPENRLHF_NAMES), set(OPENRLHF_NAMES) - seen
+
+
+def test_example_config_is_the_paper_preset():
+    path = Path(__file__).resolve().parents[1] / "examples" / "train_paper.yaml"
+    cfg = load_train_config(path)
+    preset = paper_preset()
+    assert cfg.model_dump() == preset.model_dump()
+    check_command(openrlhf_args(cfg))
