@@ -231,6 +231,11 @@ def plan_job(cfg: TrainConfig, runner: str = "ray", environ: Mapping[str, str] |
     """The job folder's contents for ``cfg`` (nothing written): data copied in or absolute, outputs absolute."""
     if runner not in RUNNERS:
         raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, got {runner!r}")
+    if cfg.working_dir:
+        raise ValueError(
+            "working_dir: the job folder is Ray's working_dir now; set job_dir instead "
+            "(it holds every file the job reads)"
+        )
     folder = Path(cfg.job_dir).resolve()
     copies: dict[str, Path] = {}
     updates: dict[str, Any] = {}

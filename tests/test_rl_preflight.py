@@ -348,3 +348,41 @@ def test_rollout_summary_counts_failed_searches():
     s.add({"reward": reward, "subqueries": 1, "search_errors": 0, "policy_calls": 2})
     assert s.to_dict()["failed_searches"] == 2 and s.to_dict()["searches"] == 3
     assert s.lines()[0] == "episodes 2, failures 0, failed searches 2 of 3 (in 1 episodes)"
+
+
+@needs_data
+def test_submission_runs_the_checks_first(retriever, hotpot_comparison_file, tmp_path, monkeypatch, capsys):
+    """`train` (runner ray) probes the retriever before `ray job submit`; a dead one stops it there."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    ray = bin_dir / "ray"
+    ray.write_text('#!/usr/bin/env bash\n# stand-in for the ray CLI\necho "$PWD" > "$STANDIN_LOG"\n')
+    ray.chmod(0o755)
+    log = tmp_path / "ray.log"
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("STANDIN_LOG", str(log))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    data = tmp_path / "train.jsonl"
+    make_train_data([hotpot_comparison_file], data, template="official", limit=4)
+    argv = [
+        "train",
+        "--preset",
+        "paper",
+        "--set",
+        f"prompt_data={data}",
+        "--set",
+        f"save_path={tmp_path / 'c'}",
+    ]
+    dead = [*argv, "--set", f"agent.retriever_url={closed_url()}", "--set", f"job_dir={tmp_path / 'dead'}"]
+    assert main(dead) == 2
+    assert "does not answer a probe query" in capsys.readouterr().err and not log.exists()
+    live = [
+        *argv,
+        "--set",
+        f"agent.retriever_url={retriever.url}/retrieve",
+        "--set",
+        f"job_dir={tmp_path / 'j'}",
+    ]
+    assert main(live) == 0
+    out = capsys.readouterr().out
+    assert "# check: retriever" in out and log.read_text().strip() == str(tmp_path / "j")
