@@ -339,6 +339,13 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         node = out
         key = OPENRLHF_NAMES.get(key.strip().removeprefix("--"), key.strip())
         parts = key.split(".")
+        if len(parts) > 1 and parts[0] not in TrainConfig.model_fields:
+            from parallelsearch.rl.config_errors import did_you_mean, flat_keys
+
+            known = [row[0] for row in flat_keys(TrainConfig)] + list(OPENRLHF_NAMES)
+            raise ValueError(
+                f"--set {key}: unknown key{did_you_mean(key, known)}; see `parallelsearch train --list-keys`"
+            )
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = yaml.safe_load(raw)

@@ -186,6 +186,10 @@ def test_unknown_keys_get_suggestions_and_grpo_maps_to_group_norm():
         load_train_config(preset="paper", overrides=["actor_lrr=1e-6"])
     with pytest.raises(ValueError, match=r"agent\.graph_confg: unknown key \(did you mean 'graph_config'"):
         load_train_config(preset="paper", overrides=["agent.graph_confg.top_k=3"])
+    with pytest.raises(
+        ValueError, match=r"--set rollout\.batch_sise: unknown key \(did you mean 'rollout\.batch_size'"
+    ):
+        load_train_config(preset="paper", overrides=["rollout.batch_sise=64"])
     # the empty-location error is gone: the message starts with the key
     with pytest.raises(
         ValueError, match=r"preset paper is invalid: n_samples_per_prompt: algorithm group_norm"
