@@ -351,6 +351,12 @@ def launch(
     print(f"# {AGENT_FILE} ({ENV_VAR}):", file=out)
     print(job.config.agent_config_yaml(), file=out)
     print(f"# {job.wandb}", file=out)
+    if cfg.nodes > 1:
+        print(
+            f"# outputs: {job.config.save_path} must be on storage all {cfg.nodes} nodes can write "
+            "(DeepSpeed writes checkpoint shards from every rank)",
+            file=out,
+        )
     print(f"# command ({status})", file=out)
     print(shell(job.command), file=out)
     if dry_run:
