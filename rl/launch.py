@@ -155,11 +155,13 @@ def openrlhf_args(
 
 
 def python_command(cfg: TrainConfig, **kwargs: Any) -> list[str]:
+    """``python3 -m openrlhf.cli.train_ppo_ray`` with :func:`openrlhf_args` (``kwargs`` go to it)."""
     return ["python3", "-m", "openrlhf.cli.train_ppo_ray", *openrlhf_args(cfg, **kwargs)]
 
 
-def runtime_env(cfg: TrainConfig, agent_config: str | None = None) -> dict[str, Any]:
-    env: dict[str, Any] = {"env_vars": {ENV_VAR: agent_config or str(cfg.agent_config_path())}}
+def runtime_env(cfg: TrainConfig) -> dict[str, Any]:
+    """The runtime env of :func:`ray_submit_command`: this checkout's paths (the job folder's command does not)."""
+    env: dict[str, Any] = {"env_vars": {ENV_VAR: str(cfg.agent_config_path())}}
     if cfg.working_dir:
         env["working_dir"] = cfg.working_dir
     return env
@@ -265,12 +267,10 @@ def plan_job(cfg: TrainConfig, runner: str = "ray", environ: Mapping[str, str] |
         if value and not Path(value).is_absolute() and Path(value).exists():
             updates[key] = str(Path(value).resolve())
     job_cfg = cfg.model_copy(update=updates)
-    key, note = wandb_key_source(job_cfg, environ)
+    _, note = wandb_key_source(job_cfg, environ)
     if runner == "python":
-        args = openrlhf_args(job_cfg, agent_func_path=f"$PWD/{AGENT_MODULE_FILE}", environ=environ)
-        command = ["python3", "-m", "openrlhf.cli.train_ppo_ray", *args]
+        command = python_command(job_cfg, agent_func_path=f"$PWD/{AGENT_MODULE_FILE}", environ=environ)
     else:
-        args = openrlhf_args(job_cfg, agent_func_path=AGENT_MODULE_FILE, environ=environ)
         env = {"env_vars": {ENV_VAR: AGENT_FILE}}
         command = [
             "ray",
@@ -281,10 +281,7 @@ def plan_job(cfg: TrainConfig, runner: str = "ray", environ: Mapping[str, str] |
             ".",
             f"--runtime-env-json={json.dumps(env)}",
             "--",
-            "python3",
-            "-m",
-            "openrlhf.cli.train_ppo_ray",
-            *args,
+            *python_command(job_cfg, agent_func_path=AGENT_MODULE_FILE, environ=environ),
         ]
     return Job(folder, job_cfg, command, runner if runner != "print" else "ray", note, copies)
 
