@@ -228,6 +228,8 @@ async def execute_episode(
                 break
             if truncated:
                 break
+        if not final_state:  # cut short: the counts so far (searches, failures) still count
+            final_state = await env.values()
     finally:
         env.close()
     if search_guard is not None:

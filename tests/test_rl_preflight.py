@@ -386,3 +386,31 @@ def test_submission_runs_the_checks_first(retriever, hotpot_comparison_file, tmp
     assert main(live) == 0
     out = capsys.readouterr().out
     assert "# check: retriever" in out and log.read_text().strip() == str(tmp_path / "j")
+
+
+@needs_data
+def test_failed_search_in_a_truncated_episode_is_counted(tmp_path, monkeypatch, hotpot_questions, tiny_lm):
+    _, tok = tiny_lm
+    url = closed_url()
+    limits = {"probe": False, "first_episodes": 0, "max_share": 1.0}  # count, never stop
+    write_agent_config(tmp_path, monkeypatch, url, search_failures=limits)
+    executor = load_like_openrlhf()
+    q = hotpot_questions[0]
+    rec = train_record(q)
+    turns = ["<search> x </search>", "<think> " + "very long thinking " * 200 + "</think>"]
+    prompt_len = len(tok(rec["prompt"], add_special_tokens=False)["input_ids"])
+    result = asyncio.run(
+        executor.execute(
+            rec["prompt"],
+            rec["label"],
+            SamplingParamsStandIn(),
+            prompt_len + 300,
+            tok,
+            ScriptedEngine(tok, turns),
+        )
+    )
+    assert result["truncated"] and len(result["action_ranges"]) == 2
+    assert (
+        result["extra_logs"]["search_errors"].item() == 1 and result["extra_logs"]["subqueries"].item() == 1
+    )
+    assert executor.search_guard.failed == 1
