@@ -348,6 +348,16 @@ def launch(
     print(f"# {AGENT_FILE} ({ENV_VAR}):", file=out)
     print(job.config.agent_config_yaml(), file=out)
     print(f"# {job.wandb}", file=out)
+    from parallelsearch.rl.preflight import retriever_name
+
+    if dry_run or runner == "print":
+        print(f"# {retriever_name(cfg.agent)}: not probed here (train --check probes it)", file=out)
+    if not Path(cfg.prompt_data).is_file():
+        print(
+            f"# prompt_data {cfg.prompt_data}: not a file here (make-train-data makes it; "
+            "a hub dataset name is passed as is)",
+            file=out,
+        )
     if cfg.nodes > 1:
         print(
             f"# outputs: {job.config.save_path} must be on storage all {cfg.nodes} nodes can write "
