@@ -29,19 +29,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--skip-bad", action="store_true", help="skip bad records and report them")
     p.set_defaults(func=cmd_make_train_data)
 
-    p = sub.add_parser("train", help="launch OpenRLHF PPO/GRPO training with the graph as the environment")
-    src = p.add_mutually_exclusive_group(required=True)
+    p = sub.add_parser(
+        "train",
+        help="launch OpenRLHF PPO/GRPO training with the graph as the environment",
+        description="Write a job folder (agent config, resolved training config, agent module, data, "
+        "command.sh) and submit it. Recipe: docs/training.md. Keys for --set: train --list-keys.",
+    )
+    src = p.add_mutually_exclusive_group(required=False)
     src.add_argument("--config", help="training config (YAML/JSON, fields of TrainConfig)")
     src.add_argument("--preset", choices=["paper"], help="paper: the official PPO settings")
     p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (dotted keys)"
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field (dotted keys, or OpenRLHF's dotted flag names; see --list-keys)",
     )
     p.add_argument(
-        "--dry-run", action="store_true", help="print the agent config and the command; run nothing"
+        "--dry-run", action="store_true", help="print the agent config and the command; write and run nothing"
     )
-    p.add_argument(
-        "--runner", choices=["ray", "python"], default="ray", help="ray job submit (default) or python -m"
-    )
+    add_train_job_args(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("rollout", help="run the training environment with any policy and record episodes")
@@ -88,12 +95,69 @@ def cmd_make_train_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_train_job_args(p: argparse.ArgumentParser) -> None:
+    """The job folder, pre-flight and key-listing flags of ``train``."""
+    p.add_argument(
+        "--runner",
+        choices=["ray", "python", "print"],
+        default="ray",
+        help="ray: write the job folder and `ray job submit` it (default); python: run OpenRLHF on this "
+        "machine (one node, no running Ray cluster); print: write the job folder and print its command",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="run the pre-flight checks (GPU arithmetic, data, reward/prompt agreement, a probe query to "
+        "the retriever) and exit: 0 when all pass",
+    )
+    p.add_argument(
+        "--skip-probe",
+        action="store_true",
+        help="do not send the probe query from this machine (when only the cluster reaches the retriever)",
+    )
+    p.add_argument("--list-keys", action="store_true", help="list every config key with its type and default")
+
+
+def cmd_train_list_keys(preset: str | None) -> int:
+    from parallelsearch.rl.config_errors import flat_keys
+    from parallelsearch.rl.train_config import ALGORITHM_ALIASES, OPENRLHF_NAMES, PRESETS, TrainConfig
+
+    rows = flat_keys(TrainConfig, values=PRESETS[preset]() if preset else None)
+    print(f"# key  type  = {'the preset ' + preset + ' value' if preset else 'default'}  # what it sets")
+    width = max(len(k) for k, *_ in rows)
+    for key, type_name, default, desc in rows:
+        print(f"{key:<{width}}  {type_name}  = {default!r}" + (f"  # {desc}" if desc else ""))
+    aliases = ", ".join(f"{a} -> {b}" for a, b in ALGORITHM_ALIASES.items())
+    print(f"\nalgorithm aliases: {aliases}")
+    print("OpenRLHF's dotted names accepted by --set: " + ", ".join(f"{k}" for k in OPENRLHF_NAMES))
+    return 0
+
+
+def cmd_train_check(cfg: object, probe: bool) -> int:
+    from parallelsearch.rl.preflight import PreflightError, preflight
+
+    try:
+        lines = preflight(cfg, probe=probe)  # type: ignore[arg-type]
+    except PreflightError as e:
+        print(f"check failed: {e}")
+        return 1
+    for line in lines:
+        print(f"ok: {line}")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from parallelsearch.rl.launch import launch
     from parallelsearch.rl.train_config import load_train_config
 
+    if args.list_keys:
+        return cmd_train_list_keys(args.preset)
+    if not (args.config or args.preset):
+        raise ValueError("train needs --config FILE or --preset NAME (or --list-keys)")
     cfg = load_train_config(args.config, args.preset, args.set)
-    return launch(cfg, dry_run=args.dry_run, runner=args.runner)
+    if args.check:
+        return cmd_train_check(cfg, probe=not args.skip_probe)
+    return launch(cfg, dry_run=args.dry_run, runner=args.runner, probe=not args.skip_probe)
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:

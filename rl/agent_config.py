@@ -22,12 +22,21 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from parallelsearch.graphs.builders import SEARCHING_KINDS, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.factory import make_searcher
-from parallelsearch.rl.rewards import RewardMode
+from parallelsearch.rl.config_errors import describe
+from parallelsearch.rl.rewards import RewardMode, check_reward_weights
 from parallelsearch.stores.config import RetrievalConfig
 
 ENV_VAR = "PARALLELSEARCH_AGENT_CONFIG"
@@ -43,6 +52,28 @@ class RewardConfig(BaseModel):
 
     mode: RewardMode = "paper"
     weights: dict[str, float] = Field(default_factory=dict, description="overrides of the mode's weights")
+
+    @field_validator("weights")
+    @classmethod
+    def _known_weights(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        """A typo'd weight fails when the config is built, not at the first scored episode."""
+        if "mode" in info.data:
+            check_reward_weights(info.data["mode"], value)
+        return value
+
+
+class SearchFailureLimits(BaseModel):
+    """When the executor stops a run whose searches fail (instead of training on ``Search failed`` text)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    first_episodes: int = Field(
+        32, ge=0, description="any failed search in the actor's first N episodes stops the run"
+    )
+    max_share: float = Field(
+        0.01, ge=0, le=1, description="after those, stop when more than this share of searches failed"
+    )
+    probe: bool = Field(True, description="send one probe query when the executor starts")
 
 
 class AgentConfig(RetrievalConfig):
@@ -61,6 +92,7 @@ class AgentConfig(RetrievalConfig):
         description="the graph's knobs; observations render titles as the official code does unless set",
     )
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    search_failures: SearchFailureLimits = Field(default_factory=SearchFailureLimits)
     encoder_threads: int | None = Field(
         1,
         ge=1,
@@ -170,7 +202,6 @@ def load_agent_config(path: str | Path | None = None) -> AgentConfig:
     try:
         return AgentConfig(**data)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in err['loc']) or '(root)'}: {err['msg']}" for err in e.errors()
-        )
-        raise AgentConfigError(f"agent config {path} ({ENV_VAR}) is invalid: {problems}") from e
+        raise AgentConfigError(
+            f"agent config {path} ({ENV_VAR}) is invalid: {describe(e, AgentConfig)}"
+        ) from e

@@ -101,9 +101,16 @@ class RolloutSummary:
     sft_written: int = 0
     first_errors: dict[str, str] = field(default_factory=dict)  # error kind -> first message
     error_counts: dict[str, int] = field(default_factory=dict)  # error kind -> episodes
+    searches: int = 0  # sub-queries searched
+    failed_searches: int = 0
+    episodes_with_failed_searches: int = 0
 
     def add(self, rec: dict[str, Any]) -> None:
         self.episodes += 1
+        self.searches += int(rec.get("subqueries") or 0)
+        failed = int(rec.get("search_errors") or 0)
+        self.failed_searches += failed
+        self.episodes_with_failed_searches += bool(failed)
         r = rec.get("reward")
         if rec.get("error") or r is None:
             self.failures += 1
@@ -141,6 +148,9 @@ class RolloutSummary:
             "sft_written": self.sft_written,
             "error_counts": dict(self.error_counts),
             "first_errors": dict(self.first_errors),
+            "searches": self.searches,
+            "failed_searches": self.failed_searches,
+            "episodes_with_failed_searches": self.episodes_with_failed_searches,
         }
 
     def lines(self) -> list[str]:
@@ -148,7 +158,8 @@ class RolloutSummary:
         parts = ", ".join(f"{k} {v}" for k, v in d["mean_parts"].items())
         return (
             [
-                f"episodes {d['episodes']}, failures {d['failures']}",
+                f"episodes {d['episodes']}, failures {d['failures']}, failed searches "
+                f"{d['failed_searches']} of {d['searches']} (in {d['episodes_with_failed_searches']} episodes)",
                 f"mean reward {d['mean_reward']} ({parts})",
                 f"EM {d['em']}, format valid {d['format_valid_pct']}%",
                 f"decomposition ratio on {d['parallel_questions']} parallelizable questions: {d['decomposition_ratio_parallel']}",

@@ -226,6 +226,14 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
             "",
             f"Failures: {len(failures)} question(s) raised errors (see `error` in results.jsonl); {len(bad)} unreadable line(s).",
         ]
+    failed_searches = sum(int(r.get("search_errors") or 0) for r in rows)
+    if failed_searches:
+        hit = sum(1 for r in rows if r.get("search_errors"))
+        md += [
+            "",
+            f"**Failed searches: {failed_searches}** in {hit} of {len(rows)} question(s): their observations "
+            "say `Search failed ...` (see `search_errors` in results.jsonl); the scores above include them.",
+        ]
     if plots_enabled:
         md += ["", "## Plots", ""] + [f"![{f}]({f})" for f in plots(rows, summary, out, oracle)]
     (out / "report.md").write_text("\n".join(md) + "\n")

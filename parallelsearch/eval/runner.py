@@ -40,6 +40,7 @@ class EvalRun:
     oracle: bool = False  # a row's policy labels say "oracle": accuracy means nothing
     first_errors: dict[str, str] = field(default_factory=dict)  # error kind -> first message
     error_counts: dict[str, int] = field(default_factory=dict)  # error kind -> rows
+    failed_searches: int = 0  # sub-queries whose search failed (their observation says so)
 
 
 def read_results(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
@@ -191,6 +192,7 @@ async def evaluate(
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             f.flush()
             run.ran += 1
+            run.failed_searches += int(row.get("search_errors") or 0)
             if row.get("error"):
                 run.failures += 1
                 kind = row["error"].split(":", 1)[0]
