@@ -9,6 +9,7 @@ model) never runs. The collection's metadata records model name and dimension.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,15 @@ def validate_store_name(name: str) -> str:
             "starting and ending with a letter or digit"
         )
     return name
+
+
+def _missing_store_message(name: str, location: str, existing: set[str]) -> str:
+    """What a missing store's error says: where it looked and which stores are there (closest first)."""
+    if not existing:
+        return f"no store named {name!r} at {location}: there is no store there yet (create one with index)"
+    close = difflib.get_close_matches(name, sorted(existing), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"no store named {name!r} at {location}{hint}; stores there: {', '.join(sorted(existing))}"
 
 
 def _no_telemetry() -> Any:
@@ -105,7 +115,7 @@ class ChromaStore:
         existing = {c.name if hasattr(c, "name") else c for c in self.client.list_collections()}
         if self.name not in existing:
             if not create:
-                raise StoreNotFoundError(f"no store named {self.name!r} at {self.location}")
+                raise StoreNotFoundError(_missing_store_message(self.name, self.location, existing))
             try:
                 col = self.client.create_collection(
                     self.name,

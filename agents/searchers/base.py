@@ -12,6 +12,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from parallelsearch.agents.searchers.normalise import SearcherOutputError
 from parallelsearch.stores.passages import Passage
 
 
@@ -44,7 +45,10 @@ async def guarded_search(
     retries: int = 1,
     backoff_s: float = 0.05,
 ) -> SearchOutcome:
-    """Search with a per-attempt timeout and ``retries`` extra attempts; never raises (but on cancellation)."""
+    """Search with a per-attempt timeout and ``retries`` extra attempts; never raises (but on cancellation).
+
+    A :class:`SearcherOutputError` (the searcher returned something that is not passages) is
+    reported at once, without retries."""
     err = "unknown error"
     for attempt in range(1, retries + 2):
         try:
@@ -54,6 +58,8 @@ async def guarded_search(
             err = f"timed out after {timeout_s:g} s"
         except asyncio.CancelledError:
             raise
+        except SearcherOutputError as e:  # the searcher's own mistake: a retry returns the same
+            return SearchOutcome([], f"{type(e).__name__}: {e}"[:500], attempt)
         except Exception as e:  # noqa: BLE001 - any searcher failure becomes an error entry
             err = f"{type(e).__name__}: {e}"[:300]
         if attempt <= retries:
