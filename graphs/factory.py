@@ -34,6 +34,7 @@ from parallelsearch.stores.chroma_store import (
     ChromaStore,
     list_stores,
     make_client,
+    require_stores,
     store_backend,
     validate_store_name,
 )
@@ -212,6 +213,7 @@ def make_searcher(cfg: RetrievalConfig) -> Searcher:
         assert cfg.retriever_url is not None
         return RemoteSearcher(RetrieverClient(cfg.retriever_url, timeout_s=cfg.retriever_timeout_s))
     client = make_chroma_client(cfg)
+    require_stores(client, cfg.stores, cfg.location())  # a typo fails before an encoder loads
     embedders: dict[str, Embedder] = {}  # one per backend: the stores may have been built differently
     searchers = {}
     for name in cfg.stores:

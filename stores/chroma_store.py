@@ -33,7 +33,7 @@ _META_BACKEND = "ps_encoder_backend"  # absent in stores built before it existed
 
 def store_backend(client: Any, name: str) -> str | None:
     """The encoder backend the store ``name`` was built with (None when there is no such store)."""
-    existing = {c.name if hasattr(c, "name") else c for c in client.list_collections()}
+    existing = _store_names(client)
     if name not in existing:
         return None
     meta = client.get_collection(name, embedding_function=None).metadata or {}
@@ -49,13 +49,29 @@ def validate_store_name(name: str) -> str:
     return name
 
 
-def _missing_store_message(name: str, location: str, existing: set[str]) -> str:
-    """What a missing store's error says: where it looked and which stores are there (closest first)."""
+def _store_names(client: Any) -> set[str]:
+    return {c.name if hasattr(c, "name") else c for c in client.list_collections()}
+
+
+def missing_store_error(name: str, location: str, existing: set[str]) -> StoreNotFoundError:
+    """A missing store's error: where it looked and which stores are there (the closest named)."""
     if not existing:
-        return f"no store named {name!r} at {location}: there is no store there yet (create one with index)"
+        return StoreNotFoundError(
+            f"no store named {name!r} at {location}: there is no store there yet (create one with index)"
+        )
     close = difflib.get_close_matches(name, sorted(existing), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"no store named {name!r} at {location}{hint}; stores there: {', '.join(sorted(existing))}"
+    return StoreNotFoundError(
+        f"no store named {name!r} at {location}{hint}; stores there: {', '.join(sorted(existing))}"
+    )
+
+
+def require_stores(client: Any, names: Sequence[str], location: str) -> None:
+    """Fail on the first of ``names`` that is not a store, before anything loads an encoder for it."""
+    existing = _store_names(client)
+    for name in names:
+        if name not in existing:
+            raise missing_store_error(name, location, existing)
 
 
 def _no_telemetry() -> Any:
@@ -112,10 +128,10 @@ class ChromaStore:
             _META_DIM: self.embedder.dimension,
             _META_BACKEND: backend,
         }
-        existing = {c.name if hasattr(c, "name") else c for c in self.client.list_collections()}
+        existing = _store_names(self.client)
         if self.name not in existing:
             if not create:
-                raise StoreNotFoundError(_missing_store_message(self.name, self.location, existing))
+                raise missing_store_error(self.name, self.location, existing)
             try:
                 col = self.client.create_collection(
                     self.name,
