@@ -105,3 +105,46 @@ def test_a_missing_store_lists_the_stores_that_exist(store, capsys):
     assert (
         err.rstrip().endswith("(did you mean 'hp-sample'?); stores there: hp-sample") and err.count("\n") == 1
     )
+
+
+def readme_commands() -> list[list[str]]:
+    """The first bash block of the README's "## Command line" section, one argv per command."""
+    import shlex
+
+    from conftest import ROOT
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Command line\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    commands = []
+    for line in block.replace("\\\n", " ").splitlines():
+        argv = shlex.split(line, comments=True)
+        if argv:
+            assert argv[0] == "parallelsearch", line
+            commands.append([a for a in argv[1:] if a != "&"])
+    return commands
+
+
+def test_the_readme_command_line_block_parses_on_the_shipped_sample():
+    """Every command of the README's first command-line block parses with this CLI, and the
+    files it starts from are in a fresh clone (the commands themselves were run by hand)."""
+    from conftest import ROOT
+
+    from parallelsearch.cli import build_parser
+
+    commands = readme_commands()
+    assert [c[0] for c in commands] == [
+        "prepare-data",
+        "index",
+        "stores",
+        "search",
+        "ask",
+        "serve-retriever",
+        "ask",
+    ]
+    parser = build_parser()
+    for argv in commands:
+        args = parser.parse_args(argv)
+        if getattr(args, "metadata", None):
+            assert isinstance(json.loads(args.metadata), dict)
+    assert (ROOT / commands[0][1]).is_file() and commands[0][1].startswith("parallelsearch/demo_data/")
