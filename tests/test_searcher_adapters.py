@@ -383,3 +383,24 @@ def test_the_normaliser_reads_each_accepted_form():
     assert len(to_passages(iter(["a", "b", "c"]), "mine", k=2)) == 2
     with pytest.raises(SearcherOutputError, match=r"item 0 \{'title': 'x'\}"):
         to_passages([{"title": "x"}], "mine")
+
+
+def test_an_lcel_chain_and_a_runnable_lambda(vectorstore, question):
+    from langchain_core.runnables import RunnableLambda
+
+    chain = vectorstore.as_retriever(search_kwargs={"k": 2}) | RunnableLambda(lambda docs: docs[:1])
+    out = run(build_parallel_search_graph(OraclePolicy(), chain, top_k=3), question)
+    assert titles(out) == [["Greyia"], ["Calibanus"]] and out["errors"] == 0
+    text = RunnableLambda(lambda q: f'"{q}"\nNotes on {q}.', name="notes")
+    out = run(build_parallel_search_graph(OraclePolicy(), text), question)
+    assert titles(out) == [["Greyia"], ["Calibanus"]]
+    assert {p["store"] for r in observation(out) for p in r["passages"]} == {"notes"}
+
+
+def test_a_chat_model_is_not_taken_for_a_searcher():
+    from langchain_core.language_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    model = GenericFakeChatModel(messages=iter([AIMessage(content="x")]))
+    with pytest.raises(TypeError, match="cannot use the language model GenericFakeChatModel as a searcher"):
+        as_searcher(model)

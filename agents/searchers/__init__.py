@@ -4,6 +4,7 @@ from parallelsearch.agents.searchers.adapters import (
     FunctionSearcher,
     LangChainRetrieverSearcher,
     ObjectSearcher,
+    RunnableSearcher,
     ToolSearcher,
     VectorStoreSearcher,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "MultiStoreSearcher",
     "ObjectSearcher",
     "RemoteSearcher",
+    "RunnableSearcher",
     "SearchOutcome",
     "Searcher",
     "SearcherOutputError",

@@ -189,6 +189,19 @@ class ToolSearcher:
         return to_passages([result] if isinstance(result, str) else result, self.name, k)
 
 
+class RunnableSearcher:
+    """Any other LangChain ``Runnable`` taking the query (an LCEL chain, a ``RunnableLambda``):
+    a list result is normalised item by item, a text result is one passage."""
+
+    def __init__(self, runnable: Any, name: str | None = None):
+        self.runnable = runnable
+        self.name = name or runnable.get_name()
+
+    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
+        result = await self.runnable.ainvoke(query)
+        return to_passages([result] if isinstance(result, str) else result, self.name, k)
+
+
 class ObjectSearcher:
     """A user's object with ``async asearch(query, k)``; its results are normalised like the rest."""
 

@@ -12,6 +12,7 @@ from parallelsearch.agents.searchers.adapters import (
     FunctionSearcher,
     LangChainRetrieverSearcher,
     ObjectSearcher,
+    RunnableSearcher,
     ToolSearcher,
     VectorStoreSearcher,
     is_async_callable,
@@ -112,7 +113,7 @@ def describe_searcher(searcher: Any) -> list[dict[str, Any]]:
 #: what as_searcher accepts, as its refusal names it
 ACCEPTED_SEARCHERS = (
     "a store name, a /retrieve URL, a ChromaStore, a RetrieverClient, a {name: searcher} mapping, "
-    "a LangChain BaseRetriever, VectorStore or tool, a function query -> list or (query, k) -> list "
+    "a LangChain BaseRetriever, VectorStore, tool or other Runnable, a function query -> list or (query, k) -> list "
     "(sync or async), or an object with an async asearch(query, k)"
 )
 #: our own searchers return passages already: they pass through unwrapped
@@ -123,6 +124,7 @@ _OWN = (
     LangChainRetrieverSearcher,
     VectorStoreSearcher,
     ToolSearcher,
+    RunnableSearcher,
     FunctionSearcher,
     ObjectSearcher,
 )
@@ -141,7 +143,9 @@ def _open_named_store(name: str) -> Searcher:
 
 def _langchain_searcher(obj: Any, name: str | None) -> Searcher | None:
     try:
+        from langchain_core.language_models import BaseLanguageModel
         from langchain_core.retrievers import BaseRetriever
+        from langchain_core.runnables import Runnable
         from langchain_core.tools import BaseTool
         from langchain_core.vectorstores import VectorStore
     except ImportError:  # pragma: no cover - langchain-core is a dependency
@@ -152,6 +156,13 @@ def _langchain_searcher(obj: Any, name: str | None) -> Searcher | None:
         return VectorStoreSearcher(obj, name)
     if isinstance(obj, BaseTool):
         return ToolSearcher(obj, name)
+    if isinstance(obj, BaseLanguageModel):
+        raise TypeError(
+            f"cannot use the language model {type(obj).__name__} as a searcher (is it the policy? the "
+            f"policy comes first, the searcher second); accepted: {ACCEPTED_SEARCHERS}"
+        )
+    if isinstance(obj, Runnable):
+        return RunnableSearcher(obj, name)
     return None
 
 
