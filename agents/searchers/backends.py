@@ -161,7 +161,7 @@ def _langchain_searcher(obj: Any, name: str | None) -> Searcher | None:
             f"cannot use the language model {type(obj).__name__} as a searcher (is it the policy? the "
             f"policy comes first, the searcher second); accepted: {ACCEPTED_SEARCHERS}"
         )
-    if isinstance(obj, Runnable):
+    if isinstance(obj, Runnable) and not hasattr(obj, "asearch"):  # a Runnable with its own asearch: below
         return RunnableSearcher(obj, name)
     return None
 
