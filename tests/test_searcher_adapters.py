@@ -404,3 +404,28 @@ def test_a_chat_model_is_not_taken_for_a_searcher():
     model = GenericFakeChatModel(messages=iter([AIMessage(content="x")]))
     with pytest.raises(TypeError, match="cannot use the language model GenericFakeChatModel as a searcher"):
         as_searcher(model)
+
+
+def test_which_functions_get_k():
+    seen = {}
+
+    def query_only(query, filters=None):  # an optional second argument that is not k keeps its default
+        seen["query_only"] = filters
+        return ["a", "b", "c", "d"]
+
+    def named_top_k(query, top_k=10):
+        seen["named_top_k"] = top_k
+        return ["a"] * top_k
+
+    def keyword_limit(query, *, limit=10):
+        seen["keyword_limit"] = limit
+        return ["a"] * limit
+
+    def star_args(*args):
+        seen["star_args"] = args
+        return ["a"]
+
+    for fn in (query_only, named_top_k, keyword_limit, star_args):
+        got = asyncio.run(as_searcher(fn).asearch("q", 2))
+        assert len(got) <= 2
+    assert seen == {"query_only": None, "named_top_k": 2, "keyword_limit": 2, "star_args": ("q", 2)}

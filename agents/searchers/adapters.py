@@ -18,8 +18,8 @@ from parallelsearch.agents.searchers.base import store_names
 from parallelsearch.agents.searchers.normalise import to_passages
 from parallelsearch.stores.passages import Passage
 
-#: a tool argument of one of these names receives the graph's top_k
-TOOL_K_ARGS = ("k", "top_k", "num_results", "max_results")
+#: a tool argument, or a function's optional second argument, of one of these names receives top_k
+K_NAMES = ("k", "top_k", "n", "limit", "num_results", "max_results")
 
 
 def _name_of(obj: Any) -> str:
@@ -33,12 +33,13 @@ def is_async_callable(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
 
-def _k_style(fn: Callable[..., Any], name: str) -> str:
-    """How ``fn`` takes k: ``"positional"`` (query, k), ``"keyword"`` (k=), or ``"none"`` (query only)."""
+def _k_style(fn: Callable[..., Any], name: str) -> tuple[str, str | None]:
+    """How ``fn`` takes k: ``("positional", None)`` (query, k), ``("keyword", NAME)`` (a keyword-only
+    ``k``/``top_k``/...), or ``("none", None)`` (the query only)."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):  # a builtin without a signature: give it the query only
-        return "none"
+        return "none", None
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     required = [p for p in positional if p.default is p.empty]
     var_positional = any(p.kind == p.VAR_POSITIONAL for p in params)
@@ -51,11 +52,15 @@ def _k_style(fn: Callable[..., Any], name: str) -> str:
             f"searcher function {name!r} needs {len(required)} arguments "
             f"({', '.join(p.name for p in required)}); it must take (query) or (query, k)"
         )
-    if len(positional) >= 2 or var_positional:
-        return "positional"
-    if any(p.name == "k" and p.kind == p.KEYWORD_ONLY for p in params):
-        return "keyword"
-    return "none"
+    if len(required) == 2 or (len(positional) >= 2 and positional[1].name in K_NAMES):
+        return "positional", None
+    keyword = next((p.name for p in params if p.kind == p.KEYWORD_ONLY and p.name in K_NAMES), None)
+    if keyword:
+        return "keyword", keyword
+    if var_positional and len(positional) <= 1:
+        return "positional", None
+    # e.g. (query, filters=None): an optional second argument that is not k keeps its default
+    return "none", None
 
 
 class FunctionSearcher:
@@ -64,12 +69,12 @@ class FunctionSearcher:
     def __init__(self, fn: Callable[..., Any], name: str | None = None):
         self.fn = fn
         self.name = name or _name_of(fn)
-        self._k = _k_style(fn, self.name)
+        self._k, self._k_keyword = _k_style(fn, self.name)
         self._async = is_async_callable(fn)
 
     async def asearch(self, query: str, k: int = 3) -> list[Passage]:
         args: tuple[Any, ...] = (query, k) if self._k == "positional" else (query,)
-        kwargs = {"k": k} if self._k == "keyword" else {}
+        kwargs = {self._k_keyword: k} if self._k_keyword else {}
         if self._async:
             result = await self.fn(*args, **kwargs)
         else:
@@ -167,12 +172,12 @@ class ToolSearcher:
         self.tool = tool
         self.name = name or tool.name
         args = list(getattr(tool, "args", {}) or {})
-        self._k_arg = next((a for a in args if a in TOOL_K_ARGS), None)
+        self._k_arg = next((a for a in args if a in K_NAMES), None)
         text_args = [a for a in args if a != self._k_arg]
         if len(text_args) != 1:
             raise TypeError(
                 f"tool {self.name!r} takes arguments {args}; a searcher tool takes one query argument "
-                f"(and optionally one of {', '.join(TOOL_K_ARGS)})"
+                f"(and optionally one of {', '.join(K_NAMES)})"
             )
         self._query_arg = text_args[0]
 
