@@ -33,6 +33,7 @@ from parallelsearch.stores.backend_choice import auto_backend, on_gpu, onnx_enco
 from parallelsearch.stores.chroma_store import (
     ChromaStore,
     make_client,
+    require_stores,
     store_backend,
     validate_store_name,
 )
@@ -229,6 +230,7 @@ def make_searcher(cfg: RetrievalConfig) -> Searcher:
             )
         )
     client = make_chroma_client(cfg)
+    require_stores(client, cfg.stores, cfg.location())  # a typo fails before an encoder loads
     embedders: dict[str, Embedder] = {}  # one per backend: the stores may have been built differently
     searchers = {}
     for name in cfg.stores:

@@ -9,6 +9,7 @@ model) never runs. The collection's metadata records model name and dimension.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ _META_BACKEND = "ps_encoder_backend"  # absent in stores built before it existed
 
 def store_backend(client: Any, name: str) -> str | None:
     """The encoder backend the store ``name`` was built with (None when there is no such store)."""
-    existing = {c.name if hasattr(c, "name") else c for c in client.list_collections()}
+    existing = _store_names(client)
     if name not in existing:
         return None
     meta = client.get_collection(name, embedding_function=None).metadata or {}
@@ -46,6 +47,31 @@ def validate_store_name(name: str) -> str:
             "starting and ending with a letter or digit"
         )
     return name
+
+
+def _store_names(client: Any) -> set[str]:
+    return {c.name if hasattr(c, "name") else c for c in client.list_collections()}
+
+
+def missing_store_error(name: str, location: str, existing: set[str]) -> StoreNotFoundError:
+    """A missing store's error: where it looked and which stores are there (the closest named)."""
+    if not existing:
+        return StoreNotFoundError(
+            f"no store named {name!r} at {location}: there is no store there yet (create one with index)"
+        )
+    close = difflib.get_close_matches(name, sorted(existing), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return StoreNotFoundError(
+        f"no store named {name!r} at {location}{hint}; stores there: {', '.join(sorted(existing))}"
+    )
+
+
+def require_stores(client: Any, names: Sequence[str], location: str) -> None:
+    """Fail on the first of ``names`` that is not a store, before anything loads an encoder for it."""
+    existing = _store_names(client)
+    for name in names:
+        if name not in existing:
+            raise missing_store_error(name, location, existing)
 
 
 def _no_telemetry() -> Any:
@@ -102,10 +128,10 @@ class ChromaStore:
             META_DIM: self.embedder.dimension,
             _META_BACKEND: backend,
         }
-        existing = {c.name if hasattr(c, "name") else c for c in self.client.list_collections()}
+        existing = _store_names(self.client)
         if self.name not in existing:
             if not create:
-                raise StoreNotFoundError(f"no store named {self.name!r} at {self.location}")
+                raise missing_store_error(self.name, self.location, existing)
             try:
                 col = self.client.create_collection(
                     self.name,

@@ -14,6 +14,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from parallelsearch.agents.searchers.normalise import SearcherOutputError
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.retrieval_client import RetrieverAuthError
 
@@ -48,7 +49,10 @@ async def guarded_search(
     backoff_s: float = 0.05,
 ) -> SearchOutcome:
     """Search with a per-attempt timeout and ``retries`` extra attempts; never raises (but on
-    cancellation and a refused retriever key)."""
+    cancellation and a refused retriever key).
+
+    A :class:`SearcherOutputError` (the searcher returned something that is not passages) is
+    reported at once, without retries."""
     err = "unknown error"
     for attempt in range(1, retries + 2):
         try:
@@ -58,6 +62,8 @@ async def guarded_search(
             err = f"timed out after {timeout_s:g} s"
         except (asyncio.CancelledError, RetrieverAuthError):
             raise
+        except SearcherOutputError as e:  # the searcher's own mistake: a retry returns the same
+            return SearchOutcome([], f"{type(e).__name__}: {e}"[:500], attempt)
         except Exception as e:  # noqa: BLE001 - any searcher failure becomes an error entry
             err = f"{type(e).__name__}: {e}"[:300]
         if attempt <= retries:
