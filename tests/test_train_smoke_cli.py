@@ -1,0 +1,55 @@
+"""``train --smoke`` and the engine-settings flags, in the main tier (no vLLM here): the one-line
+error naming the environment the smoke needs, and how ``--engine-arg``/``--kv-cache-gib`` parse."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+import pytest
+
+from parallelsearch.cli import main
+from parallelsearch.cli_rl import engine_args_from
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is not None, reason="vLLM is installed: the smoke can run"
+)
+def test_smoke_without_vllm_says_which_environment_in_one_line(capsys):
+    assert main(["train", "--smoke"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "vLLM tier" in err and "make venv-vllm" in err and "make smoke-train" in err and "vllm" in err
+
+
+def test_smoke_excludes_a_launch_config():
+    with pytest.raises(SystemExit):
+        main(["train", "--smoke", "--preset", "paper"])
+
+
+def test_engine_args_parse_as_yaml_values_over_a_base():
+    args = argparse.Namespace(
+        engine_arg=["gpu_memory_utilization=0.5", "dtype=float32", "enforce_eager=true"], kv_cache_gib=1.5
+    )
+    assert engine_args_from(args, {"seed": 0, "dtype": "bfloat16"}) == {
+        "seed": 0,
+        "dtype": "float32",
+        "gpu_memory_utilization": 0.5,
+        "enforce_eager": True,
+        "kv_cache_memory_bytes": int(1.5 * (1 << 30)),
+    }
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--engine-arg", "gpu_memory_utilization"], "expected KEY=VALUE"),
+        (["--kv-cache-gib", "0"], "must be > 0"),
+    ],
+)
+def test_bad_engine_settings_are_refused_naming_the_flag(argv, message, tmp_path, capsys):
+    data = tmp_path / "q.jsonl"
+    data.write_text('{"id": "1", "question": "q?", "golden_answers": ["a"]}\n')
+    rc = main(["rollout", "--data", str(data), "--out", str(tmp_path / "o.jsonl"), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and argv[0] in err
