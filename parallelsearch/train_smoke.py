@@ -219,6 +219,7 @@ async def _rollouts(
         )
     finally:
         actor.llm.shutdown()
+        actor.llm = None  # released now, not by the interpreter's exit
     seconds["rollout"] = time.perf_counter() - t0
     return [r for batch in batches for r in batch]
 
