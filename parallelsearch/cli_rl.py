@@ -98,8 +98,8 @@ def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveG
         "PolicyLoss step (needs the vLLM tier: make smoke-train)",
     )
     g = p.add_argument_group("CPU smoke (--smoke)")
-    g.add_argument("--smoke-prompts", type=int, default=2, help="prompts of the shipped HotpotQA sample (2)")
-    g.add_argument("--smoke-samples", type=int, default=2, help="samples per prompt (2)")
+    g.add_argument("--smoke-prompts", type=int, help="prompts of the shipped HotpotQA sample (2)")
+    g.add_argument("--smoke-samples", type=int, help="samples per prompt (2)")
     g.add_argument(
         "--smoke-retriever",
         metavar="URL",
@@ -145,12 +145,17 @@ def engine_args_from(args: argparse.Namespace, base: dict[str, Any] | None = Non
     return out
 
 
+SMOKE_ONLY = ("smoke_prompts", "smoke_samples", "smoke_retriever", "smoke_dir", "kv_cache_gib", "engine_arg")
+
+
 def cmd_train_smoke(args: argparse.Namespace) -> int:
     from parallelsearch.train_smoke import run_smoke
 
+    if args.set or args.dry_run:
+        raise ValueError("--smoke runs the CPU smoke, not a launch: --set and --dry-run do not apply")
     result = run_smoke(
-        prompts=args.smoke_prompts,
-        samples=args.smoke_samples,
+        prompts=args.smoke_prompts or 2,
+        samples=args.smoke_samples or 2,
         engine_args=engine_args_from(args),
         retriever_url=args.smoke_retriever,
         workdir=args.smoke_dir,
@@ -187,6 +192,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     if args.smoke:
         return cmd_train_smoke(args)
+    given = [f"--{k.replace('_', '-')}" for k in SMOKE_ONLY if getattr(args, k) not in (None, [])]
+    if given:
+        raise ValueError(f"{', '.join(given)} only apply with --smoke")
     cfg = load_train_config(args.config, args.preset, args.set)
     return launch(cfg, dry_run=args.dry_run, runner=args.runner)
 

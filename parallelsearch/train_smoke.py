@@ -15,12 +15,13 @@ The random model searches only under constrained decoding, so the smoke turns it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,9 +100,7 @@ class SmokeResult:
     seconds: dict[str, float]
 
 
-def _spans(
-    ranges: list[list[int]] | list[tuple[int, int]], prompt_len: int, total: int
-) -> list[tuple[int, int]]:
+def _spans(ranges: Sequence[Sequence[int]], prompt_len: int, total: int) -> list[tuple[int, int]]:
     """The observation spans: what lies between and after the generated ranges, past the prompt."""
     out, at = [], prompt_len
     for a, b in ranges:
@@ -262,7 +261,7 @@ def policy_loss_step(model_dir: Path, experiences: list[Any]) -> tuple[float, fl
     changed = sum(not torch.equal(before[n], p.detach()) for n, p in actor.named_parameters())
     mask = batch.action_mask.bool()
     gap = float((log_probs.detach() - batch.rollout_log_probs)[mask].abs().mean())
-    return float(loss), grad_norm, changed, gap
+    return float(loss.detach()), grad_norm, changed, gap
 
 
 def run_smoke(
@@ -301,26 +300,23 @@ def run_smoke(
         f"sample, engine {json.dumps(args)}"
     )
 
-    t0 = time.perf_counter()
-    server = None if retriever_url else _retriever(prompts)
-    if server is not None:
-        server.__enter__()
-        retriever_url = f"{server.url}/retrieve"
-    seconds["retriever"] = time.perf_counter() - t0
-    echo(f"smoke: retriever {retriever_url}")
-    config = work / "agent.json"
-    config.write_text(json.dumps({"retriever_url": retriever_url, **SMOKE_AGENT}, indent=2))
-    previous = os.environ.get(ENV_VAR)
-    os.environ[ENV_VAR] = str(config)
-    try:
-        results = asyncio.run(_rollouts(model_dir, records, samples, args, tokenizer, seconds))
-    finally:
-        if previous is None:
-            os.environ.pop(ENV_VAR, None)
-        else:
-            os.environ[ENV_VAR] = previous
-        if server is not None:
-            server.__exit__(None, None, None)
+    with contextlib.ExitStack() as stack:
+        t0 = time.perf_counter()
+        if not retriever_url:
+            retriever_url = f"{stack.enter_context(_retriever(prompts)).url}/retrieve"
+        seconds["retriever"] = time.perf_counter() - t0
+        echo(f"smoke: retriever {retriever_url}")
+        config = work / "agent.json"
+        config.write_text(json.dumps({"retriever_url": retriever_url, **SMOKE_AGENT}, indent=2))
+        previous = os.environ.get(ENV_VAR)
+        os.environ[ENV_VAR] = str(config)  # OpenRLHF builds AgentExecutor() with no arguments
+        try:
+            results = asyncio.run(_rollouts(model_dir, records, samples, args, tokenizer, seconds))
+        finally:
+            if previous is None:
+                os.environ.pop(ENV_VAR, None)
+            else:
+                os.environ[ENV_VAR] = previous
 
     from parallelsearch.rl.openrlhf_cpu import import_openrlhf_models
 

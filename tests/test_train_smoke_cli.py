@@ -22,9 +22,15 @@ def test_smoke_without_vllm_says_which_environment_in_one_line(capsys):
     assert "vLLM tier" in err and "make venv-vllm" in err and "make smoke-train" in err and "vllm" in err
 
 
-def test_smoke_excludes_a_launch_config():
+def test_smoke_and_launch_flags_do_not_mix(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--smoke", "--preset", "paper"])
+    assert main(["train", "--smoke", "--dry-run"]) == 2
+    assert "--set and --dry-run do not apply" in capsys.readouterr().err
+    assert (
+        main(["train", "--preset", "paper", "--dry-run", "--smoke-prompts", "3", "--kv-cache-gib", "1"]) == 2
+    )
+    assert "--smoke-prompts, --kv-cache-gib only apply with --smoke" in capsys.readouterr().err
 
 
 def test_engine_args_parse_as_yaml_values_over_a_base():
