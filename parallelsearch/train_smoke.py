@@ -156,7 +156,9 @@ def format_episode(i: int, ep: SmokeEpisode, width: int = 110) -> list[str]:
         f"{'yes' if ep.action_mask_ok else 'NO'}",
     ]
     for kind, text in ep.pieces:
-        shown = text.replace("\n", "\\n")
+        shown = "".join(
+            c if c.isprintable() else repr(c)[1:-1] for c in text
+        )  # newlines, control bytes escaped
         shown = shown if len(shown) <= width else shown[: width - 3] + "..."
         mark = "+ action     " if kind == "action" else "- observation"
         lines.append(f"  {mark} | {shown}")
@@ -277,6 +279,21 @@ def run_smoke(
     check_smoke_deps()
     if prompts < 1 or samples < 1:
         raise ValueError("--smoke-prompts and --smoke-samples must be >= 1")
+    if workdir is None:  # the model and config are deleted afterwards; --smoke-dir keeps them
+        with tempfile.TemporaryDirectory(prefix="parallelsearch-smoke-") as tmp:
+            return _run(Path(tmp), prompts, samples, engine_args, retriever_url, echo)
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    return _run(Path(workdir), prompts, samples, engine_args, retriever_url, echo)
+
+
+def _run(
+    work: Path,
+    prompts: int,
+    samples: int,
+    engine_args: dict[str, Any] | None,
+    retriever_url: str | None,
+    echo: Callable[[str], None],
+) -> SmokeResult:
     from transformers import AutoTokenizer
 
     from parallelsearch.data import load_questions
@@ -286,8 +303,6 @@ def run_smoke(
     from parallelsearch.rl.tiny_model import save_tiny
 
     seconds: dict[str, float] = {}
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="parallelsearch-smoke-"))
-    work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     model_dir = save_tiny(work / "tiny-llama")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)

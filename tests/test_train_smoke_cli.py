@@ -59,3 +59,23 @@ def test_bad_engine_settings_are_refused_naming_the_flag(argv, message, tmp_path
     rc = main(["rollout", "--data", str(data), "--out", str(tmp_path / "o.jsonl"), *argv])
     err = capsys.readouterr().err
     assert rc == 2 and message in err and argv[0] in err
+
+
+def test_token_view_escapes_control_characters_and_finds_observation_spans():
+    """The printed view of one episode (a random model writes NUL bytes and newlines)."""
+    from parallelsearch.train_smoke import SmokeEpisode, _spans, format_episode
+
+    assert _spans([(10, 14), (20, 25)], 10, 30) == [(14, 20), (25, 30)]
+    assert _spans([(10, 14)], 10, 14) == []
+    terms = dict.fromkeys(
+        ("reward_outcome", "reward_decomposition", "reward_search_count", "reward_format", "format_valid",
+         "search_rounds", "subqueries", "search_errors"), 0.0,
+    )  # fmt: skip
+    ep = SmokeEpisode(
+        "q?", 0.1, terms, 10, [(10, 14)], [(14, 20)], True, False,
+        [("action", "<search> a\x00 </search>\n\n"), ("observation", "<information>x</information>")],
+    )  # fmt: skip
+    lines = format_episode(1, ep)
+    assert lines[3] == "  + action      | <search> a\\x00 </search>\\n\\n"
+    assert lines[4] == "  - observation | <information>x</information>"
+    assert "action 4 in 1 turn(s) (trained), observation 6 (masked)" in lines[2]
