@@ -105,7 +105,9 @@ def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveG
         metavar="URL",
         help="a running /retrieve server (default: one over the demo store)",
     )
-    g.add_argument("--smoke-dir", help="keep the model and agent config here (default: a temporary folder)")
+    g.add_argument(
+        "--smoke-dir", help="keep the model and agent config here (default: a temporary folder, deleted)"
+    )
     add_engine_args(g)
 
 
@@ -118,7 +120,7 @@ def add_engine_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> Non
         metavar="KEY=VALUE",
         help="a vllm.AsyncEngineArgs field for an in-process vLLM engine (repeatable; values parsed as "
         "YAML: 0.5, true, float32), e.g. gpu_memory_utilization=0.5; merged over "
-        "PARALLELSEARCH_VLLM_ENGINE_ARGS",
+        "PARALLELSEARCH_VLLM_ENGINE_ARGS (rollout) or the smoke's CPU defaults (train --smoke)",
     )
     p.add_argument(
         "--kv-cache-gib",
