@@ -144,7 +144,7 @@ def test_rollout_cli_over_retrieve_server(hotpot_store, hotpot_comparison_file, 
             [
                 "rollout", "--data", str(hotpot_comparison_file), "--policy", "oracle", "--retriever", srv.url,
                 "--out", str(tmp_path / "ep.jsonl"), "--sft-out", str(tmp_path / "sft.jsonl"), "--limit", "6",
-                "--summary-json", str(tmp_path / "s.json"),
+                "--allow-oracle", "--summary-json", str(tmp_path / "s.json"),
             ]
         )  # fmt: skip
     assert rc == 0
