@@ -252,10 +252,10 @@ def parse_action(text: object, *, max_subqueries: int = 8, split: bool = True) -
 TOOL_CALL_FEEDBACK = (
     'This call is invalid: {reason}. To search, call search with {{"query": "..."}} (one query per call; '
     "several calls in one message for independent sub-questions). To answer, reply with the answer only, "
-    "without a tool call. Let me try again."
+    "without a tool call. Nothing of this message was searched; try again."
 )
-#: what the valid calls of a turn with an invalid call are told: nothing of the turn is searched
-TOOL_CALL_NOT_RUN = "Not searched: another call in this message is invalid ({reason}). Let me try again."
+#: what the valid calls of an invalid turn are told: nothing of the turn is searched
+TOOL_CALL_NOT_RUN = "Not searched: this message is invalid ({reason}). Nothing of it was searched; try again."
 
 
 def content_text(content: object) -> str:

@@ -11,6 +11,7 @@ node finishes the episode.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from typing import Any
@@ -50,6 +51,8 @@ def _add(a: int | None, b: int | None) -> int | None:
         return None
     return (a or 0) + (b or 0)
 
+
+log = logging.getLogger(__name__)
 
 #: what a tools-protocol planner is told after a reply with neither a tool call nor an answer
 TOOLS_RETRY = "Your reply had no tool call and no answer. Call search, or reply with the answer only."
@@ -99,6 +102,7 @@ class Nodes:
             raise ValueError(f"unknown protocol {protocol!r}; the builders resolve 'auto' to tags or tools")
         self.tools = protocol == "tools"
         self.protocol = protocol
+        self._warned = False  # the all-invalid warning is given once per graph
         self.graph_name = "parallelsearch"  # the answer message's ``name``; builders set their graph's
         self.policy = policy
         self.searcher = searcher
@@ -456,6 +460,23 @@ class Nodes:
                 joined[key] = Overwrite(joined[key])
         return {**update, **joined}
 
+    def _warn_unanswered(self, state: SearchState) -> None:
+        """Say once per graph when an episode ended unanswered because every turn was invalid:
+        a planner that never speaks the protocol (e.g. a chat model answering in plain text
+        under the tags protocol) would otherwise fail silently."""
+        turns = [t for t in state.get("trajectory") or [] if t.get("type") == "turn"]
+        if turns and all(t.get("action") == "invalid" for t in turns):
+            self._warned = True
+            log.warning(
+                "%s: every one of %d planner turns was invalid (first: %s); the episode ended unanswered. "
+                "Does the planner speak the %s protocol?%s",
+                getattr(self.policy, "name", type(self.policy).__name__),
+                len(turns),
+                turns[0].get("reason"),
+                self.protocol,
+                " A chat model that supports bind_tools can use protocol='tools'." if not self.tools else "",
+            )
+
     async def answer(self, state: SearchState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
         t0 = time.perf_counter()
         cfg = _configured(self.cfg, config, runtime, self.pinned)
@@ -495,6 +516,8 @@ class Nodes:
             )
         started = state.get("started_at") or time.time()
         status = "answered" if answer is not None else "unanswered"
+        if answer is None and not self._warned:
+            self._warn_unanswered(state)
         total_ms = round((time.time() - started) * 1000, 3)
         history = state.get("history") or [{"episode": 0}]
         calls = update.get("policy_calls", state.get("policy_calls", 0))
