@@ -296,17 +296,22 @@ class Nodes:
         calls = res.tool_calls or []
         msg = res.message if res.message is not None else AIMessage(content=text, tool_calls=calls)
         chat = list(st["chat"]) + [msg]
-        transcript = st["transcript"] + render_tool_calls(text, [*calls, *res.invalid_tool_calls])
+        turn = render_tool_calls(text, [*calls, *res.invalid_tool_calls])
+        segments = list(st["segments"]) + [("policy", turn)]
         if feedback:
             if action.calls:
-                for cid, note in tool_feedback(action):
-                    chat.append(ToolMessage(content=note, tool_call_id=cid, status="error"))
-                    transcript += format_tool_response(note)
+                notes = [(cid, note) for cid, note in tool_feedback(action)]
+                chat.extend(
+                    ToolMessage(content=note, tool_call_id=cid, status="error") for cid, note in notes
+                )
+                written = "".join(format_tool_response(note) for _, note in notes)
             else:
                 chat.append(HumanMessage(content=TOOLS_RETRY))
-                transcript += f"\n{TOOLS_RETRY}\n"
+                written = f"\n{TOOLS_RETRY}\n"
+            segments.append(("feedback", written))
+            turn += written
         update["chat"] = chat
-        return transcript, list(st["segments"])
+        return st["transcript"] + turn, segments
 
     def route(self, state: SearchState) -> Any:
         act = state.get("last_action") or {}

@@ -282,3 +282,46 @@ def test_the_readme_newcomer_script_runs_verbatim_against_a_local_openai_server(
     assert len(app.state.requests) == 4 and all(
         r["tools"][0]["function"]["name"] == "search" for r in app.state.requests
     )
+
+
+def test_a_planner_that_never_speaks_the_protocol_is_warned_about_once(caplog):
+    """A plain-text chat model under the tags protocol: unanswered, but not silently."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    from parallelsearch import create_parallel_search_agent
+
+    agent = create_parallel_search_agent(
+        FakeListChatModel(responses=["Paris, I think."]), ToySearcher(), max_turns=1
+    )
+    with caplog.at_level("WARNING", logger="parallelsearch.graphs.nodes"):
+        outs = [agent.invoke({"question": "capital of France?"}) for _ in range(2)]
+    assert [o["status"] for o in outs] == ["unanswered"] * 2 and outs[0]["protocol"] == "tags"
+    assert outs[0]["messages"][-1].content.startswith("No answer")
+    warned = [r.getMessage() for r in caplog.records if "planner turns was invalid" in r.getMessage()]
+    assert len(warned) == 1 and "no <search> or <answer> tag" in warned[0] and "protocol='tools'" in warned[0]
+
+
+def test_init_chat_model_strings_are_planners(monkeypatch):
+    """``chat:PROVIDER:MODEL`` (and any ``provider:model`` that is not one of our spec kinds)
+    goes to LangChain's init_chat_model; here ChatOpenAI reaches the local server."""
+    pytest.importorskip("langchain", reason="langchain (init_chat_model) is in the dev extra")
+    pytest.importorskip("langchain_openai", reason="langchain-openai is in the dev extra")
+    from servers import make_openai_chat_test_server
+
+    from parallelsearch import create_parallel_search_agent
+
+    app = make_openai_chat_test_server([["a", "b"], "x"])
+    with UvicornThread(app) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        agent = create_parallel_search_agent("chat:openai:test-model", ToySearcher())
+        out = agent.invoke({"question": "a and b?"})
+    assert (out["answer"], out["protocol"], out["policy"], out["subqueries"]) == (
+        "x",
+        "tools",
+        "chat:openai:test-model",
+        2,
+    )
+    assert app.state.requests[0]["model"] == "test-model"
+    with pytest.raises(ImportError, match="langchain.mistralai|langchain_mistralai"):
+        create_parallel_search_agent("mistralai:mistral-large-latest", ToySearcher())
