@@ -32,7 +32,7 @@ from parallelsearch.demo_data import HOTPOTQA_SAMPLE
 from parallelsearch.graphs import build_parallel_search_graph
 from parallelsearch.stores import ChromaStore, Passage, ingest
 
-BLOCKS = 8
+BLOCKS = 12
 
 
 class Instant:
@@ -161,6 +161,9 @@ def overhead(questions: list[dict]) -> dict[str, Any]:
                 seconds, turns = runner.run(block(graphs[name]))
                 total[name].append(seconds * 1000 / turns)
                 graph_only[name].append((seconds - spent[name][0]) * 1000 / turns)
+    # each block pair ran back to back, so its ratio is the least disturbed by the machine's load
+    paired = sorted(t / g for t, g in zip(graph_only["tools"], graph_only["tags"], strict=True))
+    paired_total = sorted(t / g for t, g in zip(total["tools"], total["tags"], strict=True))
     med = {
         k: {"total": statistics.median(total[k]), "graph": statistics.median(graph_only[k])} for k in total
     }
@@ -168,8 +171,9 @@ def overhead(questions: list[dict]) -> dict[str, Any]:
         "blocks": BLOCKS,
         "ms_per_turn_total": {k: round(v["total"], 3) for k, v in med.items()},
         "ms_per_turn_graph_overhead": {k: round(v["graph"], 3) for k, v in med.items()},
-        "graph_overhead_ratio_tools_over_tags": round(med["tools"]["graph"] / med["tags"]["graph"], 3),
-        "total_ratio_tools_over_tags": round(med["tools"]["total"] / med["tags"]["total"], 3),
+        "graph_overhead_ratio_tools_over_tags": round(statistics.median(paired), 3),
+        "graph_overhead_ratio_range": [round(paired[0], 3), round(paired[-1], 3)],
+        "total_ratio_tools_over_tags": round(statistics.median(paired_total), 3),
     }
 
 
@@ -189,7 +193,9 @@ def main() -> dict:
     g, t = o["ms_per_turn_graph_overhead"], o["ms_per_turn_total"]
     print(
         f"graph overhead per policy turn: tags {g['tags']:.3f} ms, tools {g['tools']:.3f} ms "
-        f"({o['graph_overhead_ratio_tools_over_tags']:.2f}x, goal <= 1.2x); with the policy call: "
+        f"({o['graph_overhead_ratio_tools_over_tags']:.2f}x, median of {o['blocks']} block pairs, range "
+        f"{o['graph_overhead_ratio_range'][0]:.2f}-{o['graph_overhead_ratio_range'][1]:.2f}x; goal <= 1.2x); "
+        "with the policy call: "
         f"tags {t['tags']:.3f} ms, tools {t['tools']:.3f} ms ({o['total_ratio_tools_over_tags']:.2f}x)"
     )
     return write("tool_calls", {"counts": c, "overhead": o})

@@ -325,3 +325,39 @@ def test_init_chat_model_strings_are_planners(monkeypatch):
     assert app.state.requests[0]["model"] == "test-model"
     with pytest.raises(ImportError, match="langchain.mistralai|langchain_mistralai"):
         create_parallel_search_agent("mistralai:mistral-large-latest", ToySearcher())
+
+
+@needs_data
+def test_store_names_open_through_the_factory_and_named_searchers_are_routed(hotpot_store):
+    from parallelsearch import RetrievalConfig, ScriptedToolChatModel, create_parallel_search_agent
+
+    retrieval = RetrievalConfig(chroma_path=hotpot_store.location)
+    model = ScriptedToolChatModel(turns=[["Scott Derrickson", "Ed Wood"], "yes"])
+    by_name = create_parallel_search_agent(model, "hotpot", retrieval=retrieval, top_k=1)
+    out = by_name.invoke({"question": Q})
+    assert (out["subqueries"], out["passages"], out["answer"]) == (2, 2, "yes")
+    titles = [
+        p["title"]
+        for t in out["trajectory"]
+        if t["type"] == "observation"
+        for r in t["results"]
+        for p in r["passages"]
+    ]
+    assert titles == ["Scott Derrickson", "Ed Wood"]
+
+    toy = ToySearcher()
+    routed = create_parallel_search_agent(
+        ScriptedToolChatModel(turns=[["toy: Ed Wood", "hotpot: Ed Wood"], "yes"]),
+        [toy, hotpot_store],
+        top_k=1,
+    )
+    out = routed.invoke({"question": Q})
+    stores = [
+        p["store"]
+        for t in out["trajectory"]
+        if t["type"] == "observation"
+        for r in t["results"]
+        for p in r["passages"]
+    ]
+    assert stores == ["toy", "hotpot"] and toy.queries == ["Ed Wood"]
+    assert "Available knowledge stores: toy, hotpot" in out["transcript"]

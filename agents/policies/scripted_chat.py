@@ -88,6 +88,16 @@ class ScriptedToolChatModel(BaseChatModel):
             )
         return ChatResult(generations=[ChatGeneration(message=msg)])
 
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        # native async, as a provider's client is: no hop to an executor thread per turn
+        return self._generate(messages, stop, **kwargs)
+
     @classmethod
     def from_plans(cls, plans: Mapping[str, tuple[Sequence[Sequence[str]], str]]) -> ScriptedToolChatModel:
         """One script per question from ``{question: (rounds of queries, answer)}``."""
