@@ -361,3 +361,28 @@ def test_store_names_open_through_the_factory_and_named_searchers_are_routed(hot
     ]
     assert stores == ["toy", "hotpot"] and toy.queries == ["Ed Wood"]
     assert "Available knowledge stores: toy, hotpot" in out["transcript"]
+
+
+def test_a_thread_is_a_conversation_one_episode_per_new_human_message():
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from parallelsearch import ScriptedToolChatModel, create_parallel_search_agent
+
+    agent = create_parallel_search_agent(
+        ScriptedToolChatModel(turns=[["a"], "x"]), ToySearcher(), checkpointer=InMemorySaver()
+    )
+    cfg = {"configurable": {"thread_id": "t1"}}
+    agent.invoke({"messages": [("user", "first?")]}, cfg)
+    agent.invoke({"question": "second?"}, cfg)
+    out = agent.invoke({"messages": [("user", "third?")]}, cfg)
+    assert [(m.type, m.content) for m in out["messages"]] == [
+        ("human", "first?"),
+        ("ai", "x"),
+        ("human", "second?"),
+        ("ai", "x"),
+        ("human", "third?"),
+        ("ai", "x"),
+    ]
+    history = agent.get_state(cfg).values["history"]
+    assert [h["question"] for h in history] == ["first?", "second?", "third?"]
+    assert out["policy_calls"] == 2 and out["search_rounds"] == 1  # the episode's own counts
