@@ -1,7 +1,10 @@
 """Graph builders: ParallelSearch and its baselines from the same parts.
 
 Each returns a compiled LangGraph graph that works standalone and as a subgraph:
-input ``{"question", "metadata"?}``, output answer + transcript + trajectory + counts.
+input ``{"question", "metadata"?}`` or ``{"messages"}``, output answer + ``messages`` (the
+answer appended as an AI message) + transcript + trajectory + counts. The planner may be a
+policy, a LangChain chat model or a spec string (``coerce.as_policy``); its protocol
+(``tags`` or ``tools``) is resolved here, once.
 The knobs are :class:`GraphConfig`'s fields, given as keyword arguments (typed through
 :class:`GraphOptions`) or as one ``config=GraphConfig(...)``; keyword arguments win.
 Every graph carries :class:`GraphContext` as its context schema, so a run can change

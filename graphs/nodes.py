@@ -41,6 +41,8 @@ from parallelsearch.graphs.state import SearchState, SearchTask
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.text import scrub_text
 
+log = logging.getLogger(__name__)
+
 
 def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000, 3)
@@ -51,8 +53,6 @@ def _add(a: int | None, b: int | None) -> int | None:
         return None
     return (a or 0) + (b or 0)
 
-
-log = logging.getLogger(__name__)
 
 #: what a tools-protocol planner is told after a reply with neither a tool call nor an answer
 TOOLS_RETRY = "Your reply had no tool call and no answer. Call search, or reply with the answer only."
