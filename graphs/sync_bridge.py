@@ -5,7 +5,9 @@ The parts below the graph are async and keep per-loop state: the local store's c
 gathers the sub-queries arriving on one loop into one encoder call, and HTTP clients (the
 ``/retrieve`` client, OpenAI's) hold connections bound to the loop that opened them. A new
 loop per sync call (``asyncio.run``) would lose both, so every sync node call is handed to
-one long-lived loop thread, where the parallel searcher nodes of a round still meet.
+one long-lived loop thread, where the parallel searcher nodes of a round still meet. Those
+coroutines see ``SYNC_RUN`` set, so a chat model takes its own sync path (its async client
+would bind to this loop and fail on the caller's next ``asyncio.run``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import functools
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
+
+from parallelsearch.agents.policies.base import SYNC_RUN
 
 T = TypeVar("T")
 
@@ -52,6 +56,10 @@ def sync_node(afunc: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
 
     @functools.wraps(afunc)
     def func(*args: Any, **kwargs: Any) -> T:
-        return run_sync(afunc(*args, **kwargs))
+        token = SYNC_RUN.set(True)  # copied into the coroutine's task on the background loop
+        try:
+            return run_sync(afunc(*args, **kwargs))
+        finally:
+            SYNC_RUN.reset(token)
 
     return func

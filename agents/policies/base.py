@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from parallelsearch.agents.protocol import STOP_STRINGS
+
+#: True while a graph runs a sync call (``invoke``/``stream``/``batch``): its nodes' coroutines
+#: then run on a background loop, and a backend whose async client is bound to the loop that
+#: first used it (openai's, httpx's) takes its sync path instead, so sync and async runs of one
+#: model never share a loop-bound connection.
+SYNC_RUN: ContextVar[bool] = ContextVar("parallelsearch_sync_run", default=False)
 
 
 @dataclass

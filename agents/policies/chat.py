@@ -10,9 +10,10 @@ their ``ToolMessage`` results); the reply's ``tool_calls`` are the round's sub-q
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Literal
 
-from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag
+from parallelsearch.agents.policies.base import SYNC_RUN, TurnRequest, TurnResult, close_unfinished_tag
 from parallelsearch.agents.protocol import SEARCH_TOOL, content_text, truncate_at_stop
 
 Protocol = Literal["tags", "tools"]
@@ -41,6 +42,14 @@ def supports_tools(model: Any) -> bool:
         return False
     impl = getattr(type(model), "bind_tools", None)
     return impl is not None and impl is not BaseChatModel.bind_tools
+
+
+async def _call(model: Any, messages: list[Any], **kwargs: Any) -> Any:
+    """``model.ainvoke``; in a sync graph run the model's own sync ``invoke`` in a worker thread
+    (see :data:`SYNC_RUN`: provider clients bind connections to the loop that opened them)."""
+    if SYNC_RUN.get():
+        return await asyncio.to_thread(model.invoke, messages, **kwargs)
+    return await model.ainvoke(messages, **kwargs)
 
 
 class ChatModelPolicy:
@@ -76,7 +85,7 @@ class ChatModelPolicy:
     async def agenerate(self, request: TurnRequest) -> TurnResult:
         if request.messages is not None:
             return await self._tool_turn(request)
-        msg = await self.model.ainvoke(to_messages(request), stop=list(request.stop))
+        msg = await _call(self.model, to_messages(request), stop=list(request.stop))
         text = close_unfinished_tag(truncate_at_stop(content_text(msg.content), request.stop), request.stop)
         usage = getattr(msg, "usage_metadata", None) or {}
         return TurnResult(
@@ -90,7 +99,7 @@ class ChatModelPolicy:
     async def _tool_turn(self, request: TurnRequest) -> TurnResult:
         if self.bound is None:
             raise RuntimeError(f"{self.name} speaks the tags protocol; the graph asked for tool calls")
-        msg = await self.bound.ainvoke(request.messages)
+        msg = await _call(self.bound, request.messages)
         usage = getattr(msg, "usage_metadata", None) or {}
         return TurnResult(
             text=content_text(msg.content),
