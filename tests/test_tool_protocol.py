@@ -246,10 +246,11 @@ def test_chat_openai_with_parallel_tool_calls_from_a_local_server(hotpot_store, 
         agent = create_parallel_search_agent(model, hotpot_store, top_k=2)
         out = agent.invoke({"messages": [("user", Q)]})
         out2 = asyncio.run(agent.ainvoke({"question": Q}))
+        out3 = agent.invoke({"question": Q})  # sync, async, sync: no loop-bound connection is shared
     assert out["protocol"] == "tools" and out["messages"][-1].content == "yes"
-    for o in (out, out2):
+    for o in (out, out2, out3):
         assert (o["policy_calls"], o["search_rounds"], o["subqueries"], o["passages"]) == (2, 1, 2, 4)
-    assert batches == [["Scott Derrickson", "Ed Wood"]] * 2
+    assert batches == [["Scott Derrickson", "Ed Wood"]] * 3
     first, second = app.state.requests[:2]
     assert [t["function"]["name"] for t in first["tools"]] == ["search"]
     replies = [m for m in second["messages"] if m["role"] == "tool"]
