@@ -59,6 +59,21 @@ def graph_call(method: str, path: str, routes: frozenset[str] | set[str]) -> str
     return None
 
 
+def _last_message_text(messages: Any) -> str | None:
+    """The text of the last message when it is a human one (a LangChain message dict or a
+    ``[role, text]`` pair), else None: the graph takes it as the question."""
+    if not isinstance(messages, list) or not messages:
+        return None
+    last = messages[-1]
+    if isinstance(last, list | tuple) and len(last) == 2:
+        role, text = last
+    elif isinstance(last, dict):
+        role, text = last.get("type", last.get("role")), last.get("content")
+    else:
+        return None
+    return text if role in ("human", "user") and isinstance(text, str) else None
+
+
 def check_payload(
     op: str, payload: Any, settings: Settings, *, needs_gold: bool = False
 ) -> tuple[int, str] | None:
@@ -78,6 +93,10 @@ def check_payload(
         if not isinstance(item, dict):
             return 422, "each input must be an object with a 'question' string"
         q = item.get("question")
+        if q is None and "messages" in item:
+            q = _last_message_text(item["messages"])
+            if q is None:
+                return 422, "'messages' must be a non-empty list ending in a human message with text content"
         if not isinstance(q, str):
             return 422, "'question' must be a string"
         if not q.strip():
