@@ -339,18 +339,22 @@ def test_unusable_searchers_are_refused_at_build_time():
         as_searcher(lambda: [])
 
 
-def test_a_missing_store_name_lists_the_stores_that_exist(embedder, sample):
+def test_a_store_name_is_opened_by_the_app_layer_and_a_missing_one_lists_the_stores(embedder, sample):
     import parallelsearch
     from parallelsearch.stores import ingest
 
+    with pytest.raises(
+        TypeError, match=r"needs to know where stores live.*parallelsearch.open_store\('x-y-z'\)"
+    ):
+        as_searcher("x-y-z")  # this layer does not import the app's settings
     with pytest.raises(LookupError, match="no store named 'hotpot-sample' at .*there is no store there yet"):
-        as_searcher("hotpot-sample")
+        as_searcher("hotpot-sample", open_store=parallelsearch.open_store)
     store = parallelsearch.open_store("hotpot-sample", create=True)
     ingest(store, [sample], progress=False)
     with pytest.raises(LookupError, match=r"did you mean 'hotpot-sample'\?\); stores there: hotpot-sample"):
-        as_searcher("hotpot-sampel")
-    searcher = as_searcher("hotpot-sample")
-    assert asyncio.run(searcher.asearch("Greyia", 2))[0].title == "Greyia"
+        as_searcher("hotpot-sampel", open_store=parallelsearch.open_store)
+    searcher = as_searcher({"hp": "hotpot-sample"}, open_store=parallelsearch.open_store)
+    assert asyncio.run(searcher.asearch("hp: Greyia", 2))[0].title == "Greyia"
 
 
 # -- the normaliser --------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ passes into a searcher (the foreign kinds are wrapped by :mod:`.adapters`)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from parallelsearch.agents.searchers.adapters import (
@@ -112,7 +112,7 @@ def describe_searcher(searcher: Any) -> list[dict[str, Any]]:
 
 #: what as_searcher accepts, as its refusal names it
 ACCEPTED_SEARCHERS = (
-    "a store name, a /retrieve URL, a ChromaStore, a RetrieverClient, a {name: searcher} mapping, "
+    "a store name (with open_store), a /retrieve URL, a ChromaStore, a RetrieverClient, a {name: searcher} mapping, "
     "a LangChain BaseRetriever, VectorStore, tool or other Runnable, a function query -> list or (query, k) -> list "
     "(sync or async), or an object with an async asearch(query, k)"
 )
@@ -130,15 +130,17 @@ _OWN = (
 )
 
 
-def _open_named_store(name: str) -> Searcher:
-    """A store name opens that store where the settings say stores live (``parallelsearch.open_store``).
-
-    Resolved through the public root namespace at call time: where stores live is the app's
-    settings, which this layer does not import.
-    """
-    import parallelsearch
-
-    return StoreSearcher(parallelsearch.open_store(name))
+def _named_store(name: str, open_store: Callable[[str], Any] | None) -> Searcher:
+    """A store name, opened by ``open_store`` (the app layer knows where stores live; this
+    layer does not import its settings)."""
+    if open_store is None:
+        raise TypeError(
+            f"a store name ({name!r}) needs to know where stores live: pass it to "
+            f"parallelsearch.create_parallel_search_agent(model, {name!r}, retrieval=...), or pass "
+            f"parallelsearch.open_store({name!r}) instead of the name"
+        )
+    store = open_store(name)
+    return store if isinstance(store, _OWN) else StoreSearcher(store)
 
 
 def _langchain_searcher(obj: Any, name: str | None) -> Searcher | None:
@@ -166,12 +168,16 @@ def _langchain_searcher(obj: Any, name: str | None) -> Searcher | None:
     return None
 
 
-def as_searcher(obj: Any, name: str | None = None) -> Searcher:
+def as_searcher(
+    obj: Any, name: str | None = None, *, open_store: Callable[[str], Any] | None = None
+) -> Searcher:
     """What the graphs search, from anything in :data:`ACCEPTED_SEARCHERS`; anything else is
     refused here, at build time, with a message naming what was passed.
 
     ``name`` names a wrapped function, retriever, vector store, tool or object (in errors and
     in the passages' ``store``; a mapping's keys name its members); default: its own name.
+    ``open_store(name)``: how a store name is opened (the front door and the app pass theirs;
+    without it a name is refused with what to pass instead).
     """
     if isinstance(obj, _OWN):
         return obj
@@ -182,9 +188,9 @@ def as_searcher(obj: Any, name: str | None = None) -> Searcher:
     if isinstance(obj, str) and obj.startswith(("http://", "https://")):
         return RemoteSearcher(obj)
     if isinstance(obj, str) and obj.strip():
-        return _open_named_store(obj.strip())
+        return _named_store(obj.strip(), open_store)
     if isinstance(obj, Mapping):
-        return MultiStoreSearcher({k: as_searcher(v, name=k) for k, v in obj.items()})
+        return MultiStoreSearcher({k: as_searcher(v, name=k, open_store=open_store) for k, v in obj.items()})
     wrapped = _langchain_searcher(obj, name)  # first: a VectorStore has an asearch of its own signature
     if wrapped is not None:
         return wrapped
