@@ -112,7 +112,7 @@ def describe_searcher(searcher: Any) -> list[dict[str, Any]]:
 
 #: what as_searcher accepts, as its refusal names it
 ACCEPTED_SEARCHERS = (
-    "a store name (with open_store), a /retrieve URL, a ChromaStore, a RetrieverClient, a {name: searcher} mapping, "
+    "a store name, a /retrieve URL, a ChromaStore, a RetrieverClient, a {name: searcher} mapping, "
     "a LangChain BaseRetriever, VectorStore, tool or other Runnable, a function query -> list or (query, k) -> list "
     "(sync or async), or an object with an async asearch(query, k)"
 )
