@@ -35,6 +35,7 @@ _LAZY = {
     "ChatModelPolicy": "parallelsearch.agents.policies",
     "ScriptedToolChatModel": "parallelsearch.agents.policies",
     "as_policy": "parallelsearch.agents.policies",
+    "as_searcher": "parallelsearch.agents.searchers",
     "policy_from_spec": "parallelsearch.agents.policies",
     "score_trajectory": "parallelsearch.rl",
     "EnvGraph": "parallelsearch.rl",
