@@ -273,6 +273,7 @@ class Nodes:
             "passages": [p.to_dict() for p in outcome.passages],
             "error": outcome.error,
             "attempts": outcome.attempts,
+            **({"note": outcome.note} if outcome.note else {}),
         }
 
     async def join(self, state: SearchState) -> dict[str, Any]:

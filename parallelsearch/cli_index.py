@@ -26,7 +26,8 @@ def add_index_scale_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vectors-key", help="the array of a .npz archive that holds several")
     g.add_argument(
         "--rows",
-        help="START:STOP: only these passages (0-based) and their vectors, one shard of a large corpus",
+        help="START:STOP: only these passages (0-based, in reading order; with --vectors their rows), "
+        "one shard of a large corpus (docs/scaling.md: building shards in parallel)",
     )
     g = p.add_argument_group("encoding text")
     g.add_argument(

@@ -11,6 +11,7 @@ from parallelsearch.cli_common import (
     add_hnsw_args,
     add_lock_args,
     add_model_arg,
+    add_shard_args,
     clean_text_arg,
     hnsw_from_args,
     settings_from_args,
@@ -77,7 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("search", help="search a store")
     p.add_argument("query")
-    p.add_argument("--store", required=True)
+    p.add_argument("--store", required=True, help="store name, or NAME=SHARD,SHARD,... (a sharded store)")
+    add_shard_args(p)
     p.add_argument("-k", type=int, default=3)
     p.add_argument("--json", action="store_true")
     add_model_arg(p)
@@ -85,7 +87,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("serve-retriever", help="serve a store over Search-R1's /retrieve protocol")
-    p.add_argument("--store", required=True)
+    p.add_argument(
+        "--store",
+        required=True,
+        help="store name (a sharded one the settings declare, too), or NAME=SHARD,SHARD,...",
+    )
+    add_shard_args(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--topk", type=int, default=3, help="default top-k when a request omits it")
@@ -129,12 +136,14 @@ def cmd_index(args: argparse.Namespace) -> int:
     from parallelsearch.graphs.factory import writing_store
     from parallelsearch.stores.ingest import ingest
     from parallelsearch.stores.jsonfiles import expand_paths
+    from parallelsearch.stores.vectors import parse_rows
 
     if not args.files and not args.verify:
         raise ValueError("index needs FILES (or --verify to check the store only)")
     if args.vectors:
         return cmd_index_vectors(args)
     files = expand_paths(args.files)  # before the store is opened: a typo creates nothing
+    rows = parse_rows(args.rows) if args.rows else None
     s = settings_from_args(args)
     cfg = s.retrieval()
     with (
@@ -170,6 +179,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             skip_bad=args.skip_bad,
             progress=not args.no_progress,
             encoder=pool,
+            rows=rows,
             **limit_kwargs(args),
         )
     d = rep.to_dict()
@@ -219,9 +229,9 @@ def cmd_stores(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from parallelsearch.graphs.factory import make_store
+    from parallelsearch.graphs.factory import open_store
 
-    store = make_store(settings_from_args(args).retrieval(), args.store)
+    store = open_store(settings_from_args(args).retrieval(), args.store)
     hits = store.search(clean_text_arg(args.query, "query"), args.k)
     if args.json:
         print(json.dumps([h.to_dict() for h in hits], ensure_ascii=False, indent=2))
@@ -246,12 +256,12 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
         )
         return 2
     spin = let_idle_threads_sleep()  # before torch loads (stores/omp_spin.py)
-    from parallelsearch.graphs.factory import make_store
+    from parallelsearch.graphs.factory import open_store
     from parallelsearch.stores.encoder_thread import encoder_workers, team_size
     from parallelsearch.stores.retrieval_server import create_retrieval_app, run_server
 
     cfg = settings_from_args(args).retrieval()
-    store = make_store(cfg, args.store)
+    store = open_store(cfg, args.store)
     batching = {k: v for k in ("max_batch", "concurrent_batches") if (v := getattr(args, k)) is not None}
     app = create_retrieval_app(store, default_topk=args.topk, **batching)
     batcher = app.state.batcher
