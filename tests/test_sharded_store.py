@@ -160,6 +160,19 @@ def test_graph_searcher_and_settings_open_the_sharded_store(sharded_setup, embed
     assert all(o.error is None and o.note is None for o in outcomes)
 
 
+def test_openrlhf_agent_config_searches_the_shards(sharded_setup, servers):
+    """The agent config takes the same declaration (``chroma_host`` is where shards without a
+    location of their own live; these all name theirs)."""
+    from parallelsearch.rl.agent_config import AgentConfig
+
+    declaration, whole = sharded_setup
+    cfg = AgentConfig(
+        chroma_host="127.0.0.1", chroma_port=servers[0].port, store=declaration, encoder_backend="torch"
+    )
+    searcher = cfg.make_searcher()
+    assert searcher.name == "wiki" and searcher.count() == whole.count()
+
+
 def test_retrieve_server_over_shards(sharded_setup, embedder, hotpot_questions):
     from parallelsearch.stores import RetrieverClient, create_retrieval_app
 
