@@ -17,7 +17,9 @@ Figures:
 * latency p50/p95 at 1 client (single-query requests, the two interleaved query by query);
 * throughput at 32 clients: threads sending single-query requests (no coalescing), and 32 asyncio
   clients whose queries are coalesced into batches (what the graph's searchers and ``/retrieve`` do);
-  each measured twice, alternating the two, and the better run of each kept.
+  each measured twice, alternating the two, and the better run of each kept;
+* a control: the one store searched through the sharded code path (a sharded store of one
+  shard), which separates this code's own cost from the cost of the fan-out.
 
 The servers' folders are kept in ``--scratch`` (default ``/tmp/parallelsearch-shards``) and reused
 when they hold every row, so the vectors are ingested once.
@@ -161,6 +163,9 @@ def main() -> dict:
         decl = "sharded=" + ",".join(f"shard-{j}@127.0.0.1:{shard_ports[j]}" for j in range(4))
         sharded = ShardedStore("sharded", open_shards(parse_store(decl), lambda *_: model), model)
         assert one.count() == sharded.count() == args.n, (one.count(), sharded.count())
+        # the control: the one store behind the sharded code path (its own cost, no fan-out)
+        one_decl = f"one=whole@127.0.0.1:{ports[0]}"
+        wrapped = ShardedStore("one", open_shards(parse_store(one_decl), lambda *_: model), model)
 
         def ids(search) -> list[list[str]]:
             out: list[list[str]] = []
@@ -172,27 +177,28 @@ def main() -> dict:
         r_one, r_sharded = recall(one_ids, exact), recall(sharded_ids, exact)
         same = sum(a == b for a, b in zip(one_ids, sharded_ids, strict=True)) / len(queries)
 
-        for q in queries[:20]:  # warm both (HNSW loaded, connections open)
-            one.search_vectors(q[None, :], K)
-            sharded.search_vectors(q[None, :], K)
-        lat_one, lat_sharded = [], []
-        for q in queries:  # interleaved, so load changes hit both alike
-            t = time.perf_counter()
-            one.search_vectors(q[None, :], K)
-            lat_one.append((time.perf_counter() - t) * 1000)
-            t = time.perf_counter()
-            sharded.search_vectors(q[None, :], K)
-            lat_sharded.append((time.perf_counter() - t) * 1000)
+        stores = {"one": one, "one_via_sharded_path": wrapped, "sharded": sharded}
+        for q in queries[:20]:  # warm all (HNSW loaded, connections open)
+            for store in stores.values():
+                store.search_vectors(q[None, :], K)
+        lat: dict[str, list[float]] = {name: [] for name in stores}
+        for q in queries:  # interleaved, so load changes hit all alike
+            for name, store in stores.items():
+                t = time.perf_counter()
+                store.search_vectors(q[None, :], K)
+                lat[name].append((time.perf_counter() - t) * 1000)
+        lat_one, lat_sharded = lat["one"], lat["sharded"]
 
-        thr: dict[str, list[float]] = {"one": [], "sharded": []}
-        co: dict[str, list[float]] = {"one": [], "sharded": []}
+        thr: dict[str, list[float]] = {name: [] for name in stores}
+        co: dict[str, list[float]] = {name: [] for name in stores}
         batches: dict[str, int] = {}
         for _ in range(2):
-            for name, store in (("one", one), ("sharded", sharded)):
+            for name, store in stores.items():
                 thr[name].append(threads_qps(store.search_vectors, queries, CLIENTS))
                 qps, batches[name] = coalesced_qps(store.search_vectors, queries, CLIENTS)
                 co[name].append(qps)
         sharded.close()
+        wrapped.close()
     finally:
         for s in servers:
             s.__exit__(None, None, None)
@@ -208,7 +214,7 @@ def main() -> dict:
         "ingest_wall_s": round(ingest_wall, 1),
         "recall_at_3": {"one": round(r_one, 4), "sharded": round(r_sharded, 4)},
         "same_top3_fraction": round(same, 4),
-        "latency_1_client": {"one": p_one, "sharded": p_sh},
+        "latency_1_client": {name: pct(ms) for name, ms in lat.items()},
         "p50_ratio_sharded_over_one": round(p_sh["p50_ms"] / p_one["p50_ms"], 3),
         "qps_32_clients": best,
         "qps_runs": {"threads": thr, "coalesced": co},
@@ -227,6 +233,9 @@ def main() -> dict:
         f"32 clients queries/s: threads one {best['threads']['one']} sharded {best['threads']['sharded']}; "
         f"coalesced one {best['coalesced']['one']} sharded {best['coalesced']['sharded']} "
         f"(ratios {data['throughput_ratio_sharded_over_one']})\n"
+        f"control, the one store through the sharded code path: p50 {pct(lat['one_via_sharded_path'])['p50_ms']} "
+        f"ms, queries/s threads {best['threads']['one_via_sharded_path']} coalesced "
+        f"{best['coalesced']['one_via_sharded_path']}\n"
         f"load average before {data['loadavg_before']} after {data['loadavg_after']}"
     )
     write("shards", data)
