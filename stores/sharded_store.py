@@ -17,6 +17,7 @@ says which shards are missing (:class:`ShardHits`).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -107,18 +108,18 @@ def open_shards(
         label = shard.label if (shard.host or shard.path is not None) else f"{shard.collection}@{where[1]}"
         try:
             if where not in clients:
-                clients[where] = (
-                    make_client(host=where[0], port=where[2]) if where[0] else make_client(path=where[1])
+                clients[where] = _within(
+                    timeout_s,
+                    lambda w=where: make_client(host=w[0], port=w[2]) if w[0] else make_client(path=w[1]),
                 )
                 _set_http_timeout(clients[where], timeout_s)
             if embedder is None:
                 embedder = embedder_for(clients[where], shard.collection)
-            store = ChromaStore(
-                shard.collection,
-                client=clients[where],
-                embedder=embedder,
-                create=False,
-                location=str(where[1]),
+            store = _within(
+                timeout_s,
+                lambda c=clients[where], e=embedder, col=shard.collection, w=where: ChromaStore(
+                    col, client=c, embedder=e, create=False, location=str(w[1])
+                ),
             )
         except (ModelMismatchError, StoreNotFoundError) as e:
             raise ShardError(f"shard {label} of store {spec.name!r}: {e}") from e
@@ -129,6 +130,28 @@ def open_shards(
         out.append((label, store))
     check_agreement(spec.name, out)
     return out
+
+
+def _within(timeout_s: float, fn: Callable[[], Any]) -> Any:
+    """``fn()`` on a daemon thread, or a TimeoutError after ``timeout_s``: Chroma's HTTP client asks
+    the server who the user is when it is made, with no timeout, so a hung server would hang the
+    caller; the thread is left to end when the server answers or the process exits."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller below
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True, name="open-shard")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {timeout_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _where(shard: ShardSpec, host: str | None, port: int, path: str | Path | None) -> tuple[Any, ...]:

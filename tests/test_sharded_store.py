@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -160,6 +161,21 @@ def test_graph_searcher_and_settings_open_the_sharded_store(sharded_setup, embed
     assert all(o.error is None and o.note is None for o in outcomes)
 
 
+def test_cli_search_over_a_declared_sharded_store(sharded_setup, hotpot_questions, monkeypatch, capsys):
+    """``search --store NAME`` of a store the settings declare sharded, as ``serve-retriever`` opens it."""
+    import json
+
+    from parallelsearch.cli import main
+
+    declaration, whole = sharded_setup
+    monkeypatch.setenv("PARALLELSEARCH_STORES", json.dumps([declaration]))
+    monkeypatch.setenv("PARALLELSEARCH_ENCODER_BACKEND", "torch")
+    question = hotpot_questions[1]["question"]
+    assert main(["search", "--store", "wiki", "-k", "3", "--json", question]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert [p["id"] for p in got] == [p.id for p in whole.search(question, 3)]
+
+
 def test_openrlhf_agent_config_searches_the_shards(sharded_setup, servers):
     """The agent config takes the same declaration (``chroma_host`` is where shards without a
     location of their own live; these all name theirs)."""
@@ -213,6 +229,7 @@ def test_stopped_server_fails_naming_the_shard_or_answers_partially(
     """A third server holding one shard is killed mid-life: the query fails naming that shard, or
     with allow_partial answers from the live shard and says which one is missing."""
     from parallelsearch.agents.searchers import guarded_search
+    from parallelsearch.stores import RetrieverClient, create_retrieval_app
 
     passages, vectors = corpus
     third = ChromaServer(tmp_path / "third")
@@ -232,6 +249,19 @@ def test_stopped_server_fails_naming_the_shard_or_answers_partially(
         partial = _sharded(declaration, embedder, shard_timeout_s=5, allow_partial=True)
         question = hotpot_questions[0]["question"]
         assert len(strict.search(question, 3)) == 3
+        hung = _sharded(declaration, embedder, shard_timeout_s=1)
+        third.proc.send_signal(signal.SIGSTOP)  # hung: the deadlines answer, naming the shard
+        try:
+            with pytest.raises(
+                ShardError, match=rf"shard part-b@127.0.0.1:{third.port}: timed out after 1 s"
+            ):
+                hung.search_batch([question], 3)
+            with pytest.raises(
+                ShardError, match=rf"part-b@127.0.0.1:{third.port} .*cannot be opened: TimeoutError"
+            ):
+                _sharded(declaration, embedder, shard_timeout_s=1)
+        finally:
+            third.proc.send_signal(signal.SIGCONT)
         third.stop()
         with pytest.raises(ShardError, match=rf"shard part-b@127.0.0.1:{third.port}: .*allow_partial"):
             strict.search_batch([question], 3)
@@ -239,6 +269,13 @@ def test_stopped_server_fails_naming_the_shard_or_answers_partially(
         assert [p.id for p in hits] == [p.id for p in live.search(question, 3)]
         assert list(hits.missing) == [f"part-b@127.0.0.1:{third.port}"]
         assert f"part-b@127.0.0.1:{third.port}" in hits.note and hits[:2].missing == hits.missing
+        with UvicornThread(create_retrieval_app(partial)) as srv:  # /retrieve says so, its client too
+            body = httpx.post(
+                f"{srv.url}/retrieve", json={"queries": [question], "topk": 3}, timeout=30
+            ).json()
+            remote = RetrieverClient(srv.url).search_batch([question], 3)[0]
+        assert list(body["missing_shards"]) == [f"part-b@127.0.0.1:{third.port}"]
+        assert [p.id for p in remote] == [p.id for p in hits] and remote.missing == body["missing_shards"]
         outcome = asyncio.run(guarded_search(partial, question, 3))
         assert outcome.error is None and outcome.note and "part-b" in outcome.note
         strict_outcome = asyncio.run(guarded_search(strict, question, 3, retries=0))
