@@ -307,6 +307,7 @@ class Nodes:
                         {"title": p["title"], "score": p["score"], "id": p["id"], "store": p["store"]}
                         for p in row["passages"]
                     ],
+                    **({"note": row["note"]} if row.get("note") else {}),
                 }
                 for row in rows
             ],

@@ -45,7 +45,9 @@ def add_retrieval_args(p: argparse.ArgumentParser, *, embedding_model: bool = Fa
     src.add_argument(
         "--store",
         action="append",
-        help="store name (repeat for multi-store routing; default: the settings' stores)",
+        help="store name (repeat for multi-store routing; default: the settings' stores), or "
+        "NAME=SHARD,SHARD,... for one corpus over several collections (SHARD: COLLECTION@HOST:PORT, "
+        "COLLECTION@FOLDER or COLLECTION; docs/scaling.md)",
     )
     src.add_argument("--retriever", help="URL of any Search-R1 /retrieve server (instead of stores)")
     add_chroma_args(p)

@@ -228,7 +228,9 @@ def test_stopped_server_fails_naming_the_shard_or_answers_partially(
 ):
     """A third server holding one shard is killed mid-life: the query fails naming that shard, or
     with allow_partial answers from the live shard and says which one is missing."""
+    from parallelsearch.agents.policies import ScriptedPolicy
     from parallelsearch.agents.searchers import guarded_search
+    from parallelsearch.graphs import build_parallel_search_graph
     from parallelsearch.stores import RetrieverClient, create_retrieval_app
 
     passages, vectors = corpus
@@ -276,6 +278,15 @@ def test_stopped_server_fails_naming_the_shard_or_answers_partially(
             remote = RetrieverClient(srv.url).search_batch([question], 3)[0]
         assert list(body["missing_shards"]) == [f"part-b@127.0.0.1:{third.port}"]
         assert [p.id for p in remote] == [p.id for p in hits] and remote.missing == body["missing_shards"]
+        plan = [
+            "<search> Scott Derrickson nationality ## Ed Wood nationality </search>",
+            "<answer> yes </answer>",
+        ]
+        out = asyncio.run(
+            build_parallel_search_graph(ScriptedPolicy(plan), partial).ainvoke({"question": question})
+        )
+        rows = [s for s in out["trajectory"] if s["type"] == "observation"][0]["results"]
+        assert out["errors"] == 0 and all("part-b" in row["note"] and row["passages"] for row in rows)
         outcome = asyncio.run(guarded_search(partial, question, 3))
         assert outcome.error is None and outcome.note and "part-b" in outcome.note
         strict_outcome = asyncio.run(guarded_search(strict, question, 3, retries=0))
