@@ -107,6 +107,8 @@ def open_shards(
         where = _where(shard, host, port, path)
         label = shard.label if (shard.host or shard.path is not None) else f"{shard.collection}@{where[1]}"
         try:
+            if where[0] is None and not Path(where[1]).is_dir():  # reading must not create a folder
+                raise StoreNotFoundError(f"no Chroma folder {where[1]}")
             if where not in clients:
                 clients[where] = _within(
                     timeout_s,

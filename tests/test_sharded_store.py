@@ -218,6 +218,9 @@ def test_shards_that_disagree_or_are_missing_are_named(servers, corpus, embedder
         _sharded(f"wiki=wiki-0@127.0.0.1:{a},inner-product@127.0.0.1:{b}", embedder)
     with pytest.raises(ShardError, match=rf"shard wiki-9@127.0.0.1:{b} of store 'wiki'.*no store named"):
         _sharded(f"wiki=wiki-0@127.0.0.1:{a},wiki-9@127.0.0.1:{b}", embedder)
+    with pytest.raises(ShardError, match=r"shard wiki-5@/nowhere/chroma of store 'wiki': no Chroma folder"):
+        _sharded(f"wiki=wiki-0@127.0.0.1:{a},wiki-5@/nowhere/chroma", embedder)
+    assert not Path("/nowhere").exists()
     dead = free_port()
     with pytest.raises(ShardError, match=rf"shard wiki-0@127.0.0.1:{dead} of store 'wiki' cannot be opened"):
         _sharded(f"wiki=wiki-0@127.0.0.1:{dead},wiki-2@127.0.0.1:{b}", embedder)
