@@ -354,3 +354,43 @@ def test_index_rows_builds_text_shards(tmp_path, embedder):
     assert len(ids) == 10
     with pytest.raises(ValueError, match="not a range"):
         ingest(first, [corpus], rows=(5, 2), progress=False)
+
+
+@pytest.mark.slow
+def test_documented_parallel_build_then_search_as_one(tmp_path):
+    """docs/scaling.md's loop, for real: two `index --rows` processes at once, each into its own
+    folder under its own writer lock, then the folders searched as one (resuming: test_index_rows...)."""
+    import json
+
+    corpus = RAW / "wiki_corpus/PeterGriffinJin_Search-R1/corpus.jsonl"
+    exe = os.path.join(os.path.dirname(sys.executable), "parallelsearch")
+    base = {**os.environ, "PARALLELSEARCH_ENCODER_BACKEND": "torch"}
+
+    def index(i: int) -> subprocess.Popen:
+        env = {**base, "PARALLELSEARCH_CHROMA_PATH": str(tmp_path / f"shard-{i}")}
+        cmd = [
+            exe,
+            "index",
+            "--store",
+            f"wiki-{i}",
+            "--no-progress",
+            "--rows",
+            f"{i * 5}:{(i + 1) * 5}",
+            str(corpus),
+        ]
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    procs = [index(i) for i in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 and "added 5," in out for p, out in zip(procs, outs, strict=True)), outs
+    decl = f"wiki=wiki-0@{tmp_path / 'shard-0'},wiki-1@{tmp_path / 'shard-1'}"
+    done = subprocess.run(
+        [exe, "search", "--store", decl, "--json", "-k", "10", "lobbyist for Genentech"],
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    hits = json.loads(done.stdout)
+    assert len(hits) == 10 and hits[0]["title"] == "Evan Morris" and {h["store"] for h in hits} == {"wiki"}
