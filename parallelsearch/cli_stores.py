@@ -132,18 +132,18 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from parallelsearch.cli_index import limit_kwargs
+    from parallelsearch.cli_index import limit_kwargs, row_range
     from parallelsearch.graphs.factory import writing_store
     from parallelsearch.stores.ingest import ingest
     from parallelsearch.stores.jsonfiles import expand_paths
-    from parallelsearch.stores.vectors import parse_rows
+    from parallelsearch.stores.readers import count_passages
 
     if not args.files and not args.verify:
         raise ValueError("index needs FILES (or --verify to check the store only)")
     if args.vectors:
         return cmd_index_vectors(args)
     files = expand_paths(args.files)  # before the store is opened: a typo creates nothing
-    rows = parse_rows(args.rows) if args.rows else None
+    rows = row_range(args, lambda: count_passages(files, skip_bad=args.skip_bad))
     s = settings_from_args(args)
     cfg = s.retrieval()
     with (

@@ -342,6 +342,16 @@ def test_merge_by_distance_breaks_ties_by_id_and_counts_an_id_once():
     assert ShardHits([Passage("a", "", "")], {"x": "down"})[:1].missing == {"x": "down"}
 
 
+def test_shard_i_of_n_covers_every_row_once():
+    from parallelsearch.stores.vectors import shard_rows
+
+    assert [shard_rows(f"{i}/3", 10) for i in range(3)] == [(0, 3), (3, 6), (6, 10)]
+    assert shard_rows("0/1", 7) == (0, 7) and shard_rows("4/8", 3) == (1, 1)
+    for bad in ("3/3", "1", "a/b", "0/0", "-1/2"):
+        with pytest.raises(ValueError, match="--shard"):
+            shard_rows(bad, 10)
+
+
 def test_index_rows_builds_text_shards(tmp_path, embedder):
     """``index --rows`` on a text corpus: two row ranges make two shards that hold the corpus once."""
     corpus = RAW / "wiki_corpus/PeterGriffinJin_Search-R1/corpus.jsonl"
@@ -358,7 +368,7 @@ def test_index_rows_builds_text_shards(tmp_path, embedder):
 
 @pytest.mark.slow
 def test_documented_parallel_build_then_search_as_one(tmp_path):
-    """docs/scaling.md's loop, for real: two `index --rows` processes at once, each into its own
+    """docs/scaling.md's loop, for real: two `index --shard I/2` processes at once, each into its own
     folder under its own writer lock, then the folders searched as one (resuming: test_index_rows...)."""
     import json
 
@@ -374,8 +384,8 @@ def test_documented_parallel_build_then_search_as_one(tmp_path):
             "--store",
             f"wiki-{i}",
             "--no-progress",
-            "--rows",
-            f"{i * 5}:{(i + 1) * 5}",
+            "--shard",
+            f"{i}/2",
             str(corpus),
         ]
         return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
