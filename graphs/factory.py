@@ -187,7 +187,7 @@ def make_sharded_store(
     )
 
 
-def open_store(cfg: RetrievalConfig, name: str) -> ChromaStore | ShardedStore:
+def make_named_store(cfg: RetrievalConfig, name: str) -> ChromaStore | ShardedStore:
     """The store ``name`` for reading: a sharded one when ``cfg.stores`` declares it so (or ``name`` is
     a ``NAME=SHARD,...`` declaration), else :func:`make_store`."""
     spec = cfg.store_spec(name)

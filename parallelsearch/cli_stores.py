@@ -229,9 +229,9 @@ def cmd_stores(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from parallelsearch.graphs.factory import open_store
+    from parallelsearch.graphs.factory import make_named_store
 
-    store = open_store(settings_from_args(args).retrieval(), args.store)
+    store = make_named_store(settings_from_args(args).retrieval(), args.store)
     hits = store.search(clean_text_arg(args.query, "query"), args.k)
     if args.json:
         print(json.dumps([h.to_dict() for h in hits], ensure_ascii=False, indent=2))
@@ -256,12 +256,12 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
         )
         return 2
     spin = let_idle_threads_sleep()  # before torch loads (stores/omp_spin.py)
-    from parallelsearch.graphs.factory import open_store
+    from parallelsearch.graphs.factory import make_named_store
     from parallelsearch.stores.encoder_thread import encoder_workers, team_size
     from parallelsearch.stores.retrieval_server import create_retrieval_app, run_server
 
     cfg = settings_from_args(args).retrieval()
-    store = open_store(cfg, args.store)
+    store = make_named_store(cfg, args.store)
     batching = {k: v for k in ("max_batch", "concurrent_batches") if (v := getattr(args, k)) is not None}
     app = create_retrieval_app(store, default_topk=args.topk, **batching)
     batcher = app.state.batcher

@@ -121,7 +121,6 @@ def find_store(declared: list[str], name: str) -> StoreSpec:
     if spec.sharded:
         return spec
     for entry in declared:
-        got = parse_store(entry)
-        if got.name == spec.name:
+        if "=" in entry and (got := parse_store(entry)).name == spec.name:
             return got
     return spec
