@@ -22,7 +22,7 @@ VPY := $(VVENV)/bin/python
 VPIP := $(VPY) -m pip
 VSTAMP := $(VVENV)/.installed
 
-.PHONY: demo test test-main test-serving test-vllm system-deps venv venv-vllm lint bench bench-vllm clean
+.PHONY: demo smoke-train test test-main test-serving test-vllm system-deps venv venv-vllm lint bench bench-vllm clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -58,6 +58,10 @@ system-deps:
 
 demo: $(STAMP)
 	PARALLELSEARCH_HOME=$${PARALLELSEARCH_HOME:-.parallelsearch} $(VENV)/bin/parallelsearch demo
+
+# The CPU training smoke (docs/vllm.md, "CPU smoke"): OpenRLHF's rollout actor on a vLLM CPU engine.
+smoke-train: $(VSTAMP)
+	PARALLELSEARCH_HOME=$${PARALLELSEARCH_HOME:-.parallelsearch} $(VVENV)/bin/parallelsearch train --smoke
 
 test: test-main test-vllm
 

@@ -9,6 +9,7 @@ code). The parser never raises: it reports what it found or why the action is in
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterator, Sequence
@@ -53,6 +54,40 @@ SEARCH_R1_TEMPLATE = (
 
 TEMPLATES = {"paper": PAPER_TEMPLATE, "official": OFFICIAL_TEMPLATE, "search_r1": SEARCH_R1_TEMPLATE}
 
+#: The tools protocol's prompt: the same instructions for a chat model that calls a ``search``
+#: tool (several calls in one message = the sub-queries of one round) and answers in plain text.
+TOOLS_TEMPLATE = (
+    "Answer the given question. Think first every time you get new information. If you lack some "
+    "knowledge, call the search tool; it returns the top searched results. If the question is complex or "
+    "involves multiple parts, decompose it into smaller sub-questions and call search once per sub-question "
+    "in the same message: the calls run in parallel. You can search as many times as you want. If you find no "
+    "further external knowledge needed, reply with the answer only, without a tool call and without detailed "
+    "illustrations. For example: Beijing. Question: {question}\n"
+)
+
+#: prompt templates of the tools protocol (kept apart from :data:`TEMPLATES`, the tags protocol's)
+TOOL_TEMPLATES = {"tools": TOOLS_TEMPLATE}
+
+SEARCH_TOOL_NAME = "search"
+
+#: The one tool of the tools protocol, in the OpenAI function format every LangChain
+#: ``bind_tools`` accepts (no LangChain import needed here).
+SEARCH_TOOL: dict = {
+    "type": "function",
+    "function": {
+        "name": SEARCH_TOOL_NAME,
+        "description": (
+            "Search the knowledge store for one self-contained query; returns the top passages as "
+            "'Doc i(Title: t) text' lines. Call it several times in one message for independent sub-questions."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "one self-contained search query"}},
+            "required": ["query"],
+        },
+    },
+}
+
 #: The official code's corrective feedback for an invalid action (search_r1/llm_agent/generation.py).
 INVALID_FEEDBACK = (
     "\nMy previous action is invalid. If I want to search, I should put the query between <search> and "
@@ -63,10 +98,11 @@ INVALID_FEEDBACK = (
 
 def render_prompt(question: str, template: str = "paper", stores: Sequence[str] = ()) -> str:
     """The initial prompt. ``template`` is a name from :data:`TEMPLATES` or a format string with ``{question}``."""
-    text = TEMPLATES.get(template, template)
+    text = TEMPLATES.get(template) or TOOL_TEMPLATES.get(template, template)
     if "{question}" not in text:
+        names = ", ".join([*TEMPLATES, *TOOL_TEMPLATES])
         raise ValueError(
-            f"prompt template {template[:60]!r} is neither a known name ({', '.join(TEMPLATES)}) nor has {{question}}"
+            f"prompt template {template[:60]!r} is neither a known name ({names}) nor has {{question}}"
         )
     q, _ = scrub_text(question.strip())
     prompt = text.replace("{question}", q)
@@ -83,8 +119,18 @@ def render_prompt(question: str, template: str = "paper", stores: Sequence[str] 
 
 
 @dataclass(frozen=True)
+class ToolCallOutcome:
+    """One tool call of a tools-protocol turn: the sub-query it searches (duplicates share one
+    index) or why it is invalid. Every call gets exactly one tool message back, by ``id``."""
+
+    id: str
+    index: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class Action:
-    """What one policy turn asked for."""
+    """What one policy turn asked for (``calls``: the tool calls of a tools-protocol turn)."""
 
     kind: Literal["search", "answer", "invalid"]
     subqueries: tuple[str, ...] = ()
@@ -93,6 +139,7 @@ class Action:
     reason: str | None = None
     raw_query: str | None = None
     dropped: tuple[str, ...] = field(default=())
+    calls: tuple[ToolCallOutcome, ...] = field(default=())
 
 
 _TAG_RE = re.compile(r"<(/?)(think|search|answer|information)>")
@@ -199,6 +246,162 @@ def parse_action(text: object, *, max_subqueries: int = 8, split: bool = True) -
     if open_tag in ("search", "answer"):
         return Action("invalid", think=think, reason=f"<{open_tag}> is never closed")
     return Action("invalid", think=think, reason="no <search> or <answer> tag")
+
+
+#: what a refused tool call is told (one tool message per call, like INVALID_FEEDBACK for a tag turn)
+TOOL_CALL_FEEDBACK = (
+    'This call is invalid: {reason}. To search, call search with {{"query": "..."}} (one query per call; '
+    "several calls in one message for independent sub-questions). To answer, reply with the answer only, "
+    "without a tool call. Nothing of this message was searched; try again."
+)
+#: what the valid calls of an invalid turn are told: nothing of the turn is searched
+TOOL_CALL_NOT_RUN = "Not searched: this message is invalid ({reason}). Nothing of it was searched; try again."
+
+
+def content_text(content: object) -> str:
+    """A message's text: a string, or the text parts of a content-block list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            c if isinstance(c, str) else str(c.get("text", "")) if isinstance(c, dict) else ""
+            for c in content
+        )
+    return ""
+
+
+def _call_error(call: object) -> tuple[str, str | None, str]:
+    """(id, error or None, query) of one parsed tool call (LangChain's ``{name, args, id}``)."""
+    if not isinstance(call, dict):
+        return "", f"a tool call is {type(call).__name__}, not an object", ""
+    cid = call.get("id")
+    cid = cid if isinstance(cid, str) else ""
+    name = call.get("name")
+    if name != SEARCH_TOOL_NAME:
+        return cid, f"unknown tool {name!r} (the only tool is {SEARCH_TOOL_NAME!r})", ""
+    args = call.get("args")
+    query = args.get("query") if isinstance(args, dict) else None
+    if not isinstance(query, str):
+        shown = json.dumps(args, default=str)[:120]
+        return cid, f'bad arguments {shown} (search takes {{"query": string}})', ""
+    query = " ".join(query.split())
+    if not query:
+        return cid, "empty query", ""
+    return cid, None, query
+
+
+def parse_tool_calls(
+    tool_calls: object,
+    content: object = "",
+    invalid_tool_calls: object = (),
+    *,
+    max_subqueries: int = 8,
+    split: bool = True,
+) -> Action:
+    """Parse one tools-protocol turn (an AI message's ``tool_calls``, ``content`` and
+    ``invalid_tool_calls``) into the same :class:`Action` the tag parser returns. Never raises.
+
+    N ``search`` calls are the N sub-queries of one round (normalised and de-duplicated like
+    ``a ## b``; a duplicate's call shares its sub-query's result). No call at all is the final
+    answer: the message's text. One invalid call (unknown tool, bad or unparsable arguments,
+    empty query), more than ``max_subqueries`` distinct queries, or more than one query when
+    ``split`` is off makes the whole turn invalid: nothing is searched and every call is told why.
+    """
+    try:
+        text = content_text(content)
+        calls = list(tool_calls) if isinstance(tool_calls, list | tuple) else []
+        broken = list(invalid_tool_calls) if isinstance(invalid_tool_calls, list | tuple) else []
+        if tool_calls is not None and not isinstance(tool_calls, list | tuple):
+            return Action("invalid", reason=f"tool_calls is {type(tool_calls).__name__}, not a list")
+        if not calls and not broken:
+            answer = text.strip()
+            if not answer:
+                return Action("invalid", reason="no tool call and no answer text")
+            return Action("answer", answer=answer)
+        think = text.strip() or None
+        outcomes: list[ToolCallOutcome] = []
+        errors: list[str] = []
+        subs: list[str] = []
+        index: dict[str, int] = {}
+        dropped: list[str] = []
+        for i, call in enumerate(calls):
+            cid, err, query = _call_error(call)
+            cid = cid or f"call_{i}"
+            if err is None:
+                if query in index:
+                    dropped.append(query)
+                else:
+                    index[query] = len(subs)
+                    subs.append(query)
+                outcomes.append(ToolCallOutcome(cid, index[query]))
+            else:
+                outcomes.append(ToolCallOutcome(cid, error=err))
+                errors.append(err)
+        for j, bad in enumerate(broken):
+            info = bad if isinstance(bad, dict) else {}
+            cid = info.get("id") if isinstance(info.get("id"), str) else f"call_{len(calls) + j}"
+            err = (
+                f"arguments of {info.get('name')!r} are not valid JSON ({str(info.get('error') or '')[:80]})"
+            )
+            outcomes.append(ToolCallOutcome(cid, error=err))
+            errors.append(err)
+        if not errors and len(subs) > max_subqueries:
+            errors.append(
+                f"{len(subs)} search calls in one message (more than {max_subqueries} distinct); "
+                f"at most {max_subqueries} are allowed"
+            )
+        if not errors and not split and len(subs) > 1:
+            errors.append(f"{len(subs)} searches in one message; this graph searches one query per turn")
+        if errors:
+            reason = "; ".join(dict.fromkeys(errors))
+            return Action(
+                "invalid",
+                think=think,
+                reason=reason,
+                raw_query=" ## ".join(subs) or None,
+                calls=tuple(outcomes),
+            )
+        return Action(
+            "search",
+            subqueries=tuple(subs),
+            think=think,
+            raw_query=" ## ".join(subs),
+            dropped=tuple(dropped),
+            calls=tuple(outcomes),
+        )
+    except Exception as e:  # the parser never raises, whatever a chat model returned
+        return Action("invalid", reason=f"unreadable tool calls ({type(e).__name__}: {e})")
+
+
+def tool_feedback(action: Action) -> list[tuple[str, str]]:
+    """(tool_call_id, text) for every call of an invalid tools-protocol turn."""
+    reason = action.reason or "invalid call"
+    return [
+        (
+            c.id,
+            TOOL_CALL_FEEDBACK.format(reason=c.error) if c.error else TOOL_CALL_NOT_RUN.format(reason=reason),
+        )
+        for c in action.calls
+    ]
+
+
+def render_tool_calls(content: str, calls: Sequence[dict]) -> str:
+    """A tools-protocol turn as text (the Hermes/Qwen form): its text, then one
+    ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` block per call. Used for the
+    readable transcript."""
+    blocks = "".join(
+        "<tool_call>\n"
+        + json.dumps({"name": c.get("name"), "arguments": c.get("args")}, ensure_ascii=False, default=str)
+        + "\n</tool_call>"
+        for c in calls
+        if isinstance(c, dict)
+    )
+    return (content + "\n" if content and blocks else content) + blocks
+
+
+def format_tool_response(text: str) -> str:
+    """One tool message as text (the Hermes/Qwen form) for the readable transcript."""
+    return f"\n<tool_response>\n{text.strip()}\n</tool_response>"
 
 
 TitleStyle = Literal["official", "stripped"]

@@ -2,7 +2,7 @@
 
 Episodes/s at 1, 8, 32 and 128 concurrent episodes of the OpenRLHF executor
 (``rl/executor.py``) on a real ``vllm.AsyncLLMEngine`` (the tiny random model of
-tests/tiny_model.py, constrained decoding so every turn is a real action) over the
+rl/tiny_model.py, constrained decoding so every turn is a real action) over the
 parallel graph and a real embedded Chroma store, against the SAME engine replaying the
 same requests (the same prompt token ids, the same sampling and grammar, greedy, so the
 same tokens come out) with no environment in between. Their ratio says what the
@@ -26,7 +26,7 @@ import time
 import uuid
 from pathlib import Path
 
-from _common import HOTPOT, ROOT, hotpot_store, write
+from _common import HOTPOT, hotpot_store, write
 
 LEVELS = (1, 8, 32, 128)
 
@@ -149,9 +149,7 @@ async def run(args: argparse.Namespace) -> dict:
     from parallelsearch.data import load_questions
     from parallelsearch.rl.data import train_record
     from parallelsearch.rl.env import EnvGraph
-
-    sys.path.insert(0, str(ROOT / "tests"))
-    from tiny_model import save_tiny
+    from parallelsearch.rl.tiny_model import save_tiny
 
     model_dir = save_tiny(Path(tempfile.mkdtemp()) / "tiny-llama")
     tok = AutoTokenizer.from_pretrained(model_dir)

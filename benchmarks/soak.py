@@ -46,6 +46,11 @@ from parallelsearch.loopback import free_port
 BIN = Path(sys.executable).parent
 DEEP = b"[" * 50_000 + b"]" * 50_000
 JSON = {"content-type": "application/json"}
+# the app runs the oracle, which needs a question's gold answers: the repaired-surrogate questions carry them
+SURROGATE_GOLD = {
+    "golden_answers": ["Scott Derrickson"],
+    "supporting_titles": ["Ed Wood", "Scott Derrickson"],
+}
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LANGSMITH_TRACING": "false"}
 #: (kind, weight): how often each request kind is drawn
 MIX = [
@@ -200,7 +205,8 @@ class Load:
             r = await client.post(self.retriever + "/retrieve", content=b'{"queries": [', headers=JSON)
             return r.status_code, {422}
         if kind == "bad_invoke_surrogate":
-            body = json.dumps({"input": {"question": "Who is older, Ed Wood \ud800 or Scott Derrickson?"}})
+            q = "Who is older, Ed Wood \ud800 or Scott Derrickson?"
+            body = json.dumps({"input": {"question": q, "metadata": SURROGATE_GOLD}})
             r = await client.post(self.app + "/parallelsearch/invoke", content=body.encode(), headers=JSON)
             return _answered(r), {200}
         if kind == "bad_invoke_oversized":
@@ -220,7 +226,7 @@ class Load:
             r = await client.post(self.app + "/parallelsearch/invoke", content=b"{not json", headers=JSON)
             return r.status_code, {400}
         if kind == "bad_stream_surrogate":
-            body = json.dumps({"input": {"question": "Ed Wood \udfff?"}}).encode()
+            body = json.dumps({"input": {"question": "Ed Wood \udfff?", "metadata": SURROGATE_GOLD}}).encode()
             return await self._stream(client, None, content=body), {200}
         raise ValueError(kind)
 
@@ -308,6 +314,7 @@ def run(
         "PARALLELSEARCH_CHROMA_PATH": str(store_dir),
     }
     env.pop("PARALLELSEARCH_SERVER_API_KEY", None)
+    env.pop("PARALLELSEARCH_RETRIEVER_API_KEY", None)
     cli = str(BIN / "parallelsearch")
     rp, ap = free_port(), free_port()
     retriever = Server(

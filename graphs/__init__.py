@@ -4,6 +4,7 @@
 configuration; the builders here take already built parts.
 """
 
+from parallelsearch.graphs.agent import create_parallel_search_agent
 from parallelsearch.graphs.builders import (
     GRAPH_KINDS,
     SEARCHING_KINDS,
@@ -37,4 +38,5 @@ __all__ = [
     "build_rag_graph",
     "build_sequential_graph",
     "check_graph_kind",
+    "create_parallel_search_agent",
 ]

@@ -1,7 +1,10 @@
 """Graph builders: ParallelSearch and its baselines from the same parts.
 
 Each returns a compiled LangGraph graph that works standalone and as a subgraph:
-input ``{"question", "metadata"?}``, output answer + transcript + trajectory + counts.
+input ``{"question", "metadata"?}`` or ``{"messages"}``, output answer + ``messages`` (the
+answer appended as an AI message) + transcript + trajectory + counts. The planner may be a
+policy, a LangChain chat model or a spec string (``coerce.as_policy``); its protocol
+(``tags`` or ``tools``) is resolved here, once.
 The knobs are :class:`GraphConfig`'s fields, given as keyword arguments (typed through
 :class:`GraphOptions`) or as one ``config=GraphConfig(...)``; keyword arguments win.
 Every graph carries :class:`GraphContext` as its context schema, so a run can change
@@ -14,17 +17,28 @@ each new question is a fresh episode and the earlier ones stay in ``history``
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeAlias, get_args
 
+from langchain_core.language_models import BaseChatModel
+from langgraph._internal._runnable import RunnableCallable
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from typing_extensions import Unpack
 
 from parallelsearch.agents.policies.base import Policy
+from parallelsearch.agents.policies.coerce import as_policy, policy_protocol
 from parallelsearch.agents.searchers.backends import as_searcher
 from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
 from parallelsearch.graphs.nodes import Nodes
 from parallelsearch.graphs.state import GraphInput, GraphOutput, SearchState
+from parallelsearch.graphs.sync_bridge import sync_node
+
+log = logging.getLogger(__name__)
+
+#: what a builder takes as its planner: a policy, a LangChain chat model or a spec string
+Planner: TypeAlias = Policy | BaseChatModel | str
 
 GraphKind = Literal["parallel", "sequential", "rag", "direct"]
 #: every graph kind, in the order the CLI lists them
@@ -56,6 +70,37 @@ def _config(config: GraphConfig | None, options: dict[str, Any], **fixed: Any) -
     return cfg.model_copy(update=defaults)
 
 
+def _planner(
+    policy: Any, cfg: GraphConfig, kind: str, answer_policy: Any = None
+) -> tuple[Any, str, Any, GraphConfig]:
+    """The planner as a policy, the protocol it speaks (``auto`` resolved, logged), the answer
+    policy, and ``cfg`` with the protocol's default prompt (``tools`` when none was given)."""
+    searching = kind in SEARCHING_KINDS
+    if not searching and cfg.protocol == "tools":
+        raise ValueError(
+            f"the {kind} graph has one answer-only turn and speaks tags; protocol='tools' needs a searching graph"
+        )
+    pol = as_policy(policy, cfg.protocol if searching else "tags")
+    protocol = policy_protocol(pol)
+    if protocol == "tools" and answer_policy is not None:
+        raise ValueError("answer_policy is for the tags protocol; under protocol='tools' the planner answers")
+    answerer = as_policy(answer_policy, "tags") if answer_policy is not None else None
+    if protocol == "tools" and not cfg.prompt_template:
+        cfg = cfg.model_copy(update={"prompt_template": "tools"})
+    log.info(
+        "%s graph: planner %s speaks the %s protocol",
+        kind,
+        getattr(pol, "name", type(pol).__name__),
+        protocol,
+    )
+    return pol, protocol, answerer, cfg
+
+
+def _add(b: StateGraph, name: str, afunc: Callable[..., Coroutine[Any, Any, Any]]) -> None:
+    """A node with its async function and a sync twin (``invoke``/``stream``/``batch``)."""
+    b.add_node(name, RunnableCallable(sync_node(afunc), afunc, name=name))
+
+
 def _compile(builder: StateGraph, cfg: GraphConfig, checkpointer: Any, name: str) -> SearchGraph:
     graph = builder.compile(checkpointer=checkpointer, name=name)
     defaults: dict[str, Any] = {"recursion_limit": cfg.recursion_limit()}
@@ -72,12 +117,13 @@ def _new_builder() -> StateGraph:
 
 
 def _search_loop(nodes: Nodes, cfg: GraphConfig, checkpointer: Any, name: str) -> SearchGraph:
+    nodes.graph_name = name
     b = _new_builder()
-    b.add_node("begin", nodes.begin)
-    b.add_node("planner", nodes.planner)
-    b.add_node("search", nodes.search)
-    b.add_node("join", nodes.join)
-    b.add_node("answer", nodes.answer)
+    _add(b, "begin", nodes.begin)
+    _add(b, "planner", nodes.planner)
+    _add(b, "search", nodes.search)
+    _add(b, "join", nodes.join)
+    _add(b, "answer", nodes.answer)
     b.add_edge(START, "begin")
     b.add_edge("begin", "planner")
     b.add_conditional_edges("planner", nodes.route, ["search", "planner", "answer"])
@@ -88,10 +134,10 @@ def _search_loop(nodes: Nodes, cfg: GraphConfig, checkpointer: Any, name: str) -
 
 
 def build_parallel_search_graph(
-    policy: Policy,
+    policy: Planner,
     searcher: Any,
     *,
-    answer_policy: Policy | None = None,
+    answer_policy: Planner | None = None,
     checkpointer: Any = None,
     config: GraphConfig | None = None,
     **options: Unpack[GraphOptions],
@@ -102,30 +148,32 @@ def build_parallel_search_graph(
     retriever, a ``{name: store}`` mapping (multi-store routing) or any object with
     ``asearch(query, k)``. Knobs: ``config`` and/or :class:`GraphOptions` keywords.
     """
-    cfg = _config(config, dict(options), prompt_template="paper")
-    return _search_loop(
-        Nodes(policy, as_searcher(searcher), cfg, answer_policy), cfg, checkpointer, "parallelsearch"
-    )
+    cfg = _config(config, dict(options))
+    pol, protocol, answerer, cfg = _planner(policy, cfg, "parallel", answer_policy)
+    cfg = _config(cfg, {}, prompt_template="paper")
+    nodes = Nodes(pol, as_searcher(searcher), cfg, answerer, protocol=protocol)
+    return _search_loop(nodes, cfg, checkpointer, "parallelsearch")
 
 
 def build_sequential_graph(
-    policy: Policy,
+    policy: Planner,
     searcher: Any,
     *,
-    answer_policy: Policy | None = None,
+    answer_policy: Planner | None = None,
     checkpointer: Any = None,
     config: GraphConfig | None = None,
     **options: Unpack[GraphOptions],
 ) -> SearchGraph:
     """Search-R1 baseline: its prompt (unless one is given), one query per search (``##`` is not split)."""
-    cfg = _config(config, dict(options), prompt_template="search_r1", split_subqueries=False)
-    return _search_loop(
-        Nodes(policy, as_searcher(searcher), cfg, answer_policy), cfg, checkpointer, "sequential"
-    )
+    cfg = _config(config, dict(options))
+    pol, protocol, answerer, cfg = _planner(policy, cfg, "sequential", answer_policy)
+    cfg = _config(cfg, {}, prompt_template="search_r1", split_subqueries=False)
+    nodes = Nodes(pol, as_searcher(searcher), cfg, answerer, protocol=protocol)
+    return _search_loop(nodes, cfg, checkpointer, "sequential")
 
 
 def build_rag_graph(
-    policy: Policy,
+    policy: Planner,
     searcher: Any,
     *,
     checkpointer: Any = None,
@@ -136,11 +184,13 @@ def build_rag_graph(
 
     ``retrieve`` is its entry node, so it also opens the episode (no ``begin`` node)."""
     cfg = _config(config, dict(options), prompt_template="paper", max_turns=0)
-    nodes = Nodes(policy, as_searcher(searcher), cfg, pinned=("max_turns",))
+    pol, _, _, cfg = _planner(policy, cfg, "rag")
+    nodes = Nodes(pol, as_searcher(searcher), cfg, pinned=("max_turns",))
+    nodes.graph_name = "rag"
     b = _new_builder()
-    b.add_node("retrieve", nodes.retrieve_once)
-    b.add_node("planner", nodes.planner)
-    b.add_node("answer", nodes.answer)
+    _add(b, "retrieve", nodes.retrieve_once)
+    _add(b, "planner", nodes.planner)
+    _add(b, "answer", nodes.answer)
     b.add_edge(START, "retrieve")
     b.add_edge("retrieve", "planner")
     b.add_edge("planner", "answer")
@@ -149,7 +199,7 @@ def build_rag_graph(
 
 
 def build_direct_graph(
-    policy: Policy,
+    policy: Planner,
     searcher: Any = None,
     *,
     checkpointer: Any = None,
@@ -158,11 +208,13 @@ def build_direct_graph(
 ) -> SearchGraph:
     """Direct baseline: no retrieval, one answer-only turn."""
     cfg = _config(config, dict(options), prompt_template="paper", max_turns=0)
-    nodes = Nodes(policy, None, cfg, pinned=("max_turns",))
+    pol, _, _, cfg = _planner(policy, cfg, "direct")
+    nodes = Nodes(pol, None, cfg, pinned=("max_turns",))
+    nodes.graph_name = "direct"
     b = _new_builder()
-    b.add_node("begin", nodes.begin)
-    b.add_node("planner", nodes.planner)
-    b.add_node("answer", nodes.answer)
+    _add(b, "begin", nodes.begin)
+    _add(b, "planner", nodes.planner)
+    _add(b, "answer", nodes.answer)
     b.add_edge(START, "begin")
     b.add_edge("begin", "planner")
     b.add_edge("planner", "answer")
@@ -180,10 +232,10 @@ _BUILDERS = {
 
 def build_graph(
     kind: str,
-    policy: Policy,
+    policy: Planner,
     searcher: Any = None,
     *,
-    answer_policy: Policy | None = None,
+    answer_policy: Planner | None = None,
     checkpointer: Any = None,
     config: GraphConfig | None = None,
     **options: Unpack[GraphOptions],

@@ -52,6 +52,12 @@ class GraphConfig(BaseModel):
     split_subqueries: bool = Field(
         True, description="split '##' into parallel sub-queries (False = Search-R1)"
     )
+    protocol: Literal["auto", "tags", "tools"] = Field(
+        "auto",
+        description="how the planner searches: 'tags' = <search> a ## b </search> text, 'tools' = parallel "
+        "calls of a search tool (a chat model with bind_tools); 'auto' = tools for such a chat model, tags "
+        "otherwise (the trained checkpoints behind openai:/vllm:/hf: speak tags)",
+    )
 
     def recursion_limit(self) -> int:
         """Supersteps an episode can take at the largest ``max_turns`` a request may set:
@@ -86,6 +92,7 @@ class GraphOptions(TypedDict, total=False):
     temperature: float
     top_p: float
     split_subqueries: bool
+    protocol: Literal["auto", "tags", "tools"]
 
 
 @with_config(ConfigDict(extra="allow"))

@@ -32,14 +32,15 @@ from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.stores.backend_choice import auto_backend, on_gpu, onnx_encoder_workers
 from parallelsearch.stores.chroma_store import (
     ChromaStore,
-    list_stores,
     make_client,
+    require_stores,
     store_backend,
     validate_store_name,
 )
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.embedders import Embedder, get_embedder
 from parallelsearch.stores.encoder_thread import set_encoder_threads, set_encoder_workers
+from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, StoreLocation, list_stores
 from parallelsearch.stores.onnx_encoder import OnnxUnavailableError, embedding_family
 from parallelsearch.stores.retrieval_client import RetrieverClient
 from parallelsearch.stores.shard_spec import StoreSpec
@@ -237,26 +238,46 @@ def writing_store(
             raise
 
 
-def describe_stores(cfg: RetrievalConfig) -> list[dict[str, Any]]:
-    """Name, count, model and location of every store where ``cfg`` says stores live."""
+def store_location(cfg: RetrievalConfig) -> StoreLocation:
+    """Where ``cfg`` says stores live, as the isolated store reader opens it."""
+    if not cfg.chroma_host and cfg.chroma_path is None:
+        raise ValueError("no store location: set chroma_path (embedded store) or chroma_host (Chroma server)")
+    return StoreLocation(path=cfg.chroma_path, host=cfg.chroma_host, port=cfg.chroma_port)
+
+
+def describe_stores(
+    cfg: RetrievalConfig, *, timeout_s: float = DEFAULT_READ_TIMEOUT_S
+) -> list[dict[str, Any]]:
+    """Name, count, model and location of every store where ``cfg`` says stores live.
+
+    Read in a child process: a store that crashes or hangs Chroma is listed with an ``error``
+    instead of taking the listing (and every healthy store in it) down.
+    """
     if not cfg.chroma_host and (cfg.chroma_path is None or not cfg.chroma_path.exists()):
         return []
     location = cfg.location()
-    return [dict(row, location=location) for row in list_stores(make_chroma_client(cfg))]
+    return [dict(row, location=location) for row in list_stores(store_location(cfg), timeout_s=timeout_s)]
 
 
 def make_searcher(cfg: RetrievalConfig) -> Searcher:
     """What the graphs search: a ``/retrieve`` server, one store, or several with routing."""
     if cfg.searcher_kind() == "remote":
         assert cfg.retriever_url is not None
-        return RemoteSearcher(RetrieverClient(cfg.retriever_url, timeout_s=cfg.retriever_timeout_s))
+        return RemoteSearcher(
+            RetrieverClient(
+                cfg.retriever_url, timeout_s=cfg.retriever_timeout_s, api_key=cfg.retriever_api_key
+            )
+        )
     specs = [cfg.store_spec(entry) for entry in cfg.stores]
-    client = make_chroma_client(cfg) if any(not spec.sharded for spec in specs) else None
+    plain = [spec.name for spec in specs if not spec.sharded]
+    client = make_chroma_client(cfg) if plain else None
+    if plain:
+        require_stores(client, plain, cfg.location())  # a typo fails before an encoder loads
     embedders: dict[str, Embedder] = {}  # one per backend: the stores may have been built differently
     searchers: dict[str, Searcher] = {}
     for spec in specs:
-        if spec.sharded:  # a sharded store is its own searcher (one encoder call per batch)
-            searchers[spec.name] = make_sharded_store(cfg, spec)
+        if spec.sharded:  # one encoder call per batch, for all its shards
+            searchers[spec.name] = StoreSearcher(make_sharded_store(cfg, spec))
             continue
         backend = resolve_backend(cfg, client, spec.name)
         embedder = embedders.get(backend) or embedders.setdefault(backend, make_embedder(cfg, backend))

@@ -11,9 +11,12 @@ node finishes the episode.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+import uuid
 from typing import Any
 
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite, Send
@@ -22,14 +25,23 @@ from parallelsearch.agents.policies.base import Policy, TurnRequest
 from parallelsearch.agents.protocol import (
     INVALID_FEEDBACK,
     STOP_STRINGS,
+    content_text,
     format_observation,
+    format_passages,
+    format_tool_response,
     parse_action,
+    parse_tool_calls,
     render_prompt,
+    render_tool_calls,
+    tool_feedback,
 )
 from parallelsearch.agents.searchers.base import Searcher, guarded_search, store_names
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig, request_overrides
 from parallelsearch.graphs.state import SearchState, SearchTask
 from parallelsearch.stores.passages import Passage
+from parallelsearch.stores.text import scrub_text
+
+log = logging.getLogger(__name__)
 
 
 def _ms(t0: float) -> float:
@@ -40,6 +52,22 @@ def _add(a: int | None, b: int | None) -> int | None:
     if a is None and b is None:
         return None
     return (a or 0) + (b or 0)
+
+
+#: what a tools-protocol planner is told after a reply with neither a tool call nor an answer
+TOOLS_RETRY = "Your reply had no tool call and no answer. Call search, or reply with the answer only."
+#: appended to the tools protocol's final (answer-only) turn; the tags protocol's has no such note
+TOOLS_FINAL = "No more searches are possible. Reply now with the answer only, without a tool call."
+#: the AI message of an episode that ended without an answer
+NO_ANSWER = "No answer: the planner did not give one within its turns."
+
+
+def _new_question(messages: list[AnyMessage], consumed: str | None) -> HumanMessage | None:
+    """The last message when it is a human message no earlier episode has answered."""
+    last = messages[-1] if messages else None
+    if isinstance(last, HumanMessage) and (last.id is None or last.id != consumed):
+        return last
+    return None
 
 
 def _configured(
@@ -68,7 +96,14 @@ class Nodes:
         config: GraphConfig,
         answer_policy: Policy | None = None,
         pinned: tuple[str, ...] = (),
+        protocol: str = "tags",
     ):
+        if protocol not in ("tags", "tools"):
+            raise ValueError(f"unknown protocol {protocol!r}; the builders resolve 'auto' to tags or tools")
+        self.tools = protocol == "tools"
+        self.protocol = protocol
+        self._warned = False  # the all-invalid warning is given once per graph
+        self.graph_name = "parallelsearch"  # the answer message's ``name``; builders set their graph's
         self.policy = policy
         self.searcher = searcher
         self.cfg = config
@@ -80,15 +115,20 @@ class Nodes:
     # -- helpers -------------------------------------------------------------------------
     def _begin(self, state: SearchState, cfg: GraphConfig) -> dict[str, Any]:
         """The writes that open an episode for ``state["question"]`` (see :meth:`begin`)."""
-        q = state.get("question")
+        history = state.get("history") or []
+        asked = _new_question(state.get("messages") or [], history[-1].get("asked") if history else None)
+        q = content_text(asked.content) if asked is not None else state.get("question")
         if not isinstance(q, str) or not q.strip():
-            raise ValueError("the graph input needs a non-empty 'question' string")
+            raise ValueError(
+                "the graph input needs a non-empty 'question' string or 'messages' ending in a new human message"
+            )
         meta = state.get("metadata")
         if meta is not None and not isinstance(meta, dict):
             raise ValueError(f"the graph input's 'metadata' must be an object, got {type(meta).__name__}")
         prompt = render_prompt(q, cfg.prompt_template or "paper", self._stores)  # builders set it
         started = time.time()
-        history = state.get("history") or []
+        if asked is None:  # a {"question"} input: the question joins the conversation
+            asked = HumanMessage(content=q, id=str(uuid.uuid4()))
         episode = history[-1]["episode"] + 1 if history else 0
         records: list[dict[str, Any]] = []
         if history and history[-1].get("status") == "running":
@@ -101,10 +141,12 @@ class Nodes:
                 "metadata": dict(meta or {}),
                 "status": "running",
                 "started_at": started,
+                "asked": asked.id,
             }
         )
         update: dict[str, Any] = {
             "history": records,
+            "protocol": self.protocol,
             "transcript": prompt,
             "segments": [("prompt", prompt)],
             "round": 0,
@@ -119,6 +161,12 @@ class Nodes:
             "tokens_out": None,
             "policy": getattr(self.policy, "name", type(self.policy).__name__),
         }
+        if state.get("question") != q:
+            update["question"] = q
+        if asked is not (state.get("messages") or [None])[-1]:
+            update["messages"] = [asked]
+        if self.tools:
+            update["chat"] = [HumanMessage(content=prompt)]
         if meta:
             update["metadata"] = {}  # consumed: a later question on the thread does not inherit it
         if state.get("transcript"):
@@ -175,15 +223,29 @@ class Nodes:
             raise RuntimeError("the planner ran before an episode began (wire START -> begin -> planner)")
         update: dict[str, Any] = {}
         final = st["policy_calls"] >= cfg.max_turns
-        res = await self.policy.agenerate(self._request(st, cfg, final))
+        request = self._request(st, cfg, final)
+        if self.tools:
+            request.messages = list(st["chat"]) + ([HumanMessage(content=TOOLS_FINAL)] if final else [])
+        res = await self.policy.agenerate(request)
         text = res.text if isinstance(res.text, str) else ""
-        action = parse_action(text, max_subqueries=cfg.max_subqueries, split=cfg.split_subqueries)
-        transcript = st["transcript"] + text
-        segments = list(st["segments"]) + [("policy", text)]
-        invalid = action.kind == "invalid" or (final and action.kind != "answer")
-        if action.kind == "invalid" and not final:
-            transcript += INVALID_FEEDBACK
-            segments.append(("feedback", INVALID_FEEDBACK))
+        if self.tools:
+            action = parse_tool_calls(
+                res.tool_calls,
+                text,
+                res.invalid_tool_calls,
+                max_subqueries=cfg.max_subqueries,
+                split=cfg.split_subqueries,
+            )
+            invalid = action.kind == "invalid" or (final and action.kind != "answer")
+            transcript, segments = self._tool_turn(st, res, action, text, invalid and not final, update)
+        else:
+            action = parse_action(text, max_subqueries=cfg.max_subqueries, split=cfg.split_subqueries)
+            transcript = st["transcript"] + text
+            segments = list(st["segments"]) + [("policy", text)]
+            invalid = action.kind == "invalid" or (final and action.kind != "answer")
+            if action.kind == "invalid" and not final:
+                transcript += INVALID_FEEDBACK
+                segments.append(("feedback", INVALID_FEEDBACK))
         ms = _ms(t0)
         turn = {
             "type": "turn",
@@ -209,6 +271,7 @@ class Nodes:
                 "subqueries": list(action.subqueries),
                 "answer": action.answer,
                 "final": final,
+                "calls": [[c.id, c.index] for c in action.calls],
             },
             trajectory=[turn],
             node_ms={"planner": ms},
@@ -224,6 +287,31 @@ class Nodes:
         if action.kind == "answer":
             update["answer"] = action.answer
         return update
+
+    def _tool_turn(
+        self, st: dict[str, Any], res: Any, action: Any, text: str, feedback: bool, update: dict[str, Any]
+    ) -> tuple[str, list[tuple[str, str]]]:
+        """A tools-protocol turn: the AI message joins the episode's chat (with one corrective
+        ``ToolMessage`` per call when it is invalid); the transcript gets its text form."""
+        calls = res.tool_calls or []
+        msg = res.message if res.message is not None else AIMessage(content=text, tool_calls=calls)
+        chat = list(st["chat"]) + [msg]
+        turn = render_tool_calls(text, [*calls, *res.invalid_tool_calls])
+        segments = list(st["segments"]) + [("policy", turn)]
+        if feedback:
+            if action.calls:
+                notes = [(cid, note) for cid, note in tool_feedback(action)]
+                chat.extend(
+                    ToolMessage(content=note, tool_call_id=cid, status="error") for cid, note in notes
+                )
+                written = "".join(format_tool_response(note) for _, note in notes)
+            else:
+                chat.append(HumanMessage(content=TOOLS_RETRY))
+                written = f"\n{TOOLS_RETRY}\n"
+            segments.append(("feedback", written))
+            turn += written
+        update["chat"] = chat
+        return st["transcript"] + turn, segments
 
     def route(self, state: SearchState) -> Any:
         act = state.get("last_action") or {}
@@ -285,13 +373,17 @@ class Nodes:
             for row in rows
         ]
         errors = [row.get("error") for row in rows]
-        obs = format_observation(
-            passages,
-            errors,
-            [row["query"] for row in rows],
-            self.cfg.max_observation_words,
-            self.cfg.observation_titles or "stripped",
-        )
+        chat: list[AnyMessage] | None = None
+        if self.tools:
+            obs, chat = self._tool_results(state, rows, passages, errors)
+        else:
+            obs = format_observation(
+                passages,
+                errors,
+                [row["query"] for row in rows],
+                self.cfg.max_observation_words,
+                self.cfg.observation_titles or "stripped",
+            )
         n_err = sum(1 for e in errors if e)
         ms = _ms(t0)
         entry = {
@@ -312,7 +404,9 @@ class Nodes:
                 for row in rows
             ],
         }
+        update: dict[str, Any] = {"chat": chat} if chat is not None else {}
         return {
+            **update,
             "transcript": state["transcript"] + obs,
             "segments": list(state.get("segments") or []) + [("observation", obs)],
             "round": r + 1,
@@ -323,6 +417,39 @@ class Nodes:
             "trajectory": [entry],
             "node_ms": {"search": sum(row.get("ms") or 0.0 for row in rows), "join": ms},
         }
+
+    def _tool_results(
+        self,
+        state: SearchState,
+        rows: list[dict[str, Any]],
+        passages: list[list[Passage]],
+        errors: list[str | None],
+    ) -> tuple[str, list[AnyMessage]]:
+        """One ``ToolMessage`` per call of the round (a duplicate call gets its sub-query's
+        result), and the round's text form for the transcript."""
+        texts: list[str] = []
+        for row, found, err in zip(rows, passages, errors, strict=True):
+            if err:
+                body = f"Search failed for '{row['query']}': {err}"
+            else:
+                body = format_passages(found, self.cfg.observation_titles or "stripped").strip()
+                body = scrub_text(body)[0] or "No passages found."
+            if self.cfg.max_observation_words is not None:
+                words = body.split(" ")
+                if len(words) > self.cfg.max_observation_words:
+                    body = " ".join(words[: self.cfg.max_observation_words]) + " ..."
+            texts.append(body)
+        calls = (state.get("last_action") or {}).get("calls") or []
+        tool_msgs = [
+            ToolMessage(
+                content=texts[i] if i is not None and i < len(texts) else "Not searched.",
+                tool_call_id=cid,
+                status="error" if i is not None and i < len(errors) and errors[i] else "success",
+            )
+            for cid, i in calls
+        ]
+        obs = "".join(format_tool_response(str(m.content)) for m in tool_msgs) + "\n"
+        return obs, list(state.get("chat") or []) + tool_msgs
 
     async def retrieve_once(
         self, state: SearchState, config: RunnableConfig, runtime: Runtime
@@ -339,6 +466,23 @@ class Nodes:
             for key in ("trajectory", "results", "node_ms"):
                 joined[key] = Overwrite(joined[key])
         return {**update, **joined}
+
+    def _warn_unanswered(self, state: SearchState) -> None:
+        """Say once per graph when an episode ended unanswered because every turn was invalid:
+        a planner that never speaks the protocol (e.g. a chat model answering in plain text
+        under the tags protocol) would otherwise fail silently."""
+        turns = [t for t in state.get("trajectory") or [] if t.get("type") == "turn"]
+        if turns and all(t.get("action") == "invalid" for t in turns):
+            self._warned = True
+            log.warning(
+                "%s: every one of %d planner turns was invalid (first: %s); the episode ended unanswered. "
+                "Does the planner speak the %s protocol?%s",
+                getattr(self.policy, "name", type(self.policy).__name__),
+                len(turns),
+                turns[0].get("reason"),
+                self.protocol,
+                " A chat model that supports bind_tools can use protocol='tools'." if not self.tools else "",
+            )
 
     async def answer(self, state: SearchState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -379,10 +523,18 @@ class Nodes:
             )
         started = state.get("started_at") or time.time()
         status = "answered" if answer is not None else "unanswered"
+        if answer is None and not self._warned:
+            self._warn_unanswered(state)
         total_ms = round((time.time() - started) * 1000, 3)
         history = state.get("history") or [{"episode": 0}]
         calls = update.get("policy_calls", state.get("policy_calls", 0))
+        reply = AIMessage(
+            content=answer if answer is not None else NO_ANSWER,
+            name=self.graph_name,
+            response_metadata={"status": status},
+        )
         update.update(
+            messages=[reply],
             answer=answer,
             status=status,
             total_ms=total_ms,

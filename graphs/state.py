@@ -14,6 +14,8 @@ from __future__ import annotations
 import operator
 from typing import Annotated, Any
 
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
 from typing_extensions import NotRequired, TypedDict
 
 
@@ -40,11 +42,16 @@ def merge_episodes(
 
 
 class GraphInput(TypedDict):
-    question: str
+    """``{"question": ...}`` or ``{"messages": [...]}`` (a new human message last is the question)."""
+
+    question: NotRequired[str]
     metadata: NotRequired[dict[str, Any]]
+    messages: NotRequired[Annotated[list[AnyMessage], add_messages]]
 
 
 class GraphOutput(TypedDict, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]  # the input's, then the answer as an AIMessage
+    protocol: str  # "tags" | "tools"
     answer: str | None
     status: str  # "answered" | "unanswered"
     transcript: str
@@ -66,6 +73,8 @@ class SearchState(TypedDict, total=False):
     # input (``metadata`` is consumed by ``begin``: the episode's copy is in its history record)
     question: str
     metadata: dict[str, Any]
+    # the conversation (MessagesState-compatible): questions in, answers out, one per episode
+    messages: Annotated[list[AnyMessage], add_messages]
     # the thread: one record per episode (question, metadata, status, answer, counts)
     history: Annotated[list[dict[str, Any]], merge_episodes]
     # the episode
@@ -76,6 +85,9 @@ class SearchState(TypedDict, total=False):
     round: int
     last_action: dict[str, Any]
     started_at: float
+    # the tools protocol's episode as chat messages (AI tool calls, one ToolMessage per call)
+    chat: list[AnyMessage]
+    protocol: str
     # output
     answer: str | None
     status: str

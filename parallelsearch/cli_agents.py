@@ -7,6 +7,7 @@ import asyncio
 import json
 from typing import Any
 
+from parallelsearch.ask_events import event_lines, run_events, stream_events
 from parallelsearch.cli_common import (
     add_graph_args,
     add_graph_kind_arg,
@@ -15,7 +16,6 @@ from parallelsearch.cli_common import (
     clean_text_arg,
     settings_from_args,
 )
-from parallelsearch.graphs.state import GraphOutput
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,45 +29,46 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--metadata",
         help="JSON object of question metadata (the oracle reads golden_answers, supporting_titles)",
     )
-    p.add_argument("--stream", action="store_true", help="print each node's update as it happens")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="print each step as it happens: the turn, its sub-queries, the passage titles per sub-query, "
+        "the answer",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print the result as JSON (with --stream: one JSON object per step, with a 'type': turn, "
+        "search, answer)",
+    )
     p.set_defaults(func=cmd_ask)
 
 
-def print_trajectory(out: dict[str, Any]) -> None:
-    for step in out.get("trajectory", []):
-        if step["type"] == "turn":
-            head = f"[turn {step['index'] + 1}{' (final)' if step.get('final') else ''}] {step['action']}"
-            if step["subqueries"]:
-                head += ": " + " | ".join(step["subqueries"])
-            if step.get("answer"):
-                head += f" -> {step['answer']}"
-            if step.get("reason"):
-                head += f" ({step['reason']})"
-            print(f"{head}  [{step['ms']:.1f} ms]")
-        else:
-            print(f"  [search round {step['round'] + 1}]")
-            for r in step["results"]:
-                mark = (
-                    f"ERROR {r['error']}"
-                    if r["error"]
-                    else ", ".join(
-                        f"{p['title']} ({p['score']:.2f})" for p in r["passages"] if p["score"] is not None
-                    )
-                    or ", ".join(p["title"] for p in r["passages"])
-                )
-                print(f"    {r['query']!r}: {mark}  [{r['ms']:.1f} ms]")
-    labels = f" [{', '.join(out.get('labels', []))}]" if out.get("labels") else ""
-    print(f"\nanswer: {out.get('answer')}{labels}")
-    print(
-        f"policy calls {out['policy_calls']}, search rounds {out['search_rounds']}, sub-queries {out['subqueries']}, "
-        f"passages {out['passages']}, errors {out['errors']}, total {out['total_ms']:.0f} ms"
-    )
+def parse_metadata(text: str | None) -> dict[str, Any]:
+    """``--metadata``'s JSON object; an error names the flag."""
+    if not text:
+        return {}
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--metadata is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    if not isinstance(meta, dict):
+        raise ValueError(f"--metadata must be a JSON object, not {type(meta).__name__}")
+    return meta
 
 
-async def _run(args: argparse.Namespace) -> dict[str, Any]:
+def _emit(event: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(event, ensure_ascii=False, default=str), flush=True)
+    else:
+        print("\n".join(event_lines(event)), flush=True)
+
+
+async def _run(args: argparse.Namespace) -> dict[str, Any] | None:
     from parallelsearch.graphs.factory import make_graphs
 
+    meta = parse_metadata(args.metadata)
+    inp = {"question": clean_text_arg(args.question, "question"), "metadata": meta}
     s = settings_from_args(args)
     graph = make_graphs(
         [args.graph],
@@ -75,27 +76,20 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         retrieval=s.retrieval(),
         graph=s.graph,
     )[args.graph]
-    meta = json.loads(args.metadata) if args.metadata else {}
-    if not isinstance(meta, dict):
-        raise ValueError("--metadata must be a JSON object")
-    inp = {"question": clean_text_arg(args.question, "question"), "metadata": meta}
-    if args.stream and not args.json:
-        out: dict[str, Any] = {}
-        async for mode, chunk in graph.astream(inp, stream_mode=["updates", "values"]):
-            if mode == "updates":
-                for node, upd in chunk.items():
-                    if isinstance(upd, dict):
-                        print(f"<{node}> " + ", ".join(f"{k}" for k in upd))
-            else:
-                out = chunk
-        return {k: out.get(k) for k in GraphOutput.__annotations__}
+    if args.stream:
+        async for event in stream_events(graph, inp):
+            _emit(event, args.json)
+        return None
     return await graph.ainvoke(inp)
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
     out = asyncio.run(_run(args))
+    if out is None:  # streamed
+        return 0
     if args.json:
         print(json.dumps(out, ensure_ascii=False, indent=2, default=str))
     else:
-        print_trajectory(out)
+        for event in run_events(out):
+            print("\n".join(event_lines(event)))
     return 0

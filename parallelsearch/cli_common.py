@@ -145,6 +145,38 @@ def add_model_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_server_key_args(p: argparse.ArgumentParser, *, dest: str, setting: str) -> None:
+    """``--api-key`` (into the settings' ``dest``) and ``--insecure-no-key``, for a command that serves."""
+    p.add_argument(
+        "--api-key",
+        dest=dest,
+        help=f"require this key on every route but /health, as X-API-Key or Authorization: Bearer "
+        f"(default: {setting}, which keeps it off the process list)",
+    )
+    p.add_argument(
+        "--insecure-no-key",
+        action="store_true",
+        help="serve on a non-loopback --host without a key (refused otherwise): anyone who reaches the "
+        "port can use the server",
+    )
+
+
+def bind_refused(args: argparse.Namespace, has_key: bool, setting: str) -> bool:
+    """Whether ``args.host`` must not be served (a network address, no key, no ``--insecure-no-key``).
+
+    Says why in one line on stderr (or prints the warning of an explicit ``--insecure-no-key``);
+    called before anything is opened or bound.
+    """
+    from parallelsearch.stores.api_key import bind_problem
+
+    problem = bind_problem(
+        args.host, has_key, insecure_no_key=args.insecure_no_key, how_to_set=f"--api-key or {setting}"
+    )
+    if problem is not None:
+        print(problem[1], file=sys.stderr, flush=True)
+    return problem is not None and problem[0] == "refuse"
+
+
 def add_policy_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", help=SPEC_HELP + " (default: the settings', oracle)")
     p.add_argument("--answer-policy", help="a separate policy spec for the answer turn")
@@ -203,6 +235,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("answer_policy", "answer_policy"),
         ("constrained", "constrained"),
         ("api_key", "server_api_key"),
+        ("retriever_api_key", "retriever_api_key"),
         ("batch_size", "embed_batch_size"),
         ("lock_timeout", "store_lock_timeout_s"),
         ("allow_partial", "allow_partial"),

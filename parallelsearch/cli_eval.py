@@ -96,7 +96,9 @@ def run_and_report(
     summary = write_report(out, plots_enabled=plots)
     if run.skipped_done:
         print(f"resumed: {run.skipped_done} (graph, question) pairs were already done in {out}")
-    print(f"ran {run.ran} (graph, question) pairs, {run.failures} failed")
+    print(
+        f"ran {run.ran} (graph, question) pairs, {run.failures} failed, {run.failed_searches} failed searches"
+    )
     if run.failures:
         print("\n".join(["errors by kind:", *error_lines(run)]), file=sys.stderr)
     if run.ran and run.failures == run.ran:

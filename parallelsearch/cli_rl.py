@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 from parallelsearch.agents.policies.spec import SPEC_HELP
 from parallelsearch.cli_common import add_graph_args, add_retrieval_args, settings_from_args
@@ -29,19 +31,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--skip-bad", action="store_true", help="skip bad records and report them")
     p.set_defaults(func=cmd_make_train_data)
 
-    p = sub.add_parser("train", help="launch OpenRLHF PPO/GRPO training with the graph as the environment")
-    src = p.add_mutually_exclusive_group(required=True)
+    p = sub.add_parser(
+        "train",
+        help="launch OpenRLHF PPO/GRPO training with the graph as the environment",
+        description="Write a job folder (agent config, resolved training config, agent module, data, "
+        "command.sh) and submit it. Recipe: docs/training.md. Keys for --set: train --list-keys.",
+    )
+    src = p.add_mutually_exclusive_group(required=False)
     src.add_argument("--config", help="training config (YAML/JSON, fields of TrainConfig)")
     src.add_argument("--preset", choices=["paper"], help="paper: the official PPO settings")
+    add_smoke_args(p, src)
     p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a field (dotted keys)"
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field (dotted keys, or OpenRLHF's dotted flag names; see --list-keys)",
     )
     p.add_argument(
-        "--dry-run", action="store_true", help="print the agent config and the command; run nothing"
+        "--dry-run", action="store_true", help="print the agent config and the command; write and run nothing"
     )
-    p.add_argument(
-        "--runner", choices=["ray", "python"], default="ray", help="ray job submit (default) or python -m"
-    )
+    add_train_job_args(p)
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("rollout", help="run the training environment with any policy and record episodes")
@@ -55,8 +65,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="decode every turn under the protocol's grammar",
     )
     add_retrieval_args(p)
+    add_engine_args(p)
     p.add_argument("--out", required=True, help="episodes jsonl")
-    p.add_argument("--sft-out", help="write correctly answered episodes as an OpenRLHF SFT dataset")
+    p.add_argument(
+        "--sft-out",
+        help="write correctly answered episodes as an OpenRLHF multi-turn SFT dataset (observations "
+        "masked out of the loss; the command prints the train_sft flags)",
+    )
+    p.add_argument(
+        "--allow-oracle",
+        action="store_true",
+        help="let --sft-out write the oracle policy's episodes (refused by default: they copy the gold answer)",
+    )
+    p.add_argument(
+        "--tokens",
+        action="store_true",
+        help="record each episode's token ids, action mask and log-probs (as the training executor sees them)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        help="Hugging Face tokenizer (path) for --tokens (default: the policy's own, e.g. vllm:PATH's)",
+    )
     p.add_argument("--graph", choices=SEARCHING_KINDS, default="parallel")
     p.add_argument("--reward-mode", choices=MODES, default="paper")
     p.add_argument("--limit", type=int)
@@ -64,6 +93,84 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_graph_args(p)
     p.add_argument("--summary-json", help="also write the summary as JSON here")
     p.set_defaults(func=cmd_rollout)
+
+
+def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveGroup) -> None:
+    """``train --smoke``: the CPU smoke (parallelsearch/train_smoke.py) and its settings."""
+    src.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CPU smoke instead of a launch: OpenRLHF's rollout actor on a real vLLM CPU engine with a "
+        "tiny random model and a real retriever, the reward terms and token masks of each episode, one "
+        "PolicyLoss step (needs the vLLM tier: make smoke-train)",
+    )
+    g = p.add_argument_group("CPU smoke (--smoke)")
+    g.add_argument("--smoke-prompts", type=int, help="prompts of the shipped HotpotQA sample (2)")
+    g.add_argument("--smoke-samples", type=int, help="samples per prompt (2)")
+    g.add_argument(
+        "--smoke-retriever",
+        metavar="URL",
+        help="a running /retrieve server (default: one over the demo store)",
+    )
+    g.add_argument(
+        "--smoke-dir", help="keep the model and agent config here (default: a temporary folder, deleted)"
+    )
+    add_engine_args(g)
+
+
+def add_engine_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """vLLM engine settings for an in-process engine (``vllm.AsyncEngineArgs``)."""
+    p.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a vllm.AsyncEngineArgs field for an in-process vLLM engine (repeatable; values parsed as "
+        "YAML: 0.5, true, float32), e.g. gpu_memory_utilization=0.5; merged over "
+        "PARALLELSEARCH_VLLM_ENGINE_ARGS (rollout) or the smoke's CPU defaults (train --smoke)",
+    )
+    p.add_argument(
+        "--kv-cache-gib",
+        type=float,
+        help="the engine's KV cache size in GiB (kv_cache_memory_bytes): on vLLM's CPU backend this also "
+        "skips its check that gpu_memory_utilization (0.92) of the node's memory is free",
+    )
+
+
+def engine_args_from(args: argparse.Namespace, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``base`` with ``--engine-arg KEY=VALUE`` and ``--kv-cache-gib`` over it; errors name the flag."""
+    import yaml
+
+    out = dict(base or {})
+    for item in args.engine_arg or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--engine-arg {item!r}: expected KEY=VALUE, e.g. gpu_memory_utilization=0.5")
+        out[key.strip()] = yaml.safe_load(value) if value.strip() else value
+    if args.kv_cache_gib is not None:
+        if args.kv_cache_gib <= 0:
+            raise ValueError(f"--kv-cache-gib {args.kv_cache_gib}: must be > 0")
+        out["kv_cache_memory_bytes"] = int(args.kv_cache_gib * (1 << 30))
+    return out
+
+
+SMOKE_ONLY = ("smoke_prompts", "smoke_samples", "smoke_retriever", "smoke_dir", "kv_cache_gib", "engine_arg")
+
+
+def cmd_train_smoke(args: argparse.Namespace) -> int:
+    from parallelsearch.train_smoke import run_smoke
+
+    if args.set or args.dry_run:
+        raise ValueError("--smoke runs the CPU smoke, not a launch: --set and --dry-run do not apply")
+    result = run_smoke(
+        prompts=args.smoke_prompts or 2,
+        samples=args.smoke_samples or 2,
+        engine_args=engine_args_from(args),
+        retriever_url=args.smoke_retriever,
+        workdir=args.smoke_dir,
+    )
+    ok = all(ep.action_mask_ok for ep in result.episodes) and math.isfinite(result.loss)
+    return 0 if ok else 1
 
 
 def cmd_make_train_data(args: argparse.Namespace) -> int:
@@ -88,12 +195,93 @@ def cmd_make_train_data(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_train_job_args(p: argparse.ArgumentParser) -> None:
+    """The job folder, pre-flight and key-listing flags of ``train``."""
+    p.add_argument(
+        "--runner",
+        choices=["ray", "python", "print"],
+        default="ray",
+        help="ray: write the job folder and `ray job submit` it (default); python: run OpenRLHF on this "
+        "machine (one node, no running Ray cluster); print: write the job folder and print its command",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="run the pre-flight checks (GPU arithmetic, data, reward/prompt agreement, a probe query to "
+        "the retriever) and exit: 0 when all pass",
+    )
+    p.add_argument(
+        "--skip-probe",
+        action="store_true",
+        help="do not send the probe query from this machine (when only the cluster reaches the retriever)",
+    )
+    p.add_argument("--list-keys", action="store_true", help="list every config key with its type and default")
+
+
+def cmd_train_list_keys(preset: str | None) -> int:
+    from parallelsearch.rl.config_errors import flat_keys
+    from parallelsearch.rl.train_config import ALGORITHM_ALIASES, OPENRLHF_NAMES, PRESETS, TrainConfig
+
+    rows = flat_keys(TrainConfig, values=PRESETS[preset]() if preset else None)
+    print(f"# key  type  = {'the preset ' + preset + ' value' if preset else 'default'}  # what it sets")
+    width = max(len(k) for k, *_ in rows)
+    for key, type_name, default, desc in rows:
+        print(f"{key:<{width}}  {type_name}  = {default!r}" + (f"  # {desc}" if desc else ""))
+    aliases = ", ".join(f"{a} -> {b}" for a, b in ALGORITHM_ALIASES.items())
+    print(f"\nalgorithm aliases: {aliases}")
+    print("OpenRLHF's dotted names accepted by --set: " + ", ".join(f"{k}" for k in OPENRLHF_NAMES))
+    return 0
+
+
+def cmd_train_check(cfg: object, probe: bool) -> int:
+    from parallelsearch.rl.preflight import PreflightError, preflight
+
+    try:
+        lines = preflight(cfg, probe=probe)  # type: ignore[arg-type]
+    except PreflightError as e:
+        print(f"check failed: {e}")
+        return 1
+    for line in lines:
+        print(f"ok: {line}")
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from parallelsearch.rl.launch import launch
     from parallelsearch.rl.train_config import load_train_config
 
+    if args.list_keys:
+        return cmd_train_list_keys(args.preset)
+    if args.smoke:
+        return cmd_train_smoke(args)
+    given = [f"--{k.replace('_', '-')}" for k in SMOKE_ONLY if getattr(args, k) not in (None, [])]
+    if given:
+        raise ValueError(f"{', '.join(given)} only apply with --smoke")
+    if not (args.config or args.preset):
+        raise ValueError("train needs --config FILE or --preset NAME (or --list-keys, or --smoke)")
     cfg = load_train_config(args.config, args.preset, args.set)
-    return launch(cfg, dry_run=args.dry_run, runner=args.runner)
+    if args.check:
+        return cmd_train_check(cfg, probe=not args.skip_probe)
+    return launch(cfg, dry_run=args.dry_run, runner=args.runner, probe=not args.skip_probe)
+
+
+def rollout_tokenizer(args: argparse.Namespace, policy: Any) -> Any:
+    """The tokenizer of ``rollout --tokens``: ``--tokenizer``, else the policy's own."""
+    if args.tokenizer and not args.tokens:
+        raise ValueError("--tokenizer is for --tokens; add --tokens to record token ids")
+    if not args.tokens:
+        return None
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(args.tokenizer)
+    tokenizer = getattr(policy, "tokenizer", None)
+    if tokenizer is None:
+        raise ValueError(
+            f"--tokens: the policy {getattr(policy, 'name', policy)!r} has no tokenizer; name one with "
+            "--tokenizer PATH (the model's Hugging Face folder)"
+        )
+    return tokenizer
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -103,6 +291,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from parallelsearch.rl.rollout import rollout
 
     s = settings_from_args(args)
+    if args.engine_arg or args.kv_cache_gib is not None:
+        s = s.model_copy(update={"vllm_engine_args": engine_args_from(args, s.vllm_engine_args)})
     questions = load_questions(args.data, dataset=args.dataset)
     if args.limit:
         questions = questions[: args.limit]
@@ -112,10 +302,24 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         make_searcher(s.retrieval()), graph=args.graph, reward_mode=args.reward_mode, config=s.graph
     )
     policy = make_policy(s.policy_config())
+    tokenizer = rollout_tokenizer(args, policy)
     summary = asyncio.run(
-        rollout(questions, env_graph, policy, args.out, concurrency=args.concurrency, sft_out=args.sft_out)
+        rollout(
+            questions,
+            env_graph,
+            policy,
+            args.out,
+            concurrency=args.concurrency,
+            sft_out=args.sft_out,
+            allow_oracle=args.allow_oracle,
+            tokenizer=tokenizer,
+        )
     )
     print("\n".join(summary.lines()))
+    if summary.sft_written:
+        from parallelsearch.rl.rollout import SFT_FLAGS
+
+        print(f"SFT: openrlhf.cli.train_sft --data.dataset {args.sft_out} {SFT_FLAGS}")
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary.to_dict(), indent=2))
     return 0 if summary.failures < summary.episodes else 1

@@ -4,17 +4,30 @@ from __future__ import annotations
 
 import argparse
 
-from parallelsearch.cli_common import add_graph_args, add_policy_args, add_retrieval_args, settings_from_args
+from parallelsearch.cli_common import (
+    add_graph_args,
+    add_policy_args,
+    add_retrieval_args,
+    add_server_key_args,
+    bind_refused,
+    settings_from_args,
+)
+
+SERVER_KEY_SETTING = "PARALLELSEARCH_SERVER_API_KEY"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve the parallel graph and baselines with LangServe")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: local only)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="bind address (default 127.0.0.1: local only; any other needs a key or --insecure-no-key)",
+    )
     p.add_argument("--port", type=int, default=8080)
     add_policy_args(p)
     add_retrieval_args(p)
     add_graph_args(p)
-    p.add_argument("--api-key", help="require this X-API-Key header (default: settings' server_api_key)")
+    add_server_key_args(p, dest="api_key", setting=SERVER_KEY_SETTING)
     p.add_argument(
         "--checkpointer",
         choices=("sqlite", "postgres", "memory", "none"),
@@ -45,16 +58,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from parallelsearch.stores.omp_spin import let_idle_threads_sleep
 
+    s = settings_from_args(args)
+    if bind_refused(args, bool(s.server_api_key), SERVER_KEY_SETTING):
+        return 2
     print(f"OpenMP: {let_idle_threads_sleep()}")  # before torch loads (stores/omp_spin.py)
     import uvicorn
 
     from parallelsearch.server import create_app
 
-    s = settings_from_args(args)
     app = create_app(s)
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not s.server_api_key:
-        print(
-            f"warning: serving on {args.host} without an API key (set --api-key or PARALLELSEARCH_SERVER_API_KEY)"
-        )
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0

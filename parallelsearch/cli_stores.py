@@ -5,19 +5,28 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from parallelsearch.cli_common import (
     add_chroma_args,
     add_hnsw_args,
     add_lock_args,
     add_model_arg,
+    add_server_key_args,
     add_shard_args,
+    bind_refused,
     clean_text_arg,
     hnsw_from_args,
     settings_from_args,
     to_stderr,
 )
 from parallelsearch.cli_index import add_index_scale_args, cmd_index_vectors, index_embedder_for, index_pool
+from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, check_store
+
+if TYPE_CHECKING:
+    from parallelsearch.stores.chroma_store import StoreCheck
+
+RETRIEVER_KEY_SETTING = "PARALLELSEARCH_RETRIEVER_API_KEY"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,6 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "corrupted by concurrent writers), report them, add nothing and exit 1 (index FILES into a new "
         "store instead); without FILES: only check",
     )
+    add_read_timeout_arg(p)
     add_lock_args(p)
     add_index_scale_args(p)
     add_hnsw_args(p)
@@ -66,6 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="read every vector of store NAME back and report missing or unreadable ones (exit 1 if any)",
     )
+    add_read_timeout_arg(p)
     p.add_argument("--store", help="with --set-ef-search: the store to change")
     p.add_argument(
         "--set-ef-search",
@@ -93,8 +104,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="store name (a sharded one the settings declare, too), or NAME=SHARD,SHARD,...",
     )
     add_shard_args(p)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="bind address (default 127.0.0.1: local only; any other needs a key or --insecure-no-key)",
+    )
     p.add_argument("--port", type=int, default=8000)
+    add_server_key_args(p, dest="retriever_api_key", setting=RETRIEVER_KEY_SETTING)
     p.add_argument("--topk", type=int, default=3, help="default top-k when a request omits it")
     p.add_argument(
         "--max-batch",
@@ -110,6 +126,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_arg(p)
     add_chroma_args(p)
     p.set_defaults(func=cmd_serve_retriever)
+
+
+def add_read_timeout_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        default=DEFAULT_READ_TIMEOUT_S,
+        metavar="S",
+        help="stores are read in a child process: a store whose reader crashes, or is silent for S "
+        f"seconds, is reported as corrupt (default {DEFAULT_READ_TIMEOUT_S:g})",
+    )
+
+
+def report_check(check: StoreCheck, *, as_json: bool = False, note: str = "") -> int:
+    """Print a store check (and ``note`` and the repair when it failed); exit code 0 ok, 1 corrupt."""
+    if as_json:
+        print(json.dumps({**check.__dict__, "ok": check.ok}, indent=2))
+    else:
+        print(check.summary())
+    if not check.ok:
+        print(f"store {check.store} is corrupt: {note}{check.repair()}", file=sys.stderr)
+    return 0 if check.ok else 1
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -133,7 +171,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def cmd_index(args: argparse.Namespace) -> int:
     from parallelsearch.cli_index import limit_kwargs, row_range
-    from parallelsearch.graphs.factory import writing_store
+    from parallelsearch.graphs.factory import store_location, writing_store
     from parallelsearch.stores.ingest import ingest
     from parallelsearch.stores.jsonfiles import expand_paths
     from parallelsearch.stores.readers import count_passages
@@ -157,18 +195,13 @@ def cmd_index(args: argparse.Namespace) -> int:
         index_pool(args, store.embedder) as pool,
     ):
         if args.verify:
-            check = store.verify(progress=not args.no_progress)
-            print(check.summary())
+            # read in a child while this process holds the writer lock and has not loaded the index
+            check = check_store(
+                store_location(cfg), store.name, timeout_s=args.read_timeout, progress=not args.no_progress
+            )
             if not check.ok:
-                # Chroma 1.x cannot repair a collection in place (deleting or updating an id whose
-                # vector is gone breaks every later read), and a copy into a new collection in the
-                # same process lost passages from search: a fresh store is the repair that holds.
-                print(
-                    f"store {store.name} is corrupt: nothing was added. Index the files it came from into a "
-                    f"new store (parallelsearch index --store {store.name}-new FILES) and search that one",
-                    file=sys.stderr,
-                )
-                return 1
+                return report_check(check, note="nothing was added. ")
+            print(check.summary())
             if not files:
                 return 0
         rep = ingest(
@@ -195,15 +228,12 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def cmd_stores(args: argparse.Namespace) -> int:
-    from parallelsearch.graphs.factory import describe_stores, make_store
+    from parallelsearch.graphs.factory import describe_stores, store_location
 
     if args.check:
-        check = make_store(settings_from_args(args).retrieval(), args.check).verify()
-        if args.json:
-            print(json.dumps({**check.__dict__, "ok": check.ok}, indent=2))
-        else:
-            print(check.summary())
-        return 0 if check.ok else 1
+        cfg = settings_from_args(args).retrieval()
+        check = check_store(store_location(cfg), args.check, timeout_s=args.read_timeout, progress=False)
+        return report_check(check, as_json=args.json)
     if args.set_ef_search is not None:
         from parallelsearch.graphs.factory import make_chroma_client
         from parallelsearch.stores.hnsw import set_ef_search
@@ -215,17 +245,27 @@ def cmd_stores(args: argparse.Namespace) -> int:
         if args.store not in {getattr(c, "name", c) for c in client.list_collections()}:
             raise LookupError(f"no store named {args.store!r} at {cfg.location()}")
         set_ef_search(client.get_collection(args.store), args.set_ef_search)
-    rows = describe_stores(settings_from_args(args).retrieval())
+    rows = describe_stores(settings_from_args(args).retrieval(), timeout_s=args.read_timeout)
+    broken = [r for r in rows if r.get("error")]
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
-    if not rows:
+    elif not rows:
         print("no stores yet (index one with: parallelsearch index --store NAME FILE...)")
-        return 0
     for r in rows:
+        if args.json:
+            break
+        if r.get("error"):
+            print(f"{r['name']}\tCORRUPT: {r['error']}\t{r['location']}")
+            continue
         hnsw = " ".join(f"{k}={v}" for k, v in (r.get("hnsw") or {}).items())
         print(f"{r['name']}\t{r['count']}\t{r['model']} ({r['encoder_backend']})\t{hnsw}\t{r['location']}")
-    return 0
+    from parallelsearch.stores.chroma_store import StoreCheck
+
+    for r in broken:
+        print(
+            f"store {r['name']} is corrupt: {StoreCheck(store=r['name'], count=-1).repair()}", file=sys.stderr
+        )
+    return 1 if broken else 0
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -255,15 +295,18 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    cfg = settings_from_args(args).retrieval()
+    if bind_refused(args, cfg.retriever_api_key is not None, RETRIEVER_KEY_SETTING):
+        return 2
     spin = let_idle_threads_sleep()  # before torch loads (stores/omp_spin.py)
     from parallelsearch.graphs.factory import make_named_store
     from parallelsearch.stores.encoder_thread import encoder_workers, team_size
     from parallelsearch.stores.retrieval_server import create_retrieval_app, run_server
 
-    cfg = settings_from_args(args).retrieval()
     store = make_named_store(cfg, args.store)
     batching = {k: v for k in ("max_batch", "concurrent_batches") if (v := getattr(args, k)) is not None}
-    app = create_retrieval_app(store, default_topk=args.topk, **batching)
+    key = cfg.retriever_api_key.get_secret_value() if cfg.retriever_api_key is not None else None
+    app = create_retrieval_app(store, default_topk=args.topk, api_key=key, **batching)
     batcher = app.state.batcher
     engine = store.embedder.backend
     threads = (team_size() or "all cores") if engine == "torch" else (cfg.encoder_threads or 1)
@@ -275,5 +318,8 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     )
     print(f"encoder: {engine}, {encoder_workers()} encoder thread(s) x {threads}; {batches}")
     print(f"OpenMP: {spin}")
+    print(
+        f"API key: {'required on every route but /health' if key else 'none (anyone who reaches the port)'}"
+    )
     run_server(app, args.host, args.port)
     return 0

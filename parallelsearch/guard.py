@@ -3,7 +3,8 @@
 Pure ASGI middleware (``app.add_middleware(RequestGuard, ...)``), so streaming passes
 untouched. For each HTTP request, in this order:
 
-1. the optional API key (``X-API-Key``; ``/health`` and ``/ui`` stay open): 401;
+1. the optional API key (``X-API-Key`` or ``Authorization: Bearer``, compared in constant time,
+   :mod:`parallelsearch.stores.api_key`; ``/health`` and ``/ui`` stay open): 401;
 2. a request with a body: size- and depth-limited before parsing, invalid Unicode
    replaced (:mod:`parallelsearch.stores.asgi_guard`): 413 / 400;
 3. a graph call, i.e. a POST to ``/{route}/{op}`` or its config-hash variant
@@ -25,6 +26,7 @@ from typing import Any
 
 from parallelsearch.admission import AdmissionQueue, ClientGone, Refused
 from parallelsearch.settings import Settings
+from parallelsearch.stores.api_key import key_problem, refuse
 from parallelsearch.stores.asgi_guard import (
     BODY_METHODS,
     SCOPE_JSON,
@@ -40,7 +42,7 @@ log = logging.getLogger("parallelsearch.server")
 
 #: LangServe's operations that run the graph (each also under ``/c/{config_hash}/``)
 GRAPH_OPS = frozenset({"invoke", "batch", "stream", "stream_events", "stream_log"})
-OPEN_PATHS = frozenset({"/health", "/ui"})
+OPEN_PATHS = frozenset({"/health", "/ui", "/ui/examples"})
 
 
 def graph_call(method: str, path: str, routes: frozenset[str] | set[str]) -> str | None:
@@ -57,8 +59,26 @@ def graph_call(method: str, path: str, routes: frozenset[str] | set[str]) -> str
     return None
 
 
-def check_payload(op: str, payload: Any, settings: Settings) -> tuple[int, str] | None:
-    """Why a graph call's body cannot be run (status, message), or None."""
+def _last_message_text(messages: Any) -> str | None:
+    """The text of the last message when it is a human one (a LangChain message dict or a
+    ``[role, text]`` pair), else None: the graph takes it as the question."""
+    if not isinstance(messages, list) or not messages:
+        return None
+    last = messages[-1]
+    if isinstance(last, list | tuple) and len(last) == 2:
+        role, text = last
+    elif isinstance(last, dict):
+        role, text = last.get("type", last.get("role")), last.get("content")
+    else:
+        return None
+    return text if role in ("human", "user") and isinstance(text, str) else None
+
+
+def check_payload(
+    op: str, payload: Any, settings: Settings, *, needs_gold: bool = False
+) -> tuple[int, str] | None:
+    """Why a graph call's body cannot be run (status, message), or None. ``needs_gold``: the
+    served policy is the oracle, which cannot run a question without golden answers."""
     if not isinstance(payload, dict):
         return 422, "the request body must be a JSON object"
     if op == "batch":
@@ -73,6 +93,10 @@ def check_payload(op: str, payload: Any, settings: Settings) -> tuple[int, str] 
         if not isinstance(item, dict):
             return 422, "each input must be an object with a 'question' string"
         q = item.get("question")
+        if q is None and "messages" in item:
+            q = _last_message_text(item["messages"])
+            if q is None:
+                return 422, "'messages' must be a non-empty list ending in a human message with text content"
         if not isinstance(q, str):
             return 422, "'question' must be a string"
         if not q.strip():
@@ -85,17 +109,34 @@ def check_payload(op: str, payload: Any, settings: Settings) -> tuple[int, str] 
         meta = item.get("metadata")
         if meta is not None and not isinstance(meta, dict):
             return 422, "'metadata' must be an object"
+        if needs_gold and not (meta or {}).get("golden_answers"):
+            return 422, ORACLE_NEEDS_GOLD_SERVED
     return None
+
+
+ORACLE_NEEDS_GOLD_SERVED = (
+    "this server runs the oracle policy, which plans and answers from a question's dataset annotations: "
+    "send metadata with golden_answers (and supporting_titles), pick one of the example questions on /ui, "
+    "or start the server with a real model (parallelsearch serve --policy openai:MODEL@URL or chat:PROVIDER:MODEL)"
+)
 
 
 class RequestGuard:
     """API key, body limits, input checks, admission and error ids (see the module docstring)."""
 
-    def __init__(self, app: Any, settings: Settings, admission: AdmissionQueue, routes: set[str]):
+    def __init__(
+        self,
+        app: Any,
+        settings: Settings,
+        admission: AdmissionQueue,
+        routes: set[str],
+        needs_gold: bool = False,
+    ):
         self.app = app
         self.s = settings
         self.admission = admission
         self.routes = frozenset(routes)
+        self.needs_gold = needs_gold
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -106,9 +147,9 @@ class RequestGuard:
         path: str = scope["path"]
         client_receive = receive  # the replayed body is for the app; disconnects come from here
         if self.s.server_api_key and path not in OPEN_PATHS:
-            headers = dict(scope.get("headers") or [])
-            if headers.get(b"x-api-key", b"").decode("latin-1") != self.s.server_api_key:
-                return await json_reply(send, 401, "missing or wrong API key (header X-API-Key)")
+            problem = key_problem(scope.get("headers") or [], self.s.server_api_key)
+            if problem:
+                return await refuse(send, problem)
         op = graph_call(scope["method"], path, self.routes)
         if scope["method"] in BODY_METHODS:
             try:
@@ -119,7 +160,7 @@ class RequestGuard:
             if op is not None:
                 if parsed.error or not body:
                     return await json_reply(send, 400, parsed.error or "malformed JSON: the body is empty")
-                problem = check_payload(op, parsed.value, self.s)
+                problem = check_payload(op, parsed.value, self.s, needs_gold=self.needs_gold)
                 if problem:
                     return await json_reply(send, *problem)
             scope, receive = replaying(scope, parsed.raw, receive)

@@ -6,7 +6,9 @@ sub-queries with their passages as each searcher finishes, and the answer. It is
 HTML and JavaScript (``parallelsearch/web/ask.html``, shipped as package data) over the
 route's LangServe ``/stream`` endpoint, so it goes through the same guard, limits and
 API key as any client. With threads on (:mod:`parallelsearch.threads`) it sends a
-``thread_id`` and lists the thread's earlier questions.
+``thread_id`` and lists the thread's earlier questions. ``GET /ui/examples`` offers questions
+of the shipped HotpotQA sample with their annotations, so the oracle policy (which plans and
+answers from them) shows the real flow on a fresh clone.
 """
 
 from __future__ import annotations
@@ -15,6 +17,25 @@ from importlib.resources import files
 from typing import Any
 
 PAGE = "web/ask.html"
+EXAMPLES_PER_SPLIT = 4
+
+
+def example_questions(per_split: int = EXAMPLES_PER_SPLIT) -> list[dict[str, Any]]:
+    """The first ``per_split`` parallelizable and sequential questions of the shipped sample,
+    as graph inputs (question + metadata with golden answers and supporting titles)."""
+    from parallelsearch.data import load_questions
+    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+
+    taken: dict[str, int] = {}
+    out = []
+    for q in load_questions(HOTPOTQA_SAMPLE):
+        meta = {k: v for k, v in q.get("metadata", {}).items() if k != "source"}  # no local paths
+        meta["golden_answers"] = q["golden_answers"]
+        split = meta.get("split") or "other"
+        if taken.get(split, 0) < per_split:
+            taken[split] = taken.get(split, 0) + 1
+            out.append({"question": q["question"], "metadata": meta})
+    return out
 
 
 def page_html() -> str:
@@ -27,7 +48,12 @@ def add_page(app: Any) -> None:
     from fastapi.responses import HTMLResponse
 
     html = page_html()  # read once: a missing file fails when the app is built, not per request
+    examples = example_questions()
 
     @app.get("/ui", response_class=HTMLResponse, include_in_schema=False)
     async def ui() -> HTMLResponse:
         return HTMLResponse(html, headers={"Cache-Control": "no-cache"})
+
+    @app.get("/ui/examples", include_in_schema=False)
+    async def ui_examples() -> list[dict[str, Any]]:
+        return examples

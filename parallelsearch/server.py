@@ -25,6 +25,7 @@ from fastapi import FastAPI
 
 from parallelsearch import __version__
 from parallelsearch.admission import AdmissionQueue
+from parallelsearch.agents.policies.scripted import OraclePolicy
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig
 from parallelsearch.guard import RequestGuard
 from parallelsearch.settings import Settings, get_settings
@@ -137,7 +138,13 @@ def create_app(
     # and is answered and logged once (no app-level exception handler: it would log again)
     admission = AdmissionQueue(s.server_max_concurrency, s.server_queue_size, s.server_queue_timeout_s)
     app.state.admission = admission
-    app.add_middleware(RequestGuard, settings=s, admission=admission, routes=set(ROUTES))
+    app.add_middleware(
+        RequestGuard,
+        settings=s,
+        admission=admission,
+        routes=set(ROUTES),
+        needs_gold=isinstance(pol, OraclePolicy),
+    )
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

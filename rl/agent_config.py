@@ -8,6 +8,10 @@ Several Ray actors run episodes at once on different machines: they must share O
 retriever, either a ``/retrieve`` server (``retriever_url``) or a Chroma server
 (``chroma_host``/``chroma_port`` + ``store``). An embedded store (``chroma_path``) is
 accepted only for single-process debugging.
+
+A keyed ``/retrieve`` server's key is ``retriever_api_key`` in the file or, when the file
+has none, ``PARALLELSEARCH_RETRIEVER_API_KEY`` in the actor's environment (the way that
+keeps it out of files).
 """
 
 from __future__ import annotations
@@ -18,15 +22,25 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from parallelsearch.graphs.builders import SEARCHING_KINDS, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.factory import make_searcher
-from parallelsearch.rl.rewards import RewardMode
+from parallelsearch.rl.config_errors import describe
+from parallelsearch.rl.rewards import RewardMode, check_reward_weights
 from parallelsearch.stores.config import RetrievalConfig
 
 ENV_VAR = "PARALLELSEARCH_AGENT_CONFIG"
+KEY_ENV_VAR = "PARALLELSEARCH_RETRIEVER_API_KEY"
 
 
 class AgentConfigError(RuntimeError):
@@ -38,6 +52,28 @@ class RewardConfig(BaseModel):
 
     mode: RewardMode = "paper"
     weights: dict[str, float] = Field(default_factory=dict, description="overrides of the mode's weights")
+
+    @field_validator("weights")
+    @classmethod
+    def _known_weights(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        """A typo'd weight fails when the config is built, not at the first scored episode."""
+        if "mode" in info.data:
+            check_reward_weights(info.data["mode"], value)
+        return value
+
+
+class SearchFailureLimits(BaseModel):
+    """When the executor stops a run whose searches fail (instead of training on ``Search failed`` text)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    first_episodes: int = Field(
+        32, ge=0, description="any failed search in the actor's first N episodes stops the run"
+    )
+    max_share: float = Field(
+        0.01, ge=0, le=1, description="after those, stop when more than this share of searches failed"
+    )
+    probe: bool = Field(True, description="send one probe query when the executor starts")
 
 
 class AgentConfig(RetrievalConfig):
@@ -56,6 +92,7 @@ class AgentConfig(RetrievalConfig):
         description="the graph's knobs; observations render titles as the official code does unless set",
     )
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    search_failures: SearchFailureLimits = Field(default_factory=SearchFailureLimits)
     encoder_threads: int | None = Field(
         1,
         ge=1,
@@ -85,6 +122,14 @@ class AgentConfig(RetrievalConfig):
             if data.get("stores"):
                 raise ValueError("give 'stores' or its alias 'store', not both")
             data["stores"] = [store] if isinstance(store, str) else store
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _key_from_environment(cls, data: Any) -> Any:
+        """The retriever's key from ``PARALLELSEARCH_RETRIEVER_API_KEY`` when the file gives none."""
+        if isinstance(data, dict) and not data.get("retriever_api_key") and os.environ.get(KEY_ENV_VAR):
+            data = {**data, "retriever_api_key": os.environ[KEY_ENV_VAR]}
         return data
 
     @field_validator("graph")
@@ -157,7 +202,6 @@ def load_agent_config(path: str | Path | None = None) -> AgentConfig:
     try:
         return AgentConfig(**data)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in err['loc']) or '(root)'}: {err['msg']}" for err in e.errors()
-        )
-        raise AgentConfigError(f"agent config {path} ({ENV_VAR}) is invalid: {problems}") from e
+        raise AgentConfigError(
+            f"agent config {path} ({ENV_VAR}) is invalid: {describe(e, AgentConfig)}"
+        ) from e

@@ -145,6 +145,13 @@ class SearchEnv:
         self.close()
         return StepResult(observation, True, reward=reward, output=final_state)
 
+    async def values(self) -> dict[str, Any]:
+        """The graph's state so far (counts of searches, failures, turns); empty before ``reset``."""
+        if self._config is None:
+            return {}
+        snapshot = await self._g.graph.aget_state(self._config)
+        return dict(snapshot.values)
+
     def close(self) -> None:
         """Drop the episode's checkpoints (also for an abandoned episode)."""
         if self._config is not None:

@@ -21,6 +21,7 @@ from typing import Any
 from parallelsearch.agents.protocol import STOP_STRINGS, protocol_regex
 from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.rewards import RewardBreakdown, parse_label, score_trajectory
+from parallelsearch.rl.search_failures import SearchFailureGuard
 from parallelsearch.stores.text import scrub_text
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,7 @@ def extra_logs(
         "search_rounds": float(state.get("search_rounds", 0)),
         "subqueries": float(state.get("subqueries", 0)),
         "search_errors": float(state.get("errors", 0)),
+        "search_failed_share": float(state.get("errors", 0)) / max(float(state.get("subqueries", 0)), 1.0),
         "invalid_chars_replaced": float(replaced_chars),
     }
     import torch
@@ -139,6 +141,7 @@ async def execute_episode(
     max_new_tokens_per_turn: int | None = None,
     constrained: bool = False,
     think_chars: int = 600,
+    search_guard: SearchFailureGuard | None = None,
 ) -> dict[str, Any]:
     """Run one episode and return OpenRLHF's sample dict (see module docstring).
 
@@ -152,6 +155,10 @@ async def execute_episode(
     ``constrained``: every turn is decoded under the protocol's grammar (vLLM structured
     outputs). The log-probs vLLM then returns are of the grammar-masked distribution, so they
     are off-policy for the unconstrained model (docs/vllm.md says what to do about it).
+
+    ``search_guard`` counts the episode's failed searches and raises
+    :class:`~parallelsearch.rl.search_failures.SearchFailuresError` past its limits, so a
+    run stops instead of training on ``Search failed`` observations.
     """
     lab = parse_label(label)
     # a prompt with lone surrogates (a dataset's "\ud800" escape) cannot be tokenized
@@ -221,8 +228,12 @@ async def execute_episode(
                 break
             if truncated:
                 break
+        if not final_state:  # cut short: the counts so far (searches, failures) still count
+            final_state = await env.values()
     finally:
         env.close()
+    if search_guard is not None:
+        search_guard.record(final_state)
 
     text = decode_tokens(hf_tokenizer, tokens)
     prompt_text = decode_tokens(hf_tokenizer, tokens[:prompt_len])

@@ -7,7 +7,9 @@ sampling_params, max_length, hf_tokenizer, llm_engine, images=None)`` per sample
 Configuration comes from the YAML/JSON file named by ``PARALLELSEARCH_AGENT_CONFIG``
 (see :mod:`parallelsearch.rl.agent_config`): the retriever (a ``/retrieve`` URL or a
 Chroma server shared by all actors), the graph's knobs and the reward mode/weights.
-A missing or invalid file stops the actor at construction with a clear message.
+A missing or invalid file, or a retriever that does not answer a probe query, stops the
+actor at construction with a clear message; failed searches during the run stop it too
+(``agent.search_failures``), instead of training on ``Search failed`` observations.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from openrlhf.utils.agent import AgentExecutorBase
 from parallelsearch.rl.agent_config import load_agent_config
 from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.executor import execute_episode
+from parallelsearch.rl.preflight import probe_retriever, retriever_name
+from parallelsearch.rl.search_failures import SearchFailureGuard
 
 
 class AgentExecutor(AgentExecutorBase):
@@ -27,6 +31,12 @@ class AgentExecutor(AgentExecutorBase):
     def __init__(self) -> None:
         self.config = load_agent_config()
         cfg = self.config
+        limits = cfg.search_failures
+        if limits.probe:
+            probe_retriever(cfg)
+        self.search_guard = SearchFailureGuard(
+            first_episodes=limits.first_episodes, max_share=limits.max_share, source=retriever_name(cfg)
+        )
         self.env_graph = EnvGraph(
             cfg.make_searcher(),
             graph=cfg.graph,
@@ -58,4 +68,5 @@ class AgentExecutor(AgentExecutorBase):
             max_new_tokens_per_turn=self.config.graph_config.max_new_tokens,
             constrained=self.config.constrained_decoding,
             think_chars=self.config.constrained_think_chars,
+            search_guard=self.search_guard,
         )

@@ -4,7 +4,9 @@
 its parser inside ``if __name__ == "__main__":``. We read that file's source, take the
 statements of the main block (the parser, and after ``parse_args`` the argument checks),
 and run them with ``train`` replaced, so a generated command is checked by OpenRLHF's
-real parser and validation without a GPU.
+real parser and validation without a GPU. The assertions inside ``train()`` (GPU
+placement arithmetic, checked there only after Ray starts) are evaluated on the parsed
+arguments too.
 """
 
 from __future__ import annotations
@@ -111,4 +113,53 @@ def check_command(argv: list[str]) -> Any:
         _run(after, ns, str(path))
     except AssertionError as e:
         raise ValueError(f"OpenRLHF's argument checks fail: {e}") from e
-    return captured.get("args", ns["args"])
+    checked = captured.get("args", ns["args"])
+    check_train_asserts(checked)
+    return checked
+
+
+def _train_asserts(tree: ast.Module) -> list[tuple[list[ast.expr], ast.Assert]]:
+    """Every ``assert`` in ``train()``, with the ``if`` tests (negated in ``else``) that guard it."""
+    fn = next(
+        (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "train"),
+        None,
+    )
+    if fn is None:
+        raise RuntimeError("train_ppo_ray.py has no train(); the OpenRLHF version is not the pinned one")
+    found: list[tuple[list[ast.expr], ast.Assert]] = []
+
+    def walk(stmts: list[ast.stmt], guards: list[ast.expr]) -> None:
+        for s in stmts:
+            if isinstance(s, ast.Assert):
+                found.append((guards, s))
+            elif isinstance(s, ast.If):
+                walk(s.body, [*guards, s.test])
+                walk(s.orelse, [*guards, ast.UnaryOp(op=ast.Not(), operand=s.test)])
+            elif isinstance(s, ast.For | ast.While | ast.With | ast.Try):
+                walk(getattr(s, "body", []), guards)
+
+    walk(fn.body, [])
+    return found
+
+
+def check_train_asserts(args: Any) -> None:
+    """Run the assertions OpenRLHF makes inside ``train()`` (the GPU colocation arithmetic) on ``args``.
+
+    Those checks sit after ``ray.init`` in OpenRLHF, so they would first fail on the cluster.
+    An assertion whose guard or test needs anything but ``args`` is skipped (it cannot be
+    decided before the run). Raises ValueError with OpenRLHF's own message.
+    """
+    path, tree = _source()
+
+    def ev(expr: ast.expr) -> Any:
+        code = compile(ast.Expression(body=ast.fix_missing_locations(expr)), str(path), "eval")
+        return eval(code, {"args": args})  # noqa: S307 - OpenRLHF's own expressions, from the installed package
+
+    for guards, node in _train_asserts(tree):
+        try:
+            if not all(ev(g) for g in guards) or ev(node.test):
+                continue
+            message = ev(node.msg) if node.msg is not None else ast.unparse(node.test)
+        except (NameError, AttributeError):
+            continue
+        raise ValueError(f"OpenRLHF's train() would fail on the cluster: {message}")

@@ -50,6 +50,7 @@ Two modes:
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -220,11 +221,19 @@ def _weights(mode: str, given: dict[str, float]) -> dict[str, float]:
     for key, value in given.items():
         name = key if mode == "paper" else _PAPER_TO_OFFICIAL.get(key, key)
         if name not in base:
+            known = sorted(base) + (sorted(_PAPER_TO_OFFICIAL) if mode == "official" else [])
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(
-                f"unknown reward weight {key!r} for mode {mode!r}; known: {', '.join(sorted(base))}"
+                f"unknown reward weight {key!r} for mode {mode!r}{hint}; known: {', '.join(sorted(base))}"
             )
         base[name] = float(value)
     return base
+
+
+def check_reward_weights(mode: str, weights: dict[str, float]) -> dict[str, float]:
+    """The mode's weights with ``weights`` applied; a ValueError naming an unknown weight."""
+    return _weights(check_reward_mode(mode), weights)
 
 
 def check_reward_mode(mode: str) -> str:

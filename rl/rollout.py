@@ -2,14 +2,17 @@
 
 Each episode goes through :class:`SearchEnv` exactly as a training episode does (the
 policy stands where the trainer's engine stands). Output: one jsonl line per episode
-(text, turns, token counts, reward parts, counts), a printed summary, and optionally the
-episodes with a correct answer as an OpenRLHF SFT dataset for a warm start.
+(text, turns, token counts, reward parts, counts; with a tokenizer also the episode's token
+ids, action mask and log-probs, as the executor hands them to OpenRLHF), a printed summary,
+and optionally the episodes with a correct answer as an OpenRLHF multi-turn SFT dataset for
+a warm start (:func:`sft_record`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import statistics
 import time
 from collections.abc import Sequence
@@ -22,12 +25,67 @@ from parallelsearch.rl.data import label_of
 from parallelsearch.rl.env import EnvGraph
 
 
-async def run_episode(env_graph: EnvGraph, policy: Any, q: dict[str, Any]) -> dict[str, Any]:
-    """One episode of ``policy`` in the environment; failures become an ``error`` field, never a crash."""
+class EpisodeTokens:
+    """An episode's token ids, action mask (1 on tokens the policy generated) and log-probs.
+
+    The training executor's bookkeeping for a rollout: the prompt and each observation are
+    tokenised with ``tokenizer``; a turn keeps the ids the policy returned (token-in/token-out
+    backends) or, for a text policy, the turn's text tokenised (``retokenized`` counts those
+    turns). Log-probs are the policy's on its tokens, ``None`` elsewhere or when it gave none.
+    """
+
+    def __init__(self, tokenizer: Any, prompt: str):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = self.encode(prompt)
+        self.mask: list[int] = [0] * len(self.ids)
+        self.logprobs: list[float | None] = [None] * len(self.ids)
+        self.retokenized = 0
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
+
+    def action(self, result: Any) -> str:
+        """Append the turn; returns its text as decoded from the ids (what the environment gets)."""
+        from parallelsearch.rl.executor import decode_tokens
+
+        ids = list(result.token_ids) if result.token_ids else None
+        if ids is None:
+            ids = self.encode(result.text if isinstance(result.text, str) else "")
+            self.retokenized += 1
+        lps = result.logprobs if result.logprobs is not None and len(result.logprobs) == len(ids) else None
+        self.ids += ids
+        self.mask += [1] * len(ids)
+        self.logprobs += list(lps) if lps is not None else [None] * len(ids)
+        return decode_tokens(self.tokenizer, ids)
+
+    def observation(self, text: str) -> None:
+        ids = self.encode(text)
+        self.ids += ids
+        self.mask += [0] * len(ids)
+        self.logprobs += [None] * len(ids)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "token_ids": self.ids,
+            "action_mask": self.mask,
+            "logprobs": self.logprobs if any(lp is not None for lp in self.logprobs) else None,
+            "retokenized_turns": self.retokenized,
+        }
+
+
+async def run_episode(
+    env_graph: EnvGraph, policy: Any, q: dict[str, Any], *, tokenizer: Any = None
+) -> dict[str, Any]:
+    """One episode of ``policy`` in the environment; failures become an ``error`` field, never a crash.
+
+    With ``tokenizer`` the record carries the episode's tokens (:class:`EpisodeTokens`) and the
+    environment gets each turn decoded from the policy's ids, as in training.
+    """
     t0 = time.perf_counter()
     label = label_of(q)
     env = env_graph.new_episode()
     turns: list[dict[str, Any]] = []
+    tokens: EpisodeTokens | None = None
     rec: dict[str, Any] = {
         "id": q.get("id"),
         "question": q.get("question"),
@@ -36,6 +94,8 @@ async def run_episode(env_graph: EnvGraph, policy: Any, q: dict[str, Any]) -> di
     rec["golden_answers"] = label["golden_answers"]
     try:
         prompt = await env.reset(q["question"], label, q.get("metadata") or {})
+        if tokenizer is not None:
+            tokens = EpisodeTokens(tokenizer, prompt)
         step = None
         while step is None or not step.done:
             turn = env.turn or {}
@@ -50,16 +110,24 @@ async def run_episode(env_graph: EnvGraph, policy: Any, q: dict[str, Any]) -> di
                 max_subqueries=int(turn.get("max_subqueries") or 8),
                 question=q["question"],
                 metadata={**(q.get("metadata") or {}), **label},
+                token_ids=list(tokens.ids) if tokens is not None else None,
+                logprobs=tokens is not None,
             )
             res = await policy.agenerate(request)
-            step = await env.step(res.text if isinstance(res.text, str) else "")
+            text = res.text if isinstance(res.text, str) else ""
+            if tokens is not None:
+                text = tokens.action(res)
+            step = await env.step(text)
+            if tokens is not None:
+                tokens.observation(step.observation or "")
             turns.append(
                 {
-                    "text": res.text,
+                    "text": text,
                     "observation": step.observation,
                     "prompt_tokens": res.prompt_tokens,
                     "completion_tokens": res.completion_tokens,
                     "finish_reason": res.finish_reason,
+                    "labels": list(res.labels),
                 }
             )
         out = step.output
@@ -81,9 +149,12 @@ async def run_episode(env_graph: EnvGraph, policy: Any, q: dict[str, Any]) -> di
             reward=reward.to_dict() if reward else None,
             error=None,
         )
+        if tokens is not None:
+            rec.update(tokens.to_dict())
     except Exception as e:  # noqa: BLE001 - one bad episode is reported, the rollout goes on
         env.close()
         rec.update(turns=turns, error=f"{type(e).__name__}: {e}"[:500], reward=None)
+    rec["labels"] = sorted({lab for t in turns for lab in t.get("labels") or []})
     rec["ms"] = round((time.perf_counter() - t0) * 1000, 3)
     return rec
 
@@ -99,11 +170,21 @@ class RolloutSummary:
     decomposed_parallel: list[bool] = field(default_factory=list)
     policy_calls: list[int] = field(default_factory=list)
     sft_written: int = 0
+    sft_refused_oracle: int = 0
+    oracle: bool = False  # an oracle policy wrote the turns: accuracy is not measured
     first_errors: dict[str, str] = field(default_factory=dict)  # error kind -> first message
     error_counts: dict[str, int] = field(default_factory=dict)  # error kind -> episodes
+    searches: int = 0  # sub-queries searched
+    failed_searches: int = 0
+    episodes_with_failed_searches: int = 0
 
     def add(self, rec: dict[str, Any]) -> None:
         self.episodes += 1
+        self.searches += int(rec.get("subqueries") or 0)
+        failed = int(rec.get("search_errors") or 0)
+        self.failed_searches += failed
+        self.episodes_with_failed_searches += bool(failed)
+        self.oracle = self.oracle or "oracle" in (rec.get("labels") or [])
         r = rec.get("reward")
         if rec.get("error") or r is None:
             self.failures += 1
@@ -138,9 +219,14 @@ class RolloutSummary:
             "decomposition_ratio_parallel": mean([float(x) for x in self.decomposed_parallel]),
             "parallel_questions": len(self.decomposed_parallel),
             "mean_policy_calls": mean(self.policy_calls),
+            "oracle": self.oracle,
             "sft_written": self.sft_written,
+            "sft_refused_oracle": self.sft_refused_oracle,
             "error_counts": dict(self.error_counts),
             "first_errors": dict(self.first_errors),
+            "searches": self.searches,
+            "failed_searches": self.failed_searches,
+            "episodes_with_failed_searches": self.episodes_with_failed_searches,
         }
 
     def lines(self) -> list[str]:
@@ -148,13 +234,24 @@ class RolloutSummary:
         parts = ", ".join(f"{k} {v}" for k, v in d["mean_parts"].items())
         return (
             [
-                f"episodes {d['episodes']}, failures {d['failures']}",
+                f"episodes {d['episodes']}, failures {d['failures']}, failed searches "
+                f"{d['failed_searches']} of {d['searches']} (in {d['episodes_with_failed_searches']} episodes)",
                 f"mean reward {d['mean_reward']} ({parts})",
-                f"EM {d['em']}, format valid {d['format_valid_pct']}%",
+                f"EM {'oracle' if self.oracle else d['em']}, format valid {d['format_valid_pct']}%"
+                + (
+                    " (oracle run: the gold answer was given, accuracy is not measured)"
+                    if self.oracle
+                    else ""
+                ),
                 f"decomposition ratio on {d['parallel_questions']} parallelizable questions: {d['decomposition_ratio_parallel']}",
                 f"policy calls per episode {d['mean_policy_calls']}",
             ]
             + ([f"SFT examples written {d['sft_written']}"] if d["sft_written"] else [])
+            + (
+                [f"SFT: {d['sft_refused_oracle']} oracle episode(s) not written (--allow-oracle writes them)"]
+                if d["sft_refused_oracle"]
+                else []
+            )
             + [
                 f"{n} episode(s) failed with {kind}; first: {self.first_errors[kind]}"
                 for kind, n in sorted(self.error_counts.items(), key=lambda kv: -kv[1])
@@ -162,9 +259,32 @@ class RolloutSummary:
         )
 
 
+#: the chat template the SFT export is trained with: the messages' texts concatenated, no role
+#: markers, so the tokens are exactly the rollout's episode (prompt + turns + observations)
+SFT_CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+#: OpenRLHF 0.11.2 ``train_sft`` flags for :func:`sft_record`'s files: multi-turn mode trains on the
+#: assistant messages only (``response_ranges``), so observations and the prompt carry no loss
+SFT_FLAGS = (
+    "--data.input_key messages --data.multiturn --data.apply_chat_template "
+    f'--data.tokenizer_chat_template "{SFT_CHAT_TEMPLATE}"'
+)
+_ORACLE_THINK = re.compile(r"<think>\s*oracle:.*?</think>\s*", re.DOTALL)
+
+
 def sft_record(rec: dict[str, Any]) -> dict[str, Any]:
-    """OpenRLHF SFT format: prompt + response (the response holds the observations as the model saw them)."""
-    return {"prompt": rec["prompt"], "response": rec["text"][len(rec["prompt"]) :], "id": rec["id"]}
+    """One episode as an OpenRLHF multi-turn SFT example (``messages``, trained with :data:`SFT_FLAGS`).
+
+    The prompt is the first (user) message, each policy turn an assistant message (the loss),
+    each observation a user message (no loss); concatenated they are the episode's text. The
+    oracle's ``<think>oracle: ...</think>`` notes are dropped: they describe the oracle, not a
+    reasoning step a model should learn.
+    """
+    messages = [{"role": "user", "content": rec["prompt"]}]
+    for turn in rec["turns"]:
+        messages.append({"role": "assistant", "content": _ORACLE_THINK.sub("", turn["text"])})
+        if turn.get("observation"):
+            messages.append({"role": "user", "content": turn["observation"]})
+    return {"messages": messages, "id": rec["id"]}
 
 
 async def rollout(
@@ -175,13 +295,25 @@ async def rollout(
     *,
     concurrency: int = 8,
     sft_out: str | Path | None = None,
+    allow_oracle: bool = False,
+    tokenizer: Any = None,
     progress: bool = True,
 ) -> RolloutSummary:
-    """Run every question (``concurrency`` at a time), writing each episode as it finishes."""
+    """Run every question (``concurrency`` at a time), writing each episode as it finishes.
+
+    ``sft_out`` refuses the oracle policy's episodes (they answer with the gold answer, the
+    data would teach copying a label that is absent at test time) unless ``allow_oracle``.
+    """
     from tqdm.auto import tqdm
 
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
+    if sft_out and getattr(policy, "name", None) == "oracle" and not allow_oracle:
+        raise ValueError(
+            f"--sft-out {sft_out}: the oracle policy answers with the gold answer, so its episodes are "
+            "not SFT data for a model; use a model's rollouts, or --allow-oracle to write them anyway "
+            "(e.g. to warm-start the format only)"
+        )
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     summary = RolloutSummary()
@@ -189,7 +321,7 @@ async def rollout(
 
     async def one(q: dict[str, Any]) -> dict[str, Any]:
         async with sem:
-            return await run_episode(env_graph, policy, q)
+            return await run_episode(env_graph, policy, q, tokenizer=tokenizer)
 
     sft_f = open(sft_out, "w", encoding="utf-8") if sft_out else None  # noqa: SIM115 - closed below
     try:
@@ -203,8 +335,11 @@ async def rollout(
                 f.flush()
                 summary.add(rec)
                 if sft_f and rec.get("reward") and rec["reward"]["correct"]:
-                    sft_f.write(json.dumps(sft_record(rec), ensure_ascii=False) + "\n")
-                    summary.sft_written += 1
+                    if "oracle" in rec["labels"] and not allow_oracle:
+                        summary.sft_refused_oracle += 1
+                    else:
+                        sft_f.write(json.dumps(sft_record(rec), ensure_ascii=False) + "\n")
+                        summary.sft_written += 1
                 bar.update(1)
     finally:
         if sft_f:

@@ -13,9 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from parallelsearch.rl.agent_config import AgentConfig
+from parallelsearch.rl.config_errors import describe
+
+#: the advantage estimators OpenRLHF 0.11.2 accepts with a critic-free baseline, and gae
+ALGORITHMS = ("gae", "reinforce_baseline", "group_norm", "rloo", "dr_grpo")
+#: names researchers type for an estimator -> OpenRLHF's name (GRPO is group_norm in OpenRLHF)
+ALGORITHM_ALIASES = {"grpo": "group_norm", "ppo": "gae"}
 
 
 class TrainConfig(BaseModel):
@@ -33,7 +39,9 @@ class TrainConfig(BaseModel):
     apply_chat_template: bool = Field(False, description="let OpenRLHF chat-template raw prompts")
     max_samples: int | None = None
     # algorithm
-    algorithm: Literal["gae", "reinforce_baseline", "group_norm", "rloo"] = "gae"
+    algorithm: Literal["gae", "reinforce_baseline", "group_norm", "rloo", "dr_grpo"] = Field(
+        "gae", description="advantage estimator; 'grpo' means group_norm, 'ppo' means gae"
+    )
     n_samples_per_prompt: int = Field(1, ge=1)
     rollout_batch_size: int = Field(512, ge=1)
     train_batch_size: int = Field(256, ge=1)
@@ -82,6 +90,9 @@ class TrainConfig(BaseModel):
     max_ckpt_num: int = 3
     resume: bool = Field(False, description="load the latest checkpoint in ckpt_path")
     save_hf: bool = True
+    wandb: Literal["auto", "on", "off"] = Field(
+        "auto", description="auto: on when wandb_project is set and a key is (wandb_key or WANDB_API_KEY)"
+    )
     wandb_project: str | None = None
     wandb_run_name: str | None = None
     wandb_key: str | None = Field(None, description="API key; prefer the WANDB_API_KEY environment variable")
@@ -93,19 +104,49 @@ class TrainConfig(BaseModel):
     )
     # Ray job submission
     ray_address: str = "http://127.0.0.1:8265"
-    working_dir: str | None = None
+    job_dir: str = Field(
+        "jobs/parallelsearch", description="the job folder train writes (Ray's working_dir for the job)"
+    )
+    copy_data: bool = Field(
+        True, description="copy local prompt/eval files into the job folder (else give paths every node has)"
+    )
+    working_dir: str | None = Field(None, description="deprecated: the job folder is the working_dir")
+
+    @field_validator("algorithm", mode="before")
+    @classmethod
+    def _algorithm_alias(cls, value: Any) -> Any:
+        return ALGORITHM_ALIASES.get(value, value) if isinstance(value, str) else value
+
+    @field_validator("wandb", mode="before")
+    @classmethod
+    def _wandb_switch(cls, value: Any) -> Any:
+        """YAML reads ``on``/``off`` as booleans."""
+        return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
         if self.algorithm != "gae" and self.n_samples_per_prompt < 2:
-            raise ValueError(f"{self.algorithm} needs n_samples_per_prompt >= 2 (a per-prompt baseline)")
+            raise ValueError(
+                f"n_samples_per_prompt: algorithm {self.algorithm} needs >= 2 (a per-prompt baseline), "
+                f"got {self.n_samples_per_prompt}"
+            )
         if self.dynamic_filtering and self.n_samples_per_prompt < 2:
-            raise ValueError("dynamic_filtering needs n_samples_per_prompt >= 2")
+            raise ValueError("n_samples_per_prompt: dynamic_filtering needs >= 2")
         lo, hi = self.dynamic_filtering_range
         if lo >= hi:
-            raise ValueError("dynamic_filtering_range must be (low, high) with low < high")
+            raise ValueError("dynamic_filtering_range: must be (low, high) with low < high")
         if self.train_batch_size > self.rollout_batch_size * self.n_samples_per_prompt:
-            raise ValueError("train_batch_size cannot exceed rollout_batch_size * n_samples_per_prompt")
+            raise ValueError(
+                f"train_batch_size: {self.train_batch_size} exceeds rollout_batch_size * n_samples_per_prompt "
+                f"= {self.rollout_batch_size} * {self.n_samples_per_prompt}"
+            )
+        if self.nodes > 1:
+            where = loopback_endpoint(self.agent)
+            if where:
+                raise ValueError(
+                    f"{where} with nodes={self.nodes}: each node would query its own machine; "
+                    "give an address every node reaches (the retriever host's IP or DNS name)"
+                )
         # one per-turn cap for the engine and the graph
         self.agent.graph_config.max_new_tokens = self.max_new_tokens_per_turn
         return self
@@ -117,7 +158,15 @@ class TrainConfig(BaseModel):
     def agent_config_yaml(self) -> str:
         import yaml
 
-        return yaml.safe_dump(self.agent.model_dump(mode="json", exclude_none=True), sort_keys=False)
+        # the retriever's key is never written (the dump would hold '**********', a wrong key):
+        # the actors read PARALLELSEARCH_RETRIEVER_API_KEY from their environment
+        text = yaml.safe_dump(
+            self.agent.model_dump(mode="json", exclude_none=True, exclude={"retriever_api_key"}),
+            sort_keys=False,
+        )
+        if self.agent.retriever_api_key is not None:
+            text += "# retriever_api_key: not written here; set PARALLELSEARCH_RETRIEVER_API_KEY for every actor\n"
+        return text
 
     # -- deprecated: the command moved to parallelsearch.rl.launch (goes in 0.3) -------------
     def openrlhf_args(self) -> list[str]:
@@ -146,10 +195,17 @@ def _deprecated_command(name: str, cfg: TrainConfig) -> Any:
 
 
 def paper_preset(**overrides: Any) -> TrainConfig:
-    """The official train_parallelsearch.sh settings (Qwen2.5-7B-Instruct, PPO/GAE, 8 GPUs, NQ+HotpotQA)."""
+    """The official train_parallelsearch.sh settings (Qwen2.5-7B-Instruct, PPO/GAE, 8 GPUs, NQ+HotpotQA).
+
+    Reward, prompt and template as the official code trains (docs/training.md): prompts
+    in the official template, raw in the data file and chat-templated by OpenRLHF with the
+    actor's tokenizer (as verl's dataset does), scored by the ``official`` reward, which
+    reads the episode after ``<|im_start|>assistant``.
+    """
     base: dict[str, Any] = {
         "model": "Qwen/Qwen2.5-7B-Instruct",
         "prompt_data": "data/nq_hotpotqa_train/train.jsonl",
+        "apply_chat_template": True,
         "algorithm": "gae",
         "n_samples_per_prompt": 1,
         "rollout_batch_size": 512,
@@ -176,7 +232,7 @@ def paper_preset(**overrides: Any) -> TrainConfig:
                 "max_new_tokens": 500,
                 "prompt_template": "official",
             },
-            "reward": {"mode": "paper"},
+            "reward": {"mode": "official"},
         },
     }
     return TrainConfig(**_deep_merge(base, overrides))
@@ -192,8 +248,95 @@ def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: OpenRLHF 0.11.2's dotted flag names that set exactly one field here (``--set rollout.batch_size=64``)
+OPENRLHF_NAMES: dict[str, str] = {
+    "actor.model_name_or_path": "model",
+    "critic.model_name_or_path": "critic_model",
+    "data.prompt_dataset": "prompt_data",
+    "eval.dataset": "eval_data",
+    "data.input_key": "input_key",
+    "data.label_key": "label_key",
+    "data.apply_chat_template": "apply_chat_template",
+    "data.max_samples": "max_samples",
+    "data.max_len": "max_len",
+    "algo.advantage.estimator": "algorithm",
+    "algo.advantage.gamma": "gamma",
+    "algo.advantage.lambd": "lambd",
+    "rollout.n_samples_per_prompt": "n_samples_per_prompt",
+    "rollout.batch_size": "rollout_batch_size",
+    "rollout.micro_batch_size": "micro_rollout_batch_size",
+    "rollout.max_new_tokens": "max_new_tokens_per_turn",
+    "rollout.temperature": "temperature",
+    "rollout.top_p": "top_p",
+    "train.batch_size": "train_batch_size",
+    "train.micro_batch_size": "micro_train_batch_size",
+    "train.num_episodes": "num_episodes",
+    "train.max_epochs": "max_epochs",
+    "train.seed": "seed",
+    "train.colocate_all": "colocate_all",
+    "train.async_enable": "async_train",
+    "actor.adam.lr": "actor_lr",
+    "actor.lr_warmup_ratio": "actor_warmup_ratio",
+    "actor.eps_clip": "eps_clip",
+    "actor.gradient_checkpointing_enable": "gradient_checkpointing",
+    "critic.adam.lr": "critic_lr",
+    "critic.lr_warmup_ratio": "critic_warmup_ratio",
+    "algo.kl.init_coef": "init_kl_coef",
+    "algo.kl.use_loss": "use_kl_loss",
+    "algo.kl.estimator": "kl_estimator",
+    "algo.dynamic_filtering_enable": "dynamic_filtering",
+    "algo.dynamic_filtering_range": "dynamic_filtering_range",
+    "vllm.num_engines": "vllm_num_engines",
+    "vllm.tensor_parallel_size": "vllm_tensor_parallel_size",
+    "vllm.gpu_memory_utilization": "vllm_gpu_memory_utilization",
+    "ds.zero_stage": "zero_stage",
+    "ds.param_dtype": "param_dtype",
+    "ds.attn_implementation": "attn_implementation",
+    "ds.packing_samples": "packing_samples",
+    "ds.adam_offload": "adam_offload",
+    "ref.offload": "ref_offload",
+    "ckpt.output_dir": "save_path",
+    "ckpt.path": "ckpt_path",
+    "ckpt.save_steps": "save_steps",
+    "ckpt.max_num": "max_ckpt_num",
+    "ckpt.save_hf": "save_hf",
+    "ckpt.load_enable": "resume",
+    "eval.steps": "eval_steps",
+    "logger.logging_steps": "logging_steps",
+    "logger.wandb.project": "wandb_project",
+    "logger.wandb.run_name": "wandb_run_name",
+    "logger.wandb.key": "wandb_key",
+    "logger.tensorboard_dir": "tensorboard_dir",
+}
+
+
+def loopback_endpoint(agent: AgentConfig) -> str | None:
+    """``agent.retriever_url: <url>`` (or the Chroma host) when it points at this machine's loopback."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    def loopback(host: str | None) -> bool:
+        if not host:
+            return False
+        if host.lower() in ("localhost", "0.0.0.0"):  # noqa: S104 - a name we compare, not bind
+            return True
+        try:
+            return ipaddress.ip_address(host.strip("[]")).is_loopback
+        except ValueError:
+            return False
+
+    if agent.retriever_url and loopback(urlsplit(agent.retriever_url).hostname):
+        return f"agent.retriever_url {agent.retriever_url} is a loopback address"
+    if agent.chroma_host and loopback(agent.chroma_host):
+        return f"agent.chroma_host {agent.chroma_host} is a loopback address"
+    return None
+
+
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``key.sub=value`` strings -> a nested dict; values are parsed as YAML scalars."""
+    """``key.sub=value`` strings -> a nested dict; values are parsed as YAML scalars.
+
+    OpenRLHF's dotted flag names (:data:`OPENRLHF_NAMES`) are accepted for the fields they set.
+    """
     import yaml
 
     out: dict[str, Any] = {}
@@ -202,7 +345,15 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ValueError(f"--set expects key=value, got {item!r}")
         node = out
-        parts = key.strip().split(".")
+        key = OPENRLHF_NAMES.get(key.strip().removeprefix("--"), key.strip())
+        parts = key.split(".")
+        if len(parts) > 1 and parts[0] not in TrainConfig.model_fields:
+            from parallelsearch.rl.config_errors import did_you_mean, flat_keys
+
+            known = [row[0] for row in flat_keys(TrainConfig)] + list(OPENRLHF_NAMES)
+            raise ValueError(
+                f"--set {key}: unknown key{did_you_mean(key, known)}; see `parallelsearch train --list-keys`"
+            )
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = yaml.safe_load(raw)
@@ -228,5 +379,4 @@ def load_train_config(
         return TrainConfig(**_deep_merge(read_config_file(path), extra))
     except ValidationError as e:
         where = f"config {path}" if path else f"preset {preset}"
-        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
-        raise ValueError(f"{where} is invalid: {problems}") from e
+        raise ValueError(f"{where} is invalid: {describe(e, TrainConfig)}") from e

@@ -39,6 +39,7 @@ _LAZY = {
     "RetrievalConfig": "parallelsearch.stores.config",
     "RetrieverClient": "parallelsearch.stores.retrieval_client",
     "RetrieverError": "parallelsearch.stores.retrieval_client",
+    "RetrieverAuthError": "parallelsearch.stores.retrieval_client",
     "create_retrieval_app": "parallelsearch.stores.retrieval_server",
     "run_server": "parallelsearch.stores.retrieval_server",
 }

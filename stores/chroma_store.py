@@ -9,8 +9,9 @@ model) never runs. The collection's metadata records model name and dimension.
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,13 @@ from parallelsearch.stores.passages import Passage
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9]$")
 _META_MODEL = "ps_embedding_model"
-_META_DIM = "ps_dimension"
+META_DIM = "ps_dimension"
 _META_BACKEND = "ps_encoder_backend"  # absent in stores built before it existed: torch
 
 
 def store_backend(client: Any, name: str) -> str | None:
     """The encoder backend the store ``name`` was built with (None when there is no such store)."""
-    existing = {c.name if hasattr(c, "name") else c for c in client.list_collections()}
+    existing = _store_names(client)
     if name not in existing:
         return None
     meta = client.get_collection(name, embedding_function=None).metadata or {}
@@ -46,6 +47,31 @@ def validate_store_name(name: str) -> str:
             "starting and ending with a letter or digit"
         )
     return name
+
+
+def _store_names(client: Any) -> set[str]:
+    return {c.name if hasattr(c, "name") else c for c in client.list_collections()}
+
+
+def missing_store_error(name: str, location: str, existing: set[str]) -> StoreNotFoundError:
+    """A missing store's error: where it looked and which stores are there (the closest named)."""
+    if not existing:
+        return StoreNotFoundError(
+            f"no store named {name!r} at {location}: there is no store there yet (create one with index)"
+        )
+    close = difflib.get_close_matches(name, sorted(existing), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return StoreNotFoundError(
+        f"no store named {name!r} at {location}{hint}; stores there: {', '.join(sorted(existing))}"
+    )
+
+
+def require_stores(client: Any, names: Sequence[str], location: str) -> None:
+    """Fail on the first of ``names`` that is not a store, before anything loads an encoder for it."""
+    existing = _store_names(client)
+    for name in names:
+        if name not in existing:
+            raise missing_store_error(name, location, existing)
 
 
 def _no_telemetry() -> Any:
@@ -99,13 +125,13 @@ class ChromaStore:
         backend = getattr(self.embedder, "backend", "torch")
         meta = {
             _META_MODEL: self.embedder.model_name,
-            _META_DIM: self.embedder.dimension,
+            META_DIM: self.embedder.dimension,
             _META_BACKEND: backend,
         }
-        existing = {c.name if hasattr(c, "name") else c for c in self.client.list_collections()}
+        existing = _store_names(self.client)
         if self.name not in existing:
             if not create:
-                raise StoreNotFoundError(f"no store named {self.name!r} at {self.location}")
+                raise missing_store_error(self.name, self.location, existing)
             try:
                 col = self.client.create_collection(
                     self.name,
@@ -121,11 +147,11 @@ class ChromaStore:
                     raise
         col = self.client.get_collection(self.name, embedding_function=None)
         have = col.metadata or {}
-        if have.get(_META_MODEL) != meta[_META_MODEL] or have.get(_META_DIM) != meta[_META_DIM]:
+        if have.get(_META_MODEL) != meta[_META_MODEL] or have.get(META_DIM) != meta[META_DIM]:
             raise ModelMismatchError(
                 f"store {self.name!r} at {self.location} was built with embedding model "
-                f"{have.get(_META_MODEL)!r} (dimension {have.get(_META_DIM)}), but was opened with "
-                f"{meta[_META_MODEL]!r} (dimension {meta[_META_DIM]}); open it with the same model or re-index"
+                f"{have.get(_META_MODEL)!r} (dimension {have.get(META_DIM)}), but was opened with "
+                f"{meta[_META_MODEL]!r} (dimension {meta[META_DIM]}); open it with the same model or re-index"
             )
         reconcile(col, self._requested_hnsw, self.location)
         built = str(have.get(_META_BACKEND, "torch"))
@@ -167,54 +193,22 @@ class ChromaStore:
         self.client.delete_collection(self.name)
 
     def verify(self, batch_size: int = 512, progress: bool = False) -> StoreCheck:
-        """Read every vector back; ids whose embedding is missing or unreadable are corruption.
+        """Read every vector back in this process (see :func:`verify_collection`).
 
-        A store written by two processes at once (issue 12) keeps its documents but loses
-        vectors: reading them raises ``InternalError: Error getting embedding``. A batch that
-        fails is read again id by id to name exactly the bad ones.
+        A damaged segment can crash or hang Chroma's reader, and this process with it:
+        :func:`parallelsearch.stores.isolated_read.check_store` runs the same reads in a child.
         """
         from tqdm.auto import tqdm
 
-        try:
-            check = StoreCheck(store=self.name, count=self.count())
-        except Exception as e:  # noqa: BLE001 - a store too broken to count is the worst finding
-            return StoreCheck(store=self.name, count=-1, first_error=f"{type(e).__name__}: {e}"[:300])
-        offset = 0
-        with tqdm(total=check.count, desc=f"checking {self.name}", disable=not progress) as bar:
-            while True:
-                try:
-                    ids = self.collection.get(include=[], limit=batch_size, offset=offset)["ids"]
-                except Exception as e:  # noqa: BLE001
-                    check.first_error = check.first_error or f"{type(e).__name__}: {e}"[:300]
-                    check.checked = -1  # listing failed: not ok, whatever was read so far
-                    break
-                if not ids:
-                    break
-                offset += len(ids)
-                self._check_ids(ids, check)
-                bar.update(len(ids))
-        return check
+        with tqdm(desc=f"checking {self.name}", disable=not progress) as bar:
 
-    def _check_ids(self, ids: list[str], check: StoreCheck) -> None:
-        try:
-            got = self.collection.get(ids=ids, include=["embeddings"])
-        except Exception as e:  # noqa: BLE001 - any read failure is what we are looking for
-            if len(ids) == 1:
-                check.unreadable.append(ids[0])
-                check.first_error = check.first_error or f"{type(e).__name__}: {e}"[:300]
-                check.checked += 1
-                return
-            mid = len(ids) // 2
-            self._check_ids(ids[:mid], check)
-            self._check_ids(ids[mid:], check)
-            return
-        vecs = got.get("embeddings")
-        by_id = dict(zip(got["ids"], vecs if vecs is not None else [None] * len(got["ids"]), strict=True))
-        for i in ids:
-            v = by_id.get(i)
-            check.checked += 1
-            if v is None or len(v) != self.embedder.dimension or not np.all(np.isfinite(v)):
-                check.missing.append(i)
+            def advance(checked: int, count: int) -> None:
+                bar.total = count
+                bar.update(checked - bar.n)
+
+            return verify_collection(
+                self.collection, self.name, self.embedder.dimension, batch_size, on_progress=advance
+            )
 
     # ---- reading -------------------------------------------------------------------------
     def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
@@ -275,7 +269,7 @@ class ChromaStore:
             "name": self.name,
             "count": self.count(),
             "model": meta.get(_META_MODEL),
-            "dimension": meta.get(_META_DIM),
+            "dimension": meta.get(META_DIM),
             "encoder_backend": meta.get(_META_BACKEND, "torch"),
             "location": self.location,
             "hnsw": hnsw_of(self.collection),
@@ -299,7 +293,7 @@ class StoreCheck:
 
     @property
     def ok(self) -> bool:
-        return not self.bad and self.checked == self.count
+        return self.count >= 0 and self.checked == self.count and not self.bad
 
     def summary(self) -> str:
         if self.ok:
@@ -312,22 +306,92 @@ class StoreCheck:
         )
         return line + (f"; first error: {self.first_error}" if self.first_error else "")
 
+    def repair(self) -> str:
+        """The repair that holds for a corrupt store.
+
+        Chroma 1.x cannot repair a collection in place (deleting or updating an id whose vector
+        is gone breaks every later read), and a copy into a new collection in the same process
+        lost passages from search: a fresh store built from the source files is what holds.
+        """
+        return (
+            f"Index the files store {self.store} came from into a new store "
+            f"(parallelsearch index --store {self.store}-new FILES) and search that one"
+        )
+
+
+def verify_collection(
+    collection: Any,
+    name: str,
+    dimension: int | None,
+    batch_size: int = 512,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> StoreCheck:
+    """Read every vector of ``collection`` back; ids whose vector is missing or unreadable are corruption.
+
+    A store written by two processes at once keeps its documents but loses vectors: reading
+    them raises ``InternalError: Error getting embedding``. A batch that fails is read again
+    id by id to name exactly the bad ones. ``dimension``: the recorded one (None: not checked).
+    ``on_progress(checked, count)`` after each batch.
+    """
+    try:
+        check = StoreCheck(store=name, count=int(collection.count()))
+    except Exception as e:  # noqa: BLE001 - a store too broken to count is the worst finding
+        return StoreCheck(store=name, count=-1, first_error=f"{type(e).__name__}: {e}"[:300])
+    offset = 0
+    while True:
+        try:
+            ids = collection.get(include=[], limit=batch_size, offset=offset)["ids"]
+        except Exception as e:  # noqa: BLE001
+            check.first_error = check.first_error or f"{type(e).__name__}: {e}"[:300]
+            check.checked = -1  # listing failed: not ok, whatever was read so far
+            break
+        if not ids:
+            break
+        offset += len(ids)
+        _check_ids(collection, dimension, ids, check)
+        if on_progress is not None:
+            on_progress(check.checked, check.count)
+    return check
+
+
+def _check_ids(collection: Any, dimension: int | None, ids: list[str], check: StoreCheck) -> None:
+    try:
+        got = collection.get(ids=ids, include=["embeddings"])
+    except Exception as e:  # noqa: BLE001 - any read failure is what we are looking for
+        if len(ids) == 1:
+            check.unreadable.append(ids[0])
+            check.first_error = check.first_error or f"{type(e).__name__}: {e}"[:300]
+            check.checked += 1
+            return
+        mid = len(ids) // 2
+        _check_ids(collection, dimension, ids[:mid], check)
+        _check_ids(collection, dimension, ids[mid:], check)
+        return
+    vecs = got.get("embeddings")
+    by_id = dict(zip(got["ids"], vecs if vecs is not None else [None] * len(got["ids"]), strict=True))
+    for i in ids:
+        v = by_id.get(i)
+        check.checked += 1
+        if v is None or (dimension and len(v) != dimension) or not np.all(np.isfinite(v)):
+            check.missing.append(i)
+
+
+def describe_collection(client: Any, name: str) -> dict[str, Any]:
+    """Name, count and model of the collection ``name`` (no embedder needed)."""
+    col = client.get_collection(name, embedding_function=None)
+    meta = col.metadata or {}
+    return {
+        "name": name,
+        "count": col.count(),
+        "model": meta.get(_META_MODEL),
+        "dimension": meta.get(META_DIM),
+        "hnsw": hnsw_of(col),
+        "encoder_backend": meta.get(_META_BACKEND, "torch"),
+    }
+
 
 def list_stores(client: Any) -> list[dict[str, Any]]:
-    """Name, count and model of every collection behind ``client`` (no embedder needed)."""
-    out = []
-    for c in client.list_collections():
-        name = c.name if hasattr(c, "name") else c
-        col = client.get_collection(name, embedding_function=None)
-        meta = col.metadata or {}
-        out.append(
-            {
-                "name": name,
-                "count": col.count(),
-                "model": meta.get(_META_MODEL),
-                "dimension": meta.get(_META_DIM),
-                "hnsw": hnsw_of(col),
-                "encoder_backend": meta.get(_META_BACKEND, "torch"),
-            }
-        )
-    return out
+    """:func:`describe_collection` of every collection behind ``client``, in this process."""
+    return [
+        describe_collection(client, c.name if hasattr(c, "name") else c) for c in client.list_collections()
+    ]

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from parallelsearch.stores.shard_spec import StoreSpec, find_store, group_store_parts, parse_store
 
@@ -36,6 +36,11 @@ class RetrievalConfig(BaseModel):
 
     retriever_url: str | None = Field(
         None, description="a Search-R1 /retrieve server to search instead of local stores"
+    )
+    retriever_api_key: SecretStr | None = Field(
+        None,
+        description="the key a keyed /retrieve server requires (`serve-retriever --api-key`), sent as "
+        "X-API-Key; a SecretStr: repr, logs and JSON dumps show it as '**********'",
     )
     stores: _StoreList = Field(
         default_factory=list,
@@ -103,6 +108,21 @@ class RetrievalConfig(BaseModel):
                 except json.JSONDecodeError as e:
                     raise ValueError(f"stores: {text[:60]!r} is not a JSON list ({e.msg})") from e
             return group_store_parts([part.strip() for part in text.split(",") if part.strip()])
+        return value
+
+    @field_validator("retriever_api_key", mode="before")
+    @classmethod
+    def _key_text(cls, value: Any) -> Any:
+        """An empty key is no key (``PARALLELSEARCH_RETRIEVER_API_KEY=``); a YAML number is its text.
+
+        Nothing here raises: a validation error would print the value it was given.
+        """
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = str(value)
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
+        if isinstance(value, str):
+            return value.strip() or None
         return value
 
     @field_validator("stores")

@@ -3,7 +3,8 @@
 Works against our server and against Search-R1's / ParallelSearch's own
 ``retrieval_server.py``. Concurrent async single queries are coalesced into one HTTP
 request, every request has a timeout, and transient failures are retried a bounded
-number of times.
+number of times. A keyed server's key (``api_key``) travels as ``X-API-Key``; a 401 is
+:class:`RetrieverAuthError` at once, never retried, and no message holds the key.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
 from parallelsearch.stores.coalesce import BatchCoalescer
 from parallelsearch.stores.http_tls import tls_context
@@ -21,6 +23,14 @@ from parallelsearch.stores.passages import Passage, split_contents
 
 class RetrieverError(RuntimeError):
     """The retrieval server failed or answered something that is not the protocol."""
+
+
+class RetrieverAuthError(RetrieverError):
+    """The retrieval server refused the request (401): the key was missing or wrong."""
+
+
+#: where a client's key comes from, named in the 401 message
+KEY_SETTING = "PARALLELSEARCH_RETRIEVER_API_KEY (retriever_api_key in a config file or the agent config)"
 
 
 def parse_result(result: Any, store: str | None = None) -> list[list[Passage]]:
@@ -67,6 +77,7 @@ class RetrieverClient:
         backoff_s: float = 0.2,
         name: str | None = None,
         coalesce_window_s: float = 0.002,
+        api_key: str | SecretStr | None = None,
     ) -> None:
         url = url.rstrip("/")
         self.base = url[: -len("/retrieve")] if url.endswith("/retrieve") else url
@@ -76,6 +87,11 @@ class RetrieverClient:
         self.backoff_s = backoff_s
         self.name = name or self.base
         self.requests = 0
+        value = (api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key or "").strip()
+        if not value.isprintable():  # a header cannot carry a line break; h11 would echo it
+            raise ValueError("the retriever API key holds a control character (a line break?)")
+        self._api_key = SecretStr(value) if value else None  # an empty key is no key
+        self._headers: dict[str, bytes] = {"X-API-Key": value.encode("utf-8")} if value else {}
         self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(
             self._batch_for_key, coalesce_window_s
         )
@@ -83,7 +99,20 @@ class RetrieverClient:
     def _payload(self, queries: Sequence[str], k: int) -> dict[str, Any]:
         return {"queries": list(queries), "topk": int(k), "return_scores": True}
 
+    def __repr__(self) -> str:
+        key = ", api_key='**********'" if self._api_key is not None else ""
+        return f"RetrieverClient({self.url!r}{key})"
+
+    def _refused(self) -> RetrieverAuthError:
+        if self._api_key is None:
+            why = f"no API key was sent; set {KEY_SETTING}"
+        else:
+            why = f"the API key sent is wrong; check {KEY_SETTING}"
+        return RetrieverAuthError(f"{self.url} answered 401: {why}")
+
     def _check(self, resp: httpx.Response, n: int) -> list[list[Passage]]:
+        if resp.status_code == 401:
+            raise self._refused()
         if resp.status_code >= 400:
             raise RetrieverError(f"{self.url} answered {resp.status_code}: {resp.text[:300]}")
         try:
@@ -111,7 +140,11 @@ class RetrieverClient:
             try:
                 self.requests += 1
                 resp = httpx.post(
-                    self.url, json=self._payload(queries, k), timeout=self.timeout_s, verify=tls_context()
+                    self.url,
+                    json=self._payload(queries, k),
+                    headers=self._headers,
+                    timeout=self.timeout_s,
+                    verify=tls_context(),
                 )
                 if resp.status_code >= 500 and attempt < self.retries:
                     last = RetrieverError(f"{self.url} answered {resp.status_code}")
@@ -132,7 +165,11 @@ class RetrieverClient:
         return await self._coalescer.submit(k, query)
 
     def health(self) -> dict[str, Any]:
-        resp = httpx.get(self.base + "/health", timeout=self.timeout_s, verify=tls_context())
+        resp = httpx.get(
+            self.base + "/health", headers=self._headers, timeout=self.timeout_s, verify=tls_context()
+        )
+        if resp.status_code == 401:  # a proxy or server that keys /health too
+            raise self._refused()
         resp.raise_for_status()
         return resp.json()
 

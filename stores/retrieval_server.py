@@ -4,6 +4,9 @@ Protocol (Search-R1 ``search_r1/search/retrieval_server.py``):
 request ``{"queries": [...], "topk": 3, "return_scores": true}``; response
 ``{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}``, or, without
 scores, ``{"result": [[{"id", "contents"}, ...], ...]}``. Plus ``GET /health``.
+
+With an API key every route but ``/health`` needs it (:mod:`parallelsearch.stores.api_key`),
+which Search-R1's own clients cannot send: they need a loopback server or a proxy that adds it.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from parallelsearch.stores.api_key import ApiKeyGuard
 from parallelsearch.stores.asgi_guard import DEFAULT_MAX_JSON_DEPTH, JsonBodyGuard
 from parallelsearch.stores.encoder_thread import encoder_workers
 from parallelsearch.stores.passages import Passage
@@ -70,6 +74,7 @@ def create_retrieval_app(
     concurrent_batches: int | None = None,
     max_body_bytes: int = 4_000_000,
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+    api_key: str | None = None,
 ) -> FastAPI:
     """FastAPI app answering ``POST /retrieve`` and ``GET /health`` for ``searcher``.
 
@@ -78,12 +83,18 @@ def create_retrieval_app(
     request on its own. Up to ``concurrent_batches`` batches run at once (default:
     :func:`default_concurrent_batches`). Bodies are size- and depth-limited before parsing, invalid Unicode
     in queries is replaced, and an unhandled error is one JSON 500 with an ``error_id``
-    (:class:`~parallelsearch.stores.asgi_guard.JsonBodyGuard`).
+    (:class:`~parallelsearch.stores.asgi_guard.JsonBodyGuard`). With ``api_key``, every route but
+    ``/health`` answers 401 without it, before any body is read
+    (:class:`~parallelsearch.stores.api_key.ApiKeyGuard`).
     """
     app = FastAPI(title="parallelsearch /retrieve", version="1")
     app.add_middleware(
         JsonBodyGuard, max_body_bytes=max_body_bytes, max_json_depth=max_json_depth, logger=__name__
     )
+    if api_key is not None:
+        if not api_key.strip():
+            raise ValueError("the API key is empty; give a key or none")
+        app.add_middleware(ApiKeyGuard, key=api_key)  # added last: outermost, before the body guard
     if concurrent_batches is None:
         concurrent_batches = default_concurrent_batches(searcher)
     batcher = (
@@ -103,7 +114,12 @@ def create_retrieval_app(
     @app.get("/health")
     async def health() -> dict[str, Any]:
         count = await asyncio.to_thread(searcher.count)
-        return {"status": "ok", "store": getattr(searcher, "name", None), "passages": count}
+        return {
+            "status": "ok",
+            "store": getattr(searcher, "name", None),
+            "passages": count,
+            "api_key_required": api_key is not None,
+        }
 
     @app.post("/retrieve")
     async def retrieve(req: RetrieveRequest) -> dict[str, Any]:

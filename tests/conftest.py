@@ -98,8 +98,8 @@ TINY_LM_QUESTION = "Were Scott Derrickson and Ed Wood of the same nationality?"
 
 @pytest.fixture(scope="session")
 def tiny_lm():
-    """A randomly initialised Llama-style model and a Qwen2-style tokenizer trained here (tests/tiny_model.py)."""
-    from tiny_model import build_model, build_tokenizer
+    """A randomly initialised Llama-style model and a Qwen2-style tokenizer trained here (rl/tiny_model.py)."""
+    from parallelsearch.rl.tiny_model import build_model, build_tokenizer
 
     tok = build_tokenizer()
     return build_model(tok), tok
@@ -108,7 +108,7 @@ def tiny_lm():
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """The tiny random Llama and its tokenizer saved as one model folder (what vLLM loads)."""
-    from tiny_model import save_tiny
+    from parallelsearch.rl.tiny_model import save_tiny
 
     return save_tiny(tmp_path_factory.mktemp("tiny-llama"))
 

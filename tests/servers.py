@@ -34,3 +34,51 @@ def make_openai_test_server(script: list[str] = SCRIPT) -> FastAPI:
         }
 
     return app
+
+
+#: a chat script: a list of queries = one assistant message of parallel ``search`` calls; a string = the answer
+CHAT_SCRIPT: list[list[str] | str] = [["Scott Derrickson", "Ed Wood"], "yes"]
+
+
+def make_openai_chat_test_server(script: list[list[str] | str] = CHAT_SCRIPT) -> FastAPI:
+    """A TEST SERVER implementing the OpenAI /v1/chat/completions shape with parallel tool calls.
+
+    Stand-in for a provider's chat API (no LLM runs here): turn i (the number of assistant
+    messages in the request) answers ``script[i]``, as ``tool_calls`` (arguments as JSON text,
+    as OpenAI sends them) or as content. Every request body is kept in ``app.state.requests``.
+    """
+    import json
+
+    app = FastAPI()
+    app.state.requests = []
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: Request):
+        body = await req.json()
+        app.state.requests.append(body)
+        turn = sum(1 for m in body["messages"] if m.get("role") == "assistant")
+        step = script[min(turn, len(script) - 1)]
+        if isinstance(step, str):
+            message = {"role": "assistant", "content": step}
+            finish = "stop"
+        else:
+            calls = [
+                {
+                    "id": f"call_{turn}_{j}",
+                    "type": "function",
+                    "function": {"name": "search", "arguments": json.dumps({"query": q})},
+                }
+                for j, q in enumerate(step)
+            ]
+            message = {"role": "assistant", "content": None, "tool_calls": calls}
+            finish = "tool_calls"
+        return {
+            "id": f"chatcmpl-{len(app.state.requests)}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body.get("model", "test-model"),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+
+    return app

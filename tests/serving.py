@@ -69,6 +69,7 @@ def copy_store(store: Any, dest: Path) -> Path:
 def server_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LANGSMITH_", "LANGCHAIN_"))}
     env.pop("PARALLELSEARCH_SERVER_API_KEY", None)
+    env.pop("PARALLELSEARCH_RETRIEVER_API_KEY", None)
     return {**env, **OFFLINE_ENV, **extra}
 
 

@@ -146,7 +146,8 @@ def test_lone_surrogates_in_records_are_replaced_and_counted(tmp_path, capsys):
     assert (
         hit["title"] == "Bad \ufffd title" and "replaced 1 invalid character(s) in the query" in captured.err
     )
-    code = main(["ask", "Who wrote \udcff inside?", "--store", "bad-input", "--json"])
+    gold = json.dumps({"golden_answers": ["Bad"], "supporting_titles": ["Bad title"]})
+    code = main(["ask", "Who wrote \udcff inside?", "--store", "bad-input", "--json", "--metadata", gold])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "Who wrote \ufffd inside?" in json.loads(captured.out)["transcript"]

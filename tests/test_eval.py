@@ -122,6 +122,35 @@ def test_resume_never_counts_twice(hotpot_store, hotpot_questions, tmp_path):
         )
 
 
+class CountingOracle(OraclePolicy):
+    """The oracle, counting its turns (to see the untimed warm-up runs)."""
+
+    def __init__(self) -> None:
+        self.turns = 0
+
+    async def agenerate(self, request):
+        self.turns += 1
+        return await super().agenerate(request)
+
+
+@needs_data
+def test_graphs_are_warmed_up_then_interleaved_per_question(hotpot_store, hotpot_questions, tmp_path):
+    """Every graph runs the first question once untimed; then question i runs in every graph in
+    turn, the order alternating, so no graph always goes first (concurrency 1: rows in run order)."""
+    qs, variants = hotpot_questions[:4], ["parallel", "sequential", "rag"]
+    policy = CountingOracle()
+    run = asyncio.run(evaluate(qs, variants, policy, hotpot_store, tmp_path, concurrency=1, progress=False))
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert run.ran == 12 and [(r["variant"], r["id"]) for r in rows] == [
+        (v, str(q["id"])) for i, q in enumerate(qs) for v in (variants if i % 2 == 0 else variants[::-1])
+    ]
+    first = [r for r in rows if r["id"] == str(qs[0]["id"])]
+    assert policy.turns == sum(r["policy_calls"] for r in rows) + sum(r["policy_calls"] for r in first)
+    assert "interleaved" in json.loads((tmp_path / "run.json").read_text())["latency"]
+    write_report(tmp_path, plots_enabled=False)
+    assert "How latency was measured: latency = wall time" in (tmp_path / "report.md").read_text()
+
+
 @needs_data
 def test_eval_cli_end_to_end_oracle(hotpot_store, hotpot_comparison_file, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PARALLELSEARCH_CHROMA_PATH", hotpot_store.location)

@@ -65,21 +65,24 @@ def test_second_question_on_a_thread_is_a_fresh_episode(hotpot_store, kind):
 
 
 def test_metadata_belongs_to_its_episode(hotpot_store, hotpot_questions):
-    """The oracle reads the episode's metadata: a later question without any does not inherit it."""
+    """The oracle reads the episode's metadata: a later question does not inherit the earlier one's."""
     q = hotpot_questions[0]
     meta = {**q["metadata"], "golden_answers": q["golden_answers"]}
+    other = {"golden_answers": ["nope"]}
     graph = build_graph("parallel", OraclePolicy(), hotpot_store, checkpointer=saver())
     cfg = {"configurable": {"thread_id": "t-meta"}}
     out1, out2, state, _ = asyncio.run(
-        _two_runs(graph, cfg, {"question": q["question"], "metadata": meta}, {"question": Q2})
+        _two_runs(
+            graph, cfg, {"question": q["question"], "metadata": meta}, {"question": Q2, "metadata": other}
+        )
     )
     assert out1["answer"] == "yes" and out1["subqueries"] == 2
-    # no metadata: the oracle has no supporting titles and no gold answer, so it searches the
-    # question itself and cannot answer "yes"
+    # only a gold answer: the oracle has no supporting titles of its own and does not inherit the
+    # first episode's, so it searches the question itself, and answers this episode's gold answer
     searched = [r["query"] for s in out2["trajectory"] if s["type"] == "observation" for r in s["results"]]
-    assert searched[0] == Q2 and out2["answer"] != "yes"
+    assert searched[0] == Q2 and out2["answer"] == "nope"
     recs = state.values["history"]
-    assert recs[0]["metadata"]["golden_answers"] == q["golden_answers"] and recs[1]["metadata"] == {}
+    assert recs[0]["metadata"]["golden_answers"] == q["golden_answers"] and recs[1]["metadata"] == other
     assert state.values["metadata"] == {}  # the input was consumed by its episode
 
 

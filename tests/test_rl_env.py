@@ -103,6 +103,7 @@ def test_concurrent_episodes_are_isolated(hotpot_store, hotpot_questions, tmp_pa
             tmp_path / "ep.jsonl",
             concurrency=6,
             sft_out=tmp_path / "sft.jsonl",
+            allow_oracle=True,
             progress=False,
         )
     )
@@ -119,4 +120,7 @@ def test_concurrent_episodes_are_isolated(hotpot_store, hotpot_questions, tmp_pa
     d = summary.to_dict()
     assert d["decomposition_ratio_parallel"] == 1.0 and d["format_valid_pct"] == 100.0
     sft = [json.loads(x) for x in (tmp_path / "sft.jsonl").read_text().splitlines()]
-    assert len(sft) == summary.sft_written and all(s["response"].rstrip().endswith("</answer>") for s in sft)
+    assert len(sft) == summary.sft_written
+    assert all(
+        s["messages"][-1]["role"] == "assistant" and "</answer>" in s["messages"][-1]["content"] for s in sft
+    )

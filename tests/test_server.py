@@ -38,6 +38,8 @@ def test_remote_runnable_invoke_batch_stream_events(server):
     out = remote.invoke({"question": "Were Scott Derrickson and Ed Wood of the same nationality?"})
     assert out["answer"] == "yes" and out["policy_calls"] == 2 and out["subqueries"] == 2
     assert "Doc 1(Title: Scott Derrickson)" in out["transcript"] or "Scott Derrickson" in out["transcript"]
+    msgs = remote.invoke({"messages": [{"type": "human", "content": "Were they both American?"}]})
+    assert msgs["answer"] == "yes" and [m.type for m in msgs["messages"]] == ["human", "ai"]
     outs = remote.batch([{"question": "a?"}, {"question": "b?"}, {"question": "c?"}])
     assert [o["status"] for o in outs] == ["answered"] * 3
     chunks = list(remote.stream({"question": "q?"}))
@@ -66,7 +68,7 @@ def test_health_stores_schemas_docs(server):
     stores = httpx.get(server.url + "/stores", timeout=30).json()["stores"]
     assert stores[0]["name"] == "hotpot" and stores[0]["count"] > 100
     schema = httpx.get(server.url + "/parallelsearch/input_schema", timeout=10).json()
-    assert schema["$defs"]["GraphInput"]["required"] == ["question"]
+    assert {"question", "metadata", "messages"} <= set(schema["$defs"]["GraphInput"]["properties"])
     assert "answer" in json.dumps(httpx.get(server.url + "/parallelsearch/output_schema", timeout=10).json())
     assert httpx.get(server.url + "/docs", timeout=10).status_code == 200
     assert httpx.get(server.url + "/parallelsearch/playground/", timeout=10).status_code == 200
@@ -106,6 +108,12 @@ def test_load_200_concurrent_requests(server):
             json.dumps({"input": {"question": "x" * 501}}).encode(),
             413,
             "exceeds the limit of 500",
+        ),
+        (
+            "/parallelsearch/invoke",
+            json.dumps({"input": {"messages": [{"type": "ai", "content": "hi"}]}}).encode(),
+            422,
+            "ending in a human message",
         ),
         (
             "/parallelsearch/invoke",

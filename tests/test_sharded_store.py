@@ -149,7 +149,7 @@ def test_graph_searcher_and_settings_open_the_sharded_store(sharded_setup, embed
 
     declaration, whole = sharded_setup
     searcher = make_searcher(RetrievalConfig(stores=[declaration], encoder_backend="torch"))
-    assert searcher.name == "wiki" and len(searcher.info()["shards"]) == 3
+    assert searcher.name == "wiki" and len(searcher.info()[0]["shards"]) == 3
     questions = [q["question"] for q in hotpot_questions[:6]]
 
     async def run():
@@ -186,7 +186,7 @@ def test_openrlhf_agent_config_searches_the_shards(sharded_setup, servers):
         chroma_host="127.0.0.1", chroma_port=servers[0].port, store=declaration, encoder_backend="torch"
     )
     searcher = cfg.make_searcher()
-    assert searcher.name == "wiki" and searcher.count() == whole.count()
+    assert searcher.name == "wiki" and searcher.store.count() == whole.count()
 
 
 def test_retrieve_server_over_shards(sharded_setup, embedder, hotpot_questions):

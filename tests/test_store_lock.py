@@ -190,11 +190,12 @@ print(json.dumps({"count": store.count(), "bad": len(store.verify().bad), "lost"
 
 
 @pytest.mark.slow
-def test_check_and_verify_report_a_store_corrupted_by_unlocked_writers(tmp_path):
-    """A real corrupt store, made the way issue 12 found it: two writers without the lock (main's
-    ``index`` code path, run as two processes). ``stores --check`` reports it (exit 1) where
-    ``index`` said "already present"; ``index --verify FILES`` reports it and adds nothing; the
-    same files indexed into a new store give every passage back, found by its own text."""
+def test_stress_two_unlocked_writers_never_leave_unreported_corruption(tmp_path):
+    """The real race (two writers without the lock: main's ``index`` code path as two
+    processes). How it turns out differs from run to run (lost vectors, a Chroma crash or
+    hang), so this asserts only what holds on every outcome: ``stores --check`` either reports
+    the store corrupt (exit 1, named, with the repair) or every passage reads back and is found
+    by its own text. tests/test_store_check.py makes each outcome deterministically."""
     home = tmp_path / "home"
     env = dict(os.environ, PARALLELSEARCH_HOME=str(home), HF_HUB_OFFLINE="1")
     rows = _sentences(200)
@@ -214,27 +215,14 @@ def test_check_and_verify_report_a_store_corrupted_by_unlocked_writers(tmp_path)
         _, err = p.communicate(timeout=400)
         assert p.returncode == 0, err
     cli = [sys.executable, "-m", "parallelsearch.cli"]
-    try:
-        check = subprocess.run([*cli, "stores", "--check", "corrupt"], env=env, capture_output=True,
-                               text=True, timeout=240)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        pytest.skip(
-            "this run's corruption made Chroma itself hang (count() never returns, seen in 1 of 3 runs): "
-            "the store cannot be checked or repaired, only re-indexed; the writer lock prevents it"
-        )
-    assert check.returncode == 1, check.stderr
-    assert "store corrupt: CORRUPT:" in check.stdout and "InternalError" in check.stdout, check.stdout
-    verify = subprocess.run([*cli, "index", "--store", "corrupt", "--verify", "--no-progress", *map(str, files)],
-                            env=env, capture_output=True, text=True, timeout=400)  # fmt: skip
-    assert verify.returncode == 1, verify.stderr
-    assert "store corrupt is corrupt: nothing was added" in verify.stderr and "CORRUPT" in verify.stdout
-    assert "already present" not in verify.stdout
-    anew = subprocess.run([*cli, "index", "--store", "fresh", "--no-progress", *map(str, files)],
-                          env=env, capture_output=True, text=True, timeout=400)  # fmt: skip
-    assert anew.returncode == 0, anew.stderr
-    # read it back in a fresh process, as the next user of the store will
-    fresh = subprocess.run([sys.executable, "-c", FRESH_CHECK, "fresh", *map(str, files)], env=env,
+    check = subprocess.run([*cli, "stores", "--check", "corrupt", "--read-timeout", "60"], env=env,
+                           capture_output=True, text=True, timeout=400)  # fmt: skip
+    assert check.returncode in (0, 1) and "Traceback" not in check.stderr, check
+    if check.returncode == 1:
+        assert "store corrupt: CORRUPT:" in check.stdout, check.stdout
+        assert "parallelsearch index --store corrupt-new FILES" in check.stderr, check.stderr
+        return
+    fresh = subprocess.run([sys.executable, "-c", FRESH_CHECK, "corrupt", *map(str, files)], env=env,
                            capture_output=True, text=True, timeout=400)  # fmt: skip
     assert fresh.returncode == 0, fresh.stderr
-    result = json.loads(fresh.stdout.strip().splitlines()[-1])
-    assert result == {"count": 200, "bad": 0, "lost": 0}, result
+    assert json.loads(fresh.stdout.strip().splitlines()[-1]) == {"count": 200, "bad": 0, "lost": 0}

@@ -10,7 +10,7 @@
   the tiny model as a Hugging Face model.
 
 Ray cannot place OpenRLHF's GPU placement groups here, so the actor is built without Ray
-(tests/openrlhf_cpu.py); flash-attn has no CPU build, so stand-ins cover its imports only
+(rl/openrlhf_cpu.py); flash-attn has no CPU build, so stand-ins cover its imports only
 while ``openrlhf.models`` imports.
 """
 
@@ -26,7 +26,6 @@ vllm = pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (mak
 pytest.importorskip("openrlhf", reason="OpenRLHF is installed with --no-deps in the vLLM tier")
 
 import torch  # noqa: E402
-from openrlhf_cpu import import_openrlhf_models, rollout_actor_in_process  # noqa: E402
 
 from parallelsearch.rl import score_trajectory  # noqa: E402
 from parallelsearch.rl.agent_config import ENV_VAR  # noqa: E402
@@ -34,6 +33,7 @@ from parallelsearch.rl.data import train_record  # noqa: E402
 from parallelsearch.rl.env import EnvGraph  # noqa: E402
 from parallelsearch.rl.executor import decode_tokens  # noqa: E402
 from parallelsearch.rl.launch import agent_module_path  # noqa: E402
+from parallelsearch.rl.openrlhf_cpu import import_openrlhf_models, rollout_actor_in_process  # noqa: E402
 
 SAMPLES = 4
 MAX_LEN = 8000

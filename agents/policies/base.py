@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from parallelsearch.agents.protocol import STOP_STRINGS
+
+#: True while a graph runs a sync call (``invoke``/``stream``/``batch``): its nodes' coroutines
+#: then run on a background loop, and a backend whose async client is bound to the loop that
+#: first used it (openai's, httpx's) takes its sync path instead, so sync and async runs of one
+#: model never share a loop-bound connection.
+SYNC_RUN: ContextVar[bool] = ContextVar("parallelsearch_sync_run", default=False)
 
 
 @dataclass
@@ -14,7 +21,9 @@ class TurnRequest:
 
     ``transcript`` is the full text so far (prompt + turns + observations); ``segments``
     is the same as ``(role, text)`` pairs for chat models; ``token_ids`` is set when the
-    caller keeps token ids (training) so token-in backends skip re-tokenising.
+    caller keeps token ids (training) so token-in backends skip re-tokenising. ``messages``
+    is set only under the tools protocol: the episode as LangChain messages (AI messages
+    with ``tool_calls``, one ``ToolMessage`` per call), which only a chat model can answer.
     """
 
     transcript: str
@@ -32,6 +41,7 @@ class TurnRequest:
     question: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     role: str = "planner"
+    messages: list[Any] | None = None
 
 
 @dataclass
@@ -43,10 +53,21 @@ class TurnResult:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     labels: tuple[str, ...] = ()
+    #: the tools protocol's reply: the AI message itself, its parsed and its unparsable tool calls
+    message: Any = None
+    tool_calls: list[dict[str, Any]] | None = None
+    invalid_tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 @runtime_checkable
 class Policy(Protocol):
+    """One policy turn from a :class:`TurnRequest`.
+
+    A LangChain chat model also has a method named ``agenerate`` (with another meaning), so
+    ``isinstance(chat_model, Policy)`` is true: code that takes a policy goes through
+    :func:`parallelsearch.agents.policies.coerce.as_policy`, which wraps a chat model first.
+    """
+
     name: str
 
     async def agenerate(self, request: TurnRequest) -> TurnResult: ...

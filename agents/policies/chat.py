@@ -1,16 +1,22 @@
 """Any LangChain chat model as a policy (an instance, or an ``init_chat_model`` spec).
 
-The transcript is rendered as messages: the prompt and every observation as human
-messages, every earlier turn as an AI message. Chat APIs drop the stop string, so it
-is put back when the turn opened a tag it did not close.
+Two protocols (docs/architecture.md, "The protocol"). ``tags``: the transcript is rendered
+as messages (the prompt and every observation as human messages, every earlier turn as an AI
+message) and the reply is text with the ``<search>``/``<answer>`` tags; chat APIs drop the
+stop string, so it is put back when the turn opened a tag it did not close. ``tools``: the
+model is bound to the ``search`` tool and gets the episode's own messages (tool calls and
+their ``ToolMessage`` results); the reply's ``tool_calls`` are the round's sub-queries.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Literal
 
-from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag
-from parallelsearch.agents.protocol import truncate_at_stop
+from parallelsearch.agents.policies.base import SYNC_RUN, TurnRequest, TurnResult, close_unfinished_tag
+from parallelsearch.agents.protocol import SEARCH_TOOL, content_text, truncate_at_stop
+
+Protocol = Literal["tags", "tools"]
 
 
 def to_messages(request: TurnRequest) -> list[Any]:
@@ -28,8 +34,28 @@ def to_messages(request: TurnRequest) -> list[Any]:
     return msgs
 
 
+def supports_tools(model: Any) -> bool:
+    """Whether a chat model implements ``bind_tools`` (``BaseChatModel``'s own only raises)."""
+    try:
+        from langchain_core.language_models import BaseChatModel
+    except ImportError:  # pragma: no cover - langchain-core is a dependency
+        return False
+    impl = getattr(type(model), "bind_tools", None)
+    return impl is not None and impl is not BaseChatModel.bind_tools
+
+
+async def _call(model: Any, messages: list[Any], **kwargs: Any) -> Any:
+    """``model.ainvoke``; in a sync graph run the model's own sync ``invoke`` in a worker thread
+    (see :data:`SYNC_RUN`: provider clients bind connections to the loop that opened them)."""
+    if SYNC_RUN.get():
+        return await asyncio.to_thread(model.invoke, messages, **kwargs)
+    return await model.ainvoke(messages, **kwargs)
+
+
 class ChatModelPolicy:
-    def __init__(self, model: Any, **init_kwargs: Any):
+    """A LangChain chat model speaking the ``tags`` or the ``tools`` protocol."""
+
+    def __init__(self, model: Any, protocol: Protocol = "tags", **init_kwargs: Any):
         if isinstance(model, str):
             try:
                 from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]
@@ -43,16 +69,24 @@ class ChatModelPolicy:
             model = init_chat_model(model, **init_kwargs)
         else:
             self.name = f"chat:{type(model).__name__}"
+        if protocol not in ("tags", "tools"):
+            raise ValueError(f"unknown protocol {protocol!r}; choose tags or tools")
         self.model = model
+        self.protocol: Protocol = protocol
+        self.bound: Any = None
+        if protocol == "tools":
+            if not supports_tools(model):
+                raise ValueError(
+                    f"the tools protocol needs a chat model with bind_tools; {type(model).__name__} has none "
+                    "(use protocol='tags')"
+                )
+            self.bound = model.bind_tools([SEARCH_TOOL])
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
-        msg = await self.model.ainvoke(to_messages(request), stop=list(request.stop))
-        content = (
-            msg.content
-            if isinstance(msg.content, str)
-            else "".join(c.get("text", "") if isinstance(c, dict) else str(c) for c in msg.content)
-        )
-        text = close_unfinished_tag(truncate_at_stop(content, request.stop), request.stop)
+        if request.messages is not None:
+            return await self._tool_turn(request)
+        msg = await _call(self.model, to_messages(request), stop=list(request.stop))
+        text = close_unfinished_tag(truncate_at_stop(content_text(msg.content), request.stop), request.stop)
         usage = getattr(msg, "usage_metadata", None) or {}
         return TurnResult(
             text=text,
@@ -60,4 +94,20 @@ class ChatModelPolicy:
             prompt_tokens=usage.get("input_tokens"),
             completion_tokens=usage.get("output_tokens"),
             labels=("chat",),
+        )
+
+    async def _tool_turn(self, request: TurnRequest) -> TurnResult:
+        if self.bound is None:
+            raise RuntimeError(f"{self.name} speaks the tags protocol; the graph asked for tool calls")
+        msg = await _call(self.bound, request.messages)
+        usage = getattr(msg, "usage_metadata", None) or {}
+        return TurnResult(
+            text=content_text(msg.content),
+            finish_reason=(getattr(msg, "response_metadata", None) or {}).get("finish_reason", "stop"),
+            prompt_tokens=usage.get("input_tokens"),
+            completion_tokens=usage.get("output_tokens"),
+            labels=("chat", "tools"),
+            message=msg,
+            tool_calls=list(getattr(msg, "tool_calls", None) or []),
+            invalid_tool_calls=list(getattr(msg, "invalid_tool_calls", None) or []),
         )

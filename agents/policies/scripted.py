@@ -86,6 +86,18 @@ def _musique_queries(decomp: list[dict]) -> list[str]:
     return out
 
 
+class OracleNeedsGoldError(ValueError):
+    """The oracle was given a question without the dataset annotations it plans and answers from."""
+
+
+ORACLE_NEEDS_GOLD = (
+    "the oracle policy plans and answers from a question's dataset annotations, and this question has "
+    'no golden_answers: pass them (--metadata \'{"golden_answers": ["..."], "supporting_titles": '
+    '["..."]}\'), ask a question from a dataset file (parallelsearch eval FILE), or plug in a real model '
+    "(--policy openai:MODEL@http://HOST:PORT/v1 or --policy chat:PROVIDER:MODEL)"
+)
+
+
 class OraclePolicy:
     """Decomposes with the dataset's own annotations and answers with the gold answer.
 
@@ -101,6 +113,10 @@ class OraclePolicy:
 
     @staticmethod
     def plan(question: str, metadata: dict) -> list[str]:
+        """The sub-queries; a question without gold answers is refused (it would search the
+        whole question and then answer nothing, turn after turn)."""
+        if not metadata.get("golden_answers"):
+            raise OracleNeedsGoldError(ORACLE_NEEDS_GOLD)
         if metadata.get("question_decomposition"):
             return _musique_queries(metadata["question_decomposition"])
         split = metadata.get("split")

@@ -7,10 +7,14 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 #: where ``openai:MODEL`` goes when neither the spec nor the configuration names a URL
 DEFAULT_OPENAI_BASE_URL = "http://127.0.0.1:8000/v1"
+
+#: the spec kinds, the part before the first ':'
+POLICY_KINDS = ("oracle", "scripted", "hf", "vllm", "openai", "chat", "external")
 
 SPEC_HELP = (
     "policy spec: oracle | scripted:FILE.json | hf:PATH | vllm:PATH | openai:MODEL[@BASE_URL] | "
@@ -47,6 +51,10 @@ def policy_from_spec(
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"empty policy spec; {SPEC_HELP}")
     kind, _, rest = spec.strip().partition(":")
+    if kind not in POLICY_KINDS:
+        close = difflib.get_close_matches(kind, POLICY_KINDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"unknown policy {kind!r}{hint}; {SPEC_HELP}")
     if kind == "oracle":
         return OraclePolicy()
     if kind == "external":
@@ -76,4 +84,4 @@ def policy_from_spec(
         )
     if kind == "chat":
         return ChatModelPolicy(rest)
-    raise ValueError(f"unknown policy kind {kind!r}; {SPEC_HELP}")
+    raise AssertionError(f"policy kind {kind!r} is in POLICY_KINDS but has no branch")

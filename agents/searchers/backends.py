@@ -1,22 +1,34 @@
-"""Searcher backends: a local store, a remote ``/retrieve`` server, any LangChain retriever,
-and multi-store routing with reciprocal rank fusion."""
+"""Searcher backends: a local store, a remote ``/retrieve`` server, multi-store routing with
+reciprocal rank fusion, and :func:`as_searcher`, the one entry that turns anything a user
+passes into a searcher (the foreign kinds are wrapped by :mod:`.adapters`)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from parallelsearch.agents.searchers.adapters import (
+    FunctionSearcher,
+    LangChainRetrieverSearcher,
+    ObjectSearcher,
+    RunnableSearcher,
+    ToolSearcher,
+    VectorStoreSearcher,
+    is_async_callable,
+)
 from parallelsearch.agents.searchers.base import Searcher, store_names
 from parallelsearch.stores.chroma_store import ChromaStore
-from parallelsearch.stores.passages import Passage, passage_id
+from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.retrieval_client import RetrieverClient
+from parallelsearch.stores.sharded_store import ShardedStore
 
 
 class StoreSearcher:
-    """A :class:`ChromaStore`; concurrent queries are coalesced into one encoder batch."""
+    """A :class:`ChromaStore` or :class:`ShardedStore`; concurrent queries are coalesced into one
+    encoder batch."""
 
-    def __init__(self, store: ChromaStore):
+    def __init__(self, store: ChromaStore | ShardedStore):
         self.store = store
         self.name = store.name
 
@@ -43,40 +55,6 @@ class RemoteSearcher:
 
     def info(self) -> list[dict[str, Any]]:
         return [{"name": self.name, "kind": "retrieve", "url": self.client.url}]
-
-
-class LangChainRetrieverSearcher:
-    """Any LangChain ``BaseRetriever`` (e.g. langchain-chroma's ``as_retriever()``).
-
-    The title is read from ``metadata['title']`` when present, else from a Search-R1
-    style first line of the page content.
-    """
-
-    def __init__(self, retriever: Any, name: str = "retriever"):
-        self.retriever = retriever
-        self.name = name
-
-    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
-        docs = await self.retriever.ainvoke(query)
-        out = []
-        for d in docs[:k]:
-            meta = dict(getattr(d, "metadata", {}) or {})
-            text = d.page_content
-            title = meta.get("title")
-            if title is None:
-                first, _, rest = text.partition("\n")
-                title, text = (first.strip('"'), rest) if rest else ("", text)
-            score = meta.get("score")
-            out.append(
-                Passage(
-                    id=str(meta.get("id") or getattr(d, "id", None) or passage_id(title, text)),
-                    title=str(title),
-                    text=text.strip(),
-                    score=float(score) if isinstance(score, int | float) else None,
-                    store=self.name,
-                )
-            )
-        return out
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[Passage]], k: int, c: int = 60) -> list[Passage]:
@@ -134,25 +112,99 @@ def describe_searcher(searcher: Any) -> list[dict[str, Any]]:
     return [{"name": n} for n in store_names(searcher)]
 
 
-def as_searcher(obj: Any) -> Searcher:
-    """Wrap stores, URLs, clients and LangChain retrievers; pass searchers through."""
-    if isinstance(obj, ChromaStore):
+#: what as_searcher accepts, as its refusal names it
+ACCEPTED_SEARCHERS = (
+    "a store name (with open_store), a /retrieve URL, a ChromaStore, a RetrieverClient, a {name: searcher} mapping, "
+    "a LangChain BaseRetriever, VectorStore, tool or other Runnable, a function query -> list or (query, k) -> list "
+    "(sync or async), or an object with an async asearch(query, k)"
+)
+#: our own searchers return passages already: they pass through unwrapped
+_OWN = (
+    StoreSearcher,
+    RemoteSearcher,
+    MultiStoreSearcher,
+    LangChainRetrieverSearcher,
+    VectorStoreSearcher,
+    ToolSearcher,
+    RunnableSearcher,
+    FunctionSearcher,
+    ObjectSearcher,
+)
+
+
+def _named_store(name: str, open_store: Callable[[str], Any] | None) -> Searcher:
+    """A store name, opened by ``open_store`` (the app layer knows where stores live; this
+    layer does not import its settings)."""
+    if open_store is None:
+        raise TypeError(
+            f"a store name ({name!r}) needs to know where stores live: pass it to "
+            f"parallelsearch.create_parallel_search_agent(model, {name!r}, retrieval=...), or pass "
+            f"parallelsearch.open_store({name!r}) instead of the name"
+        )
+    store = open_store(name)
+    return store if isinstance(store, _OWN) else StoreSearcher(store)
+
+
+def _langchain_searcher(obj: Any, name: str | None) -> Searcher | None:
+    try:
+        from langchain_core.language_models import BaseLanguageModel
+        from langchain_core.retrievers import BaseRetriever
+        from langchain_core.runnables import Runnable
+        from langchain_core.tools import BaseTool
+        from langchain_core.vectorstores import VectorStore
+    except ImportError:  # pragma: no cover - langchain-core is a dependency
+        return None
+    if isinstance(obj, BaseRetriever):
+        return LangChainRetrieverSearcher(obj, name)
+    if isinstance(obj, VectorStore):
+        return VectorStoreSearcher(obj, name)
+    if isinstance(obj, BaseTool):
+        return ToolSearcher(obj, name)
+    if isinstance(obj, BaseLanguageModel):
+        raise TypeError(
+            f"cannot use the language model {type(obj).__name__} as a searcher (is it the policy? the "
+            f"policy comes first, the searcher second); accepted: {ACCEPTED_SEARCHERS}"
+        )
+    if isinstance(obj, Runnable) and not hasattr(obj, "asearch"):  # a Runnable with its own asearch: below
+        return RunnableSearcher(obj, name)
+    return None
+
+
+def as_searcher(
+    obj: Any, name: str | None = None, *, open_store: Callable[[str], Any] | None = None
+) -> Searcher:
+    """What the graphs search, from anything in :data:`ACCEPTED_SEARCHERS`; anything else is
+    refused here, at build time, with a message naming what was passed.
+
+    ``name`` names a wrapped function, retriever, vector store, tool or object (in errors and
+    in the passages' ``store``; a mapping's keys name its members); default: its own name.
+    ``open_store(name)``: how a store name is opened (the front door and the app pass theirs;
+    without it a name is refused with what to pass instead).
+    """
+    if isinstance(obj, _OWN):
+        return obj
+    if isinstance(obj, ChromaStore | ShardedStore):  # a sharded store's partial answers keep their note
         return StoreSearcher(obj)
     if isinstance(obj, RetrieverClient):
         return RemoteSearcher(obj)
     if isinstance(obj, str) and obj.startswith(("http://", "https://")):
         return RemoteSearcher(obj)
+    if isinstance(obj, str) and obj.strip():
+        return _named_store(obj.strip(), open_store)
     if isinstance(obj, Mapping):
-        return MultiStoreSearcher({k: as_searcher(v) for k, v in obj.items()})
+        return MultiStoreSearcher({k: as_searcher(v, name=k, open_store=open_store) for k, v in obj.items()})
+    wrapped = _langchain_searcher(obj, name)  # first: a VectorStore has an asearch of its own signature
+    if wrapped is not None:
+        return wrapped
     if hasattr(obj, "asearch"):
-        return obj
-    try:
-        from langchain_core.retrievers import BaseRetriever
-
-        if isinstance(obj, BaseRetriever):
-            return LangChainRetrieverSearcher(obj)
-    except ImportError:  # pragma: no cover
-        pass
-    raise TypeError(
-        f"cannot use {type(obj).__name__} as a searcher (need a store, URL, retriever or .asearch)"
-    )
+        if not is_async_callable(obj.asearch):
+            raise TypeError(
+                f"{type(obj).__name__}.asearch is not async: a searcher's asearch must be 'async def' "
+                "(a sync search function can be passed itself: it runs in a worker thread)"
+            )
+        return ObjectSearcher(obj, name)
+    if callable(obj) and not isinstance(obj, type):
+        return FunctionSearcher(obj, name)
+    shown = repr(obj)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    raise TypeError(f"cannot use {type(obj).__name__} {shown} as a searcher; accepted: {ACCEPTED_SEARCHERS}")

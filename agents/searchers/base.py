@@ -2,6 +2,8 @@
 
 :func:`guarded_search` gives every call a timeout and a bounded retry and turns any
 failure into an error string for that sub-query: a broken searcher never kills an episode.
+A retriever that refuses the key is not broken but misconfigured: that error is raised at
+once, so a run stops on it instead of going on with empty observations.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from parallelsearch.agents.searchers.normalise import SearcherOutputError
 from parallelsearch.stores.passages import Passage
+from parallelsearch.stores.retrieval_client import RetrieverAuthError
 
 
 @runtime_checkable
@@ -46,7 +50,11 @@ async def guarded_search(
     retries: int = 1,
     backoff_s: float = 0.05,
 ) -> SearchOutcome:
-    """Search with a per-attempt timeout and ``retries`` extra attempts; never raises (but on cancellation)."""
+    """Search with a per-attempt timeout and ``retries`` extra attempts; never raises (but on
+    cancellation and a refused retriever key).
+
+    A :class:`SearcherOutputError` (the searcher returned something that is not passages) is
+    reported at once, without retries."""
     err = "unknown error"
     for attempt in range(1, retries + 2):
         try:
@@ -54,8 +62,10 @@ async def guarded_search(
             return SearchOutcome(list(res)[:k], None, attempt, getattr(res, "note", None))
         except asyncio.TimeoutError:
             err = f"timed out after {timeout_s:g} s"
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, RetrieverAuthError):
             raise
+        except SearcherOutputError as e:  # the searcher's own mistake: a retry returns the same
+            return SearchOutcome([], f"{type(e).__name__}: {e}"[:500], attempt)
         except Exception as e:  # noqa: BLE001 - any searcher failure becomes an error entry
             err = f"{type(e).__name__}: {e}"[:300]
         if attempt <= retries:

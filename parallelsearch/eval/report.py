@@ -180,6 +180,8 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
             "",
             f"Each policy turn costs a simulated {1000 * run['turn_delay_s']:.0f} ms of generation time.",
         ]
+    if run.get("latency"):
+        md += ["", f"How latency was measured: {run['latency']}."]
     md += ["", "## EM by split (paper Table 2 layout)", ""]
     md += _table(
         ["graph", *SPLITS],
@@ -223,6 +225,14 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
         md += [
             "",
             f"Failures: {len(failures)} question(s) raised errors (see `error` in results.jsonl); {len(bad)} unreadable line(s).",
+        ]
+    failed_searches = sum(int(r.get("search_errors") or 0) for r in rows)
+    if failed_searches:
+        hit = sum(1 for r in rows if r.get("search_errors"))
+        md += [
+            "",
+            f"**Failed searches: {failed_searches}** in {hit} of {len(rows)} question(s): their observations "
+            "say `Search failed ...` (see `search_errors` in results.jsonl); the scores above include them.",
         ]
     if plots_enabled:
         md += ["", "## Plots", ""] + [f"![{f}]({f})" for f in plots(rows, summary, out, oracle)]

@@ -1,7 +1,8 @@
 """A tiny randomly initialised Llama-family model and a tokenizer trained here, offline.
 
-Both test tiers use it (the main tier in-process with transformers, the vLLM tier through
-a real vLLM engine, which loads the saved folder). Nothing is downloaded.
+``parallelsearch train --smoke`` runs it through a real vLLM engine and OpenRLHF's rollout
+and loss code; both test tiers use it (the main tier in-process with transformers, the vLLM
+tier through vLLM, which loads the saved folder). Nothing is downloaded.
 
 The tokenizer splits text like Qwen2's (the same pre-tokenizer pattern), so, as with real
 Qwen checkpoints, punctuation runs take the newlines after them: ``>\\n\\n`` is one token

@@ -1,9 +1,9 @@
-"""Import OpenRLHF 0.11.2's real rollout and loss modules on a CPU machine (vLLM tier only).
+"""Import OpenRLHF 0.11.2's real rollout and loss modules on a CPU machine (``train --smoke``, vLLM tier).
 
 ``openrlhf.models`` imports ``flash_attn`` at module level (ring attention and sample
 packing helpers), and flash-attn has no CPU build. While ``openrlhf.models`` imports, this
 registers STAND-IN modules for the three flash_attn names it imports; their functions raise
-if called (only packing and ring attention call them, which the tests do not use), and the
+if called (only packing and ring attention call them, which the CPU smoke and tests do not use), and the
 stand-ins are removed again afterwards. Everything else is OpenRLHF's code, unchanged.
 
 Also here: building ``RolloutRayActor`` in-process. It is a Ray actor class whose

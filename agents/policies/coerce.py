@@ -1,0 +1,87 @@
+"""What a builder accepts as its planner, turned into a policy once, at build time.
+
+A LangChain chat model has a method named ``agenerate`` like :class:`Policy`, so duck typing
+alone would take one for a policy and fail deep inside a run; chat models are recognised by
+type first. A string is a policy spec when its kind is one of ours (``oracle``, ``openai:``,
+``vllm:``, ``hf:``, ``chat:`` ...), else an ``init_chat_model`` string (``anthropic:claude-...``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from parallelsearch.agents.policies.base import Policy
+from parallelsearch.agents.policies.chat import ChatModelPolicy, supports_tools
+from parallelsearch.agents.policies.spec import SPEC_HELP, policy_from_spec
+
+log = logging.getLogger(__name__)
+
+ProtocolChoice = Literal["auto", "tags", "tools"]
+PROTOCOLS: tuple[str, ...] = ("auto", "tags", "tools")
+#: the kinds of our own policy specs; any other ``provider:model`` string goes to init_chat_model
+POLICY_KINDS: tuple[str, ...] = ("oracle", "external", "scripted", "hf", "vllm", "openai", "chat")
+
+ACCEPTED = (
+    "a LangChain chat model (BaseChatModel), an init_chat_model string ('provider:model', e.g. "
+    f"'anthropic:claude-sonnet-4-5'), a {SPEC_HELP}, or a policy (an object with async "
+    "agenerate(TurnRequest) -> TurnResult)"
+)
+
+
+def is_chat_model(obj: object) -> bool:
+    try:
+        from langchain_core.language_models import BaseChatModel
+    except ImportError:  # pragma: no cover - langchain-core is a dependency
+        return False
+    return isinstance(obj, BaseChatModel)
+
+
+def _speaking(pol: ChatModelPolicy, protocol: ProtocolChoice) -> ChatModelPolicy:
+    """``pol`` with the protocol ``protocol`` asks for (``auto``: tools when it can bind them)."""
+    want = "tools" if protocol == "tools" or (protocol == "auto" and supports_tools(pol.model)) else "tags"
+    if pol.protocol == want:
+        return pol
+    out = ChatModelPolicy(pol.model, protocol=want)
+    out.name = pol.name
+    return out
+
+
+def _from_string(spec: str, protocol: ProtocolChoice, **spec_kwargs: Any) -> Any:
+    kind = spec.strip().partition(":")[0]
+    pol = (
+        policy_from_spec(spec, **spec_kwargs)
+        if kind in POLICY_KINDS or ":" not in spec
+        else ChatModelPolicy(spec)
+    )
+    return _speaking(pol, protocol) if isinstance(pol, ChatModelPolicy) else pol
+
+
+def as_policy(obj: Any, protocol: ProtocolChoice = "tags", **spec_kwargs: Any) -> Any:
+    """``obj`` as a policy speaking ``protocol`` (``auto``: tools for a chat model with
+    ``bind_tools``, tags for everything else). Anything else is a TypeError naming what was
+    passed and what is accepted; ``tools`` for a policy that only writes text is a ValueError.
+    ``spec_kwargs`` reach :func:`policy_from_spec` for a spec string."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+    if isinstance(obj, ChatModelPolicy):
+        pol = _speaking(obj, protocol)
+    elif is_chat_model(obj):
+        pol = _speaking(ChatModelPolicy(obj), protocol)
+    elif isinstance(obj, str):
+        pol = _from_string(obj, protocol, **spec_kwargs)
+    elif isinstance(obj, Policy) or callable(getattr(obj, "agenerate", None)):
+        pol = obj
+    else:
+        raise TypeError(f"cannot use {type(obj).__name__} {str(obj)[:80]!r} as the planner; pass {ACCEPTED}")
+    if protocol == "tools" and policy_protocol(pol) != "tools":
+        raise ValueError(
+            f"protocol='tools' needs a LangChain chat model with bind_tools; {getattr(pol, 'name', pol)!r} "
+            "writes text (use protocol='tags' or 'auto')"
+        )
+    return pol
+
+
+def policy_protocol(policy: Any) -> Literal["tags", "tools"]:
+    """The protocol a policy speaks: ``tools`` only for a chat model bound to the search tool."""
+    return "tools" if isinstance(policy, ChatModelPolicy) and policy.protocol == "tools" else "tags"

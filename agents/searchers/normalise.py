@@ -1,0 +1,104 @@
+"""The one normaliser of what foreign searchers return: their items become :class:`Passage`\\ s.
+
+Functions, LangChain retrievers, vector stores, tools and user objects return strings,
+dicts, ``Document``\\ s or passages; the graph only handles passages. Converting at the
+edge, once, means a bad item is one error that names the searcher and the item instead
+of an ``AttributeError`` somewhere inside the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from parallelsearch.stores.passages import Passage, passage_id, split_contents
+
+#: dict keys read for the passage text, first present wins (``contents`` = Search-R1 ``"Title"\ntext``)
+TEXT_KEYS = ("text", "page_content", "content", "snippet", "contents")
+#: what a searcher's result may hold, as the error messages name it
+ACCEPTED_ITEMS = (
+    "str (a quoted first line is the title, Search-R1 style), "
+    f"dict with a text key ({', '.join(TEXT_KEYS)}) and optional title, id, score, "
+    "langchain_core Document (title from metadata['title']), or Passage"
+)
+
+
+class SearcherOutputError(ValueError):
+    """A searcher returned something that is not a list of passages (a mistake in the searcher,
+    so the search guard reports it at once instead of retrying)."""
+
+
+def _title_and_text(text: str, title: Any) -> tuple[str, str]:
+    if title is not None:
+        return str(title).strip(), text.strip()
+    first = text.partition("\n")[0].strip()
+    if len(first) >= 2 and first[0] == first[-1] == '"':  # Search-R1 / FlashRAG "Title"\ntext
+        return split_contents(text)
+    return "", text.strip()
+
+
+def _passage(text: str, title: Any, pid: Any, score: Any, store: str) -> Passage:
+    title, text = _title_and_text(text, title)
+    return Passage(
+        id=str(pid) if pid not in (None, "") else passage_id(title, text),
+        title=title,
+        text=text,
+        score=float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None,
+        store=store,
+    )
+
+
+def _from_mapping(item: Mapping[str, Any], store: str) -> Passage | None:
+    meta = item.get("metadata") if isinstance(item.get("metadata"), Mapping) else {}
+    for key in TEXT_KEYS:
+        text = item.get(key)
+        if isinstance(text, str):
+            title = item.get("title", meta.get("title"))
+            if key == "contents" and title is None:  # Search-R1: the first line is the title
+                title, text = split_contents(text)
+            return _passage(text, title, item.get("id", meta.get("id")), item.get("score"), store)
+    return None
+
+
+def to_passage(item: Any, store: str) -> Passage | None:
+    """One result item as a passage (``store`` = the searcher's name), or None when it is not one
+    of :data:`ACCEPTED_ITEMS`."""
+    if isinstance(item, Passage):
+        return item if item.store is not None else Passage(item.id, item.title, item.text, item.score, store)
+    if isinstance(item, str):
+        return _passage(item, None, None, None, store)
+    if isinstance(item, Mapping):
+        return _from_mapping(item, store)
+    text = getattr(item, "page_content", None)  # a langchain_core Document, without importing it
+    if isinstance(text, str):
+        meta = getattr(item, "metadata", None) or {}
+        pid = meta.get("id") or getattr(item, "id", None)
+        return _passage(text, meta.get("title"), pid, meta.get("score"), store)
+    return None
+
+
+def to_passages(result: Any, searcher: str, k: int | None = None) -> list[Passage]:
+    """A searcher's whole result as at most ``k`` passages; :class:`SearcherOutputError` names
+    the searcher and the first item that is not a passage, string, dict or Document."""
+    if isinstance(result, str | bytes | Mapping) or not isinstance(result, Iterable):
+        raise SearcherOutputError(
+            f"searcher {searcher!r} returned {type(result).__name__} {_show(result)}; "
+            f"it must return a list of: {ACCEPTED_ITEMS}"
+        )
+    out = []
+    for i, item in enumerate(result):
+        if k is not None and i >= k:
+            break
+        p = to_passage(item, searcher)
+        if p is None:
+            raise SearcherOutputError(
+                f"searcher {searcher!r} returned item {i} {_show(item)} ({type(item).__name__}); "
+                f"accepted: {ACCEPTED_ITEMS}"
+            )
+        out.append(p)
+    return out
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 120 else text[:117] + "..."

@@ -1,0 +1,129 @@
+"""What the searcher adapters cost per sub-query, side by side, interleaved in one process.
+
+1. Instant searchers (no search work): an object's ``asearch`` called as it is (what the graph
+   did before ``as_searcher`` wrapped user objects), the same object through the normalising
+   wrapper, an async function, a sync function (a worker thread per call) and a sync function
+   returning dicts. The differences are the adapters' own cost.
+2. A real embedded store of the shipped HotpotQA sample, rounds of 2 concurrent sub-queries:
+   ``StoreSearcher`` (the two queries coalesced into one encoder call) against a sync function
+   calling ``store.search`` (in threads: one encoder call each).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from _common import write
+
+from parallelsearch.agents.searchers import FunctionSearcher, ObjectSearcher, StoreSearcher, guarded_search
+from parallelsearch.stores import ChromaStore, Passage, get_embedder, ingest
+
+CALLS_PER_BLOCK = 2000
+BLOCKS = 10
+ROUNDS_PER_BLOCK = 20
+STORE_BLOCKS = 6
+QUERIES = ["Greyia", "Calibanus", "John Updike", "Tom Clancy", "Moscow State University", "Halina Reijn"]
+
+
+class Instant:
+    name = "instant"
+
+    async def asearch(self, query, k=3):
+        return [Passage(query, query, "text", 1.0, "instant")]
+
+
+async def instant_async(query, k):
+    return [Passage(query, query, "text", 1.0, "instant")]
+
+
+def instant_sync(query, k):
+    return [Passage(query, query, "text", 1.0, "instant")]
+
+
+def instant_dicts(query, k):
+    return [{"title": query, "text": "text", "score": 1.0}]
+
+
+async def per_call_us(searcher, n: int) -> float:
+    t0 = time.perf_counter()
+    for i in range(n):
+        await guarded_search(searcher, QUERIES[i % len(QUERIES)], 3)
+    return (time.perf_counter() - t0) * 1e6 / n
+
+
+async def per_round_ms(searcher, n: int) -> float:
+    t0 = time.perf_counter()
+    for i in range(n):
+        a, b = QUERIES[(2 * i) % len(QUERIES)], QUERIES[(2 * i + 1) % len(QUERIES)]
+        await asyncio.gather(guarded_search(searcher, a, 3), guarded_search(searcher, b, 3))
+    return (time.perf_counter() - t0) * 1000 / n
+
+
+def interleaved(runner, fns: dict, measure, n: int, blocks: int) -> dict[str, float]:
+    for s in fns.values():  # warm-up
+        runner.run(measure(s, max(1, n // 10)))
+    got: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(blocks):
+        for name, s in fns.items():
+            got[name].append(runner.run(measure(s, n)))
+    return {name: statistics.median(v) for name, v in got.items()}
+
+
+def sample_store() -> ChromaStore:
+    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-adapters-"))
+    lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:30]
+    src = tmp / "hotpotqa_sample_30.jsonl"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    store = ChromaStore("adapters", path=tmp / "chroma", embedder=get_embedder())
+    ingest(store, [src], progress=False)
+    return store
+
+
+def main() -> Path:
+    instant = {
+        "object_unwrapped": Instant(),
+        "object_wrapped": ObjectSearcher(Instant()),
+        "async_function": FunctionSearcher(instant_async),
+        "sync_function_thread": FunctionSearcher(instant_sync),
+        "sync_function_dicts": FunctionSearcher(instant_dicts),
+    }
+    store = sample_store()
+    real = {
+        "StoreSearcher": StoreSearcher(store),
+        "sync_function_store_search": FunctionSearcher(lambda q, k: store.search(q, k), name="store.search"),
+    }
+    with asyncio.Runner() as runner:
+        us = interleaved(runner, instant, per_call_us, CALLS_PER_BLOCK, BLOCKS)
+        before = store.embedder.calls
+        ms = interleaved(runner, real, per_round_ms, ROUNDS_PER_BLOCK, STORE_BLOCKS)
+    base = us["object_unwrapped"]
+    for name, v in us.items():
+        print(f"{name:>24}: {v:7.1f} us per guarded search ({v - base:+.1f} us vs the object as it is)")
+    ratio = ms["sync_function_store_search"] / ms["StoreSearcher"]
+    print(
+        f"real store, rounds of 2 concurrent sub-queries: StoreSearcher {ms['StoreSearcher']:.2f} ms, "
+        f"a sync function over store.search {ms['sync_function_store_search']:.2f} ms ({ratio:.2f}x)"
+    )
+    return write(
+        "searcher_adapters",
+        {
+            "instant_us_per_search": {k: round(v, 2) for k, v in us.items()},
+            "store_ms_per_round_of_2": {k: round(v, 3) for k, v in ms.items()},
+            "function_over_store_ratio": round(ratio, 3),
+            "encoder_calls_during_store_rounds": store.embedder.calls - before,
+            "calls_per_block": CALLS_PER_BLOCK,
+            "blocks": BLOCKS,
+            "rounds_per_block": ROUNDS_PER_BLOCK,
+            "store_blocks": STORE_BLOCKS,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

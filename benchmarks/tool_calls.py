@@ -1,0 +1,205 @@
+"""Tool calls vs tags on the demo's 94 parallelizable questions (goal: equal rounds, policy calls
+and encoder calls per round; graph overhead per turn within 1.2x of the tags protocol).
+
+The tags side is the oracle policy (``<search> a ## b </search>``); the tools side is a
+scripted tool-calling chat model (a stand-in for an LLM: a LangChain ``BaseChatModel`` that
+binds the search tool) making the same plan as parallel ``search`` calls. Both run
+interleaved per question in one process:
+
+1. over a real Chroma store of the shipped sample: per question, search rounds, policy calls,
+   sub-queries and the store's encoder batches (one encoder call each) must be equal;
+2. over an instant searcher: graph overhead per policy turn = episode time minus the time
+   inside the policy, so what remains is the graph (state, parsing, messages, fan-out, join);
+   blocks of all 94 questions alternate between the protocols.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import OUT, write
+
+from parallelsearch.agents.policies import OraclePolicy, as_policy
+from parallelsearch.agents.policies.scripted_chat import ScriptedToolChatModel
+from parallelsearch.data import load_questions
+from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+from parallelsearch.graphs import build_parallel_search_graph
+from parallelsearch.stores import ChromaStore, Passage, ingest
+
+BLOCKS = 12
+
+
+class Instant:
+    name = "instant"
+
+    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
+        return [Passage(query, query, "text", 1.0, self.name)]
+
+
+def timed(policy: Any) -> list[float]:
+    """Wrap ``policy.agenerate`` to add up the seconds spent inside it."""
+    spent = [0.0]
+    inner = policy.agenerate
+
+    async def agenerate(request):
+        t0 = time.perf_counter()
+        try:
+            return await inner(request)
+        finally:
+            spent[0] += time.perf_counter() - t0
+
+    policy.agenerate = agenerate
+    return spent
+
+
+def parallel_questions() -> tuple[list[dict], list[dict]]:
+    """The sample's parallelizable (comparison) questions and their HotpotQA records."""
+    questions = [
+        {**q, "metadata": {**q["metadata"], "golden_answers": q["golden_answers"]}}  # the oracle reads these
+        for q in load_questions(HOTPOTQA_SAMPLE)
+        if q["metadata"].get("split") == "parallel"
+    ]
+    ids = {q["id"] for q in questions}
+    records = [json.loads(line) for line in Path(HOTPOTQA_SAMPLE).read_text().splitlines() if line.strip()]
+    return questions, [r for r in records if r.get("_id") in ids]
+
+
+def planners(questions: list[dict]) -> tuple[Any, Any]:
+    """The oracle (tags) and the scripted tool-calling chat model with the same plans (tools)."""
+    plans = {
+        q["question"].strip(): (
+            [OraclePolicy.plan(q["question"], q["metadata"])],
+            q["golden_answers"][0],
+        )
+        for q in questions
+    }
+    return OraclePolicy(), as_policy(ScriptedToolChatModel.from_plans(plans), "tools")
+
+
+def counts(questions: list[dict], records: list[dict]) -> dict[str, Any]:
+    folder = OUT / "tool_calls_store"  # indexed once (minutes on 2 cores), reused by later runs
+    store = ChromaStore("toolbench", path=folder)
+    if store.count() == 0:
+        tmp = Path(tempfile.mkdtemp())
+        (tmp / "par.json").write_text(json.dumps(records))
+        ingest(store, [tmp / "par.json"], progress=False)
+    batches: list[list[str]] = []
+    original = store.search_batch
+
+    def search_batch(queries, k=3):
+        batches.append(list(queries))
+        return original(queries, k)
+
+    store.search_batch = search_batch  # type: ignore[method-assign]
+    tags_policy, tools_policy = planners(questions)
+    graphs = {
+        "tags": build_parallel_search_graph(tags_policy, store),
+        "tools": build_parallel_search_graph(tools_policy, store),
+    }
+    keys = ("policy_calls", "search_rounds", "subqueries", "passages", "answer")
+    rows: dict[str, list[dict]] = {"tags": [], "tools": []}
+    with asyncio.Runner() as runner:
+        for i, q in enumerate(questions):
+            order = ["tags", "tools"] if i % 2 == 0 else ["tools", "tags"]
+            for name in order:
+                before = len(batches)
+                out = runner.run(graphs[name].ainvoke({"question": q["question"], "metadata": q["metadata"]}))
+                row = {k: out[k] for k in keys}
+                row["encoder_calls"] = len(batches) - before
+                row["protocol"] = out["protocol"]
+                rows[name].append(row)
+    equal = sum(
+        all(a[k] == b[k] for k in (*keys, "encoder_calls"))
+        for a, b in zip(rows["tags"], rows["tools"], strict=True)
+    )
+    summary = {
+        name: {
+            "protocol": rs[0]["protocol"],
+            "policy_calls": sum(r["policy_calls"] for r in rs),
+            "search_rounds": sum(r["search_rounds"] for r in rs),
+            "subqueries": sum(r["subqueries"] for r in rs),
+            "encoder_calls": sum(r["encoder_calls"] for r in rs),
+            "encoder_calls_per_round": round(
+                sum(r["encoder_calls"] for r in rs) / max(1, sum(r["search_rounds"] for r in rs)), 3
+            ),
+        }
+        for name, rs in rows.items()
+    }
+    return {"questions": len(questions), "store_passages": store.count(), "equal_questions": equal, **summary}
+
+
+def overhead(questions: list[dict]) -> dict[str, Any]:
+    tags_policy, tools_policy = planners(questions)
+    spent = {"tags": timed(tags_policy), "tools": timed(tools_policy)}
+    graphs = {
+        "tags": build_parallel_search_graph(tags_policy, Instant()),
+        "tools": build_parallel_search_graph(tools_policy, Instant()),
+    }
+    inputs = [{"question": q["question"], "metadata": q["metadata"]} for q in questions]
+
+    async def block(g) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        turns = 0
+        for inp in inputs:
+            turns += (await g.ainvoke(inp))["policy_calls"]
+        return time.perf_counter() - t0, turns
+
+    total: dict[str, list[float]] = {"tags": [], "tools": []}
+    graph_only: dict[str, list[float]] = {"tags": [], "tools": []}
+    with asyncio.Runner() as runner:
+        for g in graphs.values():  # warm-up
+            runner.run(block(g))
+        for b in range(BLOCKS):
+            for name in ["tags", "tools"] if b % 2 == 0 else ["tools", "tags"]:
+                spent[name][0] = 0.0
+                seconds, turns = runner.run(block(graphs[name]))
+                total[name].append(seconds * 1000 / turns)
+                graph_only[name].append((seconds - spent[name][0]) * 1000 / turns)
+    # each block pair ran back to back, so its ratio is the least disturbed by the machine's load
+    paired = sorted(t / g for t, g in zip(graph_only["tools"], graph_only["tags"], strict=True))
+    paired_total = sorted(t / g for t, g in zip(total["tools"], total["tags"], strict=True))
+    med = {
+        k: {"total": statistics.median(total[k]), "graph": statistics.median(graph_only[k])} for k in total
+    }
+    return {
+        "blocks": BLOCKS,
+        "ms_per_turn_total": {k: round(v["total"], 3) for k, v in med.items()},
+        "ms_per_turn_graph_overhead": {k: round(v["graph"], 3) for k, v in med.items()},
+        "graph_overhead_ratio_tools_over_tags": round(statistics.median(paired), 3),
+        "graph_overhead_ratio_range": [round(paired[0], 3), round(paired[-1], 3)],
+        "total_ratio_tools_over_tags": round(statistics.median(paired_total), 3),
+    }
+
+
+def main() -> dict:
+    questions, records = parallel_questions()
+    c = counts(questions, records)
+    print(
+        f"{c['questions']} parallelizable demo questions over a real store ({c['store_passages']} passages): "
+        f"{c['equal_questions']}/{c['questions']} with equal counts; "
+        + "; ".join(
+            f"{p}: {c[p]['policy_calls']} policy calls, {c[p]['search_rounds']} rounds, {c[p]['subqueries']} "
+            f"sub-queries, {c[p]['encoder_calls_per_round']} encoder calls per round"
+            for p in ("tags", "tools")
+        )
+    )
+    o = overhead(questions)
+    g, t = o["ms_per_turn_graph_overhead"], o["ms_per_turn_total"]
+    print(
+        f"graph overhead per policy turn: tags {g['tags']:.3f} ms, tools {g['tools']:.3f} ms "
+        f"({o['graph_overhead_ratio_tools_over_tags']:.2f}x, median of {o['blocks']} block pairs, range "
+        f"{o['graph_overhead_ratio_range'][0]:.2f}-{o['graph_overhead_ratio_range'][1]:.2f}x; goal <= 1.2x); "
+        "with the policy call: "
+        f"tags {t['tags']:.3f} ms, tools {t['tools']:.3f} ms ({o['total_ratio_tools_over_tags']:.2f}x)"
+    )
+    return write("tool_calls", {"counts": c, "overhead": o})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""Read stores in a child process with a deadline, so a broken store is a finding, not a crash.
+
+Chroma's native reader loads a store's HNSW segment files itself: a damaged segment can
+kill it with a signal (SIGSEGV) or block it forever (a file that never delivers its bytes),
+and the process that asked dies or hangs with it, printing nothing. ``stores --check``,
+``index --verify`` and the store listing therefore read through this module: the child runs
+``python -m parallelsearch.stores.isolated_read``, reports one JSON line per step, and the
+parent turns a signal, a non-zero exit or a silence longer than the deadline into a finding
+that names the store. Healthy stores are listed as before; the broken one is marked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from parallelsearch.stores.errors import StoreNotFoundError
+
+if TYPE_CHECKING:
+    from parallelsearch.stores.chroma_store import StoreCheck
+
+DEFAULT_READ_TIMEOUT_S = 120.0  # silence allowed between two steps: loading a 1M-vector segment takes a while
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """Where the stores live: an embedded folder or a Chroma server (what the child opens)."""
+
+    path: Path | None = None
+    host: str | None = None
+    port: int = 8000
+
+    def argv(self) -> list[str]:
+        if self.host:
+            return ["--host", self.host, "--port", str(self.port)]
+        if self.path is None:
+            raise ValueError(
+                "no store location: set chroma_path (embedded store) or chroma_host (Chroma server)"
+            )
+        return ["--path", str(self.path)]
+
+
+class ReaderFailed(Exception):
+    """The child reading a store died or went silent; ``store`` is the one it was reading."""
+
+    def __init__(self, store: str | None, what: str):
+        self.store, self.what = store, what
+        super().__init__(what)
+
+
+def _signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def _events(argv: list[str], timeout_s: float) -> Iterator[dict[str, Any]]:
+    """The child's JSON lines as they come; raises :class:`ReaderFailed` on a crash or silence.
+
+    The deadline restarts with every line, so a long check that keeps reporting progress is
+    never cut short, and a reader stuck anywhere is stopped ``timeout_s`` after its last word.
+    """
+    cmd = [sys.executable, "-m", "parallelsearch.stores.isolated_read", *argv]
+    current: str | None = None
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        buf = b""
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(timeout=left):
+                    proc.kill()
+                    proc.wait()
+                    raise ReaderFailed(
+                        current, f"Chroma did not answer in {timeout_s:g} s reading store {current}"
+                    )
+                chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    break
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    event = json.loads(line)
+                    current = event.get("store", current)
+                    yield event
+                deadline = time.monotonic() + timeout_s
+            try:
+                rc = proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise ReaderFailed(
+                    current, f"Chroma did not exit in {timeout_s:g} s after reading store {current}"
+                ) from None
+            if rc < 0:
+                raise ReaderFailed(current, f"Chroma crashed reading store {current} ({_signal_name(rc)})")
+            if rc != 0:
+                err.seek(0)
+                tail = err.read().decode("utf-8", "replace").strip().splitlines()
+                raise ReaderFailed(
+                    current,
+                    f"the reader of store {current} failed (exit {rc}): {tail[-1] if tail else 'no output'}",
+                )
+        finally:
+            sel.close()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+
+
+def check_store(
+    location: StoreLocation,
+    name: str,
+    *,
+    timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    batch_size: int = 512,
+    progress: bool = False,
+) -> StoreCheck:
+    """:meth:`ChromaStore.verify` in a child; a crash or hang is a finding (``count=-1``)."""
+    from tqdm.auto import tqdm
+
+    from parallelsearch.stores.chroma_store import StoreCheck
+
+    argv = [*location.argv(), "check", name, "--batch-size", str(batch_size)]
+    with tqdm(desc=f"checking {name}", disable=not progress) as bar:
+        try:
+            for event in _events(argv, timeout_s):
+                if "missing_store" in event:
+                    raise StoreNotFoundError(event["missing_store"])
+                if "checked" in event:
+                    bar.total = event["count"]
+                    bar.update(event["checked"] - bar.n)
+                if "result" in event:
+                    return StoreCheck(**event["result"])
+        except ReaderFailed as e:
+            return StoreCheck(store=name, count=-1, checked=-1, first_error=e.what)
+    return StoreCheck(
+        store=name, count=-1, checked=-1, first_error=f"the reader of store {name} reported no result"
+    )
+
+
+def list_stores(
+    location: StoreLocation, *, timeout_s: float = DEFAULT_READ_TIMEOUT_S
+) -> list[dict[str, Any]]:
+    """Every store's name, count and model, read in a child; a store that breaks the reader is
+    listed with an ``error`` and the listing goes on with the rest in a fresh child."""
+    rows: dict[str, dict[str, Any]] = {}
+    while True:
+        skip = [a for name in rows for a in ("--skip", name)]
+        try:
+            for event in _events([*location.argv(), "list", *skip], timeout_s):
+                if "row" in event:
+                    rows[event["row"]["name"]] = event["row"]
+            break
+        except ReaderFailed as e:
+            if e.store is None or e.store in rows:
+                raise RuntimeError(
+                    f"cannot list the stores at {location.path or location.host}: {e.what}"
+                ) from e
+            rows[e.store] = {"name": e.store, "count": None, "error": e.what}
+    return sorted(rows.values(), key=lambda r: r["name"])
+
+
+# ---- the child ---------------------------------------------------------------------------
+
+
+def _emit(event: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def _child(argv: list[str]) -> int:
+    from parallelsearch.stores import chroma_store
+
+    ap = argparse.ArgumentParser(prog="python -m parallelsearch.stores.isolated_read")
+    ap.add_argument("--path")
+    ap.add_argument("--host")
+    ap.add_argument("--port", type=int, default=8000)
+    sub = ap.add_subparsers(dest="op", required=True)
+    lp = sub.add_parser("list")
+    lp.add_argument("--skip", action="append", default=[])
+    cp = sub.add_parser("check")
+    cp.add_argument("store")
+    cp.add_argument("--batch-size", type=int, default=512)
+    args = ap.parse_args(argv)
+    client = chroma_store.make_client(path=args.path, host=args.host, port=args.port)
+    names = sorted(c.name if hasattr(c, "name") else c for c in client.list_collections())
+    if args.op == "list":
+        for name in names:
+            if name in args.skip:
+                continue
+            _emit({"store": name})
+            _emit({"store": name, "row": chroma_store.describe_collection(client, name)})
+        return 0
+    if args.store not in names:
+        _emit({"missing_store": f"no store named {args.store!r} at {args.host or args.path}"})
+        return 0
+    _emit({"store": args.store})
+    col = client.get_collection(args.store, embedding_function=None)
+    dimension = (col.metadata or {}).get(chroma_store.META_DIM)
+    check = chroma_store.verify_collection(
+        col,
+        args.store,
+        dimension,
+        args.batch_size,
+        on_progress=lambda checked, count: _emit({"store": args.store, "checked": checked, "count": count}),
+    )
+    _emit({"store": args.store, "result": check.__dict__})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))

@@ -1,0 +1,81 @@
+"""``train --smoke`` and the engine-settings flags, in the main tier (no vLLM here): the one-line
+error naming the environment the smoke needs, and how ``--engine-arg``/``--kv-cache-gib`` parse."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+import pytest
+
+from parallelsearch.cli import main
+from parallelsearch.cli_rl import engine_args_from
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("vllm") is not None, reason="vLLM is installed: the smoke can run"
+)
+def test_smoke_without_vllm_says_which_environment_in_one_line(capsys):
+    assert main(["train", "--smoke"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "vLLM tier" in err and "make venv-vllm" in err and "make smoke-train" in err and "vllm" in err
+
+
+def test_smoke_and_launch_flags_do_not_mix(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--smoke", "--preset", "paper"])
+    assert main(["train", "--smoke", "--dry-run"]) == 2
+    assert "--set and --dry-run do not apply" in capsys.readouterr().err
+    assert (
+        main(["train", "--preset", "paper", "--dry-run", "--smoke-prompts", "3", "--kv-cache-gib", "1"]) == 2
+    )
+    assert "--smoke-prompts, --kv-cache-gib only apply with --smoke" in capsys.readouterr().err
+
+
+def test_engine_args_parse_as_yaml_values_over_a_base():
+    args = argparse.Namespace(
+        engine_arg=["gpu_memory_utilization=0.5", "dtype=float32", "enforce_eager=true"], kv_cache_gib=1.5
+    )
+    assert engine_args_from(args, {"seed": 0, "dtype": "bfloat16"}) == {
+        "seed": 0,
+        "dtype": "float32",
+        "gpu_memory_utilization": 0.5,
+        "enforce_eager": True,
+        "kv_cache_memory_bytes": int(1.5 * (1 << 30)),
+    }
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--engine-arg", "gpu_memory_utilization"], "expected KEY=VALUE"),
+        (["--kv-cache-gib", "0"], "must be > 0"),
+    ],
+)
+def test_bad_engine_settings_are_refused_naming_the_flag(argv, message, tmp_path, capsys):
+    data = tmp_path / "q.jsonl"
+    data.write_text('{"id": "1", "question": "q?", "golden_answers": ["a"]}\n')
+    rc = main(["rollout", "--data", str(data), "--out", str(tmp_path / "o.jsonl"), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and argv[0] in err
+
+
+def test_token_view_escapes_control_characters_and_finds_observation_spans():
+    """The printed view of one episode (a random model writes NUL bytes and newlines)."""
+    from parallelsearch.train_smoke import SmokeEpisode, _spans, format_episode
+
+    assert _spans([(10, 14), (20, 25)], 10, 30) == [(14, 20), (25, 30)]
+    assert _spans([(10, 14)], 10, 14) == []
+    terms = dict.fromkeys(
+        ("reward_outcome", "reward_decomposition", "reward_search_count", "reward_format", "format_valid",
+         "search_rounds", "subqueries", "search_errors"), 0.0,
+    )  # fmt: skip
+    ep = SmokeEpisode(
+        "q?", 0.1, terms, 10, [(10, 14)], [(14, 20)], True, False,
+        [("action", "<search> a\x00 </search>\n\n"), ("observation", "<information>x</information>")],
+    )  # fmt: skip
+    lines = format_episode(1, ep)
+    assert lines[3] == "  + action      | <search> a\\x00 </search>\\n\\n"
+    assert lines[4] == "  - observation | <information>x</information>"
+    assert "action 4 in 1 turn(s) (trained), observation 6 (masked)" in lines[2]
