@@ -19,7 +19,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from parallelsearch.agents.policies.base import Policy
@@ -43,7 +43,11 @@ from parallelsearch.stores.encoder_thread import set_encoder_threads, set_encode
 from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, StoreLocation, list_stores
 from parallelsearch.stores.onnx_encoder import OnnxUnavailableError, embedding_family
 from parallelsearch.stores.retrieval_client import RetrieverClient
+from parallelsearch.stores.shard_spec import StoreSpec
 from parallelsearch.stores.store_lock import StoreWriteLock
+
+if TYPE_CHECKING:
+    from parallelsearch.stores.sharded_store import ShardedStore
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +160,41 @@ def make_store(
     )
 
 
+def make_sharded_store(
+    cfg: RetrievalConfig, spec: StoreSpec, *, embedder: Embedder | None = None
+) -> ShardedStore:
+    """The sharded store ``spec`` declares, every shard opened and checked against the others
+    (``stores/sharded_store.py``); one encoder for all: ``embedder``, else the one the first shard
+    records (``auto``)."""
+    from parallelsearch.stores.sharded_store import ShardedStore, open_shards
+
+    def embedder_for(client: Any, collection: str) -> Embedder:
+        return embedder or make_embedder(cfg, resolve_backend(cfg, client, collection))
+
+    shards = open_shards(
+        spec,
+        embedder_for,
+        host=cfg.chroma_host,
+        port=cfg.chroma_port,
+        path=cfg.chroma_path,
+        timeout_s=cfg.shard_timeout_s,
+    )
+    return ShardedStore(
+        spec.name,
+        shards,
+        shards[0][1].embedder,
+        allow_partial=cfg.allow_partial,
+        timeout_s=cfg.shard_timeout_s,
+    )
+
+
+def make_named_store(cfg: RetrievalConfig, name: str) -> ChromaStore | ShardedStore:
+    """The store ``name`` for reading: a sharded one when ``cfg.stores`` declares it so (or ``name`` is
+    a ``NAME=SHARD,...`` declaration), else :func:`make_store`."""
+    spec = cfg.store_spec(name)
+    return make_sharded_store(cfg, spec) if spec.sharded else make_store(cfg, spec.name)
+
+
 @contextlib.contextmanager
 def writing_store(
     cfg: RetrievalConfig,
@@ -229,14 +268,20 @@ def make_searcher(cfg: RetrievalConfig) -> Searcher:
                 cfg.retriever_url, timeout_s=cfg.retriever_timeout_s, api_key=cfg.retriever_api_key
             )
         )
-    client = make_chroma_client(cfg)
-    require_stores(client, cfg.stores, cfg.location())  # a typo fails before an encoder loads
+    specs = [cfg.store_spec(entry) for entry in cfg.stores]
+    plain = [spec.name for spec in specs if not spec.sharded]
+    client = make_chroma_client(cfg) if plain else None
+    if plain:
+        require_stores(client, plain, cfg.location())  # a typo fails before an encoder loads
     embedders: dict[str, Embedder] = {}  # one per backend: the stores may have been built differently
-    searchers = {}
-    for name in cfg.stores:
-        backend = resolve_backend(cfg, client, name)
+    searchers: dict[str, Searcher] = {}
+    for spec in specs:
+        if spec.sharded:  # one encoder call per batch, for all its shards
+            searchers[spec.name] = StoreSearcher(make_sharded_store(cfg, spec))
+            continue
+        backend = resolve_backend(cfg, client, spec.name)
         embedder = embedders.get(backend) or embedders.setdefault(backend, make_embedder(cfg, backend))
-        searchers[name] = StoreSearcher(make_store(cfg, name, embedder=embedder))
+        searchers[spec.name] = StoreSearcher(make_store(cfg, spec.name, embedder=embedder, client=client))
     return next(iter(searchers.values())) if len(searchers) == 1 else MultiStoreSearcher(searchers)
 
 

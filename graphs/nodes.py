@@ -361,6 +361,7 @@ class Nodes:
             "passages": [p.to_dict() for p in outcome.passages],
             "error": outcome.error,
             "attempts": outcome.attempts,
+            **({"note": outcome.note} if outcome.note else {}),
         }
 
     async def join(self, state: SearchState) -> dict[str, Any]:
@@ -398,6 +399,7 @@ class Nodes:
                         {"title": p["title"], "score": p["score"], "id": p["id"], "store": p["store"]}
                         for p in row["passages"]
                     ],
+                    **({"note": row["note"]} if row.get("note") else {}),
                 }
                 for row in rows
             ],

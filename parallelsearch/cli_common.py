@@ -45,10 +45,13 @@ def add_retrieval_args(p: argparse.ArgumentParser, *, embedding_model: bool = Fa
     src.add_argument(
         "--store",
         action="append",
-        help="store name (repeat for multi-store routing; default: the settings' stores)",
+        help="store name (repeat for multi-store routing; default: the settings' stores), or "
+        "NAME=SHARD,SHARD,... for one corpus over several collections (SHARD: COLLECTION@HOST:PORT, "
+        "COLLECTION@FOLDER or COLLECTION; docs/scaling.md)",
     )
     src.add_argument("--retriever", help="URL of any Search-R1 /retrieve server (instead of stores)")
     add_chroma_args(p)
+    add_shard_args(p)
     if embedding_model:
         add_model_arg(p)
 
@@ -69,6 +72,23 @@ def add_chroma_args(p: argparse.ArgumentParser) -> None:
         type=int,
         help="encoder calls at once, each on its own thread, a batch split over them (default: the "
         "settings'; unset = torch: 1, ONNX: cores / --encoder-threads)",
+    )
+
+
+def add_shard_args(p: argparse.ArgumentParser) -> None:
+    """How a sharded store (``--store NAME=SHARD,SHARD,...``) answers when a shard fails."""
+    p.add_argument(
+        "--allow-partial",
+        action="store_const",
+        const=True,
+        help="a sharded store answers from the shards that answered when one fails, naming the missing "
+        "ones in the result (default: the settings'; off = the query fails naming the shard)",
+    )
+    p.add_argument(
+        "--shard-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="deadline of one query to all shards, retries included (default: the settings', 10)",
     )
 
 
@@ -185,6 +205,14 @@ def add_graph_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _declared(declared: list[str], names: list[str]) -> list[str]:
+    """``--store NAME`` of a store the settings declare sharded keeps that declaration."""
+    from parallelsearch.stores.shard_spec import parse_store
+
+    sharded = {parse_store(entry).name: entry for entry in declared if "=" in entry}
+    return [sharded.get(name.strip(), name) for name in names]
+
+
 def settings_from_args(args: argparse.Namespace, settings: Settings | None = None) -> Settings:
     """The settings with every flag the command was given over them (the one merge)."""
     s = settings or get_settings()
@@ -192,6 +220,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
     update: dict[str, Any] = {}
     if v.get("store"):
         names = v["store"] if isinstance(v["store"], list) else [v["store"]]
+        names = _declared(s.stores, names)
         update.update(stores=names, retriever_url=None)
     elif v.get("retriever"):
         update.update(retriever_url=v["retriever"], stores=[])
@@ -209,6 +238,8 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("retriever_api_key", "retriever_api_key"),
         ("batch_size", "embed_batch_size"),
         ("lock_timeout", "store_lock_timeout_s"),
+        ("allow_partial", "allow_partial"),
+        ("shard_timeout", "shard_timeout_s"),
         ("checkpointer", "server_checkpointer"),
         ("checkpoint_url", "server_checkpoint_url"),
         ("max_concurrency", "server_max_concurrency"),

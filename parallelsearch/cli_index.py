@@ -26,7 +26,14 @@ def add_index_scale_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vectors-key", help="the array of a .npz archive that holds several")
     g.add_argument(
         "--rows",
-        help="START:STOP: only these passages (0-based) and their vectors, one shard of a large corpus",
+        help="START:STOP: only these passages (0-based, in reading order; with --vectors their rows), "
+        "one shard of a large corpus (docs/scaling.md: building shards in parallel)",
+    )
+    g.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="shard I of N (0-based): the I-th of N near-equal consecutive row ranges of the corpus, "
+        "instead of --rows; run 0/N .. N-1/N as N processes, one store each",
     )
     g = p.add_argument_group("encoding text")
     g.add_argument(
@@ -94,6 +101,20 @@ def index_pool(args: argparse.Namespace, embedder: Any) -> Iterator[Any]:
         yield pool
 
 
+def row_range(args: argparse.Namespace, total: Callable[[], int]) -> tuple[int, int | None] | None:
+    """The rows ``--rows`` or ``--shard`` name (``total()``: the corpus's row count, read only for
+    ``--shard``), or None for every row."""
+    from parallelsearch.stores.vectors import parse_rows, shard_rows
+
+    if args.rows and args.shard:
+        raise ValueError("give --rows or --shard, not both")
+    if args.shard:
+        start, stop = shard_rows(args.shard, total())
+        print(f"shard {args.shard}: rows {start}:{stop}", file=sys.stderr)
+        return start, stop
+    return parse_rows(args.rows) if args.rows else None
+
+
 def cmd_index_vectors(args: argparse.Namespace) -> int:
     """``index --vectors``: one corpus file plus its precomputed vectors into a store."""
     from parallelsearch.cli_common import hnsw_from_args, settings_from_args, to_stderr
@@ -105,7 +126,6 @@ def cmd_index_vectors(args: argparse.Namespace) -> int:
         RecordedModel,
         check_count,
         ingest_vectors,
-        parse_rows,
     )
 
     if len(args.files) != 1:
@@ -118,7 +138,8 @@ def cmd_index_vectors(args: argparse.Namespace) -> int:
     cfg = settings_from_args(args).retrieval()
     vf = open_vectors(args.vectors, args.vectors_key)
     try:
-        check_count(Path(args.files[0]), vf)  # before the store is created
+        total = check_count(Path(args.files[0]), vf)  # before the store is created
+        rows = row_range(args, lambda: total)
         model = RecordedModel(cfg.embedding_model, vf.dimension)
         try:
             # one writer at a time, as for text (graphs/factory.py writing_store)
@@ -137,7 +158,7 @@ def cmd_index_vectors(args: argparse.Namespace) -> int:
                     skip_bad=args.skip_bad,
                     progress=not args.no_progress,
                     count_checked=True,
-                    rows=parse_rows(args.rows) if args.rows else None,
+                    rows=rows,
                 )
         except ModelMismatchError as e:
             raise BadInputError(args.vectors, None, f"does not fit the store: {e}") from e

@@ -13,6 +13,7 @@ from parallelsearch.cli_common import (
     add_lock_args,
     add_model_arg,
     add_server_key_args,
+    add_shard_args,
     bind_refused,
     clean_text_arg,
     hnsw_from_args,
@@ -88,7 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("search", help="search a store")
     p.add_argument("query")
-    p.add_argument("--store", required=True)
+    p.add_argument("--store", required=True, help="store name, or NAME=SHARD,SHARD,... (a sharded store)")
+    add_shard_args(p)
     p.add_argument("-k", type=int, default=3)
     p.add_argument("--json", action="store_true")
     add_model_arg(p)
@@ -96,7 +98,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("serve-retriever", help="serve a store over Search-R1's /retrieve protocol")
-    p.add_argument("--store", required=True)
+    p.add_argument(
+        "--store",
+        required=True,
+        help="store name (a sharded one the settings declare, too), or NAME=SHARD,SHARD,...",
+    )
+    add_shard_args(p)
     p.add_argument(
         "--host",
         default="127.0.0.1",
@@ -163,16 +170,18 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from parallelsearch.cli_index import limit_kwargs
+    from parallelsearch.cli_index import limit_kwargs, row_range
     from parallelsearch.graphs.factory import store_location, writing_store
     from parallelsearch.stores.ingest import ingest
     from parallelsearch.stores.jsonfiles import expand_paths
+    from parallelsearch.stores.readers import count_passages
 
     if not args.files and not args.verify:
         raise ValueError("index needs FILES (or --verify to check the store only)")
     if args.vectors:
         return cmd_index_vectors(args)
     files = expand_paths(args.files)  # before the store is opened: a typo creates nothing
+    rows = row_range(args, lambda: count_passages(files, skip_bad=args.skip_bad))
     s = settings_from_args(args)
     cfg = s.retrieval()
     with (
@@ -203,6 +212,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             skip_bad=args.skip_bad,
             progress=not args.no_progress,
             encoder=pool,
+            rows=rows,
             **limit_kwargs(args),
         )
     d = rep.to_dict()
@@ -259,9 +269,9 @@ def cmd_stores(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from parallelsearch.graphs.factory import make_store
+    from parallelsearch.graphs.factory import make_named_store
 
-    store = make_store(settings_from_args(args).retrieval(), args.store)
+    store = make_named_store(settings_from_args(args).retrieval(), args.store)
     hits = store.search(clean_text_arg(args.query, "query"), args.k)
     if args.json:
         print(json.dumps([h.to_dict() for h in hits], ensure_ascii=False, indent=2))
@@ -289,11 +299,11 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     if bind_refused(args, cfg.retriever_api_key is not None, RETRIEVER_KEY_SETTING):
         return 2
     spin = let_idle_threads_sleep()  # before torch loads (stores/omp_spin.py)
-    from parallelsearch.graphs.factory import make_store
+    from parallelsearch.graphs.factory import make_named_store
     from parallelsearch.stores.encoder_thread import encoder_workers, team_size
     from parallelsearch.stores.retrieval_server import create_retrieval_app, run_server
 
-    store = make_store(cfg, args.store)
+    store = make_named_store(cfg, args.store)
     batching = {k: v for k in ("max_batch", "concurrent_batches") if (v := getattr(args, k)) is not None}
     key = cfg.retriever_api_key.get_secret_value() if cfg.retriever_api_key is not None else None
     app = create_retrieval_app(store, default_topk=args.topk, api_key=key, **batching)

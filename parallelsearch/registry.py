@@ -39,10 +39,12 @@ def open_store(
     host: str | None = None,
     port: int | None = None,
 ) -> ChromaStore:
-    """The store ``name``; ``create=False`` makes a missing store an error naming where it looked."""
-    return factory.make_store(
-        retrieval_config(settings, model=model, host=host, port=port), name, create=create
-    )
+    """The store ``name``; ``create=False`` makes a missing store an error naming where it looked,
+    and opens a store the settings declare sharded (or a ``NAME=SHARD,...`` name) as one."""
+    cfg = retrieval_config(settings, model=model, host=host, port=port)
+    if not create:
+        return factory.make_named_store(cfg, name)  # type: ignore[return-value]
+    return factory.make_store(cfg, name, create=create)
 
 
 def describe_stores(

@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from parallelsearch.stores.shard_spec import StoreSpec, find_store, group_store_parts, parse_store
+
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 EncoderBackend = Literal["auto", "torch", "onnx", "onnx-int8"]
 
@@ -42,7 +44,17 @@ class RetrievalConfig(BaseModel):
     )
     stores: _StoreList = Field(
         default_factory=list,
-        description="store names to search; several = 'name: query' routing with rank fusion",
+        description="store names to search; several = 'name: query' routing with rank fusion; "
+        "NAME=SHARD,SHARD,... declares one store split over collections (SHARD = COLLECTION, "
+        "COLLECTION@HOST:PORT or COLLECTION@FOLDER), searched as one by distance",
+    )
+    allow_partial: bool = Field(
+        False,
+        description="a sharded store answers from the shards that did answer when one fails, and says "
+        "which are missing in the result (default: the query fails, naming the shard)",
+    )
+    shard_timeout_s: float = Field(
+        10.0, gt=0, description="deadline of one query to all shards of a sharded store (retries included)"
     )
     chroma_host: str | None = Field(None, description="Chroma server host; unset = embedded store")
     chroma_port: int = Field(8000, ge=1, le=65535, description="Chroma server port")
@@ -95,7 +107,7 @@ class RetrievalConfig(BaseModel):
                     return json.loads(text)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"stores: {text[:60]!r} is not a JSON list ({e.msg})") from e
-            return [part.strip() for part in text.split(",") if part.strip()]
+            return group_store_parts([part.strip() for part in text.split(",") if part.strip()])
         return value
 
     @field_validator("retriever_api_key", mode="before")
@@ -112,6 +124,20 @@ class RetrievalConfig(BaseModel):
         if isinstance(value, str):
             return value.strip() or None
         return value
+
+    @field_validator("stores")
+    @classmethod
+    def _declared_stores(cls, value: list[str]) -> list[str]:
+        """Every entry parses: a bad sharded declaration is an error naming it, at start-up."""
+        for entry in value:
+            if "=" in entry:
+                parse_store(entry)
+        return value
+
+    def store_spec(self, name: str) -> StoreSpec:
+        """What store ``name`` is: its sharded declaration among ``stores`` (or ``name`` itself
+        when it is one), else a plain store."""
+        return find_store(self.stores, name)
 
     def searcher_kind(self) -> Literal["remote", "stores"]:
         """Which searcher this configuration names; a clear error when it names none or two."""

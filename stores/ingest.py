@@ -7,6 +7,7 @@ next run, and running twice adds nothing.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -82,6 +83,7 @@ def ingest(
     max_passage_tokens: int | None = DEFAULT_MAX_TOKENS,
     long_passages: str = "split",
     encoder: Any | None = None,
+    rows: tuple[int, int | None] | None = None,
 ) -> IngestReport:
     """Add every passage of ``paths`` (or of ``passages``) that ``store`` lacks.
 
@@ -94,6 +96,8 @@ def ingest(
     Passages over ``max_passage_tokens`` tokens are split or truncated (``long_passages``;
     None = no limit). ``encoder``: what encodes the passages instead of the store's embedder
     (a :class:`~parallelsearch.stores.encode_pool.PassagePool` on several processes or GPUs).
+    ``rows=(start, stop)``: only passages ``start`` to ``stop - 1`` (0-based, in reading order, before
+    over-long ones are split; stop None = to the end), so N processes can each build one shard.
     """
     if batch_size < 1 or chunk_size < 1:
         raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size} and {chunk_size}")
@@ -103,6 +107,11 @@ def ingest(
         if passages is not None
         else read_passages(paths or [], skip_bad=skip_bad, report=report.skipped)
     )
+    if rows is not None:
+        start, stop = rows
+        if start < 0 or (stop is not None and stop < start):
+            raise ValueError(f"rows {start}:{'' if stop is None else stop} is not a range of passages")
+        source = itertools.islice(source, start, stop)
     limit = None
     if max_passage_tokens is not None:
         limit = PassageLimit(tokenizer_of(store.embedder), max_passage_tokens, long_passages)  # type: ignore[arg-type]

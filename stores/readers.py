@@ -143,3 +143,8 @@ def read_passages(
                 if report is not None:
                     report.replaced += n_title + n_text
                 yield Passage.make(title, text, source=f"{path}:{line}")
+
+
+def count_passages(paths: Iterable[str | Path], *, skip_bad: bool = False) -> int:
+    """How many passages :func:`read_passages` yields (one pass; what ``index --shard`` divides)."""
+    return sum(1 for _ in read_passages(paths, skip_bad=skip_bad, report=SkipReport()))

@@ -124,6 +124,12 @@ class RetrieverClient:
         res = parse_result(body["result"], store=self.name)
         if len(res) != n:
             raise RetrieverError(f"{self.url} returned {len(res)} result lists for {n} queries")
+        missing = body.get("missing_shards")
+        if isinstance(missing, dict) and missing:  # a sharded store answered without some shards
+            from parallelsearch.stores.sharded_store import ShardHits
+
+            gone = {str(label): str(err) for label, err in missing.items()}
+            return [ShardHits(hits, gone) for hits in res]
         return res
 
     def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:

@@ -140,12 +140,18 @@ def create_retrieval_app(
             # the body guard makes it one JSON 500 whose error_id is the one logged with it
             results = await batcher.search(req.queries, k)
         if req.return_scores:
-            return {
+            body = {
                 "result": [
                     [{"document": passage_to_document(p), "score": p.score} for p in res] for res in results
                 ]
             }
-        return {"result": [[passage_to_document(p) for p in res] for res in results]}
+        else:
+            body = {"result": [[passage_to_document(p) for p in res] for res in results]}
+        # a sharded store that answered without some shards (allow_partial) says which
+        missing = {label: err for res in results for label, err in getattr(res, "missing", {}).items()}
+        if missing:
+            body["missing_shards"] = missing
+        return body
 
     return app
 

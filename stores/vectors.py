@@ -225,6 +225,21 @@ def parse_rows(text: str) -> tuple[int, int | None]:
         raise ValueError(f"--rows {text!r} is not START:STOP (e.g. 0:3000000)") from None
 
 
+def shard_rows(text: str, total: int) -> tuple[int, int]:
+    """``I/N`` (shard I of N, 0-based) as the row range it covers of ``total`` rows: N near-equal
+    consecutive ranges, so N processes given 0/N .. N-1/N build every row once."""
+    i, sep, n = text.partition("/")
+    try:
+        if not sep:
+            raise ValueError
+        index, count = int(i), int(n)
+    except ValueError:
+        raise ValueError(f"--shard {text!r} is not I/N (e.g. 0/8 .. 7/8)") from None
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"--shard {text!r}: I must be 0..N-1 and N >= 1")
+    return index * total // count, (index + 1) * total // count
+
+
 def _commit(
     store: ChromaStore,
     vf: VectorFile,

@@ -21,12 +21,14 @@ from parallelsearch.agents.searchers.base import Searcher, store_names
 from parallelsearch.stores.chroma_store import ChromaStore
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.retrieval_client import RetrieverClient
+from parallelsearch.stores.sharded_store import ShardedStore
 
 
 class StoreSearcher:
-    """A :class:`ChromaStore`; concurrent queries are coalesced into one encoder batch."""
+    """A :class:`ChromaStore` or :class:`ShardedStore`; concurrent queries are coalesced into one
+    encoder batch."""
 
-    def __init__(self, store: ChromaStore):
+    def __init__(self, store: ChromaStore | ShardedStore):
         self.store = store
         self.name = store.name
 
@@ -181,7 +183,7 @@ def as_searcher(
     """
     if isinstance(obj, _OWN):
         return obj
-    if isinstance(obj, ChromaStore):
+    if isinstance(obj, ChromaStore | ShardedStore):  # a sharded store's partial answers keep their note
         return StoreSearcher(obj)
     if isinstance(obj, RetrieverClient):
         return RemoteSearcher(obj)

@@ -29,6 +29,8 @@ class SearchOutcome:
     passages: list[Passage]
     error: str | None
     attempts: int
+    #: what the searcher said about an answer it gave (a sharded store answering without a shard)
+    note: str | None = None
 
 
 async def _with_timeout(aw: Awaitable[list[Passage]], timeout_s: float) -> list[Passage]:
@@ -57,7 +59,7 @@ async def guarded_search(
     for attempt in range(1, retries + 2):
         try:
             res = await _with_timeout(searcher.asearch(query, k), timeout_s)
-            return SearchOutcome(list(res)[:k], None, attempt)
+            return SearchOutcome(list(res)[:k], None, attempt, getattr(res, "note", None))
         except asyncio.TimeoutError:
             err = f"timed out after {timeout_s:g} s"
         except (asyncio.CancelledError, RetrieverAuthError):

@@ -1,0 +1,246 @@
+"""A sharded store against one store holding the same vectors, side by side in one process.
+
+    python benchmarks/shards.py [--n 100000] [--queries 300] [--scratch DIR]
+
+Three real ``chroma run`` servers on 127.0.0.1: server 0 holds one collection of all ``--n``
+vectors; servers 1 and 2 hold two collections each, a quarter of the rows per collection (4
+shards, 2 servers x 2 collections), searched through
+:class:`~parallelsearch.stores.sharded_store.ShardedStore`. Both are queried with the same
+precomputed query vectors (no encoder: the store's own cost).
+
+The data are synthetic, 384-d and normalised like MiniLM's: ``n / 50`` random centres, each row a
+centre plus Gaussian noise (cosine 0.7-0.9 to its centre), each query another noisy copy of a
+random centre, so every query has dense neighbourhoods to rank, unlike uniform random vectors.
+Figures:
+
+* recall@3 of each against exact search (numpy, cosine, on the same vectors);
+* latency p50/p95 at 1 client (single-query requests, the two interleaved query by query);
+* throughput at 32 clients: threads sending single-query requests (no coalescing), and 32 asyncio
+  clients whose queries are coalesced into batches (what the graph's searchers and ``/retrieve`` do);
+  each measured twice, alternating the two, and the better run of each kept;
+* a control: the one store searched through the sharded code path (a sharded store of one
+  shard), which separates this code's own cost from the cost of the fan-out.
+
+The servers' folders are kept in ``--scratch`` (default ``/tmp/parallelsearch-shards``) and reused
+when they hold every row, so the vectors are ingested once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+from _common import ChromaServer, write
+
+DIM = 384
+K = 3
+CLIENTS = 32
+CHUNK = 5000
+MODEL = "synthetic-384"
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def make_data(n: int, n_queries: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    centres = unit(rng.standard_normal((max(1, n // 50), DIM)))
+    noise = rng.uniform(0.5, 1.0, (n, 1)) * rng.standard_normal((n, DIM)) / np.sqrt(DIM)
+    rows = unit(centres[rng.integers(0, len(centres), n)] + noise)
+    qn = 0.8 * rng.standard_normal((n_queries, DIM)) / np.sqrt(DIM)
+    queries = unit(centres[rng.integers(0, len(centres), n_queries)] + qn)
+    return rows, queries
+
+
+def exact_top(rows: np.ndarray, queries: np.ndarray, k: int = K) -> list[list[str]]:
+    sims = queries @ rows.T
+    top = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    return [[str(i) for i in r] for r in top]
+
+
+def recall(got: list[list[str]], exact: list[list[str]]) -> float:
+    return statistics.fmean(len(set(g) & set(e)) / len(e) for g, e in zip(got, exact, strict=True))
+
+
+def fill(store, rows: np.ndarray, start: int, stop: int) -> float:
+    """Upsert rows start..stop-1 (ids = row numbers) unless the store holds them; seconds taken."""
+    from parallelsearch.stores.passages import Passage
+
+    if store.count() == stop - start:
+        return 0.0
+    t0 = time.perf_counter()
+    for a in range(start, stop, CHUNK):
+        b = min(stop, a + CHUNK)
+        store.upsert([Passage(str(i), "", f"row {i}") for i in range(a, b)], rows[a:b])
+    return time.perf_counter() - t0
+
+
+def pct(ms: list[float]) -> dict:
+    s = sorted(ms)
+    return {"p50_ms": round(statistics.median(s), 3), "p95_ms": round(s[int(0.95 * (len(s) - 1))], 3)}
+
+
+def threads_qps(search, queries: np.ndarray, clients: int) -> float:
+    """Queries per second with ``clients`` threads each sending one single-query request at a time."""
+    with ThreadPoolExecutor(clients) as pool:
+        t0 = time.perf_counter()
+        list(pool.map(lambda q: search(q[None, :], K), queries))
+        return len(queries) / (time.perf_counter() - t0)
+
+
+def coalesced_qps(search, queries: np.ndarray, clients: int) -> tuple[float, int]:
+    """Queries per second with ``clients`` asyncio clients whose queries are coalesced into batches
+    (stores/coalesce.py, the graph's and /retrieve's batching); also the number of batches."""
+    from parallelsearch.stores.coalesce import BatchCoalescer
+
+    co = BatchCoalescer(lambda k, items: search(np.stack(items), int(k)), window_s=0.002)
+    nxt = iter(range(len(queries)))
+
+    async def client() -> None:
+        for i in nxt:
+            await co.submit(K, queries[i])
+
+    async def run() -> float:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        return time.perf_counter() - t0
+
+    return len(queries) / asyncio.run(run()), co.batches
+
+
+def main() -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--scratch", type=Path, default=Path("/tmp/parallelsearch-shards"))
+    args = ap.parse_args()
+
+    from parallelsearch.stores.chroma_store import ChromaStore
+    from parallelsearch.stores.shard_spec import parse_store
+    from parallelsearch.stores.sharded_store import ShardedStore, open_shards
+    from parallelsearch.stores.vectors import RecordedModel
+
+    load_before = os.getloadavg()
+    rows, queries = make_data(args.n, args.queries)
+    exact = exact_top(rows, queries)
+    model = RecordedModel(MODEL, DIM)
+    scratch = args.scratch / f"n{args.n}"
+    servers = []
+    for i in range(3):
+        srv = ChromaServer()
+        srv.dir = scratch / f"server{i}"
+        servers.append(srv.__enter__())
+    try:
+        ports = [s.port for s in servers]
+        one = ChromaStore("whole", host="127.0.0.1", port=ports[0], embedder=model)
+        quarter = args.n // 4
+        bounds = [(j * quarter, args.n if j == 3 else (j + 1) * quarter) for j in range(4)]
+        shard_ports = [ports[1], ports[1], ports[2], ports[2]]
+        parts = [
+            ChromaStore(f"shard-{j}", host="127.0.0.1", port=shard_ports[j], embedder=model) for j in range(4)
+        ]
+        # ingest: one thread per server (server 0: the whole store; 1 and 2: two shards each)
+        jobs = {
+            "one_store": lambda: fill(one, rows, 0, args.n),
+            "shards_server1": lambda: sum(fill(parts[j], rows, *bounds[j]) for j in (0, 1)),
+            "shards_server2": lambda: sum(fill(parts[j], rows, *bounds[j]) for j in (2, 3)),
+        }
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(3) as pool:
+            ingest_s = dict(zip(jobs, pool.map(lambda f: f(), jobs.values()), strict=True))
+        ingest_wall = time.perf_counter() - t0
+        print(f"ingest (0 = reused): {ingest_s}, wall {ingest_wall:.1f} s")
+
+        decl = "sharded=" + ",".join(f"shard-{j}@127.0.0.1:{shard_ports[j]}" for j in range(4))
+        sharded = ShardedStore("sharded", open_shards(parse_store(decl), lambda *_: model), model)
+        assert one.count() == sharded.count() == args.n, (one.count(), sharded.count())
+        # the control: the one store behind the sharded code path (its own cost, no fan-out)
+        one_decl = f"one=whole@127.0.0.1:{ports[0]}"
+        wrapped = ShardedStore("one", open_shards(parse_store(one_decl), lambda *_: model), model)
+
+        def ids(search) -> list[list[str]]:
+            out: list[list[str]] = []
+            for a in range(0, len(queries), 100):
+                out += [[p.id for p in hits] for hits in search(queries[a : a + 100], K)]
+            return out
+
+        one_ids, sharded_ids = ids(one.search_vectors), ids(sharded.search_vectors)
+        r_one, r_sharded = recall(one_ids, exact), recall(sharded_ids, exact)
+        same = sum(a == b for a, b in zip(one_ids, sharded_ids, strict=True)) / len(queries)
+
+        stores = {"one": one, "one_via_sharded_path": wrapped, "sharded": sharded}
+        for q in queries[:20]:  # warm all (HNSW loaded, connections open)
+            for store in stores.values():
+                store.search_vectors(q[None, :], K)
+        lat: dict[str, list[float]] = {name: [] for name in stores}
+        for q in queries:  # interleaved, so load changes hit all alike
+            for name, store in stores.items():
+                t = time.perf_counter()
+                store.search_vectors(q[None, :], K)
+                lat[name].append((time.perf_counter() - t) * 1000)
+        lat_one, lat_sharded = lat["one"], lat["sharded"]
+
+        thr: dict[str, list[float]] = {name: [] for name in stores}
+        co: dict[str, list[float]] = {name: [] for name in stores}
+        batches: dict[str, int] = {}
+        for _ in range(2):
+            for name, store in stores.items():
+                thr[name].append(threads_qps(store.search_vectors, queries, CLIENTS))
+                qps, batches[name] = coalesced_qps(store.search_vectors, queries, CLIENTS)
+                co[name].append(qps)
+        sharded.close()
+        wrapped.close()
+    finally:
+        for s in servers:
+            s.__exit__(None, None, None)
+
+    p_one, p_sh = pct(lat_one), pct(lat_sharded)
+    best = {k: {n: round(max(v), 1) for n, v in d.items()} for k, d in (("threads", thr), ("coalesced", co))}
+    data = {
+        "n": args.n,
+        "queries": args.queries,
+        "dimension": DIM,
+        "shards": "4 (2 servers x 2 collections) vs 1 collection on a third server",
+        "ingest_s": {k: round(v, 1) for k, v in ingest_s.items()},
+        "ingest_wall_s": round(ingest_wall, 1),
+        "recall_at_3": {"one": round(r_one, 4), "sharded": round(r_sharded, 4)},
+        "same_top3_fraction": round(same, 4),
+        "latency_1_client": {name: pct(ms) for name, ms in lat.items()},
+        "p50_ratio_sharded_over_one": round(p_sh["p50_ms"] / p_one["p50_ms"], 3),
+        "qps_32_clients": best,
+        "qps_runs": {"threads": thr, "coalesced": co},
+        "coalesced_batches_last_run": batches,
+        "throughput_ratio_sharded_over_one": {k: round(v["sharded"] / v["one"], 3) for k, v in best.items()},
+        "loadavg_before": [round(x, 2) for x in load_before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "threads_alive_at_end": threading.active_count(),
+    }
+    print(
+        f"recall@3 vs exact: one {r_one:.4f}, sharded {r_sharded:.4f} (same top-3 on {same:.1%} of queries)\n"
+        f"1 client p50/p95: one {p_one['p50_ms']}/{p_one['p95_ms']} ms, sharded {p_sh['p50_ms']}/"
+        f"{p_sh['p95_ms']} ms (p50 ratio {data['p50_ratio_sharded_over_one']})\n"
+        f"32 clients queries/s: threads one {best['threads']['one']} sharded {best['threads']['sharded']}; "
+        f"coalesced one {best['coalesced']['one']} sharded {best['coalesced']['sharded']} "
+        f"(ratios {data['throughput_ratio_sharded_over_one']})\n"
+        f"control, the one store through the sharded code path: p50 {pct(lat['one_via_sharded_path'])['p50_ms']} "
+        f"ms, queries/s threads {best['threads']['one_via_sharded_path']} coalesced "
+        f"{best['coalesced']['one_via_sharded_path']}\n"
+        f"load average before {data['loadavg_before']} after {data['loadavg_after']}"
+    )
+    write("shards", data)
+    return data
+
+
+if __name__ == "__main__":
+    main()

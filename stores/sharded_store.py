@@ -1,0 +1,335 @@
+"""One corpus split over several Chroma collections (shards), searched as one store.
+
+Pieces of one corpus must be merged by distance, not by rank (rank fusion, what
+``MultiStoreSearcher`` does for different corpora, would rank shard 2's 1st passage above
+shard 1's 2nd even when it is far worse): each query is embedded once, the vectors go to
+every shard at once (one batched query per shard, on threads, under one deadline with
+retries), and the union is cut to the k nearest, ties broken by id. With exact shards that
+is exactly the top-k of one store holding every passage.
+
+The shards must agree on embedding model, dimension, encoder family and distance space
+(read from each collection when it is opened); a shard that disagrees, is missing or cannot
+be reached is a :class:`ShardError` naming it. A shard that fails during a query fails the
+query, naming the shard, unless ``allow_partial``: then the others answer and the result
+says which shards are missing (:class:`ShardHits`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from parallelsearch.stores.chroma_store import ChromaStore, make_client
+from parallelsearch.stores.coalesce import BatchCoalescer
+from parallelsearch.stores.embedders import Embedder
+from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
+from parallelsearch.stores.hnsw import hnsw_of
+from parallelsearch.stores.onnx_encoder import embedding_family
+from parallelsearch.stores.passages import Passage
+from parallelsearch.stores.shard_spec import ShardSpec, StoreSpec
+
+log = logging.getLogger(__name__)
+
+
+class ShardError(RuntimeError):
+    """A shard of a sharded store is missing, disagrees with the others, or failed a query."""
+
+
+class ShardHits(list):
+    """The passages of one query (a ``list[Passage]``) and the shards that did not answer it
+    (``missing``: shard label -> error; empty unless ``allow_partial``). A slice keeps ``missing``."""
+
+    def __init__(self, passages: Sequence[Passage] = (), missing: dict[str, str] | None = None):
+        super().__init__(passages)
+        self.missing: dict[str, str] = dict(missing or {})
+
+    def __getitem__(self, i: Any) -> Any:
+        got = super().__getitem__(i)
+        return ShardHits(got, self.missing) if isinstance(i, slice) else got
+
+    @property
+    def note(self) -> str | None:
+        """What a trace shows for a partial answer (None when every shard answered)."""
+        if not self.missing:
+            return None
+        said = "; ".join(f"{label}: {err}" for label, err in sorted(self.missing.items()))
+        return f"partial: {len(self.missing)} shard(s) did not answer ({said})"
+
+
+def merge_by_distance(per_shard: Sequence[Sequence[Passage]], k: int, store: str) -> list[Passage]:
+    """The ``k`` best passages of all shards by score (1 - distance), ties by id; an id found in
+    two shards counts once, with its best score."""
+    best: dict[str, Passage] = {}
+    for hits in per_shard:
+        for p in hits:
+            have = best.get(p.id)
+            if have is None or (p.score or 0.0) > (have.score or 0.0):
+                best[p.id] = p
+    ranked = sorted(best.values(), key=lambda p: (-(p.score if p.score is not None else -np.inf), p.id))
+    return [Passage(p.id, p.title, p.text, p.score, store) for p in ranked[:k]]
+
+
+def _set_http_timeout(client: Any, timeout_s: float) -> None:
+    """Give a Chroma HTTP client a request timeout (its httpx session has none by default), so a
+    hung server frees the calling thread; embedded clients have no session and are left alone."""
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if session is not None and hasattr(session, "timeout"):
+        import httpx
+
+        session.timeout = httpx.Timeout(timeout_s)
+
+
+def open_shards(
+    spec: StoreSpec,
+    embedder_for: Callable[[Any, str], Embedder],
+    *,
+    host: str | None = None,
+    port: int = 8000,
+    path: str | Path | None = None,
+    timeout_s: float = 10.0,
+) -> list[tuple[str, ChromaStore]]:
+    """Open every shard of ``spec`` as (label, store), all with one encoder: ``embedder_for(client,
+    collection)`` of the first shard (so ``auto`` follows what that shard records). A shard with no
+    location of its own lives at ``host:port`` or ``path`` (the configuration's default). Shards on
+    one server share its client."""
+    clients: dict[tuple[Any, ...], Any] = {}
+    embedder: Embedder | None = None
+    out = []
+    for shard in spec.shards:
+        where = _where(shard, host, port, path)
+        label = shard.label if (shard.host or shard.path is not None) else f"{shard.collection}@{where[1]}"
+        try:
+            if where[0] is None and not Path(where[1]).is_dir():  # reading must not create a folder
+                raise StoreNotFoundError(f"no Chroma folder {where[1]}")
+            if where not in clients:
+                clients[where] = _within(
+                    timeout_s,
+                    lambda w=where: make_client(host=w[0], port=w[2]) if w[0] else make_client(path=w[1]),
+                )
+                _set_http_timeout(clients[where], timeout_s)
+            if embedder is None:
+                embedder = embedder_for(clients[where], shard.collection)
+            store = _within(
+                timeout_s,
+                lambda c=clients[where], e=embedder, col=shard.collection, w=where: ChromaStore(
+                    col, client=c, embedder=e, create=False, location=str(w[1])
+                ),
+            )
+        except (ModelMismatchError, StoreNotFoundError) as e:
+            raise ShardError(f"shard {label} of store {spec.name!r}: {e}") from e
+        except Exception as e:  # noqa: BLE001 - an unreachable server differs by client and version
+            raise ShardError(
+                f"shard {label} of store {spec.name!r} cannot be opened: {type(e).__name__}: {e}"[:500]
+            ) from e
+        out.append((label, store))
+    check_agreement(spec.name, out)
+    return out
+
+
+def _within(timeout_s: float, fn: Callable[[], Any]) -> Any:
+    """``fn()`` on a daemon thread, or a TimeoutError after ``timeout_s``: Chroma's HTTP client asks
+    the server who the user is when it is made, with no timeout, so a hung server would hang the
+    caller; the thread is left to end when the server answers or the process exits."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller below
+            box["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True, name="open-shard")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {timeout_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _where(shard: ShardSpec, host: str | None, port: int, path: str | Path | None) -> tuple[Any, ...]:
+    """(host or None, location text, port) of a shard."""
+    if shard.host:
+        p = shard.port or 8000
+        return (shard.host, f"http://{shard.host}:{p}", p)
+    if shard.path is not None:
+        return (None, str(shard.path), 0)
+    if host:
+        return (host, f"http://{host}:{port}", port)
+    if path is None:
+        raise ShardError(f"shard {shard.collection} has no location and none is configured (chroma_path)")
+    return (None, str(path), 0)
+
+
+def check_agreement(name: str, shards: Sequence[tuple[str, ChromaStore]]) -> None:
+    """Every shard records the same model, dimension, encoder family and distance space as the
+    first; the first that does not is named."""
+
+    def facts(store: ChromaStore) -> dict[str, Any]:
+        info = store.collection.metadata or {}
+        return {
+            "embedding model": info.get("ps_embedding_model"),
+            "dimension": info.get("ps_dimension"),
+            "encoder family": embedding_family(str(info.get("ps_encoder_backend", "torch"))),
+            "distance space": hnsw_of(store.collection).get("space", "cosine"),
+        }
+
+    first_label, first = shards[0]
+    want = facts(first)
+    for label, store in shards[1:]:
+        have = facts(store)
+        for key, value in want.items():
+            if have[key] != value:
+                raise ShardError(
+                    f"shard {label} of store {name!r} has {key} {have[key]!r}, but shard {first_label} has "
+                    f"{value!r}; every shard of one store must be built the same way (re-index {label})"
+                )
+
+
+class ShardedStore:
+    """A store name standing for several shards; reads like a :class:`ChromaStore` (``search_batch``,
+    ``search_vectors``, ``asearch``, ``count``, ``info``), so searchers and ``/retrieve`` take it."""
+
+    def __init__(
+        self,
+        name: str,
+        shards: Sequence[tuple[str, ChromaStore]],
+        embedder: Embedder,
+        *,
+        allow_partial: bool = False,
+        timeout_s: float = 10.0,
+        retries: int = 1,
+        backoff_s: float = 0.05,
+        coalesce_window_s: float = 0.002,
+        max_concurrent_batches: int = 8,
+    ) -> None:
+        if not shards:
+            raise ValueError(f"sharded store {name!r} needs at least one shard")
+        self.name = name
+        self.shards = list(shards)
+        self.embedder = embedder
+        self.allow_partial = allow_partial
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        # every shard of every batch in flight gets its own thread
+        self._pool = ThreadPoolExecutor(
+            max_workers=len(self.shards) * max_concurrent_batches, thread_name_prefix=f"shards-{name}"
+        )
+        self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(
+            self._search_key, coalesce_window_s
+        )
+
+    @property
+    def location(self) -> str:
+        return ", ".join(label for label, _ in self.shards)
+
+    def shard_names(self) -> list[str]:
+        return [label for label, _ in self.shards]
+
+    # ---- reading -------------------------------------------------------------------------
+    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[ShardHits]:
+        """Top-k of every query over all shards: ONE encoder call, one query per shard, concurrently."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        queries = list(queries)
+        if not queries:
+            return []
+        return self.search_vectors(self.embedder.encode_queries(queries), k)
+
+    def search_vectors(self, vecs: np.ndarray, k: int = 3) -> list[ShardHits]:
+        """Top-k for query vectors already encoded with the shards' model."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1, got {k}")
+        if len(vecs) == 0:
+            return []
+        deadline = time.monotonic() + self.timeout_s
+        futures: list[tuple[str, Future]] = [
+            (label, self._pool.submit(self._query_shard, store, vecs, k, deadline))
+            for label, store in self.shards
+        ]
+        answers: list[list[list[Passage]]] = []
+        failed: dict[str, str] = {}
+        for label, fut in futures:
+            try:
+                answers.append(fut.result(timeout=max(0.0, deadline - time.monotonic())))
+            except FutureTimeout:
+                fut.cancel()
+                failed[label] = f"timed out after {self.timeout_s:g} s"
+            except Exception as e:  # noqa: BLE001 - any shard failure is reported with the shard named
+                failed[label] = f"{type(e).__name__}: {e}"[:300]
+        if failed and (not self.allow_partial or not answers):
+            said = "; ".join(f"shard {label}: {err}" for label, err in failed.items())
+            raise ShardError(
+                f"store {self.name!r}: {len(failed)} of {len(self.shards)} shard(s) failed ({said})"
+                + ("" if self.allow_partial else "; set allow_partial to answer from the others")
+            )
+        if failed:
+            log.warning(
+                "store %r answered from %d of %d shards: %s",
+                self.name,
+                len(answers),
+                len(self.shards),
+                failed,
+            )
+        return [
+            ShardHits(merge_by_distance([a[qi] for a in answers], k, self.name), failed)
+            for qi in range(len(vecs))
+        ]
+
+    def _query_shard(
+        self, store: ChromaStore, vecs: np.ndarray, k: int, deadline: float
+    ) -> list[list[Passage]]:
+        for attempt in range(self.retries + 1):
+            try:
+                return store.search_vectors(vecs, k)
+            except Exception:
+                wait = self.backoff_s * (attempt + 1)
+                if attempt == self.retries or time.monotonic() + wait >= deadline:
+                    raise
+                time.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def search(self, query: str, k: int = 3) -> list[Passage]:
+        return self.search_batch([query], k)[0]
+
+    def _search_key(self, key: Hashable, queries: list[str]) -> list[list[Passage]]:
+        return self.search_batch(queries, int(key))  # type: ignore[arg-type,return-value]
+
+    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
+        """Async single query; concurrent calls arriving together share one encoder call and one
+        query per shard."""
+        return await self._coalescer.submit(k, query)
+
+    @property
+    def coalesced_batches(self) -> int:
+        return self._coalescer.batches
+
+    def count(self) -> int:
+        return sum(store.count() for _, store in self.shards)
+
+    def info(self) -> dict[str, Any]:
+        rows = [dict(store.info(), shard=label) for label, store in self.shards]
+        first = rows[0]
+        return {
+            "name": self.name,
+            "count": sum(r["count"] for r in rows),
+            "model": first["model"],
+            "dimension": first["dimension"],
+            "encoder_backend": first["encoder_backend"],
+            "location": self.location,
+            "allow_partial": self.allow_partial,
+            "shards": rows,
+        }
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
