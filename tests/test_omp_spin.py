@@ -64,7 +64,7 @@ def _spin_seen_by(replace: str, argv: list[str]) -> str:
 def test_serve_retriever_sets_it_before_the_store_loads_torch():
     """The CLI path: the spin count is in the environment by the time the store is opened."""
     replace = "import parallelsearch.graphs.factory as f\nf.make_store = probe\n"
-    assert _spin_seen_by(replace, ["serve-retriever", "--store", "x"]) == "1000"
+    assert _spin_seen_by(replace, ["serve-retriever", "--store", "wiki"]) == "1000"
 
 
 def test_serve_sets_it_before_the_app_loads_torch():
