@@ -13,7 +13,7 @@ import json
 import logging
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from parallelsearch.stores.passages import Passage
@@ -65,9 +65,6 @@ TOOLS_TEMPLATE = (
     "illustrations. For example: Beijing. Question: {question}\n"
 )
 
-#: prompt templates of the tools protocol (kept apart from :data:`TEMPLATES`, the tags protocol's)
-TOOL_TEMPLATES = {"tools": TOOLS_TEMPLATE}
-
 SEARCH_TOOL_NAME = "search"
 
 #: The one tool of the tools protocol, in the OpenAI function format every LangChain
@@ -87,6 +84,25 @@ SEARCH_TOOL: dict = {
         },
     },
 }
+
+#: The tools protocol's TEXT form, for training a policy that writes text (the Hermes/Qwen
+#: chat-template form that vLLM's ``hermes`` tool parser reads): the tool's signature in
+#: ``<tools>``, calls as ``<tool_call>`` JSON blocks, the answer in ``<answer>`` as in the tags.
+TOOL_TEXT_TEMPLATE = (
+    "Answer the given question. You may think first every time you get new information. If you lack some "
+    "knowledge, call the search tool; it returns the top searched results in <tool_response> and "
+    "</tool_response>. You are provided with the tool signature within <tools></tools>:\n<tools>\n"
+    + json.dumps(SEARCH_TOOL, ensure_ascii=False)
+    + "\n</tools>\nFor each call, write a JSON object with the function name and arguments within "
+    '<tool_call></tool_call>: <tool_call>\n{"name": "search", "arguments": {"query": "..."}}\n</tool_call>. '
+    "If the question is complex or involves multiple parts, decompose it into smaller sub-questions and write "
+    "one call per sub-question in the same turn: the calls run in parallel. You can search as many times as "
+    "you want. If you find no further external knowledge needed, give the answer inside <answer> and "
+    "</answer>, without detailed illustrations. For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+
+#: prompt templates of the tools protocol (kept apart from :data:`TEMPLATES`, the tags protocol's)
+TOOL_TEMPLATES = {"tools": TOOLS_TEMPLATE, "tool_text": TOOL_TEXT_TEMPLATE}
 
 #: The official code's corrective feedback for an invalid action (search_r1/llm_agent/generation.py).
 INVALID_FEEDBACK = (
@@ -404,6 +420,104 @@ def format_tool_response(text: str) -> str:
     return f"\n<tool_response>\n{text.strip()}\n</tool_response>"
 
 
+#: Where an assistant turn ends in the Hermes/Qwen (ChatML) chat template. The text form's tool
+#: turn stops here and not at ``</tool_call>``: a turn of parallel calls holds several blocks, and
+#: only the end-of-turn says the last one has been written (the template writes it right after
+#: the last ``</tool_call>``). It is kept in the turn, so the policy learns to end its turns.
+TOOL_TURN_END = "<|im_end|>"
+#: the text form's stop strings: the end of a tool turn, or of the answer
+TOOL_STOP_STRINGS: tuple[str, ...] = (TOOL_TURN_END, "</answer>")
+#: what a text-form turn with neither a tool call nor an answer is told
+TOOL_TEXT_RETRY = (
+    'My previous turn is invalid: {reason}. To search, write <tool_call>{{"name": "search", "arguments": '
+    '{{"query": "..."}}}}</tool_call> (one block per sub-question); to answer, write <answer> ... </answer>.'
+)
+
+_TOOL_BLOCK_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_ENV_TAG_RE = re.compile(r"</?(tool_response|information)>")
+_TEXT_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def tool_text_observation(responses: Sequence[str], turn_closed: bool = True, note: str = "") -> str:
+    """The environment's reply to a text-form turn, as the Hermes/Qwen chat template writes
+    tool messages: one user turn holding one ``<tool_response>`` per call, in call order, then
+    the next assistant turn's header. ``turn_closed`` is False when the policy's turn did not
+    end with :data:`TOOL_TURN_END` (cut at the token cap); the environment closes it then.
+    ``note``: a corrective note instead of responses (a turn without any call)."""
+    head = "" if turn_closed else TOOL_TURN_END
+    body = "".join(format_tool_response(r) for r in responses) + (f"\n{note}" if note else "")
+    return f"{head}\n<|im_start|>user{body}{TOOL_TURN_END}\n<|im_start|>assistant\n"
+
+
+def _text_call(body: str, i: int) -> tuple[dict | None, dict | None]:
+    """One ``<tool_call>`` block's JSON as a LangChain-style call, or an invalid call."""
+    cid = f"call_{i}"
+    try:
+        obj = json.loads(body)
+    except ValueError as e:
+        return None, {"id": cid, "name": "<tool_call>", "args": body.strip()[:120], "error": str(e)}
+    if not isinstance(obj, dict):
+        return {"id": cid, "name": None, "args": obj}, None
+    args = obj.get("arguments", obj.get("parameters"))
+    if isinstance(args, str):  # some models write the arguments as a JSON string, as OpenAI sends them
+        try:
+            args = json.loads(args)
+        except ValueError as e:
+            return None, {"id": cid, "name": obj.get("name"), "args": args[:120], "error": str(e)}
+    return {"id": cid, "name": obj.get("name"), "args": args}, None
+
+
+def parse_tool_text(text: object, *, max_subqueries: int = 8, split: bool = True) -> Action:
+    """Parse one turn of the tools protocol's text form into the same :class:`Action`
+    :func:`parse_tool_calls` returns for a chat model's tool calls. Never raises.
+
+    Each ``<tool_call>{"name": "search", "arguments": {"query": q}}</tool_call>`` block is one
+    call (ids ``call_0``, ``call_1``, ... in order), so N blocks in one turn are the N
+    sub-queries of one round, with the same validation (unknown tool, bad JSON or arguments,
+    empty query, ``max_subqueries``). A turn without a block answers with ``<answer>``. Text
+    before the blocks is the turn's reasoning; the turn end (:data:`TOOL_TURN_END`) is ignored.
+    """
+    try:
+        if not isinstance(text, str):
+            return Action("invalid", reason=f"turn is {type(text).__name__}, not text")
+        env_tag = _ENV_TAG_RE.search(text)
+        if env_tag:
+            return Action(
+                "invalid", reason=f"the policy wrote a <{env_tag.group(1)}> tag (only the environment may)"
+            )
+        blocks = list(_TOOL_BLOCK_RE.finditer(text))
+        rest = _TOOL_BLOCK_RE.sub("", text)
+        if "<tool_call>" in rest or "</tool_call>" in rest:
+            return Action("invalid", reason="a <tool_call> is never closed (or closed without opening)")
+        if not blocks:
+            answers = _TEXT_ANSWER_RE.findall(text)
+            if not answers:
+                return Action("invalid", reason="no <tool_call> and no <answer>")
+            if not answers[-1].strip():
+                return Action("invalid", reason="empty <answer>")
+            return parse_tool_calls([], answers[-1])
+        if _TEXT_ANSWER_RE.search(rest):
+            return Action("invalid", reason="an <answer> beside tool calls (answer in a turn without calls)")
+        calls: list[dict] = []
+        broken: list[dict] = []
+        for i, m in enumerate(blocks):
+            call, bad = _text_call(m.group(1), i)
+            (calls if call is not None else broken).append(call if call is not None else bad)  # type: ignore[arg-type]
+        action = parse_tool_calls(
+            calls,
+            text[: blocks[0].start()],
+            broken,
+            max_subqueries=max_subqueries,
+            split=split,
+        )
+        if broken:  # keep the calls in the order they were written (one response each, in order)
+            order = {f"call_{i}": i for i in range(len(blocks))}
+            action = replace(action, calls=tuple(sorted(action.calls, key=lambda c: order.get(c.id, 0))))
+        return action
+    except Exception as e:  # the parser never raises, whatever the policy wrote
+        return Action("invalid", reason=f"unreadable turn ({type(e).__name__}: {e})")
+
+
 TitleStyle = Literal["official", "stripped"]
 #: how ``Doc i(Title: t)`` shows a title: ``official`` = the corpus entry's first line verbatim, as
 #: the official code renders it (Search-R1/wiki-18 titles keep their quotes: ``Title: "Aaron"``),
@@ -468,22 +582,35 @@ def protocol_regex(
     think_chars: int = 600,
     query_chars: int = 100,
     answer_chars: int = 100,
+    protocol: Literal["tags", "tools"] = "tags",
 ) -> str:
     """A regular expression of one valid policy turn, for constrained (structured) decoding.
 
     ``<think>...</think>``, a newline, then ``<search> q ## q </search>`` (at most
     ``max_subqueries`` parts, one when ``split`` is off) or ``<answer> a </answer>``; the
-    final turn may only answer. Every part is bounded, so even a model that has never seen
-    the protocol (a random one) ends its turn with a valid action instead of running to the
-    token cap: the tags are the only way out of a full span. Queries and answers start and
-    end with a non-space character, so the parser never sees an empty piece.
+    final turn may only answer. ``protocol="tools"``: the text form, where a search is one
+    ``<tool_call>`` JSON block per sub-query (newline-separated, as the Hermes template writes
+    them) and the grammar ends after the last block, so the engine ends the turn with its
+    end-of-turn token (:data:`TOOL_TURN_END` for ChatML models). Every part is bounded, so
+    even a model that has never seen the protocol (a random one) ends its turn with a valid
+    action instead of running to the token cap: the tags are the only way out of a full span.
+    Queries and answers start and end with a non-space character, so the parser never sees an
+    empty piece.
     """
     if max_subqueries < 1:
         raise ValueError(f"max_subqueries must be >= 1, got {max_subqueries}")
+    if protocol not in ("tags", "tools"):
+        raise ValueError(f"unknown protocol {protocol!r}; choose tags or tools")
     think = rf"<think>[^<]{{1,{think_chars}}}</think>\n"
     word = rf"[^<#{_SPACE}]([^<#\n]{{0,{max(query_chars - 2, 0)}}}[^<#{_SPACE}])?"
     answer = rf"<answer> [^<{_SPACE}]([^<\n]{{0,{max(answer_chars - 2, 0)}}}[^<{_SPACE}])? </answer>"
     if final:
         return think + answer
+    if protocol == "tools":
+        q = rf'[^"\\<\x00-\x1f{_SPACE}]([^"\\<\x00-\x1f]{{0,{max(query_chars - 2, 0)}}}[^"\\<\x00-\x1f{_SPACE}])?'
+        call = r'<tool_call>\n\{"name": "search", "arguments": \{"query": "' + q + r'"\}\}\n</tool_call>'
+        n = max_subqueries if split else 1
+        calls = rf"{call}(\n{call}){{0,{n - 1}}}" if n > 1 else call
+        return think + rf"({calls}|{answer})"
     parts = rf"{word}( ## {word}){{0,{max_subqueries - 1}}}" if split and max_subqueries > 1 else word
     return think + rf"(<search> {parts} </search>|{answer})"

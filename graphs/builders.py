@@ -86,7 +86,8 @@ def _planner(
         raise ValueError("answer_policy is for the tags protocol; under protocol='tools' the planner answers")
     answerer = as_policy(answer_policy, "tags") if answer_policy is not None else None
     if protocol == "tools" and not cfg.prompt_template:
-        cfg = cfg.model_copy(update={"prompt_template": "tools"})
+        text_form = getattr(pol, "tool_text", False)  # the trainer's policy writes <tool_call> blocks
+        cfg = cfg.model_copy(update={"prompt_template": "tool_text" if text_form else "tools"})
     log.info(
         "%s graph: planner %s speaks the %s protocol",
         kind,

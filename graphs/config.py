@@ -56,7 +56,8 @@ class GraphConfig(BaseModel):
         "auto",
         description="how the planner searches: 'tags' = <search> a ## b </search> text, 'tools' = parallel "
         "calls of a search tool (a chat model with bind_tools); 'auto' = tools for such a chat model, tags "
-        "otherwise (the trained checkpoints behind openai:/vllm:/hf: speak tags)",
+        "otherwise (the trained checkpoints behind openai:/vllm:/hf: speak tags). In training (the RL "
+        "environment) 'tools' is the protocol's text form: <tool_call> blocks and <tool_response> replies",
     )
 
     def recursion_limit(self) -> int:

@@ -25,15 +25,20 @@ from parallelsearch.agents.policies.base import Policy, TurnRequest
 from parallelsearch.agents.protocol import (
     INVALID_FEEDBACK,
     STOP_STRINGS,
+    TOOL_STOP_STRINGS,
+    TOOL_TEXT_RETRY,
+    TOOL_TURN_END,
     content_text,
     format_observation,
     format_passages,
     format_tool_response,
     parse_action,
     parse_tool_calls,
+    parse_tool_text,
     render_prompt,
     render_tool_calls,
     tool_feedback,
+    tool_text_observation,
 )
 from parallelsearch.agents.searchers.base import Searcher, guarded_search, store_names
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig, request_overrides
@@ -101,6 +106,8 @@ class Nodes:
         if protocol not in ("tags", "tools"):
             raise ValueError(f"unknown protocol {protocol!r}; the builders resolve 'auto' to tags or tools")
         self.tools = protocol == "tools"
+        # the tools protocol's text form: the policy (training's) writes <tool_call> blocks as text
+        self.tool_text = self.tools and bool(getattr(policy, "tool_text", False))
         self.protocol = protocol
         self._warned = False  # the all-invalid warning is given once per graph
         self.graph_name = "parallelsearch"  # the answer message's ``name``; builders set their graph's
@@ -190,7 +197,7 @@ class Nodes:
         return TurnRequest(
             transcript=st["transcript"],
             segments=list(st.get("segments") or []),
-            stop=STOP_STRINGS,
+            stop=TOOL_STOP_STRINGS if self.tool_text else STOP_STRINGS,
             max_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature,
             top_p=cfg.top_p,
@@ -228,7 +235,11 @@ class Nodes:
             request.messages = list(st["chat"]) + ([HumanMessage(content=TOOLS_FINAL)] if final else [])
         res = await self.policy.agenerate(request)
         text = res.text if isinstance(res.text, str) else ""
-        if self.tools:
+        if self.tool_text:
+            action = parse_tool_text(text, max_subqueries=cfg.max_subqueries, split=cfg.split_subqueries)
+            invalid = action.kind == "invalid" or (final and action.kind != "answer")
+            transcript, segments = self._tool_text_turn(st, action, text, invalid and not final)
+        elif self.tools:
             action = parse_tool_calls(
                 res.tool_calls,
                 text,
@@ -312,6 +323,24 @@ class Nodes:
             turn += written
         update["chat"] = chat
         return st["transcript"] + turn, segments
+
+    def _tool_text_turn(
+        self, st: dict[str, Any], action: Any, text: str, feedback: bool
+    ) -> tuple[str, list[tuple[str, str]]]:
+        """A text-form turn: the transcript keeps the policy's text verbatim (training tokenises
+        it as generated); an invalid turn gets the corrective notes as the environment's reply:
+        one ``<tool_response>`` per call, or one retry note for a turn without calls."""
+        segments = list(st["segments"]) + [("policy", text)]
+        if not feedback:
+            return st["transcript"] + text, segments
+        closed = text.rstrip().endswith(TOOL_TURN_END)
+        if action.calls:
+            written = tool_text_observation([note for _, note in tool_feedback(action)], closed)
+        else:
+            note = TOOL_TEXT_RETRY.format(reason=action.reason or "invalid turn")
+            written = tool_text_observation([], closed, note)
+        segments.append(("feedback", written))
+        return st["transcript"] + text + written, segments
 
     def route(self, state: SearchState) -> Any:
         act = state.get("last_action") or {}
@@ -448,6 +477,10 @@ class Nodes:
             )
             for cid, i in calls
         ]
+        if self.tool_text:  # the text form: one ChatML user turn of <tool_response> blocks, in call order
+            closed = state["transcript"].rstrip().endswith(TOOL_TURN_END)
+            obs = tool_text_observation([str(m.content) for m in tool_msgs], closed)
+            return obs, list(state.get("chat") or [])
         obs = "".join(format_tool_response(str(m.content)) for m in tool_msgs) + "\n"
         return obs, list(state.get("chat") or []) + tool_msgs
 

@@ -23,7 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output jsonl")
     p.add_argument("--recipe", choices=["paper"], help="paper: the NQ + HotpotQA mix from the given files")
     p.add_argument(
-        "--template", default="paper", help="prompt template: paper | official | search_r1 (default paper)"
+        "--template",
+        default="paper",
+        help="prompt template: paper | official | search_r1, or tool_text for the tool-call text form "
+        "(agent.graph_config.protocol: tools) (default paper)",
     )
     p.add_argument("--tokenizer", help="chat-template the prompts with this Hugging Face tokenizer (path)")
     p.add_argument("--limit", type=int, help="keep at most N prompts (after shuffling)")

@@ -1,8 +1,12 @@
 """The training environment: the compiled graph, driven one policy turn at a time.
 
-The planner node runs the :class:`ExternalPolicy`, which pauses the graph with LangGraph
-``interrupt``; :meth:`SearchEnv.step` resumes it with ``Command(resume=...)``. Search,
-join, routing and counting are the graph's own code, the same as in serving.
+The policy writes text in one of two protocols (``GraphConfig.protocol``): the tags (the
+default) or ``tools``, the tool-call protocol's Hermes/Qwen text form (``<tool_call>``
+blocks, ``<tool_response>`` observations). The planner node runs the
+:class:`ExternalPolicy`, which pauses the graph with LangGraph ``interrupt``;
+:meth:`SearchEnv.step` resumes it with ``Command(resume=...)``. Search, join, routing and
+counting are the graph's own code, the same as in serving. Each pending turn
+(:attr:`SearchEnv.turn`) carries the protocol's stop strings under ``"stop"``.
 
 ``EnvGraph`` is built once (per process or Ray actor) and shared; each episode is a
 cheap :class:`SearchEnv` on its own checkpoint thread, deleted when the episode ends.
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from typing_extensions import Unpack
 
@@ -53,8 +57,18 @@ class EnvGraph:
         self.reward_weights = dict(reward_weights or {})
         self.checkpointer = InMemorySaver()
         self.config = (config or GraphConfig()).updated(**options)
+        # the policy writes text: ``tools`` is the tools protocol's text form (<tool_call> blocks)
+        self.protocol: Literal["tags", "tools"] = "tools" if self.config.protocol == "tools" else "tags"
+        if self.protocol == "tools" and self.reward_mode == "official":
+            raise ValueError(
+                "reward mode 'official' scores the official code's tags; the tool-call text form needs mode 'paper'"
+            )
         self.graph = build_graph(
-            graph, ExternalPolicy(), searcher, checkpointer=self.checkpointer, config=self.config
+            graph,
+            ExternalPolicy(self.protocol),
+            searcher,
+            checkpointer=self.checkpointer,
+            config=self.config,
         )
 
     def new_episode(self) -> SearchEnv:
@@ -140,7 +154,12 @@ class SearchEnv:
         reward = None
         if self._label.get("golden_answers"):
             reward = score_trajectory(
-                after, self._label, self._g.reward_mode, prompt=self._prompt, **self._g.reward_weights
+                after,
+                self._label,
+                self._g.reward_mode,
+                prompt=self._prompt,
+                protocol=self._g.protocol,
+                **self._g.reward_weights,
             )
         self.close()
         return StepResult(observation, True, reward=reward, output=final_state)

@@ -1,8 +1,9 @@
 """One OpenRLHF episode over the graph environment, with exact token bookkeeping.
 
-The loop (docs/architecture.md, "A training episode"): tokenise the prompt once; per turn, ask the engine for
-token ids with the protocol's stop strings and a per-turn cap; hand the turn's text to
-the environment; append the observation's tokens. ``action_ranges`` are exactly the
+The loop (docs/architecture.md, "A training episode"): tokenise the prompt once; per turn,
+ask the engine for token ids with the protocol's stop strings (the graph's, per turn: the
+tags' or the tool-call text form's) and a per-turn cap; hand the turn's text to the
+environment; append the observation's tokens. ``action_ranges`` are exactly the
 generated spans, so retrieved text never enters the loss. The reward is
 :func:`score_trajectory` on the decoded episode.
 
@@ -18,7 +19,7 @@ import logging
 import re
 from typing import Any
 
-from parallelsearch.agents.protocol import STOP_STRINGS, protocol_regex
+from parallelsearch.agents.protocol import protocol_regex
 from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.rewards import RewardBreakdown, parse_label, score_trajectory
 from parallelsearch.rl.search_failures import SearchFailureGuard
@@ -190,18 +191,18 @@ async def execute_episode(
             if budget <= 0:
                 truncated = True
                 break
+            turn = env.turn  # the pending turn the graph asked for (never None while the episode runs)
             regex = None
             if constrained:
-                turn = env.turn or {}
                 regex = protocol_regex(
                     final=bool(turn.get("final")),
                     split=bool(turn.get("allow_split", True)),
                     max_subqueries=int(turn.get("max_subqueries") or 8),
                     think_chars=think_chars,
+                    protocol=env_graph.protocol,
                 )
-            params = turn_params(
-                sampling_params, stop=STOP_STRINGS, max_tokens=min(turn_cap, budget), regex=regex
-            )
+            stop = tuple(turn["stop"])  # the protocol's: the tags' or the tool-call text form's
+            params = turn_params(sampling_params, stop=stop, max_tokens=min(turn_cap, budget), regex=regex)
             out = (await llm_engine.generate(tokens, params)).outputs[0]
             ids = list(out.token_ids)
             ranges.append((len(tokens), len(tokens) + len(ids)))
@@ -237,7 +238,9 @@ async def execute_episode(
 
     text = decode_tokens(hf_tokenizer, tokens)
     prompt_text = decode_tokens(hf_tokenizer, tokens[:prompt_len])
-    breakdown = score_trajectory(text, lab, mode, prompt=prompt_text, **env_graph.reward_weights)
+    breakdown = score_trajectory(
+        text, lab, mode, prompt=prompt_text, protocol=env_graph.protocol, **env_graph.reward_weights
+    )
     return {
         "prompt": prompt,
         "label": label,

@@ -308,9 +308,11 @@ def write_job(job: Job) -> Path:
 
 def static_checks(cfg: TrainConfig) -> str:
     """What can be checked without the cluster or the retriever: OpenRLHF's parser, argument checks and
-    train() assertions, the GPU sum, and the reward mode against the prompts. Returns the status line."""
+    train() assertions, the GPU sum, and the protocol and reward mode against the prompts. Returns the
+    status line."""
     from parallelsearch.rl.preflight import (
         PreflightError,
+        check_protocol,
         check_resources,
         check_reward_prompts,
         first_record,
@@ -324,7 +326,9 @@ def static_checks(cfg: TrainConfig) -> str:
         if isinstance(e, PreflightError):
             raise
         status = f"not checked ({e})"
-    check_reward_prompts(cfg, first_record(cfg.prompt_data))
+    record = first_record(cfg.prompt_data)
+    check_protocol(cfg, record)
+    check_reward_prompts(cfg, record)
     return status
 
 

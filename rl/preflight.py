@@ -5,6 +5,7 @@ executor's first episode: each failure is one line naming its cause.
 - the GPUs add up (:func:`check_resources`): OpenRLHF's own ``train()`` assertions
   (via :mod:`parallelsearch.rl.openrlhf_cli`) and, where OpenRLHF has no check but
   Ray would wait forever for GPUs, its documented placement rules;
+- the protocol agrees with the reward mode and the prompts (:func:`check_protocol`);
 - the reward mode agrees with the prompts (:func:`check_reward_prompts`);
 - the data files exist and hold the configured keys.
 
@@ -158,6 +159,33 @@ def check_reward_prompts(cfg: TrainConfig, record: dict[str, Any] | None) -> str
     return f"reward mode {mode}: {how}"
 
 
+def check_protocol(cfg: TrainConfig, record: dict[str, Any] | None) -> str:
+    """The policy's protocol (``agent.graph_config.protocol``), the reward mode and the data's
+    prompts agree: the tool-call text form is scored in paper mode only, and its prompts must
+    teach ``<tool_call>`` blocks (a tags prompt would train a policy on a protocol the
+    environment does not read, and the other way round)."""
+    tools = cfg.agent.graph_config.protocol == "tools"
+    mode = cfg.agent.reward.mode
+    if tools and mode == "official":
+        raise PreflightError(
+            "agent.graph_config.protocol tools with agent.reward.mode official: the official mode reproduces "
+            "the official code's scoring of the tags; set agent.reward.mode=paper for the tool-call text form"
+        )
+    prompt = record.get(cfg.input_key) if record else None
+    if isinstance(prompt, str):
+        if tools and "<tool_call>" not in prompt:
+            raise PreflightError(
+                f"{cfg.prompt_data}: agent.graph_config.protocol is tools but the prompts never show a "
+                "<tool_call> block: make the data with `parallelsearch make-train-data --template tool_text`"
+            )
+        if not tools and "<tool_call>" in prompt and "<search>" not in prompt:
+            raise PreflightError(
+                f"{cfg.prompt_data}: the prompts teach <tool_call> blocks but agent.graph_config.protocol is "
+                f"{cfg.agent.graph_config.protocol}, which reads <search> tags: set agent.graph_config.protocol=tools"
+            )
+    return f"protocol {'tools (tool-call text form)' if tools else 'tags'}: reward mode {mode}"
+
+
 def check_data(cfg: TrainConfig) -> tuple[str, dict[str, Any] | None]:
     """The prompt file exists locally and holds the input and label keys (a hub dataset is not checked)."""
     record = first_record(cfg.prompt_data)
@@ -182,6 +210,7 @@ def preflight(cfg: TrainConfig, *, probe: bool = True) -> list[str]:
     lines = [check_resources(cfg)]
     data_line, record = check_data(cfg)
     lines.append(data_line)
+    lines.append(check_protocol(cfg, record))
     lines.append(check_reward_prompts(cfg, record))
     if probe:
         lines.append(probe_retriever(cfg.agent))

@@ -28,6 +28,14 @@ Two modes:
     implementation's reward with its prompt-dependent offsets removed (see
     ``official`` below), which is what Eqs. 3-7 describe.
 
+``protocol="tools"`` (paper mode only) scores the tool-call protocol's text form with the same
+equations: a policy turn with ``<tool_call>`` blocks is one search round whose sub-queries are
+its distinct calls (N blocks = N sub-queries), the environment's ``<tool_response>`` user turns
+are removed instead of ``<information>`` blocks, and the format is valid when every turn but the
+last is a well-formed set of calls (optional reasoning first, nothing after the last block but
+the end-of-turn), the last turn answers in ``<answer>``, and the environment never had to
+correct a turn.
+
 ``official``
     Reproduces ``compute_score_em`` of the official code for the same text, quirks
     included:
@@ -54,14 +62,26 @@ import difflib
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from typing import Any, Literal, get_args
 
-from parallelsearch.agents.protocol import INVALID_FEEDBACK, split_subqueries
+from parallelsearch.agents.protocol import (
+    INVALID_FEEDBACK,
+    TOOL_CALL_FEEDBACK,
+    TOOL_CALL_NOT_RUN,
+    TOOL_TEXT_RETRY,
+    TOOL_TURN_END,
+    parse_tool_text,
+    split_subqueries,
+)
 from parallelsearch.data.metrics import exact_match
 
 RewardMode = Literal["paper", "official"]
 #: the reward modes, derived from :data:`RewardMode` (configs type their field with it)
 MODES: tuple[str, ...] = get_args(RewardMode)
+#: what the policy writes: the tags, or the tool-call protocol's text form
+RewardProtocol = Literal["tags", "tools"]
+PROTOCOLS: tuple[str, ...] = get_args(RewardProtocol)
 PAPER_WEIGHTS: dict[str, float] = {"lambda_d": 0.15, "lambda_s": 0.35, "alpha": 3.0, "lambda_f": 0.1}
 #: The official training script's values (train_parallelsearch.sh) under the official names.
 OFFICIAL_WEIGHTS: dict[str, float] = {
@@ -244,46 +264,158 @@ def check_reward_mode(mode: str) -> str:
 
 
 def score_trajectory(
-    text: str, label: Any, mode: str = "paper", *, prompt: str | None = None, **weights: float
+    text: str,
+    label: Any,
+    mode: str = "paper",
+    *,
+    prompt: str | None = None,
+    protocol: str = "tags",
+    **weights: float,
 ) -> RewardBreakdown:
     """Score one decoded episode. ``label`` holds ``golden_answers`` and ``type`` or ``split``.
 
     ``prompt`` (optional) marks where the policy's turns start in paper mode; without it
     the end of the prompt is found from the chat assistant marker or the ``Question:`` line.
+    ``protocol``: ``tags`` (the default) or ``tools``, the tool-call protocol's text form
+    (paper mode only: the official code never saw it, so there are no official numbers to match).
     Weight names: ``lambda_d``, ``lambda_s``, ``alpha``, ``lambda_f`` (both modes), and in
     official mode also ``structure_format_score``, ``final_format_score``, ``count_score``,
     ``comp_score``, ``score``.
     """
     check_reward_mode(mode)
+    if protocol not in PROTOCOLS:
+        choices = ", ".join(PROTOCOLS)
+        raise ValueError(f"unknown protocol {protocol!r} for the reward; choose one of {choices}")
     if not isinstance(text, str):
         raise ValueError(f"text must be a string, got {type(text).__name__}")
     lab = parse_label(label)
     w = _weights(mode, weights)
     if mode == "official":
+        if protocol == "tools":
+            raise ValueError(
+                "reward mode 'official' reproduces the official code's scoring of the tags; "
+                "protocol 'tools' (the tool-call text form) is scored in mode 'paper'"
+            )
         return _official(text, lab, w)
-    return _paper(text, lab, w, prompt)
+    if protocol == "tools":
+        return _paper(lab, w, *_tool_facts(text, prompt))
+    return _paper(lab, w, *_tag_facts(text, prompt))
 
 
-def _paper(text: str, lab: dict[str, Any], w: dict[str, float], prompt: str | None) -> RewardBreakdown:
-    qclass = question_class(lab)
+def _tag_facts(text: str, prompt: str | None) -> tuple[list[int], str | None, bool, str]:
+    """What paper mode needs of a tags episode: sub-queries per search, the answer, the format."""
     body, had_feedback = _policy_text(text, response_start(text, prompt))
     own = _INFO_RE.sub("<information></information>", body)
     searches = [split_subqueries(m.group(1))[0] for m in _SEARCH_RE.finditer(own)]
     sizes = [len(s) for s in searches]
-    decomposed = any(n >= 2 for n in sizes)
     answers = _ANSWER_RE.findall(own)
     answer = answers[-1].strip() if answers else None
-    correct = bool(exact_match(answer, lab["golden_answers"]))
     valid, reason = state_machine(body)
     if had_feedback:
         valid, reason = False, "the episode had an invalid action"
+    return sizes, answer, valid, reason
+
+
+#: the environment's reply to a text-form turn (``tool_text_observation``): a ChatML user turn,
+#: then the next assistant header; it starts with the end-of-turn when it closed a cut turn
+_TOOL_REPLY_RE = re.compile(
+    r"(?:<\|im_end\|>)?\n<\|im_start\|>user\n.*?<\|im_end\|>\n<\|im_start\|>assistant\n", re.DOTALL
+)
+_TOOL_PROMPT_END_RE = re.compile(r"Question:[^\n]*\n(?:<\|im_end\|>\n<\|im_start\|>assistant\n)?")
+#: how each corrective reply of the environment begins (one of them in a reply = a corrected turn)
+_TOOL_CORRECTIONS = (
+    "\n<|im_start|>user\n" + TOOL_TEXT_RETRY.split("{reason}")[0],
+    "<tool_response>\n" + TOOL_CALL_FEEDBACK.split("{reason}")[0],
+    "<tool_response>\n" + TOOL_CALL_NOT_RUN.split("{reason}")[0],
+)
+_TOOL_BLOCKS_RE = re.compile(r"<tool_call>.*?</tool_call>", re.DOTALL)
+_REASONING_TAG_RE = re.compile(r"</?(?:search|information|answer|tool_call|tool_response)>")
+
+
+def _tool_start(text: str, prompt: str | None) -> int:
+    """Where the policy's first text-form turn begins: after ``prompt``, else after the first
+    ``Question:`` line and a ChatML assistant header right after it (in a raw prompt's episode
+    the first ``<|im_start|>assistant`` is the environment's, after the first search)."""
+    if prompt and text.startswith(prompt):
+        return len(prompt)
+    m = _TOOL_PROMPT_END_RE.search(text)
+    return m.end() if m else 0
+
+
+def _tool_turn(turn: str, last: bool) -> tuple[int | None, str | None]:
+    """One text-form turn: the sub-queries it searched (None for a turn without calls) and why
+    it breaks the format (None when it is well-formed).
+
+    A turn's calls are one round; its sub-queries are the distinct readable queries, and each
+    unreadable call (bad JSON, another tool, no query) on its own.
+    """
+    action = parse_tool_text(turn, max_subqueries=1 << 30)  # the graph's own limits show as corrections
+    size: int | None = None
+    if "<tool_call>" in turn:
+        readable = {c.index for c in action.calls if c.index is not None}
+        unreadable = sum(1 for c in action.calls if c.error)
+        size = len(readable) + unreadable if action.calls else turn.count("<tool_call>")
+    if action.kind == "invalid":
+        return size, action.reason or "invalid turn"
+    if action.kind != ("answer" if last else "search"):
+        return size, "the last turn does not answer" if last else "an answer before the last turn"
+    acts = list(_TOOL_BLOCKS_RE.finditer(turn)) or list(_ANSWER_RE.finditer(turn))
+    what = "calls" if action.kind == "search" else "answer"
+    if action.kind == "answer" and len(acts) > 1:
+        return size, "more than one <answer>"
+    between = "".join(turn[x.end() : y.start()] for x, y in pairwise(acts))
+    after = turn[acts[-1].end() :].strip()
+    if between.strip() or after not in ("", TOOL_TURN_END):
+        return size, f"text after the {what}: {(between.strip() or after)[:40]!r}"
+    reasoning = turn[: acts[0].start()]
+    tag = _REASONING_TAG_RE.search(reasoning)
+    if tag:
+        return size, f"{tag.group(0)} in the reasoning before the {what}"
+    if reasoning.count("<think>") != reasoning.count("</think>"):
+        return size, "unbalanced <think> in the reasoning"
+    return size, None
+
+
+def _tool_facts(text: str, prompt: str | None) -> tuple[list[int], str | None, bool, str]:
+    """What paper mode needs of a text-form episode (see the module docstring)."""
+    body = text[_tool_start(text, prompt) :]
+    turns = _TOOL_REPLY_RE.split(body)
+    corrected = any(head in m.group(0) for m in _TOOL_REPLY_RE.finditer(body) for head in _TOOL_CORRECTIONS)
+    sizes: list[int] = []
+    problems: list[str] = []
+    for i, turn in enumerate(turns):
+        size, problem = _tool_turn(turn, last=i == len(turns) - 1)
+        if size is not None:
+            sizes.append(size)
+        if problem is not None:
+            problems.append(f"turn {i + 1}: {problem}")
+    answers = _ANSWER_RE.findall("".join(turns))
+    answer = answers[-1].strip() if answers else None
+    if corrected:
+        return sizes, answer, False, "the episode had an invalid action"
+    if problems:
+        return sizes, answer, False, problems[0]
+    return sizes, answer, True, "valid"
+
+
+def _paper(
+    lab: dict[str, Any],
+    w: dict[str, float],
+    sizes: list[int],
+    answer: str | None,
+    valid: bool,
+    reason: str,
+) -> RewardBreakdown:
+    qclass = question_class(lab)
+    decomposed = any(n >= 2 for n in sizes)
+    correct = bool(exact_match(answer, lab["golden_answers"]))
 
     outcome = 1.0 if correct else 0.0
     if qclass == "parallel":
         decomposition = w["alpha"] * w["lambda_d"] if decomposed else 0.0
     else:
         decomposition = w["lambda_d"] if not decomposed else 0.0
-    n = len(searches)
+    n = len(sizes)
     if qclass == "sequential":
         search_count = w["lambda_s"] * (1 - max(0, 2 - n))
     else:

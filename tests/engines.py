@@ -52,7 +52,9 @@ class ScriptedEngine:
     It stops the way vLLM does: the scripted turn is tokenised whole (it may go on past
     the stop string), generation ends at the FIRST TOKEN whose text completes a stop
     string, and that whole token is returned in ``token_ids`` while ``text`` is cut right
-    after the stop string (``include_stop_str_in_output``). With a tokenizer whose merges
+    after the stop string (``include_stop_str_in_output``). The tokenizer's EOS token
+    (``<|im_end|>`` for ChatML models, the tool-call text form's end of turn) ends
+    generation too and is kept in ``token_ids``, not in ``text``, as vLLM's scheduler does. With a tokenizer whose merges
     cross the stop string (``>\\n\\n``), ``text`` and ``token_ids`` then disagree, exactly
     as with vLLM. ``max_tokens`` cuts at a token count (finish "length"). Turns are matched
     to episodes by the prompt's leading tokens, so one engine serves concurrent episodes.
@@ -69,15 +71,19 @@ class ScriptedEngine:
         self.requests: list[list[int]] = []
         self.outputs: list[list[int]] = []  # generated token ids, in call order
         self.texts: list[str] = []  # the engine's (cut) text, in call order
+        self.params: list[Any] = []  # the sampling params of each call (stop strings, caps, grammar)
 
     def _stop_like_vllm(
         self, ids: list[int], stops: list[str], cap: int | None
     ) -> tuple[list[int], str, str, str | None]:
         decode = self.tokenizer.decode
+        eos = getattr(self.tokenizer, "eos_token_id", None)
         for k in range(1, len(ids) + 1):
             if cap is not None and k > cap:
                 break
             text = decode(ids[:k], skip_special_tokens=True, clean_up_tokenization_spaces=False)
+            if eos is not None and ids[k - 1] == eos:
+                return ids[:k], text, "stop", None
             hit = min(((text.find(s), s) for s in stops if s in text), default=None)
             if hit is not None:
                 at, stop = hit
@@ -90,6 +96,7 @@ class ScriptedEngine:
         self, token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None
     ) -> RequestOutput:
         self.requests.append(list(token_ids))
+        self.params.append(sampling_params)
         key = tuple(token_ids[: self.prefix_tokens])
         i = self.calls.get(key, 0)
         self.calls[key] = i + 1

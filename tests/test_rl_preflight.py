@@ -233,6 +233,44 @@ def test_reward_mode_and_prompts_must_agree(tmp_path):
     )
 
 
+def test_protocol_reward_mode_and_prompts_must_agree(tmp_path, capsys):
+    """The tool-call text form (``agent.graph_config.protocol: tools``) is scored in paper mode
+    only, and its prompts must teach <tool_call> blocks; the tags' prompts must not."""
+    from parallelsearch.rl.preflight import check_protocol
+
+    q = {
+        "id": "1",
+        "question": "Who is older, A or B",
+        "golden_answers": ["A"],
+        "metadata": {"type": "comparison"},
+    }
+    tags_data, tools_data = tmp_path / "tags.jsonl", tmp_path / "tools.jsonl"
+    tags_data.write_text(json.dumps(train_record(q)) + "\n")
+    tools_data.write_text(json.dumps(train_record(q, template="tool_text")) + "\n")
+    rec = lambda p: json.loads(p.read_text())  # noqa: E731
+    tools = {"graph_config": {"protocol": "tools"}, "reward": {"mode": "paper"}}
+    # the official mode reproduces the official code's numbers for the tags only
+    official = paper_preset(prompt_data=str(tools_data), agent={"graph_config": {"protocol": "tools"}})
+    with pytest.raises(PreflightError, match="set agent.reward.mode=paper"):
+        check_protocol(official, rec(tools_data))
+    # prompts made with the tags' template would train the policy on a protocol the environment does not read
+    with pytest.raises(PreflightError, match="--template tool_text"):
+        check_protocol(paper_preset(prompt_data=str(tags_data), agent=tools), rec(tags_data))
+    with pytest.raises(PreflightError, match="set agent.graph_config.protocol=tools"):
+        check_protocol(paper_preset(prompt_data=str(tools_data)), rec(tools_data))
+    good = paper_preset(prompt_data=str(tools_data), agent=tools)
+    assert check_protocol(good, rec(tools_data)) == "protocol tools (tool-call text form): reward mode paper"
+    assert check_protocol(paper_preset(prompt_data=str(tags_data)), rec(tags_data)).startswith(
+        "protocol tags"
+    )
+    # the YAML key reaches the file every Ray actor reads
+    assert "protocol: tools" in good.agent_config_yaml()
+    # the launcher refuses the mismatch at the dry run, naming the fix
+    argv = ["train", "--preset", "paper", "--dry-run", "--set", f"prompt_data={tools_data}"]
+    assert main([*argv, "--set", "agent.graph_config.protocol=tools"]) == 2
+    assert "set agent.reward.mode=paper" in capsys.readouterr().err
+
+
 # -- train --check against a real retriever --------------------------------------------------
 
 

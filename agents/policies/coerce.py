@@ -83,5 +83,8 @@ def as_policy(obj: Any, protocol: ProtocolChoice = "tags", **spec_kwargs: Any) -
 
 
 def policy_protocol(policy: Any) -> Literal["tags", "tools"]:
-    """The protocol a policy speaks: ``tools`` only for a chat model bound to the search tool."""
-    return "tools" if isinstance(policy, ChatModelPolicy) and policy.protocol == "tools" else "tags"
+    """The protocol a policy speaks: ``tools`` for a chat model bound to the search tool, or a
+    policy that writes the tools protocol's text form (the external policy of training)."""
+    if isinstance(policy, ChatModelPolicy) or getattr(policy, "tool_text", False):
+        return "tools" if getattr(policy, "protocol", "tags") == "tools" else "tags"
+    return "tags"

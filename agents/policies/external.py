@@ -8,14 +8,23 @@ graph's own code, in training exactly as in serving.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
 from parallelsearch.agents.protocol import truncate_at_stop
 
 
 class ExternalPolicy:
+    """``protocol="tools"``: the trainer's policy writes the tools protocol's text form
+    (``<tool_call>`` blocks, read by the graph with ``parse_tool_text``) instead of tags."""
+
     name = "external"
+
+    def __init__(self, protocol: Literal["tags", "tools"] = "tags"):
+        if protocol not in ("tags", "tools"):
+            raise ValueError(f"unknown protocol {protocol!r} for the external policy; choose tags or tools")
+        self.protocol = protocol
+        self.tool_text = protocol == "tools"
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
         from langgraph.types import interrupt
