@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
 
+from parallelsearch.stores.errors import describe_validation_error
+
 #: the most policy turns any request may ask for; the graphs' recursion limit is sized for it
 MAX_TURNS_LIMIT = 64
 
@@ -134,6 +136,5 @@ def request_overrides(*sources: Mapping[str, Any] | Any) -> dict[str, Any]:
     try:
         checked = _CONTEXT.validate_python(merged)
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors())
-        raise ValueError(f"invalid per-request graph configuration: {problems}") from e
+        raise ValueError(f"invalid per-request graph configuration: {describe_validation_error(e)}") from e
     return {k: checked[k] for k in PER_REQUEST_KEYS if k in checked}

@@ -1,7 +1,8 @@
 """``parallelsearch`` command line: one sub-command per job, ``--help`` on all of them.
 
 Sub-commands are registered by small modules (``cli_*.py``), each owning one area, so
-this file only wires them together and turns expected errors into one clear line.
+this file only wires them together and turns expected errors into one clear line; any other
+exception is a bug and keeps its traceback (docs/architecture.md, "Errors").
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 
 from parallelsearch import cli_stores, demo
+from parallelsearch.stores.errors import ParallelSearchError, describe_validation_error
 
 _MODULES = [cli_stores, demo]
+#: printed as one line, exit 2: the project's errors, bad input (ValueError: the project's,
+#: pydantic's, json's) and what the system says about a file, socket or permission (OSError)
+EXPECTED_ERRORS = (ParallelSearchError, ValueError, OSError)
 
 
 def _optional_modules() -> list:
@@ -48,12 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in err['loc']) or '(input)'}: {err['msg']}" for err in e.errors()
-        )
-        print(f"error: invalid {e.title} configuration: {problems}", file=sys.stderr)
+        print(f"error: invalid {e.title} configuration: {describe_validation_error(e)}", file=sys.stderr)
         return 2
-    except (ValueError, LookupError, FileNotFoundError, RuntimeError, OSError) as e:
+    except EXPECTED_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

@@ -11,6 +11,7 @@ from typing import Any
 from parallelsearch.cli_common import add_graph_args, add_policy_args, add_retrieval_args, settings_from_args
 from parallelsearch.graphs.builders import GRAPH_KINDS, check_graph_kind
 from parallelsearch.settings import Settings
+from parallelsearch.stores.errors import ParallelSearchError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,7 +58,7 @@ def error_lines(run: Any) -> list[str]:
     ]
 
 
-class NothingSucceededError(RuntimeError):
+class NothingSucceededError(ParallelSearchError, RuntimeError):
     """Every (graph, question) pair of a run failed: the command exits non-zero."""
 
 

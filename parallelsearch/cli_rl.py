@@ -222,8 +222,13 @@ def add_train_job_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_train_list_keys(preset: str | None) -> int:
-    from parallelsearch.rl.config_errors import flat_keys
-    from parallelsearch.rl.train_config import ALGORITHM_ALIASES, OPENRLHF_NAMES, PRESETS, TrainConfig
+    from parallelsearch.rl.train_config import (
+        ALGORITHM_ALIASES,
+        OPENRLHF_NAMES,
+        PRESETS,
+        TrainConfig,
+        flat_keys,
+    )
 
     rows = flat_keys(TrainConfig, values=PRESETS[preset]() if preset else None)
     print(f"# key  type  = {'the preset ' + preset + ' value' if preset else 'default'}  # what it sets")

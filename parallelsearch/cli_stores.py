@@ -21,6 +21,7 @@ from parallelsearch.cli_common import (
     to_stderr,
 )
 from parallelsearch.cli_index import add_index_scale_args, cmd_index_vectors, index_embedder_for, index_pool
+from parallelsearch.stores.errors import StoreNotFoundError
 from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, check_store
 
 if TYPE_CHECKING:
@@ -243,7 +244,7 @@ def cmd_stores(args: argparse.Namespace) -> int:
         cfg = settings_from_args(args).retrieval()
         client = make_chroma_client(cfg)
         if args.store not in {getattr(c, "name", c) for c in client.list_collections()}:
-            raise LookupError(f"no store named {args.store!r} at {cfg.location()}")
+            raise StoreNotFoundError(f"no store named {args.store!r} at {cfg.location()}")
         set_ef_search(client.get_collection(args.store), args.set_ef_search)
     rows = describe_stores(settings_from_args(args).retrieval(), timeout_s=args.read_timeout)
     broken = [r for r in rows if r.get("error")]

@@ -11,6 +11,8 @@ import threading
 import time
 from typing import Any
 
+from parallelsearch.stores.errors import UnavailableError
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -38,7 +40,7 @@ class LoopbackServer:
         deadline = time.time() + self.start_timeout_s
         while not self.server.started:
             if time.time() > deadline or not self.thread.is_alive():
-                raise RuntimeError(
+                raise UnavailableError(
                     f"the server on port {self.port} did not start within {self.start_timeout_s:g} s"
                 )
             time.sleep(0.02)

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from parallelsearch.stores.errors import UnavailableError
+
 #: engine settings of the smoke (vLLM ``AsyncEngineArgs``); ``--engine-arg`` overrides them.
 #: ``kv_cache_memory_bytes`` fixes the KV cache, so vLLM's CPU backend skips its check that a
 #: ``gpu_memory_utilization`` share (0.92) of the node's memory is free.
@@ -56,7 +58,7 @@ NEEDS = (
 )
 
 
-class SmokeUnavailable(RuntimeError):
+class SmokeUnavailable(UnavailableError):
     """vLLM or OpenRLHF is not installed in this environment."""
 
 

@@ -35,15 +35,17 @@ from pydantic import (
 from parallelsearch.graphs.builders import SEARCHING_KINDS, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.factory import make_searcher
-from parallelsearch.rl.config_errors import describe
 from parallelsearch.rl.rewards import RewardMode, check_reward_weights
 from parallelsearch.stores.config import RetrievalConfig
+from parallelsearch.stores.errors import ParallelSearchError, describe_validation_error
 
 ENV_VAR = "PARALLELSEARCH_AGENT_CONFIG"
 KEY_ENV_VAR = "PARALLELSEARCH_RETRIEVER_API_KEY"
+#: where an unknown key's message sends the reader for the full list
+LIST_KEYS = "see `parallelsearch train --list-keys`"
 
 
-class AgentConfigError(RuntimeError):
+class AgentConfigError(ParallelSearchError, RuntimeError):
     """The executor's configuration is missing or invalid."""
 
 
@@ -203,5 +205,5 @@ def load_agent_config(path: str | Path | None = None) -> AgentConfig:
         return AgentConfig(**data)
     except ValidationError as e:
         raise AgentConfigError(
-            f"agent config {path} ({ENV_VAR}) is invalid: {describe(e, AgentConfig)}"
+            f"agent config {path} ({ENV_VAR}) is invalid: {describe_validation_error(e, AgentConfig, keys_hint=LIST_KEYS)}"
         ) from e

@@ -23,6 +23,7 @@ from typing import Any
 
 from parallelsearch.rl.agent_config import ENV_VAR
 from parallelsearch.rl.train_config import TrainConfig
+from parallelsearch.stores.errors import UnavailableError
 
 
 def agent_module_path() -> Path:
@@ -383,7 +384,7 @@ def launch(
     try:
         return subprocess.call(["bash", str(script)])
     except FileNotFoundError as e:
-        raise RuntimeError("cannot run bash: run the written command.sh on the GPU machine") from e
+        raise UnavailableError("cannot run bash: run the written command.sh on the GPU machine") from e
 
 
 #: names that moved to :mod:`parallelsearch.rl.train_config` (they resolve here, with a warning, until 0.3)

@@ -17,18 +17,20 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from parallelsearch.stores.errors import UnavailableError
+
 MODULE = "openrlhf.cli.train_ppo_ray"
 
 
 def _source() -> tuple[Path, ast.Module]:
     spec = importlib.util.find_spec("openrlhf")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(
+        raise UnavailableError(
             "openrlhf is not installed: pip install --no-deps openrlhf==0.11.2 (see the 'train' extra)"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / "cli" / "train_ppo_ray.py"
     if not path.is_file():
-        raise RuntimeError(f"{path} is missing: is this the pinned openrlhf 0.11.2?")
+        raise UnavailableError(f"{path} is missing: is this the pinned openrlhf 0.11.2?")
     return path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
@@ -41,7 +43,9 @@ def _main_block(tree: ast.Module) -> list[ast.stmt]:
             and node.test.left.id == "__name__"
         ):
             return node.body
-    raise RuntimeError("train_ppo_ray.py has no __main__ block; the OpenRLHF version is not the pinned one")
+    raise UnavailableError(
+        "train_ppo_ray.py has no __main__ block; the OpenRLHF version is not the pinned one"
+    )
 
 
 def _split(body: list[ast.stmt]) -> tuple[list[ast.stmt], list[ast.stmt]]:
@@ -53,7 +57,7 @@ def _split(body: list[ast.stmt]) -> tuple[list[ast.stmt], list[ast.stmt]]:
             and stmt.value.func.attr == "parse_args"
         ):
             return body[:i], body[i + 1 :]
-    raise RuntimeError("train_ppo_ray.py's main block never calls parse_args")
+    raise UnavailableError("train_ppo_ray.py's main block never calls parse_args")
 
 
 def _run(stmts: list[ast.stmt], namespace: dict[str, Any], filename: str) -> None:
@@ -125,7 +129,7 @@ def _train_asserts(tree: ast.Module) -> list[tuple[list[ast.expr], ast.Assert]]:
         None,
     )
     if fn is None:
-        raise RuntimeError("train_ppo_ray.py has no train(); the OpenRLHF version is not the pinned one")
+        raise UnavailableError("train_ppo_ray.py has no train(); the OpenRLHF version is not the pinned one")
     found: list[tuple[list[ast.expr], ast.Assert]] = []
 
     def walk(stmts: list[ast.stmt], guards: list[ast.expr]) -> None:

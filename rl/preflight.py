@@ -23,13 +23,14 @@ from typing import Any
 
 from parallelsearch.rl.agent_config import AgentConfig
 from parallelsearch.rl.train_config import TrainConfig
+from parallelsearch.stores.errors import ParallelSearchError
 
 #: what ``official`` reward mode looks for in an episode (the official code's assistant marker)
 ASSISTANT_MARKER = "<|im_start|>assistant"
 _TEMPLATED = ("<|im_start|>", "<|start_header_id|>")
 
 
-class PreflightError(RuntimeError):
+class PreflightError(ParallelSearchError, RuntimeError):
     """A training run would fail (or train on garbage) for the named cause."""
 
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from parallelsearch.stores.errors import ParallelSearchError
 
-class SearchFailuresError(RuntimeError):
+
+class SearchFailuresError(ParallelSearchError, RuntimeError):
     """Too many searches failed; the run stops instead of training on the error observations."""
 
 

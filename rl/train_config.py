@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from parallelsearch.rl.agent_config import AgentConfig
-from parallelsearch.rl.config_errors import describe
+from parallelsearch.rl.agent_config import LIST_KEYS, AgentConfig
+from parallelsearch.stores.errors import describe_validation_error, did_you_mean, sub_model
 
 #: the advantage estimators OpenRLHF 0.11.2 accepts with a critic-free baseline, and gae
 ALGORITHMS = ("gae", "reinforce_baseline", "group_norm", "rloo", "dr_grpo")
@@ -348,12 +348,8 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         key = OPENRLHF_NAMES.get(key.strip().removeprefix("--"), key.strip())
         parts = key.split(".")
         if len(parts) > 1 and parts[0] not in TrainConfig.model_fields:
-            from parallelsearch.rl.config_errors import did_you_mean, flat_keys
-
             known = [row[0] for row in flat_keys(TrainConfig)] + list(OPENRLHF_NAMES)
-            raise ValueError(
-                f"--set {key}: unknown key{did_you_mean(key, known)}; see `parallelsearch train --list-keys`"
-            )
+            raise ValueError(f"--set {key}: unknown key{did_you_mean(key, known)}; {LIST_KEYS}")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = yaml.safe_load(raw)
@@ -379,4 +375,39 @@ def load_train_config(
         return TrainConfig(**_deep_merge(read_config_file(path), extra))
     except ValidationError as e:
         where = f"config {path}" if path else f"preset {preset}"
-        raise ValueError(f"{where} is invalid: {describe(e, TrainConfig)}") from e
+        raise ValueError(
+            f"{where} is invalid: {describe_validation_error(e, TrainConfig, keys_hint=LIST_KEYS)}"
+        ) from e
+
+
+def flat_keys(
+    model: type[BaseModel], prefix: str = "", values: BaseModel | None = None
+) -> list[tuple[str, str, Any, str]]:
+    """(dotted key, type, default, description) of every field, nested models expanded; with
+    ``values`` (an instance, e.g. a preset) its values stand in for the defaults."""
+    from pydantic_core import PydanticUndefined
+
+    rows: list[tuple[str, str, Any, str]] = []
+    for name, f in model.model_fields.items():
+        key = prefix + name
+        sub = sub_model(model, name)
+        value = getattr(values, name) if values is not None else None
+        if sub is not None:
+            rows.extend(flat_keys(sub, key + ".", value if isinstance(value, BaseModel) else None))
+            continue
+        if values is not None:
+            ann = f.annotation
+            shown = ann.__name__ if isinstance(ann, type) else str(ann).replace("typing.", "")
+            rows.append((key, shown, value, f.description or ""))
+            continue
+        ann = f.annotation
+        type_name = getattr(ann, "__name__", None) if isinstance(ann, type) else None
+        shown = type_name or str(ann).replace("typing.", "")
+        default = "(required)" if f.default is PydanticUndefined and f.default_factory is None else f.default
+        if f.default_factory is not None:
+            try:
+                default = f.default_factory()  # type: ignore[call-arg]
+            except TypeError:
+                default = "(computed)"
+        rows.append((key, shown, default, f.description or ""))
+    return rows

@@ -1,9 +1,31 @@
-"""Errors raised by the stores layer; each names the input it is about."""
+"""The project's errors, and the one description of a pydantic ``ValidationError``.
+
+Every error raised on purpose derives from :class:`ParallelSearchError` (and from the built-in
+class callers already catch: ``ValueError``, ``LookupError`` or ``RuntimeError``). Its message
+names the input, file or setting and the fix, so the CLI prints it as one line; any other
+exception is a bug and keeps its traceback (docs/architecture.md, "Errors"). These live in the
+lowest layer so that every layer can raise and describe them.
+"""
 
 from __future__ import annotations
 
+import difflib
+import typing
+from collections.abc import Iterable
 
-class BadInputError(ValueError):
+from pydantic import BaseModel, ValidationError
+
+
+class ParallelSearchError(Exception):
+    """Base of the errors this project raises on purpose; the message is complete on one line."""
+
+
+class UnavailableError(ParallelSearchError, RuntimeError):
+    """Something the request needs is missing here: an optional package, a program, a server
+    that answers, the pinned version of a dependency."""
+
+
+class BadInputError(ParallelSearchError, ValueError):
     """A record of an input file cannot be used. Names the file and the line (1-based)."""
 
     def __init__(self, path: str, line: int | None, reason: str):
@@ -12,9 +34,49 @@ class BadInputError(ValueError):
         super().__init__(f"{where}: {reason}")
 
 
-class ModelMismatchError(ValueError):
+class ModelMismatchError(ParallelSearchError, ValueError):
     """A store was opened with an embedding model other than the one it was built with."""
 
 
-class StoreNotFoundError(LookupError):
+class StoreNotFoundError(ParallelSearchError, LookupError):
     """A named store does not exist at the configured location."""
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices``, or an empty string."""
+    close = difflib.get_close_matches(name, list(choices), n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def sub_model(model: type[BaseModel] | None, key: str) -> type[BaseModel] | None:
+    """The pydantic model of field ``key`` of ``model`` (through ``X | None``), if it is one."""
+    if model is None or key not in model.model_fields:
+        return None
+    ann = model.model_fields[key].annotation
+    for cand in (ann, *typing.get_args(ann)):
+        if isinstance(cand, type) and issubclass(cand, BaseModel):
+            return cand
+    return None
+
+
+def describe_validation_error(
+    error: ValidationError, model: type[BaseModel] | None = None, *, keys_hint: str | None = None
+) -> str:
+    """``key.sub: message`` for each problem, '; '-joined (a model-level problem: its message).
+
+    With ``model``, an unknown key gets the closest known ones ("did you mean") and the known
+    keys, or ``keys_hint`` instead of a list longer than 12."""
+    problems = []
+    for err in error.errors():
+        loc = [str(x) for x in err["loc"]]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden" and loc and model is not None:
+            owner: type[BaseModel] | None = model
+            for part in loc[:-1]:
+                owner = sub_model(owner, part)
+            if owner is not None:
+                known = list(owner.model_fields)
+                listed = ", ".join(known) if len(known) <= 12 or not keys_hint else keys_hint
+                msg = f"unknown key{did_you_mean(loc[-1], known)}; known: {listed}"
+        problems.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
+    return "; ".join(problems)

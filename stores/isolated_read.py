@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from parallelsearch.stores.errors import StoreNotFoundError
+from parallelsearch.stores.errors import StoreNotFoundError, UnavailableError
 
 if TYPE_CHECKING:
     from parallelsearch.stores.chroma_store import StoreCheck
@@ -171,7 +171,7 @@ def list_stores(
             break
         except ReaderFailed as e:
             if e.store is None or e.store in rows:
-                raise RuntimeError(
+                raise UnavailableError(
                     f"cannot list the stores at {location.path or location.host}: {e.what}"
                 ) from e
             rows[e.store] = {"name": e.store, "count": None, "error": e.what}

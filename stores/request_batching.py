@@ -24,6 +24,7 @@ from collections.abc import Hashable, Sequence
 from typing import Protocol
 
 from parallelsearch.stores.coalesce import BatchCoalescer
+from parallelsearch.stores.errors import ParallelSearchError
 from parallelsearch.stores.passages import Passage
 
 
@@ -31,7 +32,7 @@ class BatchSearcher(Protocol):
     def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]: ...
 
 
-class BatchSearchError(RuntimeError):
+class BatchSearchError(ParallelSearchError, RuntimeError):
     """The batched search holding a request's queries failed (the cause is chained)."""
 
 

@@ -17,11 +17,12 @@ import httpx
 from pydantic import SecretStr
 
 from parallelsearch.stores.coalesce import BatchCoalescer
+from parallelsearch.stores.errors import ParallelSearchError
 from parallelsearch.stores.http_tls import tls_context
 from parallelsearch.stores.passages import Passage, split_contents
 
 
-class RetrieverError(RuntimeError):
+class RetrieverError(ParallelSearchError, RuntimeError):
     """The retrieval server failed or answered something that is not the protocol."""
 
 

@@ -30,7 +30,7 @@ import numpy as np
 from parallelsearch.stores.chroma_store import ChromaStore, make_client
 from parallelsearch.stores.coalesce import BatchCoalescer
 from parallelsearch.stores.embedders import Embedder
-from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
+from parallelsearch.stores.errors import ModelMismatchError, ParallelSearchError, StoreNotFoundError
 from parallelsearch.stores.hnsw import hnsw_of
 from parallelsearch.stores.onnx_encoder import embedding_family
 from parallelsearch.stores.passages import Passage
@@ -39,7 +39,7 @@ from parallelsearch.stores.shard_spec import ShardSpec, StoreSpec
 log = logging.getLogger(__name__)
 
 
-class ShardError(RuntimeError):
+class ShardError(ParallelSearchError, RuntimeError):
     """A shard of a sharded store is missing, disagrees with the others, or failed a query."""
 
 

@@ -24,11 +24,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from parallelsearch.stores.errors import ParallelSearchError
+
 #: how often a waiting writer tries the lock again
 POLL_S = 0.2
 
 
-class StoreLockedError(RuntimeError):
+class StoreLockedError(ParallelSearchError, RuntimeError):
     """Another process is writing the store and this one would not (or could no longer) wait."""
 
 

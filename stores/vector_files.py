@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from parallelsearch.stores.errors import BadInputError
+from parallelsearch.stores.errors import BadInputError, UnavailableError
 
 FAISS_SUFFIXES = (".faiss", ".index", ".idx")
 
@@ -130,7 +130,7 @@ def import_faiss() -> Any:
     try:
         import faiss
     except ImportError as e:
-        raise RuntimeError(
+        raise UnavailableError(
             "reading a FAISS index needs faiss (pip install 'parallelsearch[faiss]' or faiss-cpu)"
         ) from e
     return faiss

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from parallelsearch.agents.policies.base import SYNC_RUN, TurnRequest, TurnResult, close_unfinished_tag
 from parallelsearch.agents.protocol import SEARCH_TOOL, content_text, truncate_at_stop
+from parallelsearch.stores.errors import UnavailableError
 
 Protocol = Literal["tags", "tools"]
 
@@ -60,7 +61,7 @@ class ChatModelPolicy:
             try:
                 from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]
             except ImportError as e:
-                raise RuntimeError(
+                raise UnavailableError(
                     f"chat model spec {model!r} needs the 'langchain' package and the provider's package "
                     "(e.g. pip install langchain langchain-openai); or pass a chat model instance"
                 ) from e

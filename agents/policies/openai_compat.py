@@ -14,6 +14,7 @@ import httpx
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag
 from parallelsearch.agents.protocol import protocol_regex
+from parallelsearch.stores.errors import UnavailableError
 from parallelsearch.stores.http_tls import tls_context
 
 
@@ -101,13 +102,13 @@ class OpenAICompletionsPolicy:
                 except (httpx.TransportError, httpx.TimeoutException) as e:
                     last = e
                     if attempt == self.retries:
-                        raise RuntimeError(
+                        raise UnavailableError(
                             f"{self.base_url}/completions failed after {attempt + 1} attempts: "
                             f"{transport_reason(e)}"
                         ) from e
                 await asyncio.sleep(0.2 * 2**attempt)
         if resp.status_code >= 400:
-            raise RuntimeError(
+            raise UnavailableError(
                 f"{self.base_url}/completions answered {resp.status_code}: {resp.text[:300]} ({last})"
             )
         body = resp.json()

