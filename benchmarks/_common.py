@@ -1,4 +1,4 @@
-"""Shared helpers for benchmark scripts: data paths, a small real store, JSON output."""
+"""Shared helpers for benchmark scripts: data paths, a small real store, percentiles, JSON output."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _server import ServerProcess
+
+from parallelsearch.loopback import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = Path(os.environ.get("PARALLELSEARCH_SHARED_DATA", ROOT.parent / "shared" / "data")) / "raw"
@@ -22,6 +26,32 @@ def write(name: str, data: dict) -> Path:
     path.write_text(json.dumps(data, indent=2))
     print(f"wrote {path}")
     return path
+
+
+def percentile(xs: list[float], q: float, digits: int | None = None) -> float | None:
+    """The ``q`` quantile of ``xs`` (0 <= q <= 1) by linear interpolation between the nearest
+    ranks (numpy's default; q=0.5 is the median), rounded to ``digits`` when given.
+
+    No samples (every request of a level failed) give None: JSON null, printed as ``n/a`` by
+    :func:`fmt`, never a made-up 0, a NaN (not JSON) or a crash; the errors column says why."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    pos = (len(s) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    value = s[lo] + (s[hi] - s[lo]) * (pos - lo)
+    return value if digits is None else round(value, digits)
+
+
+def latency(ms: list[float], digits: int) -> dict:
+    """``{"p50_ms", "p95_ms"}`` of latencies in ms."""
+    return {"p50_ms": percentile(ms, 0.5, digits), "p95_ms": percentile(ms, 0.95, digits)}
+
+
+def fmt(value: float | None, spec: str) -> str:
+    """``value`` formatted with ``spec``, or ``n/a`` (as wide) for a figure with no samples."""
+    return "n/a".rjust(len(format(0.0, spec))) if value is None else format(value, spec)
 
 
 def median_ms(fn, repeats: int) -> float:
@@ -48,41 +78,17 @@ def hotpot_store(n_questions: int = 60, name: str = "bench"):
     return store, recs
 
 
-from parallelsearch.loopback import free_port  # noqa: E402
+class ChromaServer(ServerProcess):
+    """A real `chroma run` process on 127.0.0.1 over ``path`` (a new temporary folder by default)."""
 
-
-class ChromaServer:
-    """A real `chroma run` process on 127.0.0.1 (stopped on exit)."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp())
-
-    def __enter__(self) -> ChromaServer:
-        import subprocess
-
-        import httpx
-
-        chroma = Path(sys.executable).parent / "chroma"
-        self.proc = subprocess.Popen(
-            [str(chroma), "run", "--path", str(self.dir), "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+    def __init__(self, path: Path | None = None) -> None:
+        self.dir = path or Path(tempfile.mkdtemp())
+        port = free_port()
+        chroma = str(Path(sys.executable).parent / "chroma")
+        cmd = [chroma, "run", "--path", str(self.dir), "--host", "127.0.0.1", "--port", str(port)]
+        super().__init__(
+            cmd, env=dict(os.environ), port=port, ready_path="/api/v2/heartbeat", start_timeout_s=60
         )
-        deadline = time.time() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/api/v2/heartbeat", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("chroma server did not start within 60 s")
-            time.sleep(0.3)
-
-    def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
 
     def copy_store(self, store):
         """The same passages and embeddings in a store on this server (no re-encoding)."""

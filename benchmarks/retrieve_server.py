@@ -59,11 +59,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
-from _common import HOTPOT, ROOT, plot_bars, write
+from _common import HOTPOT, ROOT, fmt, percentile, plot_bars, write
 from _raw_http import RawHttpConnection, RawHttpError
+from _server import ServerProcess
 from tqdm import tqdm
 
 from parallelsearch.loopback import free_port
@@ -92,13 +92,6 @@ def hotpot_questions() -> list[str]:
     return [r["question"] for r in json.loads(HOTPOT.read_text())]
 
 
-def pct(xs: list[float], q: float) -> float:
-    if not xs:  # every request failed: the errors column says so
-        return float("nan")
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
-
-
 def build_store(home: Path, backend: str) -> Path:
     """The HotpotQA paragraphs indexed through the CLI (as a user would), under ``home``.
 
@@ -110,78 +103,27 @@ def build_store(home: Path, backend: str) -> Path:
     return home
 
 
-class Server:
+class Server(ServerProcess):
     """One ``serve-retriever`` process on 127.0.0.1 (stopped on exit)."""
 
     def __init__(self, home: Path, extra: list[str], backend: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        port = free_port()
         cmd = [str(Path(sys.executable).parent / "parallelsearch"), "serve-retriever", "--store", "hotpot500"]
-        cmd += ["--port", str(self.port), *extra, "--encoder-backend", backend]
-        self.cmd, self.env = cmd, {**os.environ, "PARALLELSEARCH_HOME": str(home)}
-
-    def __enter__(self) -> Server:
-        self.proc = start_child(self.cmd, self.env)
-        wait_healthy(self.url, self.proc)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
+        cmd += ["--port", str(port), *extra, "--encoder-backend", backend]
+        super().__init__(
+            cmd, env={**os.environ, "PARALLELSEARCH_HOME": str(home)}, port=port, start_timeout_s=300
+        )
 
 
-_stderr_files: dict[int, Any] = {}
-
-
-def start_child(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
-    """A server child whose stderr goes to a temporary file, not a pipe nobody reads (a full
-    pipe blocks the child, and the official server writes a tqdm bar per request)."""
-    err = tempfile.TemporaryFile()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
-    _stderr_files[proc.pid] = err
-    return proc
-
-
-def log_tail(proc: subprocess.Popen) -> str:
-    """The end of what a child wrote to its stderr (for the error when it exits early)."""
-    err = _stderr_files.get(proc.pid)
-    if err is None:
-        return ""
-    err.seek(0)
-    return err.read().decode(errors="replace")[-2000:]
-
-
-def wait_healthy(
-    url: str,
-    proc: subprocess.Popen,
-    timeout_s: float = 300,
-    probe: Callable[[], httpx.Response] | None = None,
-) -> None:
-    """Wait until ``probe`` (default: ``GET /health``) answers 200; fail if the child exits."""
-    probe = probe or (lambda: httpx.get(url + "/health", timeout=2))
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server {url} exited: {log_tail(proc)}")
-        try:
-            if probe().status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"server {url} not answering within {timeout_s} s")
-
-
-class NoEncoderServer(Server):
+class NoEncoderServer(ServerProcess):
     """The same ``/retrieve`` app (batching, body guard, JSON) over a stand-in searcher that
     returns three fixed passages at once: what the HTTP path costs with no encoder and no
     Chroma, i.e. the part of every request that batching cannot share."""
 
     def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.cmd = [sys.executable, str(Path(__file__).resolve()), "--no-encoder-server", str(self.port)]
-        self.env = dict(os.environ)
+        port = free_port()
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--no-encoder-server", str(port)]
+        super().__init__(cmd, env=dict(os.environ), port=port, start_timeout_s=300)
 
 
 def serve_no_encoder(port: int) -> None:
@@ -224,7 +166,7 @@ def chroma_query_ms(store, queries: list[str]) -> dict:
     return out
 
 
-class OfficialServer:
+class OfficialServer(ServerProcess):
     """The official retrieval_server.py of a ParallelSearch/Search-R1 checkout, same embeddings."""
 
     def __init__(self, checkout: Path, home: Path, model_path: str) -> None:
@@ -237,9 +179,18 @@ class OfficialServer:
             except ImportError:
                 sys.exit(f"--official needs {module} (pip install {pip}): the official server imports it")
         self.home, self.model_path = home, model_path
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"  # the official script binds 0.0.0.0:--port
         self._work: tempfile.TemporaryDirectory | None = None
+        # the official script binds 0.0.0.0:--port and has no /health: ready once /retrieve answers
+        body = {"queries": ["x"], "topk": 1, "return_scores": True}
+        probe = lambda: httpx.post(self.url + "/retrieve", json=body, timeout=5)  # noqa: E731
+        super().__init__(
+            [],
+            env=dict(os.environ),
+            port=free_port(),
+            probe=probe,
+            start_timeout_s=600,
+            name="official server",
+        )
 
     def _files(self) -> Path:
         """Its corpus and FAISS flat index, from the store's own embeddings (written once; the
@@ -262,25 +213,16 @@ class OfficialServer:
             faiss.write_index(index, str(work / "flat.index"))
         return Path(self._work.name)
 
-    def __enter__(self) -> OfficialServer:
+    def start(self) -> OfficialServer:
         work = self._files()
         cmd = [sys.executable, str(self.script)]
         if not torch_has_cuda():
             cmd = [sys.executable, str(Path(__file__).resolve()), "--official-on-cpu", str(self.script)]
         cmd += ["--index_path", str(work / "flat.index")]
         cmd += ["--corpus_path", str(work / "corpus.jsonl"), "--topk", "3", "--retriever_name", "minilm"]
-        cmd += ["--retriever_model", self.model_path, "--port", str(self.port)]  # it mean-pools
-        self.proc = start_child(cmd, dict(os.environ))
-        # the official server has no /health: wait until /retrieve answers
-        body = {"queries": ["x"], "topk": 1, "return_scores": True}
-        wait_healthy(
-            self.url, self.proc, 600, lambda: httpx.post(self.url + "/retrieve", json=body, timeout=5)
-        )
+        self.cmd = cmd + ["--retriever_model", self.model_path, "--port", str(self.port)]  # it mean-pools
+        super().start()
         return self
-
-    def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
 
 
 def top_k_agreement(url_a: str, url_b: str, queries: list[str]) -> float:
@@ -413,8 +355,8 @@ async def load(
     return {
         "requests_per_s": n / wall,
         "queries_per_s": n * per_request / wall,
-        "p50_ms": pct(lat, 0.5),
-        "p95_ms": pct(lat, 0.95),
+        "p50_ms": percentile(lat, 0.5),
+        "p95_ms": percentile(lat, 0.95),
         "errors": errors,
         "server_cpu_ms_per_query": server_cpu * 1000 / (n * per_request),
         "client_cpu_ms_per_request": client_cpu * 1000 / n,
@@ -507,7 +449,9 @@ def engine_of(backend: str | None) -> str:
 
 
 def median_rows(samples: list[dict]) -> dict:
-    return {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+    """Each figure's median over the rounds (a round without samples, None, is left out)."""
+    medians = {k: [s[k] for s in samples if s[k] is not None] for k in samples[0]}
+    return {k: statistics.median(xs) if xs else None for k, xs in medians.items()}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -574,11 +518,11 @@ def main(argv: list[str] | None = None) -> dict:
     chroma_samples: list[dict] = []
     with contextlib.ExitStack() as running:
         for srv in servers.values():
-            if isinstance(srv, Server):
+            if srv is not servers.get("official"):
                 running.enter_context(srv)
-        for v in servers.values():
-            if isinstance(v, Server):
-                asyncio.run(load(v.url, 4, 1, 8, queries, client=args.client))  # warm-up
+        for srv in servers.values():
+            if srv is not servers.get("official"):
+                asyncio.run(load(srv.url, 4, 1, 8, queries, client=args.client))  # warm-up
         agreement = None
         if "official" in servers:
             with servers["official"] as official:
@@ -589,7 +533,7 @@ def main(argv: list[str] | None = None) -> dict:
             chroma_samples.append(chroma_query_ms(timing_store, queries))
             for name, srv in servers.items():
                 if name == "official":
-                    srv.__enter__()
+                    srv.start()
                 try:
                     for lname, (c, per, each) in LOADS.items():
                         samples[name][lname].append(
@@ -597,7 +541,7 @@ def main(argv: list[str] | None = None) -> dict:
                         )
                 finally:
                     if name == "official":
-                        srv.__exit__(None, None, None)
+                        srv.stop()
     enc = {name: {b: median_rows([s[name][b] for s in enc_samples]) for b in BATCHES} for name in encoders}
     rows = {v: {lname: median_rows(s) for lname, s in per.items()} for v, per in samples.items()}
     chroma = {b: statistics.median(c[b] for c in chroma_samples) for b in chroma_samples[0]}
@@ -695,7 +639,7 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict) -> di
         for lname, r in per.items():
             print(
                 f"{v:9s} {lname:6s}: {r['requests_per_s']:6.1f} req/s, {r['queries_per_s']:6.1f} queries/s, "
-                f"p50 {r['p50_ms']:6.1f} ms, p95 {r['p95_ms']:6.1f} ms, errors {r['errors']:.0f}; CPU "
+                f"p50 {fmt(r['p50_ms'], '6.1f')} ms, p95 {fmt(r['p95_ms'], '6.1f')} ms, errors {r['errors']:.0f}; CPU "
                 f"server {r['server_cpu_ms_per_query']:.1f} ms/query, clients {r['client_cpu_ms_per_request']:.1f} ms/request"
             )
     # goals: each batching server against every bare encoder, and against the best of them all

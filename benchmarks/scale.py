@@ -42,7 +42,6 @@ import json
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import threading
@@ -50,7 +49,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import HOTPOT, OUT, write
+from _common import HOTPOT, OUT, latency, write
+from _server import ServerProcess
 from tqdm import tqdm
 
 DIM = 384
@@ -210,11 +210,6 @@ def recall(got: list[list[str]], exact: np.ndarray) -> float:
     return hits / (K * len(exact))
 
 
-def pct(ms: list[float]) -> dict:
-    s = sorted(ms)
-    return {"p50_ms": round(statistics.median(s), 2), "p95_ms": round(s[int(0.95 * (len(s) - 1))], 2)}
-
-
 def timed_concurrent(fn, items: list, clients: int) -> tuple[list, list[float]]:
     """Every item through ``fn`` from ``clients`` threads at once; (results in order, latencies ms)."""
     results: list = [None] * len(items)
@@ -262,10 +257,10 @@ def store_worker(home: str, name: str, qpath: str, reps: int) -> None:
     for _ in range(reps):
         ids, lat1 = timed_concurrent(lambda q: store.search_vectors(q, K)[0], items, 1)
         lat += lat1
-    out["c1"] = pct(lat)
+    out["c1"] = latency(lat, 2)
     out["ids"] = [[p.id for p in hits] for hits in ids]
     _, lat32 = timed_concurrent(lambda q: store.search_vectors(q, K)[0], items * reps, CLIENTS)
-    out["c32"] = pct(lat32)
+    out["c32"] = latency(lat32, 2)
     out["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     print("RESULT " + json.dumps(out))
 
@@ -291,19 +286,9 @@ def measure_retrieve(home: Path, n: int, questions: list[str], exact: np.ndarray
 
     port = free_port()
     cmd = [*CLI, "serve-retriever", "--store", store_name(n), "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=env_for(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    server = ServerProcess(cmd, env=env_for(home), port=port, start_timeout_s=300).start()
+    proc, url = server.proc, server.url
     try:
-        deadline = time.time() + 300
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("serve-retriever did not start")
-            time.sleep(0.5)
 
         def one(client: httpx.Client, q: str) -> list[str]:
             r = client.post(f"{url}/retrieve", json={"queries": [q], "topk": K}, timeout=900)
@@ -343,14 +328,13 @@ def measure_retrieve(home: Path, n: int, questions: list[str], exact: np.ndarray
         except Exception:
             pass
         return {
-            "c1": pct(lat1),
-            "c32": pct(lat32),
+            "c1": latency(lat1, 2),
+            "c32": latency(lat32, 2),
             "recall@3": round(recall(ids, exact), 4),
             "server_rss_gib": rss,
         }
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        server.stop()
 
 
 # ---------------------------------------------------------------------------------- FAISS
@@ -373,7 +357,7 @@ def measure_faiss(vec_path: Path, qv: np.ndarray, exact: np.ndarray, reps: int) 
     _, lat32 = timed_concurrent(lambda x: index.search(x, K)[1][0], items * reps, CLIENTS)
     got = [[str(i) for i in r] for r in res]
     index.reset()  # frees the vectors before the next size
-    return {"c1": pct(lat1), "c32": pct(lat32), "recall@3": round(recall(got, exact), 4)}
+    return {"c1": latency(lat1, 2), "c32": latency(lat32, 2), "recall@3": round(recall(got, exact), 4)}
 
 
 # ----------------------------------------------------------------------------------- main

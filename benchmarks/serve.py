@@ -9,7 +9,7 @@ import statistics
 import time
 
 import httpx
-from _common import hotpot_store, write
+from _common import fmt, hotpot_store, percentile, write
 from tqdm import tqdm
 
 from parallelsearch.agents.policies import ScriptedPolicy
@@ -19,11 +19,6 @@ from parallelsearch.settings import Settings
 
 REQUESTS = 96
 LEVELS = (1, 8, 32)
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return round(s[min(len(s) - 1, int(round(q * (len(s) - 1))))], 2)
 
 
 async def level(url: str, concurrency: int, questions: list[str]) -> dict:
@@ -47,8 +42,8 @@ async def level(url: str, concurrency: int, questions: list[str]) -> dict:
         "requests": len(questions),
         "errors": errors,
         "requests_per_s": round(len(questions) / wall, 2),
-        "p50_ms": pct(lat, 0.5),
-        "p95_ms": pct(lat, 0.95),
+        "p50_ms": percentile(lat, 0.5, 2),
+        "p95_ms": percentile(lat, 0.95, 2),
         "mean_ms": round(statistics.fmean(lat), 2),
     }
 
@@ -71,7 +66,7 @@ def run() -> dict:
             row = asyncio.run(level(srv.url, c, questions[:REQUESTS]))
             results["levels"][c] = row
             tqdm.write(
-                f"concurrency {c:2d}: {row['requests_per_s']:6.2f} req/s, p50 {row['p50_ms']:7.1f} ms, p95 {row['p95_ms']:7.1f} ms, errors {row['errors']}"
+                f"concurrency {c:2d}: {row['requests_per_s']:6.2f} req/s, p50 {fmt(row['p50_ms'], '7.1f')} ms, p95 {fmt(row['p95_ms'], '7.1f')} ms, errors {row['errors']}"
             )
     write("serve", results)
     return results

@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from _common import ChromaServer, write
+from _common import ChromaServer, latency, write
 
 DIM = 384
 K = 3
@@ -82,11 +82,6 @@ def fill(store, rows: np.ndarray, start: int, stop: int) -> float:
         b = min(stop, a + CHUNK)
         store.upsert([Passage(str(i), "", f"row {i}") for i in range(a, b)], rows[a:b])
     return time.perf_counter() - t0
-
-
-def pct(ms: list[float]) -> dict:
-    s = sorted(ms)
-    return {"p50_ms": round(statistics.median(s), 3), "p95_ms": round(s[int(0.95 * (len(s) - 1))], 3)}
 
 
 def threads_qps(search, queries: np.ndarray, clients: int) -> float:
@@ -136,9 +131,7 @@ def main() -> dict:
     scratch = args.scratch / f"n{args.n}"
     servers = []
     for i in range(3):
-        srv = ChromaServer()
-        srv.dir = scratch / f"server{i}"
-        servers.append(srv.__enter__())
+        servers.append(ChromaServer(scratch / f"server{i}").start())
     try:
         ports = [s.port for s in servers]
         one = ChromaStore("whole", host="127.0.0.1", port=ports[0], embedder=model)
@@ -201,9 +194,9 @@ def main() -> dict:
         wrapped.close()
     finally:
         for s in servers:
-            s.__exit__(None, None, None)
+            s.stop()
 
-    p_one, p_sh = pct(lat_one), pct(lat_sharded)
+    p_one, p_sh = latency(lat_one, 3), latency(lat_sharded, 3)
     best = {k: {n: round(max(v), 1) for n, v in d.items()} for k, d in (("threads", thr), ("coalesced", co))}
     data = {
         "n": args.n,
@@ -214,7 +207,7 @@ def main() -> dict:
         "ingest_wall_s": round(ingest_wall, 1),
         "recall_at_3": {"one": round(r_one, 4), "sharded": round(r_sharded, 4)},
         "same_top3_fraction": round(same, 4),
-        "latency_1_client": {name: pct(ms) for name, ms in lat.items()},
+        "latency_1_client": {name: latency(ms, 3) for name, ms in lat.items()},
         "p50_ratio_sharded_over_one": round(p_sh["p50_ms"] / p_one["p50_ms"], 3),
         "qps_32_clients": best,
         "qps_runs": {"threads": thr, "coalesced": co},
@@ -233,7 +226,7 @@ def main() -> dict:
         f"32 clients queries/s: threads one {best['threads']['one']} sharded {best['threads']['sharded']}; "
         f"coalesced one {best['coalesced']['one']} sharded {best['coalesced']['sharded']} "
         f"(ratios {data['throughput_ratio_sharded_over_one']})\n"
-        f"control, the one store through the sharded code path: p50 {pct(lat['one_via_sharded_path'])['p50_ms']} "
+        f"control, the one store through the sharded code path: p50 {latency(lat['one_via_sharded_path'], 3)['p50_ms']} "
         f"ms, queries/s threads {best['threads']['one_via_sharded_path']} coalesced "
         f"{best['coalesced']['one_via_sharded_path']}\n"
         f"load average before {data['loadavg_before']} after {data['loadavg_after']}"

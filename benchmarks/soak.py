@@ -25,9 +25,7 @@ import json
 import os
 import random
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import OUT, write
+from _common import OUT, fmt, percentile, write
+from _server import ServerProcess
 from tqdm import tqdm
 
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
@@ -85,49 +84,10 @@ class Tally:
     per_second: Counter = field(default_factory=Counter)
 
 
-class Server:
-    """A server subprocess in its own process group, ready when ``GET /health`` answers 200."""
+def rss_mb(server: ServerProcess) -> float:
+    import psutil
 
-    def __init__(self, name: str, cmd: list[str], env: dict[str, str], port: int, log: Path):
-        self.name, self.cmd, self.env, self.port, self.log = name, cmd, env, port, log
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout_s: float = 300) -> Server:
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                self.cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"{self.name} not ready within {timeout_s:g} s")
-            time.sleep(0.3)
-
-    def rss_mb(self) -> float:
-        import psutil
-
-        return psutil.Process(self.proc.pid).memory_info().rss / 2**20
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+    return psutil.Process(server.proc.pid).memory_info().rss / 2**20
 
 
 def build_store(folder: Path, n_questions: int) -> tuple[Path, list[dict]]:
@@ -277,13 +237,6 @@ async def drive(load: Load, tally: Tally, duration_s: float, concurrency: int, b
         await asyncio.gather(*(worker(client) for _ in range(concurrency)))
 
 
-def pct(xs: list[float], q: float) -> float | None:
-    if not xs:
-        return None
-    s = sorted(xs)
-    return round(s[min(len(s) - 1, int(round(q * (len(s) - 1))))], 1)
-
-
 def run(
     duration_s: float = 600,
     concurrency: int = 16,
@@ -317,19 +270,17 @@ def run(
     env.pop("PARALLELSEARCH_RETRIEVER_API_KEY", None)
     cli = str(BIN / "parallelsearch")
     rp, ap = free_port(), free_port()
-    retriever = Server(
-        "serve-retriever",
+    retriever = ServerProcess(
         [cli, "serve-retriever", "--store", store_name, "--port", str(rp)],
-        env,
-        rp,
-        tmp / "retriever.log",
+        env=env,
+        port=rp,
+        log=tmp / "retriever.log",
+        name="serve-retriever",
+        start_timeout_s=300,
     )
-    app = Server(
-        "serve",
+    app = ServerProcess(
         [cli, "serve", "--retriever", f"http://127.0.0.1:{rp}/retrieve", "--checkpointer", "none", "--port", str(ap)],
-        env,
-        ap,
-        tmp / "serve.log",
+        env=env, port=ap, log=tmp / "serve.log", name="serve", start_timeout_s=300,
     )  # fmt: skip
     servers = (retriever, app)
     warmup_s = warmup_s if warmup_s is not None else min(60.0, duration_s / 10)
@@ -339,14 +290,14 @@ def run(
         for s in servers:
             s.start()
         setup_s = time.perf_counter() - t_setup
-        rss_ready = {s.name: s.rss_mb() for s in servers}
+        rss_ready = {s.name: rss_mb(s) for s in servers}
         load = Load(retriever.url, app.url, questions, random.Random(seed))
         t0 = time.monotonic()
 
         async def sample_rss(stop: asyncio.Event) -> None:
             while not stop.is_set():
                 for s in servers:
-                    rss[s.name].append((round(time.monotonic() - t0, 1), round(s.rss_mb(), 1)))
+                    rss[s.name].append((round(time.monotonic() - t0, 1), round(rss_mb(s), 1)))
                 try:
                     await asyncio.wait_for(stop.wait(), timeout=max(1.0, duration_s / 120))
                 except TimeoutError:
@@ -363,7 +314,7 @@ def run(
         asyncio.run(main())
         wall_s = time.monotonic() - t0
         health = httpx.get(app.url + "/health", timeout=30).json()
-        rss_end = {s.name: s.rss_mb() for s in servers}
+        rss_end = {s.name: rss_mb(s) for s in servers}
     finally:
         for s in servers:
             s.stop()
@@ -385,13 +336,13 @@ def run(
         "expected_4xx": dict(sorted(tally.expected_4xx.items())),
         "unexpected_errors": sum(tally.unexpected.values()),
         "unexpected_by_kind": dict(sorted(tally.unexpected.items())),
-        "p50_ms": pct(good, 0.5),
-        "p95_ms": pct(good, 0.95),
+        "p50_ms": percentile(good, 0.5, 1),
+        "p95_ms": percentile(good, 0.95, 1),
         "latency_by_kind": {
             k: {
                 "n": len(xs),
-                "p50_ms": pct(xs, 0.5),
-                "p95_ms": pct(xs, 0.95),
+                "p50_ms": percentile(xs, 0.5, 1),
+                "p95_ms": percentile(xs, 0.95, 1),
                 "mean_ms": round(statistics.fmean(xs), 1),
             }
             for k, xs in sorted(tally.latency_ms.items())
@@ -428,7 +379,9 @@ def report(r: dict) -> None:
         f"expected 4xx {sum(r['expected_4xx'].values())}; p50 {r['p50_ms']} ms, p95 {r['p95_ms']} ms"
     )
     for kind, row in r["latency_by_kind"].items():
-        print(f"  {kind:24s} n={row['n']:6d}  p50 {row['p50_ms']:8.1f} ms  p95 {row['p95_ms']:8.1f} ms")
+        print(
+            f"  {kind:24s} n={row['n']:6d}  p50 {fmt(row['p50_ms'], '8.1f')} ms  p95 {fmt(row['p95_ms'], '8.1f')} ms"
+        )
     for name, m in r["rss_mb"].items():
         print(
             f"  RSS {name:16s} ready {m['ready']:7.1f} MB, after warm-up {m['after_warmup']:7.1f} MB, "

@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,8 +19,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 from conftest import ROOT, free_port
+
+sys.path.append(str(ROOT / "benchmarks"))  # the server-process helper the benchmarks share
+from _server import ServerProcess  # noqa: E402
 
 BIN = Path(sys.executable).parent
 #: where tests leave what a person looks at (screenshots); build/ is git-ignored
@@ -71,90 +72,6 @@ def server_env(**extra: str) -> dict[str, str]:
     env.pop("PARALLELSEARCH_SERVER_API_KEY", None)
     env.pop("PARALLELSEARCH_RETRIEVER_API_KEY", None)
     return {**env, **OFFLINE_ENV, **extra}
-
-
-class ServerProcess:
-    """A server started as a subprocess in its own process group, ready once ``ready_path`` answers 200."""
-
-    def __init__(
-        self,
-        cmd: list[str],
-        *,
-        env: dict[str, str],
-        cwd: Path,
-        log: Path,
-        port: int,
-        ready_path: str,
-        start_timeout_s: float = 180.0,
-    ):
-        self.cmd, self.env, self.cwd, self.log, self.port = cmd, env, cwd, log, port
-        self.ready_path = ready_path
-        self.start_timeout_s = start_timeout_s
-        self.proc: subprocess.Popen | None = None
-        self.ready_s: float | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> ServerProcess:
-        t0 = time.perf_counter()
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                self.cmd,
-                env=self.env,
-                cwd=self.cwd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own process group: kill() takes its children too
-            )
-        deadline = time.monotonic() + self.start_timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.cmd[:2]} exited with {self.proc.returncode}:\n{self.tail()}")
-            try:
-                if httpx.get(self.url + self.ready_path, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(
-                    f"{self.cmd[:2]} not ready within {self.start_timeout_s:g} s:\n{self.tail()}"
-                )
-            time.sleep(0.2)
-        self.ready_s = time.perf_counter() - t0
-        return self
-
-    def tail(self, n: int = 4000) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
-    def kill(self, sig: int = signal.SIGKILL, timeout_s: float = 30.0) -> int | None:
-        """Signal the whole process group and wait for the leader (bounded)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return None if self.proc is None else self.proc.returncode
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, sig)
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            return self.proc.wait(timeout=10)
-
-    def group_alive(self) -> bool:
-        """Whether any process of the group is still there."""
-        if self.proc is None:
-            return False
-        try:
-            os.killpg(self.proc.pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
 
 
 def serve_process(tmp: Path, store_dir: Path, *, log_name: str, **settings: str) -> ServerProcess:

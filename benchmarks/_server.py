@@ -1,0 +1,120 @@
+"""A server subprocess on 127.0.0.1, ready once a path answers 200: the one way the benchmarks
+and the serving tests (tests/serving.py) start ``serve``, ``serve-retriever``, ``chroma run``,
+``langgraph dev`` or the official retrieval server.
+
+The child runs in its own session (process group), so stopping it takes its children too, and
+writes to a log file (a temporary one unless given), never to a pipe nobody reads: a full pipe
+blocks the child (the official server writes a progress bar per request).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+
+class ServerProcess:
+    """``cmd`` started in its own process group, ready once ``GET ready_path`` (or ``probe``) answers 200."""
+
+    def __init__(
+        self,
+        cmd: list[str],
+        *,
+        env: dict[str, str],
+        port: int,
+        log: Path | None = None,
+        cwd: Path | None = None,
+        ready_path: str = "/health",
+        probe: Callable[[], httpx.Response] | None = None,
+        start_timeout_s: float = 180.0,
+        name: str | None = None,
+    ):
+        self.cmd, self.env, self.cwd, self.port = cmd, env, cwd, port
+        self._own_log = log is None  # a temporary log, removed by stop()
+        self.log = log or Path(tempfile.mkstemp(prefix="server-", suffix=".log")[1])
+        self.ready_path, self.probe, self.start_timeout_s = ready_path, probe, start_timeout_s
+        self.name = name or " ".join(Path(c).name for c in cmd[:2])
+        self.proc: subprocess.Popen | None = None
+        self.ready_s: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServerProcess:
+        t0 = time.perf_counter()
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(
+                self.cmd,
+                env=self.env,
+                cwd=self.cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: kill() takes its children too
+            )
+        probe = self.probe or (lambda: httpx.get(self.url + self.ready_path, timeout=2))
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                if probe().status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError(f"{self.name} not ready within {self.start_timeout_s:g} s:\n{self.tail()}")
+            time.sleep(0.2)
+        self.ready_s = time.perf_counter() - t0
+        return self
+
+    def tail(self, n: int = 4000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def kill(self, sig: int = signal.SIGKILL, timeout_s: float = 30.0) -> int | None:
+        """Signal the whole process group and wait for the leader (bounded; SIGKILL after that)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, sig)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            return self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM, so the server shuts down as a user's Ctrl-C would."""
+        self.kill(signal.SIGTERM)
+        if self._own_log:
+            self.log.unlink(missing_ok=True)
+
+    def group_alive(self) -> bool:
+        """Whether any process of the group is still there."""
+        if self.proc is None:
+            return False
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
