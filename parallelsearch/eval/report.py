@@ -9,6 +9,7 @@ say ``oracle``: such a run measures efficiency and retrieval only.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,12 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
 
 
 def plots(rows: list[dict[str, Any]], summary: dict[str, Any], out_dir: Path, oracle: bool) -> list[str]:
-    import matplotlib
+    """The plots' file names; none without matplotlib (the ``plots`` extra), which is said once."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed (pip install 'parallelsearch[plots]'): no plots", file=sys.stderr)
+        return []
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -234,7 +240,8 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
             f"**Failed searches: {failed_searches}** in {hit} of {len(rows)} question(s): their observations "
             "say `Search failed ...` (see `search_errors` in results.jsonl); the scores above include them.",
         ]
-    if plots_enabled:
-        md += ["", "## Plots", ""] + [f"![{f}]({f})" for f in plots(rows, summary, out, oracle)]
+    drawn = plots(rows, summary, out, oracle) if plots_enabled else []
+    if drawn:
+        md += ["", "## Plots", ""] + [f"![{f}]({f})" for f in drawn]
     (out / "report.md").write_text("\n".join(md) + "\n")
     return summary
