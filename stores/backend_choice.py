@@ -3,9 +3,9 @@
 Why a rule and not a recorded name: ``torch`` and ``onnx`` compute the same fp32 embeddings
 (max difference ~1e-7, recall@3 identical), so a store built by either may be queried and
 extended by either; only ``onnx-int8`` is a different embedding family. Which fp32 engine is
-fastest depends on where it runs. On CPU, ONNX Runtime was 1.42x faster at batch 1 and
-1.94x at batch 8 split over 2 threads x 1 (a quiet 2-core machine, benchmarks/retrieve_server.py);
-on a GPU, torch runs there and ONNX Runtime (CPU provider) would not. So ``auto`` means:
+fastest depends on where it runs: on CPU, ONNX Runtime is faster at every batch size
+(docs/performance.md, "Encoder backends"); on a GPU, torch runs there and ONNX Runtime (CPU
+provider) would not. So ``auto`` means:
 the store's embedding family (a new store: fp32), run by the fastest engine for the device.
 
 ONNX Runtime runs one intra-op thread per call here (``encoder_threads``, default 1), so one

@@ -7,10 +7,9 @@ stays free), and each caller gets its own result back. k sub-queries => 1 encode
 
 The window is also what merges searches from concurrent episodes (the RL environment
 runs many on one loop; a server answers many requests) into one encoder call. Closing
-a batch early, as soon as one episode's sub-queries were in, was tried: it saved ~1-2 ms
-for a lone episode, but batches were then cut at 1-2 queries and environment throughput
-stopped growing with concurrency (benchmarks/env.py, embedded store: 15 / 13 / 14
-episodes/s at 1 / 8 / 32 concurrent episodes, against 12-20 / 20-42 / 28-41 with the window).
+a batch early, as soon as one episode's sub-queries were in, was tried: it helped a lone
+episode a little, but batches were then cut at 1-2 queries and environment throughput
+stopped growing with concurrency (docs/performance.md, "Left alone").
 
 Serial mode (``max_in_flight=1``, what the ``/retrieve`` server uses, see
 :mod:`parallelsearch.stores.request_batching`): at most one batch runs per key; what

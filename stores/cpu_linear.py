@@ -1,13 +1,12 @@
 """Linear layers with pre-transposed weights, for short-batch CPU inference.
 
-``nn.Linear`` computes ``x @ W.T``. On CPU, MKL's sgemm with a transposed right operand
-and few rows (a query batch: 5-40 tokens) is 2-3x slower than the same product with the
-weight stored transposed and contiguous (measured on the 2-core CI machine for
-all-MiniLM-L6-v2's 384x1536 layer: 20 rows 699 us vs 262 us, 5 rows 120 us vs 72 us).
-Query encoding is exactly that shape, and it is most of a search's latency, so stores
-swap their encoder's linear layers for :class:`TransposedLinear` when it runs on CPU.
-The result is the same product (differences are float rounding, ~1e-7 after
-normalisation); the weights are stored once, transposed.
+``nn.Linear`` computes ``x @ W.T``. On CPU, MKL's sgemm with a transposed right operand and few
+rows (a query batch: 5-40 tokens) is several times slower than the same product with the weight
+stored transposed and contiguous (docs/performance.md, "Figures behind the code's choices").
+Query encoding is exactly that shape, and it is most of a search's latency, so stores swap their
+encoder's linear layers for :class:`TransposedLinear` when it runs on CPU. The result is the
+same product (differences are float rounding, ~1e-7 after normalisation); the weights are stored
+once, transposed.
 """
 
 from __future__ import annotations

@@ -54,11 +54,11 @@ class Embedder:
     exported from the same model and cached in ``cache_dir``
     (:mod:`parallelsearch.stores.onnx_encoder`).
 
-    With torch, passages go through sentence-transformers' ``encode`` (it sorts long inputs
-    by length to pad less) as one call; with ONNX they are split over the encoder threads,
-    dealt out by length. Queries are short and come a few at a time from the coalescer, so they
-    take a lean path (preprocess, forward, normalise) that skips ``encode``'s per-call
-    bookkeeping (~2 ms of a ~10 ms single-query encode on 2 CPU cores).
+    With torch, passages go through sentence-transformers' ``encode`` (it sorts long inputs by
+    length to pad less) as one call; with ONNX they are split over the encoder threads, dealt
+    out by length. Queries are short and come a few at a time from the coalescer, so they take a
+    lean path (preprocess, forward, normalise) that skips ``encode``'s per-call bookkeeping, a
+    fifth of a single-query encode (docs/performance.md, "Figures behind the code's choices").
     """
 
     def __init__(

@@ -1,16 +1,14 @@
 """Every embedding forward pass in the process runs on a dedicated encoder thread.
 
-Why: torch's CPU kernels run on an OpenMP thread team that belongs to the calling
-thread. When several threads take turns calling the model (asyncio executor threads from
-coalesced searches, a server's threads, the main thread of an ingest), each leaves a
-team of workers spinning after its turn; on a 2-core machine they take the cores from
-the team that is working (in benchmarks/fanout.py, with a /retrieve server's threads in
-the same process, one batched 4-query search took 153 ms instead of 30 ms). With one
-caller thread there is one team. Handing work to it costs a thread switch (tens of
-microseconds) against milliseconds of encoding. Work is done in submission order, one
-call at a time, unless :func:`set_encoder_workers` asks for more encoder threads (each
-then has its own team, sized by :func:`set_encoder_threads`; the model's weights are
-shared and only the tokenizer needs :data:`tokenizer_lock`). With several encoder threads,
+Why: torch's CPU kernels run on an OpenMP thread team that belongs to the calling thread. When
+several threads take turns calling the model (asyncio executor threads from coalesced searches,
+a server's threads, the main thread of an ingest), each leaves a team of workers spinning after
+its turn, and they take the cores from the team that is working (docs/performance.md, "What made
+it faster"). With one caller thread there is one team. Handing work to it costs a thread switch
+(tens of microseconds) against milliseconds of encoding. Work is done in submission order, one
+call at a time, unless :func:`set_encoder_workers` asks for more encoder threads (each then has
+its own team, sized by :func:`set_encoder_threads`; the model's weights are shared and only the
+tokenizer needs :data:`tokenizer_lock`). With several encoder threads,
 :func:`split_on_encoder_threads` runs the parts of one batch on all of them at once.
 """
 
@@ -72,12 +70,12 @@ def set_encoder_threads(n: int) -> None:
     """Limit each encoder thread's OpenMP team to ``n`` threads (unset: every core with one
     encoder thread, ``cores / workers`` with several, see :func:`team_size`).
 
-    Why: an OpenMP team spins on its cores between parallel regions. When the encoder shares
-    the machine with other CPU-bound work (a CPU vLLM engine, other rollout actors, a busy
-    server), a team as wide as the machine takes cores from that work and, oversubscribed,
-    mostly waits: a 3-sub-query search step measured 31 ms of CPU with 1 thread and 257 ms
-    with 2 on a loaded 2-core machine (docs/vllm.md, "Rollout benchmark"). Each encoder
-    thread applies the size before its next call (the team belongs to the calling thread).
+    Why: an OpenMP team spins on its cores between parallel regions. When the encoder shares the
+    machine with other CPU-bound work (a CPU vLLM engine, other rollout actors, a busy server),
+    a team as wide as the machine takes cores from that work and, oversubscribed, mostly waits,
+    spending several times the CPU per search (docs/performance.md, "Figures behind the code's
+    choices"). Each encoder thread applies the size before its next call (the team belongs to
+    the calling thread).
     """
     global _threads
     if n < 1:
@@ -90,14 +88,13 @@ def set_encoder_workers(n: int) -> None:
     split one batch of queries over them (:func:`split_on_encoder_threads`). Each thread's
     OpenMP team is ``cores / n`` unless :func:`set_encoder_threads` says otherwise.
 
-    Why: one call at a time leaves the cores idle while a server answers the last batch
-    and its clients send the next; with ``n`` threads of ``cores / n`` OpenMP threads each,
-    one batch encodes while another is being answered, and each batch is split over the
-    threads. On 2 cores, 2 threads of 1 took ``/retrieve`` from 147 / 172 to 156 / 214
-    queries/s at 8 / 32 clients, while a lone request, on one core, took 13.8 instead of 12.2
-    ms (docs/performance.md). torch's passage encoding (sentence-transformers' ``encode``)
-    holds the tokenizer lock throughout, so it stays one call at a time; ONNX's is split too.
-    Calls already queued still run.
+    Why: one call at a time leaves the cores idle while a server answers the last batch and its
+    clients send the next; with ``n`` threads of ``cores / n`` OpenMP threads each, one batch
+    encodes while another is being answered, and each batch is split over the threads; a lone
+    request, on fewer cores, is a little slower (docs/performance.md, "Figures behind the code's
+    choices"). torch's passage encoding (sentence-transformers' ``encode``) holds the tokenizer
+    lock throughout, so it stays one call at a time; ONNX's is split too. Calls already queued
+    still run.
     """
     global _executor, _workers
     if n < 1:
@@ -155,15 +152,15 @@ def on_encoder_thread(fn: Callable[..., T], *args: object) -> T:
 def split_on_encoder_threads(fn: Callable[[list[T]], R], items: list[T]) -> list[R]:
     """``fn`` on near-equal contiguous parts of ``items``, one part per encoder thread, all at once.
 
-    Why: with ``n`` encoder threads of ``cores / n`` OpenMP threads each, one batch on one
-    thread leaves the other threads idle unless another batch is waiting, so a lone request
-    (or the one batch of a lightly loaded server) ran on a fraction of the cores. The bare
-    encoder's best arrangement on 2 cores is exactly this: the batch split over 2 threads of
-    1 (benchmarks/retrieve_server.py). Parts of concurrent batches queue in order behind each
-    other. Returns one result per part, in order; with one encoder thread, one item, or when
-    called from an encoder thread (its siblings may be busy with this batch's caller), ``fn``
-    runs once on all of ``items``. If a part fails, the others are waited for, then the first
-    failure is raised.
+    Why: with ``n`` encoder threads of ``cores / n`` OpenMP threads each, one batch on one thread
+    leaves the other threads idle unless another batch is waiting, so a lone request (or the one
+    batch of a lightly loaded server) ran on a fraction of the cores. The bare encoder's best
+    arrangement on a small machine is exactly this: the batch split over threads of one OpenMP
+    thread each (docs/performance.md, "What changed the server (session 7)"). Parts of
+    concurrent batches queue in order behind each other. Returns one result per part, in order;
+    with one encoder thread, one item, or when called from an encoder thread (its siblings may
+    be busy with this batch's caller), ``fn`` runs once on all of ``items``. If a part fails,
+    the others are waited for, then the first failure is raised.
     """
     parts = min(_workers, len(items))
     if parts <= 1 or getattr(_local, "encoder", False):

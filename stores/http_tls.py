@@ -1,11 +1,11 @@
 """One TLS context per process for every HTTP client this package makes.
 
 Why: ``httpx.Client()`` and ``httpx.AsyncClient()`` build a new ``ssl.SSLContext`` (and
-load the CA bundle) each time they are created, ~40-80 ms on the 2-core CI machine, even
-for plain ``http://`` URLs. The retriever client and the OpenAI-compatible policy make a
-client per request, so that cost landed on every search and every policy turn. With a
-shared context a client costs ~0.2 ms. An ``SSLContext`` may be shared across threads,
-event loops and forked children.
+load the CA bundle) each time they are created, even for plain ``http://`` URLs. The
+retriever client and the OpenAI-compatible policy make a client per request, so that cost
+landed on every search and every policy turn; with a shared context a client is cheap
+(docs/performance.md, "What made it faster (session 3)"). An ``SSLContext`` may be shared
+across threads, event loops and forked children.
 """
 
 from __future__ import annotations

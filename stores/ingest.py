@@ -87,11 +87,11 @@ def ingest(
 ) -> IngestReport:
     """Add every passage of ``paths`` (or of ``passages``) that ``store`` lacks.
 
-    Passages are read ahead in chunks of ``chunk_size``; each chunk's new passages are
-    encoded in ONE encoder call (``batch_size`` per forward pass), because
-    sentence-transformers sorts a call's texts by length, and short calls of unsorted
-    text pad far more (measured: 8 calls of 64 took 2.5x one call of 512 on 2 cores).
-    Each chunk is committed before the next is read, so a killed run loses at most one chunk.
+    Passages are read ahead in chunks of ``chunk_size``; each chunk's new passages are encoded in
+    ONE encoder call (``batch_size`` per forward pass), because sentence-transformers sorts a
+    call's texts by length, and short calls of unsorted text pad far more (docs/performance.md,
+    "Figures behind the code's choices"). Each chunk is committed before the next is read, so a
+    killed run loses at most one chunk.
 
     Passages over ``max_passage_tokens`` tokens are split or truncated (``long_passages``;
     None = no limit). ``encoder``: what encodes the passages instead of the store's embedder

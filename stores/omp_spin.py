@@ -1,15 +1,13 @@
 """Servers let their idle OpenMP threads sleep sooner: ``GOMP_SPINCOUNT`` set before torch loads.
 
-Why: torch's CPU kernels run on a GNU OpenMP team, whose worker threads busy-wait after
-every parallel region for libgomp's default 300,000 spins (several milliseconds on the
-benchmark machine) before they sleep. Inside one forward pass that keeps the next region
-fast. Between batches it burns a core that a server needs for everything else: answering
-the last batch, parsing the next requests, the Chroma query. Measured on 2 cores
-(``serve-retriever``, default arrangement, MiniLM): a lone request cost 25 ms of CPU for a
-~8 ms encode; with ``GOMP_SPINCOUNT=1000`` it cost 17 ms, its p50 fell from 13.1 to 11.2
-ms, and 8 / 32 clients went from 155 / 165 to 174 / 179 queries/s. The bare encoder's own
-speed did not change (batch 1 7.7-8.1 ms, batch 8 214-224 queries/s either way), because
-1,000 spins still bridge the gaps between the regions of one forward pass.
+Why: torch's CPU kernels run on a GNU OpenMP team, whose worker threads busy-wait after every
+parallel region for libgomp's default 300,000 spins (milliseconds) before they sleep. Inside one
+forward pass that keeps the next region fast. Between batches it burns a core that a server
+needs for everything else: answering the last batch, parsing the next requests, the Chroma
+query. With ``GOMP_SPINCOUNT=1000`` a server spends less CPU per query and answers more queries
+per second, and the bare encoder is as fast as before, because 1,000 spins still bridge the gaps
+between the regions of one forward pass
+(docs/performance.md, "What changed the server (session 7)").
 
 libgomp reads the variable once, when it is loaded, so this must run before ``import
 torch``; a value the user set (or ``OMP_WAIT_POLICY``) is kept. Child processes inherit it

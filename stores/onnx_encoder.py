@@ -1,10 +1,10 @@
 """ONNX Runtime sentence encoders: the offline MiniLM exported locally, fp32 or dynamic int8.
 
-Why: on CPU the query encoder is most of a search's cost. ONNX Runtime runs the same
-graph in fewer, fused kernels; with per-channel dynamic int8 quantisation (weights int8,
-activations quantised per call) its GEMMs run on the CPU's int8 units. On the 2-core CI
-machine a one-query encode took ~1.5 ms int8 / ~4-9 ms fp32 against ~6-10 ms for the torch
-path (benchmarks/encoder_backends.py has the figures and the recall check).
+Why: on CPU the query encoder is most of a search's cost. ONNX Runtime runs the same graph in
+fewer, fused kernels; with per-channel dynamic int8 quantisation (weights int8, activations
+quantised per call) its GEMMs run on the CPU's int8 units. Both encode a query faster than the
+torch path (docs/performance.md, "Figures behind the code's choices";
+benchmarks/encoder_backends.py has the recall check).
 
 The model is never downloaded: the sentence-transformers model (the packaged offline
 all-MiniLM-L6-v2 by default) is exported here with ``torch.onnx.export`` (transformer
@@ -168,8 +168,8 @@ class OnnxEncoder:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
-        # one thread: the encoder shares 2-core machines with the server's event loop and Chroma,
-        # and one thread was faster than two there at batch 1-32 (benchmarks/encoder_backends.py)
+        # one thread: the encoder shares the cores with the server's event loop and Chroma, and one
+        # thread was faster than two at every batch size (docs/performance.md)
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])

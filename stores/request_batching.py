@@ -1,16 +1,15 @@
 """Cross-request batching for the ``/retrieve`` server: concurrent requests share one search.
 
 Without it every request made its own ``search_batch`` call (one encoder call, one Chroma
-query), so under N concurrent clients the server ran N small encoder calls one after the
-other and plateaued at about a third of what the encoder does at its best batch size
-(issue 14: 95 req/s at 8 clients against 259-275 queries/s for the bare encoder at batch
-8-64). Here each request's queries join the queue of a serial
-:class:`~parallelsearch.stores.coalesce.BatchCoalescer`: one batch runs at a time, what
-arrives meanwhile leaves together as the next batch (at most ``max_batch`` queries), and
-an idle server sends a lone request at once. With ``concurrent_batches=n`` (the server's
+query), so under N concurrent clients the server ran N small encoder calls one after the other
+and plateaued at about a third of what the encoder does at its best batch size
+(docs/performance.md, "Figures behind the code's choices"). Here each request's queries join the
+queue of a serial :class:`~parallelsearch.stores.coalesce.BatchCoalescer`: one batch runs at a
+time, what arrives meanwhile leaves together as the next batch (at most ``max_batch`` queries),
+and an idle server sends a lone request at once. With ``concurrent_batches=n`` (the server's
 default: one per encoder thread, plus one with ONNX,
-:func:`~parallelsearch.stores.retrieval_server.default_concurrent_batches`) up to ``n``
-batches run at once, so one encodes while the requests of another are answered.
+:func:`~parallelsearch.stores.retrieval_server.default_concurrent_batches`) up to ``n`` batches
+run at once, so one encodes while the requests of another are answered.
 
 Requests may ask for different ``topk``: a batch is searched once with the largest ``k``
 in it, and each query's list is cut to its own ``k`` (a Chroma top-k is the prefix of the

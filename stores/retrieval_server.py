@@ -50,12 +50,10 @@ def default_concurrent_batches(searcher: object) -> int:
     (:func:`~parallelsearch.stores.encoder_thread.encoder_workers`), plus one when the
     searcher's encoder is ONNX.
 
-    Why the extra one for ONNX: its encode is short (18-21 ms for 8 queries on 2 threads x 1,
-    against 33-35 ms for torch), so a batch's Chroma query and answers (~4-5 ms) are a large share
-    of its cycle; a third batch queued behind the two encoding keeps the encoder threads busy
-    through it. Measured on 2 cores (HotpotQA, 8 / 32 clients): 2 batches 233-277 / 339-372
-    queries/s, 3 batches 276-298 / 393-398, 4 batches 258-270 / 382-385. With torch a third batch
-    only made the batches smaller: 138-145 / 193-198 against 154-164 / 205-212 with 2.
+    Why the extra one for ONNX: its encode is short, so a batch's Chroma query and answers are a
+    large share of its cycle; a third batch queued behind the two encoding keeps the encoder
+    threads busy through it. With torch a third batch only made the batches smaller
+    (docs/performance.md, "What changed the server (session 8)").
     """
     embedder = getattr(searcher, "embedder", None)
     extra = 1 if getattr(embedder, "backend", "torch") != "torch" else 0

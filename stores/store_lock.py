@@ -1,11 +1,11 @@
 """One writer at a time per embedded store: an inter-process file lock beside the Chroma folder.
 
-An embedded Chroma store (``PersistentClient``) keeps each collection's vector index in
-memory per process and writes it back on its own schedule. Two processes writing one
-collection therefore overwrite each other's index files: both exit 0, the count is right,
-but passages written by one of them lose their vectors (``Error getting embedding``) and
-are no longer found by search (issue 12). Writers (``index``, the demo's indexing) hold
-this lock from before they open the client until they are done; readers never take it.
+An embedded Chroma store (``PersistentClient``) keeps each collection's vector index in memory
+per process and writes it back on its own schedule. Two processes writing one collection
+therefore overwrite each other's index files: both exit 0, the count is right, but passages
+written by one of them lose their vectors (``Error getting embedding``) and are no longer found
+by search (docs/architecture.md, "Writing a store"). Writers (``index``, the demo's indexing)
+hold this lock from before they open the client until they are done; readers never take it.
 
 The lock is ``flock`` on ``<chroma folder>.locks/<store>.lock``: the kernel drops it when
 the holder exits, also on ``kill -9``, so a crash never leaves a stale lock. The file holds
