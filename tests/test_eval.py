@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 
 import pytest
 from conftest import needs_data
@@ -134,7 +135,9 @@ class CountingOracle(OraclePolicy):
 
 
 @needs_data
-def test_graphs_are_warmed_up_then_interleaved_per_question(hotpot_store, hotpot_questions, tmp_path):
+def test_graphs_are_warmed_up_then_interleaved_per_question(
+    hotpot_store, hotpot_questions, tmp_path, monkeypatch, capsys
+):
     """Every graph runs the first question once untimed; then question i runs in every graph in
     turn, the order alternating, so no graph always goes first (concurrency 1: rows in run order)."""
     qs, variants = hotpot_questions[:4], ["parallel", "sequential", "rag"]
@@ -149,6 +152,10 @@ def test_graphs_are_warmed_up_then_interleaved_per_question(hotpot_store, hotpot
     assert "interleaved" in json.loads((tmp_path / "run.json").read_text())["latency"]
     write_report(tmp_path, plots_enabled=False)
     assert "How latency was measured: latency = wall time" in (tmp_path / "report.md").read_text()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # without the plots extra: the report, no plots
+    write_report(tmp_path)
+    assert "## Plots" not in (tmp_path / "report.md").read_text() and not list(tmp_path.glob("*.png"))
+    assert "matplotlib is not installed" in capsys.readouterr().err
 
 
 @needs_data
