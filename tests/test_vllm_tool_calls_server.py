@@ -15,8 +15,10 @@ What a random model gives in each mode, and why (docs/vllm.md, "Tool calls throu
   tag (``tool_parsers/structural_tag_registry.py``): the ``<tool_call>{"name": "search",
   "arguments": `` envelope is forced, the arguments are JSON schema ``true`` (any JSON value)
   for a tool without ``strict: true`` (``resolve_tool_strictness``, ``get_function_parameters``).
-  A random model closes that at once. The graph gets the calls for real: each is answered by a
-  ``ToolMessage`` with the corrective note, the turn searches nothing and costs a turn.
+  A random model closes that at once. The graph gets the calls for real (``null``/``false`` read
+  as ``{}``; ``true`` makes LangChain's AIMessage refuse the reply, which the chat policy turns
+  into invalid tool calls): each is answered by a ``ToolMessage`` with the corrective note, the
+  turn searches nothing and costs a turn.
 - ``--tool-strict-level parameter`` on the server pins every tool's parameters, so the same
   requests give schema-valid ``{"query": "..."}`` calls (random text, but strings): real parallel
   rounds against the store, one ``ToolMessage`` per call. The client cannot ask for this itself:
@@ -46,7 +48,9 @@ from conftest import free_port, needs_data
 
 pytestmark = [pytest.mark.vllm, needs_data]
 pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
-pytest.importorskip("langchain_openai", reason="langchain-openai (the dev extra) is missing in this venv")
+pytest.importorskip(
+    "langchain_openai", reason="langchain-openai is missing in this venv (make venv-vllm installs it)"
+)
 
 from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
