@@ -40,12 +40,13 @@ def make_openai_test_server(script: list[str] = SCRIPT) -> FastAPI:
 CHAT_SCRIPT: list[list[str] | str] = [["Scott Derrickson", "Ed Wood"], "yes"]
 
 
-def make_openai_chat_test_server(script: list[list[str] | str] = CHAT_SCRIPT) -> FastAPI:
+def make_openai_chat_test_server(script: list[list[str | dict] | str] = CHAT_SCRIPT) -> FastAPI:
     """A TEST SERVER implementing the OpenAI /v1/chat/completions shape with parallel tool calls.
 
     Stand-in for a provider's chat API (no LLM runs here): turn i (the number of assistant
     messages in the request) answers ``script[i]``, as ``tool_calls`` (arguments as JSON text,
-    as OpenAI sends them) or as content. Every request body is kept in ``app.state.requests``.
+    as OpenAI sends them; a dict gives a call's raw ``arguments``) or as content. Every request
+    body is kept in ``app.state.requests``.
     """
     import json
 
@@ -66,7 +67,10 @@ def make_openai_chat_test_server(script: list[list[str] | str] = CHAT_SCRIPT) ->
                 {
                     "id": f"call_{turn}_{j}",
                     "type": "function",
-                    "function": {"name": "search", "arguments": json.dumps({"query": q})},
+                    "function": {
+                        "name": "search",
+                        "arguments": q["arguments"] if isinstance(q, dict) else json.dumps({"query": q}),
+                    },
                 }
                 for j, q in enumerate(step)
             ]

