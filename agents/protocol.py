@@ -306,6 +306,12 @@ def _call_error(call: object) -> tuple[str, str | None, str]:
     return cid, None, query
 
 
+#: why a tools-protocol reply without a call that stopped at the token limit is not an answer
+CUT_REPLY_REASON = (
+    "the reply was cut at the token limit before it finished (no call, and its text is not an answer)"
+)
+
+
 def parse_tool_calls(
     tool_calls: object,
     content: object = "",
@@ -313,13 +319,15 @@ def parse_tool_calls(
     *,
     max_subqueries: int = 8,
     split: bool = True,
+    cut: bool = False,
 ) -> Action:
     """Parse one tools-protocol turn (an AI message's ``tool_calls``, ``content`` and
     ``invalid_tool_calls``) into the same :class:`Action` the tag parser returns. Never raises.
 
     N ``search`` calls are the N sub-queries of one round (normalised and de-duplicated like
     ``a ## b``; a duplicate's call shares its sub-query's result). No call at all is the final
-    answer: the message's text. One invalid call (unknown tool, bad or unparsable arguments,
+    answer: the message's text, unless the reply was ``cut`` at the token limit (its text may be
+    half a call or half an answer, so it is an invalid turn instead). One invalid call (unknown tool, bad or unparsable arguments,
     empty query), more than ``max_subqueries`` distinct queries, or more than one query when
     ``split`` is off makes the whole turn invalid: nothing is searched and every call is told why.
     """
@@ -330,6 +338,8 @@ def parse_tool_calls(
         if tool_calls is not None and not isinstance(tool_calls, list | tuple):
             return Action("invalid", reason=f"tool_calls is {type(tool_calls).__name__}, not a list")
         if not calls and not broken:
+            if cut:
+                return Action("invalid", reason=CUT_REPLY_REASON)
             answer = text.strip()
             if not answer:
                 return Action("invalid", reason="no tool call and no answer text")

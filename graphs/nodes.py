@@ -61,6 +61,8 @@ def _add(a: int | None, b: int | None) -> int | None:
 
 #: what a tools-protocol planner is told after a reply with neither a tool call nor an answer
 TOOLS_RETRY = "Your reply had no tool call and no answer. Call search, or reply with the answer only."
+#: what a tools-protocol reply cut at the token limit without a call is told
+TOOLS_CUT = "Your reply was cut at the token limit before it finished. Call search, or reply with a short answer only."
 #: appended to the tools protocol's final (answer-only) turn; the tags protocol's has no such note
 TOOLS_FINAL = "No more searches are possible. Reply now with the answer only, without a tool call."
 #: the AI message of an episode that ended without an answer
@@ -246,6 +248,7 @@ class Nodes:
                 res.invalid_tool_calls,
                 max_subqueries=cfg.max_subqueries,
                 split=cfg.split_subqueries,
+                cut=res.finish_reason == "length",
             )
             invalid = action.kind == "invalid" or (final and action.kind != "answer")
             transcript, segments = self._tool_turn(st, res, action, text, invalid and not final, update)
@@ -317,8 +320,9 @@ class Nodes:
                 )
                 written = "".join(format_tool_response(note) for _, note in notes)
             else:
-                chat.append(HumanMessage(content=TOOLS_RETRY))
-                written = f"\n{TOOLS_RETRY}\n"
+                note = TOOLS_CUT if res.finish_reason == "length" else TOOLS_RETRY
+                chat.append(HumanMessage(content=note))
+                written = f"\n{note}\n"
             segments.append(("feedback", written))
             turn += written
         update["chat"] = chat

@@ -139,6 +139,31 @@ def test_invalid_calls_cost_a_turn_and_are_answered_by_tool_messages():
     assert tools[2].content.startswith("Doc 1(Title: B) about b")
 
 
+@pytest.mark.parametrize("meta", [{"finish_reason": "length"}, {"stop_reason": "max_tokens"}])
+def test_a_reply_cut_at_the_token_limit_is_not_taken_as_the_answer(meta):
+    """Half a call (or half an answer) that stopped at the token limit costs a turn and is told so;
+    the episode goes on to a real answer. A complete reply without calls still answers."""
+    from parallelsearch import ScriptedToolChatModel, create_parallel_search_agent
+    from parallelsearch.agents.protocol import CUT_REPLY_REASON
+
+    cut = AIMessage(content='<tool_call>\n{"name": "search", "argu', response_metadata=meta)
+    model = ScriptedToolChatModel(turns=[cut, ["b"], "x"])
+    graph = create_parallel_search_agent(model, ToySearcher())
+    out = graph.invoke({"question": "q?"})
+    first = out["trajectory"][0]
+    assert (first["action"], first["reason"], first["finish_reason"]) == (
+        "invalid",
+        CUT_REPLY_REASON,
+        "length",
+    )
+    assert (out["answer"], out["policy_calls"], out["search_rounds"]) == ("x", 3, 1)
+    states = list(graph.stream({"question": "q?"}, stream_mode="values"))
+    notes = [m.content for m in states[-1]["chat"] if isinstance(m, HumanMessage)][1:]
+    assert notes[0].startswith("Your reply was cut at the token limit")
+    assert parse_tool_calls([], "x", cut=False).kind == "answer"
+    assert parse_tool_calls([call("a", "c1")], "", cut=True).kind == "search"  # complete calls still run
+
+
 def test_messages_in_and_out_and_a_messages_state_parent():
     from langgraph.graph import START, MessagesState, StateGraph
 

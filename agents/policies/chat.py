@@ -84,6 +84,21 @@ def unreadable_calls(error: Exception, turn: int) -> list[dict[str, Any]] | None
     return out
 
 
+#: how providers say a reply stopped at its token limit (OpenAI, vLLM: ``finish_reason``;
+#: Anthropic: ``stop_reason``; Ollama: ``done_reason``); all are reported as ``length``
+_CUT_REASONS = {"length", "max_tokens", "MAX_TOKENS"}
+
+
+def finish_reason(msg: Any) -> str:
+    """Why a chat model's reply ended, as vLLM and OpenAI say it (``stop`` or ``length``)."""
+    meta = getattr(msg, "response_metadata", None) or {}
+    for key in ("finish_reason", "stop_reason", "done_reason"):
+        value = meta.get(key)
+        if isinstance(value, str) and value:
+            return "length" if value in _CUT_REASONS else value
+    return "stop"
+
+
 class ChatModelPolicy:
     """A LangChain chat model speaking the ``tags`` or the ``tools`` protocol."""
 
@@ -143,7 +158,7 @@ class ChatModelPolicy:
         usage = getattr(msg, "usage_metadata", None) or {}
         return TurnResult(
             text=content_text(msg.content),
-            finish_reason=(getattr(msg, "response_metadata", None) or {}).get("finish_reason", "stop"),
+            finish_reason=finish_reason(msg),
             prompt_tokens=usage.get("input_tokens"),
             completion_tokens=usage.get("output_tokens"),
             labels=("chat", "tools"),
