@@ -6,6 +6,13 @@ Output records: ``{"id", "question", "golden_answers", "metadata"}`` with
 paper leaves out of both splits, e.g. 2Wiki ``bridge_comparison``),
 ``metadata.dataset``, and, where the dataset has them, ``supporting_titles``,
 ``evidences`` (2Wiki triples) and ``question_decomposition`` (MuSiQue).
+
+``metadata.hops`` is the question's decomposition in one shape for every dataset that has
+one (MuSiQue's ``question_decomposition``, 2Wiki's ``evidences``): per hop, ``question`` (the
+hop's sub-question; ``#k`` names hop k's answer, 1-based), ``answer`` (the intermediate
+answer), ``title`` (the title of the hop's supporting paragraph, or None) and ``refs`` (the
+hops it names). HotpotQA bridge questions get ``metadata.bridge_title``: the second supporting
+title, the paragraph the bridge entity leads to. Oracle plans and per-hop recall read these.
 """
 
 from __future__ import annotations
@@ -92,6 +99,72 @@ def _supporting_titles(sf: Any) -> list[str]:
     return list(dict.fromkeys(str(t) for t in titles))
 
 
+_HOP_REF = re.compile(r"(?<![\w#])#([0-9]{1,6})(?!\w)")
+
+
+def _refs(question: str) -> list[int]:
+    return list(dict.fromkeys(int(k) for k in _HOP_REF.findall(question)))
+
+
+def _musique_hops(decomp: list, paragraphs: Any) -> list[dict] | None:
+    """MuSiQue's decomposition as hops; the supporting paragraph's title comes from the hop's
+    ``support_paragraph`` (FlashRAG copies) or ``paragraph_support_idx`` into ``paragraphs``."""
+    by_idx: dict[Any, str] = {}
+    if isinstance(paragraphs, list):
+        for i, p in enumerate(paragraphs):
+            if isinstance(p, dict) and isinstance(p.get("title"), str):
+                by_idx[p.get("idx", i)] = p["title"]
+    hops = []
+    for d in decomp:
+        if not isinstance(d, dict):
+            return None
+        sp = d.get("support_paragraph")
+        title = sp.get("title") if isinstance(sp, dict) else by_idx.get(d.get("paragraph_support_idx"))
+        q = str(d.get("question", ""))
+        hops.append(
+            {
+                "question": q,
+                "answer": str(d.get("answer", "")),
+                "title": title if isinstance(title, str) else None,
+                "refs": _refs(q),
+            }
+        )
+    return hops or None
+
+
+def _entity_key(name: str) -> str:
+    """``Steno (director)`` and ``steno`` name one entity: case and a parenthetical dropped."""
+    return " ".join(re.sub(r"\s*\([^)]*\)", "", name).casefold().split())
+
+
+def _evidence_hops(evidences: list, titles: list[str]) -> list[dict] | None:
+    """2Wiki's triples as hops: a triple whose subject is an earlier triple's object names that
+    hop (``#k relation``); its supporting title is the one naming its subject."""
+    triples = [e for e in evidences if isinstance(e, list | tuple) and len(e) == 3]
+    if len(triples) != len(evidences):
+        return None
+    by_key = {_entity_key(t): t for t in titles}
+    hops: list[dict] = []
+    answers: dict[str, int] = {}
+    for i, triple in enumerate(triples):
+        subj, rel, obj = (str(x) for x in triple)
+        key = _entity_key(subj)
+        title = by_key.get(key)
+        if title is None and len(titles) == len(triples):
+            title = titles[i]
+        k = answers.get(key)
+        hops.append(
+            {
+                "question": f"#{k} {rel}" if k else f"{subj} {rel}",
+                "answer": obj,
+                "title": title,
+                "refs": [k] if k else [],
+            }
+        )
+        answers.setdefault(_entity_key(obj), i + 1)
+    return hops
+
+
 def question_record(rec: dict, dataset: str, source: str) -> dict:
     """One FlashRAG question record from any supported benchmark record."""
     q = rec.get("question")
@@ -126,6 +199,13 @@ def question_record(rec: dict, dataset: str, source: str) -> dict:
     evid = rec.get("evidences") or meta_in.get("evidences")
     if isinstance(evid, list) and evid:
         meta["evidences"] = evid
+    hops = _musique_hops(decomp, rec.get("paragraphs")) if isinstance(decomp, list) else None
+    if hops is None and isinstance(evid, list) and evid:
+        hops = _evidence_hops(evid, titles)
+    if hops:
+        meta["hops"] = hops
+    if dataset == "hotpotqa" and qtype == "bridge" and len(titles) >= 2:
+        meta["bridge_title"] = titles[1]
     if rec.get("level"):
         meta["level"] = rec["level"]
     rid = rec.get("_id") or rec.get("id")

@@ -1,0 +1,408 @@
+"""Resolvers: what a ``#k`` stands for when a dependent sub-query is searched.
+
+A sub-query such as ``seat of #1`` can only be searched once ``#1`` has results; a resolver
+turns it and its parents' results into the text to search. Every resolver takes
+``(sub_query, parents)`` and returns that text, in a sync form (``__call__``) and an async
+form (``aresolve``, what the graph's async nodes await):
+
+- ``passage`` (:class:`PassageResolver`): no model call. The answer to a parent sub-query is
+  usually a name inside the parent's top passage, not its title, so the resolver proposes the
+  passage's name-like spans (runs of capitalised words), drops the ones the parent sub-query
+  itself names, and keeps the candidate whose search hits score best, nudged by how close
+  the words right before it are to what the parent asked.
+- ``gold`` (:class:`GoldResolver`): the gold intermediate answers (oracle runs: the upper bound).
+- ``policy`` (:class:`PolicyResolver`): one short "answer only" extraction call to a policy,
+  counted in ``calls``.
+- any callable ``(sub_query, parents) -> str`` (sync or async), through :func:`as_resolver`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import product
+from typing import Any, Protocol, runtime_checkable
+
+from parallelsearch.agents.subquery_plan import REFERENCE_RE, substitute
+from parallelsearch.stores.passages import Passage
+
+#: the resolver names a setting or a CLI flag may give
+RESOLVER_NAMES = ("passage", "gold", "policy")
+
+
+class ResolverError(ValueError):
+    """A resolver cannot be built from what was given, or cannot resolve with what it has."""
+
+
+@dataclass(frozen=True)
+class ParentResult:
+    """What one ``#k`` of a sub-query names: the parent's sub-query (``written`` with its own
+    ``#k``, ``searched`` as it was searched), its passages, and, in oracle runs only, the gold
+    intermediate answer (``gold``)."""
+
+    k: int
+    searched: str
+    passages: tuple[Passage, ...] = ()
+    written: str | None = None
+    gold: str | None = None
+
+
+@runtime_checkable
+class Resolver(Protocol):
+    """Turns a dependent sub-query and its parents' results into the text to search."""
+
+    def __call__(self, sub_query: str, parents: Sequence[ParentResult]) -> str: ...
+
+    async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str: ...
+
+
+def _fill(sub_query: str, values: dict[int, str]) -> str:
+    return substitute(sub_query, values)
+
+
+# ---------------------------------------------------------------------------------------------
+# candidate spans (no NLP model: capitalised runs, with the joining words names use)
+
+#: lower-case words that may join the capitalised words of one name ("University of Miami")
+_JOINERS = frozenset("of the de du des la le von van der den del da di y upon al el bin ibn &".split())
+#: capitalised words that start sentences rather than names
+_OPENERS = frozenset(
+    "The A An It He She His Her Its They Their This That These Those In On At As After Before "
+    "During When While However Although Since From For With By Of And But Some There Other Born "
+    "We I Our Following According Despite Upon Between Under Also Then Later".split()
+)
+#: abbreviations after which a period does not end a name ("Dr. Jennifer Aaker")
+_ABBREVIATIONS = frozenset({"Jr", "Sr", "St", "Dr", "Mr", "Mrs", "Ms", "Mt", "Ft"})
+_WORD_RE = re.compile(r"[^\W_](?:[\w'’\-]*\w)?|&")
+_STOP = frozenset("the a an of in on at to for and or is was by with from as who what which".split())
+
+
+def _capital(word: str) -> bool:
+    return word[:1].isupper() or word[:1].isdigit()
+
+
+def span_candidates(text: str, *, max_words: int = 8) -> list[str]:
+    """The name-like spans of ``text`` in order, each once: runs of capitalised words (or
+    numbers) inside one clause, joined by the lower-case words names use (``of``, ``de``,
+    ``von``...), a sentence-opening word such as ``The`` or ``It`` dropped from the front."""
+    toks = [(m.group(0), m.start(), m.end()) for m in _WORD_RE.finditer(text)]
+    out: dict[str, None] = {}
+    i = 0
+    while i < len(toks):
+        if not _capital(toks[i][0]):
+            i += 1
+            continue
+        j = i + 1
+        while j < len(toks) and j - i < max_words:
+            gap = text[toks[j - 1][2] : toks[j][1]].strip()
+            prev = toks[j - 1][0]
+            if gap and not (gap == "." and (len(prev) == 1 or prev in _ABBREVIATIONS)):
+                break
+            word = toks[j][0]
+            if _capital(word):
+                j += 1
+                continue
+            joined = j + 1 < len(toks) and not text[toks[j][2] : toks[j + 1][1]].strip()
+            if word.lower() in _JOINERS and joined and _capital(toks[j + 1][0]):
+                j += 1
+                continue
+            break
+        start = i
+        while start < j and toks[start][0] in _OPENERS:
+            start += 1
+        if start < j:
+            out.setdefault(text[toks[start][1] : toks[j - 1][2]], None)
+        i = max(j, i + 1)
+    return list(out)
+
+
+def _content_words(text: str) -> set[str]:
+    text = re.sub(r"['’]s\b", "", text)
+    return {w.casefold() for w in re.findall(r"\w+", text)} - _STOP
+
+
+def names_the_query(candidate: str, query: str) -> bool:
+    """True when more than half of ``candidate``'s words are in ``query``: the parent asked
+    about it, so it is not the parent's answer (``McCauley's Mountain`` for ``McCauley Mountain
+    located in``). Half is not enough: relatives share a surname (``Kris Benson`` is the answer
+    to ``Anna Benson spouse``)."""
+    words = _content_words(candidate)
+    return bool(words) and len(words & _content_words(query)) > len(words) / 2
+
+
+def relation_cue(query: str) -> str:
+    """What a sub-query asks, without the names it asks about: ``Amy McKenzie place of birth``
+    -> ``place of birth``. Falls back to the query when nothing is left."""
+    text = REFERENCE_RE.sub(" ", query.replace(">>", " "))
+    left = " ".join(re.sub(r"\b[A-Z][\w'’\-]*", " ", text).split())
+    return left or " ".join(text.split())
+
+
+def lead_in(text: str, candidate: str, words: int = 4) -> str:
+    """The ``words`` words before ``candidate``'s first occurrence, and the candidate: where a
+    passage says how the name relates to its subject (``film directed by Rolf Olsen``)."""
+    i = text.find(candidate)
+    before = text[: max(i, 0)].split()[-words:]
+    return " ".join([*before, candidate])
+
+
+def answer_candidates(parent: ParentResult, *, passages: int = 1, limit: int = 24) -> list[tuple[str, str]]:
+    """(candidate, lead-in) pairs from the parent's top passages: name-like spans that the
+    parent sub-query does not itself name, numbers left out (years are seldom a bridge)."""
+    asked = parent.searched
+    out: dict[str, str] = {}
+    for p in parent.passages[:passages]:
+        for c in span_candidates(p.text):
+            if c in out or c[:1].isdigit() or names_the_query(c, asked):
+                continue
+            out[c] = lead_in(p.text, c)
+            if len(out) >= limit:
+                return list(out.items())
+    return list(out.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# resolvers
+
+
+class PassageResolver:
+    """The ``passage`` resolver: no model call; the parent's top passage supplies the name.
+
+    With a ``searcher`` (anything with ``search_batch(queries, k)`` or ``asearch(query, k)``)
+    every candidate's query is searched, in one batch, and the candidate whose best hit scores
+    highest wins; with an ``embedder`` (``encode_queries``) that score is nudged by
+    ``cue_weight`` x the similarity of the candidate's lead-in to what the parent asked. With
+    neither, the first candidate is used, and the top passage's title when there is none.
+    Sub-queries naming several parents try at most ``max_combinations`` combinations.
+    """
+
+    name = "passage"
+
+    def __init__(
+        self,
+        searcher: Any = None,
+        embedder: Any = None,
+        *,
+        cue_weight: float = 0.5,
+        max_candidates: int = 24,
+        max_combinations: int = 32,
+        k: int = 3,
+    ) -> None:
+        self.searcher = searcher
+        self.embedder = embedder if embedder is not None else getattr(searcher, "embedder", None)
+        self.cue_weight = cue_weight
+        self.max_candidates = max_candidates
+        self.max_combinations = max_combinations
+        self.k = k
+
+    def _options(self, sub_query: str, parents: Sequence[ParentResult]) -> list[tuple[str, float]]:
+        """(query to search, prior) for every candidate combination, best prior first."""
+        per_parent: list[list[tuple[str, float]]] = []
+        for parent in parents:
+            cands = answer_candidates(parent, limit=self.max_candidates)
+            if not cands:
+                fallback = parent.passages[0].title if parent.passages else ""
+                per_parent.append([(fallback, 0.0)])
+                continue
+            priors = [0.0] * len(cands)
+            if self.embedder is not None and self.cue_weight:
+                vecs = self.embedder.encode_queries([relation_cue(parent.searched), *(w for _, w in cands)])
+                priors = [float(v @ vecs[0]) for v in vecs[1:]]
+            per_parent.append([(c, s) for (c, _), s in zip(cands, priors, strict=True)])
+        options: list[tuple[str, float]] = []
+        for combo in product(*per_parent):
+            values = {p.k: c for p, (c, _) in zip(parents, combo, strict=True)}
+            options.append((_fill(sub_query, values), sum(s for _, s in combo)))
+            if len(options) >= self.max_combinations:
+                break
+        first: dict[str, float] = {}
+        for query, prior in options:
+            first.setdefault(query, prior)
+        return sorted(first.items(), key=lambda o: -o[1])
+
+    def _choose(self, options: list[tuple[str, float]], hits: Sequence[Sequence[Passage]]) -> str:
+        def value(i: int) -> float:
+            top = hits[i][0].score if hits[i] and hits[i][0].score is not None else -1.0
+            return top + self.cue_weight * options[i][1]
+
+        return options[max(range(len(options)), key=lambda i: (value(i), -i))][0]
+
+    def __call__(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
+        options = self._options(sub_query, parents)
+        if not options:
+            return _fill(sub_query, {p.k: "" for p in parents})
+        if len(options) == 1 or self.searcher is None:
+            return options[0][0]
+        queries = [q for q, _ in options]
+        if hasattr(self.searcher, "search_batch"):
+            hits = self.searcher.search_batch(queries, self.k)
+        else:
+            hits = asyncio.run(_search_all(self.searcher, queries, self.k))
+        return self._choose(options, hits)
+
+    async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
+        options = await asyncio.to_thread(self._options, sub_query, parents)
+        if not options:
+            return _fill(sub_query, {p.k: "" for p in parents})
+        if len(options) == 1 or self.searcher is None:
+            return options[0][0]
+        queries = [q for q, _ in options]
+        if hasattr(self.searcher, "asearch"):
+            hits = await _search_all(self.searcher, queries, self.k)
+        else:
+            hits = await asyncio.to_thread(self.searcher.search_batch, queries, self.k)
+        return self._choose(options, hits)
+
+
+async def _search_all(searcher: Any, queries: list[str], k: int) -> list[list[Passage]]:
+    """Concurrent searches: a local store's coalescer turns them into one encoder call."""
+    return list(await asyncio.gather(*(searcher.asearch(q, k) for q in queries)))
+
+
+class GoldResolver:
+    """The ``gold`` resolver: each ``#k`` becomes the parent's gold intermediate answer.
+    For oracle runs only (the upper bound of any resolver); the graph sets ``gold`` from the
+    question's ``metadata.hops``."""
+
+    name = "gold"
+
+    def __call__(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
+        missing = [p.k for p in parents if p.gold is None]
+        if missing:
+            raise ResolverError(
+                f"the gold resolver has no gold answer for #{missing[0]} of {sub_query!r}: it needs the "
+                "question's metadata.hops (a MuSiQue or 2WikiMultihopQA record) and is for oracle runs; "
+                "use --resolver passage or policy otherwise"
+            )
+        return _fill(sub_query, {p.k: str(p.gold) for p in parents})
+
+    async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
+        return self(sub_query, parents)
+
+
+#: the extraction prompt of the ``policy`` resolver
+EXTRACTION_PROMPT = (
+    "Answer the question from the passages. Answer only: a short name or phrase, no sentence, "
+    "no explanation.\n{passages}\nQuestion: {question}\nAnswer only:"
+)
+
+
+@dataclass
+class PolicyResolver:
+    """The ``policy`` resolver: one short extraction call per parent ("answer only: ...") to a
+    policy (anything with ``agenerate(TurnRequest)``), counted in ``calls``. The calls are
+    not turns of the episode: nothing of them enters the trained transcript."""
+
+    policy: Any
+    max_tokens: int = 24
+    passages: int = 3
+    calls: int = 0
+    name: str = field(default="policy", init=False)
+
+    async def _answer(self, parent: ParentResult) -> str:
+        from parallelsearch.agents.policies.base import TurnRequest
+
+        docs = "\n".join(
+            f"Doc {i}(Title: {p.title}) {p.text}" for i, p in enumerate(parent.passages[: self.passages], 1)
+        )
+        prompt = EXTRACTION_PROMPT.format(passages=docs, question=parent.searched)
+        self.calls += 1
+        result = await self.policy.agenerate(
+            TurnRequest(
+                transcript=prompt,
+                segments=[("user", prompt)],
+                stop=("\n",),
+                max_tokens=self.max_tokens,
+                role="resolver",
+            )
+        )
+        return clean_answer(getattr(result, "text", "") or "")
+
+    async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
+        answers = await asyncio.gather(*(self._answer(p) for p in parents))
+        return _fill(sub_query, {p.k: a for p, a in zip(parents, answers, strict=True)})
+
+    def __call__(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
+        return _run_sync(self.aresolve(sub_query, parents), "the policy resolver")
+
+
+def clean_answer(text: str) -> str:
+    """A model's extraction reply as a name: tags and a leading ``Answer:`` dropped, one line."""
+    text = re.sub(r"</?(think|answer|search)>", " ", text)
+    text = text.strip().splitlines()[0] if text.strip() else ""
+    text = re.sub(r"^(answer( only)?\s*:\s*)", "", text.strip(), flags=re.I)
+    return " ".join(text.strip(" .\"'").split())
+
+
+class CallableResolver:
+    """Any function ``(sub_query, parents) -> str``, sync or async, as a resolver."""
+
+    def __init__(self, func: Callable[[str, Sequence[ParentResult]], str | Awaitable[str]]) -> None:
+        self.func = func
+        self.name = getattr(func, "__name__", type(func).__name__)
+
+    async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
+        out = self.func(sub_query, parents)
+        if inspect.isawaitable(out):
+            out = await out
+        return self._checked(out)
+
+    def __call__(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
+        out = self.func(sub_query, parents)
+        if inspect.isawaitable(out):
+            out = _run_sync(out, f"resolver {self.name}")
+        return self._checked(out)
+
+    def _checked(self, out: object) -> str:
+        if not isinstance(out, str):
+            raise ResolverError(f"resolver {self.name} returned {type(out).__name__}, not the text to search")
+        return out
+
+
+def _run_sync(aw: Awaitable[str], what: str) -> str:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_awaited(aw))
+    if inspect.iscoroutine(aw):
+        aw.close()
+    raise ResolverError(f"{what} is async: inside a running event loop, await its aresolve(...) instead")
+
+
+async def _awaited(aw: Awaitable[str]) -> str:
+    return await aw
+
+
+def as_resolver(spec: object, *, searcher: Any = None, policy: Any = None, embedder: Any = None) -> Resolver:
+    """A resolver from a name (``passage``, ``gold``, ``policy``), a resolver, or a callable
+    ``(sub_query, parents) -> str``. ``passage`` searches its candidates with ``searcher``;
+    ``policy`` needs ``policy``. Anything else is refused with what is accepted."""
+    if spec is None:
+        spec = "passage"
+    if isinstance(spec, str):
+        name = spec.strip().lower()
+        if name == "passage":
+            return PassageResolver(searcher, embedder)
+        if name == "gold":
+            return GoldResolver()
+        if name == "policy":
+            if policy is None:
+                raise ResolverError(
+                    "the policy resolver needs a policy to ask (pass policy=..., or use --resolver passage)"
+                )
+            return PolicyResolver(policy)
+        raise ResolverError(
+            f"unknown resolver {spec!r}: use one of {', '.join(RESOLVER_NAMES)} or a function "
+            "(sub_query, parents) -> str"
+        )
+    if hasattr(spec, "aresolve") and callable(spec):
+        return spec  # type: ignore[return-value]
+    if callable(spec):
+        return CallableResolver(spec)  # type: ignore[arg-type]
+    raise ResolverError(
+        f"a resolver must be one of {', '.join(RESOLVER_NAMES)}, an object with aresolve, or a function "
+        f"(sub_query, parents) -> str; got {type(spec).__name__}"
+    )

@@ -1,0 +1,259 @@
+"""Per-hop recall@3 of dependent sub-queries (``seat of #1``) under each way of resolving ``#k``.
+
+Goal: the ``passage`` resolver (no model call) reaches >= 0.9x the ``gold`` resolver's recall
+on dependent hops. Data: MuSiQue (AdelWang_MIGRES, 200 questions: 2hop, 3hop1, 4hop1 chains and
+branching 3hop2/4hop2/4hop3) and 2WikiMultihopQA (hahahajw 500: the compositional, inference and
+bridge_comparison questions, whose evidence triples chain). Never the holdout files.
+
+Store: the union of each file's context paragraphs in a real embedded Chroma store with the
+MiniLM encoder (the README's "realistic offline corpus"). Each question is executed as the
+graph would run its one-turn plan: its hops (``metadata.hops``, sub-queries as the oracle
+writes them, ``#k`` kept) stage by stage, a dependent hop resolved from its parents' top-3
+passages as that method searched them, so a chain carries its own mistakes forward.
+
+Methods: ``gold`` (the gold intermediate answer), ``dropped`` (``#k`` removed), ``title`` (the
+parent's top passage title), ``text`` (``#k`` removed, the top passage's text appended),
+``spans-merged`` (the first 8 name-like spans of the top passage, each searched, hits merged by
+score), ``passage`` (the shipped :class:`PassageResolver`), ``passage-no-cue`` (it without the
+lead-in nudge) and ``ceiling`` (gold where the gold answer is among the passage resolver's
+candidates, else dropped: what picking the right candidate would give). Recall is
+deterministic, so the methods run one after another. Prints the table and writes
+benchmarks/results/dag_resolvers.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from _common import RAW, write
+from tqdm import tqdm
+
+from parallelsearch.agents.resolvers import (
+    GoldResolver,
+    ParentResult,
+    PassageResolver,
+    answer_candidates,
+    span_candidates,
+)
+from parallelsearch.agents.subquery_plan import substitute
+from parallelsearch.data import prepare
+from parallelsearch.stores import ChromaStore, Passage, ingest
+
+FILES = {
+    "musique": RAW / "musique" / "AdelWang_MIGRES" / "musique.json",
+    "2wiki": RAW / "2wikimultihopqa" / "hahahajw_Agentic-RAG" / "2WikiMultihopQA_500_benchmark.json",
+}
+K = 3
+
+Resolve = Callable[[str, Sequence[ParentResult]], "str | list[str]"]
+
+
+def hop_query(question: str) -> str:
+    """A hop's sub-question as the oracle searches it (MuSiQue's ``>>`` is a space)."""
+    return " ".join(question.replace(">>", " ").split())
+
+
+def qtype(dataset: str, q: dict) -> str:
+    return q["id"].split("_")[0] if dataset == "musique" else q["metadata"]["type"]
+
+
+def open_store(dataset: str, folder: Path) -> ChromaStore:
+    store = ChromaStore(f"dag-{dataset}", path=folder)
+    if store.count() == 0:
+        t0 = time.perf_counter()
+        ingest(store, [FILES[dataset]], progress=True)
+        print(f"{dataset}: {store.count()} paragraphs encoded in {time.perf_counter() - t0:.0f} s")
+    return store
+
+
+def spans_merged(sub_query: str, parents: Sequence[ParentResult]) -> list[str]:
+    """The first 8 spans of each parent's top passage, each substituted: searched and merged."""
+    options = [(span_candidates(p.passages[0].text)[:8] if p.passages else []) or [""] for p in parents]
+    out = []
+    for i in range(max(len(o) for o in options)):
+        out.append(
+            substitute(sub_query, {p.k: o[min(i, len(o) - 1)] for p, o in zip(parents, options, strict=True)})
+        )
+    return list(dict.fromkeys(out))
+
+
+def methods(store: ChromaStore) -> dict[str, Resolve]:
+    passage = PassageResolver(store)
+    plain = PassageResolver(store, cue_weight=0.0)
+    gold = GoldResolver()
+
+    def ceiling(sub_query: str, parents: Sequence[ParentResult]) -> str:
+        found = all(p.gold in {c for c, _ in answer_candidates(p)} for p in parents)
+        return gold(sub_query, parents) if found else substitute(sub_query, {p.k: "" for p in parents})
+
+    return {
+        "gold": gold,
+        "dropped": lambda s, ps: substitute(s, {p.k: "" for p in ps}),
+        "title": lambda s, ps: substitute(s, {p.k: p.passages[0].title if p.passages else "" for p in ps}),
+        "text": lambda s, ps: (
+            substitute(s, {p.k: "" for p in ps})
+            + " "
+            + " ".join(p.passages[0].text for p in ps if p.passages)
+        ),
+        "spans-merged": spans_merged,
+        "passage-no-cue": plain,
+        "passage": passage,
+        "ceiling": ceiling,
+    }
+
+
+def run_method(
+    store: ChromaStore, questions: list[dict], resolve: Resolve, first: dict[str, list[Passage]], name: str
+) -> dict[tuple[int, int], list[Passage]]:
+    """Top-k of every hop of every question, dependent hops resolved by ``resolve``."""
+    results: dict[tuple[int, int], list[Passage]] = {}
+    for qi, q in enumerate(tqdm(questions, desc=name, leave=False)):
+        hops = q["metadata"]["hops"]
+        searched: dict[int, str] = {}
+        for hi in _depth_order(hops):
+            h = hops[hi]
+            query = hop_query(h["question"])
+            if h["refs"]:
+                parents = [
+                    ParentResult(
+                        k=k,
+                        searched=searched[k - 1],
+                        passages=tuple(results[(qi, k - 1)]),
+                        written=hop_query(hops[k - 1]["question"]),
+                        gold=hops[k - 1]["answer"],
+                    )
+                    for k in h["refs"]
+                ]
+                out = resolve(query, parents)
+                if isinstance(out, list):
+                    pool: dict[str, Passage] = {}
+                    for hits in store.search_batch(out, K):
+                        for p in hits:
+                            if p.id not in pool or (pool[p.id].score or 0) < (p.score or 0):
+                                pool[p.id] = p
+                    results[(qi, hi)] = sorted(pool.values(), key=lambda p: -(p.score or 0))[:K]
+                    searched[hi] = out[0]
+                    continue
+                query = " ".join(out.split())
+                results[(qi, hi)] = store.search(query, K)
+            else:
+                results[(qi, hi)] = first[query]
+            searched[hi] = query
+    return results
+
+
+def _depth_order(hops: list[dict]) -> list[int]:
+    depth: dict[int, int] = {}
+    for i, h in enumerate(hops):
+        depth[i] = 1 + max((depth[k - 1] for k in h["refs"] if 0 < k <= i), default=0)
+    return sorted(depth, key=lambda i: (depth[i], i))
+
+
+def score(dataset: str, questions: list[dict], results: dict) -> dict[str, dict[str, float]]:
+    """Per-hop recall@k of dependent hops and whole-question recall, per question type."""
+    hop_hits, hop_n, q_rec, q_n = Counter(), Counter(), defaultdict(float), Counter()
+    for qi, q in enumerate(questions):
+        hops = q["metadata"]["hops"]
+        t = qtype(dataset, q)
+        found = set()
+        for hi, h in enumerate(hops):
+            titles = [p.title for p in results[(qi, hi)]]
+            found |= set(titles)
+            if h["refs"]:
+                for g in ("all", t):
+                    hop_hits[g] += h["title"] in titles
+                    hop_n[g] += 1
+        gold_titles = {h["title"] for h in hops}
+        for g in ("all", t):
+            q_rec[g] += len(gold_titles & found) / len(gold_titles)
+            q_n[g] += 1
+    return {
+        "hop_recall": {g: hop_hits[g] / hop_n[g] for g in hop_n},
+        "hops": dict(hop_n),
+        "question_recall": {g: q_rec[g] / q_n[g] for g in q_n},
+    }
+
+
+def run(args: argparse.Namespace) -> dict:
+    folder = Path(args.store_dir) if args.store_dir else Path(tempfile.mkdtemp())
+    out: dict = {"k": K, "datasets": {}}
+    for dataset in args.datasets:
+        ds = next(iter(prepare([FILES[dataset]]).values()))
+        questions = [q for q in ds.questions if any(h["refs"] for h in q["metadata"].get("hops") or [])]
+        questions = questions[: args.limit] if args.limit else questions
+        store = open_store(dataset, folder)
+        roots = sorted(
+            {hop_query(h["question"]) for q in questions for h in q["metadata"]["hops"] if not h["refs"]}
+        )
+        first = dict(zip(roots, store.search_batch(roots, K), strict=True))
+        parent_top1 = [
+            first[hop_query(q["metadata"]["hops"][k - 1]["question"])][0].title
+            == q["metadata"]["hops"][k - 1]["title"]
+            for q in questions
+            for h in q["metadata"]["hops"]
+            for k in h["refs"]
+            if not q["metadata"]["hops"][k - 1]["refs"]
+        ]
+        figures: dict = {
+            "questions": len(questions),
+            "paragraphs": store.count(),
+            "first_hop_parent_top1": sum(parent_top1) / max(1, len(parent_top1)),
+            "methods": {},
+        }
+        for name, resolve in methods(store).items():
+            if args.methods and name not in args.methods:
+                continue
+            t0 = time.perf_counter()
+            res = run_method(store, questions, resolve, first, f"{dataset} {name}")
+            figures["methods"][name] = {**score(dataset, questions, res), "seconds": time.perf_counter() - t0}
+        _print(dataset, figures)
+        out["datasets"][dataset] = figures
+    return out
+
+
+def _print(dataset: str, figures: dict) -> None:
+    methods_ = figures["methods"]
+    gold = methods_.get("gold")
+    groups = sorted(next(iter(methods_.values()))["hops"], key=lambda g: (g != "all", g))
+    print(
+        f"\n{dataset}: {figures['questions']} questions, {figures['paragraphs']} paragraphs; "
+        f"a first hop's top passage is its parent's gold paragraph {figures['first_hop_parent_top1']:.3f}"
+    )
+    print("per-hop recall@3 of dependent hops (ratio to gold)")
+    print(
+        f"{'method':16s}"
+        + "".join(f"{g + ' (' + str(methods_[next(iter(methods_))]['hops'][g]) + ')':>22s}" for g in groups)
+    )
+    for name, m in methods_.items():
+        cells = []
+        for g in groups:
+            r = m["hop_recall"][g]
+            ratio = f" {r / gold['hop_recall'][g]:.2f}x" if gold and gold["hop_recall"][g] else ""
+            cells.append(f"{r:.3f}{ratio}")
+        print(f"{name:16s}" + "".join(f"{c:>22s}" for c in cells))
+    print("whole-question gold-paragraph recall (ratio to gold)")
+    for name, m in methods_.items():
+        r = m["question_recall"]["all"]
+        ratio = f" {r / gold['question_recall']['all']:.2f}x" if gold else ""
+        print(f"{name:16s}{r:.3f}{ratio}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--datasets", nargs="+", default=list(FILES), choices=list(FILES))
+    p.add_argument("--methods", nargs="*", help="only these methods (default: all)")
+    p.add_argument("--limit", type=int, default=0, help="only the first N questions with dependent hops")
+    p.add_argument(
+        "--store-dir", help="keep the encoded stores in this folder and reuse them (default: a temporary one)"
+    )
+    args = p.parse_args()
+    write("dag_resolvers", run(args))
+
+
+if __name__ == "__main__":
+    main()
