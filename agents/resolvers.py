@@ -27,13 +27,14 @@ from itertools import product
 from typing import Any, Protocol, runtime_checkable
 
 from parallelsearch.agents.subquery_plan import REFERENCE_RE, substitute
+from parallelsearch.stores.errors import ParallelSearchError
 from parallelsearch.stores.passages import Passage
 
 #: the resolver names a setting or a CLI flag may give
 RESOLVER_NAMES = ("passage", "gold", "policy")
 
 
-class ResolverError(ValueError):
+class ResolverError(ParallelSearchError, ValueError):
     """A resolver cannot be built from what was given, or cannot resolve with what it has."""
 
 
