@@ -22,7 +22,7 @@ def dead_policy() -> tuple[str, str]:
 
 
 def _check_errors(text: str, url: str, count: int, unit: str) -> None:
-    assert f"{count} {unit}" in text and "RuntimeError" in text, text
+    assert f"{count} {unit}" in text and "UnavailableError" in text, text
     assert url in text and "connection refused" in text, text
 
 
