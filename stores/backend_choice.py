@@ -16,6 +16,7 @@ many encoder threads as it takes to fill the cores: ``cores / encoder_threads``.
 from __future__ import annotations
 
 from parallelsearch.stores.encoder_thread import usable_cores
+from parallelsearch.stores.errors import UnavailableError
 from parallelsearch.stores.onnx_encoder import BACKENDS, embedding_family
 
 #: the fp32 engine ``auto`` runs on CPU (docs/performance.md, "Encoder backends")
@@ -32,6 +33,26 @@ def on_gpu(device: str | None) -> bool:
     import torch
 
     return bool(torch.cuda.is_available())
+
+
+def check_device(device: str | None) -> None:
+    """Refuse a CUDA device torch cannot use here, before a model loads: otherwise torch fails
+    deep inside the first tensor move (an AssertionError for a CPU build of torch)."""
+    if not device or device.split(":", 1)[0].strip().lower() != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UnavailableError(
+            f"device {device!r}: torch sees no CUDA device here (a CPU build of torch, or no driver); "
+            "run the encoder with --device cpu"
+        )
+    index = device.split(":", 1)[1].strip() if ":" in device else "0"
+    count = torch.cuda.device_count()
+    if not index.isdigit() or int(index) >= count:
+        raise UnavailableError(
+            f"device {device!r}: torch sees {count} CUDA device(s), cuda:0..cuda:{count - 1}"
+        )
 
 
 def auto_backend(recorded: str | None, device: str | None = None) -> str:

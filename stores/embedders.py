@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from parallelsearch.stores.backend_choice import check_device
 from parallelsearch.stores.config import DEFAULT_EMBEDDING_MODEL as DEFAULT_MODEL
 from parallelsearch.stores.encoder_thread import (
     encoder_workers,
@@ -195,6 +196,7 @@ def _load_model(path: str, device: str | None) -> Any:
     except ImportError:  # pragma: no cover
         pass
 
+    check_device(device)
     model = SentenceTransformer(path, device=device)
     model.eval()
     if model.device.type == "cpu":

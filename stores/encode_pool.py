@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from parallelsearch.stores.backend_choice import check_device
+
 
 def device_list(device: str | None, processes: int | None) -> list[str] | None:
     """The pool's devices from ``--device`` (comma list allowed) and ``--processes``; None = no pool.
@@ -26,19 +28,21 @@ def device_list(device: str | None, processes: int | None) -> list[str] | None:
     if len(devices) > 1:
         if processes is not None and processes != len(devices):
             raise ValueError(f"--processes {processes} contradicts the {len(devices)} devices in --device")
-        return devices
-    if processes is None or processes == 1:
+        pool = devices
+    elif processes is None or processes == 1:
         return None
-    base = devices[0] if devices else "cpu"
-    if base == "cuda":
-        return [f"cuda:{i}" for i in range(processes)]
-    return [base] * processes
+    else:
+        base = devices[0] if devices else "cpu"
+        pool = [f"cuda:{i}" for i in range(processes)] if base == "cuda" else [base] * processes
+    return pool
 
 
 class PassagePool:
     """A context manager: ``encode_passages`` on a pool of worker processes, one per device."""
 
     def __init__(self, embedder: Any, devices: list[str]) -> None:
+        for d in devices:  # before any worker starts: a worker's failure would be a traceback per process
+            check_device(d)
         self.embedder = embedder
         self.devices = devices
         self._pool: dict[str, Any] | None = None
