@@ -8,6 +8,7 @@ encoder calls it took."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from conftest import RAW, needs_data
@@ -336,3 +337,67 @@ def test_the_rl_environment_runs_both_stages_in_one_step(hotpot_store, monkeypat
     assert step.observation.count("<information>") == 1 and "Searched as: " in step.observation
     assert done.done and done.output["search_rounds"] == 2 and done.output["resolver_calls"] == 1
     assert batches[0] == [FIRST] and len(batches) == 3
+
+
+# ---- the CLI and the settings: --resolver, --max-stages, PARALLELSEARCH_GRAPH__RESOLVER ----------
+
+
+@pytest.fixture
+def sample_store(tmp_path, capsys):
+    """A real store of the shipped HotpotQA sample's first records, made by ``index``."""
+    from parallelsearch.cli import main
+    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+
+    lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:3]
+    sample = tmp_path / "hotpotqa_sample_3.jsonl"
+    sample.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["index", "--store", "hp-sample", str(sample), "--no-progress"]) == 0
+    capsys.readouterr()
+    return "hp-sample"
+
+
+def _ask(store: str, tmp_path, capsys, *flags: str) -> dict:
+    from parallelsearch.cli import main
+
+    script = tmp_path / "turns.json"
+    script.write_text(json.dumps(["<search> Greyia ## #1 species </search>", "<answer> Greyia </answer>"]))
+    meta = json.dumps({"hops": [{"question": "Greyia", "answer": "Greyia genus", "refs": []}]})
+    args = [
+        "ask",
+        "Greyia?",
+        "--store",
+        store,
+        "--policy",
+        f"scripted:{script}",
+        "--metadata",
+        meta,
+        "--json",
+    ]
+    assert main([*args, *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_ask_takes_the_resolver_and_max_stages_flags(sample_store, tmp_path, capsys):
+    out = _ask(sample_store, tmp_path, capsys, "--resolver", "gold")
+    (obs,) = _observations(out)
+    assert [r["query"] for r in obs["results"]] == ["Greyia", "Greyia genus species"]
+    assert (out["search_rounds"], out["resolver_calls"], out["policy_calls"]) == (2, 1, 2)
+    out = _ask(sample_store, tmp_path, capsys, "--max-stages", "1")
+    assert out["search_rounds"] == 0 and "at most 1" in out["trajectory"][0]["reason"]
+
+
+def test_the_resolver_setting_comes_from_the_environment_and_the_flag_wins(
+    sample_store, tmp_path, capsys, monkeypatch
+):
+    from parallelsearch.cli import main
+
+    monkeypatch.setenv("PARALLELSEARCH_GRAPH__RESOLVER", "gold")
+    out = _ask(sample_store, tmp_path, capsys)
+    assert _observations(out)[0]["results"][1]["query"] == "Greyia genus species"
+    out = _ask(sample_store, tmp_path, capsys, "--resolver", "passage")
+    assert _observations(out)[0]["results"][1]["query"] != "Greyia genus species"
+    with pytest.raises(SystemExit):
+        main(["ask", "q?", "--resolver", "psychic"])
+    monkeypatch.setenv("PARALLELSEARCH_GRAPH__RESOLVER", "psychic")
+    assert main(["ask", "q?", "--store", sample_store]) == 2
+    assert "resolver" in capsys.readouterr().err
