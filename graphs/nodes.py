@@ -423,6 +423,8 @@ class Nodes:
         return {"results": [out]}
 
     async def _one(self, task: SearchTask, top_k: int) -> dict[str, Any]:
+        if task.get("error"):  # a dependent sub-query whose #k could not be resolved
+            return {**task, "passages": [], "attempts": 0}
         if self.searcher is None:
             return {**task, "passages": [], "error": "no searcher configured"}
         outcome = await guarded_search(
@@ -450,7 +452,11 @@ class Nodes:
         if stage + 1 < len(stages):
             cfg = _configured(self.cfg, config, runtime, self.pinned)
             return await self._next_stage(state, cfg, act, rows, stage, t0)
-        searched_as = [row["query"] if act["refs"][row["index"]] else None for row in rows] if stages else []
+        searched_as = (
+            [row["query"] if act["refs"][row["index"]] and not row.get("error") else None for row in rows]
+            if stages
+            else []
+        )
         passages = [
             [Passage(**{k: v for k, v in p.items() if k != "source"}) for p in row["passages"]]
             for row in rows
@@ -554,25 +560,36 @@ class Nodes:
                 gold=str(gold) if gold is not None else None,
             )
 
-        async def resolve(i: int) -> str:
-            parents = [parent(k, target) for k, target in act["refs"][i]]
-            return await resolver.aresolve(act["subqueries"][i], parents)
-
-        upcoming = act["stages"][stage + 1]
-        texts = await asyncio.gather(*(resolve(i) for i in upcoming))
-        tasks = []
-        for i, text in zip(upcoming, texts, strict=True):
+        async def resolve(i: int) -> dict[str, Any]:
+            """The next stage's task for sub-query ``i``: its resolved query, or, when a parent
+            failed or the resolver did, its written query and why it is not searched."""
+            written = act["subqueries"][i]
+            failed = [(k, t) for k, t in act["refs"][i] if (by_index.get(t) or {}).get("error")]
+            if failed:
+                k, t = failed[0]
+                why = f"not searched: #{k} ({by_index[t]['query']!r}) failed"
+                return {"query": written, "index": i, "round": r, "error": why}
+            try:
+                text = await resolver.aresolve(written, [parent(k, t) for k, t in act["refs"][i]])
+            except ResolverError:
+                raise  # a resolver that cannot work here (gold without hops, a non-text result)
+            except Exception as e:  # a model or function that failed this time: the episode goes on
+                why = f"not searched: resolving its #k failed ({type(e).__name__}: {e})"
+                return {"query": written, "index": i, "round": r, "error": why, "resolved": True}
             query = " ".join(str(text).split())
             if not query:
                 raise ResolverError(
                     f"resolver {getattr(resolver, 'name', type(resolver).__name__)} turned sub-query "
-                    f"{act['subqueries'][i]!r} into empty text; it must return the query to search"
+                    f"{written!r} into empty text; it must return the query to search"
                 )
-            tasks.append({"query": query, "index": i, "round": r})
+            return {"query": query, "index": i, "round": r, "resolved": True}
+
+        tasks = await asyncio.gather(*(resolve(i) for i in act["stages"][stage + 1]))
+        calls = sum(1 for t in tasks if t.pop("resolved", False))
         return {
             "stage": stage + 1,
-            "next_stage": tasks,
-            "resolver_calls": state.get("resolver_calls", 0) + len(upcoming),
+            "next_stage": list(tasks),
+            "resolver_calls": state.get("resolver_calls", 0) + calls,
             "node_ms": {"resolve": _ms(t0)},
         }
 

@@ -111,8 +111,10 @@ class SearchState(TypedDict, total=False):
 
 
 class SearchTask(TypedDict):
-    """What one ``Send`` hands a searcher node."""
+    """What one ``Send`` hands a searcher node (``error``: a dependent sub-query that is not
+    searched, because what its ``#k`` names failed)."""
 
     query: str
     index: int
     round: int
+    error: NotRequired[str]

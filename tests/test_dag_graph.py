@@ -401,3 +401,59 @@ def test_the_resolver_setting_comes_from_the_environment_and_the_flag_wins(
     monkeypatch.setenv("PARALLELSEARCH_GRAPH__RESOLVER", "psychic")
     assert main(["ask", "q?", "--store", sample_store]) == 2
     assert "resolver" in capsys.readouterr().err
+
+
+class FailingFor:
+    """A searcher of one made-up passage per query that fails for one query (a store that is down
+    for it): the graph logic, not retrieval, is what these tests read."""
+
+    name = "failing"
+
+    def __init__(self, bad: str):
+        self.bad = bad
+        self.queries: list[str] = []
+
+    async def asearch(self, query, k=3):
+        from parallelsearch.stores import Passage
+
+        self.queries.append(query)
+        if query == self.bad:
+            raise ConnectionError(f"store unreachable for {query!r}")
+        return [Passage(query, query.title(), f"about {query} by Ann Lee", 1.0, self.name)]
+
+
+def test_a_failed_parent_or_resolver_is_an_error_entry_and_the_episode_goes_on():
+    turns = [
+        "<search> a director ## #1 nationality ## b director ## #3 birthplace </search>",
+        "<answer> x </answer>",
+    ]
+    searcher = FailingFor("a director")
+
+    def resolve(sub_query: str, parents: list[ParentResult]) -> str:
+        raise TimeoutError("the extraction model did not answer")
+
+    out = asyncio.run(_graph(searcher, turns, resolver=resolve, search_retries=0).ainvoke({"question": "q?"}))
+    assert out["answer"] == "x" and out["search_rounds"] == 2 and out["subqueries"] == 4
+    # the failed parent's dependent is not resolved; the other dependent's resolver failed
+    assert out["resolver_calls"] == 1 and out["errors"] == 3
+    assert searcher.queries == ["a director", "b director"]
+    (obs,) = _observations(out)
+    assert [r["error"] is not None for r in obs["results"]] == [True, True, False, True]
+    text = obs["text"]
+    assert "Search failed for '#1 nationality': not searched: #1 ('a director') failed" in text
+    assert "Search failed for '#3 birthplace': not searched: resolving its #k failed (TimeoutError" in text
+    assert "Searched as" not in text
+
+
+def test_the_rl_environment_refuses_the_policy_resolver_by_name(hotpot_store):
+    """The trainer's policy writes turns; it cannot also be asked for each #k."""
+    from parallelsearch.rl.env import EnvGraph
+
+    env = EnvGraph(hotpot_store, resolver="policy").new_episode()
+
+    async def episode():
+        await env.reset("Doctor Strange?", {"golden_answers": ["American"]})
+        await env.step(TWO_STAGES[0])
+
+    with pytest.raises(ResolverError, match="use resolver 'passage'"):
+        asyncio.run(episode())
