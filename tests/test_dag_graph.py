@@ -457,3 +457,33 @@ def test_the_rl_environment_refuses_the_policy_resolver_by_name(hotpot_store):
 
     with pytest.raises(ResolverError, match="use resolver 'passage'"):
         asyncio.run(episode())
+
+
+def test_the_dag_oracle_plans_every_hop_in_one_turn_and_the_sequential_graph_hop_by_hop(musique_first):
+    from parallelsearch.agents.policies.spec import policy_from_spec
+    from parallelsearch.graphs import build_graph
+
+    q, store = musique_first
+    meta = {**q["metadata"], "golden_answers": q["golden_answers"]}
+    oracle = policy_from_spec("oracle:dag")
+    dag = asyncio.run(
+        build_graph("parallel", oracle, store).ainvoke({"question": q["question"], "metadata": meta})
+    )
+    turn = [t for t in dag["trajectory"] if t["type"] == "turn"][0]
+    assert turn["subqueries"] == [
+        "Van Hook Township located in the administrative territorial entity",
+        "#1 capital",
+    ]
+    assert (dag["policy_calls"], dag["search_rounds"], dag["resolver_calls"], dag["answer"]) == (
+        2,
+        2,
+        1,
+        q["golden_answers"][0],
+    )
+    seq = asyncio.run(
+        build_graph("sequential", oracle, store).ainvoke({"question": q["question"], "metadata": meta})
+    )
+    assert (seq["policy_calls"], seq["search_rounds"], seq["resolver_calls"]) == (3, 2, 0)
+    assert "#1" not in seq["transcript"].split("Question:")[1]
+    with pytest.raises(ValueError, match="oracle:dag"):
+        policy_from_spec("oracle:tree")
