@@ -487,3 +487,28 @@ def test_the_dag_oracle_plans_every_hop_in_one_turn_and_the_sequential_graph_hop
     assert "#1" not in seq["transcript"].split("Question:")[1]
     with pytest.raises(ValueError, match="oracle:dag"):
         policy_from_spec("oracle:tree")
+
+
+def test_sync_invoke_and_a_thread_run_the_stages_like_ainvoke(hotpot_store, monkeypatch):
+    """The sync nodes meet on one background loop: still one encoder call per stage. On a
+    checkpointed thread, a second question is a fresh episode with its own stages."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    def director(sub_query: str, parents: list[ParentResult]) -> str:
+        return sub_query.replace("#1", "Scott Derrickson")
+
+    batches = _counting(hotpot_store, monkeypatch)
+    graph = _graph(hotpot_store, TWO_STAGES, resolver=director, checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "dag"}}
+    first = graph.invoke({"question": "Doctor Strange?"}, thread)
+    assert batches == [[FIRST], ["Scott Derrickson nationality"]]
+    second = graph.invoke({"question": "Again?"}, thread)
+    assert batches[2:] == batches[:2]
+    for out in (first, second):
+        assert _counts(out) == (2, 2, 2, 1, 0) and len(_observations(out)) == 1
+    assert second["transcript"].startswith(render_prompt("Again?"))
+    history = graph.get_state(thread).values["history"]
+    assert [(h["question"], h["status"]) for h in history] == [
+        ("Doctor Strange?", "answered"),
+        ("Again?", "answered"),
+    ]
