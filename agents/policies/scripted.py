@@ -115,6 +115,7 @@ class OraclePolicy:
     """
 
     name = "oracle"
+    dag = False  # a class default too: a subclass with its own __init__ plans as the plain oracle
 
     def __init__(self, dag: bool = False) -> None:
         self.dag = dag

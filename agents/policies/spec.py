@@ -17,8 +17,8 @@ DEFAULT_OPENAI_BASE_URL = "http://127.0.0.1:8000/v1"
 POLICY_KINDS = ("oracle", "scripted", "hf", "vllm", "openai", "chat", "external")
 
 SPEC_HELP = (
-    "policy spec: oracle | oracle:dag | scripted:FILE.json | hf:PATH | vllm:PATH | openai:MODEL[@BASE_URL] | "
-    "chat:PROVIDER:MODEL | external"
+    "policy spec: oracle | scripted:FILE.json | hf:PATH | vllm:PATH | openai:MODEL[@BASE_URL] | "
+    "chat:PROVIDER:MODEL | external | oracle:dag (the oracle planning a question's hops as one search)"
 )
 
 
