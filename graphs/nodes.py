@@ -525,7 +525,14 @@ class Nodes:
                     "resolver 'policy' asks the model for each #k, but this graph's policy is supplied by a "
                     "trainer turn by turn; use resolver 'passage' (or a function) in the RL environment"
                 )
-            self._resolvers[name] = as_resolver(name, searcher=self.searcher, policy=extractor)
+            # the passage resolver scores candidates' lead-ins with the store's own encoder; a
+            # searcher wrapping a local store does not carry it itself
+            embedder = getattr(self.searcher, "embedder", None) or getattr(
+                getattr(self.searcher, "store", None), "embedder", None
+            )
+            self._resolvers[name] = as_resolver(
+                name, searcher=self.searcher, policy=extractor, embedder=embedder
+            )
         return self._resolvers[name]
 
     async def _next_stage(

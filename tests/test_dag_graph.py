@@ -109,17 +109,29 @@ def test_two_stages_in_one_turn_search_the_resolved_text_with_one_encoder_call_e
 def test_the_passage_resolver_is_the_default_and_takes_a_name_from_the_parents_top_passage(
     hotpot_store, monkeypatch
 ):
-    from parallelsearch.agents.resolvers import answer_candidates
+    from parallelsearch.agents.resolvers import PassageResolver, answer_candidates
 
     batches = _counting(hotpot_store, monkeypatch)
+    encoded: list[list[str]] = []
+    encode = hotpot_store.embedder.encode_queries
+
+    def encode_queries(texts, *a, **kw):
+        encoded.append(list(texts))
+        return encode(texts, *a, **kw)
+
+    monkeypatch.setattr(hotpot_store.embedder, "encode_queries", encode_queries)
     out = asyncio.run(_graph(hotpot_store, TWO_STAGES).ainvoke({"question": "Doctor Strange?"}))
     assert _counts(out) == (2, 2, 2, 1, 0)
+    # the store's encoder: the three searched batches, and once the candidates' lead-ins (the nudge)
+    assert len(encoded) == 4 and encoded[1][0] == "director"
     (obs,) = _observations(out)
     searched = obs["results"][1]["query"]
     batches = list(batches)  # what the graph searched (the checks below search too)
     parent = ParentResult(1, FIRST, tuple(hotpot_store.search(FIRST, 3)))
     names = [c for c, _ in answer_candidates(parent)]
     assert searched.endswith(" nationality") and searched.removesuffix(" nationality") in names
+    # the graph's resolver is the shipped one on this store, lead-in nudge (the store's encoder) included
+    assert searched == PassageResolver(hotpot_store)(SECOND, [parent])
     assert f"Searched as: {searched}\n" in obs["text"]
     # stage 1, the resolver's candidate searches (one coalesced batch), stage 2
     assert batches[0] == [FIRST] and batches[-1] == [searched] and len(batches) == 3
