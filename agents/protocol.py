@@ -528,6 +528,12 @@ def parse_tool_text(text: object, *, max_subqueries: int = 8, split: bool = True
         return Action("invalid", reason=f"unreadable turn ({type(e).__name__}: {e})")
 
 
+def searched_as_line(text: str) -> str:
+    """The line that shows what a dependent sub-query was searched with, once its ``#k`` was
+    resolved: the policy reads which name the environment put in, in both protocols."""
+    return f"Searched as: {' '.join(text.split())}\n"
+
+
 TitleStyle = Literal["official", "stripped"]
 #: how ``Doc i(Title: t)`` shows a title: ``official`` = the corpus entry's first line verbatim, as
 #: the official code renders it (Search-R1/wiki-18 titles keep their quotes: ``Title: "Aaron"``),
@@ -548,18 +554,25 @@ def format_observation(
     queries: Sequence[str] = (),
     max_words: int | None = None,
     titles: TitleStyle = "stripped",
+    searched_as: Sequence[str | None] = (),
 ) -> str:
     """ONE ``<information>`` block for a search round, sub-queries in order.
 
     A failed sub-query contributes a one-line notice instead of passages, so the policy
     sees that the search happened and failed. ``max_words`` caps the block (a whitespace
     approximation of the observation token cap). ``titles``: see :data:`TitleStyle`.
+    ``searched_as``: per sub-query, the text a dependent sub-query (``seat of #1``) was searched
+    with, shown on a line before its passages (:func:`searched_as_line`); ``None`` or nothing
+    for a sub-query the policy wrote in full, so a search without ``#k`` reads as it always has.
     """
     if titles not in TITLE_STYLES:
         raise ValueError(f"unknown title style {titles!r}; choose one of {', '.join(TITLE_STYLES)}")
     parts = []
     for i, res in enumerate(results):
         err = errors[i] if i < len(errors) else None
+        shown = searched_as[i] if i < len(searched_as) else None
+        if shown is not None:
+            parts.append(searched_as_line(shown))
         if err:
             q = queries[i] if i < len(queries) else f"#{i + 1}"
             parts.append(f"Search failed for '{q}': {err}\n")

@@ -57,6 +57,15 @@ def check_graph_kind(kind: str, allowed: tuple[str, ...] = GRAPH_KINDS) -> str:
     return kind
 
 
+def _resolver_option(options: dict[str, Any]) -> Any:
+    """Take a resolver function or object out of ``options`` (a name stays: it is a
+    :class:`GraphConfig` field); the graph's nodes use it when no name is configured."""
+    given = options.get("resolver")
+    if given is None or isinstance(given, str):
+        return None
+    return options.pop("resolver")
+
+
 def _config(config: GraphConfig | None, options: dict[str, Any], **fixed: Any) -> GraphConfig:
     """``config`` (or the defaults) with ``options`` over it, validated; ``fixed`` is what the graph kind sets."""
     base = config if config is not None else GraphConfig()
@@ -129,7 +138,8 @@ def _search_loop(nodes: Nodes, cfg: GraphConfig, checkpointer: Any, name: str) -
     b.add_edge("begin", "planner")
     b.add_conditional_edges("planner", nodes.route, ["search", "planner", "answer"])
     b.add_edge("search", "join")
-    b.add_edge("join", "planner")
+    # a search with #k goes back from the join to the searchers for its next stage
+    b.add_conditional_edges("join", nodes.after_join, ["search", "planner"])
     b.add_edge("answer", END)
     return _compile(b, cfg, checkpointer, name)
 
@@ -147,12 +157,16 @@ def build_parallel_search_graph(
 
     ``searcher``: a :class:`ChromaStore`, a ``/retrieve`` URL or client, a LangChain
     retriever, a ``{name: store}`` mapping (multi-store routing) or any object with
-    ``asearch(query, k)``. Knobs: ``config`` and/or :class:`GraphOptions` keywords.
+    ``asearch(query, k)``. Knobs: ``config`` and/or :class:`GraphOptions` keywords;
+    ``resolver`` may also be a function ``(sub_query, parents) -> str`` for the ``#k`` of
+    dependent sub-queries (``seat of #1``).
     """
-    cfg = _config(config, dict(options))
+    opts: dict[str, Any] = dict(options)
+    resolver = _resolver_option(opts)
+    cfg = _config(config, opts)
     pol, protocol, answerer, cfg = _planner(policy, cfg, "parallel", answer_policy)
     cfg = _config(cfg, {}, prompt_template="paper")
-    nodes = Nodes(pol, as_searcher(searcher), cfg, answerer, protocol=protocol)
+    nodes = Nodes(pol, as_searcher(searcher), cfg, answerer, protocol=protocol, resolver=resolver)
     return _search_loop(nodes, cfg, checkpointer, "parallelsearch")
 
 
@@ -166,7 +180,9 @@ def build_sequential_graph(
     **options: Unpack[GraphOptions],
 ) -> SearchGraph:
     """Search-R1 baseline: its prompt (unless one is given), one query per search (``##`` is not split)."""
-    cfg = _config(config, dict(options))
+    opts: dict[str, Any] = dict(options)
+    _resolver_option(opts)  # one query per search: nothing to resolve
+    cfg = _config(config, opts)
     pol, protocol, answerer, cfg = _planner(policy, cfg, "sequential", answer_policy)
     cfg = _config(cfg, {}, prompt_template="search_r1", split_subqueries=False)
     nodes = Nodes(pol, as_searcher(searcher), cfg, answerer, protocol=protocol)
@@ -184,7 +200,9 @@ def build_rag_graph(
     """RAG baseline: retrieve once with the question, then one answer-only turn.
 
     ``retrieve`` is its entry node, so it also opens the episode (no ``begin`` node)."""
-    cfg = _config(config, dict(options), prompt_template="paper", max_turns=0)
+    opts: dict[str, Any] = dict(options)
+    _resolver_option(opts)  # one answer-only turn: nothing to resolve
+    cfg = _config(config, opts, prompt_template="paper", max_turns=0)
     pol, _, _, cfg = _planner(policy, cfg, "rag")
     nodes = Nodes(pol, as_searcher(searcher), cfg, pinned=("max_turns",))
     nodes.graph_name = "rag"
@@ -208,7 +226,9 @@ def build_direct_graph(
     **options: Unpack[GraphOptions],
 ) -> SearchGraph:
     """Direct baseline: no retrieval, one answer-only turn."""
-    cfg = _config(config, dict(options), prompt_template="paper", max_turns=0)
+    opts: dict[str, Any] = dict(options)
+    _resolver_option(opts)  # one answer-only turn: nothing to resolve
+    cfg = _config(config, opts, prompt_template="paper", max_turns=0)
     pol, _, _, cfg = _planner(policy, cfg, "direct")
     nodes = Nodes(pol, None, cfg, pinned=("max_turns",))
     nodes.graph_name = "direct"

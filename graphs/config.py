@@ -9,16 +9,25 @@ defaults (docs/architecture.md, "Configuration").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
 
+from parallelsearch.agents.subquery_plan import DEFAULT_MAX_STAGES
 from parallelsearch.stores.errors import describe_validation_error
 
 #: the most policy turns any request may ask for; the graphs' recursion limit is sized for it
 MAX_TURNS_LIMIT = 64
+#: the most search stages one search may take at any setting; the recursion limit is sized for it
+MAX_STAGES_LIMIT = 8
+
+#: the resolvers a setting, a flag or a request may name
+ResolverName: TypeAlias = Literal["passage", "gold", "policy"]
+#: what the builders take as ``resolver``: a name, or a function ``(sub_query, parents) -> str``
+#: (sync or async) or an object with ``aresolve`` (``parallelsearch.agents.resolvers``)
+ResolverChoice: TypeAlias = ResolverName | Callable[..., Any] | None
 
 
 class GraphConfig(BaseModel):
@@ -54,6 +63,20 @@ class GraphConfig(BaseModel):
     split_subqueries: bool = Field(
         True, description="split '##' into parallel sub-queries (False = Search-R1)"
     )
+    max_stages: int = Field(
+        DEFAULT_MAX_STAGES,
+        ge=1,
+        le=MAX_STAGES_LIMIT,
+        description="search stages one search may take when its sub-queries name earlier ones' results "
+        "(#k); more is an invalid action",
+    )
+    resolver: ResolverName | None = Field(
+        None,
+        description="what a #k stands for when its sub-query is searched: 'passage' (a name from the "
+        "referenced sub-query's top passage, no model call), 'gold' (the question's gold intermediate "
+        "answers from metadata.hops; oracle runs), 'policy' (one short extraction call to the answer or "
+        "planner model); None = the function given to the builder, else 'passage'",
+    )
     protocol: Literal["auto", "tags", "tools"] = Field(
         "auto",
         description="how the planner searches: 'tags' = <search> a ## b </search> text, 'tools' = parallel "
@@ -63,9 +86,10 @@ class GraphConfig(BaseModel):
     )
 
     def recursion_limit(self) -> int:
-        """Supersteps an episode can take at the largest ``max_turns`` a request may set:
-        planner + search + join per turn, then the final turn and the answer."""
-        return 3 * (MAX_TURNS_LIMIT + 1) + 10
+        """Supersteps an episode can take at the largest ``max_turns`` and ``max_stages`` a request
+        may set: the planner and a search + join per stage each turn, then the final turn and the
+        answer."""
+        return (1 + 2 * MAX_STAGES_LIMIT) * (MAX_TURNS_LIMIT + 1) + 10
 
     def updated(self, **values: Any) -> GraphConfig:
         """A validated copy with ``values`` set (``None`` values are ignored: "not given")."""
@@ -95,6 +119,8 @@ class GraphOptions(TypedDict, total=False):
     temperature: float
     top_p: float
     split_subqueries: bool
+    max_stages: int
+    resolver: ResolverChoice
     protocol: Literal["auto", "tags", "tools"]
 
 
@@ -112,6 +138,12 @@ class GraphContext(TypedDict, total=False):
     max_new_tokens: Annotated[int, Field(ge=1, le=32768, description="per-turn token cap")]
     temperature: Annotated[float, Field(ge=0, le=10, description="policy sampling temperature")]
     top_p: Annotated[float, Field(gt=0, le=1, description="policy nucleus sampling")]
+    max_stages: Annotated[
+        int, Field(ge=1, le=MAX_STAGES_LIMIT, description="search stages one search may take (#k references)")
+    ]
+    resolver: Annotated[
+        ResolverName, Field(description="what a #k stands for: passage, gold (oracle runs) or policy")
+    ]
 
 
 #: the keys a request may set (the rest of GraphConfig is fixed when the graph is built)

@@ -5,7 +5,9 @@ Small private steps, one job each: ``begin`` opens an episode for the run's ques
 old episode in ``history``); the planner makes one policy turn; the router fans a
 search out with ``Send``; a searcher node runs one sub-query; the join node puts the
 round's results back in sub-query order as one ``<information>`` block; the answer
-node finishes the episode.
+node finishes the episode. A search whose sub-queries name earlier ones (``seat of #1``) runs
+in stages inside its round: the join of a stage resolves the next stage's ``#k`` with the
+graph's resolver and sends it out again, and only the last stage's join answers the planner.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import logging
 import time
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, ToolMessage
@@ -37,10 +40,13 @@ from parallelsearch.agents.protocol import (
     parse_tool_text,
     render_prompt,
     render_tool_calls,
+    searched_as_line,
     tool_feedback,
     tool_text_observation,
 )
+from parallelsearch.agents.resolvers import ParentResult, Resolver, ResolverError, as_resolver
 from parallelsearch.agents.searchers.base import Searcher, guarded_search, store_names
+from parallelsearch.agents.subquery_plan import plan_action
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig, request_overrides
 from parallelsearch.graphs.state import SearchState, SearchTask
 from parallelsearch.stores.passages import Passage
@@ -95,6 +101,22 @@ def _configured(
     return base.updated(**overrides) if overrides else base
 
 
+def _planned(action: Any, cfg: GraphConfig, final: bool) -> tuple[Any, dict[str, Any] | None]:
+    """A search's ``#k`` plan: a bad one (a reference to itself, to a later or missing sub-query,
+    more than ``max_stages`` stages) makes the turn invalid, with the reason; a plan of several
+    stages is returned as what ``last_action`` carries (stages and references by index). Any
+    other action comes back as it was, with no plan, so a search without ``#k`` is unchanged."""
+    if action.kind != "search" or final or not any("#" in q for q in action.subqueries):
+        return action, None
+    plan = plan_action(action, max_stages=cfg.max_stages)
+    if not plan.valid:
+        return replace(action, kind="invalid", reason=f"invalid #k reference: {plan.error}"), None
+    if not plan.dependent:
+        return action, None
+    refs = [[[ref.k, ref.target] for ref in refs] for refs in plan.references]
+    return action, {"stages": [list(s) for s in plan.stages], "refs": refs}
+
+
 class Nodes:
     def __init__(
         self,
@@ -104,6 +126,7 @@ class Nodes:
         answer_policy: Policy | None = None,
         pinned: tuple[str, ...] = (),
         protocol: str = "tags",
+        resolver: Any = None,
     ):
         if protocol not in ("tags", "tools"):
             raise ValueError(f"unknown protocol {protocol!r}; the builders resolve 'auto' to tags or tools")
@@ -120,6 +143,9 @@ class Nodes:
         self.pinned = frozenset(pinned)  # per-request keys this graph kind does not let a request change
         self._stores = store_names(searcher) if searcher is not None else []
         self._sems: dict[int, asyncio.Semaphore] = {}
+        # a resolver object or function given to the builder; names are made on first use, once
+        self._resolver_given = None if resolver is None else as_resolver(resolver)
+        self._resolvers: dict[str, Resolver] = {}
 
     # -- helpers -------------------------------------------------------------------------
     def _begin(self, state: SearchState, cfg: GraphConfig) -> dict[str, Any]:
@@ -163,6 +189,7 @@ class Nodes:
             "policy_calls": 0,
             "search_rounds": 0,
             "subqueries": 0,
+            "resolver_calls": 0,
             "passages": 0,
             "errors": 0,
             "labels": [],
@@ -185,6 +212,8 @@ class Nodes:
                 status=None,
                 total_ms=None,
                 last_action=None,
+                stage=0,
+                next_stage=None,
                 trajectory=Overwrite([]),
                 results=Overwrite([]),
                 node_ms=Overwrite({}),
@@ -239,6 +268,7 @@ class Nodes:
         text = res.text if isinstance(res.text, str) else ""
         if self.tool_text:
             action = parse_tool_text(text, max_subqueries=cfg.max_subqueries, split=cfg.split_subqueries)
+            action, stages = _planned(action, cfg, final)
             invalid = action.kind == "invalid" or (final and action.kind != "answer")
             transcript, segments = self._tool_text_turn(st, action, text, invalid and not final)
         elif self.tools:
@@ -250,10 +280,12 @@ class Nodes:
                 split=cfg.split_subqueries,
                 cut=res.finish_reason == "length",
             )
+            action, stages = _planned(action, cfg, final)
             invalid = action.kind == "invalid" or (final and action.kind != "answer")
             transcript, segments = self._tool_turn(st, res, action, text, invalid and not final, update)
         else:
             action = parse_action(text, max_subqueries=cfg.max_subqueries, split=cfg.split_subqueries)
+            action, stages = _planned(action, cfg, final)
             transcript = st["transcript"] + text
             segments = list(st["segments"]) + [("policy", text)]
             invalid = action.kind == "invalid" or (final and action.kind != "answer")
@@ -276,17 +308,21 @@ class Nodes:
             "ms": ms,
             "labels": list(res.labels),
         }
+        last_action: dict[str, Any] = {
+            "kind": turn["action"],
+            "subqueries": list(action.subqueries),
+            "answer": action.answer,
+            "final": final,
+            "calls": [[c.id, c.index] for c in action.calls],
+        }
+        if stages is not None:  # only a search with #k carries a plan: any other is as it always was
+            turn["stages"] = [list(s) for s in stages["stages"]]
+            last_action.update(stages)
         update.update(
             transcript=transcript,
             segments=segments,
             policy_calls=st["policy_calls"] + 1,
-            last_action={
-                "kind": turn["action"],
-                "subqueries": list(action.subqueries),
-                "answer": action.answer,
-                "final": final,
-                "calls": [[c.id, c.index] for c in action.calls],
-            },
+            last_action=last_action,
             trajectory=[turn],
             node_ms={"planner": ms},
         )
@@ -352,9 +388,16 @@ class Nodes:
             return "answer"
         if act.get("kind") == "search":
             r = state.get("round", 0)
-            return [
-                Send("search", {"query": q, "index": i, "round": r}) for i, q in enumerate(act["subqueries"])
-            ]
+            first = act["stages"][0] if act.get("stages") else range(len(act["subqueries"]))
+            return [Send("search", {"query": act["subqueries"][i], "index": i, "round": r}) for i in first]
+        return "planner"
+
+    def after_join(self, state: SearchState) -> Any:
+        """The next stage of a search with ``#k`` (its resolved sub-queries, fanned out with
+        ``Send`` like the first), or the planner once the round is complete."""
+        tasks = state.get("next_stage")
+        if tasks:
+            return [Send("search", dict(t)) for t in tasks]
         return "planner"
 
     def _sem(self) -> asyncio.Semaphore | None:
@@ -380,6 +423,8 @@ class Nodes:
         return {"results": [out]}
 
     async def _one(self, task: SearchTask, top_k: int) -> dict[str, Any]:
+        if task.get("error"):  # a dependent sub-query whose #k could not be resolved
+            return {**task, "passages": [], "attempts": 0}
         if self.searcher is None:
             return {**task, "passages": [], "error": "no searcher configured"}
         outcome = await guarded_search(
@@ -397,10 +442,21 @@ class Nodes:
             **({"note": outcome.note} if outcome.note else {}),
         }
 
-    async def join(self, state: SearchState) -> dict[str, Any]:
+    async def join(self, state: SearchState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
         t0 = time.perf_counter()
         r = state.get("round", 0)
         rows = sorted((x for x in state.get("results", []) if x.get("round") == r), key=lambda x: x["index"])
+        act = state.get("last_action") or {}
+        stages: list[list[int]] = act.get("stages") or []
+        stage = state.get("stage", 0) if stages else 0
+        if stage + 1 < len(stages):
+            cfg = _configured(self.cfg, config, runtime, self.pinned)
+            return await self._next_stage(state, cfg, act, rows, stage, t0)
+        searched_as = (
+            [row["query"] if act["refs"][row["index"]] and not row.get("error") else None for row in rows]
+            if stages
+            else []
+        )
         passages = [
             [Passage(**{k: v for k, v in p.items() if k != "source"}) for p in row["passages"]]
             for row in rows
@@ -408,7 +464,7 @@ class Nodes:
         errors = [row.get("error") for row in rows]
         chat: list[AnyMessage] | None = None
         if self.tools:
-            obs, chat = self._tool_results(state, rows, passages, errors)
+            obs, chat = self._tool_results(state, rows, passages, errors, searched_as)
         else:
             obs = format_observation(
                 passages,
@@ -416,6 +472,7 @@ class Nodes:
                 [row["query"] for row in rows],
                 self.cfg.max_observation_words,
                 self.cfg.observation_titles or "stripped",
+                searched_as,
             )
         n_err = sum(1 for e in errors if e)
         ms = _ms(t0)
@@ -438,17 +495,109 @@ class Nodes:
             ],
         }
         update: dict[str, Any] = {"chat": chat} if chat is not None else {}
+        if stages:  # the round of a search with #k: how many stages it took, and no stage pending
+            entry["stages"] = len(stages)
+            update.update(stage=0, next_stage=None)
         return {
             **update,
             "transcript": state["transcript"] + obs,
             "segments": list(state.get("segments") or []) + [("observation", obs)],
             "round": r + 1,
-            "search_rounds": state.get("search_rounds", 0) + 1,
+            "search_rounds": state.get("search_rounds", 0) + max(len(stages), 1),
             "subqueries": state.get("subqueries", 0) + len(rows),
             "passages": state.get("passages", 0) + sum(len(p) for p in passages),
             "errors": state.get("errors", 0) + n_err,
             "trajectory": [entry],
             "node_ms": {"search": sum(row.get("ms") or 0.0 for row in rows), "join": ms},
+        }
+
+    def _resolver(self, cfg: GraphConfig) -> Resolver:
+        """The run's resolver: the request's or the config's name, else the builder's function,
+        else ``passage``; each named one is made once per graph."""
+        name = cfg.resolver
+        if name is None and self._resolver_given is not None:
+            return self._resolver_given
+        name = name or "passage"
+        if name not in self._resolvers:
+            extractor = self.answer_policy if self.answer_policy is not None else self.policy
+            if name == "policy" and getattr(extractor, "name", None) == "external":
+                raise ResolverError(
+                    "resolver 'policy' asks the model for each #k, but this graph's policy is supplied by a "
+                    "trainer turn by turn; use resolver 'passage' (or a function) in the RL environment"
+                )
+            # the passage resolver scores candidates' lead-ins with the store's own encoder; a
+            # searcher wrapping a local store does not carry it itself
+            embedder = getattr(self.searcher, "embedder", None) or getattr(
+                getattr(self.searcher, "store", None), "embedder", None
+            )
+            self._resolvers[name] = as_resolver(
+                name, searcher=self.searcher, policy=extractor, embedder=embedder
+            )
+        return self._resolvers[name]
+
+    async def _next_stage(
+        self,
+        state: SearchState,
+        cfg: GraphConfig,
+        act: dict[str, Any],
+        rows: list[dict[str, Any]],
+        stage: int,
+        t0: float,
+    ) -> dict[str, Any]:
+        """The join of a stage that is not the last: resolve the ``#k`` of the next stage's
+        sub-queries from their parents' results (one resolver call each, concurrently) and hand
+        them to :meth:`after_join` to fan out. Nothing reaches the transcript yet."""
+        resolver = self._resolver(cfg)
+        by_index = {row["index"]: row for row in rows}
+        history = state.get("history") or [{}]
+        hops = (history[-1].get("metadata") or {}).get("hops") or []
+        r = state.get("round", 0)
+
+        def parent(k: int, target: int) -> ParentResult:
+            row = by_index.get(target) or {"query": act["subqueries"][target], "passages": []}
+            hop = hops[k - 1] if 0 < k <= len(hops) and isinstance(hops[k - 1], dict) else {}
+            gold = hop.get("answer")
+            return ParentResult(
+                k=k,
+                searched=row["query"],
+                passages=tuple(
+                    Passage(**{f: v for f, v in p.items() if f != "source"}) for p in row["passages"]
+                ),
+                written=act["subqueries"][target],
+                gold=str(gold) if gold is not None else None,
+            )
+
+        async def resolve(i: int) -> dict[str, Any]:
+            """The next stage's task for sub-query ``i``: its resolved query, or, when a parent
+            failed or the resolver did, its written query and why it is not searched."""
+            written = act["subqueries"][i]
+            failed = [(k, t) for k, t in act["refs"][i] if (by_index.get(t) or {}).get("error")]
+            if failed:
+                k, t = failed[0]
+                why = f"not searched: #{k} ({by_index[t]['query']!r}) failed"
+                return {"query": written, "index": i, "round": r, "error": why}
+            try:
+                text = await resolver.aresolve(written, [parent(k, t) for k, t in act["refs"][i]])
+            except ResolverError:
+                raise  # a resolver that cannot work here (gold without hops, a non-text result)
+            except Exception as e:  # a model or function that failed this time: the episode goes on
+                why = f"not searched: resolving its #k failed ({type(e).__name__}: {e})"
+                return {"query": written, "index": i, "round": r, "error": why, "resolved": True}
+            query = " ".join(str(text).split())
+            if not query:
+                raise ResolverError(
+                    f"resolver {getattr(resolver, 'name', type(resolver).__name__)} turned sub-query "
+                    f"{written!r} into empty text; it must return the query to search"
+                )
+            return {"query": query, "index": i, "round": r, "resolved": True}
+
+        tasks = await asyncio.gather(*(resolve(i) for i in act["stages"][stage + 1]))
+        calls = sum(1 for t in tasks if t.pop("resolved", False))
+        return {
+            "stage": stage + 1,
+            "next_stage": list(tasks),
+            "resolver_calls": state.get("resolver_calls", 0) + calls,
+            "node_ms": {"resolve": _ms(t0)},
         }
 
     def _tool_results(
@@ -457,16 +606,20 @@ class Nodes:
         rows: list[dict[str, Any]],
         passages: list[list[Passage]],
         errors: list[str | None],
+        searched_as: list[str | None],
     ) -> tuple[str, list[AnyMessage]]:
         """One ``ToolMessage`` per call of the round (a duplicate call gets its sub-query's
-        result), and the round's text form for the transcript."""
+        result), and the round's text form for the transcript. A call whose query named an
+        earlier call (``#k``) is told first what it was searched with."""
         texts: list[str] = []
-        for row, found, err in zip(rows, passages, errors, strict=True):
+        for i, (row, found, err) in enumerate(zip(rows, passages, errors, strict=True)):
             if err:
                 body = f"Search failed for '{row['query']}': {err}"
             else:
                 body = format_passages(found, self.cfg.observation_titles or "stripped").strip()
                 body = scrub_text(body)[0] or "No passages found."
+            if i < len(searched_as) and searched_as[i] is not None:
+                body = searched_as_line(searched_as[i] or "") + body
             if self.cfg.max_observation_words is not None:
                 words = body.split(" ")
                 if len(words) > self.cfg.max_observation_words:
@@ -496,7 +649,7 @@ class Nodes:
         task: SearchTask = {"query": state["question"].strip(), "index": 0, "round": 0}
         found = await self.search(task, config, runtime)
         merged = {**state, **update, "results": found["results"]}
-        joined = await self.join(merged)  # type: ignore[arg-type]
+        joined = await self.join(merged, config, runtime)  # type: ignore[arg-type]
         joined["results"] = found["results"]
         if isinstance(update.get("trajectory"), Overwrite):
             # a reset episode: this node's reducer writes replace the old values, not add to them

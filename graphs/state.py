@@ -61,6 +61,7 @@ class GraphOutput(TypedDict, total=False):
     policy_calls: int
     search_rounds: int
     subqueries: int
+    resolver_calls: int
     passages: int
     errors: int
     node_ms: dict[str, float]
@@ -84,6 +85,10 @@ class SearchState(TypedDict, total=False):
     results: Annotated[list[dict[str, Any]], operator.add]  # fan-in of searcher nodes
     round: int
     last_action: dict[str, Any]
+    # a search whose sub-queries name earlier ones (#k) runs in stages inside its round: the stage
+    # searched now, and the searcher tasks of the next one (written by the join, sent after it)
+    stage: int
+    next_stage: list[dict[str, Any]] | None
     started_at: float
     # the tools protocol's episode as chat messages (AI tool calls, one ToolMessage per call)
     chat: list[AnyMessage]
@@ -96,6 +101,7 @@ class SearchState(TypedDict, total=False):
     policy_calls: int
     search_rounds: int
     subqueries: int
+    resolver_calls: int
     passages: int
     errors: int
     node_ms: Annotated[dict[str, float], sum_ms]
@@ -105,8 +111,10 @@ class SearchState(TypedDict, total=False):
 
 
 class SearchTask(TypedDict):
-    """What one ``Send`` hands a searcher node."""
+    """What one ``Send`` hands a searcher node (``error``: a dependent sub-query that is not
+    searched, because what its ``#k`` names failed)."""
 
     query: str
     index: int
     round: int
+    error: NotRequired[str]

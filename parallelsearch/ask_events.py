@@ -18,6 +18,7 @@ ANSWER_FIELDS = (
     "policy_calls",
     "search_rounds",
     "subqueries",
+    "resolver_calls",
     "passages",
     "errors",
     "total_ms",
@@ -86,7 +87,9 @@ def event_lines(event: dict[str, Any]) -> list[str]:
         "",
         f"answer: {event['answer']}{labels}",
         f"policy calls {event['policy_calls']}, search rounds {event['search_rounds']}, "
-        f"sub-queries {event['subqueries']}, passages {event['passages']}, errors {event['errors']}, "
+        f"sub-queries {event['subqueries']}, "
+        + (f"resolver calls {event['resolver_calls']}, " if event.get("resolver_calls") else "")
+        + f"passages {event['passages']}, errors {event['errors']}, "
         f"total {event['total_ms'] or 0:.0f} ms",
     ]
 

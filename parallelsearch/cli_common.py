@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from parallelsearch.agents.policies.spec import SPEC_HELP
+from parallelsearch.agents.resolvers import RESOLVER_NAMES
 from parallelsearch.graphs.builders import GRAPH_KINDS
 from parallelsearch.settings import Settings, get_settings
 
@@ -203,6 +204,16 @@ def add_graph_args(p: argparse.ArgumentParser) -> None:
         help="prompt template: paper | official | search_r1 | a format string with {question} "
         "(default: each graph's own)",
     )
+    p.add_argument(
+        "--resolver",
+        choices=RESOLVER_NAMES,
+        help="what a #k in a dependent sub-query ('seat of #1') stands for: passage (a name from the "
+        "referenced sub-query's top passage, no model call; the default), policy (one short extraction call "
+        "to the answer or planner model), gold (the question's gold intermediate answers; oracle runs)",
+    )
+    p.add_argument(
+        "--max-stages", type=int, help="search stages one search may take through #k references (default 4)"
+    )
 
 
 def _declared(declared: list[str], names: list[str]) -> list[str]:
@@ -253,6 +264,8 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         max_turns=v.get("max_turns"),
         max_subqueries=v.get("max_subqueries"),
         prompt_template=v.get("template"),
+        resolver=v.get("resolver"),
+        max_stages=v.get("max_stages"),
     )
     if graph is not s.graph:
         update["graph"] = graph

@@ -308,7 +308,7 @@ async def rollout(
 
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
-    if sft_out and getattr(policy, "name", None) == "oracle" and not allow_oracle:
+    if sft_out and str(getattr(policy, "name", "")).partition(":")[0] == "oracle" and not allow_oracle:
         raise ValueError(
             f"--sft-out {sft_out}: the oracle policy answers with the gold answer, so its episodes are "
             "not SFT data for a model; use a model's rollouts, or --allow-oracle to write them anyway "

@@ -108,9 +108,33 @@ class OraclePolicy:
     relation) or MuSiQue's ``question_decomposition`` (``#k`` replaced by hop k's answer).
     Parallelizable questions get all sub-queries in one search when the graph allows
     splitting; sequential ones get one hop per turn, as their hops depend on each other.
+    With ``dag`` (spec ``oracle:dag``) a question with ``metadata.hops`` gets its whole
+    decomposition in one search, the dependent hops naming earlier ones by ``#k``, which the
+    graph resolves stage by stage; where the graph does not split (``sequential``) it plans as
+    without.
     """
 
     name = "oracle"
+    dag = False  # a class default too: a subclass with its own __init__ plans as the plain oracle
+
+    def __init__(self, dag: bool = False) -> None:
+        self.dag = dag
+        if dag:
+            self.name = "oracle:dag"
+
+    @staticmethod
+    def dag_plan(metadata: dict, max_subqueries: int = 8) -> list[str] | None:
+        """The whole decomposition as ONE search: every hop of ``metadata.hops`` in order, an
+        earlier hop's answer named by its ``#k`` (MuSiQue's ``>>`` read as a space). None when
+        there is nothing to plan in one turn (fewer than two hops, or more than the graph allows),
+        and the oracle then searches hop by hop as it always has."""
+        hops = metadata.get("hops")
+        if not isinstance(hops, list) or not 2 <= len(hops) <= max_subqueries:
+            return None
+        subs = [" ".join(str((h or {}).get("question", "")).replace(">>", " ").split()) for h in hops]
+        if not all(subs) or len(set(subs)) != len(subs):
+            return None
+        return subs
 
     @staticmethod
     def plan(question: str, metadata: dict) -> list[str]:
@@ -130,8 +154,9 @@ class OraclePolicy:
         meta = request.metadata or {}
         gold = (meta.get("golden_answers") or [""])[0]
         plan = self.plan(request.question, meta)
+        dag = self.dag_plan(meta, request.max_subqueries) if self.dag and request.allow_split else None
         together = request.allow_split and meta.get("split") == "parallel"
-        rounds = [plan] if together else [[q] for q in plan]
+        rounds = [dag] if dag else [plan] if together else [[q] for q in plan]
         i = request.turn_index
         if request.final or i >= len(rounds):
             text = f"<think>oracle: answering with the gold answer</think>\n<answer> {gold} </answer>"

@@ -18,7 +18,7 @@ POLICY_KINDS = ("oracle", "scripted", "hf", "vllm", "openai", "chat", "external"
 
 SPEC_HELP = (
     "policy spec: oracle | scripted:FILE.json | hf:PATH | vllm:PATH | openai:MODEL[@BASE_URL] | "
-    "chat:PROVIDER:MODEL | external"
+    "chat:PROVIDER:MODEL | external | oracle:dag (the oracle planning a question's hops as one search)"
 )
 
 
@@ -56,7 +56,9 @@ def policy_from_spec(
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"unknown policy {kind!r}{hint}; {SPEC_HELP}")
     if kind == "oracle":
-        return OraclePolicy()
+        if rest not in ("", "dag"):
+            raise ValueError(f"policy spec {spec!r}: the oracle takes 'oracle' or 'oracle:dag'; {SPEC_HELP}")
+        return OraclePolicy(dag=rest == "dag")
     if kind == "external":
         return ExternalPolicy()
     if not rest:

@@ -43,6 +43,7 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
         "policy_calls": out.get("policy_calls"),
         "search_rounds": out.get("search_rounds"),
         "subqueries": out.get("subqueries"),
+        "resolver_calls": out.get("resolver_calls", 0),
         "passages": out.get("passages"),
         "decomposed": any(len(t.get("subqueries") or []) >= 2 for t in search_turns),
         "latency_ms": round(latency_ms, 3),

@@ -15,6 +15,7 @@ METRICS = (
     "policy_calls",
     "search_rounds",
     "subqueries",
+    "resolver_calls",
     "decomposition_ratio",
     "latency_p50_ms",
     "latency_p95_ms",
@@ -56,6 +57,7 @@ def metrics(rows: list[dict[str, Any]], *, split: str, accuracy: bool = True) ->
         "policy_calls": _mean(r.get("policy_calls") for r in ok),
         "search_rounds": _mean(r.get("search_rounds") for r in ok),
         "subqueries": _mean(r.get("subqueries") for r in ok),
+        "resolver_calls": _mean(r.get("resolver_calls") for r in ok),
         "decomposition_ratio": _mean(float(r["decomposed"]) for r in par)
         if split in ("all", "parallel") and par
         else None,
