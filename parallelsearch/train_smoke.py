@@ -186,19 +186,10 @@ async def _rollouts(
 ) -> list[dict[str, Any]]:
     import vllm
 
-    from parallelsearch.rl.launch import agent_module_path
     from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process
 
     t0 = time.perf_counter()
-    actor = await rollout_actor_in_process(
-        model=str(model_dir),
-        distributed_executor_backend="uni",
-        worker_extension_cls="openrlhf.trainer.ray.vllm_worker_wrap.WorkerWrap",
-        num_gpus=0,
-        full_determinism=False,
-        agent_func_path=str(agent_module_path()),
-        **engine_args,
-    )
+    actor = await rollout_actor_in_process(str(model_dir), **engine_args)
     seconds["engine_start"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     try:

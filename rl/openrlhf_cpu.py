@@ -51,8 +51,21 @@ def import_openrlhf_models() -> types.ModuleType:
     return models
 
 
-async def rollout_actor_in_process(**kwargs: Any) -> Any:
-    """OpenRLHF's ``RolloutRayActor`` constructed without Ray (its own ``__init__``, awaited)."""
+async def rollout_actor_in_process(model: str, **engine_args: Any) -> Any:
+    """OpenRLHF's ``RolloutRayActor`` constructed without Ray (its own ``__init__``, awaited), for
+    one CPU engine of ``model`` that runs this project's agent: the arguments ``create_vllm_engines``
+    would pass it are set here once; ``engine_args`` (vLLM's) go on top."""
+    from parallelsearch.rl.launch import agent_module_path
+
+    kwargs: dict[str, Any] = {
+        "distributed_executor_backend": "uni",
+        "worker_extension_cls": "openrlhf.trainer.ray.vllm_worker_wrap.WorkerWrap",
+        "num_gpus": 0,
+        "full_determinism": False,
+        "agent_func_path": str(agent_module_path()),
+        **engine_args,
+        "model": model,
+    }
     import_openrlhf_models()
     from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
 

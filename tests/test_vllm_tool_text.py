@@ -32,7 +32,6 @@ from parallelsearch.rl.agent_config import ENV_VAR  # noqa: E402
 from parallelsearch.rl.data import train_record  # noqa: E402
 from parallelsearch.rl.env import EnvGraph  # noqa: E402
 from parallelsearch.rl.executor import decode_tokens  # noqa: E402
-from parallelsearch.rl.launch import agent_module_path  # noqa: E402
 from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process  # noqa: E402
 
 #: a random model answers at once more often than it calls the tool (about 4 in 5 first turns under
@@ -82,17 +81,12 @@ def actor(tiny_model_dir, module_loop, monkeypatch_module, tmp_path_factory):
         monkeypatch_module.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
         actor = module_loop.run_until_complete(
             rollout_actor_in_process(
-                model=str(tiny_model_dir),
+                str(tiny_model_dir),
                 dtype="float32",
                 max_model_len=16384,
                 enforce_eager=True,
                 seed=0,
                 enable_prefix_caching=True,
-                distributed_executor_backend="uni",
-                worker_extension_cls="openrlhf.trainer.ray.vllm_worker_wrap.WorkerWrap",
-                num_gpus=0,
-                full_determinism=False,
-                agent_func_path=str(agent_module_path()),
             )
         )
         yield actor
