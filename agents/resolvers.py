@@ -24,14 +24,15 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import product
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from parallelsearch.agents.subquery_plan import REFERENCE_RE, substitute
 from parallelsearch.stores.errors import ParallelSearchError
 from parallelsearch.stores.passages import Passage
 
-#: the resolver names a setting or a CLI flag may give
-RESOLVER_NAMES = ("passage", "gold", "policy")
+#: the resolver names a setting, a request or a CLI flag may give
+ResolverName = Literal["passage", "gold", "policy"]
+RESOLVER_NAMES: tuple[str, ...] = get_args(ResolverName)
 
 
 class ResolverError(ParallelSearchError, ValueError):

@@ -10,11 +10,14 @@ defaults (docs/architecture.md, "Configuration").
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
 
+from parallelsearch.agents.policies.coerce import ProtocolChoice
+from parallelsearch.agents.protocol import TitleStyle
+from parallelsearch.agents.resolvers import ResolverName
 from parallelsearch.agents.subquery_plan import DEFAULT_MAX_STAGES
 from parallelsearch.stores.errors import describe_validation_error
 
@@ -23,11 +26,70 @@ MAX_TURNS_LIMIT = 64
 #: the most search stages one search may take at any setting; the recursion limit is sized for it
 MAX_STAGES_LIMIT = 8
 
-#: the resolvers a setting, a flag or a request may name
-ResolverName: TypeAlias = Literal["passage", "gold", "policy"]
 #: what the builders take as ``resolver``: a name, or a function ``(sub_query, parents) -> str``
 #: (sync or async) or an object with ``aresolve`` (``parallelsearch.agents.resolvers``)
 ResolverChoice: TypeAlias = ResolverName | Callable[..., Any] | None
+
+# Each knob's type and bounds, declared once: GraphConfig, GraphOptions and GraphContext use these.
+TopK = Annotated[int, Field(ge=1, le=100, description="passages per sub-query")]
+MaxTurns = Annotated[
+    int, Field(ge=0, le=MAX_TURNS_LIMIT, description="policy turns before the final answer-only turn")
+]
+MaxSubqueries = Annotated[
+    int, Field(ge=1, le=256, description="more sub-queries in one search is an invalid action")
+]
+MaxConcurrency = Annotated[int | None, Field(ge=1, description="searcher nodes running at once (None = all)")]
+SearchTimeout = Annotated[float, Field(gt=0, description="per-attempt searcher timeout")]
+SearchRetries = Annotated[int, Field(ge=0, le=5, description="extra attempts after a failed search")]
+MaxObservationWords = Annotated[int | None, Field(ge=1, description="cap on one <information> block")]
+PromptTemplate = Annotated[
+    str | None,
+    Field(
+        description="'paper', 'official', 'search_r1' or a format string with {question}; "
+        "None = the graph's own (search_r1 for the sequential graph, paper otherwise)"
+    ),
+]
+ObservationTitles = Annotated[
+    TitleStyle | None,
+    Field(
+        description="how <information> shows titles: 'official' = the corpus entry's first line verbatim "
+        "(quoted, as released checkpoints saw it), 'stripped' = the bare title; None = 'official' with the "
+        "official prompt template, else 'stripped'"
+    ),
+]
+MaxNewTokens = Annotated[int, Field(ge=1, le=32768, description="per-turn token cap")]
+Temperature = Annotated[float, Field(ge=0, le=10, description="policy sampling temperature")]
+TopP = Annotated[float, Field(gt=0, le=1, description="policy nucleus sampling")]
+SplitSubqueries = Annotated[
+    bool, Field(description="split '##' into parallel sub-queries (False = Search-R1)")
+]
+MaxStages = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=MAX_STAGES_LIMIT,
+        description="search stages one search may take when its sub-queries name earlier ones' results "
+        "(#k); more is an invalid action",
+    ),
+]
+Resolver = Annotated[
+    ResolverName | None,
+    Field(
+        description="what a #k stands for when its sub-query is searched: 'passage' (a name from the "
+        "referenced sub-query's top passage, no model call), 'gold' (the question's gold intermediate "
+        "answers from metadata.hops; oracle runs), 'policy' (one short extraction call to the answer or "
+        "planner model); None = the function given to the builder, else 'passage'"
+    ),
+]
+Protocol = Annotated[
+    ProtocolChoice,
+    Field(
+        description="how the planner searches: 'tags' = <search> a ## b </search> text, 'tools' = parallel "
+        "calls of a search tool (a chat model with bind_tools); 'auto' = tools for such a chat model, tags "
+        "otherwise (the trained checkpoints behind openai:/vllm:/hf: speak tags). In training (the RL "
+        "environment) 'tools' is the protocol's text form: <tool_call> blocks and <tool_response> replies"
+    ),
+]
 
 
 class GraphConfig(BaseModel):
@@ -35,55 +97,22 @@ class GraphConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    top_k: int = Field(3, ge=1, le=100, description="passages per sub-query")
-    max_turns: int = Field(
-        4, ge=0, le=MAX_TURNS_LIMIT, description="policy turns before the final answer-only turn"
-    )
-    max_subqueries: int = Field(
-        8, ge=1, le=256, description="more sub-queries in one search is an invalid action"
-    )
-    max_concurrency: int | None = Field(None, ge=1, description="searcher nodes running at once (None = all)")
-    search_timeout_s: float = Field(10.0, gt=0, description="per-attempt searcher timeout")
-    search_retries: int = Field(1, ge=0, le=5, description="extra attempts after a failed search")
-    max_observation_words: int | None = Field(None, ge=1, description="cap on one <information> block")
-    prompt_template: str | None = Field(
-        None,
-        description="'paper', 'official', 'search_r1' or a format string with {question}; "
-        "None = the graph's own (search_r1 for the sequential graph, paper otherwise)",
-    )
-    observation_titles: Literal["official", "stripped"] | None = Field(
-        None,
-        description="how <information> shows titles: 'official' = the corpus entry's first line verbatim "
-        "(quoted, as released checkpoints saw it), 'stripped' = the bare title; None = 'official' with the "
-        "official prompt template, else 'stripped'",
-    )
-    max_new_tokens: int = Field(500, ge=1, description="per-turn token cap")
-    temperature: float = Field(0.0, ge=0, description="policy sampling temperature")
-    top_p: float = Field(1.0, gt=0, le=1, description="policy nucleus sampling")
-    split_subqueries: bool = Field(
-        True, description="split '##' into parallel sub-queries (False = Search-R1)"
-    )
-    max_stages: int = Field(
-        DEFAULT_MAX_STAGES,
-        ge=1,
-        le=MAX_STAGES_LIMIT,
-        description="search stages one search may take when its sub-queries name earlier ones' results "
-        "(#k); more is an invalid action",
-    )
-    resolver: ResolverName | None = Field(
-        None,
-        description="what a #k stands for when its sub-query is searched: 'passage' (a name from the "
-        "referenced sub-query's top passage, no model call), 'gold' (the question's gold intermediate "
-        "answers from metadata.hops; oracle runs), 'policy' (one short extraction call to the answer or "
-        "planner model); None = the function given to the builder, else 'passage'",
-    )
-    protocol: Literal["auto", "tags", "tools"] = Field(
-        "auto",
-        description="how the planner searches: 'tags' = <search> a ## b </search> text, 'tools' = parallel "
-        "calls of a search tool (a chat model with bind_tools); 'auto' = tools for such a chat model, tags "
-        "otherwise (the trained checkpoints behind openai:/vllm:/hf: speak tags). In training (the RL "
-        "environment) 'tools' is the protocol's text form: <tool_call> blocks and <tool_response> replies",
-    )
+    top_k: TopK = 3
+    max_turns: MaxTurns = 4
+    max_subqueries: MaxSubqueries = 8
+    max_concurrency: MaxConcurrency = None
+    search_timeout_s: SearchTimeout = 10.0
+    search_retries: SearchRetries = 1
+    max_observation_words: MaxObservationWords = None
+    prompt_template: PromptTemplate = None
+    observation_titles: ObservationTitles = None
+    max_new_tokens: MaxNewTokens = 500
+    temperature: Temperature = 0.0
+    top_p: TopP = 1.0
+    split_subqueries: SplitSubqueries = True
+    max_stages: MaxStages = DEFAULT_MAX_STAGES
+    resolver: Resolver = None
+    protocol: Protocol = "auto"
 
     def recursion_limit(self) -> int:
         """Supersteps an episode can take at the largest ``max_turns`` and ``max_stages`` a request
@@ -106,44 +135,39 @@ class GraphOptions(TypedDict, total=False):
     (PEP 692 ``Unpack``), so editors list the knobs; a test keeps the two in step.
     """
 
-    top_k: int
-    max_turns: int
-    max_subqueries: int
-    max_concurrency: int | None
-    search_timeout_s: float
-    search_retries: int
-    max_observation_words: int | None
-    prompt_template: str | None
-    observation_titles: Literal["official", "stripped"] | None
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    split_subqueries: bool
-    max_stages: int
-    resolver: ResolverChoice
-    protocol: Literal["auto", "tags", "tools"]
+    top_k: TopK
+    max_turns: MaxTurns
+    max_subqueries: MaxSubqueries
+    max_concurrency: MaxConcurrency
+    search_timeout_s: SearchTimeout
+    search_retries: SearchRetries
+    max_observation_words: MaxObservationWords
+    prompt_template: PromptTemplate
+    observation_titles: ObservationTitles
+    max_new_tokens: MaxNewTokens
+    temperature: Temperature
+    top_p: TopP
+    split_subqueries: SplitSubqueries
+    max_stages: MaxStages
+    resolver: ResolverChoice  # a builder also takes a function or an object with aresolve
+    protocol: Protocol
 
 
 @with_config(ConfigDict(extra="allow"))
 class GraphContext(TypedDict, total=False):
     """What one request may change: ``config={"configurable": {"top_k": 5}}`` (LangServe,
     ``graph.ainvoke``) or ``context={"top_k": 5}`` (LangGraph's runtime context, Agent
-    Server). Other ``configurable`` keys (``thread_id``, ...) pass through untouched."""
+    Server). Other ``configurable`` keys (``thread_id``, ...) pass through untouched. The
+    field types are :class:`GraphConfig`'s, so a bound is the same per request as when built."""
 
-    top_k: Annotated[int, Field(ge=1, le=100, description="passages per sub-query")]
-    max_turns: Annotated[
-        int, Field(ge=0, le=MAX_TURNS_LIMIT, description="policy turns before the answer-only turn")
-    ]
-    max_subqueries: Annotated[int, Field(ge=1, le=256, description="sub-queries allowed in one search")]
-    max_new_tokens: Annotated[int, Field(ge=1, le=32768, description="per-turn token cap")]
-    temperature: Annotated[float, Field(ge=0, le=10, description="policy sampling temperature")]
-    top_p: Annotated[float, Field(gt=0, le=1, description="policy nucleus sampling")]
-    max_stages: Annotated[
-        int, Field(ge=1, le=MAX_STAGES_LIMIT, description="search stages one search may take (#k references)")
-    ]
-    resolver: Annotated[
-        ResolverName, Field(description="what a #k stands for: passage, gold (oracle runs) or policy")
-    ]
+    top_k: TopK
+    max_turns: MaxTurns
+    max_subqueries: MaxSubqueries
+    max_new_tokens: MaxNewTokens
+    temperature: Temperature
+    top_p: TopP
+    max_stages: MaxStages
+    resolver: Resolver
 
 
 #: the keys a request may set (the rest of GraphConfig is fixed when the graph is built)

@@ -16,6 +16,7 @@ import typing
 import httpx
 import pytest
 from conftest import UvicornThread, needs_data
+from pydantic import TypeAdapter
 from servers import make_openai_test_server
 
 from parallelsearch.agents.policies import OpenAICompletionsPolicy, PolicyConfig, ScriptedPolicy
@@ -24,6 +25,7 @@ from parallelsearch.cli import main
 from parallelsearch.graphs import (
     PER_REQUEST_KEYS,
     GraphConfig,
+    GraphContext,
     GraphOptions,
     build_graph,
     build_parallel_search_graph,
@@ -31,6 +33,7 @@ from parallelsearch.graphs import (
     build_sequential_graph,
     factory,
 )
+from parallelsearch.graphs.config import request_overrides
 from parallelsearch.rl.agent_config import AgentConfig
 from parallelsearch.settings import Settings, get_settings
 from parallelsearch.stores.config import RetrievalConfig
@@ -139,6 +142,32 @@ def test_builders_take_typed_options_and_return_compiled_graphs(hotpot_store):
 
 
 # ---- per request -----------------------------------------------------------------------------
+def test_every_knob_has_one_declaration_and_the_same_bounds_per_request():
+    """GraphOptions and GraphContext use GraphConfig's field types, so a value GraphConfig refuses a
+    request refuses too (and the reverse), with the same bounds in the JSON schemas."""
+    config = typing.get_type_hints(GraphConfig, include_extras=True)
+    options = typing.get_type_hints(GraphOptions, include_extras=True)
+    context = typing.get_type_hints(GraphContext, include_extras=True)
+    assert set(options) == set(GraphConfig.model_fields) and set(context) == set(PER_REQUEST_KEYS)
+    assert {k for k in options if options[k] != config[k]} == {"resolver"}  # + functions, objects
+    assert all(context[k] == config[k] for k in context)
+    built = GraphConfig.model_json_schema()["properties"]
+    per_request = TypeAdapter(GraphContext).json_schema()["properties"]
+    for key in PER_REQUEST_KEYS:
+        assert {k: v for k, v in built[key].items() if k != "default"} == per_request[key], key
+        bounds = {
+            k: v for k, v in per_request[key].items() if k in ("minimum", "maximum", "exclusiveMinimum")
+        }
+        for bound, value in bounds.items():
+            step = 1 if per_request[key].get("type") == "integer" else 1e-9
+            bad = value - step if bound == "minimum" else value + step if bound == "maximum" else value
+            with pytest.raises(ValueError, match=key):
+                GraphConfig(**{key: bad})
+            with pytest.raises(ValueError, match=key):
+                request_overrides({key: bad})
+            assert request_overrides({key: value if bound != "exclusiveMinimum" else value + step})
+
+
 def test_per_request_configuration(hotpot_store):
     graph = build_parallel_search_graph(ScriptedPolicy(SEARCH), hotpot_store)
     schema = graph.get_context_jsonschema()

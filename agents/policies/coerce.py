@@ -9,18 +9,16 @@ type first. A string is a policy spec when its kind is one of ours (``oracle``, 
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from parallelsearch.agents.policies.base import Policy
-from parallelsearch.agents.policies.chat import ChatModelPolicy, supports_tools
-from parallelsearch.agents.policies.spec import SPEC_HELP, policy_from_spec
+from parallelsearch.agents.policies.chat import ChatModelPolicy, Protocol, supports_tools
+from parallelsearch.agents.policies.spec import POLICY_KINDS, SPEC_HELP, policy_from_spec
 
 log = logging.getLogger(__name__)
 
-ProtocolChoice = Literal["auto", "tags", "tools"]
-PROTOCOLS: tuple[str, ...] = ("auto", "tags", "tools")
-#: the kinds of our own policy specs; any other ``provider:model`` string goes to init_chat_model
-POLICY_KINDS: tuple[str, ...] = ("oracle", "external", "scripted", "hf", "vllm", "openai", "chat")
+ProtocolChoice = Literal["auto", Protocol]
+PROTOCOLS: tuple[str, ...] = get_args(ProtocolChoice)
 
 ACCEPTED = (
     "a LangChain chat model (BaseChatModel), an init_chat_model string ('provider:model', e.g. "

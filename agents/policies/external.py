@@ -8,9 +8,10 @@ graph's own code, in training exactly as in serving.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
+from parallelsearch.agents.policies.chat import Protocol
 from parallelsearch.agents.protocol import truncate_at_stop
 
 
@@ -20,7 +21,7 @@ class ExternalPolicy:
 
     name = "external"
 
-    def __init__(self, protocol: Literal["tags", "tools"] = "tags"):
+    def __init__(self, protocol: Protocol = "tags"):
         if protocol not in ("tags", "tools"):
             raise ValueError(f"unknown protocol {protocol!r} for the external policy; choose tags or tools")
         self.protocol = protocol

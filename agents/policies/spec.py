@@ -8,13 +8,14 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, Literal, get_args
 
 #: where ``openai:MODEL`` goes when neither the spec nor the configuration names a URL
 DEFAULT_OPENAI_BASE_URL = "http://127.0.0.1:8000/v1"
 
 #: the spec kinds, the part before the first ':'
-POLICY_KINDS = ("oracle", "scripted", "hf", "vllm", "openai", "chat", "external")
+PolicyKind = Literal["oracle", "scripted", "hf", "vllm", "openai", "chat", "external"]
+POLICY_KINDS: tuple[str, ...] = get_args(PolicyKind)
 
 SPEC_HELP = (
     "policy spec: oracle | scripted:FILE.json | hf:PATH | vllm:PATH | openai:MODEL[@BASE_URL] | "
