@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, get_args
 
 from parallelsearch.agents.policies.spec import SPEC_HELP
 from parallelsearch.agents.resolvers import RESOLVER_NAMES
 from parallelsearch.graphs.builders import GRAPH_KINDS
 from parallelsearch.settings import Settings, get_settings
+from parallelsearch.stores.config import EncoderBackend  # merged with 24a's Literal
+from parallelsearch.stores.hnsw import HNSW_KEYS, Space
 
 
 def clean_text_arg(text: str, what: str) -> str:
@@ -114,7 +116,7 @@ def add_lock_args(p: argparse.ArgumentParser) -> None:
 def add_hnsw_args(p: argparse.ArgumentParser) -> None:
     """Chroma's HNSW parameters of a new store (stores/hnsw.py); only --ef-search can change later."""
     g = p.add_argument_group("HNSW index of a new store (Chroma's defaults when not given)")
-    g.add_argument("--space", choices=("cosine", "ip"), help="distance (default cosine)")
+    g.add_argument("--space", choices=get_args(Space), help="distance (default cosine)")
     g.add_argument("--ef-construction", type=int, help="candidate list while building (Chroma: 100)")
     g.add_argument("--max-neighbors", type=int, help="HNSW M, links per node (Chroma: 16)")
     g.add_argument(
@@ -128,9 +130,7 @@ def add_hnsw_args(p: argparse.ArgumentParser) -> None:
 def hnsw_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The HNSW flags that were given (empty: Chroma's defaults, or the store's own)."""
     v = vars(args)
-    return {
-        k: v[k] for k in ("space", "ef_construction", "max_neighbors", "ef_search") if v.get(k) is not None
-    }
+    return {k: v[k] for k in HNSW_KEYS if v.get(k) is not None}
 
 
 def add_model_arg(p: argparse.ArgumentParser) -> None:
@@ -139,7 +139,7 @@ def add_model_arg(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--encoder-backend",
-        choices=("auto", "torch", "onnx", "onnx-int8"),
+        choices=get_args(EncoderBackend),
         help="encoder engine: torch, onnx (ONNX Runtime fp32, same embeddings), onnx-int8 (int8, faster, "
         "different embeddings); auto = the store's embeddings on the fastest engine for the device: "
         "onnx on CPU, torch on a GPU (default: the settings', auto)",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from parallelsearch.cli_common import add_graph_args, add_policy_args, add_retrieval_args, settings_from_args
+from parallelsearch.data.questions import SPLITS
 from parallelsearch.graphs.builders import GRAPH_KINDS, check_graph_kind
 from parallelsearch.settings import Settings
 from parallelsearch.stores.errors import ParallelSearchError
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_policy_args(p)
     p.add_argument("--graphs", default="parallel,sequential", help=f"comma list of {', '.join(GRAPH_KINDS)}")
     p.add_argument("--limit", type=int, help="first N questions (after --split)")
-    p.add_argument("--split", choices=["parallel", "sequential", "single", "other"], help="only this split")
+    p.add_argument("--split", choices=SPLITS, help="only this split")
     p.add_argument("--out", required=True, help="output folder (re-running resumes)")
     p.add_argument("--concurrency", type=int, default=4, help="questions in flight")
     add_graph_args(p)

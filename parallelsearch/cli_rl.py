@@ -12,6 +12,7 @@ from typing import Any
 from parallelsearch.agents.policies.spec import SPEC_HELP
 from parallelsearch.cli_common import add_graph_args, add_retrieval_args, settings_from_args
 from parallelsearch.graphs.builders import SEARCHING_KINDS
+from parallelsearch.rl.launch import RUNNERS
 from parallelsearch.rl.rewards import MODES
 
 
@@ -202,7 +203,7 @@ def add_train_job_args(p: argparse.ArgumentParser) -> None:
     """The job folder, pre-flight and key-listing flags of ``train``."""
     p.add_argument(
         "--runner",
-        choices=["ray", "python", "print"],
+        choices=RUNNERS,
         default="ray",
         help="ray: write the job folder and `ray job submit` it (default); python: run OpenRLHF on this "
         "machine (one node, no running Ray cluster); print: write the job folder and print its command",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import get_args
 
 from parallelsearch.cli_common import (
     add_graph_args,
@@ -12,6 +13,7 @@ from parallelsearch.cli_common import (
     bind_refused,
     settings_from_args,
 )
+from parallelsearch.settings import CheckpointerKind
 
 SERVER_KEY_SETTING = "PARALLELSEARCH_SERVER_API_KEY"
 
@@ -30,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_server_key_args(p, dest="api_key", setting=SERVER_KEY_SETTING)
     p.add_argument(
         "--checkpointer",
-        choices=("sqlite", "postgres", "memory", "none"),
+        choices=get_args(CheckpointerKind),
         help="where threads live (requests with a thread_id; default: the settings', sqlite)",
     )
     p.add_argument(

@@ -55,6 +55,10 @@ def _config_file() -> Path | None:
     return None
 
 
+#: where ``serve`` keeps threads (requests with a thread_id)
+CheckpointerKind = Literal["sqlite", "postgres", "memory", "none"]
+
+
 class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
     """Every tunable the CLI, server and library read; explicit arguments override these."""
 
@@ -87,7 +91,7 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
     server_max_json_depth: int = Field(
         64, ge=1, description="deepest nesting of a JSON request body, checked before parsing (400)"
     )
-    server_checkpointer: Literal["none", "memory", "sqlite", "postgres"] = Field(
+    server_checkpointer: CheckpointerKind = Field(
         "sqlite",
         description="where `parallelsearch serve` keeps threads (requests with a thread_id): "
         "sqlite = an embedded file (one process), postgres = shared by several processes, "

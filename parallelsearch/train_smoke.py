@@ -41,7 +41,7 @@ SMOKE_ENGINE_ARGS: dict[str, Any] = {
 }
 #: the agent config of the smoke's rollout actor (a short episode: 2 turns + the answer turn)
 SMOKE_AGENT = {
-    "constrained_decoding": True,
+    "constrained": True,
     "constrained_think_chars": 60,
     "graph_config": {
         "top_k": 1,

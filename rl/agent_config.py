@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import (
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -32,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 
+from parallelsearch.agents.policies.config import Constrained, ConstrainedThinkChars
 from parallelsearch.graphs.builders import SEARCHING_KINDS, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.factory import make_searcher
@@ -108,12 +110,11 @@ class AgentConfig(RetrievalConfig):
         description="encoder calls at once: 1 by default, so the encoder takes one core of the node "
         "(unset = the engine's default: ONNX fills the cores)",
     )
-    constrained_decoding: bool = Field(
-        False, description="decode every turn under the protocol's grammar (vLLM structured outputs)"
+    # the settings' and CLI's name; files written for earlier releases say constrained_decoding
+    constrained: Constrained = Field(
+        False, validation_alias=AliasChoices("constrained", "constrained_decoding")
     )
-    constrained_think_chars: int = Field(
-        600, ge=1, description="longest <think> a constrained turn may write"
-    )
+    constrained_think_chars: ConstrainedThinkChars = 600
 
     @model_validator(mode="before")
     @classmethod

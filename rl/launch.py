@@ -19,7 +19,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from parallelsearch.rl.agent_config import ENV_VAR
 from parallelsearch.rl.train_config import TrainConfig
@@ -38,7 +38,8 @@ AGENT_MODULE_FILE = "parallelsearch_agent.py"
 COMMAND_FILE = "command.sh"
 #: Ray refuses a working_dir package over 500 MiB; data above this stays on shared storage
 COPY_LIMIT_BYTES = 400 * 2**20
-RUNNERS = ("ray", "python", "print")
+Runner = Literal["ray", "python", "print"]
+RUNNERS: tuple[str, ...] = get_args(Runner)
 
 
 def wandb_key_source(cfg: TrainConfig, environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:

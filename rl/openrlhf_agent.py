@@ -66,7 +66,7 @@ class AgentExecutor(AgentExecutorBase):
             hf_tokenizer,
             llm_engine,
             max_new_tokens_per_turn=self.config.graph_config.max_new_tokens,
-            constrained=self.config.constrained_decoding,
+            constrained=self.config.constrained,
             think_chars=self.config.constrained_think_chars,
             search_guard=self.search_guard,
         )

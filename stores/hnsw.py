@@ -9,14 +9,16 @@ rest are fixed, because they shape the graph that is built as vectors arrive.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
 #: parameters a store may be created with; ``space`` decides the score (1 - distance)
-HNSW_KEYS = ("space", "ef_construction", "max_neighbors", "ef_search")
+HnswKey = Literal["space", "ef_construction", "max_neighbors", "ef_search"]
+HNSW_KEYS: tuple[str, ...] = get_args(HnswKey)
 #: what can change after creation
 MUTABLE_KEYS = ("ef_search",)
 #: cosine and inner product give ``score = 1 - distance`` that the searchers report; l2 does not
-SPACES = ("cosine", "ip")
+Space = Literal["cosine", "ip"]
+SPACES: tuple[str, ...] = get_args(Space)
 
 
 def hnsw_configuration(params: dict[str, Any] | None) -> dict[str, Any]:

@@ -52,7 +52,7 @@ def actor(tiny_model_dir, retriever, module_loop, monkeypatch_module, tmp_path_f
     """OpenRLHF's rollout actor with our agent module, the way train_ppo_ray creates it (minus Ray)."""
     config = tmp_path_factory.mktemp("agent") / "agent.yaml"
     config.write_text(
-        f"retriever_url: {retriever.url}/retrieve\nconstrained_decoding: true\nconstrained_think_chars: 80\n"
+        f"retriever_url: {retriever.url}/retrieve\nconstrained: true\nconstrained_think_chars: 80\n"
         "graph_config:\n  top_k: 1\n  max_turns: 2\n  max_subqueries: 2\n  max_new_tokens: 1000\n"
         "  prompt_template: official\n"
     )

@@ -9,7 +9,7 @@ policy, so every entry point sees the same base URL and key (docs/architecture.m
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,6 +17,18 @@ from parallelsearch.agents.policies.spec import DEFAULT_OPENAI_BASE_URL, SPEC_HE
 
 #: the one declaration of the default policy (offline demos and environment checks)
 DEFAULT_POLICY = "oracle"
+
+# the constrained-decoding knobs, declared once for the app's settings and the agent config
+Constrained = Annotated[
+    bool,
+    Field(
+        description="generate every turn under the protocol's grammar (vLLM structured outputs: vllm:PATH, "
+        "or openai:MODEL@URL against vllm serve), so a model never breaks the format"
+    ),
+]
+ConstrainedThinkChars = Annotated[
+    int, Field(ge=1, le=100_000, description="longest <think> a constrained turn may write")
+]
 
 
 class PolicyConfig(BaseModel):
@@ -35,14 +47,8 @@ class PolicyConfig(BaseModel):
         None, repr=False, description="bearer token for the OpenAI-compatible server (also OPENAI_API_KEY)"
     )
     request_timeout_s: float = Field(120.0, gt=0, description="per-request timeout of remote policies")
-    constrained: bool = Field(
-        False,
-        description="generate every turn under the protocol's grammar (vLLM structured outputs: vllm:PATH, "
-        "or openai:MODEL@URL against vllm serve), so a model never breaks the format",
-    )
-    constrained_think_chars: int = Field(
-        600, ge=1, le=100_000, description="longest <think> a constrained turn may write"
-    )
+    constrained: Constrained = False
+    constrained_think_chars: ConstrainedThinkChars = 600
     vllm_engine_args: dict[str, Any] = Field(
         default_factory=dict,
         description="vllm.AsyncEngineArgs for vllm:PATH (dtype, max_model_len, gpu_memory_utilization, ...)",

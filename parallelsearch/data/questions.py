@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from parallelsearch.stores.errors import BadInputError
 from parallelsearch.stores.jsonfiles import SkipReport, iter_json_records
@@ -48,7 +48,12 @@ _SEQUENTIAL = {
 _SINGLE_DATASETS = {"nq", "triviaqa", "popqa", "bamboogle"}
 
 
-def split_of(dataset: str, qtype: str | None) -> str:
+#: the paper's splits of a question, as ``split_of`` names them
+Split = Literal["parallel", "sequential", "single", "other"]
+SPLITS: tuple[str, ...] = get_args(Split)
+
+
+def split_of(dataset: str, qtype: str | None) -> Split:
     """Paper split of a question: parallel / sequential / single / other."""
     if (dataset, qtype) in _PARALLEL:
         return "parallel"
