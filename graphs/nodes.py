@@ -48,7 +48,7 @@ from parallelsearch.agents.resolvers import ParentResult, Resolver, ResolverErro
 from parallelsearch.agents.searchers.base import Searcher, guarded_search, store_names
 from parallelsearch.agents.subquery_plan import plan_action
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig, request_overrides
-from parallelsearch.graphs.state import SearchState, SearchTask
+from parallelsearch.graphs.state import ObservationRecord, SearchState, SearchTask, TurnRecord
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.text import scrub_text
 
@@ -57,6 +57,34 @@ log = logging.getLogger(__name__)
 
 def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000, 3)
+
+
+def _turn_record(
+    res: Any,
+    *,
+    index: int,
+    final: bool,
+    text: str,
+    action: str,
+    subqueries: list[str],
+    answer: str | None,
+    reason: str | None,
+    ms: float,
+) -> TurnRecord:
+    """The trajectory's record of one policy turn (``res``: its TurnResult), planner's or answer policy's."""
+    return {
+        "type": "turn",
+        "index": index,
+        "final": final,
+        "text": text,
+        "action": action,
+        "subqueries": subqueries,
+        "answer": answer,
+        "reason": reason,
+        "finish_reason": res.finish_reason,
+        "ms": ms,
+        "labels": list(res.labels),
+    }
 
 
 def _add(a: int | None, b: int | None) -> int | None:
@@ -293,21 +321,19 @@ class Nodes:
                 transcript += INVALID_FEEDBACK
                 segments.append(("feedback", INVALID_FEEDBACK))
         ms = _ms(t0)
-        turn = {
-            "type": "turn",
-            "index": st["policy_calls"],
-            "final": final,
-            "text": text,
-            "action": action.kind if not (final and action.kind == "search") else "invalid",
-            "subqueries": list(action.subqueries),
-            "answer": action.answer,
-            "reason": action.reason
+        turn = _turn_record(
+            res,
+            index=st["policy_calls"],
+            final=final,
+            text=text,
+            action=action.kind if not (final and action.kind == "search") else "invalid",
+            subqueries=list(action.subqueries),
+            answer=action.answer,
+            reason=action.reason
             if action.kind == "invalid"
             else ("searching is disabled in the final turn" if invalid else None),
-            "finish_reason": res.finish_reason,
-            "ms": ms,
-            "labels": list(res.labels),
-        }
+            ms=ms,
+        )
         last_action: dict[str, Any] = {
             "kind": turn["action"],
             "subqueries": list(action.subqueries),
@@ -476,7 +502,7 @@ class Nodes:
             )
         n_err = sum(1 for e in errors if e)
         ms = _ms(t0)
-        entry = {
+        entry: ObservationRecord = {
             "type": "observation",
             "round": r,
             "text": obs,
@@ -692,20 +718,18 @@ class Nodes:
             update.update(
                 policy_calls=state.get("policy_calls", 0) + 1,
                 trajectory=[
-                    {
-                        "type": "turn",
-                        "role": "answer",
-                        "index": state.get("policy_calls", 0),
-                        "final": True,
-                        "text": res.text,
-                        "action": act.kind,
-                        "subqueries": [],
-                        "answer": act.answer,
-                        "reason": act.reason,
-                        "finish_reason": res.finish_reason,
-                        "ms": _ms(t0),
-                        "labels": list(res.labels),
-                    }
+                    _turn_record(
+                        res,
+                        index=state.get("policy_calls", 0),
+                        final=True,
+                        text=res.text,
+                        action=act.kind,
+                        subqueries=[],
+                        answer=act.answer,
+                        reason=act.reason,
+                        ms=_ms(t0),
+                    )
+                    | {"role": "answer"}
                 ],
                 labels=sorted(set(state.get("labels") or []) | set(res.labels)),
                 tokens_in=_add(state.get("tokens_in"), res.prompt_tokens),

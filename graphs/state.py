@@ -12,7 +12,7 @@ counts) and the checkpoints keep every earlier state (docs/architecture.md, "Thr
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, TypeAlias
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
@@ -49,13 +49,63 @@ class GraphInput(TypedDict):
     messages: NotRequired[Annotated[list[AnyMessage], add_messages]]
 
 
-class GraphOutput(TypedDict, total=False):
-    messages: Annotated[list[AnyMessage], add_messages]  # the input's, then the answer as an AIMessage
+class PassageRecord(TypedDict):
+    """A passage as the trajectory keeps it (the text is in the observation)."""
+
+    title: str
+    score: float | None
+    id: str
+    store: str | None
+
+
+class SearchRecord(TypedDict):
+    """One sub-query's search in an observation record (``note``: how a ``#k`` was resolved)."""
+
+    query: str
+    error: str | None
+    ms: float | None
+    passages: list[PassageRecord]
+    note: NotRequired[str]
+
+
+class TurnRecord(TypedDict):
+    """One policy turn in ``trajectory``: what the CLI prints, eval scores and the page shows."""
+
+    type: Literal["turn"]
+    index: int  # policy calls before this one
+    final: bool
+    text: str
+    action: str  # "search" | "answer" | "invalid"
+    subqueries: list[str]
+    answer: str | None
+    reason: str | None  # why the turn is invalid
+    finish_reason: str
+    ms: float
+    labels: list[str]
+    role: NotRequired[Literal["answer"]]  # the answer policy's turn (a planner's has no role)
+    stages: NotRequired[list[list[int]]]  # a search with #k: the sub-queries of each stage
+
+
+class ObservationRecord(TypedDict):
+    """One search round in ``trajectory``: the ``<information>`` text and each sub-query's search."""
+
+    type: Literal["observation"]
+    round: int
+    text: str
+    results: list[SearchRecord]
+    stages: NotRequired[int]  # a search with #k: how many stages it took
+
+
+TrajectoryRecord: TypeAlias = TurnRecord | ObservationRecord
+
+
+class _Outcome(TypedDict, total=False):
+    """What an episode ends with: the keys the output and the state share."""
+
     protocol: str  # "tags" | "tools"
     answer: str | None
     status: str  # "answered" | "unanswered"
     transcript: str
-    trajectory: list[dict[str, Any]]
     policy: str
     labels: list[str]
     policy_calls: int
@@ -64,13 +114,18 @@ class GraphOutput(TypedDict, total=False):
     resolver_calls: int
     passages: int
     errors: int
-    node_ms: dict[str, float]
     total_ms: float
     tokens_in: int | None
     tokens_out: int | None
 
 
-class SearchState(TypedDict, total=False):
+class GraphOutput(_Outcome, total=False):
+    messages: Annotated[list[AnyMessage], add_messages]  # the input's, then the answer as an AIMessage
+    trajectory: list[TrajectoryRecord]
+    node_ms: dict[str, float]
+
+
+class SearchState(_Outcome, total=False):
     # input (``metadata`` is consumed by ``begin``: the episode's copy is in its history record)
     question: str
     metadata: dict[str, Any]
@@ -79,9 +134,8 @@ class SearchState(TypedDict, total=False):
     # the thread: one record per episode (question, metadata, status, answer, counts)
     history: Annotated[list[dict[str, Any]], merge_episodes]
     # the episode
-    transcript: str
     segments: list[tuple[str, str]]
-    trajectory: Annotated[list[dict[str, Any]], operator.add]
+    trajectory: Annotated[list[TrajectoryRecord], operator.add]
     results: Annotated[list[dict[str, Any]], operator.add]  # fan-in of searcher nodes
     round: int
     last_action: dict[str, Any]
@@ -92,22 +146,7 @@ class SearchState(TypedDict, total=False):
     started_at: float
     # the tools protocol's episode as chat messages (AI tool calls, one ToolMessage per call)
     chat: list[AnyMessage]
-    protocol: str
-    # output
-    answer: str | None
-    status: str
-    policy: str
-    labels: list[str]
-    policy_calls: int
-    search_rounds: int
-    subqueries: int
-    resolver_calls: int
-    passages: int
-    errors: int
     node_ms: Annotated[dict[str, float], sum_ms]
-    total_ms: float
-    tokens_in: int | None
-    tokens_out: int | None
 
 
 class SearchTask(TypedDict):

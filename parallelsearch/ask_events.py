@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from parallelsearch.graphs.state import TrajectoryRecord
+
 #: the counts the closing ``answer`` event carries
 ANSWER_FIELDS = (
     "answer",
@@ -25,19 +27,19 @@ ANSWER_FIELDS = (
 )
 
 
-def step_event(step: dict[str, Any]) -> dict[str, Any]:
+def step_event(step: TrajectoryRecord) -> dict[str, Any]:
     """One trajectory entry as an event: ``turn`` (numbered from 1) or ``search`` (a round, from 1)."""
     if step["type"] == "turn":
         return {
             "type": "turn",
             "turn": step["index"] + 1,
             "role": step.get("role", "planner"),
-            "final": bool(step.get("final")),
+            "final": step["final"],
             "action": step["action"],
-            "subqueries": list(step.get("subqueries") or []),
-            "answer": step.get("answer"),
-            "reason": step.get("reason"),
-            "ms": step.get("ms"),
+            "subqueries": list(step["subqueries"]),
+            "answer": step["answer"],
+            "reason": step["reason"],
+            "ms": step["ms"],
         }
     return {
         "type": "search",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from parallelsearch.data.metrics import answer_in_text, cover_match, exact_match, f1_score, normalize_answer
+from parallelsearch.graphs.state import ObservationRecord, TrajectoryRecord, TurnRecord
 
 
 def _is_yes_no(golds: list[str]) -> bool:
@@ -19,11 +20,11 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
     meta = q.get("metadata") or {}
     golds = list(q.get("golden_answers") or [])
     answer = out.get("answer")
-    trajectory = out.get("trajectory") or []
-    turns = [t for t in trajectory if t.get("type") == "turn"]
-    observations = [t for t in trajectory if t.get("type") == "observation"]
-    titles = {p["title"] for o in observations for r in o.get("results", []) for p in r.get("passages", [])}
-    retrieved = "\n".join(o.get("text", "") for o in observations)
+    trajectory: list[TrajectoryRecord] = out.get("trajectory") or []
+    turns: list[TurnRecord] = [t for t in trajectory if t["type"] == "turn"]  # type: ignore[misc]
+    observations: list[ObservationRecord] = [t for t in trajectory if t["type"] == "observation"]  # type: ignore[misc]
+    titles = {p["title"] for o in observations for r in o["results"] for p in r["passages"]}
+    retrieved = "\n".join(o["text"] for o in observations)
     supporting = list(dict.fromkeys(meta.get("supporting_titles") or []))
     searched = variant != "direct"
     gold_recall = (
@@ -32,7 +33,7 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
     coverage = None
     if searched and golds and not _is_yes_no(golds):
         coverage = float(answer_in_text(retrieved, golds))
-    search_turns = [t for t in turns if t.get("action") == "search"]
+    search_turns = [t for t in turns if t["action"] == "search"]
     return {
         **_identity(q, variant),
         "answer": answer,
@@ -45,7 +46,7 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
         "subqueries": out.get("subqueries"),
         "resolver_calls": out.get("resolver_calls", 0),
         "passages": out.get("passages"),
-        "decomposed": any(len(t.get("subqueries") or []) >= 2 for t in search_turns),
+        "decomposed": any(len(t["subqueries"]) >= 2 for t in search_turns),
         "latency_ms": round(latency_ms, 3),
         "tokens_in": out.get("tokens_in"),
         "tokens_out": out.get("tokens_out"),
