@@ -59,28 +59,21 @@ def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000, 3)
 
 
-def _turn_record(
-    res: Any,
-    *,
-    index: int,
-    final: bool,
-    text: str,
-    action: str,
-    subqueries: list[str],
-    answer: str | None,
-    reason: str | None,
-    ms: float,
-) -> TurnRecord:
-    """The trajectory's record of one policy turn (``res``: its TurnResult), planner's or answer policy's."""
+def _turn_record(res: Any, action: Any, *, index: int, final: bool, ms: float) -> TurnRecord:
+    """The trajectory's record of one policy turn (``res``: its TurnResult; a search in the final
+    turn is recorded as invalid)."""
+    kind = "invalid" if final and action.kind == "search" else action.kind
     return {
         "type": "turn",
         "index": index,
         "final": final,
-        "text": text,
-        "action": action,
-        "subqueries": subqueries,
-        "answer": answer,
-        "reason": reason,
+        "text": res.text if isinstance(res.text, str) else "",
+        "action": kind,
+        "subqueries": list(action.subqueries),
+        "answer": action.answer,
+        "reason": action.reason
+        if action.kind == "invalid"
+        else ("searching is disabled in the final turn" if kind == "invalid" else None),
         "finish_reason": res.finish_reason,
         "ms": ms,
         "labels": list(res.labels),
@@ -321,19 +314,7 @@ class Nodes:
                 transcript += INVALID_FEEDBACK
                 segments.append(("feedback", INVALID_FEEDBACK))
         ms = _ms(t0)
-        turn = _turn_record(
-            res,
-            index=st["policy_calls"],
-            final=final,
-            text=text,
-            action=action.kind if not (final and action.kind == "search") else "invalid",
-            subqueries=list(action.subqueries),
-            answer=action.answer,
-            reason=action.reason
-            if action.kind == "invalid"
-            else ("searching is disabled in the final turn" if invalid else None),
-            ms=ms,
-        )
+        turn = _turn_record(res, action, index=st["policy_calls"], final=final, ms=ms)
         last_action: dict[str, Any] = {
             "kind": turn["action"],
             "subqueries": list(action.subqueries),
@@ -718,17 +699,7 @@ class Nodes:
             update.update(
                 policy_calls=state.get("policy_calls", 0) + 1,
                 trajectory=[
-                    _turn_record(
-                        res,
-                        index=state.get("policy_calls", 0),
-                        final=True,
-                        text=res.text,
-                        action=act.kind,
-                        subqueries=[],
-                        answer=act.answer,
-                        reason=act.reason,
-                        ms=_ms(t0),
-                    )
+                    _turn_record(res, act, index=state.get("policy_calls", 0), final=True, ms=_ms(t0))
                     | {"role": "answer"}
                 ],
                 labels=sorted(set(state.get("labels") or []) | set(res.labels)),

@@ -74,7 +74,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any] | None:
         [args.graph],
         policy=s.policy_config(),
         retrieval=s.retrieval(),
-        graph=s.graph,
+        graph=s.graph_config,
     )[args.graph]
     if args.stream:
         async for event in stream_events(graph, inp):

@@ -259,7 +259,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
     ):
         if v.get(flag) is not None:
             update[field] = v[flag]
-    graph = s.graph.updated(
+    graph = s.graph_config.updated(
         top_k=v.get("top_k"),
         max_turns=v.get("max_turns"),
         max_subqueries=v.get("max_subqueries"),
@@ -267,8 +267,8 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         resolver=v.get("resolver"),
         max_stages=v.get("max_stages"),
     )
-    if graph is not s.graph:
-        update["graph"] = graph
+    if graph is not s.graph_config:
+        update["graph_config"] = graph
     if not update:
         return s
     # validate the merged values (a bad flag is an error naming the field, not a crash later)

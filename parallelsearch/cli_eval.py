@@ -92,7 +92,7 @@ def run_and_report(
             dataset=dataset,
             concurrency=concurrency,
             turn_delay_s=turn_delay_ms / 1000,
-            config=settings.graph,
+            config=settings.graph_config,
         )
     )
     summary = write_report(out, plots_enabled=plots)

@@ -308,7 +308,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if not questions:
         raise ValueError(f"{args.data} holds no questions")
     env_graph = EnvGraph(
-        make_searcher(s.retrieval()), graph=args.graph, reward_mode=args.reward_mode, config=s.graph
+        make_searcher(s.retrieval()), graph=args.graph, reward_mode=args.reward_mode, config=s.graph_config
     )
     policy = make_policy(s.policy_config())
     tokenizer = rollout_tokenizer(args, policy)

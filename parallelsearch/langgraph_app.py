@@ -20,7 +20,7 @@ _graphs = make_graphs(
     ["parallel", "sequential", "rag"],
     policy=_settings.policy_config(),
     retrieval=_settings.retrieval(),
-    graph=_settings.graph,
+    graph=_settings.graph_config,
 )
 
 graph = _graphs["parallel"]

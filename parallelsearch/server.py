@@ -88,7 +88,7 @@ def create_app(
         s = s.model_copy(update={"policy": policy})
     if stores:
         s = s.model_copy(update={"stores": list(stores), "retriever_url": None})
-    cfg = s.graph
+    cfg = s.graph_config
     if graph_config:
         given = graph_config if isinstance(graph_config, GraphConfig) else GraphConfig(**graph_config)
         cfg = cfg.updated(**given.model_dump(exclude_unset=True))

@@ -8,8 +8,9 @@ defaults, which live in the config models (:class:`RetrievalConfig`,
 
 :class:`Settings` inherits the retrieval and policy fields, so their variables are
 ``PARALLELSEARCH_STORES``, ``PARALLELSEARCH_CHROMA_HOST``, ``PARALLELSEARCH_POLICY``, ...;
-``graph`` is a :class:`GraphConfig` (``PARALLELSEARCH_GRAPH='{"top_k": 5}'`` or
-``PARALLELSEARCH_GRAPH__TOP_K=5``). This module is also the one place that says where
+``graph_config`` is a :class:`GraphConfig` (``PARALLELSEARCH_GRAPH='{"top_k": 5}'`` or
+``PARALLELSEARCH_GRAPH__TOP_K=5``, and ``graph:`` in the config file: the public spellings
+of earlier releases, kept; ``graph_config`` works there too). This module is also the one place that says where
 stores live: ``home``/chroma (``$PARALLELSEARCH_HOME``; default ``./.parallelsearch`` when
 that folder exists, else the user's data dir, ``$XDG_DATA_HOME/parallelsearch``).
 """
@@ -23,6 +24,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -65,7 +67,7 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PARALLELSEARCH_", env_nested_delimiter="__", extra="ignore")
 
     home: Path = Field(default_factory=default_home, description="root folder for stores and caches")
-    graph: GraphConfig = Field(
+    graph_config: GraphConfig = Field(
         default_factory=GraphConfig, description="graph knobs (top_k, max_turns, ...); unset = defaults"
     )
     embed_batch_size: int = Field(32, ge=1, description="passages per encoder forward pass when indexing")
@@ -137,14 +139,39 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        legacy_env = EnvSettingsSource(_GraphEnv, env_prefix="PARALLELSEARCH_", env_nested_delimiter="__")
+        sources = [init_settings, env_settings, legacy_env]
         cfg = _config_file()
         if cfg is not None:
             if cfg.suffix == ".toml":
                 sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cfg))
             else:
                 sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=cfg))
-        return tuple(sources)
+        return tuple(_GraphKey(settings_cls, source) for source in sources)
+
+
+class _GraphEnv(BaseSettings):
+    """``PARALLELSEARCH_GRAPH`` / ``PARALLELSEARCH_GRAPH__*``: the environment's public name of
+    ``graph_config`` (read after ``PARALLELSEARCH_GRAPH_CONFIG*``)."""
+
+    graph: dict[str, Any] = Field(default_factory=dict)
+
+
+class _GraphKey(PydanticBaseSettingsSource):
+    """A source whose ``graph`` key (a config file's, a caller's, the variable's) is ``graph_config``."""
+
+    def __init__(self, settings_cls: type[BaseSettings], source: PydanticBaseSettingsSource):
+        super().__init__(settings_cls)
+        self.source = source
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        data = dict(self.source())
+        if data.get("graph"):
+            data.setdefault("graph_config", data.pop("graph"))
+        return data
 
 
 def get_settings(**overrides: Any) -> Settings:

@@ -49,17 +49,37 @@ def test_settings_share_the_config_models_and_graph_is_a_graph_config(monkeypatc
     monkeypatch.setenv("PARALLELSEARCH_GRAPH__TOP_K", "5")
     monkeypatch.setenv("PARALLELSEARCH_STORES", "wiki, news")
     s = get_settings()
-    assert isinstance(s.graph, GraphConfig) and s.graph.top_k == 5 and s.graph.max_turns == 4
-    assert s.graph.model_fields_set == {"top_k"} and s.stores == ["wiki", "news"]
+    assert isinstance(s.graph_config, GraphConfig) and (s.graph_config.top_k, s.graph_config.max_turns) == (
+        5,
+        4,
+    )
+    assert s.graph_config.model_fields_set == {"top_k"} and s.stores == ["wiki", "news"]
     assert s.chroma_path == s.home / "chroma" and s.policy == "oracle"
     monkeypatch.delenv("PARALLELSEARCH_GRAPH__TOP_K")
     monkeypatch.setenv("PARALLELSEARCH_GRAPH", '{"max_turns": 2}')
     monkeypatch.setenv("PARALLELSEARCH_STORES", '["a"]')
     s = get_settings()
-    assert (s.graph.top_k, s.graph.max_turns, s.stores) == (3, 2, ["a"])
+    assert (s.graph_config.top_k, s.graph_config.max_turns, s.stores) == (3, 2, ["a"])
     monkeypatch.setenv("PARALLELSEARCH_GRAPH", '{"top_k": 0}')
     with pytest.raises(ValueError, match="top_k"):
         get_settings()
+
+
+def test_graph_config_keeps_its_public_spellings(monkeypatch, tmp_path):
+    """``graph_config`` in Python, as in the agent config; the environment's PARALLELSEARCH_GRAPH(__*)
+    and a config file's ``graph:`` still work, and an unrelated GRAPH variable is not read."""
+    monkeypatch.setenv("GRAPH", '{"top_k": 9}')
+    assert get_settings().graph_config.top_k == 3
+    monkeypatch.setenv("PARALLELSEARCH_GRAPH_CONFIG__TOP_K", "6")
+    assert get_settings().graph_config.top_k == 6
+    assert get_settings(graph={"top_k": 7}).graph_config.top_k == 7
+    assert get_settings(graph_config=GraphConfig(top_k=8)).graph_config.top_k == 8
+    monkeypatch.delenv("PARALLELSEARCH_GRAPH_CONFIG__TOP_K")
+    (tmp_path / "old.yaml").write_text("graph: {top_k: 4, max_turns: 1}\n")
+    (tmp_path / "new.toml").write_text("[graph_config]\ntop_k = 5\n")
+    for name, top_k in (("old.yaml", 4), ("new.toml", 5)):
+        monkeypatch.setenv("PARALLELSEARCH_CONFIG", str(tmp_path / name))
+        assert get_settings().graph_config.top_k == top_k
 
 
 def test_openai_key_from_settings_only(monkeypatch):
