@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from parallelsearch.graphs.config import MaxNewTokens, Temperature, TopP
 from parallelsearch.rl.agent_config import LIST_KEYS, AgentConfig
 from parallelsearch.stores.errors import describe_validation_error, did_you_mean, sub_model
 
@@ -62,9 +63,9 @@ class TrainConfig(BaseModel):
     seed: int = 42
     # lengths and sampling
     max_len: int = Field(6196, ge=64, description="prompt + every turn + every observation, in tokens")
-    max_new_tokens_per_turn: int = Field(500, ge=1)
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    max_new_tokens_per_turn: MaxNewTokens = 500  # becomes the agent's graph_config.max_new_tokens
+    temperature: Temperature = 1.0
+    top_p: TopP = 1.0
     # resources
     nodes: int = Field(1, ge=1)
     gpus_per_node: int = Field(8, ge=1)
