@@ -267,30 +267,20 @@ def test_precedence_ask(configured, monkeypatch, capsys, case, env, flag, expect
 
 
 @needs_data
+@pytest.mark.parametrize("command", ["eval", "rollout"])
 @pytest.mark.parametrize(("case", "env", "flag", "expected"), CASES)
-def test_precedence_eval(
-    configured, monkeypatch, hotpot_comparison_file, tmp_path, case, env, flag, expected
+def test_precedence_eval_and_rollout(
+    configured, monkeypatch, hotpot_comparison_file, tmp_path, command, case, env, flag, expected
 ):
     _set_env_top_k(monkeypatch, env)
-    out = tmp_path / "run"
-    argv = ["eval", "--dataset", str(hotpot_comparison_file), "--limit", "1", "--graphs", "parallel"]
-    assert main([*argv, "--out", str(out), "--no-plots", *_flag(flag)]) == 0
-    row = json.loads((out / "results.jsonl").read_text().splitlines()[0])
+    out, data = tmp_path / "out", str(hotpot_comparison_file)
+    if command == "eval":
+        argv, rows = ["eval", "--dataset", data, "--graphs", "parallel", "--no-plots"], out / "results.jsonl"
+    else:
+        argv, rows = ["rollout", "--data", data], out
+    assert main([*argv, "--limit", "1", "--out", str(out), *_flag(flag)]) == 0
+    row = json.loads(rows.read_text().splitlines()[0])
     assert row["error"] is None and row["passages"] == 2 * expected
-    _key_arrived(configured)
-
-
-@needs_data
-@pytest.mark.parametrize(("case", "env", "flag", "expected"), CASES)
-def test_precedence_rollout(
-    configured, monkeypatch, hotpot_comparison_file, tmp_path, case, env, flag, expected
-):
-    _set_env_top_k(monkeypatch, env)
-    ep = tmp_path / "ep.jsonl"
-    argv = ["rollout", "--data", str(hotpot_comparison_file), "--limit", "1", "--out", str(ep)]
-    assert main([*argv, *_flag(flag)]) == 0
-    rec = json.loads(ep.read_text().splitlines()[0])
-    assert rec["error"] is None and rec["passages"] == 2 * expected
     _key_arrived(configured)
 
 
