@@ -161,6 +161,35 @@ def test_builders_take_typed_options_and_return_compiled_graphs(hotpot_store):
         build_graph("nope", policy, hotpot_store)
 
 
+def test_cli_choices_are_the_literals():
+    """Every ``choices=`` list of the CLI is a Literal's values, so a new value reaches the flags."""
+    from parallelsearch.agents.resolvers import ResolverName
+    from parallelsearch.cli import build_parser
+    from parallelsearch.data.questions import Split
+    from parallelsearch.rl.launch import Runner
+    from parallelsearch.settings import CheckpointerKind
+    from parallelsearch.stores.config import EncoderBackend
+    from parallelsearch.stores.hnsw import Space
+
+    subparsers = next(a for a in build_parser()._actions if a.choices and isinstance(a.choices, dict))
+    choices = {
+        (cmd, a.dest): tuple(a.choices)
+        for cmd, sub in subparsers.choices.items()
+        for a in sub._actions
+        if a.choices is not None
+    }
+    expected = {
+        ("ask", "resolver"): ResolverName,
+        ("eval", "split"): Split,
+        ("train", "runner"): Runner,
+        ("serve", "checkpointer"): CheckpointerKind,
+        ("index", "encoder_backend"): EncoderBackend,
+        ("index", "space"): Space,
+    }
+    for key, literal in expected.items():
+        assert choices[key] == typing.get_args(literal), key
+
+
 # ---- per request -----------------------------------------------------------------------------
 def test_every_knob_has_one_declaration_and_the_same_bounds_per_request():
     """GraphOptions and GraphContext use GraphConfig's field types, so a value GraphConfig refuses a
