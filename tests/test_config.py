@@ -134,6 +134,13 @@ def test_agent_config_uses_the_same_factory(hotpot_store):
     assert isinstance(searcher, StoreSearcher)
     with pytest.raises(ValueError, match="choose one of parallel, sequential"):
         AgentConfig(retriever_url="http://x/retrieve", graph="rag")
+    # constrained decoding has the settings' name and bounds; files of earlier releases still load
+    url = "http://x/retrieve"
+    assert AgentConfig(retriever_url=url, constrained=True).constrained
+    assert AgentConfig(retriever_url=url, constrained_decoding=True).constrained
+    assert not AgentConfig(retriever_url=url).constrained
+    with pytest.raises(ValueError, match="constrained_think_chars"):
+        AgentConfig(retriever_url=url, constrained_think_chars=100_001)
 
 
 # ---- typed builders --------------------------------------------------------------------------
