@@ -1,4 +1,5 @@
-"""Shared helpers for benchmark scripts: data paths, a small real store, percentiles, JSON output."""
+"""Shared helpers for benchmark scripts: data paths, a small real store, percentiles (the
+package's own, :func:`parallelsearch.eval.summary.percentile`), JSON output."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from _server import ServerProcess
 
+from parallelsearch.eval.summary import percentile
 from parallelsearch.loopback import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,22 +28,6 @@ def write(name: str, data: dict) -> Path:
     path.write_text(json.dumps(data, indent=2))
     print(f"wrote {path}")
     return path
-
-
-def percentile(xs: list[float], q: float, digits: int | None = None) -> float | None:
-    """The ``q`` quantile of ``xs`` (0 <= q <= 1) by linear interpolation between the nearest
-    ranks (numpy's default; q=0.5 is the median), rounded to ``digits`` when given.
-
-    No samples (every request of a level failed) give None: JSON null, printed as ``n/a`` by
-    :func:`fmt`, never a made-up 0, a NaN (not JSON) or a crash; the errors column says why."""
-    if not xs:
-        return None
-    s = sorted(xs)
-    pos = (len(s) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    value = s[lo] + (s[hi] - s[lo]) * (pos - lo)
-    return value if digits is None else round(value, digits)
 
 
 def latency(ms: list[float], digits: int) -> dict:
