@@ -8,40 +8,18 @@ during a run stop it instead of becoming training observations.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-from dataclasses import dataclass, field
 
 import pytest
 from conftest import UvicornThread, free_port, needs_data
-from engines import ScriptedEngine
+from engines import SamplingParamsStandIn, ScriptedEngine, load_like_openrlhf
 
 from parallelsearch.cli import main
 from parallelsearch.rl.agent_config import ENV_VAR, AgentConfig, AgentConfigError, load_agent_config
 from parallelsearch.rl.data import make_train_data, train_record
-from parallelsearch.rl.launch import agent_module_path
 from parallelsearch.rl.preflight import PreflightError, check_resources, check_reward_prompts, probe_retriever
 from parallelsearch.rl.search_failures import SearchFailuresError
 from parallelsearch.rl.train_config import load_train_config, paper_preset
-
-
-@dataclass
-class SamplingParamsStandIn:
-    """Stand-in with vLLM SamplingParams' field names (vLLM cannot run in this tier)."""
-
-    temperature: float = 1.0
-    max_tokens: int | None = None
-    logprobs: int | None = None
-    stop: list[str] = field(default_factory=list)
-    include_stop_str_in_output: bool = False
-
-
-def load_like_openrlhf():
-    """What OpenRLHF's vLLM actor does with --train.agent_func_path: load the file, build AgentExecutor()."""
-    spec = importlib.util.spec_from_file_location("agent_module", str(agent_module_path()))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.AgentExecutor()
 
 
 def closed_url() -> str:
