@@ -184,20 +184,14 @@ async def _rollouts(
     tokenizer: Any,
     seconds: dict[str, float],
 ) -> list[dict[str, Any]]:
-    import vllm
-
-    from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process
+    from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process, samples_generator_params
 
     t0 = time.perf_counter()
     actor = await rollout_actor_in_process(str(model_dir), **engine_args)
     seconds["engine_start"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     try:
-        # what SamplesGenerator._dispatch_prompts_to_vllm builds (logprobs=1: OpenRLHF's correction on)
-        params = vllm.SamplingParams(
-            temperature=1.0, top_p=1.0, top_k=-1, max_tokens=None, min_tokens=1, skip_special_tokens=False,
-            logprobs=1,
-        )  # fmt: skip
+        params = samples_generator_params()
         batches = await asyncio.gather(
             *(
                 actor.generate_responses(
