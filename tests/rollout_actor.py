@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 #: vLLM's engine settings in these tests (fp32 on CPU, no CUDA graphs, reproducible sampling)
 ENGINE_ARGS: dict[str, Any] = {
     "dtype": "float32",
@@ -18,6 +20,14 @@ ENGINE_ARGS: dict[str, Any] = {
     "seed": 0,
     "enable_prefix_caching": True,
 }
+
+
+@pytest.fixture(scope="module", name="tokenizer")
+def tokenizer_fixture(tiny_model_dir: Path) -> Any:
+    """The tiny model's tokenizer (the ``tokenizer`` fixture of the modules that import this)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
 @contextlib.contextmanager

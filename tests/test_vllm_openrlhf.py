@@ -21,7 +21,7 @@ import json
 import pytest
 from conftest import UvicornThread, needs_data
 from engines import recording_episodes
-from rollout_actor import responses, rollout_actor
+from rollout_actor import responses, rollout_actor, tokenizer_fixture  # noqa: F401 - the `tokenizer` fixture
 
 pytestmark = [pytest.mark.vllm, needs_data]
 vllm = pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
@@ -32,7 +32,7 @@ import torch  # noqa: E402
 from parallelsearch.rl import score_trajectory  # noqa: E402
 from parallelsearch.rl.data import train_record  # noqa: E402
 from parallelsearch.rl.executor import decode_tokens  # noqa: E402
-from parallelsearch.rl.openrlhf_cpu import import_openrlhf_models  # noqa: E402
+from parallelsearch.train_smoke import actor_log_probs  # noqa: E402
 
 SAMPLES = 4
 MAX_LEN = 8000
@@ -58,13 +58,6 @@ def actor(tiny_model_dir, retriever, module_loop, monkeypatch_module, tmp_path_f
     )
     with rollout_actor(tiny_model_dir, config, monkeypatch_module, module_loop) as actor:
         yield actor
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")
@@ -165,19 +158,10 @@ def test_truncation_at_max_len_is_flagged(actor, tokenizer, hotpot_questions, mo
 def test_one_policy_gradient_step_on_cpu(rollouts, tiny_model_dir):
     """OpenRLHF's Actor log-probs and PolicyLoss over the tiny model: a finite loss, parameters that
     change, and a loss that does not depend on retrieved (masked) tokens."""
-    models = import_openrlhf_models()
-    from openrlhf.models import PolicyLoss
-    from openrlhf.trainer.ppo_utils.experience import Experience
-
     results, _, _ = rollouts
-    exps = [to_experience(r) for r in results]
-    for i, e in enumerate(exps):
-        e.index = [i]
-    batch = Experience.concat_experiences(exps, pad_token_id=0)
-    actor = models.Actor(str(tiny_model_dir), attn_implementation="sdpa", param_dtype="bf16")
-    actor.model.float()
-    actor.train()
-    log_probs = actor(batch.sequences, action_mask=batch.action_mask, attention_mask=batch.attention_mask)
+    actor, batch, log_probs = actor_log_probs(tiny_model_dir, [to_experience(r) for r in results])
+    from openrlhf.models import PolicyLoss
+
     assert log_probs.shape == batch.action_mask.shape
     # advantages: each episode's reward minus the mean of its prompt's samples (GRPO-style), spread over
     # EVERY position (not masked), so only the loss's own action mask can keep retrieved tokens out

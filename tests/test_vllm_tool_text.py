@@ -17,7 +17,7 @@ import re
 import pytest
 from conftest import UvicornThread
 from engines import recording_episodes
-from rollout_actor import responses, rollout_actor
+from rollout_actor import responses, rollout_actor, tokenizer_fixture  # noqa: F401 - the `tokenizer` fixture
 
 pytestmark = [pytest.mark.vllm]
 vllm = pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
@@ -78,13 +78,6 @@ def actor(tiny_model_dir, module_loop, monkeypatch_module, tmp_path_factory):
         )
         with rollout_actor(tiny_model_dir, config, monkeypatch_module, module_loop) as actor:
             yield actor
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")
