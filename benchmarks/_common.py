@@ -11,10 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _server import ServerProcess
-
 from parallelsearch.eval.summary import percentile
-from parallelsearch.loopback import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = Path(os.environ.get("PARALLELSEARCH_SHARED_DATA", ROOT.parent / "shared" / "data")) / "raw"
@@ -62,34 +59,6 @@ def hotpot_store(n_questions: int = 60, name: str = "bench"):
     store = ChromaStore(name, path=tmp / "db")
     ingest(store, [f], progress=False)
     return store, recs
-
-
-class ChromaServer(ServerProcess):
-    """A real `chroma run` process on 127.0.0.1 over ``path`` (a new temporary folder by default)."""
-
-    def __init__(self, path: Path | None = None) -> None:
-        self.dir = path or Path(tempfile.mkdtemp())
-        port = free_port()
-        chroma = str(Path(sys.executable).parent / "chroma")
-        cmd = [chroma, "run", "--path", str(self.dir), "--host", "127.0.0.1", "--port", str(port)]
-        super().__init__(
-            cmd, env=dict(os.environ), port=port, ready_path="/api/v2/heartbeat", start_timeout_s=60
-        )
-
-    def copy_store(self, store):
-        """The same passages and embeddings in a store on this server (no re-encoding)."""
-        from parallelsearch.stores import ChromaStore
-
-        remote = ChromaStore(store.name, host="127.0.0.1", port=self.port, embedder=store.embedder)
-        got = store.collection.get(include=["embeddings", "documents", "metadatas"])
-        for i in range(0, len(got["ids"]), 256):
-            remote.collection.upsert(
-                ids=got["ids"][i : i + 256],
-                embeddings=[list(e) for e in got["embeddings"][i : i + 256]],
-                documents=got["documents"][i : i + 256],
-                metadatas=got["metadatas"][i : i + 256],
-            )
-        return remote
 
 
 def plot_bars(

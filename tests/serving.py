@@ -22,7 +22,7 @@ from typing import Any
 from conftest import ROOT, free_port
 
 sys.path.append(str(ROOT / "benchmarks"))  # the server-process helper the benchmarks share
-from _server import ServerProcess  # noqa: E402
+from _server import ChromaServer, ServerProcess  # noqa: E402, F401 - ChromaServer: for the store tests
 
 BIN = Path(sys.executable).parent
 #: where tests leave what a person looks at (screenshots); build/ is git-ignored
