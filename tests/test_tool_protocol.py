@@ -378,13 +378,7 @@ def test_store_names_open_through_the_factory_and_named_searchers_are_routed(hot
     by_name = create_parallel_search_agent(model, "hotpot", retrieval=retrieval, top_k=1)
     out = by_name.invoke({"question": Q})
     assert (out["subqueries"], out["passages"], out["answer"]) == (2, 2, "yes")
-    titles = [
-        p["title"]
-        for t in out["trajectory"]
-        if t["type"] == "observation"
-        for r in t["results"]
-        for p in r["passages"]
-    ]
+    titles = _passages(out, "title")
     assert titles == ["Scott Derrickson", "Ed Wood"]
 
     toy = ToySearcher()
@@ -394,15 +388,15 @@ def test_store_names_open_through_the_factory_and_named_searchers_are_routed(hot
         top_k=1,
     )
     out = routed.invoke({"question": Q})
-    stores = [
-        p["store"]
-        for t in out["trajectory"]
-        if t["type"] == "observation"
-        for r in t["results"]
-        for p in r["passages"]
-    ]
+    stores = _passages(out, "store")
     assert stores == ["toy", "hotpot"] and toy.queries == ["Ed Wood"]
     assert "Available knowledge stores: toy, hotpot" in out["transcript"]
+
+
+def _passages(out: dict, key: str) -> list:
+    """``key`` of every passage the run's observations hold, in order."""
+    obs = [t for t in out["trajectory"] if t["type"] == "observation"]
+    return [p[key] for t in obs for r in t["results"] for p in r["passages"]]
 
 
 def test_a_thread_is_a_conversation_one_episode_per_new_human_message():
