@@ -8,6 +8,7 @@ during a run stop it instead of becoming training observations.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
@@ -296,22 +297,25 @@ def test_closed_port_stops_the_run_at_the_first_failed_search(
         one_search_episode(executor, tok, hotpot_questions[1])
 
 
+@contextlib.contextmanager
+def guarded_executor(store, tmp_path, monkeypatch, *, healthy: int, max_share: float):
+    """(executor loaded as OpenRLHF loads it, server) over a /retrieve server of ``store`` that
+    answers ``healthy`` requests and then 503s; the guard judges after 2 episodes."""
+    from parallelsearch.stores import create_retrieval_app
+
+    with UvicornThread(FailsAfter(create_retrieval_app(store), healthy=healthy)) as srv:
+        failures = {"first_episodes": 2, "max_share": max_share}
+        write_agent_config(tmp_path, monkeypatch, f"{srv.url}/retrieve", search_failures=failures)
+        yield load_like_openrlhf(), srv
+
+
 @needs_data
 def test_server_failing_midway_stops_the_run_past_the_share(
     hotpot_store, tmp_path, monkeypatch, hotpot_questions, tiny_lm
 ):
-    from parallelsearch.stores import create_retrieval_app
-
     _, tok = tiny_lm
-    app = FailsAfter(create_retrieval_app(hotpot_store), healthy=4)  # the probe + 3 episodes
-    with UvicornThread(app) as srv:
-        write_agent_config(
-            tmp_path,
-            monkeypatch,
-            f"{srv.url}/retrieve",
-            search_failures={"first_episodes": 2, "max_share": 0.2},
-        )
-        executor = load_like_openrlhf()  # the probe passes
+    # healthy for the probe + 3 episodes (the probe passes)
+    with guarded_executor(hotpot_store, tmp_path, monkeypatch, healthy=4, max_share=0.2) as (executor, srv):
         for q in hotpot_questions[:3]:
             result = one_search_episode(executor, tok, q)
             assert result["extra_logs"]["search_errors"].item() == 0
@@ -327,18 +331,9 @@ def test_server_failing_midway_stops_the_run_past_the_share(
 def test_failed_searches_below_the_share_are_logged_per_episode(
     hotpot_store, tmp_path, monkeypatch, hotpot_questions, tiny_lm
 ):
-    from parallelsearch.stores import create_retrieval_app
-
     _, tok = tiny_lm
-    app = FailsAfter(create_retrieval_app(hotpot_store), healthy=3)  # the probe + 2 episodes
-    with UvicornThread(app) as srv:
-        write_agent_config(
-            tmp_path,
-            monkeypatch,
-            f"{srv.url}/retrieve",
-            search_failures={"first_episodes": 2, "max_share": 0.5},
-        )
-        executor = load_like_openrlhf()
+    # healthy for the probe + 2 episodes
+    with guarded_executor(hotpot_store, tmp_path, monkeypatch, healthy=3, max_share=0.5) as (executor, _):
         logs = [one_search_episode(executor, tok, q)["extra_logs"] for q in hotpot_questions[:3]]
     assert [x["search_errors"].item() for x in logs] == [0, 0, 1]
     assert logs[2]["search_failed_share"].item() == 1.0
