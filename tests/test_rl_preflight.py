@@ -84,22 +84,16 @@ def one_search_episode(executor, tok, q):
 # -- the four failures of a GPU run, each caught early with one line ------------------------
 
 
+def train_check(*settings: str) -> int:
+    """``train --preset paper --check`` with each of ``settings`` as a ``--set``."""
+    return main(["train", "--preset", "paper", "--check", *(x for kv in settings for x in ("--set", kv))])
+
+
 def test_unreachable_retriever_is_refused_by_check_and_by_the_executor(tmp_path, monkeypatch, capsys):
     url = closed_url()
     data = tmp_path / "train.jsonl"
     data.write_text(json.dumps({"prompt": "Question: q?\n", "label": "{}"}) + "\n")
-    code = main(
-        [
-            "train",
-            "--preset",
-            "paper",
-            "--check",
-            "--set",
-            f"agent.retriever_url={url}",
-            "--set",
-            f"prompt_data={data}",
-        ]
-    )
+    code = train_check(f"agent.retriever_url={url}", f"prompt_data={data}")
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 1
     assert len(out) == 1 and out[0].startswith("check failed: the retriever ") and url in out[0]
@@ -257,18 +251,7 @@ def test_protocol_reward_mode_and_prompts_must_agree(tmp_path, capsys):
 def test_check_passes_against_a_real_retriever(retriever, hotpot_comparison_file, tmp_path, capsys):
     data = tmp_path / "train.jsonl"
     make_train_data([hotpot_comparison_file], data, template="official", limit=4)
-    code = main(
-        [
-            "train",
-            "--preset",
-            "paper",
-            "--check",
-            "--set",
-            f"agent.retriever_url={retriever.url}/retrieve",
-            "--set",
-            f"prompt_data={data}",
-        ]
-    )
+    code = train_check(f"agent.retriever_url={retriever.url}/retrieve", f"prompt_data={data}")
     out = capsys.readouterr().out
     assert code == 0, out
     assert f"ok: retriever {retriever.url}/retrieve answered a probe query" in out
