@@ -1,44 +1,17 @@
 """``/retrieve`` server under concurrent load: cross-request batching against one search per
-request, and against the bare encoder on the same queries.
+request, against the bare encoder on the same queries, and (``--official PATH``) against the
+official ParallelSearch/Search-R1 retrieval server (:mod:`_official`).
 
-Real server processes (``parallelsearch serve-retriever``) on 127.0.0.1 over a store of the
-4,948 context paragraphs of the 500 HotpotQA dev questions (not the holdout), queried with
-those questions. Variants, interleaved round by round in this one process:
-
-* ``batched``: the default server (``--max-batch 64``): concurrent requests share one
-  encoder call and one Chroma query (:mod:`parallelsearch.stores.request_batching`). With
-  the default engine (ONNX fp32 on CPU) it runs one encoder thread per core, a batch split
-  over them; with ``--backend torch``, one encoder thread with torch's team;
-* ``unbatched``: ``--max-batch 0``, one ``search_batch`` per request (before issue 14);
-* the other thread arrangement (:data:`OTHER_ARRANGEMENT`): with torch, ``--encoder-workers 2
-  --encoder-threads 1`` (two batches at once, each split over the two encoder threads); with
-  ONNX, ``--encoder-workers 1`` (one encoder thread, one core, as before the default changed);
-* ``official`` (only with ``--official PATH``, a checkout of ParallelSearch/Search-R1; never
-  vendored or downloaded): its ``search_r1/search/retrieval_server.py``, run unmodified from
-  the checkout, over a FAISS flat index of the same embeddings (it needs ``faiss`` and
-  ``datasets``: ``pip install faiss-cpu datasets``). Without CUDA it runs through
-  :func:`_official.run_official_on_cpu`, which turns its unconditional ``.cuda()`` calls into no-ops
-  and keeps the model fp32 (it asks for fp16). Before the rounds, the two servers' top-3
-  ids are compared (same embeddings; HNSW against exact search);
-* the bare encoder at batch 1/8/32/64, each kind alone in its own child process
-  (:func:`bare_encoder_child`): the store's own encoder (``Embedder.encode_queries``) on one
-  encoder thread and on 2 threads x 1 (the batch split over both, running at once), and
-  plain sentence-transformers ``encode`` (the issue's reference column). The goals are read
-  against each, and against the best of them.
-
-Every load also records the CPU time the server process and this process (the clients)
-spent per query, so the report prints each server's CPU ceiling (cores / CPU per query) and
-how much of it was reached: what is left is CPU idle between batches, not cost.
-
-The clients are a lean raw HTTP/1.1 client (:mod:`_raw_http`, ~0.1 ms of CPU per request;
-``--client httpx`` for httpx's ``AsyncClient``, 0.9-1.7 ms): on 2 cores, every millisecond
-the load generator spends is taken from the server it measures, and in RL the clients
-(rollout workers) run elsewhere.
-
-Loads: 1 client sending 1 query per request, 1 client with 4 queries per request, 8 and 32
-clients with 1 query per request (closed loop). Goals (issue 14): at 8 and 32 clients the
-batched server's queries/s >= 0.8x the bare encoder's best batched queries/s; p95 at 8
-clients <= 50 ms; 1-client 1-query p50 <= 1.15x the bare batch-1 encoder call.
+Real ``parallelsearch serve-retriever`` processes on 127.0.0.1 over a store of the context
+paragraphs of the 500 HotpotQA dev questions (not the holdout), queried with those questions
+by closed-loop clients (:mod:`_raw_http` by default), interleaved round by round in this one
+process: ``batched`` (the default server), ``unbatched`` (``--max-batch 0``), the other thread
+arrangement (:data:`OTHER_ARRANGEMENT`), a no-encoder server (the HTTP path alone) and,
+each in its own child process, the bare encoders at batch 1-64 (a server has one OpenMP team,
+so its reference must too). Every load also records the CPU the server and the clients spent
+per query; :mod:`_floors` turns the measured costs into the best any server could do here.
+What each variant and figure means, and the goals: docs/performance.md, "The ``/retrieve``
+server under concurrent load".
 
 Usage: ``python benchmarks/retrieve_server.py [--rounds 3] [--backend torch|onnx] [--official PATH]``
 (no ``--backend``: the default engine, ``auto``; figures go to ``retrieve_server.json``).
