@@ -61,11 +61,9 @@ def hotpot_store(n_questions: int = 60, name: str = "bench"):
     return store, recs
 
 
-def plot_bars(
-    path: Path, title: str, groups: dict[str, dict[str, float]], ylabel: str, hline=None
-) -> Path | None:
-    """A grouped bar chart (``groups``: group label -> {series: value}) saved to ``path``;
-    None when matplotlib is missing (the figures are printed and written as JSON anyway)."""
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, or None (said on stdout) when matplotlib is not
+    installed: the figures are printed and written as JSON anyway."""
     try:
         import matplotlib
 
@@ -73,6 +71,29 @@ def plot_bars(
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib is not installed: no plot")
+        return None
+    return plt
+
+
+def save(fig, path: Path, dpi: int = 110) -> Path:
+    """``fig`` laid out and written to ``path`` (its folder made), then closed."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    print(f"wrote {path}")
+    return path
+
+
+def plot_bars(
+    path: Path, title: str, groups: dict[str, dict[str, float]], ylabel: str, hline=None
+) -> Path | None:
+    """A grouped bar chart (``groups``: group label -> {series: value}) saved to ``path``;
+    None when matplotlib is missing (the figures are printed and written as JSON anyway)."""
+    plt = pyplot()
+    if plt is None:
         return None
     series = list(dict.fromkeys(s for row in groups.values() for s in row))
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -87,9 +108,4 @@ def plot_bars(
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"wrote {path}")
-    return path
+    return save(fig, path)
