@@ -74,14 +74,17 @@ def server_env(**extra: str) -> dict[str, str]:
     return {**env, **OFFLINE_ENV, **extra}
 
 
+def store_env(tmp: Path, store_dir: Path, **extra: str) -> dict[str, str]:
+    """:func:`server_env` for a server with its home under ``tmp`` over the copied store ``store_dir``."""
+    return server_env(
+        PARALLELSEARCH_HOME=str(tmp / "home"), PARALLELSEARCH_CHROMA_PATH=str(store_dir), **extra
+    )
+
+
 def serve_process(tmp: Path, store_dir: Path, *, log_name: str, **settings: str) -> ServerProcess:
     """``parallelsearch serve`` on a free port over the copied store, with the scripted policy."""
     port = free_port()
-    env = server_env(
-        PARALLELSEARCH_HOME=str(tmp / "home"),
-        PARALLELSEARCH_CHROMA_PATH=str(store_dir),
-        **{f"PARALLELSEARCH_{k.upper()}": v for k, v in settings.items()},
-    )
+    env = store_env(tmp, store_dir, **{f"PARALLELSEARCH_{k.upper()}": v for k, v in settings.items()})
     cmd = [str(BIN / "parallelsearch"), "serve", "--port", str(port), "--store", "hotpot"]
     cmd += ["--policy", f"scripted:{script_file(tmp)}"]
     return ServerProcess(cmd, env=env, cwd=tmp, log=tmp / log_name, port=port, ready_path="/health")
