@@ -244,9 +244,10 @@ def policy_loss_step(model_dir: Path, experiences: list[Any]) -> tuple[float, fl
     log-probs are from the actor's on the action tokens.
     """
     import torch
+
+    actor, batch, log_probs = actor_log_probs(model_dir, experiences)  # imports openrlhf.models
     from openrlhf.models import PolicyLoss
 
-    actor, batch, log_probs = actor_log_probs(model_dir, experiences)
     adv = batch.rewards.view(-1, 1).float().expand_as(log_probs)
     loss = PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28)(
         log_probs, log_probs.detach(), adv, action_mask=batch.action_mask
