@@ -232,12 +232,20 @@ class PassageResolver:
 
         return options[max(range(len(options)), key=lambda i: (value(i), -i))][0]
 
-    def __call__(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
-        options = self._options(sub_query, parents)
+    def _unsearched(
+        self, sub_query: str, parents: Sequence[ParentResult], options: list[tuple[str, float]]
+    ) -> str | None:
+        """The filled sub-query when choosing needs no search (no option, one, or no searcher)."""
         if not options:
             return _fill(sub_query, {p.k: "" for p in parents})
         if len(options) == 1 or self.searcher is None:
             return options[0][0]
+        return None
+
+    def __call__(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
+        options = self._options(sub_query, parents)
+        if (chosen := self._unsearched(sub_query, parents, options)) is not None:
+            return chosen
         queries = [q for q, _ in options]
         if hasattr(self.searcher, "search_batch"):
             hits = self.searcher.search_batch(queries, self.k)
@@ -247,10 +255,8 @@ class PassageResolver:
 
     async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
         options = await asyncio.to_thread(self._options, sub_query, parents)
-        if not options:
-            return _fill(sub_query, {p.k: "" for p in parents})
-        if len(options) == 1 or self.searcher is None:
-            return options[0][0]
+        if (chosen := self._unsearched(sub_query, parents, options)) is not None:
+            return chosen
         queries = [q for q, _ in options]
         if hasattr(self.searcher, "asearch"):
             hits = await _search_all(self.searcher, queries, self.k)

@@ -1,4 +1,5 @@
-"""Shared helpers for benchmark scripts: data paths, a small real store, percentiles, JSON output."""
+"""Shared helpers for benchmark scripts: data paths, a small real store, percentiles (the
+package's own, :func:`parallelsearch.eval.summary.percentile`), JSON output."""
 
 from __future__ import annotations
 
@@ -10,9 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _server import ServerProcess
-
-from parallelsearch.loopback import free_port
+from parallelsearch.eval.summary import percentile
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = Path(os.environ.get("PARALLELSEARCH_SHARED_DATA", ROOT.parent / "shared" / "data")) / "raw"
@@ -26,22 +25,6 @@ def write(name: str, data: dict) -> Path:
     path.write_text(json.dumps(data, indent=2))
     print(f"wrote {path}")
     return path
-
-
-def percentile(xs: list[float], q: float, digits: int | None = None) -> float | None:
-    """The ``q`` quantile of ``xs`` (0 <= q <= 1) by linear interpolation between the nearest
-    ranks (numpy's default; q=0.5 is the median), rounded to ``digits`` when given.
-
-    No samples (every request of a level failed) give None: JSON null, printed as ``n/a`` by
-    :func:`fmt`, never a made-up 0, a NaN (not JSON) or a crash; the errors column says why."""
-    if not xs:
-        return None
-    s = sorted(xs)
-    pos = (len(s) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    value = s[lo] + (s[hi] - s[lo]) * (pos - lo)
-    return value if digits is None else round(value, digits)
 
 
 def latency(ms: list[float], digits: int) -> dict:
@@ -78,39 +61,9 @@ def hotpot_store(n_questions: int = 60, name: str = "bench"):
     return store, recs
 
 
-class ChromaServer(ServerProcess):
-    """A real `chroma run` process on 127.0.0.1 over ``path`` (a new temporary folder by default)."""
-
-    def __init__(self, path: Path | None = None) -> None:
-        self.dir = path or Path(tempfile.mkdtemp())
-        port = free_port()
-        chroma = str(Path(sys.executable).parent / "chroma")
-        cmd = [chroma, "run", "--path", str(self.dir), "--host", "127.0.0.1", "--port", str(port)]
-        super().__init__(
-            cmd, env=dict(os.environ), port=port, ready_path="/api/v2/heartbeat", start_timeout_s=60
-        )
-
-    def copy_store(self, store):
-        """The same passages and embeddings in a store on this server (no re-encoding)."""
-        from parallelsearch.stores import ChromaStore
-
-        remote = ChromaStore(store.name, host="127.0.0.1", port=self.port, embedder=store.embedder)
-        got = store.collection.get(include=["embeddings", "documents", "metadatas"])
-        for i in range(0, len(got["ids"]), 256):
-            remote.collection.upsert(
-                ids=got["ids"][i : i + 256],
-                embeddings=[list(e) for e in got["embeddings"][i : i + 256]],
-                documents=got["documents"][i : i + 256],
-                metadatas=got["metadatas"][i : i + 256],
-            )
-        return remote
-
-
-def plot_bars(
-    path: Path, title: str, groups: dict[str, dict[str, float]], ylabel: str, hline=None
-) -> Path | None:
-    """A grouped bar chart (``groups``: group label -> {series: value}) saved to ``path``;
-    None when matplotlib is missing (the figures are printed and written as JSON anyway)."""
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, or None (said on stdout) when matplotlib is not
+    installed: the figures are printed and written as JSON anyway."""
     try:
         import matplotlib
 
@@ -118,6 +71,29 @@ def plot_bars(
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib is not installed: no plot")
+        return None
+    return plt
+
+
+def save(fig, path: Path, dpi: int = 110) -> Path:
+    """``fig`` laid out and written to ``path`` (its folder made), then closed."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    print(f"wrote {path}")
+    return path
+
+
+def plot_bars(
+    path: Path, title: str, groups: dict[str, dict[str, float]], ylabel: str, hline=None
+) -> Path | None:
+    """A grouped bar chart (``groups``: group label -> {series: value}) saved to ``path``;
+    None when matplotlib is missing (the figures are printed and written as JSON anyway)."""
+    plt = pyplot()
+    if plt is None:
         return None
     series = list(dict.fromkeys(s for row in groups.values() for s in row))
     fig, ax = plt.subplots(figsize=(8, 4))
@@ -132,9 +108,4 @@ def plot_bars(
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    print(f"wrote {path}")
-    return path
+    return save(fig, path)

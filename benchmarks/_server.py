@@ -1,6 +1,6 @@
 """A server subprocess on 127.0.0.1, ready once a path answers 200: the one way the benchmarks
 and the serving tests (tests/serving.py) start ``serve``, ``serve-retriever``, ``chroma run``,
-``langgraph dev`` or the official retrieval server.
+``langgraph dev``, vLLM or the official retrieval server.
 
 The child runs in its own session (process group), so stopping it takes its children too, and
 writes to a log file (a temporary one unless given), never to a pipe nobody reads: a full pipe
@@ -13,12 +13,15 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+
+from parallelsearch.loopback import free_port
 
 
 class ServerProcess:
@@ -118,3 +121,31 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class ChromaServer(ServerProcess):
+    """A real `chroma run` process on 127.0.0.1 over ``path`` (a new temporary folder by default)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.dir = path or Path(tempfile.mkdtemp())
+        port = free_port()
+        chroma = str(Path(sys.executable).parent / "chroma")
+        cmd = [chroma, "run", "--path", str(self.dir), "--host", "127.0.0.1", "--port", str(port)]
+        super().__init__(
+            cmd, env=dict(os.environ), port=port, ready_path="/api/v2/heartbeat", start_timeout_s=60
+        )
+
+    def copy_store(self, store):
+        """The same passages and embeddings in a store on this server (no re-encoding)."""
+        from parallelsearch.stores import ChromaStore
+
+        remote = ChromaStore(store.name, host="127.0.0.1", port=self.port, embedder=store.embedder)
+        got = store.collection.get(include=["embeddings", "documents", "metadatas"])
+        for i in range(0, len(got["ids"]), 256):
+            remote.collection.upsert(
+                ids=got["ids"][i : i + 256],
+                embeddings=[list(e) for e in got["embeddings"][i : i + 256]],
+                documents=got["documents"][i : i + 256],
+                metadatas=got["metadatas"][i : i + 256],
+            )
+        return remote

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from _common import ChromaServer, hotpot_store, write
+from _common import hotpot_store, write
+from _server import ChromaServer
 from tqdm import tqdm
 
 from parallelsearch.agents.policies import ScriptedPolicy

@@ -1,6 +1,6 @@
 """``parallelsearch index`` with the default engine against ``--encoder-backend torch``.
 
-Why: issue 14 made ONNX fp32 the engine ``auto`` runs on CPU (the same embeddings as torch).
+Why: ONNX fp32 is the engine ``auto`` runs on CPU (the same embeddings as torch).
 Queries are measured by ``retrieve_server.py``; this measures passage ingestion, which with
 ONNX is split over one encoder thread per core (``Embedder.encode_passages``), as a user runs
 it: the CLI in a fresh process per run, into a fresh store, engines alternating round by

@@ -1,44 +1,17 @@
 """``/retrieve`` server under concurrent load: cross-request batching against one search per
-request, and against the bare encoder on the same queries.
+request, against the bare encoder on the same queries, and (``--official PATH``) against the
+official ParallelSearch/Search-R1 retrieval server (:mod:`_official`).
 
-Real server processes (``parallelsearch serve-retriever``) on 127.0.0.1 over a store of the
-4,948 context paragraphs of the 500 HotpotQA dev questions (not the holdout), queried with
-those questions. Variants, interleaved round by round in this one process:
-
-* ``batched``: the default server (``--max-batch 64``): concurrent requests share one
-  encoder call and one Chroma query (:mod:`parallelsearch.stores.request_batching`). With
-  the default engine (ONNX fp32 on CPU) it runs one encoder thread per core, a batch split
-  over them; with ``--backend torch``, one encoder thread with torch's team;
-* ``unbatched``: ``--max-batch 0``, one ``search_batch`` per request (before issue 14);
-* the other thread arrangement (:data:`OTHER_ARRANGEMENT`): with torch, ``--encoder-workers 2
-  --encoder-threads 1`` (two batches at once, each split over the two encoder threads); with
-  ONNX, ``--encoder-workers 1`` (one encoder thread, one core, as before the default changed);
-* ``official`` (only with ``--official PATH``, a checkout of ParallelSearch/Search-R1; never
-  vendored or downloaded): its ``search_r1/search/retrieval_server.py``, run unmodified from
-  the checkout, over a FAISS flat index of the same embeddings (it needs ``faiss`` and
-  ``datasets``: ``pip install faiss-cpu datasets``). Without CUDA it runs through
-  :func:`run_official_on_cpu`, which turns its unconditional ``.cuda()`` calls into no-ops
-  and keeps the model fp32 (it asks for fp16). Before the rounds, the two servers' top-3
-  ids are compared (same embeddings; HNSW against exact search);
-* the bare encoder at batch 1/8/32/64, each kind alone in its own child process
-  (:func:`bare_encoder_child`): the store's own encoder (``Embedder.encode_queries``) on one
-  encoder thread and on 2 threads x 1 (the batch split over both, running at once), and
-  plain sentence-transformers ``encode`` (the issue's reference column). The goals are read
-  against each, and against the best of them.
-
-Every load also records the CPU time the server process and this process (the clients)
-spent per query, so the report prints each server's CPU ceiling (cores / CPU per query) and
-how much of it was reached: what is left is CPU idle between batches, not cost.
-
-The clients are a lean raw HTTP/1.1 client (:mod:`_raw_http`, ~0.1 ms of CPU per request;
-``--client httpx`` for httpx's ``AsyncClient``, 0.9-1.7 ms): on 2 cores, every millisecond
-the load generator spends is taken from the server it measures, and in RL the clients
-(rollout workers) run elsewhere.
-
-Loads: 1 client sending 1 query per request, 1 client with 4 queries per request, 8 and 32
-clients with 1 query per request (closed loop). Goals (issue 14): at 8 and 32 clients the
-batched server's queries/s >= 0.8x the bare encoder's best batched queries/s; p95 at 8
-clients <= 50 ms; 1-client 1-query p50 <= 1.15x the bare batch-1 encoder call.
+Real ``parallelsearch serve-retriever`` processes on 127.0.0.1 over a store of the context
+paragraphs of the 500 HotpotQA dev questions (not the holdout), queried with those questions
+by closed-loop clients (:mod:`_raw_http` by default), interleaved round by round in this one
+process: ``batched`` (the default server), ``unbatched`` (``--max-batch 0``), the other thread
+arrangement (:data:`OTHER_ARRANGEMENT`), a no-encoder server (the HTTP path alone) and,
+each in its own child process, the bare encoders at batch 1-64 (a server has one OpenMP team,
+so its reference must too). Every load also records the CPU the server and the clients spent
+per query; :mod:`_floors` turns the measured costs into the best any server could do here.
+What each variant and figure means, and the goals: docs/performance.md, "The ``/retrieve``
+server under concurrent load".
 
 Usage: ``python benchmarks/retrieve_server.py [--rounds 3] [--backend torch|onnx] [--official PATH]``
 (no ``--backend``: the default engine, ``auto``; figures go to ``retrieve_server.json``).
@@ -62,6 +35,8 @@ from pathlib import Path
 
 import httpx
 from _common import HOTPOT, ROOT, fmt, percentile, plot_bars, write
+from _floors import NO_ENCODER, floor_report
+from _official import OfficialServer, top_k_agreement
 from _raw_http import RawHttpConnection, RawHttpError
 from _server import ServerProcess
 from tqdm import tqdm
@@ -75,7 +50,6 @@ LOADS = {  # name: (clients, queries per request, requests per client)
     "32c_1q": (32, 1, 16),
 }
 BATCHES = (1, 2, 4, 8, 32, 64)
-NO_ENCODER = "no encoder (HTTP path only)"
 POOL = (2, 1)  # the pooled bare encoder and torch's other server: encoder threads x OpenMP threads each
 #: each engine's server that is not the default arrangement: (variant name, serve-retriever flags)
 OTHER_ARRANGEMENT = {
@@ -164,105 +138,6 @@ def chroma_query_ms(store, queries: list[str]) -> dict:
             times.append(time.perf_counter() - t0)
         out[b] = statistics.median(times) * 1000
     return out
-
-
-class OfficialServer(ServerProcess):
-    """The official retrieval_server.py of a ParallelSearch/Search-R1 checkout, same embeddings."""
-
-    def __init__(self, checkout: Path, home: Path, model_path: str) -> None:
-        self.script = checkout / "search_r1" / "search" / "retrieval_server.py"
-        if not self.script.is_file():
-            sys.exit(f"--official: {self.script} does not exist")
-        for module, pip in (("faiss", "faiss-cpu"), ("datasets", "datasets")):
-            try:
-                __import__(module)
-            except ImportError:
-                sys.exit(f"--official needs {module} (pip install {pip}): the official server imports it")
-        self.home, self.model_path = home, model_path
-        self._work: tempfile.TemporaryDirectory | None = None
-        # the official script binds 0.0.0.0:--port and has no /health: ready once /retrieve answers
-        body = {"queries": ["x"], "topk": 1, "return_scores": True}
-        probe = lambda: httpx.post(self.url + "/retrieve", json=body, timeout=5)  # noqa: E731
-        super().__init__(
-            [],
-            env=dict(os.environ),
-            port=free_port(),
-            probe=probe,
-            start_timeout_s=600,
-            name="official server",
-        )
-
-    def _files(self) -> Path:
-        """Its corpus and FAISS flat index, from the store's own embeddings (written once; the
-        server is started again every round)."""
-        if self._work is None:
-            import faiss
-            import numpy as np
-
-            from parallelsearch.stores import ChromaStore
-
-            store = ChromaStore("hotpot500", path=self.home / "chroma", create=False)
-            got = store.collection.get(include=["embeddings", "documents", "metadatas"])
-            self._work = tempfile.TemporaryDirectory(prefix="official-retriever-")
-            work = Path(self._work.name)
-            with (work / "corpus.jsonl").open("w") as f:
-                for i, d, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True):
-                    f.write(json.dumps({"id": i, "contents": f'"{(m or {}).get("title", "")}"\n{d}'}) + "\n")
-            index = faiss.IndexFlatIP(store.embedder.dimension)
-            index.add(np.asarray(got["embeddings"], dtype=np.float32))
-            faiss.write_index(index, str(work / "flat.index"))
-        return Path(self._work.name)
-
-    def start(self) -> OfficialServer:
-        work = self._files()
-        cmd = [sys.executable, str(self.script)]
-        if not torch_has_cuda():
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--official-on-cpu", str(self.script)]
-        cmd += ["--index_path", str(work / "flat.index")]
-        cmd += ["--corpus_path", str(work / "corpus.jsonl"), "--topk", "3", "--retriever_name", "minilm"]
-        self.cmd = cmd + ["--retriever_model", self.model_path, "--port", str(self.port)]  # it mean-pools
-        super().start()
-        return self
-
-
-def top_k_agreement(url_a: str, url_b: str, queries: list[str]) -> float:
-    """Share of top-3 ids two servers have in common over ``queries`` (same embeddings: the
-    difference is HNSW against exact search)."""
-
-    def ids(url: str) -> list[set[str]]:
-        r = httpx.post(
-            url + "/retrieve", json={"queries": queries, "topk": 3, "return_scores": True}, timeout=120
-        )
-        r.raise_for_status()
-        return [{d["document"]["id"] for d in docs} for docs in r.json()["result"]]
-
-    a, b = ids(url_a), ids(url_b)
-    return sum(len(x & y) for x, y in zip(a, b, strict=True)) / (3 * len(queries))
-
-
-def torch_has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def run_official_on_cpu(script: str, argv: list[str]) -> None:
-    """Child: the checkout's ``retrieval_server.py`` on a machine without CUDA.
-
-    Its encoder calls ``.cuda()`` on the model and on every batch and switches the model to
-    fp16 unconditionally. Here ``.cuda()`` returns the tensor or module unchanged,
-    ``torch.cuda.empty_cache()`` does nothing and ``.half()`` keeps fp32 (FAISS flat, fp32: the
-    issue's official column); the script itself runs unmodified from the checkout."""
-    import runpy
-
-    import torch
-
-    torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
-    torch.nn.Module.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
-    torch.nn.Module.half = lambda self: self  # type: ignore[method-assign]
-    torch.cuda.empty_cache = lambda: None
-    sys.argv = [script, *argv]
-    runpy.run_path(script, run_name="__main__")
 
 
 async def load(
@@ -456,9 +331,6 @@ def median_rows(samples: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--official-on-cpu"]:  # the child of OfficialServer: the script's own arguments follow
-        run_official_on_cpu(argv[1], argv[2:])
-        return {}
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument(
@@ -550,80 +422,6 @@ def main(argv: list[str] | None = None) -> dict:
         data["official_top3_agreement"] = round(agreement, 4)
         write("retrieve_server" + (f"_{args.backend}" if args.backend else ""), data)
     return data
-
-
-def floor_report(
-    enc: dict, rows: dict, encoders: list[str], chroma: dict, best_of: dict, overall: str, cores: int
-) -> dict:
-    """The best any server could do on this machine, from costs measured in this run.
-
-    1 client: the encoder's batch-1 call, the store's batch-1 Chroma query and the HTTP round
-    trip of the no-encoder server are each paid once per request, one after the other.
-    Throughput: the cores, divided by what every query costs at the least: the best bare
-    encoder's CPU per query, the no-encoder server's CPU per query, a batch-8 Chroma query's
-    share, and the clients' own CPU (they run on the same cores here)."""
-    store_enc = next(iter(encoders))
-    http = rows[NO_ENCODER]
-    batch1 = enc[store_enc][1]["ms"]
-    one_client = batch1 + chroma[1] + http["1c_1q"]["p50_ms"]
-    best = enc[overall][best_of[overall]]
-    out = {"1c_p50_floor_ms": one_client, "1c_p50_floor_over_batch1": one_client / batch1}
-    print(
-        f"1-client floor: batch-1 encode {batch1:.1f} + Chroma query {chroma[1]:.2f} + HTTP round trip "
-        f"{http['1c_1q']['p50_ms']:.2f} ms (no-encoder server) = {one_client:.1f} ms = "
-        f"{one_client / batch1:.2f}x the batch-1 call (goal <= 1.15)"
-    )
-    for ln in ("8c_1q", "32c_1q"):
-        client = rows["batched"][ln]["client_cpu_ms_per_request"]
-        per_query = best["cpu_ms_per_query"] + http[ln]["server_cpu_ms_per_query"] + chroma[8] / 8 + client
-        ceiling = 1000 * cores / per_query
-        out[f"{ln}_floor_queries_per_s"] = ceiling
-        out[f"{ln}_floor_over_best"] = ceiling / best["queries_per_s"]
-        little = (
-            f"; mean latency at 8 clients >= {8000 / ceiling:.0f} ms (Little's law)" if ln == "8c_1q" else ""
-        )
-        print(
-            f"throughput floor at {ln}: {cores} cores / ({best['cpu_ms_per_query']:.2f} encoder + "
-            f"{http[ln]['server_cpu_ms_per_query']:.2f} HTTP + {chroma[8] / 8:.2f} Chroma + {client:.2f} "
-            f"clients ms CPU per query) = {ceiling:.0f} queries/s = {ceiling / best['queries_per_s']:.2f}x "
-            f"the best bare encoder ({overall}){little}"
-        )
-    out.update(eight_client_floor(enc, rows, chroma, best, overall, cores))
-    return out
-
-
-def eight_client_floor(enc: dict, rows: dict, chroma: dict, best: dict, overall: str, cores: int) -> dict:
-    """The 8-client floor once batch size is counted: 8 closed-loop clients have 8 queries in
-    flight, so the encoder never sees the batch its best throughput needs while kept busy.
-
-    * One batch at a time (all 8 together, split over the encoder threads): the encoder idles
-      while the batch's Chroma query and HTTP answers run, so a cycle is at least the bare
-      batch-8 call + the batch-8 Chroma query + the no-encoder server's 8-client p50.
-    * Two or more batches at once (the encoder kept busy): each batch is at most 4, so the
-      encoder does at most its bare batch-4 queries/s (wall clock: the bare rows measure how
-      well its threads scale together, which CPU time alone does not), and the Chroma query's,
-      the HTTP path's and the clients' CPU per query take the same cores on top.
-
-    The floor is the better of the two, for the bare encoder with the best throughput."""
-    http = rows[NO_ENCODER]["8c_1q"]
-    client = rows["batched"]["8c_1q"]["client_cpu_ms_per_request"]
-    e8, e4 = enc[overall][8], enc[overall][4]
-    one_batch = 8000 / (e8["ms"] + chroma[8] + http["p50_ms"])
-    other_cpu = chroma[4] / 4 + http["server_cpu_ms_per_query"] + client
-    pipelined = 1000 / (1000 / e4["queries_per_s"] + other_cpu / cores)
-    floor = max(one_batch, pipelined)
-    print(
-        f"8-client floor with batch size counted ({overall}): one batch of 8 at a time 8 / "
-        f"({e8['ms']:.1f} encode + {chroma[8]:.2f} Chroma + {http['p50_ms']:.2f} HTTP ms) = {one_batch:.0f} q/s; "
-        f"batches of 4 kept in flight: bare batch 4 {e4['queries_per_s']:.0f} q/s plus {other_cpu:.2f} ms CPU "
-        f"per query over {cores} cores = {pipelined:.0f} q/s; floor {floor:.0f} q/s = "
-        f"{floor / best['queries_per_s']:.2f}x the best bare encoder (goal >= 0.8)"
-    )
-    return {
-        "8c_one_batch_floor_queries_per_s": one_batch,
-        "8c_pipelined_floor_queries_per_s": pipelined,
-        "8c_batch_floor_over_best": floor / best["queries_per_s"],
-    }
 
 
 def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict) -> dict:

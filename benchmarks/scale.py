@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import HOTPOT, OUT, latency, write
+from _common import HOTPOT, OUT, latency, pyplot, save, write
 from _server import ServerProcess
 from tqdm import tqdm
 
@@ -362,13 +362,7 @@ def measure_faiss(vec_path: Path, qv: np.ndarray, exact: np.ndarray, reps: int) 
 
 # ----------------------------------------------------------------------------------- main
 def plot(rows: list[dict], sweep: list[dict], path: Path) -> Path | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
+    if (plt := pyplot()) is None:
         return None
     ns = [r["n"] for r in rows]
     fig, ax = plt.subplots(1, 3 if sweep else 2, figsize=(15 if sweep else 10, 4))
@@ -393,11 +387,7 @@ def plot(rows: list[dict], sweep: list[dict], path: Path) -> Path | None:
             )
         ax[2].set_xlabel(f"store API p50 ms at {rows[-1]['n']:,} (1 client)")
         ax[2].set_ylabel("recall@3 vs exact")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    print(f"wrote {path}")
-    return path
+    return save(fig, path)
 
 
 def goals_at_largest(big: dict, sweep: list[dict]) -> dict:

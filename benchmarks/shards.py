@@ -38,7 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from _common import ChromaServer, latency, write
+from _common import latency, write
+from _server import ChromaServer
 
 DIM = 384
 K = 3

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import OUT, fmt, percentile, write
+from _common import OUT, fmt, percentile, pyplot, save, write
 from _server import ServerProcess
 from tqdm import tqdm
 
@@ -392,13 +392,7 @@ def report(r: dict) -> None:
 
 
 def plot(r: dict, path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot")
+    if (plt := pyplot()) is None:
         return
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     for name, series in r["rss_series"].items():
@@ -413,9 +407,7 @@ def plot(r: dict, path: Path) -> None:
     ax2.plot(range(len(per_s)), per_s, lw=0.6)
     ax2.set_ylabel("requests/s")
     ax2.set_xlabel("seconds")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"wrote {path}")
+    save(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

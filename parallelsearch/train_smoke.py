@@ -184,20 +184,14 @@ async def _rollouts(
     tokenizer: Any,
     seconds: dict[str, float],
 ) -> list[dict[str, Any]]:
-    import vllm
-
-    from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process
+    from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process, samples_generator_params
 
     t0 = time.perf_counter()
     actor = await rollout_actor_in_process(str(model_dir), **engine_args)
     seconds["engine_start"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     try:
-        # what SamplesGenerator._dispatch_prompts_to_vllm builds (logprobs=1: OpenRLHF's correction on)
-        params = vllm.SamplingParams(
-            temperature=1.0, top_p=1.0, top_k=-1, max_tokens=None, min_tokens=1, skip_special_tokens=False,
-            logprobs=1,
-        )  # fmt: skip
+        params = samples_generator_params()
         batches = await asyncio.gather(
             *(
                 actor.generate_responses(
@@ -218,6 +212,27 @@ async def _rollouts(
     return [r for batch in batches for r in batch]
 
 
+def actor_log_probs(model_dir: Path, experiences: list[Any]) -> tuple[Any, Any, Any]:
+    """OpenRLHF's ``Actor`` over ``model_dir`` (fp32, training mode), the experiences as one
+    batch, and the actor's log-probs of that batch's sequences."""
+    from parallelsearch.rl.openrlhf_cpu import import_openrlhf_models
+
+    models = import_openrlhf_models()
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    for i, e in enumerate(experiences):
+        e.index = [i]
+    batch = Experience.concat_experiences(experiences, pad_token_id=0)
+    actor = models.Actor(str(model_dir), attn_implementation="sdpa", param_dtype="bf16")
+    actor.model.float()
+    actor.train()
+    return (
+        actor,
+        batch,
+        actor(batch.sequences, action_mask=batch.action_mask, attention_mask=batch.attention_mask),
+    )
+
+
 def policy_loss_step(model_dir: Path, experiences: list[Any]) -> tuple[float, float, int, float]:
     """One policy-gradient step with OpenRLHF's ``Actor`` and ``PolicyLoss``.
 
@@ -230,19 +245,9 @@ def policy_loss_step(model_dir: Path, experiences: list[Any]) -> tuple[float, fl
     """
     import torch
 
-    from parallelsearch.rl.openrlhf_cpu import import_openrlhf_models
-
-    models = import_openrlhf_models()
+    actor, batch, log_probs = actor_log_probs(model_dir, experiences)  # imports openrlhf.models
     from openrlhf.models import PolicyLoss
-    from openrlhf.trainer.ppo_utils.experience import Experience
 
-    for i, e in enumerate(experiences):
-        e.index = [i]
-    batch = Experience.concat_experiences(experiences, pad_token_id=0)
-    actor = models.Actor(str(model_dir), attn_implementation="sdpa", param_dtype="bf16")
-    actor.model.float()
-    actor.train()
-    log_probs = actor(batch.sequences, action_mask=batch.action_mask, attention_mask=batch.attention_mask)
     adv = batch.rewards.view(-1, 1).float().expand_as(log_probs)
     loss = PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28)(
         log_probs, log_probs.detach(), adv, action_mask=batch.action_mask

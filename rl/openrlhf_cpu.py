@@ -6,7 +6,7 @@ registers STAND-IN modules for the three flash_attn names it imports; their func
 if called (only packing and ring attention call them, which the CPU smoke and tests do not use), and the
 stand-ins are removed again afterwards. Everything else is OpenRLHF's code, unchanged.
 
-Also here: building ``RolloutRayActor`` in-process. It is a Ray actor class whose
+Also here: building ``RolloutRayActor`` in-process, and the sampling parameters OpenRLHF sends it. It is a Ray actor class whose
 ``__init__`` is ``async``; without a Ray cluster we take the plain class from Ray's
 metadata and await its ``__init__`` ourselves. Its ``_configure_vllm_env`` reads Ray's
 GCS address when ``RAY_ADDRESS`` is unset, so a placeholder is set for the duration.
@@ -80,3 +80,20 @@ async def rollout_actor_in_process(model: str, **engine_args: Any) -> Any:
         if placeholder:
             os.environ.pop("RAY_ADDRESS", None)
     return actor
+
+
+def samples_generator_params(**overrides: Any) -> Any:
+    """The vLLM ``SamplingParams`` OpenRLHF's ``SamplesGenerator._dispatch_prompts_to_vllm``
+    builds (``logprobs=1``: its off-policy correction on; special tokens kept), ``overrides`` on top."""
+    import vllm
+
+    kw: dict[str, Any] = {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "max_tokens": None,
+        "min_tokens": 1,
+        "skip_special_tokens": False,
+        "logprobs": 1,
+    }
+    return vllm.SamplingParams(**{**kw, **overrides})

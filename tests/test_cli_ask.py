@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from store_probes import index_sample
 
 from parallelsearch.cli import main
-from parallelsearch.demo_data import HOTPOTQA_SAMPLE
 
 Q = "Between Greyia and Calibanus, which genus contains more species?"
 META = json.dumps(
@@ -23,12 +23,7 @@ META = json.dumps(
 
 @pytest.fixture
 def store(tmp_path, capsys):
-    lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:3]
-    sample = tmp_path / "hotpotqa_sample_3.jsonl"
-    sample.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    assert main(["index", "--store", "hp-sample", str(sample), "--no-progress"]) == 0
-    capsys.readouterr()
-    return "hp-sample"
+    return index_sample(tmp_path, capsys)
 
 
 def ask(*args: str) -> list[str]:

@@ -12,6 +12,7 @@ import json
 
 import pytest
 from conftest import RAW, needs_data
+from store_probes import counting_batches, index_sample
 
 from parallelsearch.agents.protocol import INVALID_FEEDBACK, format_passages, render_prompt
 from parallelsearch.agents.resolvers import ParentResult, ResolverError
@@ -24,22 +25,6 @@ TWO_STAGES = [
     f"<think>hop by hop</think>\n<search> {FIRST} ## {SECOND} </search>",
     "<answer> American </answer>",
 ]
-
-
-def _counting(store, monkeypatch) -> list[list[str]]:
-    """Every batch the store encodes, in order (one encoder call and one Chroma query each).
-    The coalescer's window is widened so a stage's searches meet in one batch however the
-    threads are scheduled on a loaded machine."""
-    batches: list[list[str]] = []
-    original = store.search_batch
-    monkeypatch.setattr(store._coalescer, "_window_s", 0.5)
-
-    def search_batch(queries, k=3):
-        batches.append(list(queries))
-        return original(queries, k)
-
-    monkeypatch.setattr(store, "search_batch", search_batch)
-    return batches
 
 
 def _graph(store, turns, **options):
@@ -74,7 +59,7 @@ def test_two_stages_in_one_turn_search_the_resolved_text_with_one_encoder_call_e
         top = parents[0].passages[0].text
         return sub_query.replace("#1", "Scott Derrickson") if "Scott Derrickson" in top else sub_query
 
-    batches = _counting(hotpot_store, monkeypatch)
+    batches = counting_batches(hotpot_store, monkeypatch)
     out = asyncio.run(
         _graph(hotpot_store, TWO_STAGES, resolver=director).ainvoke({"question": "Doctor Strange?"})
     )
@@ -111,7 +96,7 @@ def test_the_passage_resolver_is_the_default_and_takes_a_name_from_the_parents_t
 ):
     from parallelsearch.agents.resolvers import PassageResolver, answer_candidates
 
-    batches = _counting(hotpot_store, monkeypatch)
+    batches = counting_batches(hotpot_store, monkeypatch)
     encoded: list[list[str]] = []
     encode = hotpot_store.embedder.encode_queries
 
@@ -142,7 +127,7 @@ def test_a_search_without_references_is_the_plain_search_byte_for_byte(hotpot_st
     """No ``#k`` (and ``#`` that is no reference) is one round of one stage, as it always was."""
     body = "C# films ## Scott Derrickson nationality ## issue#12"
     turns = [f"<search> {body} </search>", "<answer> x </answer>"]
-    batches = _counting(hotpot_store, monkeypatch)
+    batches = counting_batches(hotpot_store, monkeypatch)
     called: list[str] = []
     out = asyncio.run(
         _graph(hotpot_store, turns, resolver=lambda q, ps: called.append(q) or q).ainvoke({"question": "q?"})
@@ -175,7 +160,7 @@ def test_a_bad_reference_is_an_invalid_action_with_the_feedback_and_costs_a_turn
     hotpot_store, monkeypatch, body, why
 ):
     turns = [f"<search> {body} </search>", "<answer> x </answer>"]
-    batches = _counting(hotpot_store, monkeypatch)
+    batches = counting_batches(hotpot_store, monkeypatch)
     out = asyncio.run(_graph(hotpot_store, turns, max_stages=2).ainvoke({"question": "q?"}))
     first = [t for t in out["trajectory"] if t["type"] == "turn"][0]
     assert (
@@ -188,7 +173,7 @@ def test_a_bad_reference_is_an_invalid_action_with_the_feedback_and_costs_a_turn
 def test_max_stages_per_request_and_three_stages_when_allowed(hotpot_store, monkeypatch):
     body = "Doctor Strange director ## #1 nationality ## #2 capital"
     turns = [f"<search> {body} </search>", "<answer> x </answer>"]
-    batches = _counting(hotpot_store, monkeypatch)
+    batches = counting_batches(hotpot_store, monkeypatch)
     graph = _graph(
         hotpot_store, turns, resolver=lambda q, ps: q.replace(f"#{ps[0].k}", f"[{ps[0].searched}]")
     )
@@ -209,7 +194,7 @@ def test_max_stages_per_request_and_three_stages_when_allowed(hotpot_store, monk
 def test_branching_references_resolve_from_both_parents(hotpot_store, monkeypatch):
     body = "Doctor Strange director ## Ed Wood film director ## #1 and #2 nationality"
     turns = [f"<search> {body} </search>", "<answer> x </answer>"]
-    batches = _counting(hotpot_store, monkeypatch)
+    batches = counting_batches(hotpot_store, monkeypatch)
 
     async def both(sub_query: str, parents: list[ParentResult]) -> str:
         assert [p.k for p in parents] == [1, 2]
@@ -278,7 +263,7 @@ def test_the_gold_resolver_puts_in_the_hops_gold_answer(musique_first, monkeypat
     hops = q["metadata"]["hops"]
     first = hops[0]["question"].replace(" >> ", " ")
     turns = [f"<search> {first} ## #1 capital </search>", "<answer> Stanley </answer>"]
-    batches = _counting(store, monkeypatch)
+    batches = counting_batches(store, monkeypatch)
     graph = _graph(store, turns, resolver="gold")
     out = asyncio.run(graph.ainvoke({"question": q["question"], "metadata": q["metadata"]}))
     assert batches == [[first], [f"{hops[0]['answer']} capital"]] == [[first], ["Mountrail County capital"]]
@@ -302,7 +287,7 @@ def test_the_gold_resolver_puts_in_the_hops_gold_answer(musique_first, monkeypat
 def test_tool_calls_may_name_an_earlier_call_of_the_same_message(hotpot_store, monkeypatch):
     from parallelsearch import ScriptedToolChatModel, create_parallel_search_agent
 
-    batches = _counting(hotpot_store, monkeypatch)
+    batches = counting_batches(hotpot_store, monkeypatch)
     model = ScriptedToolChatModel(turns=[[FIRST, SECOND], "American"])
     agent = create_parallel_search_agent(
         model, hotpot_store, resolver=lambda q, ps: q.replace("#1", "Scott Derrickson")
@@ -321,7 +306,7 @@ def test_tool_calls_may_name_an_earlier_call_of_the_same_message(hotpot_store, m
 def test_a_bad_tool_call_reference_is_told_to_every_call_and_costs_a_turn(hotpot_store, monkeypatch):
     from parallelsearch import ScriptedToolChatModel, create_parallel_search_agent
 
-    batches = _counting(hotpot_store, monkeypatch)
+    batches = counting_batches(hotpot_store, monkeypatch)
     model = ScriptedToolChatModel(turns=[[FIRST, "#3 nationality"], "x"])
     out = asyncio.run(create_parallel_search_agent(model, hotpot_store).ainvoke({"question": "q?"}))
     assert _counts(out) == (2, 0, 0, 0, 0) and batches == []
@@ -335,7 +320,7 @@ def test_a_bad_tool_call_reference_is_told_to_every_call_and_costs_a_turn(hotpot
 def test_the_rl_environment_runs_both_stages_in_one_step(hotpot_store, monkeypatch):
     from parallelsearch.rl.env import EnvGraph
 
-    batches = _counting(hotpot_store, monkeypatch)
+    batches = counting_batches(hotpot_store, monkeypatch)
     env = EnvGraph(hotpot_store).new_episode()
 
     async def episode():
@@ -357,15 +342,7 @@ def test_the_rl_environment_runs_both_stages_in_one_step(hotpot_store, monkeypat
 @pytest.fixture
 def sample_store(tmp_path, capsys):
     """A real store of the shipped HotpotQA sample's first records, made by ``index``."""
-    from parallelsearch.cli import main
-    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-
-    lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:3]
-    sample = tmp_path / "hotpotqa_sample_3.jsonl"
-    sample.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    assert main(["index", "--store", "hp-sample", str(sample), "--no-progress"]) == 0
-    capsys.readouterr()
-    return "hp-sample"
+    return index_sample(tmp_path, capsys)
 
 
 def _ask(store: str, tmp_path, capsys, *flags: str) -> dict:
@@ -509,7 +486,7 @@ def test_sync_invoke_and_a_thread_run_the_stages_like_ainvoke(hotpot_store, monk
     def director(sub_query: str, parents: list[ParentResult]) -> str:
         return sub_query.replace("#1", "Scott Derrickson")
 
-    batches = _counting(hotpot_store, monkeypatch)
+    batches = counting_batches(hotpot_store, monkeypatch)
     graph = _graph(hotpot_store, TWO_STAGES, resolver=director, checkpointer=InMemorySaver())
     thread = {"configurable": {"thread_id": "dag"}}
     first = graph.invoke({"question": "Doctor Strange?"}, thread)

@@ -78,33 +78,27 @@ def test_score_output_hand_computed():
 @needs_data
 def test_resume_never_counts_twice(hotpot_store, hotpot_questions, tmp_path):
     qs = hotpot_questions[:6]
-    first = asyncio.run(
-        evaluate(
-            qs[:3],
-            ["parallel", "sequential"],
-            OraclePolicy(),
-            hotpot_store,
-            tmp_path,
-            policy_spec="oracle",
-            progress=False,
+
+    def run(questions):
+        return asyncio.run(
+            evaluate(
+                questions,
+                ["parallel", "sequential"],
+                OraclePolicy(),
+                hotpot_store,
+                tmp_path,
+                policy_spec="oracle",
+                progress=False,
+            )
         )
-    )
+
+    first = run(qs[:3])
     assert first.ran == 6
     # a run killed mid-write leaves a torn line; a duplicate row must not count twice
     lines = (tmp_path / "results.jsonl").read_text().splitlines()
     with (tmp_path / "results.jsonl").open("a") as f:
         f.write(lines[0] + "\n" + lines[0][: len(lines[0]) // 2])
-    second = asyncio.run(
-        evaluate(
-            qs,
-            ["parallel", "sequential"],
-            OraclePolicy(),
-            hotpot_store,
-            tmp_path,
-            policy_spec="oracle",
-            progress=False,
-        )
-    )
+    second = run(qs)
     assert second.ran == 6 and second.skipped_done == 6 and second.bad_lines
     summary = write_report(tmp_path)
     assert summary["parallel"]["all"]["n"] == 6 and summary["sequential"]["all"]["n"] == 6

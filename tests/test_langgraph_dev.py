@@ -18,7 +18,7 @@ import time
 
 import pytest
 from conftest import ROOT, free_port, needs_data
-from serving import BIN, ServerProcess, copy_store, record, script_file, server_env
+from serving import BIN, ServerProcess, copy_store, record, script_file, store_env
 
 pytestmark = [
     needs_data,
@@ -39,11 +39,8 @@ def dev_server(hotpot_store, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lgdev")
     store = copy_store(hotpot_store, tmp / "chroma")
     port = free_port()
-    env = server_env(
-        PARALLELSEARCH_HOME=str(tmp / "home"),
-        PARALLELSEARCH_CHROMA_PATH=str(store),
-        PARALLELSEARCH_STORES="hotpot",
-        PARALLELSEARCH_POLICY=f"scripted:{script_file(tmp)}",
+    env = store_env(
+        tmp, store, PARALLELSEARCH_STORES="hotpot", PARALLELSEARCH_POLICY=f"scripted:{script_file(tmp)}"
     )
     cmd = [str(BIN / "langgraph"), "dev", "--no-browser", "--no-reload", "--host", "127.0.0.1",
            "--port", str(port), "--config", str(ROOT / "langgraph.json")]  # fmt: skip

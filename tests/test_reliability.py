@@ -323,13 +323,20 @@ def post_in_thread(url: str, results: list, body=None, timeout: float = 120) -> 
     return t
 
 
+def hold_the_slot(srv, results: list, url: str | None = None) -> threading.Thread:
+    """A request (to ``url``, the graph's invoke by default) in a thread, once it holds the server's
+    one slot (its answer lands in ``results`` when the policy's gate opens)."""
+    first = post_in_thread(url or srv.url + "/parallelsearch/invoke", results)
+    wait_for(lambda: admission(srv)["in_flight"] == 1, "the first request holding the slot")
+    return first
+
+
 @needs_data
 def test_a_full_queue_is_a_429_with_retry_after_and_config_hash_calls_count(gated):
     srv, policy = gated(server_queue_size=1, server_queue_timeout_s=60)
     hashed = srv.url + HASH_PATH.format(h=config_hash({"configurable": {"top_k": 1}}), op="invoke")
     results: list = []
-    first = post_in_thread(hashed, results)  # a config-hash call takes the one slot
-    wait_for(lambda: admission(srv)["in_flight"] == 1, "the first request holding the slot")
+    first = hold_the_slot(srv, results, hashed)  # a config-hash call takes the one slot
     second = post_in_thread(srv.url + "/parallelsearch/invoke", results)
     wait_for(lambda: admission(srv)["waiting"] == 1, "the second request waiting in the queue")
     for url in (srv.url + "/parallelsearch/invoke", hashed.replace("/invoke", "/stream")):
@@ -346,8 +353,7 @@ def test_a_full_queue_is_a_429_with_retry_after_and_config_hash_calls_count(gate
 def test_an_expired_wait_is_a_429_with_retry_after(gated):
     srv, policy = gated(server_queue_size=8, server_queue_timeout_s=0.3)
     results: list = []
-    first = post_in_thread(srv.url + "/parallelsearch/invoke", results)
-    wait_for(lambda: admission(srv)["in_flight"] == 1, "the first request holding the slot")
+    first = hold_the_slot(srv, results)
     r = httpx.post(srv.url + "/sequential/invoke", json={"input": {"question": "q?"}}, timeout=30)
     assert r.status_code == 429 and "waited 0.3 s in the queue" in r.json()["detail"]
     assert int(r.headers["Retry-After"]) >= 1
@@ -360,8 +366,7 @@ def test_an_expired_wait_is_a_429_with_retry_after(gated):
 def test_a_client_that_leaves_the_queue_frees_its_place(gated):
     srv, policy = gated(server_queue_size=8, server_queue_timeout_s=60)
     results: list = []
-    first = post_in_thread(srv.url + "/parallelsearch/invoke", results)
-    wait_for(lambda: admission(srv)["in_flight"] == 1, "the first request holding the slot")
+    first = hold_the_slot(srv, results)
     leaver: list = []
     post_in_thread(srv.url + "/parallelsearch/invoke", leaver, timeout=0.5).join(30)
     assert isinstance(leaver[0], httpx.TimeoutException)

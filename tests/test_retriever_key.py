@@ -19,7 +19,7 @@ import sys
 import httpx
 import pytest
 from conftest import free_port, needs_data
-from serving import BIN, SCRIPT, ServerProcess, copy_store, record, script_file, server_env
+from serving import BIN, SCRIPT, ServerProcess, copy_store, record, script_file, store_env
 
 from parallelsearch.cli import main
 from parallelsearch.stores import RetrieverAuthError, RetrieverClient
@@ -39,11 +39,8 @@ def keyed(hotpot_store, tmp_path_factory, _model_cache):
     tmp = tmp_path_factory.mktemp("keyed")
     store_dir = copy_store(hotpot_store, tmp / "chroma")
     port = free_port()
-    env = server_env(
-        PARALLELSEARCH_HOME=str(tmp / "home"),
-        PARALLELSEARCH_CHROMA_PATH=str(store_dir),
-        PARALLELSEARCH_MODEL_CACHE_DIR=str(_model_cache),  # the session's exported ONNX encoder
-    )
+    # the model cache: the session's exported ONNX encoder
+    env = store_env(tmp, store_dir, PARALLELSEARCH_MODEL_CACHE_DIR=str(_model_cache))
     env[KEY_VAR] = KEY
     cmd = [str(BIN / "parallelsearch"), "serve-retriever", "--store", hotpot_store.name, "--port", str(port)]
     srv = ServerProcess(cmd, env=env, cwd=tmp, log=tmp / "retriever.log", port=port, ready_path="/health")

@@ -8,62 +8,32 @@ cannot run here; the token bookkeeping is asserted exactly.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-from dataclasses import dataclass, field
 
 import pytest
 from conftest import UvicornThread, needs_data
-from engines import ScriptedEngine, TransformersEngine
+from engines import (
+    SamplingParamsStandIn,
+    ScriptedEngine,
+    TransformersEngine,
+    load_like_openrlhf,
+    recording_episodes,
+)
 
 from parallelsearch.agents.protocol import render_prompt
 from parallelsearch.rl import EnvGraph, score_trajectory
 from parallelsearch.rl.agent_config import ENV_VAR, AgentConfigError, load_agent_config
 from parallelsearch.rl.data import train_record
 from parallelsearch.rl.executor import decode_tokens, execute_episode
-from parallelsearch.rl.launch import agent_module_path
 
 pytestmark = needs_data
 
 
-@dataclass
-class SamplingParamsStandIn:
-    """Stand-in with vLLM SamplingParams' field names (vLLM cannot be installed in this tier)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int | None = None
-    logprobs: int | None = None
-    stop: list[str] = field(default_factory=list)
-    include_stop_str_in_output: bool = False
-
-
-def load_like_openrlhf():
-    """What openrlhf.trainer.ray.vllm_engine._load_agent_executor does (that module imports Ray)."""
-    from openrlhf.utils.agent import AgentExecutorBase
-
-    spec = importlib.util.spec_from_file_location("agent_module", str(agent_module_path()))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert issubclass(module.AgentExecutor, AgentExecutorBase)
-    return module.AgentExecutor()
-
-
 @pytest.fixture()
-def episodes(monkeypatch):
+def episodes():
     """Every SearchEnv the executor opens (to compare its transcript with the tokens)."""
-    from parallelsearch.rl.env import EnvGraph as _EnvGraph
-
-    opened = []
-    real = _EnvGraph.new_episode
-
-    def recording(self):
-        env = real(self)
-        opened.append(env)
-        return env
-
-    monkeypatch.setattr(_EnvGraph, "new_episode", recording)
-    return opened
+    with recording_episodes() as opened:
+        yield opened
 
 
 def check_transcript(result, prompt_ids, tok, env):

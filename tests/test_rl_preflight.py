@@ -8,40 +8,19 @@ during a run stop it instead of becoming training observations.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
+import contextlib
 import json
-from dataclasses import dataclass, field
 
 import pytest
 from conftest import UvicornThread, free_port, needs_data
-from engines import ScriptedEngine
+from engines import SamplingParamsStandIn, ScriptedEngine, load_like_openrlhf
 
 from parallelsearch.cli import main
 from parallelsearch.rl.agent_config import ENV_VAR, AgentConfig, AgentConfigError, load_agent_config
 from parallelsearch.rl.data import make_train_data, train_record
-from parallelsearch.rl.launch import agent_module_path
 from parallelsearch.rl.preflight import PreflightError, check_resources, check_reward_prompts, probe_retriever
 from parallelsearch.rl.search_failures import SearchFailuresError
 from parallelsearch.rl.train_config import load_train_config, paper_preset
-
-
-@dataclass
-class SamplingParamsStandIn:
-    """Stand-in with vLLM SamplingParams' field names (vLLM cannot run in this tier)."""
-
-    temperature: float = 1.0
-    max_tokens: int | None = None
-    logprobs: int | None = None
-    stop: list[str] = field(default_factory=list)
-    include_stop_str_in_output: bool = False
-
-
-def load_like_openrlhf():
-    """What OpenRLHF's vLLM actor does with --train.agent_func_path: load the file, build AgentExecutor()."""
-    spec = importlib.util.spec_from_file_location("agent_module", str(agent_module_path()))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.AgentExecutor()
 
 
 def closed_url() -> str:
@@ -105,22 +84,16 @@ def one_search_episode(executor, tok, q):
 # -- the four failures of a GPU run, each caught early with one line ------------------------
 
 
+def train_check(*settings: str) -> int:
+    """``train --preset paper --check`` with each of ``settings`` as a ``--set``."""
+    return main(["train", "--preset", "paper", "--check", *(x for kv in settings for x in ("--set", kv))])
+
+
 def test_unreachable_retriever_is_refused_by_check_and_by_the_executor(tmp_path, monkeypatch, capsys):
     url = closed_url()
     data = tmp_path / "train.jsonl"
     data.write_text(json.dumps({"prompt": "Question: q?\n", "label": "{}"}) + "\n")
-    code = main(
-        [
-            "train",
-            "--preset",
-            "paper",
-            "--check",
-            "--set",
-            f"agent.retriever_url={url}",
-            "--set",
-            f"prompt_data={data}",
-        ]
-    )
+    code = train_check(f"agent.retriever_url={url}", f"prompt_data={data}")
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 1
     assert len(out) == 1 and out[0].startswith("check failed: the retriever ") and url in out[0]
@@ -278,18 +251,7 @@ def test_protocol_reward_mode_and_prompts_must_agree(tmp_path, capsys):
 def test_check_passes_against_a_real_retriever(retriever, hotpot_comparison_file, tmp_path, capsys):
     data = tmp_path / "train.jsonl"
     make_train_data([hotpot_comparison_file], data, template="official", limit=4)
-    code = main(
-        [
-            "train",
-            "--preset",
-            "paper",
-            "--check",
-            "--set",
-            f"agent.retriever_url={retriever.url}/retrieve",
-            "--set",
-            f"prompt_data={data}",
-        ]
-    )
+    code = train_check(f"agent.retriever_url={retriever.url}/retrieve", f"prompt_data={data}")
     out = capsys.readouterr().out
     assert code == 0, out
     assert f"ok: retriever {retriever.url}/retrieve answered a probe query" in out
@@ -318,22 +280,25 @@ def test_closed_port_stops_the_run_at_the_first_failed_search(
         one_search_episode(executor, tok, hotpot_questions[1])
 
 
+@contextlib.contextmanager
+def guarded_executor(store, tmp_path, monkeypatch, *, healthy: int, max_share: float):
+    """(executor loaded as OpenRLHF loads it, server) over a /retrieve server of ``store`` that
+    answers ``healthy`` requests and then 503s; the guard judges after 2 episodes."""
+    from parallelsearch.stores import create_retrieval_app
+
+    with UvicornThread(FailsAfter(create_retrieval_app(store), healthy=healthy)) as srv:
+        failures = {"first_episodes": 2, "max_share": max_share}
+        write_agent_config(tmp_path, monkeypatch, f"{srv.url}/retrieve", search_failures=failures)
+        yield load_like_openrlhf(), srv
+
+
 @needs_data
 def test_server_failing_midway_stops_the_run_past_the_share(
     hotpot_store, tmp_path, monkeypatch, hotpot_questions, tiny_lm
 ):
-    from parallelsearch.stores import create_retrieval_app
-
     _, tok = tiny_lm
-    app = FailsAfter(create_retrieval_app(hotpot_store), healthy=4)  # the probe + 3 episodes
-    with UvicornThread(app) as srv:
-        write_agent_config(
-            tmp_path,
-            monkeypatch,
-            f"{srv.url}/retrieve",
-            search_failures={"first_episodes": 2, "max_share": 0.2},
-        )
-        executor = load_like_openrlhf()  # the probe passes
+    # healthy for the probe + 3 episodes (the probe passes)
+    with guarded_executor(hotpot_store, tmp_path, monkeypatch, healthy=4, max_share=0.2) as (executor, srv):
         for q in hotpot_questions[:3]:
             result = one_search_episode(executor, tok, q)
             assert result["extra_logs"]["search_errors"].item() == 0
@@ -349,18 +314,9 @@ def test_server_failing_midway_stops_the_run_past_the_share(
 def test_failed_searches_below_the_share_are_logged_per_episode(
     hotpot_store, tmp_path, monkeypatch, hotpot_questions, tiny_lm
 ):
-    from parallelsearch.stores import create_retrieval_app
-
     _, tok = tiny_lm
-    app = FailsAfter(create_retrieval_app(hotpot_store), healthy=3)  # the probe + 2 episodes
-    with UvicornThread(app) as srv:
-        write_agent_config(
-            tmp_path,
-            monkeypatch,
-            f"{srv.url}/retrieve",
-            search_failures={"first_episodes": 2, "max_share": 0.5},
-        )
-        executor = load_like_openrlhf()
+    # healthy for the probe + 2 episodes
+    with guarded_executor(hotpot_store, tmp_path, monkeypatch, healthy=3, max_share=0.5) as (executor, _):
         logs = [one_search_episode(executor, tok, q)["extra_logs"] for q in hotpot_questions[:3]]
     assert [x["search_errors"].item() for x in logs] == [0, 0, 1]
     assert logs[2]["search_failed_share"].item() == 1.0

@@ -12,12 +12,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 from conftest import RAW, UvicornThread, free_port, needs_data
+from serving import ChromaServer
 
 from parallelsearch.stores import ChromaStore, ingest
 from parallelsearch.stores.config import RetrievalConfig
@@ -27,39 +27,6 @@ from parallelsearch.stores.sharded_store import ShardError, ShardHits, merge_by_
 
 pytestmark = needs_data
 EXACT = {"ef_search": 1000, "ef_construction": 200}
-
-
-class ChromaServer:
-    """A `chroma run` process on a free port of 127.0.0.1; started within a deadline, killed on stop."""
-
-    def __init__(self, path: Path, start_timeout_s: float = 60.0) -> None:
-        self.port = free_port()
-        chroma = os.path.join(os.path.dirname(sys.executable), "chroma")
-        self.proc = subprocess.Popen(
-            [chroma, "run", "--path", str(path), "--host", "127.0.0.1", "--port", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + start_timeout_s
-        while True:
-            try:
-                if httpx.get(f"{self.url}/api/v2/heartbeat", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                self.stop()
-                raise RuntimeError(f"chroma run on port {self.port} did not answer its heartbeat")
-            time.sleep(0.1)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +40,7 @@ def corpus(hotpot_store):
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
-    started = [ChromaServer(tmp_path_factory.mktemp(f"chroma-srv{i}")) for i in range(2)]
+    started = [ChromaServer(tmp_path_factory.mktemp(f"chroma-srv{i}")).start() for i in range(2)]
     yield started
     for s in started:
         s.stop()
@@ -237,7 +204,7 @@ def test_stopped_server_fails_naming_the_shard_or_answers_partially(
     from parallelsearch.stores import RetrieverClient, create_retrieval_app
 
     passages, vectors = corpus
-    third = ChromaServer(tmp_path / "third")
+    third = ChromaServer(tmp_path / "third").start()
     try:
         live = _fill(
             ChromaStore("part-a", host="127.0.0.1", port=servers[0].port, embedder=embedder, hnsw=EXACT),

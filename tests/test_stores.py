@@ -11,7 +11,8 @@ import sys
 import time
 
 import pytest
-from conftest import RAW, free_port, needs_data
+from conftest import RAW, needs_data
+from serving import ChromaServer
 
 from parallelsearch.stores import (
     ChromaStore,
@@ -177,26 +178,8 @@ def test_kill_and_resume_ingestion(tmp_path):
 @pytest.mark.slow
 def test_chroma_server_store(tmp_path, embedder):
     """A real `chroma run` server process on 127.0.0.1, used through HttpClient."""
-    port = free_port()
-    chroma = os.path.join(os.path.dirname(sys.executable), "chroma")
-    proc = subprocess.Popen(
-        [chroma, "run", "--path", str(tmp_path / "srv"), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        import httpx
-
-        deadline = time.time() + 60
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/api/v2/heartbeat", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.time() > deadline or proc.poll() is not None:
-                raise RuntimeError("chroma server did not start")
-            time.sleep(0.3)
+    with ChromaServer(tmp_path / "srv") as server:
+        port = server.port
         store = ChromaStore("shared", host="127.0.0.1", port=port, embedder=embedder)
         rep = ingest(store, [RAW / "wiki_corpus/PeterGriffinJin_Search-R1/corpus.jsonl"], progress=False)
         assert rep.added == 10
@@ -208,6 +191,3 @@ def test_chroma_server_store(tmp_path, embedder):
         assert len(again.search("lobbyist", 50)) == 10
         assert again.search("lobbyist for Genentech", 1)[0].title == "Evan Morris"
         assert "http://127.0.0.1" in again.info()["location"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from conftest import UvicornThread, needs_data
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from store_probes import counting_batches
 
 from parallelsearch.agents.protocol import parse_action, parse_tool_calls, tool_feedback
 
@@ -213,25 +214,6 @@ def test_sync_invoke_stream_and_batch_match_ainvoke():
 Q = "Were Scott Derrickson and Ed Wood of the same nationality?"
 
 
-def _counting(store, monkeypatch):
-    """Record every batch the store encodes (one encoder call and one Chroma query each).
-
-    A round's sub-queries share a batch when they reach the store's coalescer within its window
-    (2 ms). In a sync run each search node hops through a worker thread first, and on a loaded
-    machine that hop alone can take longer; the window is widened here so the batches counted
-    depend on the graph's fan-out, not on how the threads were scheduled."""
-    batches: list[list[str]] = []
-    original = store.search_batch
-    monkeypatch.setattr(store._coalescer, "_window_s", 0.5)
-
-    def search_batch(queries, k=3):
-        batches.append(list(queries))
-        return original(queries, k)
-
-    monkeypatch.setattr(store, "search_batch", search_batch)
-    return batches
-
-
 @needs_data
 def test_tool_calls_and_tags_take_the_same_rounds_calls_and_encoder_batches(hotpot_store, monkeypatch):
     from parallelsearch import ScriptedToolChatModel, create_parallel_search_agent
@@ -239,7 +221,7 @@ def test_tool_calls_and_tags_take_the_same_rounds_calls_and_encoder_batches(hotp
     from parallelsearch.graphs import build_parallel_search_graph
 
     subs = ["Scott Derrickson nationality", "Ed Wood nationality"]
-    batches = _counting(hotpot_store, monkeypatch)
+    batches = counting_batches(hotpot_store, monkeypatch)
     tags = build_parallel_search_graph(
         ScriptedPolicy([f"<search> {' ## '.join(subs)} </search>", "<answer> yes </answer>"]), hotpot_store
     )
@@ -268,7 +250,7 @@ def test_chat_openai_with_parallel_tool_calls_from_a_local_server(hotpot_store, 
 
     from parallelsearch import create_parallel_search_agent
 
-    batches = _counting(hotpot_store, monkeypatch)
+    batches = counting_batches(hotpot_store, monkeypatch)
     app = make_openai_chat_test_server([["Scott Derrickson", "Ed Wood"], "yes"])
     with UvicornThread(app) as srv:
         model = ChatOpenAI(
@@ -396,13 +378,7 @@ def test_store_names_open_through_the_factory_and_named_searchers_are_routed(hot
     by_name = create_parallel_search_agent(model, "hotpot", retrieval=retrieval, top_k=1)
     out = by_name.invoke({"question": Q})
     assert (out["subqueries"], out["passages"], out["answer"]) == (2, 2, "yes")
-    titles = [
-        p["title"]
-        for t in out["trajectory"]
-        if t["type"] == "observation"
-        for r in t["results"]
-        for p in r["passages"]
-    ]
+    titles = _passages(out, "title")
     assert titles == ["Scott Derrickson", "Ed Wood"]
 
     toy = ToySearcher()
@@ -412,15 +388,15 @@ def test_store_names_open_through_the_factory_and_named_searchers_are_routed(hot
         top_k=1,
     )
     out = routed.invoke({"question": Q})
-    stores = [
-        p["store"]
-        for t in out["trajectory"]
-        if t["type"] == "observation"
-        for r in t["results"]
-        for p in r["passages"]
-    ]
+    stores = _passages(out, "store")
     assert stores == ["toy", "hotpot"] and toy.queries == ["Ed Wood"]
     assert "Available knowledge stores: toy, hotpot" in out["transcript"]
+
+
+def _passages(out: dict, key: str) -> list:
+    """``key`` of every passage the run's observations hold, in order."""
+    obs = [t for t in out["trajectory"] if t["type"] == "observation"]
+    return [p[key] for t in obs for r in t["results"] for p in r["passages"]]
 
 
 def test_a_thread_is_a_conversation_one_episode_per_new_human_message():

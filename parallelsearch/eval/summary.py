@@ -35,13 +35,20 @@ def _mean(xs: Iterable[float | None]) -> float | None:
     return round(statistics.fmean(vals), 4) if vals else None
 
 
-def _pct(xs: list[float], q: float) -> float | None:
+def percentile(xs: list[float], q: float, digits: int | None = None) -> float | None:
+    """The ``q`` quantile of ``xs`` (0 <= q <= 1) by linear interpolation between the nearest
+    ranks (numpy's default; q=0.5 is the median), rounded to ``digits`` when given: the one
+    percentile of the summaries and the benchmarks.
+
+    No samples (every request failed) give None, JSON null: never a made-up 0, a NaN (not
+    JSON) or a crash."""
     if not xs:
         return None
     s = sorted(xs)
     pos = (len(s) - 1) * q
     lo, hi = int(pos), min(int(pos) + 1, len(s) - 1)
-    return round(s[lo] + (s[hi] - s[lo]) * (pos - lo), 3)
+    value = s[lo] + (s[hi] - s[lo]) * (pos - lo)
+    return value if digits is None else round(value, digits)
 
 
 def metrics(rows: list[dict[str, Any]], *, split: str, accuracy: bool = True) -> dict[str, Any]:
@@ -61,8 +68,8 @@ def metrics(rows: list[dict[str, Any]], *, split: str, accuracy: bool = True) ->
         "decomposition_ratio": _mean(float(r["decomposed"]) for r in par)
         if split in ("all", "parallel") and par
         else None,
-        "latency_p50_ms": _pct(lat, 0.5),
-        "latency_p95_ms": _pct(lat, 0.95),
+        "latency_p50_ms": percentile(lat, 0.5, 3),
+        "latency_p95_ms": percentile(lat, 0.95, 3),
         "gold_recall": _mean(r.get("gold_recall") for r in ok),
         "answer_coverage": _mean(r.get("answer_coverage") for r in ok),
     }

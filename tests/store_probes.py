@@ -1,0 +1,42 @@
+"""What graph and CLI tests make of a real store: a small one indexed through ``parallelsearch
+index``, and a record of every batch a store encodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def index_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str], records: int = 3) -> str:
+    """A store named ``hp-sample`` of the shipped HotpotQA sample's first ``records`` records,
+    made by ``index`` (its output swallowed); returns the store's name."""
+    from parallelsearch.cli import main
+    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+
+    lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:records]
+    sample = tmp_path / f"hotpotqa_sample_{records}.jsonl"
+    sample.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["index", "--store", "hp-sample", str(sample), "--no-progress"]) == 0
+    capsys.readouterr()
+    return "hp-sample"
+
+
+def counting_batches(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Every batch ``store`` encodes from now on, in order (one encoder call and one Chroma query each).
+
+    A round's sub-queries share a batch when they reach the store's coalescer within its window
+    (2 ms). In a sync run each search node hops through a worker thread first, and on a loaded
+    machine that hop alone can take longer; the window is widened here so the batches counted
+    depend on the graph's fan-out, not on how the threads were scheduled."""
+    batches: list[list[str]] = []
+    original = store.search_batch
+    monkeypatch.setattr(store._coalescer, "_window_s", 0.5)
+
+    def search_batch(queries, k=3):
+        batches.append(list(queries))
+        return original(queries, k)
+
+    monkeypatch.setattr(store, "search_batch", search_batch)
+    return batches
