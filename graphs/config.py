@@ -23,6 +23,9 @@ MAX_TURNS_LIMIT = 64
 #: the most search stages one search may take at any setting; the recursion limit is sized for it
 MAX_STAGES_LIMIT = 8
 
+#: the largest observation budget (passages per search) a setting or a request may set
+MAX_PASSAGE_BUDGET = 10_000
+
 #: the resolvers a setting, a flag or a request may name
 ResolverName: TypeAlias = Literal["passage", "gold", "policy"]
 #: what the builders take as ``resolver``: a name, or a function ``(sub_query, parents) -> str``
@@ -36,6 +39,14 @@ class GraphConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     top_k: int = Field(3, ge=1, le=100, description="passages per sub-query")
+    passage_budget: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_PASSAGE_BUDGET,
+        description="passages one search may show in all: a search of k sub-queries fetches "
+        "min(top_k, max(1, passage_budget // k)) per sub-query, so a wide search does not flood the "
+        "context; None = top_k each (off)",
+    )
     max_turns: int = Field(
         4, ge=0, le=MAX_TURNS_LIMIT, description="policy turns before the final answer-only turn"
     )
@@ -85,6 +96,13 @@ class GraphConfig(BaseModel):
         "environment) 'tools' is the protocol's text form: <tool_call> blocks and <tool_response> replies",
     )
 
+    def search_top_k(self, subqueries: int) -> int:
+        """Passages per sub-query in a search of ``subqueries``: ``top_k``, shrunk by the
+        observation budget when one is set (never below one passage each)."""
+        if self.passage_budget is None:
+            return self.top_k
+        return min(self.top_k, max(1, self.passage_budget // max(1, subqueries)))
+
     def recursion_limit(self) -> int:
         """Supersteps an episode can take at the largest ``max_turns`` and ``max_stages`` a request
         may set: the planner and a search + join per stage each turn, then the final turn and the
@@ -107,6 +125,7 @@ class GraphOptions(TypedDict, total=False):
     """
 
     top_k: int
+    passage_budget: int | None
     max_turns: int
     max_subqueries: int
     max_concurrency: int | None
@@ -131,6 +150,9 @@ class GraphContext(TypedDict, total=False):
     Server). Other ``configurable`` keys (``thread_id``, ...) pass through untouched."""
 
     top_k: Annotated[int, Field(ge=1, le=100, description="passages per sub-query")]
+    passage_budget: Annotated[
+        int, Field(ge=1, le=MAX_PASSAGE_BUDGET, description="passages one search may show in all")
+    ]
     max_turns: Annotated[
         int, Field(ge=0, le=MAX_TURNS_LIMIT, description="policy turns before the answer-only turn")
     ]
