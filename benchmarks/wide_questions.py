@@ -38,6 +38,7 @@ from parallelsearch.data.wide_questions import collect_entities, generate, make_
 from parallelsearch.data.wide_questions import write as write_wide
 from parallelsearch.graphs import build_parallel_search_graph
 from parallelsearch.stores import ChromaStore, ingest
+from parallelsearch.stores.embedders import get_embedder
 
 TWOWIKI = RAW / "2wikimultihopqa" / "hahahajw_Agentic-RAG" / "2WikiMultihopQA_500_benchmark.json"
 KS = (1, 2, 4, 8, 16, 32, 64)
@@ -160,9 +161,10 @@ def _mean(xs: list[float]) -> float | None:
     return round(statistics.fmean(xs), 4) if xs else None
 
 
-def run(per_size: int, seed: int, budget: int, reps: int) -> dict:
+def run(per_size: int, seed: int, budget: int, reps: int, backend: str = "torch", threads: int = 1) -> dict:
     by_k, corpus, data_report = _episodes(per_size, seed)
-    store = ChromaStore("wide-questions", path=Path(tempfile.mkdtemp()) / "db")
+    embedder = get_embedder(backend=backend, threads=threads)
+    store = ChromaStore("wide-questions", path=Path(tempfile.mkdtemp()) / "db", embedder=embedder)
     ingest(store, [corpus], progress=False)
     print(f"{store.count()} entity paragraphs in the store; questions per k: "
           + ", ".join(f"{k}: {len(by_k[k])}" for k in KS))  # fmt: skip
@@ -219,9 +221,10 @@ def run(per_size: int, seed: int, budget: int, reps: int) -> dict:
             v: round(row[v]["p50_ms"] / table["1"][v]["p50_ms"], 3) if k > 1 else 1.0 for v in graphs
         }
         table[str(k)] = row
-    results = {"top_k": TOP_K, "passage_budget": budget, "seed": seed, "per_size": per_size,
+    results = {"top_k": TOP_K, "passage_budget": budget, "encoder_backend": backend, "encoder_threads": threads, "seed": seed, "per_size": per_size,
                "data": data_report, "by_k": table, "components_median_ms": components}  # fmt: skip
-    print(f"\nwide questions, oracle, parallel graph, top_k {TOP_K}; budget {budget} passages per search")
+    print(f"\nwide questions, oracle, parallel graph, top_k {TOP_K}; budget {budget} passages per search; "
+          f"encoder {backend} ({threads} thread(s))")  # fmt: skip
     print(f"{'k':>3s} {'n':>4s} {'sq/search':>9s} {'enc/search':>10s} {'p50 ms':>8s} {'x k=1':>6s} "
           f"{'r@3':>6s} {'r@3 k=1':>7s} {'chars':>7s} {'tokens':>7s} | {'budget: top_k':>13s} {'r@top_k':>7s} "
           f"{'p50 ms':>7s} {'x k=1':>6s} {'chars':>7s} {'tokens':>7s}")  # fmt: skip
@@ -265,5 +268,9 @@ if __name__ == "__main__":
         "--budget", type=int, default=16, help="passages per search with the budget on (default 16)"
     )
     ap.add_argument("--reps", type=int, default=10, help="repetitions of the component timings (default 10)")
+    ap.add_argument("--encoder-backend", default="torch", help="torch (default), onnx or onnx-int8")
+    ap.add_argument(
+        "--encoder-threads", type=int, default=1, help="threads of an ONNX encoder call (default 1)"
+    )
     args = ap.parse_args()
-    run(args.per_size, args.seed, args.budget, args.reps)
+    run(args.per_size, args.seed, args.budget, args.reps, args.encoder_backend, args.encoder_threads)
