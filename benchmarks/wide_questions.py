@@ -10,7 +10,8 @@ asked for every entity of the pool, so each entity's recall at k is compared wit
 searched alone (an N-entity question asked one entity per turn costs N of these searches).
 Questions: ``parallelsearch.data.wide_questions`` from the non-holdout 2Wiki file (people born /
 died first or last, works that came out first or last). Store: the entities' own paragraphs in
-a real embedded Chroma store with the MiniLM encoder.
+a real embedded Chroma store with the MiniLM encoder (ONNX on CPU, as ``encoder_backend: auto``
+runs it; ``--encoder-backend torch`` for sentence-transformers).
 
 Every episode runs twice, observation budget off (``top_k`` 3 each) and on (``passage_budget``:
 ``min(3, max(1, budget // k))`` each), the two in alternating order, and the episodes of all k
@@ -161,7 +162,7 @@ def _mean(xs: list[float]) -> float | None:
     return round(statistics.fmean(xs), 4) if xs else None
 
 
-def run(per_size: int, seed: int, budget: int, reps: int, backend: str = "torch", threads: int = 1) -> dict:
+def run(per_size: int, seed: int, budget: int, reps: int, backend: str = "onnx", threads: int = 1) -> dict:
     by_k, corpus, data_report = _episodes(per_size, seed)
     embedder = get_embedder(backend=backend, threads=threads)
     store = ChromaStore("wide-questions", path=Path(tempfile.mkdtemp()) / "db", embedder=embedder)
@@ -268,7 +269,11 @@ if __name__ == "__main__":
         "--budget", type=int, default=16, help="passages per search with the budget on (default 16)"
     )
     ap.add_argument("--reps", type=int, default=10, help="repetitions of the component timings (default 10)")
-    ap.add_argument("--encoder-backend", default="torch", help="torch (default), onnx or onnx-int8")
+    ap.add_argument(
+        "--encoder-backend",
+        default="onnx",
+        help="onnx (default: what 'auto' runs on CPU), torch or onnx-int8",
+    )
     ap.add_argument(
         "--encoder-threads", type=int, default=1, help="threads of an ONNX encoder call (default 1)"
     )
