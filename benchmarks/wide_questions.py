@@ -13,6 +13,10 @@ died first or last, works that came out first or last). Store: the entities' own
 a real embedded Chroma store with the MiniLM encoder (ONNX on CPU, as ``encoder_backend: auto``
 runs it; ``--encoder-backend torch`` for sentence-transformers).
 
+With ``--subqueries relations`` a stand-in planner asks each entity's fact instead ("Vernon
+Sewell date of birth", from ``metadata.hops``): a harder retrieval. The component timings
+below use the titles either way.
+
 Every episode runs twice, observation budget off (``top_k`` 3 each) and on (``passage_budget``:
 ``min(3, max(1, budget // k))`` each), the two in alternating order, and the episodes of all k
 are interleaved in one process. Per k: decomposition ratio (sub-queries per search), encoder
@@ -35,6 +39,7 @@ from pathlib import Path
 from _common import OUT, RAW, percentile, plot_bars, write
 
 from parallelsearch.agents.policies import OraclePolicy
+from parallelsearch.agents.policies.base import TurnRequest, TurnResult
 from parallelsearch.data.wide_questions import collect_entities, generate, make_question
 from parallelsearch.data.wide_questions import write as write_wide
 from parallelsearch.graphs import build_parallel_search_graph
@@ -90,8 +95,10 @@ async def _episode(graph, store: ChromaStore, q: dict) -> dict:
     ms = (time.perf_counter() - t0) * 1000
     obs = [t for t in out["trajectory"] if t["type"] == "observation"]
     rows = [r for t in obs for r in t["results"]]
-    hits3 = [r["query"] in [p["title"] for p in r["passages"][:3]] for r in rows]
-    hits = [r["query"] in [p["title"] for p in r["passages"]] for r in rows]
+    title_of = {h["question"]: h["title"] for h in q["metadata"]["hops"]}  # a relation sub-query's entity
+    titles = [title_of.get(r["query"], r["query"]) for r in rows]
+    hits3 = [t in [p["title"] for p in r["passages"][:3]] for t, r in zip(titles, rows, strict=True)]
+    hits = [t in [p["title"] for p in r["passages"]] for t, r in zip(titles, rows, strict=True)]
     return {
         "ms": ms,
         "policy_calls": out["policy_calls"],
@@ -99,11 +106,27 @@ async def _episode(graph, store: ChromaStore, q: dict) -> dict:
         "subqueries": out["subqueries"],
         "encoder_calls": store.coalesced_batches - before,
         "passages_per_subquery": [len(r["passages"]) for r in rows],
-        "hits3": dict(zip([r["query"] for r in rows], hits3, strict=True)),
-        "hits": dict(zip([r["query"] for r in rows], hits, strict=True)),
+        "hits3": dict(zip(titles, hits3, strict=True)),
+        "hits": dict(zip(titles, hits, strict=True)),
         "observation": "".join(t["text"] for t in obs),
         "errors": out["errors"],
     }
+
+
+class RelationOracle:
+    """A stand-in planner (no LLM here) that asks each entity's fact as its sub-query ("Vernon
+    Sewell date of birth", the question's ``metadata.hops``), all in one search, then answers
+    with the gold answer: a harder retrieval than the titles the plain oracle searches."""
+
+    name = "oracle:relations"
+
+    async def agenerate(self, request: TurnRequest) -> TurnResult:
+        meta = request.metadata or {}
+        if request.final or request.turn_index > 0:
+            text = f"<answer> {(meta.get('golden_answers') or [''])[0]} </answer>"
+        else:
+            text = "<search> " + " ## ".join(h["question"] for h in meta["hops"]) + " </search>"
+        return TurnResult(text=text, finish_reason="stop", labels=("oracle",))
 
 
 class CachedSearcher:
@@ -162,14 +185,22 @@ def _mean(xs: list[float]) -> float | None:
     return round(statistics.fmean(xs), 4) if xs else None
 
 
-def run(per_size: int, seed: int, budget: int, reps: int, backend: str = "onnx", threads: int = 1) -> dict:
+def run(
+    per_size: int,
+    seed: int,
+    budget: int,
+    reps: int,
+    backend: str = "onnx",
+    threads: int = 1,
+    subqueries: str = "titles",
+) -> dict:
     by_k, corpus, data_report = _episodes(per_size, seed)
     embedder = get_embedder(backend=backend, threads=threads)
     store = ChromaStore("wide-questions", path=Path(tempfile.mkdtemp()) / "db", embedder=embedder)
     ingest(store, [corpus], progress=False)
     print(f"{store.count()} entity paragraphs in the store; questions per k: "
           + ", ".join(f"{k}: {len(by_k[k])}" for k in KS))  # fmt: skip
-    policy = OraclePolicy()
+    policy = RelationOracle() if subqueries == "relations" else OraclePolicy()
     graphs = {
         "off": build_parallel_search_graph(policy, store, top_k=TOP_K, max_subqueries=max(KS)),
         "budget": build_parallel_search_graph(
@@ -222,10 +253,10 @@ def run(per_size: int, seed: int, budget: int, reps: int, backend: str = "onnx",
             v: round(row[v]["p50_ms"] / table["1"][v]["p50_ms"], 3) if k > 1 else 1.0 for v in graphs
         }
         table[str(k)] = row
-    results = {"top_k": TOP_K, "passage_budget": budget, "encoder_backend": backend, "encoder_threads": threads, "seed": seed, "per_size": per_size,
+    results = {"top_k": TOP_K, "passage_budget": budget, "encoder_backend": backend, "encoder_threads": threads, "subqueries": subqueries, "seed": seed, "per_size": per_size,
                "data": data_report, "by_k": table, "components_median_ms": components}  # fmt: skip
     print(f"\nwide questions, oracle, parallel graph, top_k {TOP_K}; budget {budget} passages per search; "
-          f"encoder {backend} ({threads} thread(s))")  # fmt: skip
+          f"encoder {backend} ({threads} thread(s)); sub-queries: {subqueries}")  # fmt: skip
     print(f"{'k':>3s} {'n':>4s} {'sq/search':>9s} {'enc/search':>10s} {'p50 ms':>8s} {'x k=1':>6s} "
           f"{'r@3':>6s} {'r@3 k=1':>7s} {'chars':>7s} {'tokens':>7s} | {'budget: top_k':>13s} {'r@top_k':>7s} "
           f"{'p50 ms':>7s} {'x k=1':>6s} {'chars':>7s} {'tokens':>7s}")  # fmt: skip
@@ -277,5 +308,20 @@ if __name__ == "__main__":
     ap.add_argument(
         "--encoder-threads", type=int, default=1, help="threads of an ONNX encoder call (default 1)"
     )
+    ap.add_argument(
+        "--subqueries",
+        choices=("titles", "relations"),
+        default="titles",
+        help="what each entity's sub-query is: its title (the plain oracle; default) or its fact "
+        "('<title> date of birth', a stand-in planner)",
+    )
     args = ap.parse_args()
-    run(args.per_size, args.seed, args.budget, args.reps, args.encoder_backend, args.encoder_threads)
+    run(
+        args.per_size,
+        args.seed,
+        args.budget,
+        args.reps,
+        args.encoder_backend,
+        args.encoder_threads,
+        args.subqueries,
+    )
