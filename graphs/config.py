@@ -26,12 +26,25 @@ MAX_TURNS_LIMIT = 64
 #: the most search stages one search may take at any setting; the recursion limit is sized for it
 MAX_STAGES_LIMIT = 8
 
+#: the largest observation budget (passages per search) a setting or a request may set
+MAX_PASSAGE_BUDGET = 10_000
+
 #: what the builders take as ``resolver``: a name, or a function ``(sub_query, parents) -> str``
 #: (sync or async) or an object with ``aresolve`` (``parallelsearch.agents.resolvers``)
 ResolverChoice: TypeAlias = ResolverName | Callable[..., Any] | None
 
 # Each knob's type and bounds, declared once: GraphConfig, GraphOptions and GraphContext use these.
 TopK = Annotated[int, Field(ge=1, le=100, description="passages per sub-query")]
+PassageBudget = Annotated[
+    int | None,
+    Field(
+        ge=1,
+        le=MAX_PASSAGE_BUDGET,
+        description="passages one search may show in all: a search of k sub-queries fetches "
+        "min(top_k, max(1, passage_budget // k)) per sub-query, so a wide search does not flood the "
+        "context; None = top_k each (off)",
+    ),
+]
 MaxTurns = Annotated[
     int, Field(ge=0, le=MAX_TURNS_LIMIT, description="policy turns before the final answer-only turn")
 ]
@@ -98,6 +111,7 @@ class GraphConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     top_k: TopK = 3
+    passage_budget: PassageBudget = None
     max_turns: MaxTurns = 4
     max_subqueries: MaxSubqueries = 8
     max_concurrency: MaxConcurrency = None
@@ -113,6 +127,13 @@ class GraphConfig(BaseModel):
     max_stages: MaxStages = DEFAULT_MAX_STAGES
     resolver: Resolver = None
     protocol: Protocol = "auto"
+
+    def search_top_k(self, subqueries: int) -> int:
+        """Passages per sub-query in a search of ``subqueries``: ``top_k``, shrunk by the
+        observation budget when one is set (never below one passage each)."""
+        if self.passage_budget is None:
+            return self.top_k
+        return min(self.top_k, max(1, self.passage_budget // max(1, subqueries)))
 
     def recursion_limit(self) -> int:
         """Supersteps an episode can take at the largest ``max_turns`` and ``max_stages`` a request
@@ -136,6 +157,7 @@ class GraphOptions(TypedDict, total=False):
     """
 
     top_k: TopK
+    passage_budget: PassageBudget
     max_turns: MaxTurns
     max_subqueries: MaxSubqueries
     max_concurrency: MaxConcurrency
@@ -161,6 +183,7 @@ class GraphContext(TypedDict, total=False):
     field types are :class:`GraphConfig`'s, so a bound is the same per request as when built."""
 
     top_k: TopK
+    passage_budget: PassageBudget
     max_turns: MaxTurns
     max_subqueries: MaxSubqueries
     max_new_tokens: MaxNewTokens

@@ -396,7 +396,11 @@ class Nodes:
         if act.get("kind") == "search":
             r = state.get("round", 0)
             first = act["stages"][0] if act.get("stages") else range(len(act["subqueries"]))
-            return [Send("search", {"query": act["subqueries"][i], "index": i, "round": r}) for i in first]
+            width = len(act["subqueries"])
+            return [
+                Send("search", {"query": act["subqueries"][i], "index": i, "round": r, "width": width})
+                for i in first
+            ]
         return "planner"
 
     def after_join(self, state: SearchState) -> Any:
@@ -418,7 +422,10 @@ class Nodes:
 
     async def search(self, task: SearchTask, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
         t0 = time.perf_counter()
-        top_k = _configured(self.cfg, config, runtime, self.pinned).top_k
+        # the search's width sizes the observation budget's share; it is not part of the result row
+        task_width = task.get("width", 1)
+        task = {k: v for k, v in task.items() if k != "width"}  # type: ignore[assignment]
+        top_k = _configured(self.cfg, config, runtime, self.pinned).search_top_k(task_width)
         sem = self._sem()
         if sem is None:
             out = await self._one(task, top_k)
@@ -600,6 +607,8 @@ class Nodes:
 
         tasks = await asyncio.gather(*(resolve(i) for i in act["stages"][stage + 1]))
         calls = sum(1 for t in tasks if t.pop("resolved", False))
+        for t in tasks:
+            t["width"] = len(act["subqueries"])
         return {
             "stage": stage + 1,
             "next_stage": list(tasks),

@@ -157,3 +157,5 @@ class SearchTask(TypedDict):
     index: int
     round: int
     error: NotRequired[str]
+    #: sub-queries in the whole search (an observation budget divides among them); not in results
+    width: NotRequired[int]

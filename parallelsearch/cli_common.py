@@ -197,6 +197,12 @@ def add_graph_kind_arg(p: argparse.ArgumentParser, kinds: tuple[str, ...] = GRAP
 def add_graph_args(p: argparse.ArgumentParser) -> None:
     """The graph knobs; unset flags leave the settings' (or GraphConfig's) values."""
     p.add_argument("--top-k", type=int, help="passages per sub-query (default 3)")
+    p.add_argument(
+        "--passage-budget",
+        type=int,
+        help="passages one search may show in all: k sub-queries get max(1, budget // k) each, at most "
+        "--top-k (default: off, --top-k each)",
+    )
     p.add_argument("--max-turns", type=int, help="policy turns before the answer-only turn (default 4)")
     p.add_argument("--max-subqueries", type=int, help="sub-queries allowed in one search (default 8)")
     p.add_argument(
@@ -261,6 +267,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
             update[field] = v[flag]
     graph = s.graph_config.updated(
         top_k=v.get("top_k"),
+        passage_budget=v.get("passage_budget"),
         max_turns=v.get("max_turns"),
         max_subqueries=v.get("max_subqueries"),
         prompt_template=v.get("template"),

@@ -1,0 +1,327 @@
+"""Wide questions: one search of k sub-queries, k = 1..64, on SYNTHETIC N-entity questions.
+
+Goals: graph latency of a k = 32 search within 2x of a k = 1 search (the k sub-queries meet in
+one batched encode), and recall@3 per entity within 0.02 of k = 1.
+
+k is the number of entities of a question, and the plain oracle searches them all in ONE search
+of k sub-queries (each an entity's title) on the ``parallel`` graph, then answers: two policy
+calls. k = 1 is the single-entity search: a lookup question of one entity ("When was A born?"),
+asked for every entity of the pool, so each entity's recall at k is compared with its own recall
+searched alone (an N-entity question asked one entity per turn costs N of these searches).
+Questions: ``parallelsearch.data.wide_questions`` from the non-holdout 2Wiki file (people born /
+died first or last, works that came out first or last). Store: the entities' own paragraphs in
+a real embedded Chroma store with the MiniLM encoder (ONNX on CPU, as ``encoder_backend: auto``
+runs it; ``--encoder-backend torch`` for sentence-transformers).
+
+With ``--subqueries relations`` a stand-in planner asks each entity's fact instead ("Vernon
+Sewell date of birth", from ``metadata.hops``): a harder retrieval. The component timings
+below use the titles either way.
+
+Every episode runs twice, observation budget off (``top_k`` 3 each) and on (``passage_budget``:
+``min(3, max(1, budget // k))`` each), the two in alternating order, and the episodes of all k
+are interleaved in one process. Per k: decomposition ratio (sub-queries per search), encoder
+calls per search, graph latency (one ``ainvoke``, p50/p95, and the p50 ratio to k = 1),
+per-entity recall@3 (budget off) and recall at the budgeted top_k (budget on), and the
+observation's length in characters and in MiniLM word-piece tokens (not a policy's tokenizer).
+Writes benchmarks/results/wide_questions.json (and a plot with the ``plots`` extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from _common import OUT, RAW, percentile, plot_bars, write
+
+from parallelsearch.agents.policies import OraclePolicy
+from parallelsearch.agents.policies.base import TurnRequest, TurnResult
+from parallelsearch.data.wide_questions import collect_entities, generate, make_question
+from parallelsearch.data.wide_questions import write as write_wide
+from parallelsearch.graphs import build_parallel_search_graph
+from parallelsearch.stores import ChromaStore, ingest
+from parallelsearch.stores.embedders import get_embedder
+
+TWOWIKI = RAW / "2wikimultihopqa" / "hahahajw_Agentic-RAG" / "2WikiMultihopQA_500_benchmark.json"
+KS = (1, 2, 4, 8, 16, 32, 64)
+TOP_K = 3
+
+
+def _tokenizer():
+    """MiniLM's word-piece tokenizer (offline, shipped with the encoder), or None."""
+    try:
+        from transformers import AutoTokenizer
+
+        from parallelsearch.stores.embedders import DEFAULT_MODEL, resolve_model_path
+
+        return AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_MODEL))
+    except Exception as e:  # noqa: BLE001 - token counts are optional; characters are always given
+        print(f"no tokenizer ({type(e).__name__}: {e}): observation length in characters only")
+        return None
+
+
+def _episodes(per_size: int, seed: int) -> tuple[dict[int, list[dict]], Path, dict]:
+    """The questions of every k (k = 1: one lookup per entity of the pool) and the corpus file."""
+    entities, report = collect_entities([TWOWIKI])
+    wide = generate(entities, sizes=[k for k in KS if k > 1], per_size=per_size, seed=seed)
+    corpus = write_wide(wide, Path(tempfile.mkdtemp()))[1]
+    by_k: dict[int, list[dict]] = defaultdict(list)
+    for q in wide.questions:
+        by_k[q["metadata"]["n_entities"]].append(q)
+    used = {t for q in wide.questions for t in q["metadata"]["supporting_titles"]}
+    for rel, pool in entities.items():
+        for e in pool:
+            if e.title in used:
+                by_k[1].append(make_question([e], "first", f"lookup-{rel}-{e.title}", seed))
+    return by_k, corpus, {"entities": report.as_dict(), **wide.report}
+
+
+def _schedule(by_k: dict[int, list[dict]]) -> list[tuple[int, dict]]:
+    """All episodes, each k spread evenly over the run (by its fraction done), so every k sees
+    the same machine."""
+    rows = [(i / len(qs), k, q) for k, qs in by_k.items() for i, q in enumerate(qs)]
+    return [(k, q) for _, k, q in sorted(rows, key=lambda r: (r[0], r[1]))]
+
+
+async def _episode(graph, store: ChromaStore, q: dict) -> dict:
+    meta = {**q["metadata"], "golden_answers": q["golden_answers"]}
+    before = store.coalesced_batches
+    t0 = time.perf_counter()
+    out = await graph.ainvoke({"question": q["question"], "metadata": meta})
+    ms = (time.perf_counter() - t0) * 1000
+    obs = [t for t in out["trajectory"] if t["type"] == "observation"]
+    rows = [r for t in obs for r in t["results"]]
+    title_of = {h["question"]: h["title"] for h in q["metadata"]["hops"]}  # a relation sub-query's entity
+    titles = [title_of.get(r["query"], r["query"]) for r in rows]
+    hits3 = [t in [p["title"] for p in r["passages"][:3]] for t, r in zip(titles, rows, strict=True)]
+    hits = [t in [p["title"] for p in r["passages"]] for t, r in zip(titles, rows, strict=True)]
+    return {
+        "ms": ms,
+        "policy_calls": out["policy_calls"],
+        "searches": out["search_rounds"],
+        "subqueries": out["subqueries"],
+        "encoder_calls": store.coalesced_batches - before,
+        "passages_per_subquery": [len(r["passages"]) for r in rows],
+        "hits3": dict(zip(titles, hits3, strict=True)),
+        "hits": dict(zip(titles, hits, strict=True)),
+        "observation": "".join(t["text"] for t in obs),
+        "errors": out["errors"],
+    }
+
+
+class RelationOracle:
+    """A stand-in planner (no LLM here) that asks each entity's fact as its sub-query ("Vernon
+    Sewell date of birth", the question's ``metadata.hops``), all in one search, then answers
+    with the gold answer: a harder retrieval than the titles the plain oracle searches."""
+
+    name = "oracle:relations"
+
+    async def agenerate(self, request: TurnRequest) -> TurnResult:
+        meta = request.metadata or {}
+        if request.final or request.turn_index > 0:
+            text = f"<answer> {(meta.get('golden_answers') or [''])[0]} </answer>"
+        else:
+            text = "<search> " + " ## ".join(h["question"] for h in meta["hops"]) + " </search>"
+        return TurnResult(text=text, finish_reason="stop", labels=("oracle",))
+
+
+class CachedSearcher:
+    """A stand-in searcher answering from results computed beforehand by the real store, so a
+    graph run with it costs the graph alone (its k ``Send``s, join and observation)."""
+
+    name = "cached"
+
+    def __init__(self, store: ChromaStore, queries: list[str], k: int) -> None:
+        self.results = dict(zip(queries, store.search_batch(queries, k), strict=True))
+
+    async def asearch(self, query: str, k: int = TOP_K) -> list:
+        return self.results[query][:k]
+
+
+def _components(store: ChromaStore, by_k: dict[int, list[dict]], reps: int) -> dict[str, dict[str, float]]:
+    """Median ms per k of the parts of a search, interleaved over k and repeated: the encoder
+    call alone (k titles in one batch), ``search_batch`` (encoder + Chroma), and a graph episode
+    whose searcher is the cached stand-in (the graph's own cost)."""
+    widest = max(by_k[max(KS)], key=lambda q: q["metadata"]["n_entities"])["metadata"]["supporting_titles"]
+    queries = sorted({t for qs in by_k.values() for q in qs for t in q["metadata"]["supporting_titles"]})
+    cached = build_parallel_search_graph(
+        OraclePolicy(), CachedSearcher(store, queries, TOP_K), top_k=TOP_K, max_subqueries=max(KS)
+    )
+    times: dict[str, dict[int, list[float]]] = {
+        p: defaultdict(list) for p in ("encode", "search_batch", "graph_cached")
+    }
+
+    async def go() -> None:
+        for r in range(reps):
+            for k in KS if r % 2 == 0 else tuple(reversed(KS)):
+                t0 = time.perf_counter()
+                store.embedder.encode_queries(widest[:k])
+                t1 = time.perf_counter()
+                store.search_batch(widest[:k], TOP_K)
+                t2 = time.perf_counter()
+                q = by_k[k][r % len(by_k[k])]
+                await cached.ainvoke(
+                    {
+                        "question": q["question"],
+                        "metadata": {**q["metadata"], "golden_answers": q["golden_answers"]},
+                    }
+                )
+                t3 = time.perf_counter()
+                times["encode"][k].append((t1 - t0) * 1000)
+                times["search_batch"][k].append((t2 - t1) * 1000)
+                times["graph_cached"][k].append((t3 - t2) * 1000)
+
+    asyncio.run(go())
+    return {
+        part: {str(k): round(statistics.median(v), 1) for k, v in by.items()} for part, by in times.items()
+    }
+
+
+def _mean(xs: list[float]) -> float | None:
+    return round(statistics.fmean(xs), 4) if xs else None
+
+
+def run(
+    per_size: int,
+    seed: int,
+    budget: int,
+    reps: int,
+    backend: str = "onnx",
+    threads: int = 1,
+    subqueries: str = "titles",
+) -> dict:
+    by_k, corpus, data_report = _episodes(per_size, seed)
+    embedder = get_embedder(backend=backend, threads=threads)
+    store = ChromaStore("wide-questions", path=Path(tempfile.mkdtemp()) / "db", embedder=embedder)
+    ingest(store, [corpus], progress=False)
+    print(f"{store.count()} entity paragraphs in the store; questions per k: "
+          + ", ".join(f"{k}: {len(by_k[k])}" for k in KS))  # fmt: skip
+    policy = RelationOracle() if subqueries == "relations" else OraclePolicy()
+    graphs = {
+        "off": build_parallel_search_graph(policy, store, top_k=TOP_K, max_subqueries=max(KS)),
+        "budget": build_parallel_search_graph(
+            policy, store, top_k=TOP_K, max_subqueries=max(KS), passage_budget=budget
+        ),
+    }
+    tok = _tokenizer()
+    schedule = _schedule(by_k)
+    got: dict[str, dict[int, list[dict]]] = {v: defaultdict(list) for v in graphs}
+
+    async def go() -> None:
+        from tqdm import tqdm
+
+        for k in KS:  # warm-up: one untimed episode per graph and k (first-call costs)
+            for g in graphs.values():
+                await _episode(g, store, by_k[k][0])
+        for i, (k, q) in enumerate(tqdm(schedule, desc="episodes", unit="q")):
+            order = list(graphs) if i % 2 == 0 else list(reversed(graphs))
+            for variant in order:
+                got[variant][k].append(await _episode(graphs[variant], store, q))
+
+    asyncio.run(go())
+    print(f"components: {reps} interleaved repetitions per k")
+    components = _components(store, by_k, reps)
+    base_recall = {t: h for e in got["off"][1] for t, h in e["hits3"].items()}
+    table: dict[str, dict] = {}
+    for k in KS:
+        row: dict = {"questions": len(by_k[k])}
+        for variant, eps in ((v, got[v][k]) for v in graphs):
+            ms = [e["ms"] for e in eps]
+            obs = [e["observation"] for e in eps]
+            hits3 = [h for e in eps for h in e["hits3"].values()]
+            hits = [h for e in eps for h in e["hits"].values()]
+            paired = [(h, base_recall[t]) for e in eps for t, h in e["hits3"].items() if t in base_recall]
+            row[variant] = {
+                "p50_ms": percentile(ms, 0.5, 1),
+                "p95_ms": percentile(ms, 0.95, 1),
+                "policy_calls": _mean([e["policy_calls"] for e in eps]),
+                "decomposition_ratio": _mean([e["subqueries"] / max(1, e["searches"]) for e in eps]),
+                "encoder_calls_per_search": _mean([e["encoder_calls"] / max(1, e["searches"]) for e in eps]),
+                "passages_per_subquery": _mean([n for e in eps for n in e["passages_per_subquery"]]),
+                "recall_at_3": _mean([float(h) for h in hits3]),
+                "recall_at_top_k": _mean([float(h) for h in hits]),
+                "same_entities_recall_at_3_k1": _mean([float(b) for _, b in paired]),
+                "observation_chars": _mean([float(len(o)) for o in obs]),
+                "observation_tokens": _mean([float(len(tok(o)["input_ids"])) for o in obs]) if tok else None,
+                "errors": sum(e["errors"] for e in eps),
+            }
+        row["latency_ratio_to_k1"] = {
+            v: round(row[v]["p50_ms"] / table["1"][v]["p50_ms"], 3) if k > 1 else 1.0 for v in graphs
+        }
+        table[str(k)] = row
+    results = {"top_k": TOP_K, "passage_budget": budget, "encoder_backend": backend, "encoder_threads": threads, "subqueries": subqueries, "seed": seed, "per_size": per_size,
+               "data": data_report, "by_k": table, "components_median_ms": components}  # fmt: skip
+    print(f"\nwide questions, oracle, parallel graph, top_k {TOP_K}; budget {budget} passages per search; "
+          f"encoder {backend} ({threads} thread(s)); sub-queries: {subqueries}")  # fmt: skip
+    print(f"{'k':>3s} {'n':>4s} {'sq/search':>9s} {'enc/search':>10s} {'p50 ms':>8s} {'x k=1':>6s} "
+          f"{'r@3':>6s} {'r@3 k=1':>7s} {'chars':>7s} {'tokens':>7s} | {'budget: top_k':>13s} {'r@top_k':>7s} "
+          f"{'p50 ms':>7s} {'x k=1':>6s} {'chars':>7s} {'tokens':>7s}")  # fmt: skip
+    for k, row in table.items():
+        o, b = row["off"], row["budget"]
+        print(
+            f"{k:>3s} {row['questions']:4d} {o['decomposition_ratio']:9.1f} {o['encoder_calls_per_search']:10.2f} "
+            f"{o['p50_ms']:8.1f} {row['latency_ratio_to_k1']['off']:6.2f} {o['recall_at_3']:6.3f} "
+            f"{o['same_entities_recall_at_3_k1'] or 0:7.3f} {o['observation_chars']:7.0f} {o['observation_tokens'] or 0:7.0f} | "
+            f"{b['passages_per_subquery']:13.2f} {b['recall_at_top_k']:7.3f} {b['p50_ms']:7.1f} "
+            f"{row['latency_ratio_to_k1']['budget']:6.2f} {b['observation_chars']:7.0f} {b['observation_tokens'] or 0:7.0f}"
+        )
+    print("\nmedian ms per part (k titles): " + " | ".join(f"{p}" for p in components))
+    for k in KS:
+        parts = [components[p][str(k)] for p in components]
+        ratios = [components[p][str(k)] / max(components[p]["1"], 1e-9) for p in components]
+        print(f"{k:>3d} " + " | ".join(f"{v:8.1f} ({x:5.2f}x)" for v, x in zip(parts, ratios, strict=True)))
+    write("wide_questions", results)
+    plot_bars(
+        OUT / "wide_questions.png",
+        f"Wide questions: one search of k sub-queries (budget {budget})",
+        {
+            f"k={k}": {
+                "p50 latency / k=1": row["latency_ratio_to_k1"]["off"],
+                "recall@3": row["off"]["recall_at_3"],
+                f"recall, budget {budget}": row["budget"]["recall_at_top_k"],
+            }
+            for k, row in table.items()
+        },
+        "ratio / recall",
+        hline=(2.0, "latency goal (2x)"),
+    )
+    return results
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--per-size", type=int, default=2, help="questions per k and relation (default 2)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--budget", type=int, default=16, help="passages per search with the budget on (default 16)"
+    )
+    ap.add_argument("--reps", type=int, default=10, help="repetitions of the component timings (default 10)")
+    ap.add_argument(
+        "--encoder-backend",
+        default="onnx",
+        help="onnx (default: what 'auto' runs on CPU), torch or onnx-int8",
+    )
+    ap.add_argument(
+        "--encoder-threads", type=int, default=1, help="threads of an ONNX encoder call (default 1)"
+    )
+    ap.add_argument(
+        "--subqueries",
+        choices=("titles", "relations"),
+        default="titles",
+        help="what each entity's sub-query is: its title (the plain oracle; default) or its fact "
+        "('<title> date of birth', a stand-in planner)",
+    )
+    args = ap.parse_args()
+    run(
+        args.per_size,
+        args.seed,
+        args.budget,
+        args.reps,
+        args.encoder_backend,
+        args.encoder_threads,
+        args.subqueries,
+    )
