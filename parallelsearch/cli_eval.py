@@ -76,22 +76,21 @@ def run_and_report(
 ) -> dict[str, Any]:
     """Evaluate ``graphs`` with the settings' policy, searcher (or ``searcher``) and graph config."""
     from parallelsearch.eval import comparison_lines, evaluate, write_report
-    from parallelsearch.graphs.factory import make_answer_policy, make_policy, make_searcher
 
-    pcfg = settings.policy_config()
+    parts = settings.graph_parts(graphs, searcher=searcher)
     run = asyncio.run(
         evaluate(
             questions,
             graphs,
-            make_policy(pcfg),
-            searcher if searcher is not None else make_searcher(settings.retrieval()),
+            parts.policy,
+            parts.searcher,
             out,
-            policy_spec=pcfg.policy,
-            answer_policy=make_answer_policy(pcfg),
+            policy_spec=settings.policy,
+            answer_policy=parts.answer_policy,
             dataset=dataset,
             concurrency=concurrency,
             turn_delay_s=turn_delay_ms / 1000,
-            config=settings.graph,
+            config=parts.config,
         )
     )
     summary = write_report(out, plots_enabled=plots)

@@ -17,8 +17,9 @@ that folder exists, else the user's data dir, ``$XDG_DATA_HOME/parallelsearch``)
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 from pydantic_settings import (
@@ -30,8 +31,12 @@ from pydantic_settings import (
 )
 
 from parallelsearch.agents.policies.config import PolicyConfig
+from parallelsearch.checkpointers import CheckpointerKind
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.stores.config import RetrievalConfig
+
+if TYPE_CHECKING:
+    from parallelsearch.graphs.factory import GraphParts
 
 
 def default_home() -> Path:
@@ -87,7 +92,7 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
     server_max_json_depth: int = Field(
         64, ge=1, description="deepest nesting of a JSON request body, checked before parsing (400)"
     )
-    server_checkpointer: Literal["none", "memory", "sqlite", "postgres"] = Field(
+    server_checkpointer: CheckpointerKind = Field(
         "sqlite",
         description="where `parallelsearch serve` keeps threads (requests with a thread_id): "
         "sqlite = an embedded file (one process), postgres = shared by several processes, "
@@ -107,6 +112,19 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
         if self.server_checkpointer == "sqlite":
             return str(Path(self.home) / "threads.sqlite")
         return None
+
+    def graph_parts(self, kinds: Iterable[str], *, policy: Any = None, searcher: Any = None) -> GraphParts:
+        """The parts of graphs of ``kinds`` as these settings say (built by the factory): the one
+        path from settings to graphs for the CLI, the server, ``langgraph_app`` and eval.
+        ``policy`` and ``searcher``: objects already built (tests, notebooks) used instead."""
+        from parallelsearch.graphs.factory import make_parts
+
+        return make_parts(
+            kinds,
+            policy=self.policy_config() if policy is None else policy,
+            retrieval=self.retrieval() if searcher is None else searcher,
+            graph=self.graph,
+        )
 
     @model_validator(mode="before")
     @classmethod
