@@ -262,6 +262,35 @@ def test_precedence_serve(configured, monkeypatch, case, env, flag, expected):
 
 
 @needs_data
+def test_serve_and_ask_build_the_same_graph_from_the_same_flags(
+    configured, hotpot_store, monkeypatch, capsys
+):
+    """One path from settings to graphs: with the same flags over the same environment, the
+    served route and ``ask`` send the policy server the same requests and return the same run."""
+    import uvicorn
+
+    flags = ["--store", hotpot_store.name, "--top-k", "2", "--max-turns", "3", "--template", "official"]
+    flags += ["--answer-policy", "openai:test-model"]
+    apps = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: apps.append(app))
+    assert main(["serve", *flags]) == 0
+    with UvicornThread(apps[0]) as srv:
+        health = httpx.get(srv.url + "/health", timeout=10).json()
+        r = httpx.post(srv.url + "/parallelsearch/invoke", json={"input": {"question": Q}}, timeout=60)
+    assert r.status_code == 200 and health["graph"]["top_k"] == 2 and health["graph"]["max_turns"] == 3
+    served, served_requests = r.json()["output"], list(configured.state.requests)
+    configured.state.requests.clear()
+    capsys.readouterr()
+    assert main(["ask", Q, "--json", *flags]) == 0
+    asked = json.loads(capsys.readouterr().out)
+    # three: the search turn, the planner choosing to answer, the answer policy's answer turn
+    assert configured.state.requests == served_requests and len(served_requests) == 3
+    assert "as many times as your want" in served_requests[0]["prompt"]  # the official template
+    keys = ("answer", "status", "transcript", "policy_calls", "search_rounds", "subqueries", "passages")
+    assert {k: served[k] for k in keys} == {k: asked[k] for k in keys} and asked["passages"] == 4
+
+
+@needs_data
 @pytest.mark.parametrize(("case", "env", "flag", "expected"), CASES)
 def test_precedence_demo(configured, monkeypatch, tmp_path, case, env, flag, expected):
     _set_env_top_k(monkeypatch, env)
