@@ -19,8 +19,8 @@ vllm = pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (mak
 
 from parallelsearch.agents.policies import PolicyConfig, TurnRequest, VLLMPolicy  # noqa: E402
 from parallelsearch.agents.protocol import STOP_STRINGS, parse_action, protocol_regex  # noqa: E402
-from parallelsearch.graphs.config import GraphConfig  # noqa: E402
 from parallelsearch.graphs import build_graph  # noqa: E402
+from parallelsearch.graphs.config import GraphConfig  # noqa: E402
 from parallelsearch.graphs.factory import make_policy  # noqa: E402
 
 ENGINE_ARGS = {"dtype": "float32", "max_model_len": 16384, "enforce_eager": True, "seed": 0}
