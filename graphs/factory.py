@@ -127,9 +127,8 @@ def resolve_backend(cfg: RetrievalConfig, client: Any, name: str) -> str:
 
 def make_chroma_client(cfg: RetrievalConfig) -> Any:
     """A Chroma server client when ``chroma_host`` is set, else the embedded client at ``chroma_path``."""
-    if not cfg.chroma_host and cfg.chroma_path is None:
-        raise ValueError("no store location: set chroma_path (embedded store) or chroma_host (Chroma server)")
-    return make_client(path=cfg.chroma_path, host=cfg.chroma_host, port=cfg.chroma_port)
+    where = store_location(cfg)
+    return make_client(path=where.path, host=where.host, port=where.port)
 
 
 def make_store(
@@ -215,14 +214,11 @@ def writing_store(
     records), inside the lock, since opening the client earlier would load a stale index.
     """
     validate_store_name(name)
+    where = store_location(cfg)
     lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-    if not cfg.chroma_host:
-        if cfg.chroma_path is None:
-            raise ValueError(
-                "no store location: set chroma_path (embedded store) or chroma_host (Chroma server)"
-            )
+    if not where.host and where.path is not None:  # an embedded store: one writer at a time
         timeout = cfg.store_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
-        lock = StoreWriteLock(cfg.chroma_path, name, timeout_s=timeout, on_wait=on_wait)
+        lock = StoreWriteLock(where.path, name, timeout_s=timeout, on_wait=on_wait)
     with lock:
         client = make_chroma_client(cfg)
         if embedder is None and embedder_for is not None:
@@ -237,7 +233,8 @@ def writing_store(
 
 
 def store_location(cfg: RetrievalConfig) -> StoreLocation:
-    """Where ``cfg`` says stores live, as the isolated store reader opens it."""
+    """Where ``cfg`` says stores live (a Chroma server, else the embedded folder), as every
+    client here and the isolated store reader open it."""
     if not cfg.chroma_host and cfg.chroma_path is None:
         raise ValueError("no store location: set chroma_path (embedded store) or chroma_host (Chroma server)")
     return StoreLocation(path=cfg.chroma_path, host=cfg.chroma_host, port=cfg.chroma_port)

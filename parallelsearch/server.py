@@ -77,7 +77,6 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
 
     s = settings or get_settings()
     parts = s.graph_parts(ROUTES.values(), policy=policy, searcher=searcher)
-    pol, cfg = parts.policy, parts.config
 
     def build(route: str, checkpointer: Any = None) -> Any:
         return parts.graph(ROUTES[route], checkpointer)
@@ -117,16 +116,16 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
         settings=s,
         admission=admission,
         routes=set(ROUTES),
-        needs_gold=isinstance(pol, OraclePolicy),
+        needs_gold=isinstance(parts.policy, OraclePolicy),
     )
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {
             "status": "ok",
-            "policy": getattr(pol, "name", type(pol).__name__),
+            "policy": getattr(parts.policy, "name", type(parts.policy).__name__),
             "routes": [f"/{r}" for r in ROUTES],
-            "graph": cfg.model_dump(),
+            "graph": parts.config.model_dump(),
             "per_request": list(PER_REQUEST_KEYS),
             "threads": s.server_checkpointer,
             "api_key_required": bool(s.server_api_key),
