@@ -323,9 +323,6 @@ class GraphParts:
             config=self.config,
         )
 
-    def graphs(self, kinds: Iterable[str], checkpointer: Any = None) -> dict[str, SearchGraph]:
-        return {kind: self.graph(kind, checkpointer) for kind in kinds}
-
 
 def make_parts(
     kinds: Iterable[str],

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 from parallelsearch.settings import get_settings
 
-_kinds = ["parallel", "sequential", "rag"]
-_graphs = get_settings().graph_parts(_kinds).graphs(_kinds)
-
-graph = _graphs["parallel"]
-sequential = _graphs["sequential"]
-rag = _graphs["rag"]
+_parts = get_settings().graph_parts(["parallel", "sequential", "rag"])
+graph = _parts.graph("parallel")
+sequential = _parts.graph("sequential")
+rag = _parts.graph("rag")
