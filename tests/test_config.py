@@ -34,6 +34,7 @@ from parallelsearch.graphs import (
 from parallelsearch.rl.agent_config import AgentConfig
 from parallelsearch.settings import Settings, get_settings
 from parallelsearch.stores.config import RetrievalConfig
+from parallelsearch.stores.errors import StoreNotFoundError
 
 Q = "Were Scott Derrickson and Ed Wood of the same nationality?"
 SEARCH = ["<think> t </think><search> Scott Derrickson ## Ed Wood </search>", "<answer> yes </answer>"]
@@ -73,6 +74,20 @@ def test_openai_key_from_settings_only(monkeypatch):
     )
     assert (pol.base_url, pol.api_key) == ("http://h:1/v1", "k")
     assert factory.make_policy("openai:m@http://other:2/v1").base_url == "http://other:2/v1"
+
+
+def test_graph_parts_build_what_the_kinds_need(tmp_path):
+    """An answer policy only when one is configured; no store opened for the direct graph alone
+    (the store named here does not exist, so opening it would fail)."""
+    s = Settings(home=tmp_path, stores=["missing"], answer_policy="oracle", graph={"top_k": 2})
+    parts = s.graph_parts(["direct"])
+    assert parts.searcher is None and parts.answer_policy is not None and parts.config.top_k == 2
+    assert parts.graph("direct").name == "direct"
+    assert Settings(home=tmp_path).graph_parts(["direct"]).answer_policy is None
+    with pytest.raises(StoreNotFoundError, match="no store named 'missing'"):
+        s.graph_parts(["direct", "rag"])
+    with pytest.raises(ValueError, match="unknown graph 'dag2'"):
+        s.graph_parts(["dag2"])
 
 
 def test_factory_builds_searchers_from_one_retrieval_config(hotpot_store, tmp_path):
