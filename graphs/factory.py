@@ -1,4 +1,4 @@
-"""Configuration -> runtime objects: embedders, stores, searchers, policies and graphs.
+"""Configuration -> runtime objects: embedders, stores, searchers, policies and graph parts.
 
 This module is the one place that turns configuration models
 (:class:`~parallelsearch.stores.config.RetrievalConfig`,
@@ -6,8 +6,7 @@ This module is the one place that turns configuration models
 :class:`~parallelsearch.graphs.config.GraphConfig`) into the objects that run. Every entry
 point goes through it: the CLI commands, ``parallelsearch serve``, ``langgraph_app.py``,
 the OpenRLHF agent config and the notebooks. Changing how a store is opened or a policy
-is reached is therefore one edit here (docs/architecture.md, "Configuration"). It also
-opens the checkpointer a server keeps its threads in (:func:`open_checkpointer`).
+is reached is therefore one edit here (docs/architecture.md, "Configuration").
 
 It sits in the ``graphs`` layer because it needs every part below (stores, agents,
 graphs) and must be importable by ``rl``; the app's settings only produce the models.
@@ -17,17 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from parallelsearch.agents.policies.base import Policy
 from parallelsearch.agents.policies.config import PolicyConfig
 from parallelsearch.agents.policies.spec import policy_from_spec
 from parallelsearch.agents.searchers.backends import MultiStoreSearcher, RemoteSearcher, StoreSearcher
 from parallelsearch.agents.searchers.base import Searcher
-from parallelsearch.graphs.builders import SEARCHING_KINDS, SearchGraph, build_graph, check_graph_kind
+from parallelsearch.graphs.builders import SearchGraph, build_graph, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.stores.backend_choice import auto_backend, on_gpu, onnx_encoder_workers
 from parallelsearch.stores.chroma_store import (
@@ -129,9 +127,8 @@ def resolve_backend(cfg: RetrievalConfig, client: Any, name: str) -> str:
 
 def make_chroma_client(cfg: RetrievalConfig) -> Any:
     """A Chroma server client when ``chroma_host`` is set, else the embedded client at ``chroma_path``."""
-    if not cfg.chroma_host and cfg.chroma_path is None:
-        raise ValueError("no store location: set chroma_path (embedded store) or chroma_host (Chroma server)")
-    return make_client(path=cfg.chroma_path, host=cfg.chroma_host, port=cfg.chroma_port)
+    where = store_location(cfg)
+    return make_client(path=where.path, host=where.host, port=where.port)
 
 
 def make_store(
@@ -217,14 +214,11 @@ def writing_store(
     records), inside the lock, since opening the client earlier would load a stale index.
     """
     validate_store_name(name)
+    where = store_location(cfg)
     lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-    if not cfg.chroma_host:
-        if cfg.chroma_path is None:
-            raise ValueError(
-                "no store location: set chroma_path (embedded store) or chroma_host (Chroma server)"
-            )
+    if not where.host and where.path is not None:  # an embedded store: one writer at a time
         timeout = cfg.store_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
-        lock = StoreWriteLock(cfg.chroma_path, name, timeout_s=timeout, on_wait=on_wait)
+        lock = StoreWriteLock(where.path, name, timeout_s=timeout, on_wait=on_wait)
     with lock:
         client = make_chroma_client(cfg)
         if embedder is None and embedder_for is not None:
@@ -239,7 +233,8 @@ def writing_store(
 
 
 def store_location(cfg: RetrievalConfig) -> StoreLocation:
-    """Where ``cfg`` says stores live, as the isolated store reader opens it."""
+    """Where ``cfg`` says stores live (a Chroma server, else the embedded folder), as every
+    client here and the isolated store reader open it."""
     if not cfg.chroma_host and cfg.chroma_path is None:
         raise ValueError("no store location: set chroma_path (embedded store) or chroma_host (Chroma server)")
     return StoreLocation(path=cfg.chroma_path, host=cfg.chroma_host, port=cfg.chroma_port)
@@ -304,195 +299,50 @@ def make_policy(cfg: PolicyConfig | str, *, answer: bool = False) -> Policy:
     )
 
 
-def make_answer_policy(cfg: PolicyConfig) -> Policy | None:
-    """The separate answer-turn policy when one is configured, else None (the policy answers)."""
-    return make_policy(cfg, answer=True) if cfg.answer_policy else None
+@dataclass(frozen=True)
+class GraphParts:
+    """The policy, answer policy, searcher and knobs every graph of one run shares, built once.
+
+    A server compiles each route from them twice (without, then with its checkpointer) and
+    reports the policy and the stores; an evaluation runs each kind over the same parts.
+    """
+
+    policy: Policy
+    searcher: Searcher | None = None
+    answer_policy: Policy | None = None
+    config: GraphConfig = field(default_factory=GraphConfig)
+
+    def graph(self, kind: str, checkpointer: Any = None) -> SearchGraph:
+        """The compiled graph of ``kind`` (the builders ignore the answer policy where no turn uses it)."""
+        return build_graph(
+            kind,
+            self.policy,
+            self.searcher,
+            answer_policy=self.answer_policy,
+            checkpointer=checkpointer,
+            config=self.config,
+        )
 
 
-def make_graph(
-    kind: str,
-    *,
-    policy: Policy,
-    searcher: Any = None,
-    graph: GraphConfig | None = None,
-    answer_policy: Policy | None = None,
-    checkpointer: Any = None,
-) -> SearchGraph:
-    """One compiled graph of ``kind`` over already built parts."""
-    return build_graph(
-        kind, policy, searcher, answer_policy=answer_policy, checkpointer=checkpointer, config=graph
-    )
-
-
-def make_graphs(
+def make_parts(
     kinds: Iterable[str],
     *,
     policy: PolicyConfig | Policy,
     retrieval: RetrievalConfig | Searcher | None,
-    graph: GraphConfig | None = None,
-    checkpointer: Any = None,
-) -> dict[str, SearchGraph]:
-    """Several graphs sharing one policy and one searcher (a server's routes, an evaluation).
+    graph_config: GraphConfig | None = None,
+) -> GraphParts:
+    """The parts for graphs of ``kinds``: the one path from configuration to graphs.
 
-    ``policy`` and ``retrieval`` may be configuration (built here) or objects already
-    built (tests and notebooks pass a scripted policy or a store); the ``direct`` graph
-    alone needs no searcher.
+    ``policy`` and ``retrieval`` may be configuration (built here) or objects already built
+    (tests and notebooks pass a scripted policy or a store); no searcher is opened when every
+    kind is ``direct``, the one graph that does not search.
     """
     kinds = [check_graph_kind(k) for k in kinds]
     answer_policy = None
     if isinstance(policy, PolicyConfig):
-        answer_policy = make_answer_policy(policy)
+        answer_policy = make_policy(policy, answer=True) if policy.answer_policy else None
         policy = make_policy(policy)
     searcher = retrieval
     if isinstance(retrieval, RetrievalConfig):
         searcher = make_searcher(retrieval) if any(k != "direct" for k in kinds) else None
-    return {
-        kind: make_graph(
-            kind,
-            policy=policy,
-            searcher=searcher,
-            graph=graph,
-            answer_policy=answer_policy if kind in SEARCHING_KINDS else None,
-            checkpointer=checkpointer,
-        )
-        for kind in kinds
-    }
-
-
-#: the Postgres advisory lock that serialises checkpoint-table migrations across processes
-_SETUP_LOCK = 0x70617261_6C6C656C  # "parallel"
-#: what ``open_checkpointer`` accepts (the app's ``server_checkpointer`` setting)
-CHECKPOINTERS: tuple[str, ...] = ("none", "memory", "sqlite", "postgres")
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def _missing(package: str, extra: str) -> ImportError:
-    return ImportError(f"this checkpointer needs {package}: pip install 'parallelsearch[{extra}]'")
-
-
-@contextlib.asynccontextmanager
-async def open_checkpointer(
-    kind: str, target: str | None = None, *, timeout_s: float = 10.0, pool_size: int = 10
-) -> AsyncIterator[Any]:
-    """A LangGraph checkpointer for served threads, open for the ``async with`` block.
-
-    Enter it inside the event loop that runs the graphs (a server's lifespan): the async
-    savers bind to the running loop. ``kind``: ``none`` (yields None), ``memory`` (threads
-    last as long as the process), ``sqlite`` (``target`` = a database file; the embedded
-    default, one process at a time) or ``postgres`` (``target`` = a ``postgresql://`` URL; a
-    connection pool, so several server processes share one set of threads). The tables
-    are created on entry, so a wrong path or an unreachable database fails at start-up,
-    within ``timeout_s``, with the target named (a URL's password redacted).
-    """
-    if kind not in CHECKPOINTERS:
-        raise ValueError(f"unknown checkpointer {kind!r}; choose one of {', '.join(CHECKPOINTERS)}")
-    if kind == "none":
-        yield None
-    elif kind == "memory":
-        from langgraph.checkpoint.memory import InMemorySaver
-
-        yield InMemorySaver()
-    elif kind == "sqlite":
-        async with _sqlite_saver(target) as saver:
-            yield saver
-    else:
-        async with _postgres_saver(target, timeout_s=timeout_s, pool_size=pool_size) as saver:
-            yield saver
-
-
-@contextlib.asynccontextmanager
-async def _sqlite_saver(target: str | None) -> AsyncIterator[Any]:
-    import sqlite3
-
-    try:
-        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-    except ImportError as e:
-        raise _missing("langgraph-checkpoint-sqlite", "serve") from e
-    if not target:
-        raise ValueError("the sqlite checkpointer needs a database file (server_checkpoint_url)")
-    path = Path(target.removeprefix("sqlite:///")).expanduser()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ValueError(f"cannot create the folder for the thread database {path}: {e}") from e
-    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
-        try:
-            await saver.setup()
-        except sqlite3.Error as e:
-            raise ValueError(f"cannot use {path} as the thread database: {e}") from e
-        yield saver
-
-
-@contextlib.asynccontextmanager
-async def _postgres_saver(target: str | None, *, timeout_s: float, pool_size: int) -> AsyncIterator[Any]:
-    try:
-        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-        from psycopg.rows import dict_row
-        from psycopg_pool import AsyncConnectionPool, PoolTimeout
-    except ImportError as e:
-        raise _missing("langgraph-checkpoint-postgres and psycopg", "postgres") from e
-    if not target or urlsplit(target).scheme not in ("postgres", "postgresql"):
-        shown = redact_url(target) if target else None
-        raise ValueError(
-            f"the postgres checkpointer needs a postgresql://user:password@host:port/db URL, got {shown!r}"
-        )
-    pool = AsyncConnectionPool(
-        target,
-        min_size=1,
-        max_size=pool_size,
-        open=False,
-        timeout=timeout_s,
-        # what AsyncPostgresSaver's queries expect; no server-side prepared statements (poolers)
-        kwargs={
-            "autocommit": True,
-            "prepare_threshold": 0,
-            "row_factory": dict_row,
-            "connect_timeout": max(1, int(timeout_s)),
-        },
-    )
-    try:
-        try:
-            await pool.open(wait=True, timeout=timeout_s)
-        except PoolTimeout as e:
-            raise ConnectionError(
-                f"cannot reach PostgreSQL at {redact_url(target)} within {timeout_s:g} s"
-            ) from e
-        saver = AsyncPostgresSaver(pool)
-        # the migrations are idempotent but not safe to run twice AT ONCE (two servers starting
-        # together both insert the same migration row): one process at a time, by advisory lock
-        async with pool.connection() as conn:
-            await _advisory_lock(conn, timeout_s)
-            try:
-                await saver.setup()  # creates or migrates the checkpoint tables
-            finally:
-                await conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK,))
-        yield saver
-    finally:
-        await pool.close()
-
-
-async def _advisory_lock(conn: Any, timeout_s: float) -> None:
-    """Take the setup lock, polling: a session blocked in ``pg_advisory_lock`` keeps a statement
-    open, and the migrations' ``CREATE INDEX CONCURRENTLY`` waits for every open statement,
-    so blocking would deadlock the process that holds the lock."""
-    import asyncio
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        row = await (await conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (_SETUP_LOCK,))).fetchone()
-        if row["got"]:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(
-                f"another process held the checkpoint-table setup lock for over {timeout_s:g} s"
-            )
-        await asyncio.sleep(0.05)
+    return GraphParts(policy, searcher, answer_policy, graph_config if graph_config is not None else GraphConfig())

@@ -65,17 +65,9 @@ def _emit(event: dict[str, Any], as_json: bool) -> None:
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any] | None:
-    from parallelsearch.graphs.factory import make_graphs
-
     meta = parse_metadata(args.metadata)
     inp = {"question": clean_text_arg(args.question, "question"), "metadata": meta}
-    s = settings_from_args(args)
-    graph = make_graphs(
-        [args.graph],
-        policy=s.policy_config(),
-        retrieval=s.retrieval(),
-        graph=s.graph_config,
-    )[args.graph]
+    graph = settings_from_args(args).graph_parts([args.graph]).graph(args.graph)
     if args.stream:
         async for event in stream_events(graph, inp):
             _emit(event, args.json)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from parallelsearch.cli_common import add_graph_args, add_policy_args, add_retrieval_args, settings_from_args
-from parallelsearch.data.questions import SPLITS
 from parallelsearch.graphs.builders import GRAPH_KINDS, check_graph_kind
 from parallelsearch.settings import Settings
 from parallelsearch.stores.errors import ParallelSearchError
@@ -27,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_policy_args(p)
     p.add_argument("--graphs", default="parallel,sequential", help=f"comma list of {', '.join(GRAPH_KINDS)}")
     p.add_argument("--limit", type=int, help="first N questions (after --split)")
-    p.add_argument("--split", choices=SPLITS, help="only this split")
+    p.add_argument("--split", choices=["parallel", "sequential", "single", "other"], help="only this split")
     p.add_argument("--out", required=True, help="output folder (re-running resumes)")
     p.add_argument("--concurrency", type=int, default=4, help="questions in flight")
     add_graph_args(p)
@@ -77,22 +76,21 @@ def run_and_report(
 ) -> dict[str, Any]:
     """Evaluate ``graphs`` with the settings' policy, searcher (or ``searcher``) and graph config."""
     from parallelsearch.eval import comparison_lines, evaluate, write_report
-    from parallelsearch.graphs.factory import make_answer_policy, make_policy, make_searcher
 
-    pcfg = settings.policy_config()
+    parts = settings.graph_parts(graphs, searcher=searcher)
     run = asyncio.run(
         evaluate(
             questions,
             graphs,
-            make_policy(pcfg),
-            searcher if searcher is not None else make_searcher(settings.retrieval()),
+            parts.policy,
+            parts.searcher,
             out,
-            policy_spec=pcfg.policy,
-            answer_policy=make_answer_policy(pcfg),
+            policy_spec=settings.policy,
+            answer_policy=parts.answer_policy,
             dataset=dataset,
             concurrency=concurrency,
             turn_delay_s=turn_delay_ms / 1000,
-            config=settings.graph_config,
+            config=parts.config,
         )
     )
     summary = write_report(out, plots_enabled=plots)

@@ -2,7 +2,8 @@
 
 ``langgraph.json`` names them by module path (``parallelsearch.langgraph_app:graph``), so the
 server finds them from any working directory once the package is installed. Built from the
-settings at import, through :mod:`parallelsearch.graphs.factory`: ``PARALLELSEARCH_POLICY``
+settings at import, through :meth:`~parallelsearch.settings.Settings.graph_parts` (as the CLI and
+the server): ``PARALLELSEARCH_POLICY``
 (a policy spec), ``PARALLELSEARCH_STORES`` (store names) or ``PARALLELSEARCH_RETRIEVER_URL``,
 ``PARALLELSEARCH_GRAPH__*`` (graph knobs). No checkpointer is attached: the server brings
 its own and keeps the threads; every run with a new question is a new episode on its
@@ -12,17 +13,9 @@ thread (docs/architecture.md, "Threads"). Each run may set the per-request knobs
 
 from __future__ import annotations
 
-from parallelsearch.graphs.factory import make_graphs
 from parallelsearch.settings import get_settings
 
-_settings = get_settings()
-_graphs = make_graphs(
-    ["parallel", "sequential", "rag"],
-    policy=_settings.policy_config(),
-    retrieval=_settings.retrieval(),
-    graph=_settings.graph_config,
-)
-
-graph = _graphs["parallel"]
-sequential = _graphs["sequential"]
-rag = _graphs["rag"]
+_parts = get_settings().graph_parts(["parallel", "sequential", "rag"])
+graph = _parts.graph("parallel")
+sequential = _parts.graph("sequential")
+rag = _parts.graph("rag")

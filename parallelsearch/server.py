@@ -26,7 +26,7 @@ from fastapi import FastAPI
 from parallelsearch import __version__
 from parallelsearch.admission import AdmissionQueue
 from parallelsearch.agents.policies.scripted import OraclePolicy
-from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig
+from parallelsearch.graphs.config import PER_REQUEST_KEYS
 from parallelsearch.guard import RequestGuard
 from parallelsearch.settings import Settings, get_settings
 
@@ -54,27 +54,19 @@ def _graph_serializer() -> Any:
     return GraphSerializer()
 
 
-def create_app(
-    settings: Settings | None = None,
-    *,
-    policy: Any = None,
-    searcher: Any = None,
-    stores: list[str] | None = None,
-    graph_config: GraphConfig | dict[str, Any] | None = None,
-) -> Any:
+def create_app(settings: Settings | None = None, *, policy: Any = None, searcher: Any = None) -> Any:
     """The FastAPI app with LangServe routes behind :class:`RequestGuard`.
 
-    Everything comes from ``settings`` (policy, stores or retriever URL, graph config),
-    built by :mod:`parallelsearch.graphs.factory`. ``policy`` (an object or a spec),
-    ``searcher`` (an object), ``stores`` (names) and ``graph_config`` (values over the
-    settings' ``graph``) override it, for tests and notebooks. Each request may change
-    the per-request knobs through ``config={"configurable": {...}}``.
+    Everything comes from ``settings`` (policy, stores or retriever URL, graph config), through
+    :meth:`Settings.graph_parts`, the path the CLI takes too: ``parallelsearch serve`` passes
+    :func:`~parallelsearch.cli_common.settings_from_args`; a program passes
+    ``get_settings(**values)``. ``policy`` and ``searcher`` are objects already built (tests,
+    notebooks) used instead of the settings' spec and stores. Each request may change the
+    per-request knobs through ``config={"configurable": {...}}``.
     """
     from langserve import add_routes
 
     from parallelsearch.agents.searchers import describe_searcher
-    from parallelsearch.graphs.builders import SEARCHING_KINDS
-    from parallelsearch.graphs.factory import make_answer_policy, make_graph, make_policy, make_searcher
     from parallelsearch.page import add_page
     from parallelsearch.threads import (
         ThreadRouted,
@@ -84,29 +76,10 @@ def create_app(
     )
 
     s = settings or get_settings()
-    if isinstance(policy, str):
-        s = s.model_copy(update={"policy": policy})
-    if stores:
-        s = s.model_copy(update={"stores": list(stores), "retriever_url": None})
-    cfg = s.graph_config
-    if graph_config:
-        given = graph_config if isinstance(graph_config, GraphConfig) else GraphConfig(**graph_config)
-        cfg = cfg.updated(**given.model_dump(exclude_unset=True))
-    built = policy is None or isinstance(policy, str)
-    pol = make_policy(s.policy_config()) if built else policy
-    answer_pol = make_answer_policy(s.policy_config()) if built else None
-    search = searcher if searcher is not None else make_searcher(s.retrieval())
+    parts = s.graph_parts(ROUTES.values(), policy=policy, searcher=searcher)
 
     def build(route: str, checkpointer: Any = None) -> Any:
-        kind = ROUTES[route]
-        return make_graph(
-            kind,
-            policy=pol,
-            searcher=search,
-            graph=cfg,
-            answer_policy=answer_pol if kind in SEARCHING_KINDS else None,
-            checkpointer=checkpointer,
-        )
+        return parts.graph(ROUTES[route], checkpointer)
 
     keeps_threads = s.server_checkpointer != "none"
     routers = {route: ThreadRouted(build(route)) for route in ROUTES} if keeps_threads else {}
@@ -143,16 +116,16 @@ def create_app(
         settings=s,
         admission=admission,
         routes=set(ROUTES),
-        needs_gold=isinstance(pol, OraclePolicy),
+        needs_gold=isinstance(parts.policy, OraclePolicy),
     )
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {
             "status": "ok",
-            "policy": getattr(pol, "name", type(pol).__name__),
+            "policy": getattr(parts.policy, "name", type(parts.policy).__name__),
             "routes": [f"/{r}" for r in ROUTES],
-            "graph": cfg.model_dump(),
+            "graph": parts.config.model_dump(),
             "per_request": list(PER_REQUEST_KEYS),
             "threads": s.server_checkpointer,
             "api_key_required": bool(s.server_api_key),
@@ -161,6 +134,6 @@ def create_app(
 
     @app.get("/stores")
     async def stores_route() -> dict[str, Any]:
-        return {"stores": await asyncio.to_thread(describe_searcher, search)}
+        return {"stores": await asyncio.to_thread(describe_searcher, parts.searcher)}
 
     return app

@@ -18,8 +18,9 @@ that folder exists, else the user's data dir, ``$XDG_DATA_HOME/parallelsearch``)
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, model_validator
 from pydantic_settings import (
@@ -32,8 +33,12 @@ from pydantic_settings import (
 )
 
 from parallelsearch.agents.policies.config import PolicyConfig
+from parallelsearch.checkpointers import CheckpointerKind
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.stores.config import RetrievalConfig
+
+if TYPE_CHECKING:
+    from parallelsearch.graphs.factory import GraphParts
 
 
 def default_home() -> Path:
@@ -113,6 +118,19 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
         if self.server_checkpointer == "sqlite":
             return str(Path(self.home) / "threads.sqlite")
         return None
+
+    def graph_parts(self, kinds: Iterable[str], *, policy: Any = None, searcher: Any = None) -> GraphParts:
+        """The parts of graphs of ``kinds`` as these settings say (built by the factory): the one
+        path from settings to graphs for the CLI, the server, ``langgraph_app`` and eval.
+        ``policy`` and ``searcher``: objects already built (tests, notebooks) used instead."""
+        from parallelsearch.graphs.factory import make_parts
+
+        return make_parts(
+            kinds,
+            policy=self.policy_config() if policy is None else policy,
+            retrieval=self.retrieval() if searcher is None else searcher,
+            graph_config=self.graph_config,
+        )
 
     @model_validator(mode="before")
     @classmethod

@@ -171,7 +171,7 @@ def threads_lifespan(
 ) -> Callable[[Any], Any]:
     """The app's lifespan: open the checkpointer, compile each route's checkpointed graph
     with it (``build(route, checkpointer)``), close it on shutdown."""
-    from parallelsearch.graphs.factory import open_checkpointer
+    from parallelsearch.checkpointers import open_checkpointer
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:

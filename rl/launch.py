@@ -164,8 +164,6 @@ def python_command(cfg: TrainConfig, **kwargs: Any) -> list[str]:
 def runtime_env(cfg: TrainConfig) -> dict[str, Any]:
     """The runtime env of :func:`ray_submit_command`: this checkout's paths (the job folder's command does not)."""
     env: dict[str, Any] = {"env_vars": {ENV_VAR: str(cfg.agent_config_path())}}
-    if cfg.working_dir:
-        env["working_dir"] = cfg.working_dir
     return env
 
 
@@ -235,11 +233,6 @@ def plan_job(cfg: TrainConfig, runner: str = "ray", environ: Mapping[str, str] |
     """The job folder's contents for ``cfg`` (nothing written): data copied in or absolute, outputs absolute."""
     if runner not in RUNNERS:
         raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, got {runner!r}")
-    if cfg.working_dir:
-        raise ValueError(
-            "working_dir: the job folder is Ray's working_dir now; set job_dir instead "
-            "(it holds every file the job reads)"
-        )
     folder = Path(cfg.job_dir).resolve()
     copies: dict[str, Path] = {}
     updates: dict[str, Any] = {}
@@ -386,21 +379,3 @@ def launch(
         return subprocess.call(["bash", str(script)])
     except FileNotFoundError as e:
         raise UnavailableError("cannot run bash: run the written command.sh on the GPU machine") from e
-
-
-#: names that moved to :mod:`parallelsearch.rl.train_config` (they resolve here, with a warning, until 0.3)
-_MOVED = ("paper_preset", "PRESETS", "load_train_config", "parse_overrides")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import importlib
-        import warnings
-
-        warnings.warn(
-            f"parallelsearch.rl.launch.{name} moved to parallelsearch.rl.train_config; the old name goes in 0.3",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module("parallelsearch.rl.train_config"), name)
-    raise AttributeError(f"module 'parallelsearch.rl.launch' has no attribute {name!r}")

@@ -111,7 +111,6 @@ class TrainConfig(BaseModel):
     copy_data: bool = Field(
         True, description="copy local prompt/eval files into the job folder (else give paths every node has)"
     )
-    working_dir: str | None = Field(None, description="deprecated: the job folder is the working_dir")
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -168,31 +167,6 @@ class TrainConfig(BaseModel):
         if self.agent.retriever_api_key is not None:
             text += "# retriever_api_key: not written here; set PARALLELSEARCH_RETRIEVER_API_KEY for every actor\n"
         return text
-
-    # -- deprecated: the command moved to parallelsearch.rl.launch (goes in 0.3) -------------
-    def openrlhf_args(self) -> list[str]:
-        return _deprecated_command("openrlhf_args", self)
-
-    def python_command(self) -> list[str]:
-        return _deprecated_command("python_command", self)
-
-    def ray_submit_command(self) -> list[str]:
-        return _deprecated_command("ray_submit_command", self)
-
-    def runtime_env(self) -> dict[str, Any]:
-        return _deprecated_command("runtime_env", self)
-
-
-def _deprecated_command(name: str, cfg: TrainConfig) -> Any:
-    import importlib
-    import warnings
-
-    warnings.warn(
-        f"TrainConfig.{name}() is deprecated; use parallelsearch.rl.launch.{name}(cfg) (goes in 0.3)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return getattr(importlib.import_module("parallelsearch.rl.launch"), name)(cfg)
 
 
 def paper_preset(**overrides: Any) -> TrainConfig:

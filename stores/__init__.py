@@ -7,7 +7,6 @@ record, the readers) does not import Chroma, torch or FastAPI.
 from __future__ import annotations
 
 import importlib
-import warnings
 from typing import Any
 
 # ``ingest`` is both a submodule and a function: import the function eagerly, or the
@@ -44,26 +43,10 @@ _LAZY = {
     "run_server": "parallelsearch.stores.retrieval_server",
 }
 
-#: Names that moved out of this package; they still resolve, with a DeprecationWarning,
-#: until 0.3. The QA question readers live in ``parallelsearch.data`` now.
-_DEPRECATED = {
-    "load_questions": "parallelsearch.data",
-    "prepare": "parallelsearch.data",
-    "split_of": "parallelsearch.data",
-    "write_prepared": "parallelsearch.data",
-}
-
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in _DEPRECATED:
-        warnings.warn(
-            f"parallelsearch.stores.{name} moved to {_DEPRECATED[name]}.{name}; the old name goes in 0.3",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module(_DEPRECATED[name]), name)
     raise AttributeError(f"module 'parallelsearch.stores' has no attribute {name!r}")
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -29,8 +28,6 @@ ALLOWED = {
 }
 #: installed name of each source folder (pyproject.toml's package-dir)
 FOLDERS = {"stores": "stores", "agents": "agents", "graphs": "graphs", "rl": "rl", "parallelsearch": ""}
-#: deprecated aliases that still resolve upwards until 0.3, with the name that must warn
-DEPRECATED_UPWARD = {("parallelsearch.stores", "parallelsearch.data"): "load_questions"}
 
 
 def layer_of(module: str) -> str | None:
@@ -88,8 +85,6 @@ def violations(modules: dict[str, Path], known: set[str] | None = None) -> list[
             dst_layer = layer_of(target)
             if dst_layer is None or dst_layer == src_layer or dst_layer in ALLOWED[src_layer]:
                 continue
-            if any(name.startswith(a) and target.startswith(b) for a, b in DEPRECATED_UPWARD):
-                continue
             bad.append(
                 f"{path.relative_to(ROOT)}:{line}: {src_layer} module {name} imports {dst_layer} {target}"
             )
@@ -126,17 +121,21 @@ def test_the_check_catches_upward_imports(tmp_path, monkeypatch):
     assert len(report) == 5 and all("stores module parallelsearch.stores.bad imports" in r for r in report)
 
 
-def test_deprecated_upward_aliases_warn():
+def test_the_aliases_deprecated_in_0_2_are_gone():
+    """The names that moved in 0.2 resolve only in their new homes (README, "Removed")."""
+    import importlib
+
+    import parallelsearch.rl.launch as launch
     import parallelsearch.stores as stores
+    from parallelsearch.data import load_questions
+    from parallelsearch.rl.train_config import TrainConfig, load_train_config
 
-    for (_, _), name in DEPRECATED_UPWARD.items():
-        with pytest.warns(DeprecationWarning, match="parallelsearch.data"):
-            assert callable(getattr(stores, name))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        from parallelsearch.data import load_questions  # the new home does not warn
-
-        assert callable(load_questions)
+    for module, name in [(stores, "load_questions"), (stores, "prepare"), (launch, "load_train_config")]:
+        assert not hasattr(module, name), f"{module.__name__}.{name}"
+    assert not hasattr(TrainConfig, "openrlhf_args") and "working_dir" not in TrainConfig.model_fields
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("parallelsearch.rl.metrics")
+    assert callable(load_questions) and callable(load_train_config)
 
 
 def test_importing_the_protocol_imports_no_server_or_store_stack():

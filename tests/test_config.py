@@ -37,6 +37,7 @@ from parallelsearch.graphs.config import request_overrides
 from parallelsearch.rl.agent_config import AgentConfig
 from parallelsearch.settings import Settings, get_settings
 from parallelsearch.stores.config import RetrievalConfig
+from parallelsearch.stores.errors import StoreNotFoundError
 
 Q = "Were Scott Derrickson and Ed Wood of the same nationality?"
 SEARCH = ["<think> t </think><search> Scott Derrickson ## Ed Wood </search>", "<answer> yes </answer>"]
@@ -96,6 +97,20 @@ def test_openai_key_from_settings_only(monkeypatch):
     )
     assert (pol.base_url, pol.api_key) == ("http://h:1/v1", "k")
     assert factory.make_policy("openai:m@http://other:2/v1").base_url == "http://other:2/v1"
+
+
+def test_graph_parts_build_what_the_kinds_need(tmp_path):
+    """An answer policy only when one is configured; no store opened for the direct graph alone
+    (the store named here does not exist, so opening it would fail)."""
+    s = Settings(home=tmp_path, stores=["missing"], answer_policy="oracle", graph={"top_k": 2})
+    parts = s.graph_parts(["direct"])
+    assert parts.searcher is None and parts.answer_policy is not None and parts.config.top_k == 2
+    assert parts.graph("direct").name == "direct"
+    assert Settings(home=tmp_path).graph_parts(["direct"]).answer_policy is None
+    with pytest.raises(StoreNotFoundError, match="no store named 'missing'"):
+        s.graph_parts(["direct", "rag"])
+    with pytest.raises(ValueError, match="unknown graph 'dag2'"):
+        s.graph_parts(["dag2"])
 
 
 def test_factory_builds_searchers_from_one_retrieval_config(hotpot_store, tmp_path):
@@ -334,6 +349,35 @@ def test_precedence_serve(configured, monkeypatch, case, env, flag, expected):
         r = httpx.post(srv.url + "/parallelsearch/invoke", json={"input": {"question": Q}}, timeout=60)
     assert r.status_code == 200 and r.json()["output"]["passages"] == 2 * expected
     _key_arrived(configured)
+
+
+@needs_data
+def test_serve_and_ask_build_the_same_graph_from_the_same_flags(
+    configured, hotpot_store, monkeypatch, capsys
+):
+    """One path from settings to graphs: with the same flags over the same environment, the
+    served route and ``ask`` send the policy server the same requests and return the same run."""
+    import uvicorn
+
+    flags = ["--store", hotpot_store.name, "--top-k", "2", "--max-turns", "3", "--template", "official"]
+    flags += ["--answer-policy", "openai:test-model"]
+    apps = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: apps.append(app))
+    assert main(["serve", *flags]) == 0
+    with UvicornThread(apps[0]) as srv:
+        health = httpx.get(srv.url + "/health", timeout=10).json()
+        r = httpx.post(srv.url + "/parallelsearch/invoke", json={"input": {"question": Q}}, timeout=60)
+    assert r.status_code == 200 and health["graph"]["top_k"] == 2 and health["graph"]["max_turns"] == 3
+    served, served_requests = r.json()["output"], list(configured.state.requests)
+    configured.state.requests.clear()
+    capsys.readouterr()
+    assert main(["ask", Q, "--json", *flags]) == 0
+    asked = json.loads(capsys.readouterr().out)
+    # three: the search turn, the planner choosing to answer, the answer policy's answer turn
+    assert configured.state.requests == served_requests and len(served_requests) == 3
+    assert "as many times as your want" in served_requests[0]["prompt"]  # the official template
+    keys = ("answer", "status", "transcript", "policy_calls", "search_rounds", "subqueries", "passages")
+    assert {k: served[k] for k in keys} == {k: asked[k] for k in keys} and asked["passages"] == 4
 
 
 @needs_data

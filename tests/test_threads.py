@@ -15,7 +15,7 @@ import pytest
 from conftest import UvicornThread, free_port, needs_data
 
 from parallelsearch.agents.policies import ScriptedPolicy
-from parallelsearch.graphs.factory import open_checkpointer, redact_url
+from parallelsearch.checkpointers import open_checkpointer, redact_url
 from parallelsearch.server import create_app
 from parallelsearch.settings import Settings
 

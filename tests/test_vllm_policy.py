@@ -19,8 +19,9 @@ vllm = pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (mak
 
 from parallelsearch.agents.policies import PolicyConfig, TurnRequest, VLLMPolicy  # noqa: E402
 from parallelsearch.agents.protocol import STOP_STRINGS, parse_action, protocol_regex  # noqa: E402
+from parallelsearch.graphs import build_graph  # noqa: E402
 from parallelsearch.graphs.config import GraphConfig  # noqa: E402
-from parallelsearch.graphs.factory import make_graph, make_policy  # noqa: E402
+from parallelsearch.graphs.factory import make_policy  # noqa: E402
 
 ENGINE_ARGS = {"dtype": "float32", "max_model_len": 16384, "enforce_eager": True, "seed": 0}
 Q = "Were Scott Derrickson and Ed Wood of the same nationality?"
@@ -89,9 +90,7 @@ def test_constrained_turns_are_valid_actions(policies, module_loop):
 
 def test_parallel_graph_with_the_real_engine_searches_a_real_store(policies, module_loop, hotpot_store):
     _, constrained = policies
-    graph = make_graph(
-        "parallel", policy=constrained, searcher=hotpot_store, graph=GraphConfig(top_k=2, max_turns=2)
-    )
+    graph = build_graph("parallel", constrained, hotpot_store, config=GraphConfig(top_k=2, max_turns=2))
     outs = [module_loop.run_until_complete(graph.ainvoke({"question": Q})) for _ in range(2)]
     for out in outs:
         turns = [t for t in out["trajectory"] if t["type"] == "turn"]

@@ -1,0 +1,153 @@
+"""The checkpointer a server keeps its threads in: none, memory, SQLite or Postgres.
+
+Only the app's thread routes (:mod:`parallelsearch.threads`) open one, inside the server's
+lifespan; the graphs take it as an already open object (docs/architecture.md, "Threads").
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Literal, get_args
+from urllib.parse import urlsplit, urlunsplit
+
+#: what ``open_checkpointer`` accepts (the settings' ``server_checkpointer``)
+CheckpointerKind = Literal["none", "memory", "sqlite", "postgres"]
+CHECKPOINTERS: tuple[str, ...] = get_args(CheckpointerKind)
+
+#: the Postgres advisory lock that serialises checkpoint-table migrations across processes
+_SETUP_LOCK = 0x70617261_6C6C656C  # "parallel"
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _missing(package: str, extra: str) -> ImportError:
+    return ImportError(f"this checkpointer needs {package}: pip install 'parallelsearch[{extra}]'")
+
+
+@contextlib.asynccontextmanager
+async def open_checkpointer(
+    kind: str, target: str | None = None, *, timeout_s: float = 10.0, pool_size: int = 10
+) -> AsyncIterator[Any]:
+    """A LangGraph checkpointer for served threads, open for the ``async with`` block.
+
+    Enter it inside the event loop that runs the graphs (a server's lifespan): the async
+    savers bind to the running loop. ``kind``: ``none`` (yields None), ``memory`` (threads
+    last as long as the process), ``sqlite`` (``target`` = a database file; the embedded
+    default, one process at a time) or ``postgres`` (``target`` = a ``postgresql://`` URL; a
+    connection pool, so several server processes share one set of threads). The tables
+    are created on entry, so a wrong path or an unreachable database fails at start-up,
+    within ``timeout_s``, with the target named (a URL's password redacted).
+    """
+    if kind not in CHECKPOINTERS:
+        raise ValueError(f"unknown checkpointer {kind!r}; choose one of {', '.join(CHECKPOINTERS)}")
+    if kind == "none":
+        yield None
+    elif kind == "memory":
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        yield InMemorySaver()
+    elif kind == "sqlite":
+        async with _sqlite_saver(target) as saver:
+            yield saver
+    else:
+        async with _postgres_saver(target, timeout_s=timeout_s, pool_size=pool_size) as saver:
+            yield saver
+
+
+@contextlib.asynccontextmanager
+async def _sqlite_saver(target: str | None) -> AsyncIterator[Any]:
+    import sqlite3
+
+    try:
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    except ImportError as e:
+        raise _missing("langgraph-checkpoint-sqlite", "serve") from e
+    if not target:
+        raise ValueError("the sqlite checkpointer needs a database file (server_checkpoint_url)")
+    path = Path(target.removeprefix("sqlite:///")).expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"cannot create the folder for the thread database {path}: {e}") from e
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        try:
+            await saver.setup()
+        except sqlite3.Error as e:
+            raise ValueError(f"cannot use {path} as the thread database: {e}") from e
+        yield saver
+
+
+@contextlib.asynccontextmanager
+async def _postgres_saver(target: str | None, *, timeout_s: float, pool_size: int) -> AsyncIterator[Any]:
+    try:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        from psycopg.rows import dict_row
+        from psycopg_pool import AsyncConnectionPool, PoolTimeout
+    except ImportError as e:
+        raise _missing("langgraph-checkpoint-postgres and psycopg", "postgres") from e
+    if not target or urlsplit(target).scheme not in ("postgres", "postgresql"):
+        shown = redact_url(target) if target else None
+        raise ValueError(
+            f"the postgres checkpointer needs a postgresql://user:password@host:port/db URL, got {shown!r}"
+        )
+    pool = AsyncConnectionPool(
+        target,
+        min_size=1,
+        max_size=pool_size,
+        open=False,
+        timeout=timeout_s,
+        # what AsyncPostgresSaver's queries expect; no server-side prepared statements (poolers)
+        kwargs={
+            "autocommit": True,
+            "prepare_threshold": 0,
+            "row_factory": dict_row,
+            "connect_timeout": max(1, int(timeout_s)),
+        },
+    )
+    try:
+        try:
+            await pool.open(wait=True, timeout=timeout_s)
+        except PoolTimeout as e:
+            raise ConnectionError(
+                f"cannot reach PostgreSQL at {redact_url(target)} within {timeout_s:g} s"
+            ) from e
+        saver = AsyncPostgresSaver(pool)
+        # the migrations are idempotent but not safe to run twice AT ONCE (two servers starting
+        # together both insert the same migration row): one process at a time, by advisory lock
+        async with pool.connection() as conn:
+            await _advisory_lock(conn, timeout_s)
+            try:
+                await saver.setup()  # creates or migrates the checkpoint tables
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK,))
+        yield saver
+    finally:
+        await pool.close()
+
+
+async def _advisory_lock(conn: Any, timeout_s: float) -> None:
+    """Take the setup lock, polling: a session blocked in ``pg_advisory_lock`` keeps a statement
+    open, and the migrations' ``CREATE INDEX CONCURRENTLY`` waits for every open statement,
+    so blocking would deadlock the process that holds the lock."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        row = await (await conn.execute("SELECT pg_try_advisory_lock(%s) AS got", (_SETUP_LOCK,))).fetchone()
+        if row["got"]:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"another process held the checkpoint-table setup lock for over {timeout_s:g} s"
+            )
+        await asyncio.sleep(0.05)
