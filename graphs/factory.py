@@ -345,4 +345,6 @@ def make_parts(
     searcher = retrieval
     if isinstance(retrieval, RetrievalConfig):
         searcher = make_searcher(retrieval) if any(k != "direct" for k in kinds) else None
-    return GraphParts(policy, searcher, answer_policy, graph_config if graph_config is not None else GraphConfig())
+    return GraphParts(
+        policy, searcher, answer_policy, graph_config if graph_config is not None else GraphConfig()
+    )

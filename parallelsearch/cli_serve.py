@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import get_args
 
+from parallelsearch.checkpointers import CheckpointerKind
 from parallelsearch.cli_common import (
     add_graph_args,
     add_policy_args,
@@ -13,7 +14,6 @@ from parallelsearch.cli_common import (
     bind_refused,
     settings_from_args,
 )
-from parallelsearch.settings import CheckpointerKind
 
 SERVER_KEY_SETTING = "PARALLELSEARCH_SERVER_API_KEY"
 

@@ -62,10 +62,6 @@ def _config_file() -> Path | None:
     return None
 
 
-#: where ``serve`` keeps threads (requests with a thread_id)
-CheckpointerKind = Literal["sqlite", "postgres", "memory", "none"]
-
-
 class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
     """Every tunable the CLI, server and library read; explicit arguments override these."""
 
