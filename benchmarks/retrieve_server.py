@@ -6,7 +6,7 @@ Real server processes (``parallelsearch serve-retriever``) on 127.0.0.1 over a s
 those questions. Variants, interleaved round by round in this one process:
 
 * ``batched``: the default server (``--max-batch 64``): concurrent requests share one
-  encoder call and one Chroma query (:mod:`parallelsearch.stores.request_batching`). With
+  encoder call and one Chroma query (:mod:`parallelsearch.stores.http.request_batching`). With
   the default engine (ONNX fp32 on CPU) it runs one encoder thread per core, a batch split
   over them; with ``--backend torch``, one encoder thread with torch's team;
 * ``unbatched``: ``--max-batch 0``, one ``search_batch`` per request (before issue 14);

@@ -112,7 +112,7 @@ def add_lock_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_hnsw_args(p: argparse.ArgumentParser) -> None:
-    """Chroma's HNSW parameters of a new store (stores/hnsw.py); only --ef-search can change later."""
+    """Chroma's HNSW parameters of a new store (stores/chroma_store.py); only --ef-search can change later."""
     g = p.add_argument_group("HNSW index of a new store (Chroma's defaults when not given)")
     g.add_argument("--space", choices=("cosine", "ip"), help="distance (default cosine)")
     g.add_argument("--ef-construction", type=int, help="candidate list while building (Chroma: 100)")
@@ -168,7 +168,7 @@ def bind_refused(args: argparse.Namespace, has_key: bool, setting: str) -> bool:
     Says why in one line on stderr (or prints the warning of an explicit ``--insecure-no-key``);
     called before anything is opened or bound.
     """
-    from parallelsearch.stores.api_key import bind_problem
+    from parallelsearch.stores.http.api_key import bind_problem
 
     problem = bind_problem(
         args.host, has_key, insecure_no_key=args.insecure_no_key, how_to_set=f"--api-key or {setting}"

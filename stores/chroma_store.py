@@ -5,6 +5,11 @@ which is what several processes (OpenRLHF's Ray actors) must share, because an e
 store is not multi-process safe. Embeddings are always computed here and passed to
 Chroma explicitly, so Chroma's own default embedding function (which downloads a
 model) never runs. The collection's metadata records model name and dimension.
+
+Chroma's HNSW parameters (``space``, ``ef_construction``, ``max_neighbors`` (HNSW's M),
+``ef_search``) are chosen at creation and recorded in the collection's configuration. Only
+``ef_search`` can change later (``collection.modify``), and a process that already loaded the
+index keeps searching with the old value; the rest shape the graph built as vectors arrive.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import numpy as np
 from parallelsearch.stores.coalesce import BatchCoalescer
 from parallelsearch.stores.embedders import Embedder, get_embedder
 from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
-from parallelsearch.stores.hnsw import hnsw_configuration, hnsw_of, reconcile
 from parallelsearch.stores.onnx_encoder import embedding_family
 from parallelsearch.stores.passages import Passage
 
@@ -72,6 +76,74 @@ def require_stores(client: Any, names: Sequence[str], location: str) -> None:
     for name in names:
         if name not in existing:
             raise missing_store_error(name, location, existing)
+
+
+# ---- HNSW parameters ---------------------------------------------------------------------
+#: parameters a store may be created with; ``space`` decides the score (1 - distance)
+HNSW_KEYS = ("space", "ef_construction", "max_neighbors", "ef_search")
+#: what can change after creation
+MUTABLE_KEYS = ("ef_search",)
+#: cosine and inner product give ``score = 1 - distance`` that the searchers report; l2 does not
+SPACES = ("cosine", "ip")
+
+
+def hnsw_configuration(params: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``hnsw`` part of a new collection's configuration; a bad value is a ValueError naming it."""
+    out: dict[str, Any] = {"space": "cosine"}
+    for key, value in (params or {}).items():
+        if value is None:
+            continue
+        if key not in HNSW_KEYS:
+            raise ValueError(f"unknown HNSW parameter {key!r}; known: {', '.join(HNSW_KEYS)}")
+        if key == "space":
+            if value not in SPACES:
+                raise ValueError(f"HNSW space {value!r} is not supported; use one of {', '.join(SPACES)}")
+        elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"HNSW {key} must be a positive integer, got {value!r}")
+        elif key == "max_neighbors" and value < 2:
+            raise ValueError(f"HNSW max_neighbors must be >= 2, got {value}")
+        out[key] = value
+    return out
+
+
+def hnsw_of(collection: Any) -> dict[str, Any]:
+    """The HNSW parameters Chroma recorded for ``collection`` (empty when it keeps none)."""
+    try:
+        conf = collection.configuration or {}
+    except Exception:  # pragma: no cover - older servers without configuration
+        return {}
+    hnsw = conf.get("hnsw") or {}
+    return {k: hnsw[k] for k in HNSW_KEYS if k in hnsw}
+
+
+def reconcile(collection: Any, requested: dict[str, Any] | None, where: str) -> dict[str, Any]:
+    """Check ``requested`` against an existing collection; change ``ef_search`` if it differs.
+
+    A creation-only parameter that differs is an error (the store would silently keep its
+    own); returns the parameters that were changed.
+    """
+    wanted = {k: v for k, v in (requested or {}).items() if v is not None}
+    if not wanted:
+        return {}
+    hnsw_configuration(wanted)  # validate
+    have = hnsw_of(collection)
+    fixed = {k: v for k, v in wanted.items() if k not in MUTABLE_KEYS and have.get(k) != v}
+    if fixed:
+        said = ", ".join(f"{k}={v} (store has {have.get(k)})" for k, v in fixed.items())
+        raise ValueError(
+            f"store {collection.name!r} at {where} was created with other HNSW parameters: {said}; "
+            "only ef_search can change after creation (re-index into a new store for the others)"
+        )
+    changed = {k: v for k, v in wanted.items() if k in MUTABLE_KEYS and have.get(k) != v}
+    if changed:
+        set_ef_search(collection, changed["ef_search"])
+    return changed
+
+
+def set_ef_search(collection: Any, ef_search: int) -> None:
+    """Record a new ``ef_search``; processes that open the store from now on search with it."""
+    hnsw_configuration({"ef_search": ef_search})
+    collection.modify(configuration={"hnsw": {"ef_search": ef_search}})
 
 
 def _no_telemetry() -> Any:

@@ -19,8 +19,8 @@ from parallelsearch.agents.searchers.adapters import (
 )
 from parallelsearch.agents.searchers.base import Searcher, store_names
 from parallelsearch.stores.chroma_store import ChromaStore
+from parallelsearch.stores.http.retrieval_client import RetrieverClient
 from parallelsearch.stores.passages import Passage
-from parallelsearch.stores.retrieval_client import RetrieverClient
 from parallelsearch.stores.sharded_store import ShardedStore
 
 

@@ -8,7 +8,7 @@ queue of a serial :class:`~parallelsearch.stores.coalesce.BatchCoalescer`: one b
 time, what arrives meanwhile leaves together as the next batch (at most ``max_batch`` queries),
 and an idle server sends a lone request at once. With ``concurrent_batches=n`` (the server's
 default: one per encoder thread, plus one with ONNX,
-:func:`~parallelsearch.stores.retrieval_server.default_concurrent_batches`) up to ``n`` batches
+:func:`~parallelsearch.stores.http.retrieval_server.default_concurrent_batches`) up to ``n`` batches
 run at once, so one encodes while the requests of another are answered.
 
 Requests may ask for different ``topk``: a batch is searched once with the largest ``k``

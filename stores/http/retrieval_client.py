@@ -18,7 +18,7 @@ from pydantic import SecretStr
 
 from parallelsearch.stores.coalesce import BatchCoalescer
 from parallelsearch.stores.errors import ParallelSearchError
-from parallelsearch.stores.http_tls import tls_context
+from parallelsearch.stores.http.tls import tls_context
 from parallelsearch.stores.passages import Passage, split_contents
 
 

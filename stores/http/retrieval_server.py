@@ -5,7 +5,7 @@ request ``{"queries": [...], "topk": 3, "return_scores": true}``; response
 ``{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}``, or, without
 scores, ``{"result": [[{"id", "contents"}, ...], ...]}``. Plus ``GET /health``.
 
-With an API key every route but ``/health`` needs it (:mod:`parallelsearch.stores.api_key`),
+With an API key every route but ``/health`` needs it (:mod:`parallelsearch.stores.http.api_key`),
 which Search-R1's own clients cannot send: they need a loopback server or a proxy that adds it.
 """
 
@@ -20,11 +20,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from parallelsearch.stores.api_key import ApiKeyGuard
-from parallelsearch.stores.asgi_guard import DEFAULT_MAX_JSON_DEPTH, JsonBodyGuard
 from parallelsearch.stores.encoder_thread import encoder_workers
+from parallelsearch.stores.http.api_key import ApiKeyGuard
+from parallelsearch.stores.http.asgi_guard import DEFAULT_MAX_JSON_DEPTH, JsonBodyGuard
+from parallelsearch.stores.http.request_batching import RequestBatcher
 from parallelsearch.stores.passages import Passage
-from parallelsearch.stores.request_batching import RequestBatcher
 
 
 class BatchSearcher(Protocol):
@@ -77,13 +77,13 @@ def create_retrieval_app(
     """FastAPI app answering ``POST /retrieve`` and ``GET /health`` for ``searcher``.
 
     Concurrent requests are searched together, at most ``max_batch`` queries per encoder
-    call (:mod:`parallelsearch.stores.request_batching`); ``max_batch=0`` searches each
+    call (:mod:`parallelsearch.stores.http.request_batching`); ``max_batch=0`` searches each
     request on its own. Up to ``concurrent_batches`` batches run at once (default:
     :func:`default_concurrent_batches`). Bodies are size- and depth-limited before parsing, invalid Unicode
     in queries is replaced, and an unhandled error is one JSON 500 with an ``error_id``
-    (:class:`~parallelsearch.stores.asgi_guard.JsonBodyGuard`). With ``api_key``, every route but
+    (:class:`~parallelsearch.stores.http.asgi_guard.JsonBodyGuard`). With ``api_key``, every route but
     ``/health`` answers 401 without it, before any body is read
-    (:class:`~parallelsearch.stores.api_key.ApiKeyGuard`).
+    (:class:`~parallelsearch.stores.http.api_key.ApiKeyGuard`).
     """
     app = FastAPI(title="parallelsearch /retrieve", version="1")
     app.add_middleware(
