@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from parallelsearch.stores.coalesce import BatchCoalescer
+from parallelsearch.stores.coalesced_search import VectorSearch
 from parallelsearch.stores.embedders import Embedder, get_embedder
 from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
 from parallelsearch.stores.onnx_encoder import embedding_family
@@ -164,7 +164,7 @@ def make_client(path: str | Path | None = None, host: str | None = None, port: i
     return chromadb.PersistentClient(path=str(path), settings=_no_telemetry())
 
 
-class ChromaStore:
+class ChromaStore(VectorSearch):
     """A named passage store. Thread-safe reads; async single queries are coalesced."""
 
     def __init__(
@@ -177,10 +177,10 @@ class ChromaStore:
         port: int = 8000,
         embedder: Embedder | None = None,
         create: bool = True,
-        coalesce_window_s: float = 0.002,
         location: str | None = None,
         hnsw: dict[str, Any] | None = None,
     ) -> None:
+        super().__init__()
         self.name = validate_store_name(name)
         self._requested_hnsw = hnsw
         self._hnsw = hnsw_configuration(hnsw)
@@ -189,9 +189,6 @@ class ChromaStore:
         self.embedder = embedder or get_embedder()
         self.created = False  # True when this object created the collection
         self.collection = self._open(create)
-        self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(
-            self._search_key, coalesce_window_s
-        )
 
     def _open(self, create: bool) -> Any:
         backend = getattr(self.embedder, "backend", "torch")
@@ -283,57 +280,21 @@ class ChromaStore:
             )
 
     # ---- reading -------------------------------------------------------------------------
-    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
-        """Top-k for every query with ONE encoder call and one Chroma query."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        queries = list(queries)
-        if not queries:
-            return []
-        return self.search_vectors(self.embedder.encode_queries(queries), k)
-
-    def search_vectors(self, vecs: np.ndarray, k: int = 3) -> list[list[Passage]]:
-        """Top-k for query vectors already encoded with the store's model (one Chroma query)."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        if len(vecs) == 0:
-            return []
+    def _query_vectors(self, vecs: np.ndarray, k: int) -> list[list[Passage]]:
         # Chroma returns fewer than k rows when the store holds fewer passages (none when
         # empty), so no count() round trip is needed per search.
         res = self.collection.query(
             query_embeddings=vecs, n_results=k, include=["documents", "metadatas", "distances"]
         )
-        out: list[list[Passage]] = []
-        for ids, docs, metas, dists in zip(
-            res["ids"], res["documents"], res["metadatas"], res["distances"], strict=True
-        ):
-            out.append(
-                [
-                    Passage(
-                        id=i,
-                        title=(m or {}).get("title", ""),
-                        text=d or "",
-                        score=1.0 - float(dist),
-                        store=self.name,
-                    )
-                    for i, d, m, dist in zip(ids, docs, metas, dists, strict=True)
-                ]
+        return [
+            [
+                Passage(i, (m or {}).get("title", ""), d or "", 1.0 - float(dist), self.name)
+                for i, d, m, dist in zip(ids, docs, metas, dists, strict=True)
+            ]
+            for ids, docs, metas, dists in zip(
+                res["ids"], res["documents"], res["metadatas"], res["distances"], strict=True
             )
-        return out
-
-    def search(self, query: str, k: int = 3) -> list[Passage]:
-        return self.search_batch([query], k)[0]
-
-    def _search_key(self, key: Hashable, queries: list[str]) -> list[list[Passage]]:
-        return self.search_batch(queries, int(key))  # type: ignore[arg-type]
-
-    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
-        """Async single query; concurrent calls arriving together share one batched search."""
-        return await self._coalescer.submit(k, query)
-
-    @property
-    def coalesced_batches(self) -> int:
-        return self._coalescer.batches
+        ]
 
     def info(self) -> dict[str, Any]:
         meta = self.collection.metadata or {}
