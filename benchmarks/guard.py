@@ -1,6 +1,6 @@
 """What the request guard costs: the LangServe app with and without it, interleaved in one process.
 
-The guard (parallelsearch/guard.py over stores/asgi_guard.py) reads, depth-checks, parses
+The guard (parallelsearch/guard.py over stores/http/asgi_guard.py) reads, depth-checks, parses
 and replays every body, checks the graph input and takes an admission slot. This runs the
 same app twice on loopback, once with the guard and once with it removed (nothing else
 differs), alternating rounds of invokes at concurrency 8, scripted policy (instant), real
@@ -23,7 +23,7 @@ from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.loopback import LoopbackServer
 from parallelsearch.server import create_app
 from parallelsearch.settings import Settings
-from parallelsearch.stores.asgi_guard import parse_json
+from parallelsearch.stores.http.asgi_guard import parse_json
 
 ROUNDS = 6
 PER_ROUND = 48

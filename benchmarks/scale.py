@@ -239,8 +239,8 @@ def timed_concurrent(fn, items: list, clients: int) -> tuple[list, list[float]]:
 def store_worker(home: str, name: str, qpath: str, reps: int) -> None:
     """Child: open the store (fresh process, so its recorded ef_search applies), time queries."""
     from parallelsearch.stores import ChromaStore
-    from parallelsearch.stores.hnsw import hnsw_of
-    from parallelsearch.stores.vectors import RecordedModel
+    from parallelsearch.stores.chroma_store import hnsw_of
+    from parallelsearch.stores.ingestion.vectors import RecordedModel
 
     qv = np.load(qpath)
     t0 = time.perf_counter()
@@ -339,7 +339,7 @@ def measure_retrieve(home: Path, n: int, questions: list[str], exact: np.ndarray
 
 # ---------------------------------------------------------------------------------- FAISS
 def measure_faiss(vec_path: Path, qv: np.ndarray, exact: np.ndarray, reps: int) -> dict:
-    from parallelsearch.stores.vector_files import import_faiss
+    from parallelsearch.stores.ingestion.vector_files import import_faiss
 
     faiss = import_faiss()
     mm = np.load(vec_path, mmap_mode="r")

@@ -121,9 +121,9 @@ def main() -> dict:
     args = ap.parse_args()
 
     from parallelsearch.stores.chroma_store import ChromaStore
+    from parallelsearch.stores.ingestion.vectors import RecordedModel
     from parallelsearch.stores.shard_spec import parse_store
     from parallelsearch.stores.sharded_store import ShardedStore, open_shards
-    from parallelsearch.stores.vectors import RecordedModel
 
     load_before = os.getloadavg()
     rows, queries = make_data(args.n, args.queries)

@@ -38,9 +38,9 @@ from parallelsearch.stores.chroma_store import (
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.embedders import Embedder, get_embedder
 from parallelsearch.stores.encoder_thread import set_encoder_threads, set_encoder_workers
+from parallelsearch.stores.http.retrieval_client import RetrieverClient
 from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, StoreLocation, list_stores
 from parallelsearch.stores.onnx_encoder import OnnxUnavailableError, embedding_family
-from parallelsearch.stores.retrieval_client import RetrieverClient
 from parallelsearch.stores.shard_spec import StoreSpec
 from parallelsearch.stores.store_lock import StoreWriteLock
 
@@ -142,7 +142,7 @@ def make_store(
 ) -> ChromaStore:
     """The store ``name`` where ``cfg`` says stores live; a missing one is an error unless ``create``.
 
-    ``hnsw``: Chroma's HNSW parameters for a new store (``stores/hnsw.py``); for an existing
+    ``hnsw``: Chroma's HNSW parameters for a new store (``stores/chroma_store.py``); for an existing
     one, ``ef_search`` is changed and any other that differs is an error. ``client``: one the
     caller already opened for ``cfg`` (else a new one).
     """

@@ -15,8 +15,8 @@ from parallelsearch.agents.policies.spec import SPEC_HELP
 from parallelsearch.agents.resolvers import RESOLVER_NAMES
 from parallelsearch.graphs.builders import GRAPH_KINDS
 from parallelsearch.settings import Settings, get_settings
+from parallelsearch.stores.chroma_store import HNSW_KEYS, Space
 from parallelsearch.stores.config import EncoderBackend  # merged with 24a's Literal
-from parallelsearch.stores.hnsw import HNSW_KEYS, Space
 
 
 def clean_text_arg(text: str, what: str) -> str:
@@ -114,7 +114,7 @@ def add_lock_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_hnsw_args(p: argparse.ArgumentParser) -> None:
-    """Chroma's HNSW parameters of a new store (stores/hnsw.py); only --ef-search can change later."""
+    """Chroma's HNSW parameters of a new store (stores/chroma_store.py); only --ef-search can change later."""
     g = p.add_argument_group("HNSW index of a new store (Chroma's defaults when not given)")
     g.add_argument("--space", choices=get_args(Space), help="distance (default cosine)")
     g.add_argument("--ef-construction", type=int, help="candidate list while building (Chroma: 100)")
@@ -168,7 +168,7 @@ def bind_refused(args: argparse.Namespace, has_key: bool, setting: str) -> bool:
     Says why in one line on stderr (or prints the warning of an explicit ``--insecure-no-key``);
     called before anything is opened or bound.
     """
-    from parallelsearch.stores.api_key import bind_problem
+    from parallelsearch.stores.http.api_key import bind_problem
 
     problem = bind_problem(
         args.host, has_key, insecure_no_key=args.insecure_no_key, how_to_set=f"--api-key or {setting}"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from parallelsearch.stores.config import RetrievalConfig
-from parallelsearch.stores.passage_limit import DEFAULT_MAX_TOKENS, MODES
+from parallelsearch.stores.ingestion.passage_limit import DEFAULT_MAX_TOKENS, MODES
 
 
 def add_index_scale_args(p: argparse.ArgumentParser) -> None:
@@ -104,7 +104,7 @@ def index_pool(args: argparse.Namespace, embedder: Any) -> Iterator[Any]:
 def row_range(args: argparse.Namespace, total: Callable[[], int]) -> tuple[int, int | None] | None:
     """The rows ``--rows`` or ``--shard`` name (``total()``: the corpus's row count, read only for
     ``--shard``), or None for every row."""
-    from parallelsearch.stores.vectors import parse_rows, shard_rows
+    from parallelsearch.stores.ingestion.vectors import parse_rows, shard_rows
 
     if args.rows and args.shard:
         raise ValueError("give --rows or --shard, not both")
@@ -120,8 +120,8 @@ def cmd_index_vectors(args: argparse.Namespace) -> int:
     from parallelsearch.cli_common import hnsw_from_args, settings_from_args, to_stderr
     from parallelsearch.graphs.factory import writing_store
     from parallelsearch.stores.errors import BadInputError, ModelMismatchError
-    from parallelsearch.stores.vector_files import open_vectors
-    from parallelsearch.stores.vectors import (
+    from parallelsearch.stores.ingestion.vector_files import open_vectors
+    from parallelsearch.stores.ingestion.vectors import (
         DEFAULT_CHUNK,
         RecordedModel,
         check_count,

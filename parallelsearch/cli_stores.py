@@ -153,7 +153,7 @@ def report_check(check: StoreCheck, *, as_json: bool = False, note: str = "") ->
 
 def cmd_prepare(args: argparse.Namespace) -> int:
     from parallelsearch.data import prepare, write_prepared
-    from parallelsearch.stores.jsonfiles import SkipReport
+    from parallelsearch.stores.ingestion.jsonfiles import SkipReport
 
     report = SkipReport()
     out = prepare(args.src, dataset=args.dataset, skip_bad=args.skip_bad, report=report)
@@ -173,9 +173,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 def cmd_index(args: argparse.Namespace) -> int:
     from parallelsearch.cli_index import limit_kwargs, row_range
     from parallelsearch.graphs.factory import store_location, writing_store
-    from parallelsearch.stores.ingest import ingest
-    from parallelsearch.stores.jsonfiles import expand_paths
-    from parallelsearch.stores.readers import count_passages
+    from parallelsearch.stores.ingestion.jsonfiles import expand_paths
+    from parallelsearch.stores.ingestion.pipeline import ingest
+    from parallelsearch.stores.ingestion.readers import count_passages
 
     if not args.files and not args.verify:
         raise ValueError("index needs FILES (or --verify to check the store only)")
@@ -237,7 +237,7 @@ def cmd_stores(args: argparse.Namespace) -> int:
         return report_check(check, as_json=args.json)
     if args.set_ef_search is not None:
         from parallelsearch.graphs.factory import make_chroma_client
-        from parallelsearch.stores.hnsw import set_ef_search
+        from parallelsearch.stores.chroma_store import set_ef_search
 
         if not args.store:
             raise ValueError("--set-ef-search needs --store NAME")
@@ -302,7 +302,7 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     spin = let_idle_threads_sleep()  # before torch loads (stores/omp_spin.py)
     from parallelsearch.graphs.factory import make_named_store
     from parallelsearch.stores.encoder_thread import encoder_workers, team_size
-    from parallelsearch.stores.retrieval_server import create_retrieval_app, run_server
+    from parallelsearch.stores.http.retrieval_server import create_retrieval_app, run_server
 
     store = make_named_store(cfg, args.store)
     batching = {k: v for k in ("max_batch", "concurrent_batches") if (v := getattr(args, k)) is not None}

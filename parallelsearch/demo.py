@@ -29,7 +29,7 @@ def demo_store(limit: int | None = None, progress: bool = True) -> Any:
 
     from parallelsearch.graphs.factory import writing_store
     from parallelsearch.registry import retrieval_config
-    from parallelsearch.stores.ingest import ingest
+    from parallelsearch.stores.ingestion.pipeline import ingest
 
     source = HOTPOTQA_SAMPLE
     if limit:

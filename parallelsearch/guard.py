@@ -4,9 +4,9 @@ Pure ASGI middleware (``app.add_middleware(RequestGuard, ...)``), so streaming p
 untouched. For each HTTP request, in this order:
 
 1. the optional API key (``X-API-Key`` or ``Authorization: Bearer``, compared in constant time,
-   :mod:`parallelsearch.stores.api_key`; ``/health`` and ``/ui`` stay open): 401;
+   :mod:`parallelsearch.stores.http.api_key`; ``/health`` and ``/ui`` stay open): 401;
 2. a request with a body: size- and depth-limited before parsing, invalid Unicode
-   replaced (:mod:`parallelsearch.stores.asgi_guard`): 413 / 400;
+   replaced (:mod:`parallelsearch.stores.http.asgi_guard`): 413 / 400;
 3. a graph call, i.e. a POST to ``/{route}/{op}`` or its config-hash variant
    ``/{route}/c/{hash}/{op}`` for every LangServe operation: the body is checked
    (a question string, not empty, within ``server_max_question_chars``; a batch within
@@ -26,8 +26,8 @@ from typing import Any
 
 from parallelsearch.admission import AdmissionQueue, ClientGone, Refused
 from parallelsearch.settings import Settings
-from parallelsearch.stores.api_key import key_problem, refuse
-from parallelsearch.stores.asgi_guard import (
+from parallelsearch.stores.http.api_key import key_problem, refuse
+from parallelsearch.stores.http.asgi_guard import (
     BODY_METHODS,
     SCOPE_JSON,
     BodyRejected,

@@ -9,11 +9,6 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# ``ingest`` is both a submodule and a function: import the function eagerly, or the
-# submodule (once imported by anything) would shadow it. It imports nothing heavy.
-from parallelsearch.stores.ingest import IngestReport as IngestReport
-from parallelsearch.stores.ingest import ingest as ingest
-
 _LAZY = {
     "DEFAULT_MODEL": "parallelsearch.stores.embedders",
     "Embedder": "parallelsearch.stores.embedders",
@@ -28,19 +23,21 @@ _LAZY = {
     "ShardError": "parallelsearch.stores.sharded_store",
     "ShardHits": "parallelsearch.stores.sharded_store",
     "parse_store": "parallelsearch.stores.shard_spec",
-    "SkipReport": "parallelsearch.stores.jsonfiles",
-    "iter_json_records": "parallelsearch.stores.jsonfiles",
+    "SkipReport": "parallelsearch.stores.ingestion.jsonfiles",
+    "iter_json_records": "parallelsearch.stores.ingestion.jsonfiles",
     "Passage": "parallelsearch.stores.passages",
     "passage_id": "parallelsearch.stores.passages",
     "split_contents": "parallelsearch.stores.passages",
     "to_contents": "parallelsearch.stores.passages",
-    "read_passages": "parallelsearch.stores.readers",
+    "read_passages": "parallelsearch.stores.ingestion.readers",
+    "IngestReport": "parallelsearch.stores.ingestion.pipeline",
+    "ingest": "parallelsearch.stores.ingestion.pipeline",
     "RetrievalConfig": "parallelsearch.stores.config",
-    "RetrieverClient": "parallelsearch.stores.retrieval_client",
-    "RetrieverError": "parallelsearch.stores.retrieval_client",
-    "RetrieverAuthError": "parallelsearch.stores.retrieval_client",
-    "create_retrieval_app": "parallelsearch.stores.retrieval_server",
-    "run_server": "parallelsearch.stores.retrieval_server",
+    "RetrieverClient": "parallelsearch.stores.http.retrieval_client",
+    "RetrieverError": "parallelsearch.stores.http.retrieval_client",
+    "RetrieverAuthError": "parallelsearch.stores.http.retrieval_client",
+    "create_retrieval_app": "parallelsearch.stores.http.retrieval_server",
+    "run_server": "parallelsearch.stores.http.retrieval_server",
 }
 
 
@@ -50,4 +47,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'parallelsearch.stores' has no attribute {name!r}")
 
 
-__all__ = sorted([*_LAZY, "IngestReport", "ingest"])
+__all__ = sorted(_LAZY)

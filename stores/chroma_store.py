@@ -5,23 +5,27 @@ which is what several processes (OpenRLHF's Ray actors) must share, because an e
 store is not multi-process safe. Embeddings are always computed here and passed to
 Chroma explicitly, so Chroma's own default embedding function (which downloads a
 model) never runs. The collection's metadata records model name and dimension.
+
+Chroma's HNSW parameters (``space``, ``ef_construction``, ``max_neighbors`` (HNSW's M),
+``ef_search``) are chosen at creation and recorded in the collection's configuration. Only
+``ef_search`` can change later (``collection.modify``), and a process that already loaded the
+index keeps searching with the old value; the rest shape the graph built as vectors arrive.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
-from parallelsearch.stores.coalesce import BatchCoalescer
+from parallelsearch.stores.coalesced_search import VectorSearch
 from parallelsearch.stores.embedders import Embedder, get_embedder
 from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
-from parallelsearch.stores.hnsw import hnsw_configuration, hnsw_of, reconcile
 from parallelsearch.stores.onnx_encoder import embedding_family
 from parallelsearch.stores.passages import Passage
 
@@ -74,6 +78,76 @@ def require_stores(client: Any, names: Sequence[str], location: str) -> None:
             raise missing_store_error(name, location, existing)
 
 
+# ---- HNSW parameters ---------------------------------------------------------------------
+#: parameters a store may be created with; ``space`` decides the score (1 - distance)
+HnswKey = Literal["space", "ef_construction", "max_neighbors", "ef_search"]
+HNSW_KEYS: tuple[str, ...] = get_args(HnswKey)
+#: what can change after creation
+MUTABLE_KEYS = ("ef_search",)
+#: cosine and inner product give ``score = 1 - distance`` that the searchers report; l2 does not
+Space = Literal["cosine", "ip"]
+SPACES: tuple[str, ...] = get_args(Space)
+
+
+def hnsw_configuration(params: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``hnsw`` part of a new collection's configuration; a bad value is a ValueError naming it."""
+    out: dict[str, Any] = {"space": "cosine"}
+    for key, value in (params or {}).items():
+        if value is None:
+            continue
+        if key not in HNSW_KEYS:
+            raise ValueError(f"unknown HNSW parameter {key!r}; known: {', '.join(HNSW_KEYS)}")
+        if key == "space":
+            if value not in SPACES:
+                raise ValueError(f"HNSW space {value!r} is not supported; use one of {', '.join(SPACES)}")
+        elif not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"HNSW {key} must be a positive integer, got {value!r}")
+        elif key == "max_neighbors" and value < 2:
+            raise ValueError(f"HNSW max_neighbors must be >= 2, got {value}")
+        out[key] = value
+    return out
+
+
+def hnsw_of(collection: Any) -> dict[str, Any]:
+    """The HNSW parameters Chroma recorded for ``collection`` (empty when it keeps none)."""
+    try:
+        conf = collection.configuration or {}
+    except Exception:  # pragma: no cover - older servers without configuration
+        return {}
+    hnsw = conf.get("hnsw") or {}
+    return {k: hnsw[k] for k in HNSW_KEYS if k in hnsw}
+
+
+def reconcile(collection: Any, requested: dict[str, Any] | None, where: str) -> dict[str, Any]:
+    """Check ``requested`` against an existing collection; change ``ef_search`` if it differs.
+
+    A creation-only parameter that differs is an error (the store would silently keep its
+    own); returns the parameters that were changed.
+    """
+    wanted = {k: v for k, v in (requested or {}).items() if v is not None}
+    if not wanted:
+        return {}
+    hnsw_configuration(wanted)  # validate
+    have = hnsw_of(collection)
+    fixed = {k: v for k, v in wanted.items() if k not in MUTABLE_KEYS and have.get(k) != v}
+    if fixed:
+        said = ", ".join(f"{k}={v} (store has {have.get(k)})" for k, v in fixed.items())
+        raise ValueError(
+            f"store {collection.name!r} at {where} was created with other HNSW parameters: {said}; "
+            "only ef_search can change after creation (re-index into a new store for the others)"
+        )
+    changed = {k: v for k, v in wanted.items() if k in MUTABLE_KEYS and have.get(k) != v}
+    if changed:
+        set_ef_search(collection, changed["ef_search"])
+    return changed
+
+
+def set_ef_search(collection: Any, ef_search: int) -> None:
+    """Record a new ``ef_search``; processes that open the store from now on search with it."""
+    hnsw_configuration({"ef_search": ef_search})
+    collection.modify(configuration={"hnsw": {"ef_search": ef_search}})
+
+
 def _no_telemetry() -> Any:
     from chromadb.config import Settings as ChromaSettings
 
@@ -92,7 +166,7 @@ def make_client(path: str | Path | None = None, host: str | None = None, port: i
     return chromadb.PersistentClient(path=str(path), settings=_no_telemetry())
 
 
-class ChromaStore:
+class ChromaStore(VectorSearch):
     """A named passage store. Thread-safe reads; async single queries are coalesced."""
 
     def __init__(
@@ -105,10 +179,10 @@ class ChromaStore:
         port: int = 8000,
         embedder: Embedder | None = None,
         create: bool = True,
-        coalesce_window_s: float = 0.002,
         location: str | None = None,
         hnsw: dict[str, Any] | None = None,
     ) -> None:
+        super().__init__()
         self.name = validate_store_name(name)
         self._requested_hnsw = hnsw
         self._hnsw = hnsw_configuration(hnsw)
@@ -117,9 +191,6 @@ class ChromaStore:
         self.embedder = embedder or get_embedder()
         self.created = False  # True when this object created the collection
         self.collection = self._open(create)
-        self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(
-            self._search_key, coalesce_window_s
-        )
 
     def _open(self, create: bool) -> Any:
         backend = getattr(self.embedder, "backend", "torch")
@@ -211,57 +282,21 @@ class ChromaStore:
             )
 
     # ---- reading -------------------------------------------------------------------------
-    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
-        """Top-k for every query with ONE encoder call and one Chroma query."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        queries = list(queries)
-        if not queries:
-            return []
-        return self.search_vectors(self.embedder.encode_queries(queries), k)
-
-    def search_vectors(self, vecs: np.ndarray, k: int = 3) -> list[list[Passage]]:
-        """Top-k for query vectors already encoded with the store's model (one Chroma query)."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        if len(vecs) == 0:
-            return []
+    def _query_vectors(self, vecs: np.ndarray, k: int) -> list[list[Passage]]:
         # Chroma returns fewer than k rows when the store holds fewer passages (none when
         # empty), so no count() round trip is needed per search.
         res = self.collection.query(
             query_embeddings=vecs, n_results=k, include=["documents", "metadatas", "distances"]
         )
-        out: list[list[Passage]] = []
-        for ids, docs, metas, dists in zip(
-            res["ids"], res["documents"], res["metadatas"], res["distances"], strict=True
-        ):
-            out.append(
-                [
-                    Passage(
-                        id=i,
-                        title=(m or {}).get("title", ""),
-                        text=d or "",
-                        score=1.0 - float(dist),
-                        store=self.name,
-                    )
-                    for i, d, m, dist in zip(ids, docs, metas, dists, strict=True)
-                ]
+        return [
+            [
+                Passage(i, (m or {}).get("title", ""), d or "", 1.0 - float(dist), self.name)
+                for i, d, m, dist in zip(ids, docs, metas, dists, strict=True)
+            ]
+            for ids, docs, metas, dists in zip(
+                res["ids"], res["documents"], res["metadatas"], res["distances"], strict=True
             )
-        return out
-
-    def search(self, query: str, k: int = 3) -> list[Passage]:
-        return self.search_batch([query], k)[0]
-
-    def _search_key(self, key: Hashable, queries: list[str]) -> list[list[Passage]]:
-        return self.search_batch(queries, int(key))  # type: ignore[arg-type]
-
-    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
-        """Async single query; concurrent calls arriving together share one batched search."""
-        return await self._coalescer.submit(k, query)
-
-    @property
-    def coalesced_batches(self) -> int:
-        return self._coalescer.batches
+        ]
 
     def info(self) -> dict[str, Any]:
         meta = self.collection.metadata or {}

@@ -12,7 +12,7 @@ episode a little, but batches were then cut at 1-2 queries and environment throu
 stopped growing with concurrency (docs/performance.md, "Left alone").
 
 Serial mode (``max_in_flight=1``, what the ``/retrieve`` server uses, see
-:mod:`parallelsearch.stores.request_batching`): at most one batch runs per key; what
+:mod:`parallelsearch.stores.http.request_batching`): at most one batch runs per key; what
 arrives meanwhile waits and leaves as the next batch the moment the running one is done,
 so under load the batch grows with the load and costs no timer. A batch leaves when the
 encoder is free and it holds as many items as the largest batch of the last

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -27,11 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from parallelsearch.stores.chroma_store import ChromaStore, make_client
-from parallelsearch.stores.coalesce import BatchCoalescer
+from parallelsearch.stores.chroma_store import ChromaStore, hnsw_of, make_client
+from parallelsearch.stores.coalesced_search import VectorSearch
 from parallelsearch.stores.embedders import Embedder
 from parallelsearch.stores.errors import ModelMismatchError, ParallelSearchError, StoreNotFoundError
-from parallelsearch.stores.hnsw import hnsw_of
 from parallelsearch.stores.onnx_encoder import embedding_family
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.shard_spec import ShardSpec, StoreSpec
@@ -195,9 +194,16 @@ def check_agreement(name: str, shards: Sequence[tuple[str, ChromaStore]]) -> Non
                 )
 
 
-class ShardedStore:
+class ShardedStore(VectorSearch):
     """A store name standing for several shards; reads like a :class:`ChromaStore` (``search_batch``,
-    ``search_vectors``, ``asearch``, ``count``, ``info``), so searchers and ``/retrieve`` take it."""
+    ``search_vectors``, ``asearch``, ``count``, ``info``), so searchers and ``/retrieve`` take it.
+
+    A failing shard query is retried ``retries`` times, ``backoff_s`` x attempt apart, within the
+    deadline; up to ``MAX_BATCHES`` batches query the shards at once."""
+
+    retries = 1
+    backoff_s = 0.05
+    MAX_BATCHES = 8
 
     def __init__(
         self,
@@ -207,11 +213,8 @@ class ShardedStore:
         *,
         allow_partial: bool = False,
         timeout_s: float = 10.0,
-        retries: int = 1,
-        backoff_s: float = 0.05,
-        coalesce_window_s: float = 0.002,
-        max_concurrent_batches: int = 8,
     ) -> None:
+        super().__init__()
         if not shards:
             raise ValueError(f"sharded store {name!r} needs at least one shard")
         self.name = name
@@ -219,14 +222,9 @@ class ShardedStore:
         self.embedder = embedder
         self.allow_partial = allow_partial
         self.timeout_s = timeout_s
-        self.retries = retries
-        self.backoff_s = backoff_s
         # every shard of every batch in flight gets its own thread
         self._pool = ThreadPoolExecutor(
-            max_workers=len(self.shards) * max_concurrent_batches, thread_name_prefix=f"shards-{name}"
-        )
-        self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(
-            self._search_key, coalesce_window_s
+            max_workers=len(self.shards) * self.MAX_BATCHES, thread_name_prefix=f"shards-{name}"
         )
 
     @property
@@ -237,21 +235,9 @@ class ShardedStore:
         return [label for label, _ in self.shards]
 
     # ---- reading -------------------------------------------------------------------------
-    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[ShardHits]:
-        """Top-k of every query over all shards: ONE encoder call, one query per shard, concurrently."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        queries = list(queries)
-        if not queries:
-            return []
-        return self.search_vectors(self.embedder.encode_queries(queries), k)
-
-    def search_vectors(self, vecs: np.ndarray, k: int = 3) -> list[ShardHits]:
-        """Top-k for query vectors already encoded with the shards' model."""
-        if k < 1:
-            raise ValueError(f"k must be >= 1, got {k}")
-        if len(vecs) == 0:
-            return []
+    def _query_vectors(self, vecs: np.ndarray, k: int) -> list[list[Passage]]:
+        """Top-k over all shards (a :class:`ShardHits` per query): one query per shard, concurrently,
+        merged by distance."""
         deadline = time.monotonic() + self.timeout_s
         futures: list[tuple[str, Future]] = [
             (label, self._pool.submit(self._query_shard, store, vecs, k, deadline))
@@ -298,21 +284,6 @@ class ShardedStore:
                     raise
                 time.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
-
-    def search(self, query: str, k: int = 3) -> list[Passage]:
-        return self.search_batch([query], k)[0]
-
-    def _search_key(self, key: Hashable, queries: list[str]) -> list[list[Passage]]:
-        return self.search_batch(queries, int(key))  # type: ignore[arg-type,return-value]
-
-    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
-        """Async single query; concurrent calls arriving together share one encoder call and one
-        query per shard."""
-        return await self._coalescer.submit(k, query)
-
-    @property
-    def coalesced_batches(self) -> int:
-        return self._coalescer.batches
 
     def count(self) -> int:
         return sum(store.count() for _, store in self.shards)

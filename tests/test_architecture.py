@@ -155,3 +155,14 @@ def test_ruff_sees_parallelsearch_as_first_party():
     doc = (ROOT / "docs" / "architecture.md").read_text()
     for heading in ("## Layers", "## Folders", "## A request", "## A training episode", "## Configuration"):
         assert heading in doc
+
+
+def test_no_stores_submodule_is_named_like_a_public_name():
+    # importing a submodule sets it as an attribute of the package, hiding a lazy name it shares
+    import pkgutil
+
+    import parallelsearch.stores as stores
+
+    submodules = {m.name for m in pkgutil.iter_modules(stores.__path__)}
+    assert {"ingestion", "http", "chroma_store"} <= submodules
+    assert not submodules & set(stores.__all__)

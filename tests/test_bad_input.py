@@ -15,8 +15,8 @@ import pytest
 
 from parallelsearch.cli import main
 from parallelsearch.stores.errors import BadInputError
-from parallelsearch.stores.jsonfiles import SkipReport
-from parallelsearch.stores.readers import read_passages
+from parallelsearch.stores.ingestion.jsonfiles import SkipReport
+from parallelsearch.stores.ingestion.readers import read_passages
 
 GOOD = {"title": "Ada Lovelace", "text": "Ada Lovelace wrote the first published algorithm."}
 

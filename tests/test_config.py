@@ -190,8 +190,8 @@ def test_cli_choices_are_the_literals():
     from parallelsearch.data.questions import Split
     from parallelsearch.rl.launch import Runner
     from parallelsearch.settings import CheckpointerKind
+    from parallelsearch.stores.chroma_store import Space
     from parallelsearch.stores.config import EncoderBackend
-    from parallelsearch.stores.hnsw import Space
 
     subparsers = next(a for a in build_parser()._actions if a.choices and isinstance(a.choices, dict))
     choices = {

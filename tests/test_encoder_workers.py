@@ -19,7 +19,7 @@ from parallelsearch.stores.encoder_thread import (
     set_encoder_workers,
     split_on_encoder_threads,
 )
-from parallelsearch.stores.request_batching import RequestBatcher
+from parallelsearch.stores.http.request_batching import RequestBatcher
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from parallelsearch.stores import ChromaStore, ingest, make_client, read_passages
-from parallelsearch.stores.passage_limit import PassageLimit, pieces, tokenizer_of
+from parallelsearch.stores.ingestion.passage_limit import PassageLimit, pieces, tokenizer_of
 from parallelsearch.stores.passages import Passage
 
 

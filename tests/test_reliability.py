@@ -27,7 +27,7 @@ from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.server import create_app
 from parallelsearch.settings import Settings
 from parallelsearch.stores import create_retrieval_app
-from parallelsearch.stores.asgi_guard import clean_json, json_depth, parse_json
+from parallelsearch.stores.http.asgi_guard import clean_json, json_depth, parse_json
 
 SCRIPT = [
     "<think> t </think><search> Scott Derrickson ## Ed Wood </search>",

@@ -15,7 +15,7 @@ import pytest
 from conftest import UvicornThread, needs_data
 
 from parallelsearch.stores import create_retrieval_app
-from parallelsearch.stores.request_batching import BatchSearchError, RequestBatcher
+from parallelsearch.stores.http.request_batching import BatchSearchError, RequestBatcher
 
 pytestmark = needs_data
 
@@ -187,7 +187,7 @@ def test_batches_at_once_default_to_encoder_threads_plus_one_with_onnx():
     from types import SimpleNamespace
 
     from parallelsearch.stores import encoder_thread
-    from parallelsearch.stores.retrieval_server import default_concurrent_batches
+    from parallelsearch.stores.http.retrieval_server import default_concurrent_batches
 
     before = encoder_thread.encoder_workers()
     try:

@@ -23,7 +23,7 @@ from serving import BIN, SCRIPT, ServerProcess, copy_store, record, script_file,
 
 from parallelsearch.cli import main
 from parallelsearch.stores import RetrieverAuthError, RetrieverClient
-from parallelsearch.stores.api_key import bind_problem, is_loopback, key_problem
+from parallelsearch.stores.http.api_key import bind_problem, is_loopback, key_problem
 
 pytestmark = [needs_data, pytest.mark.serving]
 
@@ -298,7 +298,7 @@ def nothing_binds(monkeypatch):
     """Fail the test if a command got as far as serving (the checks must come first)."""
     import uvicorn
 
-    from parallelsearch.stores import retrieval_server
+    from parallelsearch.stores.http import retrieval_server
 
     def bound(*a, **kw):
         raise AssertionError("the command went on to serve")

@@ -315,7 +315,7 @@ def test_lone_surrogates_in_prompt_and_observations_are_replaced(hotpot_question
     from starlette.routing import Route
 
     from parallelsearch.agents.searchers.backends import RemoteSearcher
-    from parallelsearch.stores.retrieval_client import RetrieverClient
+    from parallelsearch.stores.http.retrieval_client import RetrieverClient
 
     async def retrieve(request):
         body = await request.json()

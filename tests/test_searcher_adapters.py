@@ -33,7 +33,7 @@ from parallelsearch.data import load_questions
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
 from parallelsearch.graphs import build_parallel_search_graph, build_sequential_graph
 from parallelsearch.stores import Passage
-from parallelsearch.stores.readers import read_passages
+from parallelsearch.stores.ingestion.readers import read_passages
 
 N_RECORDS = 4
 

@@ -171,7 +171,7 @@ def test_retrieve_server_over_shards(sharded_setup, embedder, hotpot_questions):
 
 
 def test_shards_that_disagree_or_are_missing_are_named(servers, corpus, embedder, sharded_setup):
-    from parallelsearch.stores.vectors import RecordedModel
+    from parallelsearch.stores.ingestion.vectors import RecordedModel
 
     passages, vectors = corpus
     a, b = servers[0].port, servers[1].port
@@ -310,7 +310,7 @@ def test_merge_by_distance_breaks_ties_by_id_and_counts_an_id_once():
 
 
 def test_shard_i_of_n_covers_every_row_once():
-    from parallelsearch.stores.vectors import shard_rows
+    from parallelsearch.stores.ingestion.vectors import shard_rows
 
     assert [shard_rows(f"{i}/3", 10) for i in range(3)] == [(0, 3), (3, 6), (6, 10)]
     assert shard_rows("0/1", 7) == (0, 7) and shard_rows("4/8", 3) == (1, 1)

@@ -170,7 +170,7 @@ UNLOCKED_WRITER = """
 import sys
 from parallelsearch.graphs.factory import make_store
 from parallelsearch.settings import get_settings
-from parallelsearch.stores.ingest import ingest
+from parallelsearch.stores.ingestion.pipeline import ingest
 store = make_store(get_settings().retrieval(), sys.argv[1], create=True)  # no writer lock: main's index
 print(ingest(store, [sys.argv[2]], batch_size=8, chunk_size=8, progress=False).to_dict())
 """
@@ -180,7 +180,7 @@ FRESH_CHECK = """
 import json, sys
 from parallelsearch.graphs.factory import make_store
 from parallelsearch.settings import get_settings
-from parallelsearch.stores.readers import read_passages
+from parallelsearch.stores.ingestion.readers import read_passages
 store = make_store(get_settings().retrieval(), sys.argv[1])
 passages = list(read_passages(sys.argv[2:]))
 hits = store.search_batch([p.text for p in passages], k=1)

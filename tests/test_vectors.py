@@ -13,8 +13,8 @@ import pytest
 
 from parallelsearch.stores import ChromaStore, list_stores, make_client
 from parallelsearch.stores.errors import BadInputError, ModelMismatchError
-from parallelsearch.stores.vector_files import open_vectors
-from parallelsearch.stores.vectors import RecordedModel, ingest_vectors
+from parallelsearch.stores.ingestion.vector_files import open_vectors
+from parallelsearch.stores.ingestion.vectors import RecordedModel, ingest_vectors
 
 N, DIM = 230, 16
 

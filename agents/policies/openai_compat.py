@@ -15,7 +15,7 @@ import httpx
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag
 from parallelsearch.agents.protocol import protocol_regex
 from parallelsearch.stores.errors import UnavailableError
-from parallelsearch.stores.http_tls import tls_context
+from parallelsearch.stores.http.tls import tls_context
 
 
 def transport_reason(e: BaseException) -> str:

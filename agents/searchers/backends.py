@@ -19,8 +19,8 @@ from parallelsearch.agents.searchers.adapters import (
 )
 from parallelsearch.agents.searchers.base import Searcher, store_names
 from parallelsearch.stores.chroma_store import ChromaStore
+from parallelsearch.stores.http.retrieval_client import RetrieverClient
 from parallelsearch.stores.passages import Passage
-from parallelsearch.stores.retrieval_client import RetrieverClient
 from parallelsearch.stores.sharded_store import ShardedStore
 
 
@@ -76,11 +76,10 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[Passage]], k: int, c: int
 class MultiStoreSearcher:
     """Route ``store_name: query`` to that store only; otherwise search all and fuse with RRF."""
 
-    def __init__(self, searchers: Mapping[str, Searcher], rrf_c: int = 60):
+    def __init__(self, searchers: Mapping[str, Searcher]):
         if not searchers:
             raise ValueError("MultiStoreSearcher needs at least one named searcher")
         self.searchers = dict(searchers)
-        self.rrf_c = rrf_c
         self.name = "+".join(self.searchers)
 
     def store_names(self) -> list[str]:
@@ -97,7 +96,7 @@ class MultiStoreSearcher:
         if len(names) == 1:
             return await self.searchers[names[0]].asearch(q, k)
         results = await asyncio.gather(*(self.searchers[n].asearch(q, k) for n in names))
-        return reciprocal_rank_fusion(results, k, self.rrf_c)
+        return reciprocal_rank_fusion(results, k)
 
     def info(self) -> list[dict[str, Any]]:
         return [row for s in self.searchers.values() for row in describe_searcher(s)]

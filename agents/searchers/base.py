@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from parallelsearch.agents.searchers.normalise import SearcherOutputError
+from parallelsearch.stores.http.retrieval_client import RetrieverAuthError
 from parallelsearch.stores.passages import Passage
-from parallelsearch.stores.retrieval_client import RetrieverAuthError
 
 
 @runtime_checkable

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from parallelsearch.stores.errors import BadInputError
-from parallelsearch.stores.jsonfiles import SkipReport, iter_json_records
+from parallelsearch.stores.ingestion.jsonfiles import SkipReport, iter_json_records
+from parallelsearch.stores.ingestion.readers import passage_pairs
 from parallelsearch.stores.passages import Passage, to_contents
-from parallelsearch.stores.readers import passage_pairs
 
 DATASETS = ("hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "multihoprag", "nq", "triviaqa", "popqa")
 

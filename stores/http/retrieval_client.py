@@ -10,15 +10,15 @@ number of times. A keyed server's key (``api_key``) travels as ``X-API-Key``; a 
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 from pydantic import SecretStr
 
-from parallelsearch.stores.coalesce import BatchCoalescer
+from parallelsearch.stores.coalesced_search import CoalescedSearch
 from parallelsearch.stores.errors import ParallelSearchError
-from parallelsearch.stores.http_tls import tls_context
+from parallelsearch.stores.http.tls import tls_context
 from parallelsearch.stores.passages import Passage, split_contents
 
 
@@ -66,7 +66,7 @@ def parse_result(result: Any, store: str | None = None) -> list[list[Passage]]:
     return out
 
 
-class RetrieverClient:
+class RetrieverClient(CoalescedSearch):
     """Search a remote ``/retrieve`` endpoint. ``url`` may end in ``/retrieve`` or be the server root."""
 
     def __init__(
@@ -77,9 +77,9 @@ class RetrieverClient:
         retries: int = 2,
         backoff_s: float = 0.2,
         name: str | None = None,
-        coalesce_window_s: float = 0.002,
         api_key: str | SecretStr | None = None,
     ) -> None:
+        super().__init__()
         url = url.rstrip("/")
         self.base = url[: -len("/retrieve")] if url.endswith("/retrieve") else url
         self.url = self.base + "/retrieve"
@@ -93,12 +93,6 @@ class RetrieverClient:
             raise ValueError("the retriever API key holds a control character (a line break?)")
         self._api_key = SecretStr(value) if value else None  # an empty key is no key
         self._headers: dict[str, bytes] = {"X-API-Key": value.encode("utf-8")} if value else {}
-        self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(
-            self._batch_for_key, coalesce_window_s
-        )
-
-    def _payload(self, queries: Sequence[str], k: int) -> dict[str, Any]:
-        return {"queries": list(queries), "topk": int(k), "return_scores": True}
 
     def __repr__(self) -> str:
         key = ", api_key='**********'" if self._api_key is not None else ""
@@ -142,7 +136,7 @@ class RetrieverClient:
                 self.requests += 1
                 resp = httpx.post(
                     self.url,
-                    json=self._payload(queries, k),
+                    json={"queries": list(queries), "topk": int(k), "return_scores": True},
                     headers=self._headers,
                     timeout=self.timeout_s,
                     verify=tls_context(),
@@ -155,15 +149,6 @@ class RetrieverClient:
                 last = e
             time.sleep(self.backoff_s * (2**attempt))
         raise RetrieverError(f"{self.url} failed after {self.retries + 1} attempts: {last}")
-
-    def search(self, query: str, k: int = 3) -> list[Passage]:
-        return self.search_batch([query], k)[0]
-
-    def _batch_for_key(self, key: Hashable, queries: list[str]) -> list[list[Passage]]:
-        return self.search_batch(queries, int(key))  # type: ignore[arg-type]
-
-    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
-        return await self._coalescer.submit(k, query)
 
     def health(self) -> dict[str, Any]:
         resp = httpx.get(

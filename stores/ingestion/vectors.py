@@ -2,10 +2,10 @@
 
 Re-embedding wiki-18 (21M passages) is days on CPU; its published index already holds the
 vectors. Line i of the corpus (blank lines aside) is row i of the vectors. Both are read a
-chunk at a time (``stores/vector_files.py`` for the vectors; the corpus line by line), so
+chunk at a time (``stores/ingestion/vector_files.py`` for the vectors; the corpus line by line), so
 memory stays at one chunk whatever the size.
 
-Like text ingestion (``stores/ingest.py``), each chunk asks the store which ids it holds and
+Like text ingestion (``stores/ingestion/pipeline.py``), each chunk asks the store which ids it holds and
 upserts only the rest, so a killed run resumes and a second run adds nothing. The store
 records the embedding model name the vectors were made with (and their dimension), so the
 query encoder that opens it later must be that model (``ModelMismatchError`` otherwise).
@@ -27,10 +27,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from parallelsearch.stores.errors import BadInputError
-from parallelsearch.stores.ingest import IngestReport
+from parallelsearch.stores.ingestion.pipeline import IngestReport
+from parallelsearch.stores.ingestion.readers import passage_pairs
+from parallelsearch.stores.ingestion.vector_files import VectorFile, open_vectors
 from parallelsearch.stores.passages import Passage, passage_id
-from parallelsearch.stores.readers import passage_pairs
-from parallelsearch.stores.vector_files import VectorFile, open_vectors
 
 if TYPE_CHECKING:
     from parallelsearch.stores.chroma_store import ChromaStore

@@ -13,7 +13,7 @@ import ipaddress
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from parallelsearch.stores.asgi_guard import json_reply
+from parallelsearch.stores.http.asgi_guard import json_reply
 
 KeyProblem = Literal["missing", "wrong"]
 #: what a client must send; quoted in every 401

@@ -1,14 +1,13 @@
 """Cross-request batching for the ``/retrieve`` server: concurrent requests share one search.
 
-Without it every request made its own ``search_batch`` call (one encoder call, one Chroma
-query), so under N concurrent clients the server ran N small encoder calls one after the other
-and plateaued at about a third of what the encoder does at its best batch size
-(docs/performance.md, "Figures behind the code's choices"). Here each request's queries join the
+Without it every request made its own ``search_batch`` call, so under N concurrent clients the
+server ran N small encoder calls one after the other, far below what the encoder does at its best
+batch size (docs/performance.md, "Figures behind the code's choices"). Here each request's queries join the
 queue of a serial :class:`~parallelsearch.stores.coalesce.BatchCoalescer`: one batch runs at a
 time, what arrives meanwhile leaves together as the next batch (at most ``max_batch`` queries),
 and an idle server sends a lone request at once. With ``concurrent_batches=n`` (the server's
 default: one per encoder thread, plus one with ONNX,
-:func:`~parallelsearch.stores.retrieval_server.default_concurrent_batches`) up to ``n`` batches
+:func:`~parallelsearch.stores.http.retrieval_server.default_concurrent_batches`) up to ``n`` batches
 run at once, so one encodes while the requests of another are answered.
 
 Requests may ask for different ``topk``: a batch is searched once with the largest ``k``
@@ -43,8 +42,6 @@ class RequestBatcher:
         searcher: BatchSearcher,
         *,
         max_batch: int = 64,
-        window_s: float = 0.002,
-        recent_s: float = 0.5,
         concurrent_batches: int = 1,
     ) -> None:
         if concurrent_batches < 1:
@@ -53,11 +50,7 @@ class RequestBatcher:
         self.max_batch = max_batch
         self.concurrent_batches = concurrent_batches
         self._coalescer: BatchCoalescer[tuple[str, int], list[Passage]] = BatchCoalescer(
-            self._search,
-            window_s=window_s,
-            max_batch=max_batch,
-            max_in_flight=concurrent_batches,
-            recent_s=recent_s,
+            self._search, max_batch=max_batch, max_in_flight=concurrent_batches
         )
 
     @property

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
-from parallelsearch.stores.jsonfiles import SkipReport
-from parallelsearch.stores.passage_limit import DEFAULT_MAX_TOKENS, PassageLimit, tokenizer_of
+from parallelsearch.stores.ingestion.jsonfiles import SkipReport
+from parallelsearch.stores.ingestion.passage_limit import DEFAULT_MAX_TOKENS, PassageLimit, tokenizer_of
+from parallelsearch.stores.ingestion.readers import read_passages
 from parallelsearch.stores.passages import Passage
-from parallelsearch.stores.readers import read_passages
 
 if TYPE_CHECKING:
     from parallelsearch.stores.chroma_store import ChromaStore
@@ -33,7 +33,7 @@ class IngestReport:
     skipped: SkipReport = field(default_factory=SkipReport)
     seconds: float = 0.0
     encode_seconds: float = 0.0
-    truncated: int = 0  # over-long passages cut to the token budget (stores/passage_limit.py)
+    truncated: int = 0  # over-long passages cut to the token budget (stores/ingestion/passage_limit.py)
     split: int = 0  # over-long passages split into pieces
     pieces: int = 0  # the passages those became
 

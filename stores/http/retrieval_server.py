@@ -5,7 +5,7 @@ request ``{"queries": [...], "topk": 3, "return_scores": true}``; response
 ``{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}``, or, without
 scores, ``{"result": [[{"id", "contents"}, ...], ...]}``. Plus ``GET /health``.
 
-With an API key every route but ``/health`` needs it (:mod:`parallelsearch.stores.api_key`),
+With an API key every route but ``/health`` needs it (:mod:`parallelsearch.stores.http.api_key`),
 which Search-R1's own clients cannot send: they need a loopback server or a proxy that adds it.
 """
 
@@ -20,11 +20,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from parallelsearch.stores.api_key import ApiKeyGuard
-from parallelsearch.stores.asgi_guard import DEFAULT_MAX_JSON_DEPTH, JsonBodyGuard
 from parallelsearch.stores.encoder_thread import encoder_workers
+from parallelsearch.stores.http.api_key import ApiKeyGuard
+from parallelsearch.stores.http.asgi_guard import JsonBodyGuard
+from parallelsearch.stores.http.request_batching import RequestBatcher
 from parallelsearch.stores.passages import Passage
-from parallelsearch.stores.request_batching import RequestBatcher
+
+#: the largest ``topk`` a request may ask for (Chroma's default ``ef_search`` is 100)
+MAX_TOPK = 50
 
 
 class BatchSearcher(Protocol):
@@ -64,31 +67,29 @@ def create_retrieval_app(
     searcher: BatchSearcher,
     *,
     default_topk: int = 3,
-    max_topk: int = 50,
     max_queries: int = 256,
     max_query_chars: int = 2000,
     max_batch: int = 64,
-    batch_window_s: float = 0.002,
     concurrent_batches: int | None = None,
     max_body_bytes: int = 4_000_000,
-    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     api_key: str | None = None,
 ) -> FastAPI:
     """FastAPI app answering ``POST /retrieve`` and ``GET /health`` for ``searcher``.
 
+    A request without ``topk`` gets ``default_topk`` passages per query (at most :data:`MAX_TOPK`);
+    more than ``max_queries`` queries, a query over ``max_query_chars`` or a body over
+    ``max_body_bytes`` is a 413.
     Concurrent requests are searched together, at most ``max_batch`` queries per encoder
-    call (:mod:`parallelsearch.stores.request_batching`); ``max_batch=0`` searches each
+    call (:mod:`parallelsearch.stores.http.request_batching`); ``max_batch=0`` searches each
     request on its own. Up to ``concurrent_batches`` batches run at once (default:
     :func:`default_concurrent_batches`). Bodies are size- and depth-limited before parsing, invalid Unicode
     in queries is replaced, and an unhandled error is one JSON 500 with an ``error_id``
-    (:class:`~parallelsearch.stores.asgi_guard.JsonBodyGuard`). With ``api_key``, every route but
+    (:class:`~parallelsearch.stores.http.asgi_guard.JsonBodyGuard`). With ``api_key``, every route but
     ``/health`` answers 401 without it, before any body is read
-    (:class:`~parallelsearch.stores.api_key.ApiKeyGuard`).
+    (:class:`~parallelsearch.stores.http.api_key.ApiKeyGuard`).
     """
     app = FastAPI(title="parallelsearch /retrieve", version="1")
-    app.add_middleware(
-        JsonBodyGuard, max_body_bytes=max_body_bytes, max_json_depth=max_json_depth, logger=__name__
-    )
+    app.add_middleware(JsonBodyGuard, max_body_bytes=max_body_bytes, logger=__name__)
     if api_key is not None:
         if not api_key.strip():
             raise ValueError("the API key is empty; give a key or none")
@@ -96,9 +97,7 @@ def create_retrieval_app(
     if concurrent_batches is None:
         concurrent_batches = default_concurrent_batches(searcher)
     batcher = (
-        RequestBatcher(
-            searcher, max_batch=max_batch, window_s=batch_window_s, concurrent_batches=concurrent_batches
-        )
+        RequestBatcher(searcher, max_batch=max_batch, concurrent_batches=concurrent_batches)
         if max_batch
         else None
     )
@@ -129,8 +128,8 @@ def create_retrieval_app(
             if len(q) > max_query_chars:
                 raise HTTPException(413, f"query {i} is {len(q)} characters; limit is {max_query_chars}")
         k = req.topk if req.topk is not None else default_topk
-        if not 1 <= k <= max_topk:
-            raise HTTPException(422, f"topk must be between 1 and {max_topk}, got {k}")
+        if not 1 <= k <= MAX_TOPK:
+            raise HTTPException(422, f"topk must be between 1 and {MAX_TOPK}, got {k}")
         if batcher is None:
             results = await asyncio.to_thread(searcher.search_batch, req.queries, k)
         else:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from parallelsearch.stores.errors import BadInputError
-from parallelsearch.stores.jsonfiles import SkipReport, expand_paths, iter_json_records
+from parallelsearch.stores.ingestion.jsonfiles import SkipReport, expand_paths, iter_json_records
 from parallelsearch.stores.passages import Passage, split_contents
 from parallelsearch.stores.text import scrub_text
 

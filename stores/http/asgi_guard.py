@@ -1,6 +1,6 @@
 """What every JSON HTTP endpoint of the project needs before and after its own code runs.
 
-Used by the ``/retrieve`` server (:mod:`parallelsearch.stores.retrieval_server`) and the
+Used by the ``/retrieve`` server (:mod:`parallelsearch.stores.http.retrieval_server`) and the
 LangServe app's request guard (:mod:`parallelsearch.guard`), so both answer bad input and
 their own failures the same way (docs/architecture.md, "A request"):
 

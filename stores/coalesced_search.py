@@ -1,0 +1,68 @@
+"""``search`` and ``asearch`` for anything with a ``search_batch``: concurrent async single
+queries arriving together share one ``search_batch`` call.
+
+The Chroma store, the sharded store and the ``/retrieve`` client answer this way; the two
+stores also share ``search_batch`` itself (one encoder call, then a search by vectors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from parallelsearch.stores.coalesce import BatchCoalescer
+from parallelsearch.stores.passages import Passage
+
+if TYPE_CHECKING:
+    from parallelsearch.stores.embedders import Embedder
+
+
+def _check_k(k: int) -> None:
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+
+
+class CoalescedSearch:
+    """Subclasses define ``search_batch`` and call ``super().__init__()``."""
+
+    def __init__(self) -> None:
+        self._coalescer: BatchCoalescer[int, list[Passage]] = BatchCoalescer(self._search_k)
+
+    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
+        raise NotImplementedError
+
+    def search(self, query: str, k: int = 3) -> list[Passage]:
+        return self.search_batch([query], k)[0]
+
+    def _search_k(self, k: Hashable, queries: list[str]) -> list[list[Passage]]:
+        return self.search_batch(queries, int(k))  # type: ignore[call-overload]
+
+    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
+        """Async single query; concurrent calls arriving together share one batched search."""
+        return await self._coalescer.submit(k, query)
+
+    @property
+    def coalesced_batches(self) -> int:
+        return self._coalescer.batches
+
+
+class VectorSearch(CoalescedSearch):
+    """A store that encodes queries with ``embedder`` and searches by vector (``_query_vectors``)."""
+
+    embedder: Embedder
+
+    def _query_vectors(self, vecs: np.ndarray, k: int) -> list[list[Passage]]:
+        raise NotImplementedError
+
+    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
+        """Top-k for every query with ONE encoder call."""
+        _check_k(k)
+        queries = list(queries)
+        return self.search_vectors(self.embedder.encode_queries(queries), k) if queries else []
+
+    def search_vectors(self, vecs: np.ndarray, k: int = 3) -> list[list[Passage]]:
+        """Top-k for query vectors already encoded with the store's model."""
+        _check_k(k)
+        return self._query_vectors(vecs, k) if len(vecs) else []
