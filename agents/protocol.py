@@ -52,7 +52,22 @@ SEARCH_R1_TEMPLATE = (
     "For example, <answer> Beijing </answer>. Question: {question}\n"
 )
 
-TEMPLATES = {"paper": PAPER_TEMPLATE, "official": OFFICIAL_TEMPLATE, "search_r1": SEARCH_R1_TEMPLATE}
+#: The ``dag`` graph's prompt: the paper's, plus one sentence that teaches ``#k`` (a sub-query naming
+#: the result of an earlier one in the same search), so a dependent chain costs one turn, not one per hop.
+DAG_TEMPLATE = PAPER_TEMPLATE.replace(
+    "sub-question 2 </search>. ",
+    "sub-question 2 </search>. If a sub-question needs the answer of an earlier one, refer to that answer "
+    "as #k, where k is the earlier sub-question's position in the same search (#1 is the first); it is "
+    "searched once #k is known. For example: <search> county of Van Hook Township ## seat of #1 </search>. ",
+    1,
+)
+
+TEMPLATES = {
+    "paper": PAPER_TEMPLATE,
+    "official": OFFICIAL_TEMPLATE,
+    "search_r1": SEARCH_R1_TEMPLATE,
+    "dag": DAG_TEMPLATE,
+}
 
 #: The tools protocol's prompt: the same instructions for a chat model that calls a ``search``
 #: tool (several calls in one message = the sub-queries of one round) and answers in plain text.

@@ -136,6 +136,7 @@ class Nodes:
         self.protocol = protocol
         self._warned = False  # the all-invalid warning is given once per graph
         self.graph_name = "parallelsearch"  # the answer message's ``name``; builders set their graph's
+        self.references = False  # the dag graph's turns tell the policy #k references are welcome
         self.policy = policy
         self.searcher = searcher
         self.cfg = config
@@ -235,6 +236,7 @@ class Nodes:
             turn_index=st.get("policy_calls", 0),
             final=final,
             allow_split=cfg.split_subqueries,
+            references=self.references and cfg.split_subqueries,
             max_subqueries=cfg.max_subqueries,
             question=st.get("question", ""),
             metadata=meta,

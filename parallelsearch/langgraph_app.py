@@ -17,7 +17,7 @@ from parallelsearch.settings import get_settings
 
 _settings = get_settings()
 _graphs = make_graphs(
-    ["parallel", "sequential", "rag"],
+    ["parallel", "sequential", "rag", "dag"],
     policy=_settings.policy_config(),
     retrieval=_settings.retrieval(),
     graph=_settings.graph,
@@ -26,3 +26,4 @@ _graphs = make_graphs(
 graph = _graphs["parallel"]
 sequential = _graphs["sequential"]
 rag = _graphs["rag"]
+dag = _graphs["dag"]

@@ -501,6 +501,36 @@ def test_the_dag_oracle_plans_every_hop_in_one_turn_and_the_sequential_graph_hop
         policy_from_spec("oracle:tree")
 
 
+def test_the_dag_kind_is_the_parallel_graph_prompted_with_k_and_the_plain_oracle_plans_in_one_turn(
+    musique_first,
+):
+    from parallelsearch.agents.policies import OraclePolicy
+    from parallelsearch.agents.protocol import render_prompt
+    from parallelsearch.graphs import GRAPH_KINDS, SEARCHING_KINDS, build_graph
+
+    assert "dag" in GRAPH_KINDS and "dag" in SEARCHING_KINDS
+    q, store = musique_first
+    meta = {**q["metadata"], "golden_answers": q["golden_answers"]}
+    run = {"question": q["question"], "metadata": meta}
+    dag = asyncio.run(build_graph("dag", OraclePolicy(), store).ainvoke(run))
+    assert dag["transcript"].startswith(render_prompt(q["question"], "dag"))
+    assert (dag["policy_calls"], dag["search_rounds"], dag["subqueries"], dag["resolver_calls"]) == (
+        2,
+        2,
+        2,
+        1,
+    )
+    # the same oracle in the parallel graph: the paper's prompt, and no #k asked for, so hop by hop
+    par = asyncio.run(build_graph("parallel", OraclePolicy(), store).ainvoke(run))
+    assert par["transcript"].startswith(render_prompt(q["question"], "paper"))
+    assert (par["policy_calls"], par["search_rounds"], par["resolver_calls"]) == (3, 2, 0)
+    # a prompt given wins, as in every graph; the resolver is the configured one
+    own = build_graph("dag", OraclePolicy(), store, prompt_template="official", resolver="gold")
+    out = asyncio.run(own.ainvoke(run))
+    assert out["transcript"].startswith(render_prompt(q["question"], "official"))
+    assert _observations(out)[0]["results"][1]["query"] == f"{q['metadata']['hops'][0]['answer']} capital"
+
+
 def test_sync_invoke_and_a_thread_run_the_stages_like_ainvoke(hotpot_store, monkeypatch):
     """The sync nodes meet on one background loop: still one encoder call per stage. On a
     checkpointed thread, a second question is a fresh episode with its own stages."""

@@ -93,6 +93,14 @@ def test_observation_matches_the_official_format():
     assert "Search failed for 'pissarro': timed out" in err and err.count("<information>") == 1
 
 
+#: what the dag prompt adds to the paper's, and nothing else
+DAG_SENTENCE = (
+    "If a sub-question needs the answer of an earlier one, refer to that answer as #k, where k is the earlier "
+    "sub-question's position in the same search (#1 is the first); it is searched once #k is known. For example: "
+    "<search> county of Van Hook Township ## seat of #1 </search>. "
+)
+
+
 def test_prompt_templates():
     p = render_prompt("Who is older, Monet or Pissarro", "paper")
     assert p.endswith("Question: Who is older, Monet or Pissarro\n") and "separated by ##" in p
@@ -101,7 +109,11 @@ def test_prompt_templates():
     multi = render_prompt("q", "paper", ["wiki", "news"])
     assert "Available knowledge stores: wiki, news" in multi
     assert render_prompt("q", "Custom: {question}") == "Custom: q"
-    assert set(TEMPLATES) == {"paper", "official", "search_r1"} and INVALID_FEEDBACK.startswith(
+    dag = render_prompt("q", "dag")
+    assert (
+        "#k" in dag and "seat of #1" in dag and dag.replace(DAG_SENTENCE, "") == render_prompt("q", "paper")
+    )
+    assert set(TEMPLATES) == {"paper", "official", "search_r1", "dag"} and INVALID_FEEDBACK.startswith(
         "\nMy previous action is invalid."
     )
 
