@@ -529,6 +529,43 @@ def test_the_dag_kind_is_the_parallel_graph_prompted_with_k_and_the_plain_oracle
     out = asyncio.run(own.ainvoke(run))
     assert out["transcript"].startswith(render_prompt(q["question"], "official"))
     assert _observations(out)[0]["results"][1]["query"] == f"{q['metadata']['hops'][0]['answer']} capital"
+    # a thread's episode record carries the resolver calls beside the other counts
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    threaded = build_graph("dag", OraclePolicy(), store, checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "t"}}
+    asyncio.run(threaded.ainvoke(run, thread))
+    (record,) = threaded.get_state(thread).values["history"]
+    assert (record["policy_calls"], record["search_rounds"], record["resolver_calls"]) == (2, 2, 1)
+
+
+def test_eval_compares_dag_with_parallel_and_sequential_with_resolver_delay_and_type_columns(
+    musique_first, tmp_path, capsys, monkeypatch
+):
+    from parallelsearch.cli import main
+
+    q, store = musique_first
+    monkeypatch.setenv("PARALLELSEARCH_CHROMA_PATH", store.location)
+    out = tmp_path / "run"
+    rc = main(["eval", "--dataset", str(MUSIQUE), "--store", store.name, "--graphs", "dag,parallel,sequential",
+               "--policy", "oracle", "--limit", "1", "--resolver", "gold", "--resolver-delay-ms", "50",
+               "--no-plots", "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    assert json.loads((out / "run.json").read_text())["resolver_delay_s"] == 0.05
+    rows = {r["variant"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    counts = {
+        v: (r["policy_calls"], r["search_rounds"], r["subqueries"], r["resolver_calls"])
+        for v, r in rows.items()
+    }
+    assert counts == {"dag": (2, 2, 2, 1), "parallel": (3, 2, 2, 0), "sequential": (3, 2, 2, 0)}
+    assert rows["dag"]["latency_ms"] >= 50  # the one resolver call slept its simulated 50 ms
+    # the gold resolver searched what the oracle's hop-by-hop search did: every hop's paragraph alike
+    assert rows["dag"]["hop_recall"] == rows["sequential"]["hop_recall"] is not None
+    assert rows["dag"]["dependent_hop_recall"] is not None
+    report = (out / "report.md").read_text()
+    assert "## By question type" in report and "The dag graph relative to the sequential graph" in report
+    assert "Each #k resolver call costs a simulated 50 ms." in report
+    assert "| musique/2hop | dag | 1 | oracle | 2.000 | 2.000 | 2.000 | 1.000 |" in report
 
 
 def test_sync_invoke_and_a_thread_run_the_stages_like_ainvoke(hotpot_store, monkeypatch):
