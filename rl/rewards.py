@@ -532,7 +532,7 @@ def _dag(lab: dict[str, Any], w: dict[str, float], text: str, prompt: str | None
         searches=len(plans),
         subqueries_per_search=sizes,
         stages_per_search=stages,
-        decomposed=any(n >= 2 for n in sizes),
+        decomposed=any(size >= 2 for size in sizes),
         format_valid=valid,
         format_reason=reason,
         weights=w,

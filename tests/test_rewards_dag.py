@@ -88,8 +88,12 @@ def test_without_hops_or_k_a_valid_episode_scores_as_in_the_paper_mode(label, se
 
 
 def test_the_tool_call_form_is_refused_by_name():
+    from parallelsearch.rl import EnvGraph
+
     with pytest.raises(ValueError, match="mode 'dag'"):
         score_trajectory("x", CHAIN, "dag", protocol="tools")
+    with pytest.raises(ValueError, match="'dag' scores the tags.*needs mode 'paper'"):
+        EnvGraph(lambda query: [{"title": "t", "text": query}], reward_mode="dag", protocol="tools")
 
 
 @settings(max_examples=200, deadline=None)
