@@ -28,8 +28,6 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from itertools import product
 from pathlib import Path
 
 from _common import RAW, write
@@ -39,9 +37,7 @@ from parallelsearch.agents.resolvers import (
     GoldResolver,
     ParentResult,
     PassageResolver,
-    _fill,
     answer_candidates,
-    relation_cue,
     span_candidates,
 )
 from parallelsearch.agents.subquery_plan import substitute
@@ -86,53 +82,6 @@ def spans_merged(sub_query: str, parents: Sequence[ParentResult]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-class TopPassagesResolver(PassageResolver):
-    """An attempt: candidates from the parent's top ``passages`` passages, not the first only (the
-    parent's top passage is its gold paragraph only about 3 times in 4); a later passage's
-    candidates have their prior lowered by ``gap_weight`` x how much lower that passage scored
-    for the parent than its top one, so the first passage still wins a close call."""
-
-    def __init__(self, store: ChromaStore, *, passages: int = 2, gap_weight: float = 1.0) -> None:
-        super().__init__(store)
-        self.passages = passages
-        self.gap_weight = gap_weight
-
-    def _options(self, sub_query: str, parents: Sequence[ParentResult]) -> list[tuple[str, float]]:
-        per_parent: list[list[tuple[str, float]]] = []
-        for parent in parents:
-            top = (
-                parent.passages[0].score if parent.passages and parent.passages[0].score is not None else 0.0
-            )
-            cands: dict[str, tuple[str, float]] = {}
-            for p in parent.passages[: self.passages]:
-                gap = top - (p.score if p.score is not None else top)
-                for c, lead in answer_candidates(replace(parent, passages=(p,)), limit=self.max_candidates):
-                    cands.setdefault(c, (lead, gap))
-            if not cands:
-                per_parent.append([(parent.passages[0].title if parent.passages else "", 0.0)])
-                continue
-            names = list(cands)
-            vecs = self.embedder.encode_queries(
-                [relation_cue(parent.searched), *(cands[c][0] for c in names)]
-            )
-            per_parent.append(
-                [
-                    (c, float(v @ vecs[0]) - self.gap_weight * cands[c][1] / self.cue_weight)
-                    for c, v in zip(names, vecs[1:], strict=True)
-                ]
-            )
-        options: list[tuple[str, float]] = []
-        for combo in product(*per_parent):
-            values = {p.k: c for p, (c, _) in zip(parents, combo, strict=True)}
-            options.append((_fill(sub_query, values), sum(x for _, x in combo)))
-            if len(options) >= self.max_combinations:
-                break
-        first: dict[str, float] = {}
-        for query, prior in options:
-            first.setdefault(query, prior)
-        return sorted(first.items(), key=lambda o: -o[1])
-
-
 def methods(store: ChromaStore) -> dict[str, Resolve]:
     passage = PassageResolver(store)
     plain = PassageResolver(store, cue_weight=0.0)
@@ -154,8 +103,6 @@ def methods(store: ChromaStore) -> dict[str, Resolve]:
         "spans-merged": spans_merged,
         "passage-no-cue": plain,
         "passage": passage,
-        "passage-top2": TopPassagesResolver(store, passages=2, gap_weight=1.0),
-        "passage-top2-gap2": TopPassagesResolver(store, passages=2, gap_weight=2.0),
         "ceiling": ceiling,
     }
 
