@@ -52,7 +52,22 @@ SEARCH_R1_TEMPLATE = (
     "For example, <answer> Beijing </answer>. Question: {question}\n"
 )
 
-TEMPLATES = {"paper": PAPER_TEMPLATE, "official": OFFICIAL_TEMPLATE, "search_r1": SEARCH_R1_TEMPLATE}
+#: The ``dag`` graph's prompt: the paper's, plus one sentence that teaches ``#k`` (a sub-query naming
+#: the result of an earlier one in the same search), so a dependent chain costs one turn, not one per hop.
+DAG_TEMPLATE = PAPER_TEMPLATE.replace(
+    "sub-question 2 </search>. ",
+    "sub-question 2 </search>. If a sub-question needs the answer of an earlier one, refer to that answer "
+    "as #k, where k is the earlier sub-question's position in the same search (#1 is the first); it is "
+    "searched once #k is known. For example: <search> county of Van Hook Township ## seat of #1 </search>. ",
+    1,
+)
+
+TEMPLATES = {
+    "paper": PAPER_TEMPLATE,
+    "official": OFFICIAL_TEMPLATE,
+    "search_r1": SEARCH_R1_TEMPLATE,
+    "dag": DAG_TEMPLATE,
+}
 
 #: The tools protocol's prompt: the same instructions for a chat model that calls a ``search``
 #: tool (several calls in one message = the sub-queries of one round) and answers in plain text.
@@ -610,7 +625,9 @@ def protocol_regex(
     """A regular expression of one valid policy turn, for constrained (structured) decoding.
 
     ``<think>...</think>``, a newline, then ``<search> q ## q </search>`` (at most
-    ``max_subqueries`` parts, one when ``split`` is off) or ``<answer> a </answer>``; the
+    ``max_subqueries`` parts, one when ``split`` is off; a part may name an earlier part's
+    result as ``#k``, while any other ``#`` stays out of a part, so ``##`` only separates) or
+    ``<answer> a </answer>``; the
     final turn may only answer. ``protocol="tools"``: the text form, where a search is one
     ``<tool_call>`` JSON block per sub-query (newline-separated, as the Hermes template writes
     them) and the grammar ends after the last block, so the engine ends the turn with its
@@ -626,6 +643,9 @@ def protocol_regex(
         raise ValueError(f"unknown protocol {protocol!r}; choose tags or tools")
     think = rf"<think>[^<]{{1,{think_chars}}}</think>\n"
     word = rf"[^<#{_SPACE}]([^<#\n]{{0,{max(query_chars - 2, 0)}}}[^<#{_SPACE}])?"
+    if split and max_subqueries > 1:  # a sub-query may name an earlier one's result: #k, never a lone #
+        edge, mid = rf"([^<#{_SPACE}]|#[0-9])", r"([^<#\n]|#[0-9])"
+        word = rf"{edge}({mid}{{0,{max(query_chars - 2, 0)}}}{edge})?"
     answer = rf"<answer> [^<{_SPACE}]([^<\n]{{0,{max(answer_chars - 2, 0)}}}[^<{_SPACE}])? </answer>"
     if final:
         return think + answer

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import product
@@ -382,6 +383,31 @@ def _run_sync(aw: Awaitable[str], what: str) -> str:
 
 async def _awaited(aw: Awaitable[str]) -> str:
     return await aw
+
+
+def searcher_encoder(searcher: Any) -> Any:
+    """The encoder of the store behind ``searcher`` (None for a remote one): the passage resolver
+    scores its candidates' lead-ins with it, and a searcher wrapping a local store does not carry
+    it itself."""
+    return getattr(searcher, "embedder", None) or getattr(getattr(searcher, "store", None), "embedder", None)
+
+
+class DelayedResolver:
+    """Wraps a resolver and adds a fixed simulated time per call (latency comparisons: a resolver
+    call stands for a short model call, as the policy resolver makes)."""
+
+    def __init__(self, resolver: Resolver, delay_s: float) -> None:
+        self.inner = resolver
+        self.delay_s = delay_s
+        self.name = getattr(resolver, "name", type(resolver).__name__)
+
+    def __call__(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
+        time.sleep(self.delay_s)
+        return self.inner(sub_query, parents)
+
+    async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
+        await asyncio.sleep(self.delay_s)
+        return await self.inner.aresolve(sub_query, parents)
 
 
 def as_resolver(spec: object, *, searcher: Any = None, policy: Any = None, embedder: Any = None) -> Resolver:

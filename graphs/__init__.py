@@ -1,4 +1,5 @@
-"""LangGraph graphs: ParallelSearch (parallel fan-out) and the sequential, rag and direct baselines.
+"""LangGraph graphs: ParallelSearch (parallel fan-out), its dag variant (prompted with ``#k``) and the
+sequential, rag and direct baselines.
 
 ``parallelsearch.graphs.factory`` builds them (and their policy and searcher) from
 configuration; the builders here take already built parts.
@@ -10,6 +11,7 @@ from parallelsearch.graphs.builders import (
     SEARCHING_KINDS,
     GraphKind,
     SearchGraph,
+    build_dag_graph,
     build_direct_graph,
     build_graph,
     build_parallel_search_graph,
@@ -32,6 +34,7 @@ __all__ = [
     "GraphOutput",
     "SearchGraph",
     "SearchState",
+    "build_dag_graph",
     "build_direct_graph",
     "build_graph",
     "build_parallel_search_graph",

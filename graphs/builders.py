@@ -40,11 +40,11 @@ log = logging.getLogger(__name__)
 #: what a builder takes as its planner: a policy, a LangChain chat model or a spec string
 Planner: TypeAlias = Policy | BaseChatModel | str
 
-GraphKind = Literal["parallel", "sequential", "rag", "direct"]
+GraphKind = Literal["parallel", "sequential", "rag", "direct", "dag"]
 #: every graph kind, in the order the CLI lists them
 GRAPH_KINDS: tuple[str, ...] = get_args(GraphKind)
 #: the graphs that search turn by turn (the RL environment needs one of these)
-SEARCHING_KINDS: tuple[str, ...] = ("parallel", "sequential")
+SEARCHING_KINDS: tuple[str, ...] = ("parallel", "sequential", "dag")
 
 #: what the builders return: a compiled graph over our state, context, input and output
 SearchGraph: TypeAlias = CompiledStateGraph[SearchState, GraphContext, GraphInput, GraphOutput]
@@ -170,6 +170,32 @@ def build_parallel_search_graph(
     return _search_loop(nodes, cfg, checkpointer, "parallelsearch")
 
 
+def build_dag_graph(
+    policy: Planner,
+    searcher: Any,
+    *,
+    answer_policy: Planner | None = None,
+    checkpointer: Any = None,
+    config: GraphConfig | None = None,
+    **options: Unpack[GraphOptions],
+) -> SearchGraph:
+    """Dependent sub-queries in one turn: the ParallelSearch graph, prompted to plan with ``#k``.
+
+    The same nodes and edges as :func:`build_parallel_search_graph` (which also runs a search
+    with ``#k`` in stages); what differs is what the policy is told: the ``dag`` prompt (the
+    paper's plus one sentence on ``#k``, unless a prompt is given) and every turn request says
+    references are welcome (``TurnRequest.references``; the oracle then plans a question's hops
+    as one search). The resolver is the configured one (default ``passage``)."""
+    opts: dict[str, Any] = dict(options)
+    resolver = _resolver_option(opts)
+    cfg = _config(config, opts)
+    pol, protocol, answerer, cfg = _planner(policy, cfg, "dag", answer_policy)
+    cfg = _config(cfg, {}, prompt_template="dag")
+    nodes = Nodes(pol, as_searcher(searcher), cfg, answerer, protocol=protocol, resolver=resolver)
+    nodes.references = True
+    return _search_loop(nodes, cfg, checkpointer, "dag")
+
+
 def build_sequential_graph(
     policy: Planner,
     searcher: Any,
@@ -248,6 +274,7 @@ _BUILDERS = {
     "sequential": build_sequential_graph,
     "rag": build_rag_graph,
     "direct": build_direct_graph,
+    "dag": build_dag_graph,
 }
 
 
@@ -261,7 +288,8 @@ def build_graph(
     config: GraphConfig | None = None,
     **options: Unpack[GraphOptions],
 ) -> SearchGraph:
-    """Any graph by name: ``parallel``, ``sequential``, ``rag`` or ``direct``.
+    """Any graph by name: ``parallel``, ``sequential``, ``rag``, ``direct`` or ``dag`` (every kind
+    is one entry of this module's builder table).
 
     ``answer_policy`` applies to the searching graphs; the one-turn baselines have no
     separate answer turn, so it is not used there.

@@ -44,7 +44,13 @@ from parallelsearch.agents.protocol import (
     tool_feedback,
     tool_text_observation,
 )
-from parallelsearch.agents.resolvers import ParentResult, Resolver, ResolverError, as_resolver
+from parallelsearch.agents.resolvers import (
+    ParentResult,
+    Resolver,
+    ResolverError,
+    as_resolver,
+    searcher_encoder,
+)
 from parallelsearch.agents.searchers.base import Searcher, guarded_search, store_names
 from parallelsearch.agents.subquery_plan import plan_action
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig, request_overrides
@@ -157,6 +163,7 @@ class Nodes:
         self.protocol = protocol
         self._warned = False  # the all-invalid warning is given once per graph
         self.graph_name = "parallelsearch"  # the answer message's ``name``; builders set their graph's
+        self.references = False  # the dag graph's turns tell the policy #k references are welcome
         self.policy = policy
         self.searcher = searcher
         self.cfg = config
@@ -256,6 +263,7 @@ class Nodes:
             turn_index=st.get("policy_calls", 0),
             final=final,
             allow_split=cfg.split_subqueries,
+            references=self.references and cfg.split_subqueries,
             max_subqueries=cfg.max_subqueries,
             question=st.get("question", ""),
             metadata=meta,
@@ -539,13 +547,8 @@ class Nodes:
                     "resolver 'policy' asks the model for each #k, but this graph's policy is supplied by a "
                     "trainer turn by turn; use resolver 'passage' (or a function) in the RL environment"
                 )
-            # the passage resolver scores candidates' lead-ins with the store's own encoder; a
-            # searcher wrapping a local store does not carry it itself
-            embedder = getattr(self.searcher, "embedder", None) or getattr(
-                getattr(self.searcher, "store", None), "embedder", None
-            )
             self._resolvers[name] = as_resolver(
-                name, searcher=self.searcher, policy=extractor, embedder=embedder
+                name, searcher=self.searcher, policy=extractor, embedder=searcher_encoder(self.searcher)
             )
         return self._resolvers[name]
 
@@ -741,6 +744,7 @@ class Nodes:
                     "policy_calls": calls,
                     "search_rounds": state.get("search_rounds", 0),
                     "subqueries": state.get("subqueries", 0),
+                    "resolver_calls": state.get("resolver_calls", 0),
                     "total_ms": total_ms,
                 }
             ],

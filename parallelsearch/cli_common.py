@@ -207,7 +207,7 @@ def add_graph_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-subqueries", type=int, help="sub-queries allowed in one search (default 8)")
     p.add_argument(
         "--template",
-        help="prompt template: paper | official | search_r1 | a format string with {question} "
+        help="prompt template: paper | official | search_r1 | dag (teaches #k) | a format string with {question} "
         "(default: each graph's own)",
     )
     p.add_argument(

@@ -33,6 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--turn-delay-ms", type=float, default=0.0, help="simulated generation time per policy turn"
     )
+    p.add_argument(
+        "--resolver-delay-ms",
+        type=float,
+        default=0.0,
+        help="simulated time per #k resolver call (the issue's latency table: 50)",
+    )
     p.add_argument("--no-plots", action="store_true")
     p.set_defaults(func=cmd_eval)
 
@@ -72,6 +78,7 @@ def run_and_report(
     concurrency: int,
     turn_delay_ms: float,
     plots: bool,
+    resolver_delay_ms: float = 0.0,
     searcher: Any = None,
 ) -> dict[str, Any]:
     """Evaluate ``graphs`` with the settings' policy, searcher (or ``searcher``) and graph config."""
@@ -90,6 +97,7 @@ def run_and_report(
             dataset=dataset,
             concurrency=concurrency,
             turn_delay_s=turn_delay_ms / 1000,
+            resolver_delay_s=resolver_delay_ms / 1000,
             config=parts.config,
         )
     )
@@ -132,6 +140,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         dataset=str(args.dataset),
         concurrency=args.concurrency,
         turn_delay_ms=args.turn_delay_ms,
+        resolver_delay_ms=args.resolver_delay_ms,
         plots=not args.no_plots,
     )
     return 0

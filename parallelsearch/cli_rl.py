@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--template",
         default="paper",
-        help="prompt template: paper | official | search_r1, or tool_text for the tool-call text form "
+        help="prompt template: paper | official | search_r1 | dag (teaches #k), or tool_text for the tool-call text form "
         "(agent.graph_config.protocol: tools) (default paper)",
     )
     p.add_argument("--tokenizer", help="chat-template the prompts with this Hugging Face tokenizer (path)")

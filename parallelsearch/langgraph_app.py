@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from parallelsearch.settings import get_settings
 
-_parts = get_settings().graph_parts(["parallel", "sequential", "rag"])
+_parts = get_settings().graph_parts(["parallel", "sequential", "rag", "dag"])
 graph = _parts.graph("parallel")
 sequential = _parts.graph("sequential")
 rag = _parts.graph("rag")
+dag = _parts.graph("dag")

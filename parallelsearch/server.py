@@ -32,7 +32,7 @@ from parallelsearch.settings import Settings, get_settings
 
 log = logging.getLogger("parallelsearch.server")
 
-ROUTES = {"parallelsearch": "parallel", "sequential": "sequential", "rag": "rag"}
+ROUTES = {"parallelsearch": "parallel", "sequential": "sequential", "rag": "rag", "dag": "dag"}
 __all__ = ["ROUTES", "RequestGuard", "create_app"]
 
 

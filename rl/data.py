@@ -53,15 +53,21 @@ def prompt_question(question: str) -> str:
 
 
 def label_of(q: dict[str, Any]) -> dict[str, Any]:
-    """What the reward needs of a FlashRAG question record: gold answers, type, split, id, dataset."""
+    """What the reward needs of a FlashRAG question record: gold answers, type, split, id, dataset,
+    and, for a question with ``metadata.hops``, each hop's ``#k`` references (the ``dag`` reward's
+    depth)."""
     meta = q.get("metadata") or {}
-    return {
+    label = {
         "golden_answers": list(q.get("golden_answers") or []),
         "type": meta.get("type", "na"),
         "split": meta.get("split"),
         "id": q.get("id"),
         "dataset": meta.get("dataset"),
     }
+    hops = meta.get("hops")
+    if isinstance(hops, list) and hops:
+        label["hops"] = [{"refs": list((h or {}).get("refs") or [])} for h in hops]
+    return label
 
 
 def train_record(q: dict[str, Any], *, template: str = "paper", tokenizer: Any = None) -> dict[str, Any]:

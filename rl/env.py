@@ -59,9 +59,9 @@ class EnvGraph:
         self.config = (config or GraphConfig()).updated(**options)
         # the policy writes text: ``tools`` is the tools protocol's text form (<tool_call> blocks)
         self.protocol: Literal["tags", "tools"] = "tools" if self.config.protocol == "tools" else "tags"
-        if self.protocol == "tools" and self.reward_mode == "official":
+        if self.protocol == "tools" and self.reward_mode in ("official", "dag"):
             raise ValueError(
-                "reward mode 'official' scores the official code's tags; the tool-call text form needs mode 'paper'"
+                f"reward mode {self.reward_mode!r} scores the tags; the tool-call text form needs mode 'paper'"
             )
         self.graph = build_graph(
             graph,

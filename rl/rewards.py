@@ -3,7 +3,7 @@
 ``score_trajectory(text, label, mode)`` scores one full decoded episode (prompt + every
 turn + every observation) and returns the total, every part and the facts it used.
 
-Two modes:
+Three modes:
 
 ``paper`` (default)
     r = r_outcome + r_decomposition + r_search_count + r_format, computed on the
@@ -27,6 +27,25 @@ Two modes:
     The paper's text was not available offline; these equations are the official
     implementation's reward with its prompt-dependent offsets removed (see
     ``official`` below), which is what Eqs. 3-7 describe.
+
+``dag``
+    A reward option for dependent sub-queries (``#k``, one search taking several stages),
+    on the paper's weights. The label's ``hops`` (each hop's ``#k`` references, as
+    ``metadata.hops`` has them) give the question's depth D, its dependency levels (a chain of
+    two: 2; two independent hops: 1; two chains of two compared: 2), and H, its hop count:
+
+    - outcome: EM, as in ``paper``.
+    - decomposition: ``alpha * lambda_d`` when H >= 2 and some search's plan holds two or
+      more sub-queries in exactly D stages; else 0. Without hops (H < 2) the paper's rule.
+    - search count over stages: N = the stages of every search (a search without ``#k`` is
+      one), ``lambda_s * (1 - |N - D|)``; without hops the paper's term with N stages.
+    - format as a gate: an episode whose format is invalid (the state machine, an invalid
+      action, or a search whose ``#k`` plan is invalid: a reference to itself, a later or a
+      missing sub-query, too many stages) scores 0 in total (its format part is minus the
+      outcome; decomposition and search count are 0); a valid one adds ``lambda_f`` for a
+      wrong answer, as ``paper`` does.
+
+    Tags only (the ``#k`` of the tool-call form is scored in ``paper`` mode, as plain calls).
 
 ``protocol="tools"`` (paper mode only) scores the tool-call protocol's text form with the same
 equations: a policy turn with ``<tool_call>`` blocks is one search round whose sub-queries are
@@ -74,9 +93,10 @@ from parallelsearch.agents.protocol import (
     parse_tool_text,
     split_subqueries,
 )
+from parallelsearch.agents.subquery_plan import Plan, plan_search, written_pieces
 from parallelsearch.data.metrics import exact_match
 
-RewardMode = Literal["paper", "official"]
+RewardMode = Literal["paper", "official", "dag"]
 #: the reward modes, derived from :data:`RewardMode` (configs type their field with it)
 MODES: tuple[str, ...] = get_args(RewardMode)
 #: what the policy writes: the tags, or the tool-call protocol's text form
@@ -128,6 +148,7 @@ class RewardBreakdown:
     correct: bool
     searches: int
     subqueries_per_search: list[int] = field(default_factory=list)
+    stages_per_search: list[int] = field(default_factory=list)
     decomposed: bool = False
     format_valid: bool = False
     format_reason: str = ""
@@ -237,9 +258,9 @@ def _policy_text(text: str, start: int) -> tuple[str, bool]:
 
 
 def _weights(mode: str, given: dict[str, float]) -> dict[str, float]:
-    base = dict(PAPER_WEIGHTS if mode == "paper" else OFFICIAL_WEIGHTS)
+    base = dict(OFFICIAL_WEIGHTS if mode == "official" else PAPER_WEIGHTS)
     for key, value in given.items():
-        name = key if mode == "paper" else _PAPER_TO_OFFICIAL.get(key, key)
+        name = _PAPER_TO_OFFICIAL.get(key, key) if mode == "official" else key
         if name not in base:
             known = sorted(base) + (sorted(_PAPER_TO_OFFICIAL) if mode == "official" else [])
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
@@ -297,6 +318,12 @@ def score_trajectory(
                 "protocol 'tools' (the tool-call text form) is scored in mode 'paper'"
             )
         return _official(text, lab, w)
+    if mode == "dag":
+        if protocol == "tools":
+            raise ValueError(
+                "reward mode 'dag' scores the tags' #k plans; the tool-call text form is scored in mode 'paper'"
+            )
+        return _dag(lab, w, text, prompt)
     if protocol == "tools":
         return _paper(lab, w, *_tool_facts(text, prompt))
     return _paper(lab, w, *_tag_facts(text, prompt))
@@ -439,6 +466,73 @@ def _paper(
         searches=n,
         subqueries_per_search=sizes,
         decomposed=decomposed,
+        format_valid=valid,
+        format_reason=reason,
+        weights=w,
+    )
+
+
+def hop_depth(label: dict[str, Any]) -> tuple[int, int]:
+    """(H, D) of a label's ``hops`` (or ``metadata.hops``): the hop count and the dependency
+    levels, from each hop's 1-based ``refs`` (a hop may be a dict with ``refs`` or the list of
+    them); (0, 0) without hops. A reference that is not to an earlier hop is ignored."""
+    hops = label.get("hops", (label.get("metadata") or {}).get("hops"))
+    if not isinstance(hops, list):
+        return 0, 0
+    levels: list[int] = []
+    for i, hop in enumerate(hops):
+        refs = hop.get("refs") if isinstance(hop, dict) else hop
+        earlier = [levels[r - 1] for r in (refs or []) if isinstance(r, int) and 1 <= r <= i]
+        levels.append(1 + max(earlier, default=0))
+    return len(levels), max(levels, default=0)
+
+
+def _dag(lab: dict[str, Any], w: dict[str, float], text: str, prompt: str | None) -> RewardBreakdown:
+    """The ``dag`` reward option (see the module docstring)."""
+    body, had_feedback = _policy_text(text, response_start(text, prompt))
+    own = _INFO_RE.sub("<information></information>", body)
+    plans: list[Plan] = []
+    for m in _SEARCH_RE.finditer(own):
+        plans.append(plan_search(split_subqueries(m.group(1))[0], written_pieces(m.group(1))))
+    answers = _ANSWER_RE.findall(own)
+    answer = answers[-1].strip() if answers else None
+    valid, reason = state_machine(body)
+    if had_feedback:
+        valid, reason = False, "the episode had an invalid action"
+    bad = next((p for p in plans if not p.valid), None)
+    if valid and bad is not None:
+        valid, reason = False, f"invalid #k plan: {bad.error}"
+    sizes = [len(p.subqueries) for p in plans]
+    stages = [max(len(p.stages), 1) for p in plans]
+    base = _paper(lab, w, sizes, answer, valid, reason)
+    hops, depth = hop_depth(lab)
+    n = sum(stages)
+    if hops >= 2:
+        decomposed = any(p.valid and len(p.subqueries) >= 2 and len(p.stages) == depth for p in plans)
+        decomposition = w["alpha"] * w["lambda_d"] if decomposed else 0.0
+        search_count = w["lambda_s"] * (1 - abs(n - depth))
+    else:
+        decomposition = base.decomposition
+        search_count = _paper(lab, w, [1] * n, answer, valid, reason).search_count
+    if valid:
+        fmt = w["lambda_f"] if not base.correct else 0.0
+    else:  # the gate: nothing for the process, and the format part takes the outcome back
+        decomposition = search_count = 0.0
+        fmt = -base.outcome
+    return RewardBreakdown(
+        total=base.outcome + decomposition + search_count + fmt,
+        outcome=base.outcome,
+        decomposition=decomposition,
+        search_count=search_count,
+        format=fmt,
+        mode="dag",
+        question_class=base.question_class,
+        answer=answer,
+        correct=base.correct,
+        searches=len(plans),
+        subqueries_per_search=sizes,
+        stages_per_search=stages,
+        decomposed=any(size >= 2 for size in sizes),
         format_valid=valid,
         format_reason=reason,
         weights=w,

@@ -39,7 +39,8 @@ def _corpus() -> list[str]:
         "Doc 1(Title: Ed Wood) Edward Davis Wood Jr. was an American filmmaker.</information>\n\n"
         "<think> both are American </think>\n<answer> yes </answer>"
     )
-    texts = [t.replace("{question}", QUESTION) for t in TEMPLATES.values()]
+    # the templates it was first trained on, so a template added later does not move its vocabulary
+    texts = [TEMPLATES[name].replace("{question}", QUESTION) for name in ("paper", "official", "search_r1")]
     texts += [episode, INVALID_FEEDBACK, "<search> a </search>.\n", "</answer>\n\n", "##"]
     return texts * 40
 

@@ -478,6 +478,73 @@ def test_the_dag_oracle_plans_every_hop_in_one_turn_and_the_sequential_graph_hop
         policy_from_spec("oracle:tree")
 
 
+def test_the_dag_kind_is_the_parallel_graph_prompted_with_k_and_the_plain_oracle_plans_in_one_turn(
+    musique_first,
+):
+    from parallelsearch.agents.policies import OraclePolicy
+    from parallelsearch.agents.protocol import render_prompt
+    from parallelsearch.graphs import GRAPH_KINDS, SEARCHING_KINDS, build_graph
+
+    assert "dag" in GRAPH_KINDS and "dag" in SEARCHING_KINDS
+    q, store = musique_first
+    meta = {**q["metadata"], "golden_answers": q["golden_answers"]}
+    run = {"question": q["question"], "metadata": meta}
+    dag = asyncio.run(build_graph("dag", OraclePolicy(), store).ainvoke(run))
+    assert dag["transcript"].startswith(render_prompt(q["question"], "dag"))
+    assert (dag["policy_calls"], dag["search_rounds"], dag["subqueries"], dag["resolver_calls"]) == (
+        2,
+        2,
+        2,
+        1,
+    )
+    # the same oracle in the parallel graph: the paper's prompt, and no #k asked for, so hop by hop
+    par = asyncio.run(build_graph("parallel", OraclePolicy(), store).ainvoke(run))
+    assert par["transcript"].startswith(render_prompt(q["question"], "paper"))
+    assert (par["policy_calls"], par["search_rounds"], par["resolver_calls"]) == (3, 2, 0)
+    # a prompt given wins, as in every graph; the resolver is the configured one
+    own = build_graph("dag", OraclePolicy(), store, prompt_template="official", resolver="gold")
+    out = asyncio.run(own.ainvoke(run))
+    assert out["transcript"].startswith(render_prompt(q["question"], "official"))
+    assert _observations(out)[0]["results"][1]["query"] == f"{q['metadata']['hops'][0]['answer']} capital"
+    # a thread's episode record carries the resolver calls beside the other counts
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    threaded = build_graph("dag", OraclePolicy(), store, checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "t"}}
+    asyncio.run(threaded.ainvoke(run, thread))
+    (record,) = threaded.get_state(thread).values["history"]
+    assert (record["policy_calls"], record["search_rounds"], record["resolver_calls"]) == (2, 2, 1)
+
+
+def test_eval_compares_dag_with_parallel_and_sequential_with_resolver_delay_and_type_columns(
+    musique_first, tmp_path, capsys, monkeypatch
+):
+    from parallelsearch.cli import main
+
+    q, store = musique_first
+    monkeypatch.setenv("PARALLELSEARCH_CHROMA_PATH", store.location)
+    out = tmp_path / "run"
+    rc = main(["eval", "--dataset", str(MUSIQUE), "--store", store.name, "--graphs", "dag,parallel,sequential",
+               "--policy", "oracle", "--limit", "1", "--resolver", "gold", "--resolver-delay-ms", "50",
+               "--no-plots", "--out", str(out)])  # fmt: skip
+    assert rc == 0
+    assert json.loads((out / "run.json").read_text())["resolver_delay_s"] == 0.05
+    rows = {r["variant"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    counts = {
+        v: (r["policy_calls"], r["search_rounds"], r["subqueries"], r["resolver_calls"])
+        for v, r in rows.items()
+    }
+    assert counts == {"dag": (2, 2, 2, 1), "parallel": (3, 2, 2, 0), "sequential": (3, 2, 2, 0)}
+    assert rows["dag"]["latency_ms"] >= 50  # the one resolver call slept its simulated 50 ms
+    # the gold resolver searched what the oracle's hop-by-hop search did: every hop's paragraph alike
+    assert rows["dag"]["hop_recall"] == rows["sequential"]["hop_recall"] is not None
+    assert rows["dag"]["dependent_hop_recall"] is not None
+    report = (out / "report.md").read_text()
+    assert "## By question type" in report and "The dag graph relative to the sequential graph" in report
+    assert "Each #k resolver call costs a simulated 50 ms." in report
+    assert "| musique/2hop | dag | 1 | oracle | 2.000 | 2.000 | 2.000 | 1.000 |" in report
+
+
 def test_sync_invoke_and_a_thread_run_the_stages_like_ainvoke(hotpot_store, monkeypatch):
     """The sync nodes meet on one background loop: still one encoder call per stage. On a
     checkpointed thread, a second question is a fresh episode with its own stages."""

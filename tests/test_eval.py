@@ -73,6 +73,14 @@ def test_score_output_hand_computed():
     assert yes_no["answer_coverage"] is None and yes_no["em"] == 0.0
     direct = score_output(q, {**out, "trajectory": []}, "direct", 1.0)
     assert direct["gold_recall"] is None and direct["answer_coverage"] is None
+    assert r["hop_recall"] is None and r["dependent_hop_recall"] is None  # no metadata.hops
+    hops = [
+        {"title": "Ed Wood", "refs": []},
+        {"title": "Scott Derrickson", "refs": [1]},
+        {"title": "Other", "refs": [2]},
+    ]
+    chained = score_output({**q, "metadata": {**q["metadata"], "hops": hops}}, out, "parallel", 1.0)
+    assert (chained["hop_recall"], chained["dependent_hop_recall"]) == (0.6667, 0.5)
 
 
 @needs_data

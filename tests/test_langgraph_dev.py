@@ -68,7 +68,7 @@ def test_langgraph_json_is_complete_for_the_cli():
     spec = json.loads((ROOT / "langgraph.json").read_text())
     assert {"dependencies", "graphs", "env", "python_version"} <= set(spec)
     cfg = validate_config_file(ROOT / "langgraph.json")
-    assert set(cfg["graphs"]) == {"parallelsearch", "sequential", "rag"}
+    assert set(cfg["graphs"]) == {"parallelsearch", "sequential", "rag", "dag"}
     assert cfg["python_version"] == "3.11"
 
 

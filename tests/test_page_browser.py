@@ -76,7 +76,7 @@ def test_the_page_streams_subqueries_passages_and_the_answer(server, page):
     page.goto(server.url + "/ui", wait_until="load")
     page.wait_for_selector("body[data-ready='1']")
     record("browser: /ui loaded and /health read", time.perf_counter() - t0)
-    assert page.locator("#route option").all_inner_texts() == ["parallelsearch", "sequential", "rag"]
+    assert page.locator("#route option").all_inner_texts() == ["parallelsearch", "sequential", "rag", "dag"]
     assert page.locator("#thread").input_value()  # the server keeps threads: the page made an id
 
     page.fill("#question", Q1)

@@ -93,6 +93,14 @@ def test_observation_matches_the_official_format():
     assert "Search failed for 'pissarro': timed out" in err and err.count("<information>") == 1
 
 
+#: what the dag prompt adds to the paper's, and nothing else
+DAG_SENTENCE = (
+    "If a sub-question needs the answer of an earlier one, refer to that answer as #k, where k is the earlier "
+    "sub-question's position in the same search (#1 is the first); it is searched once #k is known. For example: "
+    "<search> county of Van Hook Township ## seat of #1 </search>. "
+)
+
+
 def test_prompt_templates():
     p = render_prompt("Who is older, Monet or Pissarro", "paper")
     assert p.endswith("Question: Who is older, Monet or Pissarro\n") and "separated by ##" in p
@@ -101,7 +109,11 @@ def test_prompt_templates():
     multi = render_prompt("q", "paper", ["wiki", "news"])
     assert "Available knowledge stores: wiki, news" in multi
     assert render_prompt("q", "Custom: {question}") == "Custom: q"
-    assert set(TEMPLATES) == {"paper", "official", "search_r1"} and INVALID_FEEDBACK.startswith(
+    dag = render_prompt("q", "dag")
+    assert (
+        "#k" in dag and "seat of #1" in dag and dag.replace(DAG_SENTENCE, "") == render_prompt("q", "paper")
+    )
+    assert set(TEMPLATES) == {"paper", "official", "search_r1", "dag"} and INVALID_FEEDBACK.startswith(
         "\nMy previous action is invalid."
     )
 
@@ -118,3 +130,47 @@ def test_official_title_style_keeps_the_first_line_verbatim():
     assert "Doc 1(Title: Aaron) " in format_observation([[ours]], titles="stripped")
     with pytest.raises(ValueError, match="title style"):
         format_observation([[ours]], titles="quoted")
+
+
+# -- the grammar of constrained decoding (tags): #k references --------------------------------------
+
+
+def test_the_grammar_accepts_k_references_and_still_rejects_a_lone_hash():
+    import re
+
+    from parallelsearch.agents.protocol import protocol_regex
+    from parallelsearch.agents.subquery_plan import plan_action
+
+    grammar = protocol_regex(max_subqueries=3)
+    one = protocol_regex(split=False)
+
+    def turn(body: str) -> str:
+        return f"<think>x</think>\n<search> {body} </search>"
+
+    accepted = {
+        "county of Van Hook Township ## seat of #1": 2,
+        "Doctor Strange director ## #1 nationality": 2,
+        "a ## b ## (#1) and #2's c": 2,
+        "a ## #1 b ## #2 c": 3,
+        "a ## b": 1,  # without #k: what it always was
+        "#12 items ## b": 1,  # accepted by the grammar; #12 is out of range, so the plan refuses it
+    }
+    for body, stages in accepted.items():
+        assert re.fullmatch(grammar, turn(body)), body
+        plan = plan_action(parse_action(turn(body), max_subqueries=3))
+        assert (len(plan.stages) == stages) if plan.valid else body.startswith("#12")
+    for junk in (
+        "a # b",  # a lone #
+        "a ##1 b",  # ## inside a part
+        "C# ## b",
+        "a ### b",
+        "a ## ## b",
+        "a ## b ## c ## d",  # over max_subqueries
+        " a ## b",
+        "a ## b#",
+    ):
+        assert not re.fullmatch(grammar, turn(junk)), junk
+    # one query per search (the sequential graph): no references, so no # at all, as before
+    assert re.fullmatch(one, turn("seat of Mountrail County"))
+    assert not re.fullmatch(one, turn("seat of #1")) and not re.fullmatch(one, turn("a ## b"))
+    assert re.fullmatch(grammar, "<think>x</think>\n<answer> Stanley </answer>")

@@ -344,3 +344,42 @@ def test_lone_surrogates_in_prompt_and_observations_are_replaced(hotpot_question
     assert "\ud800" not in text and "Bad \ufffd title" in text and "text \ufffd here" in text
     assert result["extra_logs"]["invalid_chars_replaced"].item() == 1  # the prompt's; passages: protocol
     assert len(result["action_ranges"]) == 2 and result["reward"] is not None
+
+
+def test_a_search_with_k_is_one_step_and_its_observation_tokens_are_the_graphs_bytes(
+    agent_config, hotpot_questions, tiny_lm, monkeypatch
+):
+    """``<search> a ## #1 b </search>``: both stages run inside one environment step, and the ids
+    the executor appends after the action are exactly the graph's one observation, tokenized."""
+    from parallelsearch.rl.env import SearchEnv
+
+    _, tok = tiny_lm
+    observations: list[str] = []
+    real_step = SearchEnv.step
+
+    async def recording(self, action_text):
+        step = await real_step(self, action_text)
+        observations.append(step.observation or "")
+        return step
+
+    monkeypatch.setattr(SearchEnv, "step", recording)
+    q = _comparison(hotpot_questions)
+    rec = train_record(q)
+    turns = [
+        "<think> hop by hop </think><search> Doctor Strange director ## #1 nationality </search>",
+        f"<think> done </think><answer> {q['golden_answers'][0]} </answer>",
+    ]
+    engine = ScriptedEngine(tok, turns)
+    result = asyncio.run(
+        load_like_openrlhf().execute(rec["prompt"], rec["label"], SamplingParamsStandIn(), 4096, tok, engine)
+    )
+    (_, first_end), (second_start, _) = result["action_ranges"]
+    obs = observations[0]
+    assert obs.count("<information>") == 1 and "Searched as: " in obs  # the dependent one, as searched
+    assert (
+        result["observation_tokens"][first_end:second_start]
+        == tok(obs, add_special_tokens=False)["input_ids"]
+    )
+    assert decode_tokens(tok, result["observation_tokens"][first_end:second_start]) == obs
+    logs = result["extra_logs"]
+    assert logs["policy_calls"].item() == 2 and logs["search_rounds"].item() == 2

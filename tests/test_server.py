@@ -198,7 +198,7 @@ def test_langgraph_json_graphs_load(monkeypatch, hotpot_store):
     import sys
 
     spec = json.loads((ROOT / "langgraph.json").read_text())
-    assert set(spec["graphs"]) == {"parallelsearch", "sequential", "rag"}
+    assert set(spec["graphs"]) == {"parallelsearch", "sequential", "rag", "dag"}
     monkeypatch.setenv("PARALLELSEARCH_CHROMA_PATH", hotpot_store.location)
     monkeypatch.setenv("PARALLELSEARCH_STORES", hotpot_store.name)
     sys.modules.pop("parallelsearch.langgraph_app", None)

@@ -37,6 +37,8 @@ class TurnRequest:
     turn_index: int = 0
     final: bool = False
     allow_split: bool = True
+    #: the graph's prompt teaches ``#k`` (the ``dag`` graph): a search may name earlier sub-queries
+    references: bool = False
     max_subqueries: int = 8
     question: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)

@@ -108,10 +108,10 @@ class OraclePolicy:
     relation) or MuSiQue's ``question_decomposition`` (``#k`` replaced by hop k's answer).
     Parallelizable questions get all sub-queries in one search when the graph allows
     splitting; sequential ones get one hop per turn, as their hops depend on each other.
-    With ``dag`` (spec ``oracle:dag``) a question with ``metadata.hops`` gets its whole
-    decomposition in one search, the dependent hops naming earlier ones by ``#k``, which the
-    graph resolves stage by stage; where the graph does not split (``sequential``) it plans as
-    without.
+    With ``dag`` (spec ``oracle:dag``), or in a graph whose turns allow references (the ``dag``
+    graph), a question with ``metadata.hops`` gets its whole decomposition in one search, the
+    dependent hops naming earlier ones by ``#k``, which the graph resolves stage by stage; where
+    the graph does not split (``sequential``) it plans as without.
     """
 
     name = "oracle"
@@ -154,7 +154,8 @@ class OraclePolicy:
         meta = request.metadata or {}
         gold = (meta.get("golden_answers") or [""])[0]
         plan = self.plan(request.question, meta)
-        dag = self.dag_plan(meta, request.max_subqueries) if self.dag and request.allow_split else None
+        planned = (self.dag or request.references) and request.allow_split
+        dag = self.dag_plan(meta, request.max_subqueries) if planned else None
         together = request.allow_split and meta.get("split") == "parallel"
         rounds = [dag] if dag else [plan] if together else [[q] for q in plan]
         i = request.turn_index

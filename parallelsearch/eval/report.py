@@ -74,21 +74,46 @@ def comparison_lines(summary: dict[str, Any], oracle: bool) -> list[str]:
     return _table(head, rows)
 
 
-def ratio_lines(summary: dict[str, Any]) -> list[str]:
-    if "parallel" not in summary or "sequential" not in summary:
-        return []
-    out = ["", "Parallel graph relative to the sequential graph (lower is cheaper):", ""]
+def type_lines(breakdown: dict[str, Any], oracle: bool) -> list[str]:
+    """Per question type (``dataset/type``) and graph: the counts of a turn (policy calls, search
+    rounds = stages, sub-queries, resolver calls), retrieval (gold-passage recall, every hop's
+    gold paragraph, the dependent hops' alone, answer coverage) and latency."""
+    head = ["type", "graph", "n", "EM", "calls", "rounds", "sub-q", "resolver", "recall", "hop recall"]
+    head += ["dep. hop recall", "coverage", "p50 ms"]
     rows = []
-    for s in SPLITS:
-        p, q = summary["parallel"][s], summary["sequential"][s]
-        if not p["n"] or not q["n"]:
+    for key in sorted({k for by_key in breakdown.values() for k in by_key}):
+        for v, by_key in breakdown.items():
+            m = by_key.get(key)
+            if not m or not m["n"]:
+                continue
+            rows.append(
+                [key, v, str(m["n"]), _fmt(m["em"], oracle)]
+                + [_fmt(m[f]) for f in ("policy_calls", "search_rounds", "subqueries", "resolver_calls")]
+                + [_fmt(m[f]) for f in ("gold_recall", "hop_recall", "dependent_hop_recall")]
+                + [_fmt(m["answer_coverage"]), _fmt(m["latency_p50_ms"])]
+            )
+    return _table(head, rows)
+
+
+def ratio_lines(summary: dict[str, Any]) -> list[str]:
+    """The parallel and dag graphs relative to the sequential one, per split."""
+    out: list[str] = []
+    for graph in ("parallel", "dag"):
+        if graph not in summary or "sequential" not in summary:
             continue
+        out += ["", f"The {graph} graph relative to the sequential graph (lower is cheaper):", ""]
+        rows = []
+        for s in SPLITS:
+            p, q = summary[graph][s], summary["sequential"][s]
+            if not p["n"] or not q["n"]:
+                continue
 
-        def r(key: str, p=p, q=q) -> str:
-            return f"{p[key] / q[key]:.3f}" if p[key] and q[key] else "–"
+            def r(key: str, p=p, q=q) -> str:
+                return f"{p[key] / q[key]:.3f}" if p[key] and q[key] else "–"
 
-        rows.append([s, r("policy_calls"), r("search_rounds"), r("latency_p50_ms")])
-    return out + _table(["split", "policy calls", "search rounds", "latency p50"], rows)
+            rows.append([s, r("policy_calls"), r("search_rounds"), r("latency_p50_ms")])
+        out += _table(["split", "policy calls", "search rounds", "latency p50"], rows)
+    return out
 
 
 def plots(rows: list[dict[str, Any]], summary: dict[str, Any], out_dir: Path, oracle: bool) -> list[str]:
@@ -167,7 +192,8 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
     rows = dedup(rows)
     summary = summarize(rows, accuracy=not oracle)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    (out / "breakdown.json").write_text(json.dumps(by_type(rows, accuracy=not oracle), indent=2))
+    breakdown = by_type(rows, accuracy=not oracle)
+    (out / "breakdown.json").write_text(json.dumps(breakdown, indent=2))
     failures = [r for r in rows if r.get("error")]
     md = [
         "# ParallelSearch evaluation",
@@ -185,6 +211,11 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
         md += [
             "",
             f"Each policy turn costs a simulated {1000 * run['turn_delay_s']:.0f} ms of generation time.",
+        ]
+    if run.get("resolver_delay_s"):
+        md += [
+            "",
+            f"Each #k resolver call costs a simulated {1000 * run['resolver_delay_s']:.0f} ms.",
         ]
     if run.get("latency"):
         md += ["", f"How latency was measured: {run['latency']}."]
@@ -226,6 +257,13 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
         "",
         "DR = decomposition ratio (share of parallelizable questions searched with two or more sub-queries in one search); "
         "recall = share of gold supporting passages retrieved; coverage = gold answer found in retrieved text (yes/no answers excluded).",
+    ]
+    md += ["", "## By question type", ""] + type_lines(breakdown, oracle)
+    md += [
+        "",
+        "rounds = search stages (a search with #k takes one per dependency level); resolver = #k resolver calls; "
+        "hop recall = share of the question's hops (metadata.hops) whose gold paragraph was retrieved, "
+        "dep. hop recall = the same over the hops that name an earlier one by #k.",
     ]
     if failures or bad:
         md += [

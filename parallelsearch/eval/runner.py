@@ -19,6 +19,8 @@ from typing import Any
 from typing_extensions import Unpack
 
 from parallelsearch.agents.policies.scripted import DelayedPolicy
+from parallelsearch.agents.resolvers import DelayedResolver, as_resolver, searcher_encoder
+from parallelsearch.agents.searchers.backends import as_searcher
 from parallelsearch.eval.scoring import error_row, score_output
 from parallelsearch.eval.summary import is_oracle_run
 from parallelsearch.graphs.builders import build_graph, check_graph_kind
@@ -121,12 +123,15 @@ async def evaluate(
     concurrency: int = 4,
     progress: bool = True,
     turn_delay_s: float = 0.0,
+    resolver_delay_s: float = 0.0,
     config: GraphConfig | None = None,
     **options: Unpack[GraphOptions],
 ) -> EvalRun:
     """Run every (variant, question) pair not yet in ``out_dir/results.jsonl``.
 
     The graphs' knobs: ``config`` and/or :class:`GraphOptions` keywords, as for the builders.
+    ``turn_delay_s`` is added to every policy turn and ``resolver_delay_s`` to every ``#k``
+    resolver call (simulated model time, so an oracle run's latency columns mean something).
     """
     from tqdm.auto import tqdm
 
@@ -148,15 +153,30 @@ async def evaluate(
             "graph_config": cfg.model_dump(exclude_unset=True),
             "variants": list(variants),
             "turn_delay_s": turn_delay_s,
+            "resolver_delay_s": resolver_delay_s,
             "latency": LATENCY_METHOD,
         },
     )
     done_rows, bad_lines = read_results(out / RESULTS)
     done = {(r.get("variant"), str(r.get("id"))) for r in done_rows if not r.get("error")}
     run = EvalRun(out, list(variants), spec, bad_lines=bad_lines)
+    extra: dict[str, Any] = {}
+    if resolver_delay_s:  # the configured resolver, built here once so every call can be delayed
+        searcher = as_searcher(searcher)
+        inner = as_resolver(
+            cfg.resolver or "passage",
+            searcher=searcher,
+            policy=answer_policy or policy,
+            embedder=searcher_encoder(searcher),
+        )
+        extra["resolver"] = DelayedResolver(inner, resolver_delay_s)
+        cfg = cfg.model_copy(update={"resolver": None})  # a name would win over the object
     if turn_delay_s:
         policy = DelayedPolicy(policy, turn_delay_s)
-    graphs = {v: build_graph(v, policy, searcher, answer_policy=answer_policy, config=cfg) for v in variants}
+    graphs = {
+        v: build_graph(v, policy, searcher, answer_policy=answer_policy, config=cfg, **extra)
+        for v in variants
+    }
     todo = [
         (v, q)
         for i, q in enumerate(questions)

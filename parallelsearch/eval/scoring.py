@@ -5,6 +5,7 @@ Accuracy uses the same SQuAD-normalised metrics as the rewards (``parallelsearch
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from parallelsearch.data.metrics import answer_in_text, cover_match, exact_match, f1_score, normalize_answer
@@ -13,6 +14,18 @@ from parallelsearch.graphs.state import ObservationRecord, TrajectoryRecord, Tur
 
 def _is_yes_no(golds: list[str]) -> bool:
     return bool(golds) and all(normalize_answer(g) in ("yes", "no") for g in golds)
+
+
+def hop_recall(hops: object, titles: set[str], *, dependent: bool = False) -> float | None:
+    """Share of the question's hops (``metadata.hops``; with ``dependent``, only those naming an
+    earlier hop by ``#k``) whose gold paragraph's title is among the retrieved passages; None when
+    the question has no such hop."""
+    wanted = [
+        h["title"]
+        for h in (hops if isinstance(hops, list) else [])
+        if isinstance(h, dict) and h.get("title") and (h.get("refs") or not dependent)
+    ]
+    return round(sum(t in titles for t in wanted) / len(wanted), 4) if wanted else None
 
 
 def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_ms: float) -> dict[str, Any]:
@@ -30,6 +43,7 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
     gold_recall = (
         round(len(set(supporting) & titles) / len(supporting), 4) if supporting and searched else None
     )
+    hops = meta.get("hops") if searched else None
     coverage = None
     if searched and golds and not _is_yes_no(golds):
         coverage = float(answer_in_text(retrieved, golds))
@@ -51,12 +65,24 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
         "tokens_in": out.get("tokens_in"),
         "tokens_out": out.get("tokens_out"),
         "gold_recall": gold_recall,
+        "hop_recall": hop_recall(hops, titles),
+        "dependent_hop_recall": hop_recall(hops, titles, dependent=True),
         "answer_coverage": coverage,
         "search_errors": out.get("errors", 0),
         "policy": out.get("policy"),
         "labels": out.get("labels"),
         "error": None,
     }
+
+
+def question_type(q: dict[str, Any]) -> str | None:
+    """The question's type: ``metadata.type``, or for MuSiQue (whose files say ``na``) the hop
+    type its id starts with (``2hop``, ``3hop1``, ``4hop3``, ...)."""
+    given = (q.get("metadata") or {}).get("type")
+    if given not in (None, "", "na"):
+        return given
+    m = re.match(r"([2-4]hop[1-3]?)__", str(q.get("id") or ""))
+    return m.group(1) if m else given
 
 
 def _identity(q: dict[str, Any], variant: str) -> dict[str, Any]:
@@ -66,7 +92,7 @@ def _identity(q: dict[str, Any], variant: str) -> dict[str, Any]:
         "id": q.get("id"),
         "question": q.get("question"),
         "dataset": meta.get("dataset"),
-        "type": meta.get("type"),
+        "type": question_type(q),
         "split": meta.get("split"),
         "golden_answers": list(q.get("golden_answers") or []),
     }

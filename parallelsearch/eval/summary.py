@@ -20,6 +20,8 @@ METRICS = (
     "latency_p50_ms",
     "latency_p95_ms",
     "gold_recall",
+    "hop_recall",
+    "dependent_hop_recall",
     "answer_coverage",
 )
 ACCURACY = ("em", "f1", "acc")
@@ -71,6 +73,8 @@ def metrics(rows: list[dict[str, Any]], *, split: str, accuracy: bool = True) ->
         "latency_p50_ms": percentile(lat, 0.5, 3),
         "latency_p95_ms": percentile(lat, 0.95, 3),
         "gold_recall": _mean(r.get("gold_recall") for r in ok),
+        "hop_recall": _mean(r.get("hop_recall") for r in ok),
+        "dependent_hop_recall": _mean(r.get("dependent_hop_recall") for r in ok),
         "answer_coverage": _mean(r.get("answer_coverage") for r in ok),
     }
     if not ok:
