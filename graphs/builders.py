@@ -126,8 +126,34 @@ def _new_builder() -> StateGraph:
     )
 
 
-def _search_loop(nodes: Nodes, cfg: GraphConfig, checkpointer: Any, name: str) -> SearchGraph:
-    nodes.graph_name = name
+#: the knobs each searching kind fixes over the caller's configuration
+_PINNED: dict[str, dict[str, Any]] = {
+    "parallel": {"prompt_template": "paper"},
+    "dag": {"prompt_template": "dag"},
+    "sequential": {"prompt_template": "search_r1", "split_subqueries": False},
+}
+
+
+def _search_loop(
+    kind: str,
+    policy: Planner,
+    searcher: Any,
+    answer_policy: Planner | None,
+    checkpointer: Any,
+    config: GraphConfig | None,
+    options: dict[str, Any],
+) -> SearchGraph:
+    """The searching graphs' one shape: begin -> planner -> ``Send`` searchers -> join -> planner
+    ... -> answer; what differs by kind is what :data:`_PINNED` fixes (its prompt, whether ``##``
+    splits) and whether turn requests invite ``#k`` references (``dag``)."""
+    opts = dict(options)
+    resolver = _resolver_option(opts)
+    cfg = _config(config, opts)
+    pol, protocol, answerer, cfg = _planner(policy, cfg, kind, answer_policy)
+    cfg = _config(cfg, {}, **_PINNED[kind])
+    nodes = Nodes(pol, as_searcher(searcher), cfg, answerer, protocol=protocol, resolver=resolver)
+    nodes.references = kind == "dag"
+    nodes.graph_name = name = "parallelsearch" if kind == "parallel" else kind
     b = _new_builder()
     _add(b, "begin", nodes.begin)
     _add(b, "planner", nodes.planner)
@@ -142,6 +168,34 @@ def _search_loop(nodes: Nodes, cfg: GraphConfig, checkpointer: Any, name: str) -
     b.add_conditional_edges("join", nodes.after_join, ["search", "planner"])
     b.add_edge("answer", END)
     return _compile(b, cfg, checkpointer, name)
+
+
+def _one_turn(
+    kind: str,
+    policy: Planner,
+    searcher: Any,
+    checkpointer: Any,
+    config: GraphConfig | None,
+    options: dict[str, Any],
+) -> SearchGraph:
+    """The baselines' shape: an entry node (``retrieve`` once with the question, or ``begin``),
+    then one answer-only turn."""
+    opts = dict(options)
+    _resolver_option(opts)  # one answer-only turn: nothing to resolve
+    cfg = _config(config, opts, prompt_template="paper", max_turns=0)
+    pol, _, _, cfg = _planner(policy, cfg, kind)
+    nodes = Nodes(pol, as_searcher(searcher) if kind == "rag" else None, cfg, pinned=("max_turns",))
+    nodes.graph_name = kind
+    entry = "retrieve" if kind == "rag" else "begin"
+    b = _new_builder()
+    _add(b, entry, nodes.retrieve_once if kind == "rag" else nodes.begin)
+    _add(b, "planner", nodes.planner)
+    _add(b, "answer", nodes.answer)
+    b.add_edge(START, entry)
+    b.add_edge(entry, "planner")
+    b.add_edge("planner", "answer")
+    b.add_edge("answer", END)
+    return _compile(b, cfg, checkpointer, kind)
 
 
 def build_parallel_search_graph(
@@ -161,13 +215,7 @@ def build_parallel_search_graph(
     ``resolver`` may also be a function ``(sub_query, parents) -> str`` for the ``#k`` of
     dependent sub-queries (``seat of #1``).
     """
-    opts: dict[str, Any] = dict(options)
-    resolver = _resolver_option(opts)
-    cfg = _config(config, opts)
-    pol, protocol, answerer, cfg = _planner(policy, cfg, "parallel", answer_policy)
-    cfg = _config(cfg, {}, prompt_template="paper")
-    nodes = Nodes(pol, as_searcher(searcher), cfg, answerer, protocol=protocol, resolver=resolver)
-    return _search_loop(nodes, cfg, checkpointer, "parallelsearch")
+    return _search_loop("parallel", policy, searcher, answer_policy, checkpointer, config, options)
 
 
 def build_dag_graph(
@@ -186,14 +234,7 @@ def build_dag_graph(
     paper's plus one sentence on ``#k``, unless a prompt is given) and every turn request says
     references are welcome (``TurnRequest.references``; the oracle then plans a question's hops
     as one search). The resolver is the configured one (default ``passage``)."""
-    opts: dict[str, Any] = dict(options)
-    resolver = _resolver_option(opts)
-    cfg = _config(config, opts)
-    pol, protocol, answerer, cfg = _planner(policy, cfg, "dag", answer_policy)
-    cfg = _config(cfg, {}, prompt_template="dag")
-    nodes = Nodes(pol, as_searcher(searcher), cfg, answerer, protocol=protocol, resolver=resolver)
-    nodes.references = True
-    return _search_loop(nodes, cfg, checkpointer, "dag")
+    return _search_loop("dag", policy, searcher, answer_policy, checkpointer, config, options)
 
 
 def build_sequential_graph(
@@ -206,13 +247,7 @@ def build_sequential_graph(
     **options: Unpack[GraphOptions],
 ) -> SearchGraph:
     """Search-R1 baseline: its prompt (unless one is given), one query per search (``##`` is not split)."""
-    opts: dict[str, Any] = dict(options)
-    _resolver_option(opts)  # one query per search: nothing to resolve
-    cfg = _config(config, opts)
-    pol, protocol, answerer, cfg = _planner(policy, cfg, "sequential", answer_policy)
-    cfg = _config(cfg, {}, prompt_template="search_r1", split_subqueries=False)
-    nodes = Nodes(pol, as_searcher(searcher), cfg, answerer, protocol=protocol)
-    return _search_loop(nodes, cfg, checkpointer, "sequential")
+    return _search_loop("sequential", policy, searcher, answer_policy, checkpointer, config, options)
 
 
 def build_rag_graph(
@@ -226,21 +261,7 @@ def build_rag_graph(
     """RAG baseline: retrieve once with the question, then one answer-only turn.
 
     ``retrieve`` is its entry node, so it also opens the episode (no ``begin`` node)."""
-    opts: dict[str, Any] = dict(options)
-    _resolver_option(opts)  # one answer-only turn: nothing to resolve
-    cfg = _config(config, opts, prompt_template="paper", max_turns=0)
-    pol, _, _, cfg = _planner(policy, cfg, "rag")
-    nodes = Nodes(pol, as_searcher(searcher), cfg, pinned=("max_turns",))
-    nodes.graph_name = "rag"
-    b = _new_builder()
-    _add(b, "retrieve", nodes.retrieve_once)
-    _add(b, "planner", nodes.planner)
-    _add(b, "answer", nodes.answer)
-    b.add_edge(START, "retrieve")
-    b.add_edge("retrieve", "planner")
-    b.add_edge("planner", "answer")
-    b.add_edge("answer", END)
-    return _compile(b, cfg, checkpointer, "rag")
+    return _one_turn("rag", policy, searcher, checkpointer, config, options)
 
 
 def build_direct_graph(
@@ -252,21 +273,7 @@ def build_direct_graph(
     **options: Unpack[GraphOptions],
 ) -> SearchGraph:
     """Direct baseline: no retrieval, one answer-only turn."""
-    opts: dict[str, Any] = dict(options)
-    _resolver_option(opts)  # one answer-only turn: nothing to resolve
-    cfg = _config(config, opts, prompt_template="paper", max_turns=0)
-    pol, _, _, cfg = _planner(policy, cfg, "direct")
-    nodes = Nodes(pol, None, cfg, pinned=("max_turns",))
-    nodes.graph_name = "direct"
-    b = _new_builder()
-    _add(b, "begin", nodes.begin)
-    _add(b, "planner", nodes.planner)
-    _add(b, "answer", nodes.answer)
-    b.add_edge(START, "begin")
-    b.add_edge("begin", "planner")
-    b.add_edge("planner", "answer")
-    b.add_edge("answer", END)
-    return _compile(b, cfg, checkpointer, "direct")
+    return _one_turn("direct", policy, searcher, checkpointer, config, options)
 
 
 _BUILDERS = {

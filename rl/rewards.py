@@ -80,7 +80,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from itertools import pairwise
 from typing import Any, Literal, get_args
 
@@ -519,23 +519,14 @@ def _dag(lab: dict[str, Any], w: dict[str, float], text: str, prompt: str | None
     else:  # the gate: nothing for the process, and the format part takes the outcome back
         decomposition = search_count = 0.0
         fmt = -base.outcome
-    return RewardBreakdown(
+    return replace(
+        base,
         total=base.outcome + decomposition + search_count + fmt,
-        outcome=base.outcome,
         decomposition=decomposition,
         search_count=search_count,
         format=fmt,
         mode="dag",
-        question_class=base.question_class,
-        answer=answer,
-        correct=base.correct,
-        searches=len(plans),
-        subqueries_per_search=sizes,
         stages_per_search=stages,
-        decomposed=any(size >= 2 for size in sizes),
-        format_valid=valid,
-        format_reason=reason,
-        weights=w,
     )
 
 

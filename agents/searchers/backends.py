@@ -8,15 +8,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from parallelsearch.agents.searchers.adapters import (
-    FunctionSearcher,
-    LangChainRetrieverSearcher,
-    ObjectSearcher,
-    RunnableSearcher,
-    ToolSearcher,
-    VectorStoreSearcher,
-    is_async_callable,
-)
+from parallelsearch.agents.searchers import adapters as ad
 from parallelsearch.agents.searchers.base import Searcher, store_names
 from parallelsearch.stores.chroma_store import ChromaStore
 from parallelsearch.stores.http.retrieval_client import RetrieverClient
@@ -122,12 +114,12 @@ _OWN = (
     StoreSearcher,
     RemoteSearcher,
     MultiStoreSearcher,
-    LangChainRetrieverSearcher,
-    VectorStoreSearcher,
-    ToolSearcher,
-    RunnableSearcher,
-    FunctionSearcher,
-    ObjectSearcher,
+    ad.LangChainRetrieverSearcher,
+    ad.VectorStoreSearcher,
+    ad.ToolSearcher,
+    ad.RunnableSearcher,
+    ad.FunctionSearcher,
+    ad.ObjectSearcher,
 )
 
 
@@ -154,18 +146,18 @@ def _langchain_searcher(obj: Any, name: str | None) -> Searcher | None:
     except ImportError:  # pragma: no cover - langchain-core is a dependency
         return None
     if isinstance(obj, BaseRetriever):
-        return LangChainRetrieverSearcher(obj, name)
+        return ad.LangChainRetrieverSearcher(obj, name)
     if isinstance(obj, VectorStore):
-        return VectorStoreSearcher(obj, name)
+        return ad.VectorStoreSearcher(obj, name)
     if isinstance(obj, BaseTool):
-        return ToolSearcher(obj, name)
+        return ad.ToolSearcher(obj, name)
     if isinstance(obj, BaseLanguageModel):
         raise TypeError(
             f"cannot use the language model {type(obj).__name__} as a searcher (is it the policy? the "
             f"policy comes first, the searcher second); accepted: {ACCEPTED_SEARCHERS}"
         )
     if isinstance(obj, Runnable) and not hasattr(obj, "asearch"):  # a Runnable with its own asearch: below
-        return RunnableSearcher(obj, name)
+        return ad.RunnableSearcher(obj, name)
     return None
 
 
@@ -196,14 +188,14 @@ def as_searcher(
     if wrapped is not None:
         return wrapped
     if hasattr(obj, "asearch"):
-        if not is_async_callable(obj.asearch):
+        if not ad.is_async_callable(obj.asearch):
             raise TypeError(
                 f"{type(obj).__name__}.asearch is not async: a searcher's asearch must be 'async def' "
                 "(a sync search function can be passed itself: it runs in a worker thread)"
             )
-        return ObjectSearcher(obj, name)
+        return ad.ObjectSearcher(obj, name)
     if callable(obj) and not isinstance(obj, type):
-        return FunctionSearcher(obj, name)
+        return ad.FunctionSearcher(obj, name)
     shown = repr(obj)
     shown = shown if len(shown) <= 80 else shown[:77] + "..."
     raise TypeError(f"cannot use {type(obj).__name__} {shown} as a searcher; accepted: {ACCEPTED_SEARCHERS}")
