@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from parallelsearch.eval.summary import percentile
+from parallelsearch.stores.passages import Passage
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = Path(os.environ.get("PARALLELSEARCH_SHARED_DATA", ROOT.parent / "shared" / "data")) / "raw"
@@ -35,6 +36,15 @@ def latency(ms: list[float], digits: int) -> dict:
 def fmt(value: float | None, spec: str) -> str:
     """``value`` formatted with ``spec``, or ``n/a`` (as wide) for a figure with no samples."""
     return "n/a".rjust(len(format(0.0, spec))) if value is None else format(value, spec)
+
+
+class InstantSearcher:
+    """A searcher that answers at once with the query as its one passage: the graph's own cost."""
+
+    name = "instant"
+
+    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
+        return [Passage(query, query, "text", 1.0, self.name)]
 
 
 def median_ms(fn, repeats: int) -> float:

@@ -15,14 +15,13 @@ import statistics
 import time
 from typing import Annotated
 
-from _common import write
+from _common import InstantSearcher, write
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.graphs import build_parallel_search_graph
-from parallelsearch.stores import Passage
 
 TURNS = [
     "<search> a ## b </search>",
@@ -32,11 +31,6 @@ TURNS = [
 ]
 EPISODES_PER_BLOCK = 25
 BLOCKS = 12
-
-
-class Instant:
-    async def asearch(self, query, k=3):
-        return [Passage(query, query, "text", 1.0, "instant")]
 
 
 class BareState(TypedDict, total=False):
@@ -86,7 +80,7 @@ def bare_langgraph():
 
 def main() -> dict:
     graphs = {
-        "parallelsearch": build_parallel_search_graph(ScriptedPolicy(TURNS), Instant()),
+        "parallelsearch": build_parallel_search_graph(ScriptedPolicy(TURNS), InstantSearcher()),
         "bare_langgraph": bare_langgraph(),
     }
 

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import write
+from _common import InstantSearcher, write
 
 from parallelsearch.agents.searchers import FunctionSearcher, ObjectSearcher, StoreSearcher, guarded_search
 from parallelsearch.stores import ChromaStore, Passage, get_embedder, ingest
@@ -27,13 +27,6 @@ BLOCKS = 10
 ROUNDS_PER_BLOCK = 20
 STORE_BLOCKS = 6
 QUERIES = ["Greyia", "Calibanus", "John Updike", "Tom Clancy", "Moscow State University", "Halina Reijn"]
-
-
-class Instant:
-    name = "instant"
-
-    async def asearch(self, query, k=3):
-        return [Passage(query, query, "text", 1.0, "instant")]
 
 
 async def instant_async(query, k):
@@ -87,8 +80,8 @@ def sample_store() -> ChromaStore:
 
 def main() -> Path:
     instant = {
-        "object_unwrapped": Instant(),
-        "object_wrapped": ObjectSearcher(Instant()),
+        "object_unwrapped": InstantSearcher(),
+        "object_wrapped": ObjectSearcher(InstantSearcher()),
         "async_function": FunctionSearcher(instant_async),
         "sync_function_thread": FunctionSearcher(instant_sync),
         "sync_function_dicts": FunctionSearcher(instant_dicts),
