@@ -9,6 +9,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from parallelsearch.eval.summary import percentile
@@ -47,13 +48,18 @@ class InstantSearcher:
         return [Passage(query, query, "text", 1.0, self.name)]
 
 
-def median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+def interleaved_ms(variants: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Median ms per call of each variant: one warm-up call each, then ``rounds`` rounds that run
+    every variant once in turn, so a slow patch of a shared machine hits them alike."""
+    for fn in variants.values():
         fn()
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - t0) * 1000)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def hotpot_store(n_questions: int = 60, name: str = "bench"):
