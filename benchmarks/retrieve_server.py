@@ -149,17 +149,11 @@ async def load(
     server_pid: int | None = None,
     client: str = "raw",
 ) -> dict:
-    """Closed-loop clients; every request's latency; queries/s over the whole run.
-
-    ``client="raw"`` (default): one :class:`~_raw_http.RawHttpConnection` per client, about
-    0.1 ms of CPU per request; ``"httpx"``: one shared ``httpx.AsyncClient``, 0.9-1.7 ms, which
-    on this machine's 2 cores is taken from the server under test. A request counts as an
-    error unless it is a 200 with one result list per query; a failed connection counts its
-    request as an error and is opened again.
-
-    Also the CPU each side spent: the server process's (user + system, from ``server_pid``)
-    per query, and this process's (the clients') per request, so the report can tell a
-    server that is out of CPU from one that leaves the CPU idle between batches."""
+    """Closed-loop clients (``client``: :mod:`_raw_http`, or one shared ``httpx.AsyncClient``);
+    every request's latency, queries/s over the run, and the CPU the server process
+    (``server_pid``) spent per query and the clients per request, so the report can tell a server
+    out of CPU from one idle between batches. A request is an error unless it is a 200 with one
+    result list per query; a failed raw connection is opened again."""
     import psutil
 
     server = psutil.Process(server_pid) if server_pid else None
@@ -272,13 +266,9 @@ def make_encoder(kind: str, home: Path, backend: str) -> Callable[[list[str]], o
 
 
 def bare_encoder_child(kind: str, home: Path, backend: str) -> None:
-    """Child process: one bare encoder's rows, as JSON on stdout.
-
-    Each encoder runs alone in a fresh process: two OpenMP teams in one process (torch on the
-    main thread and on an encoder thread) slow each other down for the rest of the process,
-    ~7.5 -> ~10 ms for a batch-1 query here (likely libgomp's throttled spinning once it
-    manages more threads than there are cores). A server has one team, so its reference must
-    too."""
+    """Child process: one bare encoder's rows, as JSON on stdout. Each encoder runs alone in a
+    fresh process: two OpenMP teams in one process slow each other for the rest of the process
+    (docs/performance.md), and a server has one team, so its reference must too."""
     print(json.dumps(bare_encoder_rows(make_encoder(kind, home, backend), hotpot_questions())))
 
 
