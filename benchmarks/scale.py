@@ -224,8 +224,7 @@ def store_worker(home: str, name: str, qpath: str, reps: int) -> None:
     store.search_vectors(qv[:1], K)  # loads the index
     load_s = time.perf_counter() - t0
     items = [qv[i : i + 1] for i in range(len(qv))]
-    for _ in range(1):  # warm
-        store.search_vectors(qv[:8], K)
+    store.search_vectors(qv[:8], K)  # warm
     out: dict = {"load_s": round(load_s, 2), "hnsw": hnsw_of(store.collection)}
     ids, lat = [], []
     for _ in range(reps):
