@@ -79,6 +79,8 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do case $$b in *rollout.py) continue;; esac; $(PY) $$b || exit 1; done
+	$(PY) benchmarks/serve.py --guard
+	$(PY) benchmarks/encoder_backends.py --encoders torch sentence-transformers --batches 1 4 8 --no-recall
 
 bench-vllm: $(VSTAMP)
 	$(VPY) benchmarks/rollout.py

@@ -9,9 +9,13 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from parallelsearch.eval.summary import percentile
+from parallelsearch.stores.passages import Passage
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = Path(os.environ.get("PARALLELSEARCH_SHARED_DATA", ROOT.parent / "shared" / "data")) / "raw"
@@ -37,13 +41,53 @@ def fmt(value: float | None, spec: str) -> str:
     return "n/a".rjust(len(format(0.0, spec))) if value is None else format(value, spec)
 
 
-def median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+class InstantSearcher:
+    """A searcher that answers at once with the query as its one passage: the graph's own cost."""
+
+    name = "instant"
+
+    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
+        return [Passage(query, query, "text", 1.0, self.name)]
+
+
+def exact_topk(vectors: np.ndarray, queries: np.ndarray, k: int = 3) -> np.ndarray:
+    """Exact top-k row indices by cosine (``vectors`` normalised; an array or a memmap, read in
+    chunks of 100,000 rows): what an approximate index's recall is measured against."""
+    q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    best_s = np.full((len(q), k), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(q), k), dtype=np.int64)
+    for lo in range(0, len(vectors), 100_000):
+        s = q @ np.asarray(vectors[lo : lo + 100_000]).T
+        top = (
+            np.argpartition(-s, k - 1, axis=1)[:, :k]
+            if s.shape[1] > k
+            else np.tile(np.arange(s.shape[1]), (len(q), 1))
+        )
+        cand_s = np.concatenate([best_s, np.take_along_axis(s, top, 1)], axis=1)
+        cand_i = np.concatenate([best_i, top + lo], axis=1)
+        order = np.argsort(-cand_s, axis=1)[:, :k]
+        best_s, best_i = np.take_along_axis(cand_s, order, 1), np.take_along_axis(cand_i, order, 1)
+    return best_i
+
+
+def recall(got: list[list[str]], exact: np.ndarray) -> float:
+    """Recall@k of result ids (row numbers as strings) against :func:`exact_topk`."""
+    k = exact.shape[1]
+    return sum(len({str(i) for i in ex} & set(g[:k])) for g, ex in zip(got, exact, strict=True)) / exact.size
+
+
+def interleaved_ms(variants: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
+    """Median ms per call of each variant: one warm-up call each, then ``rounds`` rounds that run
+    every variant once in turn, so a slow patch of a shared machine hits them alike."""
+    for fn in variants.values():
         fn()
-        times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, fn in variants.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - t0) * 1000)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def hotpot_store(n_questions: int = 60, name: str = "bench"):

@@ -1,48 +1,65 @@
-"""Encoder backends against the fp32 torch encoder: queries/s at batch 1/8/32 and recall@3.
+"""Query encoders side by side: queries/s at batch 1/8/32 against the fp32 torch encoder, and recall@3.
 
-Backends: ``torch`` (the stores' sentence-transformers path), ``onnx`` (ONNX Runtime fp32,
-the same embeddings) and ``onnx-int8`` (per-channel dynamic int8; different embeddings,
-so its store is indexed with it too). Speed: blocks of each backend alternate round by
-round on the same HotpotQA questions. Recall@3: one store per backend holding the 4,948
-context paragraphs of the 500 HotpotQA dev questions (not the holdout), one query per
-gold supporting title of every comparison question; a title is found when a passage of
-that title is in the top 3. The issue's rule: int8 may be the default only if its recall@3
-is less than 0.005 below torch's.
+Encoders: ``torch`` (the stores' sentence-transformers path: pre-transposed linear layers,
+the lean query path, the encoder thread), ``onnx`` (ONNX Runtime fp32, the same embeddings),
+``onnx-int8`` (per-channel dynamic int8; different embeddings, so its store is indexed with it
+too) and, with ``--encoders ... sentence-transformers``, plain ``SentenceTransformer.encode``
+on the calling thread (the reference the store's encoder is measured against; its maximum
+embedding difference to the first encoder is printed). Speed: blocks of each encoder
+alternate round by round on the same HotpotQA questions. Recall@3 (``--no-recall`` skips it):
+one store per embedding family holding the 4,948 context paragraphs of the 500 HotpotQA dev
+questions (not the holdout), one query per gold supporting title of every comparison
+question; a title is found when a passage of that title is in the top 3. The issue's rule:
+int8 may be the default only if its recall@3 is less than 0.005 below torch's.
+
+    python benchmarks/encoder_backends.py [--encoders torch onnx onnx-int8] [--batches 1 8 32] [--no-recall]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from _common import HOTPOT, ROOT, plot_bars, write
 from tqdm import tqdm
 
 from parallelsearch.stores import ChromaStore, ingest
-from parallelsearch.stores.embedders import Embedder
+from parallelsearch.stores.embedders import DEFAULT_MODEL, Embedder, resolve_model_path
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
-BATCHES = (1, 8, 32)
+PLAIN = "sentence-transformers"
 ROUNDS = 5
 
 
-def speed(embedders: dict[str, Embedder], queries: list[str]) -> dict:
+def plain_encoder():
+    """Plain sentence-transformers ``encode`` (untouched ``nn.Linear`` layers, the calling thread)."""
+    from sentence_transformers import SentenceTransformer
+
+    plain = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu")
+    return lambda qs: plain.encode(
+        qs, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+    )
+
+
+def speed(encoders: dict, queries: list[str], batches: list[int]) -> dict:
+    """Median ms per call of each encoder at each batch size, blocks alternating round by round."""
     samples: dict = {}
     for _ in tqdm(range(ROUNDS), desc="speed rounds"):
-        for name, emb in embedders.items():
-            for b in BATCHES:
-                emb.encode_queries(queries[:b])
+        for name, encode in encoders.items():
+            for b in batches:
+                encode(queries[:b])
                 for i in range(max(3, 32 // b)):
                     chunk = [queries[(i * b + j) % len(queries)] for j in range(b)]
                     t0 = time.perf_counter()
-                    emb.encode_queries(chunk)
+                    encode(chunk)
                     samples.setdefault((name, b), []).append(time.perf_counter() - t0)
-    return {
-        name: {b: round(b / statistics.median(samples[(name, b)]), 1) for b in BATCHES} for name in embedders
-    }
+            time.sleep(0.05)  # let the previous encoder's idle threads go to sleep
+    return {name: {b: statistics.median(samples[(name, b)]) * 1000 for b in batches} for name in encoders}
 
 
 def recall(embedders: dict[str, Embedder], recs: list[dict], tmp: Path) -> dict:
@@ -62,7 +79,11 @@ def recall(embedders: dict[str, Embedder], recs: list[dict], tmp: Path) -> dict:
         family = "int8" if name == "onnx-int8" else "fp32"
         t0 = time.perf_counter()
         if family not in stores:
-            index_with = embedders["onnx"] if family == "fp32" else emb
+            index_with = (
+                emb
+                if family == "int8"
+                else embedders.get("onnx") or Embedder(backend="onnx", cache_dir=tmp / "models")
+            )
             stores[family] = ChromaStore(f"hp-{family}", path=tmp / family, embedder=index_with)
             ingest(stores[family], [HOTPOT], progress=True)
         index_s = time.perf_counter() - t0
@@ -78,36 +99,54 @@ def recall(embedders: dict[str, Embedder], recs: list[dict], tmp: Path) -> dict:
 
 
 def main() -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--encoders", nargs="+", choices=(*BACKENDS, PLAIN), default=list(BACKENDS))
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--no-recall", action="store_true", help="speed only (no stores are indexed)")
+    args = ap.parse_args()
     recs = json.loads(HOTPOT.read_text())
     tmp = Path(tempfile.mkdtemp(prefix="encoder-backends-"))
-    embedders = {b: Embedder(backend=b, cache_dir=tmp / "models") for b in BACKENDS}
+    embedders = {b: Embedder(backend=b, cache_dir=tmp / "models") for b in args.encoders if b != PLAIN}
+    encoders = {name: emb.encode_queries for name, emb in embedders.items()}
+    if PLAIN in args.encoders:
+        encoders[PLAIN] = plain_encoder()
     queries = [r["question"] for r in recs]
-    rec = recall(embedders, recs, tmp)
-    qps = speed(embedders, queries)
-    for name, row in qps.items():
-        ratio = ", ".join(f"batch {b} {row[b]:.0f} q/s ({row[b] / qps['torch'][b]:.2f}x)" for b in BATCHES)
-        print(f"{name:9s}: {ratio}")
-    base = rec["torch"]["recall3"]
-    for name in BACKENDS:
-        r = rec[name]
-        print(
-            f"{name:9s}: recall@3 {r['recall3']:.4f} ({r['recall3'] - base:+.4f} vs torch) on {rec['gold_titles']} "
-            f"gold titles; indexing {r['passages']} passages {r['index_s']} s"
+    first, *others = encoders
+    diff = {n: float(np.abs(encoders[n](queries[:8]) - encoders[first](queries[:8])).max()) for n in others}
+    ms = speed(encoders, queries, args.batches)
+    qps = {name: {b: round(b * 1000 / t, 1) for b, t in row.items()} for name, row in ms.items()}
+    for name, row in ms.items():
+        ratio = ", ".join(
+            f"batch {b} {qps[name][b]:.0f} q/s, {t:.1f} ms ({t / ms[first][b]:.2f}x the time)"
+            for b, t in row.items()
         )
-    drop = base - rec["onnx-int8"]["recall3"]
-    print(f"int8 recall@3 drop {drop:+.4f}: {'may' if drop < 0.005 else 'may NOT'} be the default (< 0.005)")
-    plot_bars(
-        ROOT / "docs" / "img" / "encoder_backends.png",
-        "query encoder queries/s by batch size (recall@3: "
-        + ", ".join(f"{n} {rec[n]['recall3']:.3f}" for n in BACKENDS)
-        + ")",
-        {f"batch {b}": {n: qps[n][b] for n in BACKENDS} for b in BATCHES},
-        "queries/s",
-    )
-    return write(
-        "encoder_backends",
-        {"rounds": ROUNDS, "queries_per_s": qps, "recall": rec, "int8_drop": round(drop, 4)},
-    )
+        print(
+            f"{name:9s}: {ratio}" + (f"; max embedding difference {diff[name]:.1e}" if name in diff else "")
+        )
+    data = {"rounds": ROUNDS, "baseline": first, "queries_per_s": qps, "max_abs_diff_vs_baseline": diff}
+    if not args.no_recall and embedders:
+        rec = data["recall"] = recall(embedders, recs, tmp)
+        base = rec[next(iter(embedders))]["recall3"]
+        for name in embedders:
+            r = rec[name]
+            print(
+                f"{name:9s}: recall@3 {r['recall3']:.4f} ({r['recall3'] - base:+.4f}) on {rec['gold_titles']} "
+                f"gold titles; indexing {r['passages']} passages {r['index_s']} s"
+            )
+        if "onnx-int8" in rec and "torch" in rec:
+            drop = data["int8_drop"] = round(rec["torch"]["recall3"] - rec["onnx-int8"]["recall3"], 4)
+            print(
+                f"int8 recall@3 drop {drop:+.4f}: {'may' if drop < 0.005 else 'may NOT'} be the default (< 0.005)"
+            )
+        plot_bars(
+            ROOT / "docs" / "img" / "encoder_backends.png",
+            "query encoder queries/s by batch size (recall@3: "
+            + ", ".join(f"{n} {rec[n]['recall3']:.3f}" for n in embedders)
+            + ")",
+            {f"batch {b}": {n: qps[n][b] for n in encoders} for b in args.batches},
+            "queries/s",
+        )
+    return write("encoder_backends" if set(args.encoders) <= set(BACKENDS) else "encoder", data)
 
 
 if __name__ == "__main__":

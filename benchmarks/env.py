@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from _common import hotpot_store, write
+from _common import HOTPOT, hotpot_store, write
 from _server import ChromaServer
 from tqdm import tqdm
 
@@ -24,19 +24,12 @@ EPISODES = 64
 LEVELS = (1, 8, 32)
 
 
-def questions(recs: list[dict], n: int) -> list[dict]:
-    out = []
-    for i in range(n):
-        r = recs[i % len(recs)]
-        out.append(
-            {
-                "id": f"{r['_id']}-{i}",
-                "question": r["question"],
-                "golden_answers": [r["answer"]],
-                "metadata": {"type": r["type"]},
-            }
-        )
-    return out
+def questions(n: int, first: int) -> list[dict]:
+    """``n`` episodes' questions drawn in turn from the first HotpotQA questions (ids made unique)."""
+    from parallelsearch.data import load_questions
+
+    qs = load_questions(HOTPOT)[:first]
+    return [{**qs[i % first], "id": f"{qs[i % first]['id']}-{i}"} for i in range(n)]
 
 
 def policy_for(recs: list[dict]) -> ScriptedPolicy:
@@ -75,7 +68,7 @@ def run() -> dict:
     from parallelsearch.stores import create_retrieval_app
 
     store, recs = hotpot_store(40, name="envbench")
-    qs = questions(recs, EPISODES)
+    qs = questions(EPISODES, len(recs))
     policy = policy_for(recs)
     results: dict = {"episodes_per_level": EPISODES, "backends": {}}
     with ChromaServer() as chroma, LoopbackServer(create_retrieval_app(store)) as retrieve:

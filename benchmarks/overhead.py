@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import operator
-import statistics
-import time
 from typing import Annotated
 
-from _common import write
+from _common import InstantSearcher, interleaved_ms, write
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Send
 from typing_extensions import TypedDict
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.graphs import build_parallel_search_graph
-from parallelsearch.stores import Passage
 
 TURNS = [
     "<search> a ## b </search>",
@@ -32,11 +29,6 @@ TURNS = [
 ]
 EPISODES_PER_BLOCK = 25
 BLOCKS = 12
-
-
-class Instant:
-    async def asearch(self, query, k=3):
-        return [Passage(query, query, "text", 1.0, "instant")]
 
 
 class BareState(TypedDict, total=False):
@@ -86,7 +78,7 @@ def bare_langgraph():
 
 def main() -> dict:
     graphs = {
-        "parallelsearch": build_parallel_search_graph(ScriptedPolicy(TURNS), Instant()),
+        "parallelsearch": build_parallel_search_graph(ScriptedPolicy(TURNS), InstantSearcher()),
         "bare_langgraph": bare_langgraph(),
     }
 
@@ -94,17 +86,11 @@ def main() -> dict:
         for _ in range(n):
             await g.ainvoke({"question": "q"})
 
-    per_turn: dict[str, list[float]] = {name: [] for name in graphs}
     with asyncio.Runner() as runner:
-        for g in graphs.values():  # warm-up
-            runner.run(block(g, EPISODES_PER_BLOCK))
-        for _ in range(BLOCKS):
-            for name, g in graphs.items():
-                t0 = time.perf_counter()
-                runner.run(block(g, EPISODES_PER_BLOCK))
-                per_turn[name].append((time.perf_counter() - t0) * 1000 / EPISODES_PER_BLOCK / len(TURNS))
-    ours = statistics.median(per_turn["parallelsearch"])
-    bare = statistics.median(per_turn["bare_langgraph"])
+        block_ms = interleaved_ms(
+            {name: lambda g=g: runner.run(block(g, EPISODES_PER_BLOCK)) for name, g in graphs.items()}, BLOCKS
+        )
+    ours, bare = (block_ms[name] / EPISODES_PER_BLOCK / len(TURNS) for name in graphs)
     print(
         f"{len(TURNS)} policy turns + 3 search rounds per episode: {ours:.2f} ms per policy turn (goal <= 2 ms); "
         f"bare LangGraph, same supersteps: {bare:.2f} ms; parallelsearch adds {ours - bare:.2f} ms per turn"

@@ -18,19 +18,11 @@ the RL environment has), so a slow patch of a shared machine hits them alike.
 from __future__ import annotations
 
 import asyncio
-import statistics
-import time
 
-from _common import hotpot_store, write
+from _common import hotpot_store, interleaved_ms, write
 
 REPEATS = 25
 QUERIES = ["Scott Derrickson", "Ed Wood", "Moscow State University", "Tyler Bates"]
-
-
-def timed_ms(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1000
 
 
 def latencies(store, runner: asyncio.Runner) -> dict[str, float]:
@@ -53,13 +45,7 @@ def latencies(store, runner: asyncio.Runner) -> dict[str, float]:
         "batched_one": lambda: store.search_batch(QUERIES[:1], 3),
         "batched_four": lambda: store.search_batch(QUERIES, 3),
     }
-    for fn in variants.values():  # warm-up
-        fn()
-    samples: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(REPEATS):
-        for name, fn in variants.items():
-            samples[name].append(timed_ms(fn))
-    return {name: statistics.median(v) for name, v in samples.items()}
+    return interleaved_ms(variants, REPEATS)
 
 
 def recall(store, recs: list[dict]) -> tuple[int, int, float, float]:

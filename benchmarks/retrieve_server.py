@@ -149,17 +149,11 @@ async def load(
     server_pid: int | None = None,
     client: str = "raw",
 ) -> dict:
-    """Closed-loop clients; every request's latency; queries/s over the whole run.
-
-    ``client="raw"`` (default): one :class:`~_raw_http.RawHttpConnection` per client, about
-    0.1 ms of CPU per request; ``"httpx"``: one shared ``httpx.AsyncClient``, 0.9-1.7 ms, which
-    on this machine's 2 cores is taken from the server under test. A request counts as an
-    error unless it is a 200 with one result list per query; a failed connection counts its
-    request as an error and is opened again.
-
-    Also the CPU each side spent: the server process's (user + system, from ``server_pid``)
-    per query, and this process's (the clients') per request, so the report can tell a
-    server that is out of CPU from one that leaves the CPU idle between batches."""
+    """Closed-loop clients (``client``: :mod:`_raw_http`, or one shared ``httpx.AsyncClient``);
+    every request's latency, queries/s over the run, and the CPU the server process
+    (``server_pid``) spent per query and the clients per request, so the report can tell a server
+    out of CPU from one idle between batches. A request is an error unless it is a 200 with one
+    result list per query; a failed raw connection is opened again."""
     import psutil
 
     server = psutil.Process(server_pid) if server_pid else None
@@ -272,13 +266,9 @@ def make_encoder(kind: str, home: Path, backend: str) -> Callable[[list[str]], o
 
 
 def bare_encoder_child(kind: str, home: Path, backend: str) -> None:
-    """Child process: one bare encoder's rows, as JSON on stdout.
-
-    Each encoder runs alone in a fresh process: two OpenMP teams in one process (torch on the
-    main thread and on an encoder thread) slow each other down for the rest of the process,
-    ~7.5 -> ~10 ms for a batch-1 query here (likely libgomp's throttled spinning once it
-    manages more threads than there are cores). A server has one team, so its reference must
-    too."""
+    """Child process: one bare encoder's rows, as JSON on stdout. Each encoder runs alone in a
+    fresh process: two OpenMP teams in one process slow each other for the rest of the process
+    (docs/performance.md), and a server has one team, so its reference must too."""
     print(json.dumps(bare_encoder_rows(make_encoder(kind, home, backend), hotpot_questions())))
 
 
@@ -417,14 +407,10 @@ def main(argv: list[str] | None = None) -> dict:
     enc = {name: {b: median_rows([s[name][b] for s in enc_samples]) for b in BATCHES} for name in encoders}
     rows = {v: {lname: median_rows(s) for lname, s in per.items()} for v, per in samples.items()}
     chroma = {b: statistics.median(c[b] for c in chroma_samples) for b in chroma_samples[0]}
-    data = report(args, enc, rows, encoders, chroma)
-    if agreement is not None:
-        data["official_top3_agreement"] = round(agreement, 4)
-        write("retrieve_server" + (f"_{args.backend}" if args.backend else ""), data)
-    return data
+    return report(args, enc, rows, encoders, chroma, agreement)
 
 
-def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict) -> dict:
+def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict, agreement: float | None) -> dict:
     store_enc = next(iter(encoders))
     for name, per_b in enc.items():
         print(
@@ -447,17 +433,6 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict) -> di
     goals: dict = {}
     for v in (x for x in rows if x.startswith("batched")):
         b = rows[v]
-        ceilings = {
-            ln: 1000 * cores / (b[ln]["server_cpu_ms_per_query"] + b[ln]["client_cpu_ms_per_request"])
-            for ln in ("8c_1q", "32c_1q")
-        }
-        for ln, ceiling in ceilings.items():
-            print(
-                f"{v}: CPU ceiling at {ln}: {cores} cores / ({b[ln]['server_cpu_ms_per_query']:.1f} server + "
-                f"{b[ln]['client_cpu_ms_per_request']:.1f} client ms CPU per query) = {ceiling:.0f} queries/s; "
-                f"measured {b[ln]['queries_per_s']:.0f} = {b[ln]['queries_per_s'] / ceiling:.2f} of it "
-                "(the rest: CPU idle between batches)"
-            )
         for name in encoders:
             e = enc[name][best_of[name]]
             best = e["queries_per_s"]
@@ -467,8 +442,6 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict) -> di
                 "best_cpu_ms_per_query": e["cpu_ms_per_query"],
                 "8c_over_best": b["8c_1q"]["queries_per_s"] / best,
                 "32c_over_best": b["32c_1q"]["queries_per_s"] / best,
-                "cpu_ceiling_8c_over_best": ceilings["8c_1q"] / best,
-                "cpu_ceiling_32c_over_best": ceilings["32c_1q"] / best,
                 "unbatched_8c_over_best": rows["unbatched"]["8c_1q"]["queries_per_s"] / best,
                 "unbatched_32c_over_best": rows["unbatched"]["32c_1q"]["queries_per_s"] / best,
                 "1c_p50_over_batch1": b["1c_1q"]["p50_ms"] / enc[name][1]["ms"],
@@ -478,8 +451,7 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict) -> di
             print(
                 f"{v} against bare {name}{' (the best bare encoder)' if name == overall else ''}: 8 clients "
                 f"{g['8c_over_best']:.2f}x, 32 clients {g['32c_over_best']:.2f}x of its best {best:.0f} q/s "
-                f"at batch {best_of[name]} (goal >= 0.8; CPU ceiling {g['cpu_ceiling_8c_over_best']:.2f}x / "
-                f"{g['cpu_ceiling_32c_over_best']:.2f}x; unbatched {g['unbatched_8c_over_best']:.2f}x / "
+                f"at batch {best_of[name]} (goal >= 0.8; unbatched {g['unbatched_8c_over_best']:.2f}x / "
                 f"{g['unbatched_32c_over_best']:.2f}x); 1-client p50 {g['1c_p50_over_batch1']:.2f}x its "
                 "batch-1 call (goal <= 1.15)"
             )
@@ -516,6 +488,7 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict) -> di
         "chroma_query_ms": {str(k): round(x, 2) for k, x in chroma.items()},
         "floors": {k: round(x, 3) for k, x in floors.items()},
         "cores": cores,
+        "official_top3_agreement": None if agreement is None else round(agreement, 4),
         "goals": {
             v: {n: {k: round(x, 3) for k, x in g.items()} for n, g in per.items()} for v, per in goals.items()
         },

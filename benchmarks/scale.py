@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import HOTPOT, OUT, latency, pyplot, save, write
+from _common import HOTPOT, OUT, exact_topk, latency, pyplot, recall, save, write
 from _server import ServerProcess
 from tqdm import tqdm
 
@@ -184,32 +184,6 @@ def store_name(n: int) -> str:
     return f"scale-{n}"
 
 
-# -------------------------------------------------------------------------------- exact
-def exact_topk(vec_path: Path, qv: np.ndarray, k: int = K) -> np.ndarray:
-    """Exact top-k row indices by cosine (vectors and queries are normalised): numpy, in chunks."""
-    mm = np.load(vec_path, mmap_mode="r")
-    q = qv / np.linalg.norm(qv, axis=1, keepdims=True)
-    best_s = np.full((len(q), k), -np.inf, dtype=np.float32)
-    best_i = np.zeros((len(q), k), dtype=np.int64)
-    for lo in range(0, len(mm), 100_000):
-        s = q @ np.asarray(mm[lo : lo + 100_000]).T
-        top = (
-            np.argpartition(-s, k - 1, axis=1)[:, :k]
-            if s.shape[1] > k
-            else np.tile(np.arange(s.shape[1]), (len(q), 1))
-        )
-        cand_s = np.concatenate([best_s, np.take_along_axis(s, top, 1)], axis=1)
-        cand_i = np.concatenate([best_i, top + lo], axis=1)
-        order = np.argsort(-cand_s, axis=1)[:, :k]
-        best_s, best_i = np.take_along_axis(cand_s, order, 1), np.take_along_axis(cand_i, order, 1)
-    return best_i
-
-
-def recall(got: list[list[str]], exact: np.ndarray) -> float:
-    hits = sum(len({str(i) for i in ex} & set(g[:K])) for g, ex in zip(got, exact, strict=True))
-    return hits / (K * len(exact))
-
-
 def timed_concurrent(fn, items: list, clients: int) -> tuple[list, list[float]]:
     """Every item through ``fn`` from ``clients`` threads at once; (results in order, latencies ms)."""
     results: list = [None] * len(items)
@@ -250,8 +224,7 @@ def store_worker(home: str, name: str, qpath: str, reps: int) -> None:
     store.search_vectors(qv[:1], K)  # loads the index
     load_s = time.perf_counter() - t0
     items = [qv[i : i + 1] for i in range(len(qv))]
-    for _ in range(1):  # warm
-        store.search_vectors(qv[:8], K)
+    store.search_vectors(qv[:8], K)  # warm
     out: dict = {"load_s": round(load_s, 2), "hnsw": hnsw_of(store.collection)}
     ids, lat = [], []
     for _ in range(reps):
@@ -465,7 +438,7 @@ def main() -> dict:
         if args.build_only:
             rows.append(row)
             continue
-        exact = exact_topk(vec_path, qv)
+        exact = exact_topk(np.load(vec_path, mmap_mode="r"), qv)
         row["store"] = measure_store(home, n, qpath, exact, args.reps)
         print(
             f"  store API: recall@3 {row['store']['recall@3']}, 1 client {row['store']['c1']}, "

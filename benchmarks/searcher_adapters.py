@@ -12,12 +12,10 @@
 from __future__ import annotations
 
 import asyncio
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
-from _common import write
+from _common import InstantSearcher, interleaved_ms, write
 
 from parallelsearch.agents.searchers import FunctionSearcher, ObjectSearcher, StoreSearcher, guarded_search
 from parallelsearch.stores import ChromaStore, Passage, get_embedder, ingest
@@ -27,13 +25,6 @@ BLOCKS = 10
 ROUNDS_PER_BLOCK = 20
 STORE_BLOCKS = 6
 QUERIES = ["Greyia", "Calibanus", "John Updike", "Tom Clancy", "Moscow State University", "Halina Reijn"]
-
-
-class Instant:
-    name = "instant"
-
-    async def asearch(self, query, k=3):
-        return [Passage(query, query, "text", 1.0, "instant")]
 
 
 async def instant_async(query, k):
@@ -48,29 +39,21 @@ def instant_dicts(query, k):
     return [{"title": query, "text": "text", "score": 1.0}]
 
 
-async def per_call_us(searcher, n: int) -> float:
-    t0 = time.perf_counter()
+async def searches(searcher, n: int) -> None:
     for i in range(n):
         await guarded_search(searcher, QUERIES[i % len(QUERIES)], 3)
-    return (time.perf_counter() - t0) * 1e6 / n
 
 
-async def per_round_ms(searcher, n: int) -> float:
-    t0 = time.perf_counter()
+async def rounds_of_two(searcher, n: int) -> None:
     for i in range(n):
         a, b = QUERIES[(2 * i) % len(QUERIES)], QUERIES[(2 * i + 1) % len(QUERIES)]
         await asyncio.gather(guarded_search(searcher, a, 3), guarded_search(searcher, b, 3))
-    return (time.perf_counter() - t0) * 1000 / n
 
 
-def interleaved(runner, fns: dict, measure, n: int, blocks: int) -> dict[str, float]:
-    for s in fns.values():  # warm-up
-        runner.run(measure(s, max(1, n // 10)))
-    got: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(blocks):
-        for name, s in fns.items():
-            got[name].append(runner.run(measure(s, n)))
-    return {name: statistics.median(v) for name, v in got.items()}
+def interleaved(runner, fns: dict, loop, n: int, blocks: int) -> dict[str, float]:
+    """Median ms per iteration of ``loop(searcher, n)`` for each searcher, blocks interleaved."""
+    ms = interleaved_ms({name: lambda s=s: runner.run(loop(s, n)) for name, s in fns.items()}, blocks)
+    return {name: v / n for name, v in ms.items()}
 
 
 def sample_store() -> ChromaStore:
@@ -87,8 +70,8 @@ def sample_store() -> ChromaStore:
 
 def main() -> Path:
     instant = {
-        "object_unwrapped": Instant(),
-        "object_wrapped": ObjectSearcher(Instant()),
+        "object_unwrapped": InstantSearcher(),
+        "object_wrapped": ObjectSearcher(InstantSearcher()),
         "async_function": FunctionSearcher(instant_async),
         "sync_function_thread": FunctionSearcher(instant_sync),
         "sync_function_dicts": FunctionSearcher(instant_dicts),
@@ -99,9 +82,9 @@ def main() -> Path:
         "sync_function_store_search": FunctionSearcher(lambda q, k: store.search(q, k), name="store.search"),
     }
     with asyncio.Runner() as runner:
-        us = interleaved(runner, instant, per_call_us, CALLS_PER_BLOCK, BLOCKS)
+        us = {k: v * 1000 for k, v in interleaved(runner, instant, searches, CALLS_PER_BLOCK, BLOCKS).items()}
         before = store.embedder.calls
-        ms = interleaved(runner, real, per_round_ms, ROUNDS_PER_BLOCK, STORE_BLOCKS)
+        ms = interleaved(runner, real, rounds_of_two, ROUNDS_PER_BLOCK, STORE_BLOCKS)
     base = us["object_unwrapped"]
     for name, v in us.items():
         print(f"{name:>24}: {v:7.1f} us per guarded search ({v - base:+.1f} us vs the object as it is)")

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import threading
 import time
@@ -38,7 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from _common import latency, write
+from _common import exact_topk, latency, recall, write
 from _server import ChromaServer
 
 DIM = 384
@@ -60,16 +59,6 @@ def make_data(n: int, n_queries: int, seed: int = 7) -> tuple[np.ndarray, np.nda
     qn = 0.8 * rng.standard_normal((n_queries, DIM)) / np.sqrt(DIM)
     queries = unit(centres[rng.integers(0, len(centres), n_queries)] + qn)
     return rows, queries
-
-
-def exact_top(rows: np.ndarray, queries: np.ndarray, k: int = K) -> list[list[str]]:
-    sims = queries @ rows.T
-    top = np.argsort(-sims, axis=1, kind="stable")[:, :k]
-    return [[str(i) for i in r] for r in top]
-
-
-def recall(got: list[list[str]], exact: list[list[str]]) -> float:
-    return statistics.fmean(len(set(g) & set(e)) / len(e) for g, e in zip(got, exact, strict=True))
 
 
 def fill(store, rows: np.ndarray, start: int, stop: int) -> float:
@@ -127,7 +116,7 @@ def main() -> dict:
 
     load_before = os.getloadavg()
     rows, queries = make_data(args.n, args.queries)
-    exact = exact_top(rows, queries)
+    exact = exact_topk(rows, queries)
     model = RecordedModel(MODEL, DIM)
     scratch = args.scratch / f"n{args.n}"
     servers = []

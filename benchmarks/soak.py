@@ -51,6 +51,21 @@ SURROGATE_GOLD = {
     "supporting_titles": ["Ed Wood", "Scott Derrickson"],
 }
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LANGSMITH_TRACING": "false"}
+#: bad inputs with one fixed body: kind -> (server, path, body, the status it may get)
+BAD = {  # a lone surrogate is repaired, then searched: 200
+    "bad_retrieve_surrogate": ("retriever", "/retrieve", b'{"queries": ["Ed Wood \\ud800"]}', 200),
+    "bad_retrieve_oversized": ("retriever", "/retrieve", b'{"queries": ["%s"]}' % (b"x" * 5_000_000), 413),
+    "bad_retrieve_deep": ("retriever", "/retrieve", DEEP, 400),
+    "bad_retrieve_json": ("retriever", "/retrieve", b'{"queries": [', 422),
+    "bad_invoke_oversized": (
+        "app",
+        "/parallelsearch/invoke",
+        b'{"input": {"question": "%s"}}' % (b"x" * 1_500_000),
+        413,
+    ),
+    "bad_invoke_deep": ("app", "/rag/invoke", b'{"input": ' + DEEP + b"}", 400),
+    "bad_invoke_json": ("app", "/parallelsearch/invoke", b"{not json", 400),
+}
 #: (kind, weight): how often each request kind is drawn
 MIX = [
     ("retrieve", 20),
@@ -129,6 +144,10 @@ class Load:
 
     async def send(self, client: httpx.AsyncClient, kind: str) -> tuple[int | str, set[int]]:
         """(the status or the outcome, the statuses this kind may get)."""
+        if kind in BAD:
+            server, path, body, status = BAD[kind]
+            url = (self.retriever if server == "retriever" else self.app) + path
+            return (await client.post(url, content=body, headers=JSON)).status_code, {status}
         if kind == "retrieve":
             r = await client.post(self.retriever + "/retrieve", json={"queries": self._titles(), "topk": 3})
             return r.status_code, {200}
@@ -150,41 +169,16 @@ class Load:
                 async for _ in r.aiter_raw():
                     break  # the first chunk, then the client goes away mid-stream
             return r.status_code, {200}
-        if kind == "bad_retrieve_surrogate":
-            body = json.dumps({"queries": ["Ed Wood \ud800"]}).encode()
-            r = await client.post(self.retriever + "/retrieve", content=body, headers=JSON)
-            return r.status_code, {200}  # repaired, then searched
-        if kind == "bad_retrieve_oversized":
-            r = await client.post(self.retriever + "/retrieve", json={"queries": ["x" * 5_000_000]})
-            return r.status_code, {413}
-        if kind == "bad_retrieve_deep":
-            return (
-                await client.post(self.retriever + "/retrieve", content=DEEP, headers=JSON)
-            ).status_code, {400}
-        if kind == "bad_retrieve_json":
-            r = await client.post(self.retriever + "/retrieve", content=b'{"queries": [', headers=JSON)
-            return r.status_code, {422}
         if kind == "bad_invoke_surrogate":
             q = "Who is older, Ed Wood \ud800 or Scott Derrickson?"
             body = json.dumps({"input": {"question": q, "metadata": SURROGATE_GOLD}})
             r = await client.post(self.app + "/parallelsearch/invoke", content=body.encode(), headers=JSON)
             return _answered(r), {200}
-        if kind == "bad_invoke_oversized":
-            r = await client.post(
-                self.app + "/parallelsearch/invoke", json={"input": {"question": "x" * 1_500_000}}
-            )
-            return r.status_code, {413}
-        if kind == "bad_invoke_deep":
-            r = await client.post(self.app + "/rag/invoke", content=b'{"input": ' + DEEP + b"}", headers=JSON)
-            return r.status_code, {400}
         if kind == "bad_invoke_empty":
             url = self.rng.choice(
                 [self.app + "/parallelsearch/invoke", f"{self.app}/parallelsearch/c/{self.hash}/invoke"]
             )
             return (await client.post(url, json={"input": {"question": " "}})).status_code, {422}
-        if kind == "bad_invoke_json":
-            r = await client.post(self.app + "/parallelsearch/invoke", content=b"{not json", headers=JSON)
-            return r.status_code, {400}
         if kind == "bad_stream_surrogate":
             body = json.dumps({"input": {"question": "Ed Wood \udfff?", "metadata": SURROGATE_GOLD}}).encode()
             return await self._stream(client, None, content=body), {200}

@@ -23,23 +23,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import OUT, write
+from _common import OUT, InstantSearcher, write
 
 from parallelsearch.agents.policies import OraclePolicy, as_policy
 from parallelsearch.agents.policies.scripted_chat import ScriptedToolChatModel
 from parallelsearch.data import load_questions
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
 from parallelsearch.graphs import build_parallel_search_graph
-from parallelsearch.stores import ChromaStore, Passage, ingest
+from parallelsearch.stores import ChromaStore, ingest
 
 BLOCKS = 12
-
-
-class Instant:
-    name = "instant"
-
-    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
-        return [Passage(query, query, "text", 1.0, self.name)]
 
 
 def timed(policy: Any) -> list[float]:
@@ -138,8 +131,8 @@ def overhead(questions: list[dict]) -> dict[str, Any]:
     tags_policy, tools_policy = planners(questions)
     spent = {"tags": timed(tags_policy), "tools": timed(tools_policy)}
     graphs = {
-        "tags": build_parallel_search_graph(tags_policy, Instant()),
-        "tools": build_parallel_search_graph(tools_policy, Instant()),
+        "tags": build_parallel_search_graph(tags_policy, InstantSearcher()),
+        "tools": build_parallel_search_graph(tools_policy, InstantSearcher()),
     }
     inputs = [{"question": q["question"], "metadata": q["metadata"]} for q in questions]
 
