@@ -28,9 +28,9 @@ from typing import Any
 
 from parallelsearch.data.questions import _entity_key
 from parallelsearch.stores.errors import BadInputError
-from parallelsearch.stores.jsonfiles import iter_json_records
+from parallelsearch.stores.ingestion.jsonfiles import iter_json_records
+from parallelsearch.stores.ingestion.readers import passage_pairs
 from parallelsearch.stores.passages import Passage, to_contents
-from parallelsearch.stores.readers import passage_pairs
 
 #: relation -> (plural noun, verb phrase, lookup question) of the questions asked about it
 RELATIONS: dict[str, tuple[str, str, str]] = {
