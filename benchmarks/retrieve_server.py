@@ -377,7 +377,7 @@ def encoder_name(kind: str, backend: str) -> str:
 def make_encoder(kind: str, home: Path, backend: str) -> Callable[[list[str]], object]:
     """One bare encoder: the store's as the default server runs it (one encoder thread, torch's
     team), the store's as ``--encoder-workers 2 --encoder-threads 1`` runs it (a batch split
-    over both threads, ``EncoderThreads.split``),
+    over both threads, ``Embedder._split``),
     or plain sentence-transformers ``encode``."""
     from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder, resolve_model_path
 

@@ -88,33 +88,48 @@ def test_concurrent_batches_on_two_workers_match_serial_encoding(embedder):
         np.testing.assert_allclose(g, e, atol=1e-5)
 
 
+def _stand_in_embedder(workers: int, encode) -> object:
+    """An :class:`Embedder` without a model: ``encode(part)`` stands in for its query encoder."""
+    from parallelsearch.stores import Embedder
+
+    fake = Embedder.__new__(Embedder)
+    fake.query_prefix, fake.calls, fake._threads = "", 0, EncoderThreads(workers)
+    fake._encode_queries = lambda part, batch_size: encode(part)
+    return fake
+
+
 def test_one_batch_is_split_over_the_encoder_threads_and_runs_on_all_at_once():
-    """A batch of 5 on 2 encoder threads: parts of 3 and 2, each on its own thread, at once
-    (the barrier breaks unless both run together); in order; one thread or one item: one call."""
-    pool = EncoderThreads(2)
+    """A batch of 5 on 2 encoder threads: parts of 3 and 2 (in order of length), each on its own
+    thread, at once (the barrier breaks unless both run together); one item or one thread: one call."""
     barrier = threading.Barrier(2, timeout=30)
+    seen: list[tuple[list[str], str]] = []
 
-    def part(items: list[int]) -> tuple[list[int], str]:
+    def part(texts: list[str]) -> np.ndarray:
         barrier.wait()
-        return items, threading.current_thread().name
+        seen.append((texts, threading.current_thread().name))
+        return np.zeros((len(texts), 1), dtype=np.float32)
 
-    got = pool.split(part, [1, 2, 3, 4, 5])
-    assert [items for items, _ in got] == [[1, 2, 3], [4, 5]]
-    assert len({name for _, name in got}) == 2
-    assert pool.split(lambda items: items, [7]) == [[7]]
-    assert EncoderThreads(1).split(lambda items: items, [1, 2, 3]) == [[1, 2, 3]]
+    _stand_in_embedder(2, part).encode_queries(["ccc", "a", "eeeee", "bb", "dddd"])
+    assert sorted(texts for texts, _ in seen) == [["a", "bb", "ccc"], ["dddd", "eeeee"]]
+    assert len({name for _, name in seen}) == 2
+    lone = _stand_in_embedder(2, lambda texts: np.array([[len(texts)]], dtype=np.float32))
+    assert lone.encode_queries(["x"]).tolist() == [[1.0]]
+    calls: list[list[str]] = []
+    one_thread = _stand_in_embedder(1, lambda texts: calls.append(texts) or np.zeros((len(texts), 1)))
+    one_thread.encode_queries(["bb", "a", "ccc"])
+    assert calls == [["a", "bb", "ccc"]]  # one thread: one call
 
 
-def test_a_split_called_from_an_encoder_thread_runs_there_whole():
+def test_parts_run_from_an_encoder_thread_run_there_one_after_another():
     """Its sibling threads may be busy with the caller's own batch: waiting on them could deadlock."""
     pool = EncoderThreads(2)
     me = threading.current_thread
 
     def inner() -> list:
-        return pool.split(lambda items: (items, me().name), [1, 2, 3, 4])
+        return pool.run_parts(lambda items: (items, me().name), [[1, 2], [3, 4]])
 
-    [(items, name)] = pool.run(inner)
-    assert items == [1, 2, 3, 4] and name.startswith("parallelsearch-encoder")
+    [(a, first), (b, second)] = pool.run(inner)
+    assert (a, b) == ([1, 2], [3, 4]) and first == second and first.startswith("parallelsearch-encoder")
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
@@ -122,15 +137,10 @@ def test_a_split_batch_comes_back_in_the_callers_order(workers):
     """Texts of mixed lengths, so sorting by length really reorders them (and undoing it the wrong
     way round gives another order); the
     stand-in encoder returns each text's index, so any mix-up in putting the parts back shows."""
-    from parallelsearch.stores import Embedder
-
     lengths = [3, 7, 1, 9, 5, 2, 8, 4, 6, 10, 11]  # sorting by length is no involution of the order
     texts = [f"q{i:02d}" + "x" * (3 * n) for i, n in enumerate(lengths)]
     index = {t: i for i, t in enumerate(texts)}
-    fake = Embedder.__new__(Embedder)  # no model: _encode_queries is the stand-in below
-    fake.query_prefix, fake.calls = "", 0
-    fake._encode_queries = lambda part, batch_size: np.array([[index[t]] for t in part], dtype=np.float32)
-    fake._threads = EncoderThreads(workers)
+    fake = _stand_in_embedder(workers, lambda part: np.array([[index[t]] for t in part], dtype=np.float32))
     got = fake.encode_queries(texts)
     assert got[:, 0].tolist() == list(range(len(texts)))
     assert fake.calls == 1

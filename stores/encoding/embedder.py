@@ -152,26 +152,25 @@ class Embedder:
     def _split(
         self, fn: Callable[[list[str], int], np.ndarray], texts: list[str], batch_size: int, *, deal: bool
     ) -> np.ndarray:
-        """``fn`` over ``texts`` split across the encoder threads, results put back in order.
+        """``fn`` over ``texts`` split across the encoder threads, all at once, results put back in order.
 
-        The texts are sorted by length. ``deal=False`` cuts the sorted list into contiguous
-        parts (each part pads least; the short part finishes first and frees its core);
+        The texts are sorted by length. ``deal=False`` cuts the sorted list into near-equal
+        contiguous parts (each part pads least; the short part finishes first and frees its core);
         ``deal=True`` deals it out round-robin, so parts of many inner batches take equal time.
+        Why split at all: one batch on one of ``n`` narrow teams leaves the others idle unless
+        another batch is waiting (docs/performance.md, "What changed the server (session 7)").
         """
         if len(texts) < 2:
             return self._threads.run(fn, texts, batch_size)
         order = np.argsort([len(t) for t in texts], kind="stable")
-        run = partial(fn, batch_size=batch_size)
-        if deal:
-            n = min(self._threads.workers, len(texts))
-            dealt = [order[i::n] for i in range(n)]
-            parts = self._threads.run_parts(run, [[texts[j] for j in idx] for idx in dealt])
-            order = np.concatenate(dealt)
-        else:
-            parts = self._threads.split(run, [texts[i] for i in order])
+        n = min(self._threads.workers, len(texts))
+        cut = [order[i::n] for i in range(n)] if deal else np.array_split(order, n)
+        parts = self._threads.run_parts(
+            partial(fn, batch_size=batch_size), [[texts[j] for j in c] for c in cut]
+        )
         vecs = np.concatenate(parts)
         out = np.empty_like(vecs)
-        out[order] = vecs
+        out[np.concatenate(cut)] = vecs
         return out
 
     def _encode_passages(self, texts: list[str], batch_size: int) -> np.ndarray:

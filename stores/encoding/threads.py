@@ -6,8 +6,8 @@ a server's threads, the main thread of an ingest), each leaves a team of workers
 its turn, and they take the cores from the team that is working (docs/performance.md, "What made
 it faster"). With one caller thread there is one team. Handing work to it costs a thread switch
 (tens of microseconds) against milliseconds of encoding. With several encoder threads
-(``workers``), each has its own team of ``team`` threads and :meth:`EncoderThreads.split` runs
-the parts of one batch on all of them at once.
+(``workers``), each has its own team of ``team`` threads and :meth:`EncoderThreads.run_parts`
+runs the parts of one batch on all of them at once.
 
 Also here: the OpenMP spin count a server process sets before torch loads
 (:func:`let_idle_threads_sleep`).
@@ -91,21 +91,6 @@ class EncoderThreads:
         if self.on_own_thread():
             return self._call(fn, args)
         return self._submit([(fn, args)])[0].result()
-
-    def split(self, fn: Callable[[list[T]], R], items: list[T]) -> list[R]:
-        """``fn`` on near-equal contiguous parts of ``items``, one per encoder thread, all at once.
-
-        Why: one batch on one of ``n`` narrow teams leaves the others idle unless another batch
-        is waiting; the bare encoder's best arrangement on a small machine is the batch split over
-        threads of one OpenMP thread each (docs/performance.md, "What changed the server
-        (session 7)"). One result per part, in order; one thread or one item: one call.
-        """
-        parts = min(self.workers, len(items))
-        if parts <= 1 or self.on_own_thread():
-            return [self.run(fn, items)]
-        size, extra = divmod(len(items), parts)
-        bounds = [i * size + min(i, extra) for i in range(parts + 1)]  # the first `extra` parts get one more
-        return self.run_parts(fn, [items[bounds[i] : bounds[i + 1]] for i in range(parts)])
 
     def run_parts(self, fn: Callable[[list[T]], R], parts: list[list[T]]) -> list[R]:
         """``fn`` on each of ``parts``, each on its own encoder thread, all at once; one result per
