@@ -105,7 +105,6 @@ class ChromaStore:
         port: int = 8000,
         embedder: Embedder | None = None,
         create: bool = True,
-        coalesce_window_s: float = 0.002,
         location: str | None = None,
         hnsw: dict[str, Any] | None = None,
     ) -> None:
@@ -117,9 +116,8 @@ class ChromaStore:
         self.embedder = embedder or get_embedder()
         self.created = False  # True when this object created the collection
         self.collection = self._open(create)
-        self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(
-            self._search_key, coalesce_window_s
-        )
+        # concurrent searches within the coalescer's window share one encoder call
+        self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(self._search_key)
 
     def _open(self, create: bool) -> Any:
         backend = getattr(self.embedder, "backend", "torch")

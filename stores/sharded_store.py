@@ -209,7 +209,6 @@ class ShardedStore:
         timeout_s: float = 10.0,
         retries: int = 1,
         backoff_s: float = 0.05,
-        coalesce_window_s: float = 0.002,
         max_concurrent_batches: int = 8,
     ) -> None:
         if not shards:
@@ -225,9 +224,8 @@ class ShardedStore:
         self._pool = ThreadPoolExecutor(
             max_workers=len(self.shards) * max_concurrent_batches, thread_name_prefix=f"shards-{name}"
         )
-        self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(
-            self._search_key, coalesce_window_s
-        )
+        # concurrent searches within the coalescer's window share one encoder call
+        self._coalescer: BatchCoalescer[str, list[Passage]] = BatchCoalescer(self._search_key)
 
     @property
     def location(self) -> str:
