@@ -57,7 +57,7 @@ class EncoderThreads:
             raise ValueError(f"encoder threads must be >= 1, got {team}")
         self.workers = workers
         self.team = team if team is not None else (max(1, usable_cores() // workers) if workers > 1 else None)
-        self._pid = -1
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._local = threading.local()  # .mine: this thread is one of ours; .team: the size applied
@@ -66,7 +66,7 @@ class EncoderThreads:
         return getattr(self._local, "mine", False)
 
     def _submit(self, calls: list[tuple[Callable[..., T], tuple]]) -> list[Future[T]]:
-        if self._pid != os.getpid():  # a new process (or the first call): no thread of ours runs here
+        if self._pid != os.getpid():  # a forked child: no thread of ours runs here, and the lock may be held
             self._pid, self._lock, self._executor = os.getpid(), threading.Lock(), None
         with self._lock:
             if self._executor is None:
