@@ -29,7 +29,7 @@ from _common import HOTPOT, ROOT, plot_bars, write
 from tqdm import tqdm
 
 from parallelsearch.stores import ChromaStore, ingest
-from parallelsearch.stores.embedders import DEFAULT_MODEL, Embedder, resolve_model_path
+from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder, resolve_model_path
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 PLAIN = "sentence-transformers"
@@ -106,7 +106,9 @@ def main() -> dict:
     args = ap.parse_args()
     recs = json.loads(HOTPOT.read_text())
     tmp = Path(tempfile.mkdtemp(prefix="encoder-backends-"))
-    embedders = {b: Embedder(backend=b, cache_dir=tmp / "models") for b in args.encoders if b != PLAIN}
+    embedders = {
+        b: Embedder(backend=b, cache_dir=tmp / "models", workers=1) for b in args.encoders if b != PLAIN
+    }
     encoders = {name: emb.encode_queries for name, emb in embedders.items()}
     if PLAIN in args.encoders:
         encoders[PLAIN] = plain_encoder()

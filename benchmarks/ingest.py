@@ -5,7 +5,7 @@ The passages go in PARTS slices; for each slice both sides run back to back, in 
 order, so a slow patch of a shared machine hits both alike (one pass of each, one after the
 other, gave ratios from 0.97 to 1.46 on the same code). "Raw" is the store's own model's
 ``encode`` called directly, on the encoder thread where the store's encodes run too (one
-OpenMP team; see parallelsearch.stores.encoder_thread). The difference is what ingestion
+OpenMP team; see parallelsearch.stores.encoding.threads). The difference is what ingestion
 adds: id checks, Chroma upserts, and Chroma's indexing work, which shares the 2 cores.
 """
 
@@ -19,7 +19,6 @@ from _common import RAW, write
 from tqdm import tqdm
 
 from parallelsearch.stores import ChromaStore, get_embedder, ingest, read_passages
-from parallelsearch.stores.encoder_thread import on_encoder_thread
 
 N = 1000
 BATCH = 32
@@ -32,7 +31,7 @@ def main() -> dict:
     model = emb._model  # the same sentence-transformers model the store encodes with
 
     def raw_encode(texts: list[str]) -> None:
-        on_encoder_thread(
+        emb.run(
             lambda: model.encode(texts, batch_size=BATCH, normalize_embeddings=True, show_progress_bar=False)
         )
 

@@ -246,10 +246,9 @@ def encoder_name(kind: str, backend: str) -> str:
 def make_encoder(kind: str, home: Path, backend: str) -> Callable[[list[str]], object]:
     """One bare encoder: the store's as the default server runs it (one encoder thread, torch's
     team), the store's as ``--encoder-workers 2 --encoder-threads 1`` runs it (a batch split
-    over both threads, :func:`~parallelsearch.stores.encoder_thread.split_on_encoder_threads`),
+    over both threads, ``Embedder._split``),
     or plain sentence-transformers ``encode``."""
-    from parallelsearch.stores import encoder_thread
-    from parallelsearch.stores.embedders import DEFAULT_MODEL, Embedder, resolve_model_path
+    from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder, resolve_model_path
 
     if kind == "sentence-transformers":
         from sentence_transformers import SentenceTransformer
@@ -258,10 +257,10 @@ def make_encoder(kind: str, home: Path, backend: str) -> Callable[[list[str]], o
         return lambda qs: plain.encode(
             qs, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
         )
-    if kind == "store, 2 threads x 1":
-        encoder_thread.set_encoder_workers(POOL[0])
-        encoder_thread.set_encoder_threads(POOL[1])
-    embedder = Embedder(DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models")
+    workers, threads = POOL if kind == "store, 2 threads x 1" else (1, None)
+    embedder = Embedder(
+        DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models", workers=workers, threads=threads
+    )
     return embedder.encode_queries
 
 
@@ -308,9 +307,9 @@ def bare_encoders_in_children(home: Path, backend: str) -> dict:
 def engine_of(backend: str | None) -> str:
     """The engine a server told ``backend`` runs here (``auto``/None: the servers' own rule,
     no device named: ONNX on CPU, torch where torch sees CUDA)."""
-    from parallelsearch.stores.backend_choice import auto_backend
+    from parallelsearch.stores.encoding.backend import choose_backend
 
-    return auto_backend(None) if backend in (None, "auto") else backend
+    return choose_backend(backend or "auto")
 
 
 def median_rows(samples: list[dict]) -> dict:
@@ -349,7 +348,7 @@ def main(argv: list[str] | None = None) -> dict:
         sys.exit(f"benchmark data {HOTPOT} is missing")
 
     from parallelsearch.stores import ChromaStore
-    from parallelsearch.stores.embedders import DEFAULT_MODEL, Embedder, resolve_model_path
+    from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder, resolve_model_path
 
     queries = hotpot_questions()
     backend = engine_of(args.backend)  # the engine the default servers run (auto: ONNX on CPU)
@@ -363,7 +362,7 @@ def main(argv: list[str] | None = None) -> dict:
     for copy in ("b", "c", "d"):  # an embedded store is one process's: one copy each
         if not (home / copy).exists():
             shutil.copytree(home / "a", home / copy)
-    ours = Embedder(DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models")
+    ours = Embedder(DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models", workers=1)
     timing_store = ChromaStore("hotpot500", path=home / "d" / "chroma", embedder=ours, create=False)
     encoders = [encoder_name(kind, backend) for kind in ENCODERS]
     other, other_flags = OTHER_ARRANGEMENT["torch" if backend == "torch" else "onnx"]

@@ -155,11 +155,12 @@ async def run(args: argparse.Namespace) -> dict:
     tok = AutoTokenizer.from_pretrained(model_dir)
     import torch
 
-    from parallelsearch.stores.encoder_thread import on_encoder_thread, set_encoder_threads
+    from parallelsearch.stores import get_embedder
 
     store, _ = hotpot_store(60)
-    wide = on_encoder_thread(torch.get_num_threads)  # torch's default: every core
-    set_encoder_threads(args.encoder_threads)  # the OpenRLHF agent config's default is 1
+    wide = get_embedder().run(torch.get_num_threads)  # torch's default: every core
+    narrow = get_embedder(threads=args.encoder_threads)  # the OpenRLHF agent config's default is 1
+    store.embedder = narrow
     env_graph = EnvGraph(store, graph="parallel", top_k=2, max_turns=2, max_subqueries=3, max_new_tokens=400)
     questions = load_questions(HOTPOT)[:60]  # the questions whose paragraphs the store holds
     records = [train_record(q, template="official", tokenizer=tok) for q in questions]
@@ -212,9 +213,9 @@ async def run(args: argparse.Namespace) -> dict:
         }
         if level == args.compare_threads_at and wide != args.encoder_threads:
             # the same level with the encoder's OpenMP team as wide as the machine (torch's default)
-            set_encoder_threads(wide)
+            store.embedder = get_embedder()
             secs, _, _ = await with_env(llm, env_graph, batch, tok, sp, level)
-            set_encoder_threads(args.encoder_threads)
+            store.embedder = narrow
             results["levels"][level][f"env_episodes_per_s_encoder_threads_{wide}"] = round(n / secs, 3)
             print(f"concurrency {level:>3}: with env, encoder threads {wide}: {n / secs:7.2f} eps/s")
         r = results["levels"][level]

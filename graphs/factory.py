@@ -27,7 +27,6 @@ from parallelsearch.agents.searchers.backends import MultiStoreSearcher, RemoteS
 from parallelsearch.agents.searchers.base import Searcher
 from parallelsearch.graphs.builders import SearchGraph, build_graph, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
-from parallelsearch.stores.backend_choice import auto_backend, on_gpu, onnx_encoder_workers
 from parallelsearch.stores.chroma_store import (
     ChromaStore,
     make_client,
@@ -36,11 +35,9 @@ from parallelsearch.stores.chroma_store import (
     validate_store_name,
 )
 from parallelsearch.stores.config import RetrievalConfig
-from parallelsearch.stores.embedders import Embedder, get_embedder
-from parallelsearch.stores.encoder_thread import set_encoder_threads, set_encoder_workers
+from parallelsearch.stores.encoding.embedder import Embedder, make_embedder
 from parallelsearch.stores.http.retrieval_client import RetrieverClient
 from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, StoreLocation, list_stores
-from parallelsearch.stores.onnx_encoder import OnnxUnavailableError, embedding_family
 from parallelsearch.stores.shard_spec import StoreSpec
 from parallelsearch.stores.store_lock import StoreWriteLock
 
@@ -50,77 +47,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def make_embedder(cfg: RetrievalConfig, backend: str | None = None, *, device: str | None = None) -> Embedder:
-    """The query/passage encoder; one configuration shares one instance per process.
-
-    ``backend`` (torch, onnx, onnx-int8) overrides ``cfg.encoder_backend``; ``auto`` alone,
-    with no store to ask, means a new store's engine on ``device``
-    (:func:`~parallelsearch.stores.backend_choice.auto_backend`: ONNX fp32 on CPU, torch on a
-    GPU). ``cfg.encoder_threads`` sizes each encoder thread's OpenMP team (ONNX: its intra-op
-    threads) and ``cfg.encoder_workers`` says how many encoder threads run at once (see
-    :mod:`parallelsearch.stores.encoder_thread`); with ONNX, unset workers fill the cores.
-    ``device`` (``cpu``, ``cuda``, ``cuda:1``): where the model runs; None = sentence-transformers'
-    choice. ONNX runs on CPU only: an ``auto`` choice of ONNX on a GPU becomes torch (the same
-    embeddings), an explicit one is an error.
-    """
-    chosen = backend or cfg.encoder_backend
-    automatic = cfg.encoder_backend == "auto"
-    if chosen == "auto":
-        chosen = auto_backend(None, device)
-    elif automatic and device:
-        chosen = auto_backend(chosen, device)  # the store's family, on the engine for this device
-    if chosen != "torch" and device and on_gpu(device):
-        fix = (
-            "use --encoder-backend torch (the same embeddings as onnx) or --device cpu"
-            if embedding_family(chosen) == "fp32"
-            else "use --device cpu (int8 embeddings have no GPU engine here), or re-index the store with torch"
-        )
-        raise ValueError(
-            f"encoder backend {chosen!r} runs on CPU only, but device {device!r} was asked for; {fix}"
-        )
-    embedder = _new_embedder(cfg, chosen, device, fall_back=automatic and chosen == "onnx")
-    if cfg.encoder_threads is not None:
-        set_encoder_threads(cfg.encoder_threads)
-    workers = cfg.encoder_workers
-    if workers is None and embedder.backend != "torch":
-        workers = onnx_encoder_workers(cfg.encoder_threads)
-    if workers is not None:
-        set_encoder_workers(workers)
-    return embedder
-
-
-def _new_embedder(cfg: RetrievalConfig, backend: str, device: str | None, *, fall_back: bool) -> Embedder:
-    """The shared embedder for ``backend``; with ``fall_back`` (``auto`` picked ONNX for speed), a model
-    ONNX cannot export runs on torch instead, with a warning (the same embeddings)."""
+def store_embedder(cfg: RetrievalConfig, client: Any, name: str) -> Embedder:
+    """The encoder for store ``name`` (:func:`~parallelsearch.stores.encoding.embedder.make_embedder`):
+    with ``auto``, the engine for the embedding family the store records (a new store: fp32)."""
+    recorded = store_backend(client, name) if cfg.encoder_backend == "auto" else None
     try:
-        return get_embedder(
-            cfg.embedding_model,
-            query_prefix=cfg.query_prefix,
-            passage_prefix=cfg.passage_prefix,
-            device=device,
-            backend=backend,
-            cache_dir=cfg.model_cache_dir,
-            threads=cfg.encoder_threads or 1,  # ONNX Runtime's intra-op threads (1 unless configured)
-        )
-    except OnnxUnavailableError as e:
-        if not fall_back:
-            raise
-        if not e.reported:  # the same error comes back for every store of the model: warn once
-            e.reported = True
-            log.warning("encoder backend auto: %s; using torch (the same embeddings)", e)
-        return _new_embedder(cfg, "torch", device, fall_back=False)
-
-
-def resolve_backend(cfg: RetrievalConfig, client: Any, name: str) -> str:
-    """The encoder backend for store ``name``: the configured one, or with ``auto`` the fastest
-    engine here for the embedding family the store records (a new store: fp32), see
-    :func:`~parallelsearch.stores.backend_choice.auto_backend` (:func:`make_embedder` chooses
-    again for an explicit device)."""
-    if cfg.encoder_backend != "auto":
-        return cfg.encoder_backend
-    recorded = store_backend(client, name)
-    try:
-        return auto_backend(recorded)
+        return make_embedder(cfg, recorded=recorded)
     except ValueError as e:
         raise ValueError(f"store {name!r} at {cfg.location()}: {e}") from e
 
@@ -150,7 +82,7 @@ def make_store(
     return ChromaStore(
         name,
         client=client,
-        embedder=embedder or make_embedder(cfg, resolve_backend(cfg, client, name)),
+        embedder=embedder or store_embedder(cfg, client, name),
         create=create,
         location=cfg.location(),
         hnsw=hnsw,
@@ -166,7 +98,7 @@ def make_sharded_store(
     from parallelsearch.stores.sharded_store import ShardedStore, open_shards
 
     def embedder_for(client: Any, collection: str) -> Embedder:
-        return embedder or make_embedder(cfg, resolve_backend(cfg, client, collection))
+        return embedder or store_embedder(cfg, client, collection)
 
     shards = open_shards(
         spec,
@@ -200,7 +132,7 @@ def writing_store(
     lock_timeout_s: float | None = None,
     on_wait: Callable[[str], None] | None = None,
     embedder: Embedder | None = None,
-    embedder_for: Callable[[str], Embedder] | None = None,
+    embedder_for: Callable[[str | None], Embedder] | None = None,
     hnsw: dict[str, Any] | None = None,
 ) -> Iterator[ChromaStore]:
     """The store ``name`` opened (created when missing) for writing, one writer at a time.
@@ -209,9 +141,9 @@ def writing_store(
     is opened, so this process loads the index the previous writer left; a Chroma server
     serialises writes itself. ``lock_timeout_s`` defaults to ``cfg.store_lock_timeout_s``.
     A store this call created is removed again when the block fails before adding anything,
-    so a failed first ``index`` leaves no empty store behind. ``embedder_for(backend)`` builds
-    the encoder once the store's backend is known (``auto``: the one an existing store
-    records), inside the lock, since opening the client earlier would load a stale index.
+    so a failed first ``index`` leaves no empty store behind. ``embedder_for(recorded)`` builds
+    the encoder once the backend an existing store records is known (asked only with ``auto``;
+    None: a new store), inside the lock, since opening the client earlier would load a stale index.
     """
     validate_store_name(name)
     where = store_location(cfg)
@@ -222,7 +154,7 @@ def writing_store(
     with lock:
         client = make_chroma_client(cfg)
         if embedder is None and embedder_for is not None:
-            embedder = embedder_for(resolve_backend(cfg, client, name))
+            embedder = embedder_for(store_backend(client, name) if cfg.encoder_backend == "auto" else None)
         store = make_store(cfg, name, create=True, embedder=embedder, hnsw=hnsw, client=client)
         try:
             yield store
@@ -268,15 +200,13 @@ def make_searcher(cfg: RetrievalConfig) -> Searcher:
     client = make_chroma_client(cfg) if plain else None
     if plain:
         require_stores(client, plain, cfg.location())  # a typo fails before an encoder loads
-    embedders: dict[str, Embedder] = {}  # one per backend: the stores may have been built differently
     searchers: dict[str, Searcher] = {}
     for spec in specs:
         if spec.sharded:  # one encoder call per batch, for all its shards
             searchers[spec.name] = StoreSearcher(make_sharded_store(cfg, spec))
             continue
-        backend = resolve_backend(cfg, client, spec.name)
-        embedder = embedders.get(backend) or embedders.setdefault(backend, make_embedder(cfg, backend))
-        searchers[spec.name] = StoreSearcher(make_store(cfg, spec.name, embedder=embedder, client=client))
+        # stores of one engine share one embedder (get_embedder's): no cache here
+        searchers[spec.name] = StoreSearcher(make_store(cfg, spec.name, client=client))
     return next(iter(searchers.values())) if len(searchers) == 1 else MultiStoreSearcher(searchers)
 
 

@@ -64,24 +64,24 @@ def limit_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def index_embedder_for(args: argparse.Namespace, cfg: RetrievalConfig) -> Callable[[str], Any]:
-    """Builds text ingestion's embedder, for ``writing_store``'s ``embedder_for``: on
-    ``--device`` when one process encodes (``auto``: the engine for that device), else torch
-    where sentence-transformers puts it (the pool's processes take the devices and encode with
-    sentence-transformers)."""
-    from parallelsearch.graphs.factory import make_embedder
-    from parallelsearch.stores.encode_pool import device_list
-    from parallelsearch.stores.onnx_encoder import embedding_family
+def index_embedder_for(args: argparse.Namespace, cfg: RetrievalConfig) -> Callable[[str | None], Any]:
+    """Builds text ingestion's embedder from the backend the store records, for ``writing_store``'s
+    ``embedder_for``: on ``--device`` when one process encodes (``auto``: the engine for that
+    device), else torch where sentence-transformers puts it (the pool's processes take the
+    devices and encode with sentence-transformers)."""
+    from parallelsearch.stores.encoding.backend import embedding_family
+    from parallelsearch.stores.encoding.embedder import make_embedder
+    from parallelsearch.stores.encoding.passage_pool import device_list
 
     pool = device_list(args.device, args.processes)
     if not pool:
-        return lambda backend: make_embedder(cfg, backend, device=args.device)
+        return lambda recorded: make_embedder(cfg, recorded=recorded, device=args.device)
 
-    def for_pool(backend: str) -> Any:
+    def for_pool(recorded: str | None) -> Any:
         # the pool's processes encode with sentence-transformers (torch); auto keeps the family
-        if cfg.encoder_backend == "auto" and embedding_family(backend) == "fp32":
-            backend = "torch"
-        return make_embedder(cfg, backend)
+        if cfg.encoder_backend == "auto" and embedding_family(recorded or "torch") == "fp32":
+            return make_embedder(cfg.model_copy(update={"encoder_backend": "torch"}))
+        return make_embedder(cfg, recorded=recorded)
 
     return for_pool
 
@@ -90,7 +90,7 @@ def index_embedder_for(args: argparse.Namespace, cfg: RetrievalConfig) -> Callab
 def index_pool(args: argparse.Namespace, embedder: Any) -> Iterator[Any]:
     """A started multi-process encoding pool when several devices or processes are asked for
     (else None: the store's own embedder encodes)."""
-    from parallelsearch.stores.encode_pool import PassagePool, device_list
+    from parallelsearch.stores.encoding.passage_pool import PassagePool, device_list
 
     devices = device_list(args.device, args.processes)
     if not devices:

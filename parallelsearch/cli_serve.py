@@ -58,12 +58,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from parallelsearch.stores.omp_spin import let_idle_threads_sleep
+    from parallelsearch.stores.encoding.threads import let_idle_threads_sleep
 
     s = settings_from_args(args)
     if bind_refused(args, bool(s.server_api_key), SERVER_KEY_SETTING):
         return 2
-    print(f"OpenMP: {let_idle_threads_sleep()}")  # before torch loads (stores/omp_spin.py)
+    print(f"OpenMP: {let_idle_threads_sleep()}")  # before torch loads (stores/encoding/threads.py)
     import uvicorn
 
     from parallelsearch.server import create_app

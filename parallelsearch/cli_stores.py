@@ -283,7 +283,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_retriever(args: argparse.Namespace) -> int:
-    from parallelsearch.stores.omp_spin import let_idle_threads_sleep
+    from parallelsearch.stores.encoding.threads import let_idle_threads_sleep
 
     for flag, least in (("max_batch", 0), ("concurrent_batches", 1)):
         value = getattr(args, flag)
@@ -299,9 +299,8 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     cfg = settings_from_args(args).retrieval()
     if bind_refused(args, cfg.retriever_api_key is not None, RETRIEVER_KEY_SETTING):
         return 2
-    spin = let_idle_threads_sleep()  # before torch loads (stores/omp_spin.py)
+    spin = let_idle_threads_sleep()  # before torch loads
     from parallelsearch.graphs.factory import make_named_store
-    from parallelsearch.stores.encoder_thread import encoder_workers, team_size
     from parallelsearch.stores.http.retrieval_server import create_retrieval_app, run_server
 
     store = make_named_store(cfg, args.store)
@@ -309,15 +308,15 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     key = cfg.retriever_api_key.get_secret_value() if cfg.retriever_api_key is not None else None
     app = create_retrieval_app(store, default_topk=args.topk, api_key=key, **batching)
     batcher = app.state.batcher
-    engine = store.embedder.backend
-    threads = (team_size() or "all cores") if engine == "torch" else (cfg.encoder_threads or 1)
+    encoder = store.embedder
+    threads = (encoder.team or "all cores") if encoder.backend == "torch" else (cfg.encoder_threads or 1)
     print(f"serving store {store.name} ({store.count()} passages) on http://{args.host}:{args.port}/retrieve")
     batches = (
         f"batches of up to {batcher.max_batch} queries, {batcher.concurrent_batches} at once"
         if batcher is not None
         else "no batching (--max-batch 0)"
     )
-    print(f"encoder: {engine}, {encoder_workers()} encoder thread(s) x {threads}; {batches}")
+    print(f"encoder: {encoder.backend}, {encoder.workers} encoder thread(s) x {threads}; {batches}")
     print(f"OpenMP: {spin}")
     print(
         f"API key: {'required on every route but /health' if key else 'none (anyone who reaches the port)'}"

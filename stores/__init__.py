@@ -10,9 +10,9 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "DEFAULT_MODEL": "parallelsearch.stores.embedders",
-    "Embedder": "parallelsearch.stores.embedders",
-    "get_embedder": "parallelsearch.stores.embedders",
+    "DEFAULT_MODEL": "parallelsearch.stores.encoding.embedder",
+    "Embedder": "parallelsearch.stores.encoding.embedder",
+    "get_embedder": "parallelsearch.stores.encoding.embedder",
     "BadInputError": "parallelsearch.stores.errors",
     "ModelMismatchError": "parallelsearch.stores.errors",
     "StoreNotFoundError": "parallelsearch.stores.errors",

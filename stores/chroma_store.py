@@ -24,9 +24,9 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from parallelsearch.stores.coalesced_search import VectorSearch
-from parallelsearch.stores.embedders import Embedder, get_embedder
+from parallelsearch.stores.encoding.backend import embedding_family
+from parallelsearch.stores.encoding.embedder import Embedder, get_embedder
 from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
-from parallelsearch.stores.onnx_encoder import embedding_family
 from parallelsearch.stores.passages import Passage
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9]$")

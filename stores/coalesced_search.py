@@ -16,7 +16,7 @@ from parallelsearch.stores.coalesce import BatchCoalescer
 from parallelsearch.stores.passages import Passage
 
 if TYPE_CHECKING:
-    from parallelsearch.stores.embedders import Embedder
+    from parallelsearch.stores.encoding.embedder import Embedder
 
 
 def _check_k(k: int) -> None:

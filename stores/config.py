@@ -16,10 +16,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from parallelsearch.stores.encoding.backend import EncoderBackend
 from parallelsearch.stores.shard_spec import StoreSpec, find_store, group_store_parts, parse_store
 
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
-EncoderBackend = Literal["auto", "torch", "onnx", "onnx-int8"]
 
 try:  # the environment gives "a,b" or '["a","b"]'; NoDecode lets the validator below read both
     from pydantic_settings import NoDecode

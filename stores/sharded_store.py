@@ -29,9 +29,9 @@ import numpy as np
 
 from parallelsearch.stores.chroma_store import ChromaStore, hnsw_of, make_client
 from parallelsearch.stores.coalesced_search import VectorSearch
-from parallelsearch.stores.embedders import Embedder
+from parallelsearch.stores.encoding.backend import embedding_family
+from parallelsearch.stores.encoding.embedder import Embedder
 from parallelsearch.stores.errors import ModelMismatchError, ParallelSearchError, StoreNotFoundError
-from parallelsearch.stores.onnx_encoder import embedding_family
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.shard_spec import ShardSpec, StoreSpec
 

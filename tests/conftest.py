@@ -42,19 +42,6 @@ def _isolated_home(tmp_path, monkeypatch, _model_cache):
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
 
 
-@pytest.fixture(autouse=True)
-def _encoder_settings_restored():
-    """Encoder threads are process-wide and an ONNX embedder made through the factory sets
-    one per core: put the count and the team size back after every test, so no test's
-    outcome depends on which ran before it."""
-    from parallelsearch.stores import encoder_thread
-
-    workers, threads = encoder_thread.encoder_workers(), encoder_thread._threads
-    yield
-    encoder_thread.set_encoder_workers(workers)
-    encoder_thread._threads = threads
-
-
 @pytest.fixture(scope="session")
 def embedder():
     from parallelsearch.stores import get_embedder

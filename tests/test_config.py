@@ -137,16 +137,10 @@ def test_agent_config_uses_the_same_factory(hotpot_store):
     assert cfg.stores == [hotpot_store.name] and isinstance(cfg.retrieval(), RetrievalConfig)
     import torch
 
-    from parallelsearch.stores.encoder_thread import on_encoder_thread, set_encoder_threads
-
-    before = on_encoder_thread(torch.get_num_threads)
-    try:
-        with pytest.warns(UserWarning, match="embedded Chroma store"):
-            searcher = cfg.make_searcher()
-        assert on_encoder_thread(torch.get_num_threads) == 1  # the agent config's default
-    finally:
-        set_encoder_threads(before)
+    with pytest.warns(UserWarning, match="embedded Chroma store"):
+        searcher = cfg.make_searcher()
     assert isinstance(searcher, StoreSearcher)
+    assert searcher.store.embedder.run(torch.get_num_threads) == 1  # the agent config's default
     with pytest.raises(ValueError, match="choose one of parallel, sequential"):
         AgentConfig(retriever_url="http://x/retrieve", graph="rag")
     # constrained decoding has the settings' name and bounds; files of earlier releases still load
@@ -426,15 +420,9 @@ def test_encoder_threads_size_the_encoder_team_and_rollout_actors_default_to_one
     import torch
 
     from parallelsearch.cli_common import add_chroma_args, settings_from_args
-    from parallelsearch.graphs.factory import make_embedder
-    from parallelsearch.stores.encoder_thread import on_encoder_thread, set_encoder_threads
+    from parallelsearch.stores.encoding.embedder import make_embedder
 
-    before = on_encoder_thread(torch.get_num_threads)
-    try:
-        make_embedder(RetrievalConfig(encoder_threads=1))
-        assert on_encoder_thread(torch.get_num_threads) == 1
-    finally:
-        set_encoder_threads(before)
+    assert make_embedder(RetrievalConfig(encoder_threads=1)).run(torch.get_num_threads) == 1
     agent = AgentConfig(retriever_url="http://127.0.0.1:9/retrieve")
     assert agent.encoder_threads == 1
     assert agent.encoder_workers == 1  # one encoder thread: ONNX would otherwise take every core

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from parallelsearch import cli
-from parallelsearch.stores.backend_choice import check_device
-from parallelsearch.stores.encode_pool import PassagePool, device_list
+from parallelsearch.stores.encoding.backend import check_device
+from parallelsearch.stores.encoding.passage_pool import PassagePool, device_list
 from parallelsearch.stores.errors import UnavailableError
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from parallelsearch.stores.cpu_linear import TransposedLinear, transpose_linear_layers
-from parallelsearch.stores.embedders import DEFAULT_MODEL, resolve_model_path
+from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, resolve_model_path
+from parallelsearch.stores.encoding.torch_engine import TransposedLinear, transpose_linear_layers
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -54,7 +54,7 @@ def test_query_embeddings_match_sentence_transformers_encode(embedder):
 
 
 def _encode_in_child(queue):
-    from parallelsearch.stores.embedders import get_embedder
+    from parallelsearch.stores import get_embedder
 
     queue.put(get_embedder().encode_queries(["Ed Wood"]).shape)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from parallelsearch.stores import ChromaStore, ingest, read_passages
-from parallelsearch.stores.encode_pool import PassagePool, device_list
+from parallelsearch.stores.encoding.passage_pool import PassagePool, device_list
 
 
 def test_device_list_reads_device_and_processes():

@@ -10,8 +10,9 @@ import pytest
 from conftest import needs_data
 
 from parallelsearch.stores import ChromaStore, ModelMismatchError, ingest
-from parallelsearch.stores.embedders import Embedder
-from parallelsearch.stores.onnx_encoder import OnnxUnavailableError
+from parallelsearch.stores.encoding import embedder as embedder_module
+from parallelsearch.stores.encoding.embedder import Embedder, make_embedder
+from parallelsearch.stores.encoding.onnx_engine import OnnxUnavailableError
 
 QUERIES = ["Scott Derrickson", "Were Scott Derrickson and Ed Wood of the same nationality?", "Tyler Bates"]
 PASSAGES = ["Ed Wood was an American filmmaker. " * 20, "short", "Woodson is a town in Arkansas."]
@@ -45,9 +46,8 @@ def test_the_export_is_cached_and_leaves_no_temporary_files(int8, cache):
     files = sorted(p for p in cache.rglob("*") if p.is_file())
     assert [p.name for p in files] == ["model.int8.onnx", "model.onnx"]
     mtimes = [p.stat().st_mtime_ns for p in files]
-    from parallelsearch.stores.embedders import _load_onnx
-
-    _load_onnx.cache_clear()
+    embedder_module._onnx_file.cache_clear()
+    embedder_module._onnx_session.cache_clear()
     again = Embedder(backend="onnx-int8", cache_dir=cache)  # a new process would do this
     assert [p.stat().st_mtime_ns for p in files] == mtimes, "the cached export was rewritten"
     assert np.array_equal(again.encode_queries(QUERIES), int8.encode_queries(QUERIES))
@@ -113,52 +113,48 @@ def test_auto_opens_each_store_with_its_embeddings_on_the_cpu_engine(tmp_path, e
 
 
 def test_auto_backend_runs_fp32_on_torch_on_a_gpu(monkeypatch):
-    from parallelsearch.stores import backend_choice
+    from parallelsearch.stores.encoding.backend import choose_backend
 
-    assert backend_choice.auto_backend(None, "cpu") == "onnx"
-    assert backend_choice.auto_backend("torch", "cpu") == "onnx"
-    assert backend_choice.auto_backend("onnx", "cuda:1") == "torch"
-    assert backend_choice.auto_backend("onnx-int8", "cuda") == "onnx-int8"  # its embeddings need it
+    assert choose_backend("auto", None, "cpu") == "onnx"
+    assert choose_backend("auto", "torch", "cpu") == "onnx"
+    assert choose_backend("auto", "onnx", "cuda:1") == "torch"
+    assert choose_backend("torch", "onnx-int8", "cpu") == "torch"  # an explicit engine is obeyed
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
-    assert backend_choice.auto_backend("torch", None) == "torch"  # sentence-transformers would pick cuda
-    assert backend_choice.onnx_encoder_workers(None, cores=8) == 8
-    assert backend_choice.onnx_encoder_workers(2, cores=8) == 4
-    assert backend_choice.onnx_encoder_workers(4, cores=2) == 1
+    assert choose_backend("auto", "torch", None) == "torch"  # sentence-transformers would pick cuda
+    assert choose_backend("auto") == "torch"
     with pytest.raises(
         ValueError, match="records encoder backend 'onnx-fp16', which this version does not know"
     ):
-        backend_choice.auto_backend("onnx-fp16", "cpu")
+        choose_backend("auto", "onnx-fp16", "cpu")
+    with pytest.raises(ValueError, match="unknown encoder backend 'onnx-fp16'"):
+        choose_backend("onnx-fp16")
 
 
 def test_make_embedder_on_a_gpu_device(monkeypatch, cache):
     """``index --device cuda``: auto runs torch there (same embeddings as ONNX), an explicit
     ONNX backend is refused by name, before any model is loaded."""
-    from parallelsearch.graphs import factory
     from parallelsearch.stores import RetrievalConfig
 
     built = []
-    monkeypatch.setattr(
-        factory, "_new_embedder", lambda cfg, backend, device, fall_back: built.append(backend)
-    )
+    monkeypatch.setattr(embedder_module, "get_embedder", lambda model, **kw: built.append(kw["backend"]))
     cfg = RetrievalConfig(model_cache_dir=cache)
-    with pytest.raises(AttributeError):  # the stand-in returns None, which has no .backend
-        factory.make_embedder(cfg, "onnx", device="cuda")
+    assert make_embedder(cfg, recorded="onnx", device="cuda") is None  # the stand-in's None
     assert built == ["torch"]
     for backend in ("onnx", "onnx-int8"):
         with pytest.raises(ValueError, match=f"encoder backend '{backend}' runs on CPU only.*'cuda:0'"):
-            factory.make_embedder(cfg.model_copy(update={"encoder_backend": backend}), device="cuda:0")
+            make_embedder(cfg.model_copy(update={"encoder_backend": backend}), device="cuda:0")
     with pytest.raises(ValueError, match="'onnx-int8' runs on CPU only.*int8 embeddings have no GPU engine"):
-        factory.make_embedder(cfg, "onnx-int8", device="cuda")  # auto, but int8 has no GPU engine here
+        make_embedder(cfg, recorded="onnx-int8", device="cuda")  # auto, but int8 has no GPU engine here
+    assert built == ["torch"]
 
 
 def test_auto_falls_back_to_torch_when_onnx_cannot_run_the_model(monkeypatch, caplog, tmp_path):
-    from parallelsearch.graphs.factory import make_embedder
-    from parallelsearch.stores import RetrievalConfig, embedders
+    from parallelsearch.stores import RetrievalConfig
 
     def no_export(*args):
         raise RuntimeError("this model has no ONNX export")
 
-    monkeypatch.setattr(embedders, "_load_onnx", no_export)
+    monkeypatch.setattr(embedder_module, "export_onnx", no_export)
     cfg = RetrievalConfig(model_cache_dir=tmp_path)  # a cache no shared embedder was made for
     with caplog.at_level("WARNING"):
         assert make_embedder(cfg).backend == "torch"
@@ -172,12 +168,12 @@ def test_auto_falls_back_to_torch_when_onnx_cannot_run_the_model(monkeypatch, ca
 def test_onnx_refuses_a_model_it_would_export_wrongly(monkeypatch, caplog, tmp_path):
     """A CLS-pooled model would export without error and give other embeddings: refused by
     name, and auto runs it on torch."""
-    from parallelsearch.graphs.factory import make_embedder
     from parallelsearch.stores import RetrievalConfig
-    from parallelsearch.stores.embedders import _load_model, resolve_model_path
-    from parallelsearch.stores.onnx_encoder import pipeline_problem
+    from parallelsearch.stores.encoding.embedder import resolve_model_path
+    from parallelsearch.stores.encoding.onnx_engine import pipeline_problem
+    from parallelsearch.stores.encoding.torch_engine import load_model
 
-    model = _load_model(resolve_model_path("all-MiniLM-L6-v2"), "cpu")
+    model = load_model(resolve_model_path("all-MiniLM-L6-v2"), "cpu").model
     assert pipeline_problem(model) is None
     monkeypatch.setattr(model[1], "pooling_mode", "cls")
     assert pipeline_problem(model) == "its pooling is 'cls', not mean"
@@ -190,47 +186,36 @@ def test_onnx_refuses_a_model_it_would_export_wrongly(monkeypatch, caplog, tmp_p
 
 
 def test_onnx_fills_the_cores_with_encoder_threads_unless_told(cache, monkeypatch):
-    from parallelsearch.graphs.factory import make_embedder
-    from parallelsearch.stores import RetrievalConfig, encoder_thread
-    from parallelsearch.stores.backend_choice import onnx_encoder_workers
+    from parallelsearch.stores import RetrievalConfig
+    from parallelsearch.stores.encoding.threads import usable_cores
 
-    cores = encoder_thread.usable_cores()
+    cores = usable_cores()
     cfg = RetrievalConfig(model_cache_dir=cache)
-    make_embedder(cfg.model_copy(update={"encoder_workers": 1}))
-    assert encoder_thread.encoder_workers() == 1
-    assert make_embedder(cfg).backend == "onnx"
-    assert encoder_thread.encoder_workers() == cores
-    make_embedder(cfg.model_copy(update={"encoder_threads": cores}))
-    assert encoder_thread.encoder_workers() == 1
+    assert make_embedder(cfg.model_copy(update={"encoder_workers": 1})).workers == 1
+    auto = make_embedder(cfg)
+    assert (auto.backend, auto.workers) == ("onnx", cores)
+    assert make_embedder(cfg.model_copy(update={"encoder_threads": cores})).workers == 1
+    assert make_embedder(cfg.model_copy(update={"encoder_backend": "torch"})).workers == 1  # one team
     # the cores this process may use, not the host's: a container pinned to 2 of 64 cores
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 5})
     monkeypatch.setattr("os.cpu_count", lambda: 64)
-    assert encoder_thread.usable_cores() == 2 and onnx_encoder_workers(None) == 2
-    encoder_thread.set_encoder_workers(1)
-    make_embedder(cfg.model_copy(update={"encoder_backend": "torch"}))  # torch: one team, as before
-    assert encoder_thread.encoder_workers() == 1
+    assert usable_cores() == 2
+    assert Embedder(backend="onnx", cache_dir=cache).workers == 2
+    assert Embedder(backend="onnx", cache_dir=cache, threads=2).workers == 1
 
 
-def test_onnx_passages_split_over_encoder_threads_match_one_call(cache, monkeypatch):
+def test_onnx_passages_split_over_encoder_threads_match_one_call(cache):
     """Passages dealt out by length to 2 and 3 encoder threads come back in order, equal to one call."""
-    from parallelsearch.stores import encoder_thread
-
-    onnx = Embedder(backend="onnx", cache_dir=cache)
     texts = [PASSAGES[i % 3] + f" {i}" * (7 * i % 5) for i in range(11)]
-    encoder_thread.set_encoder_workers(1)
-    one = onnx.encode_passages(texts, batch_size=4)
+    one = Embedder(backend="onnx", cache_dir=cache, workers=1).encode_passages(texts, batch_size=4)
     for workers in (2, 3):
-        encoder_thread.set_encoder_workers(workers)
-        calls = onnx.calls
+        onnx = Embedder(backend="onnx", cache_dir=cache, workers=workers)
         assert np.abs(onnx.encode_passages(texts, batch_size=4) - one).max() < 1e-5
-        assert onnx.calls == calls + 1
+        assert onnx.calls == 1
     # each encoder thread gets every n-th passage in order of length: parts of equal work
     parts = []
-    real = encoder_thread.run_parts_on_encoder_threads
-    monkeypatch.setattr(
-        "parallelsearch.stores.embedders.run_parts_on_encoder_threads",
-        lambda fn, ps: parts.extend(ps) or real(fn, ps),
-    )
+    real = onnx._threads.run_parts
+    onnx._threads.run_parts = lambda fn, ps: parts.extend(ps) or real(fn, ps)
     onnx.encode_passages(texts, batch_size=4)
     by_length = sorted(texts, key=len)
     assert parts == [by_length[i::3] for i in range(3)]

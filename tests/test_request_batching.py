@@ -186,24 +186,18 @@ def test_batches_at_once_default_to_encoder_threads_plus_one_with_onnx():
     one batch more than encoder threads; torch gets one per encoder thread."""
     from types import SimpleNamespace
 
-    from parallelsearch.stores import encoder_thread
     from parallelsearch.stores.http.retrieval_server import default_concurrent_batches
 
-    before = encoder_thread.encoder_workers()
-    try:
-        for workers in (1, 2):
-            encoder_thread.set_encoder_workers(workers)
-            for backend, extra in (("torch", 0), ("onnx", 1), ("onnx-int8", 1)):
-                store = SimpleNamespace(embedder=SimpleNamespace(backend=backend))
-                assert default_concurrent_batches(store) == workers + extra
-                app = create_retrieval_app(store)
-                assert app.state.batcher.concurrent_batches == workers + extra
-            assert default_concurrent_batches(object()) == workers  # no embedder to ask: torch's rule
-        assert create_retrieval_app(store, concurrent_batches=5).state.batcher.concurrent_batches == 5
-        with pytest.raises(ValueError, match="concurrent_batches must be >= 1, got 0"):
-            create_retrieval_app(store, concurrent_batches=0)
-    finally:
-        encoder_thread.set_encoder_workers(before)
+    for workers in (1, 2):
+        for backend, extra in (("torch", 0), ("onnx", 1), ("onnx-int8", 1)):
+            store = SimpleNamespace(embedder=SimpleNamespace(backend=backend, workers=workers))
+            assert default_concurrent_batches(store) == workers + extra
+            app = create_retrieval_app(store)
+            assert app.state.batcher.concurrent_batches == workers + extra
+    assert default_concurrent_batches(object()) == 1  # no embedder to ask: one encoder thread, torch's rule
+    assert create_retrieval_app(store, concurrent_batches=5).state.batcher.concurrent_batches == 5
+    with pytest.raises(ValueError, match="concurrent_batches must be >= 1, got 0"):
+        create_retrieval_app(store, concurrent_batches=0)
 
 
 @pytest.mark.parametrize(

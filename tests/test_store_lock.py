@@ -104,8 +104,8 @@ def _existing_store_that_syncs_often(home: Path, name: str) -> None:
     thousands of passages (issue 12: 2,000 + 2,000 lost ~130); this setting shows the same
     race with 60 + 60 (measured on main's code: 96 of 200 vectors unreadable with 100 + 100).
     """
+    from parallelsearch.stores import get_embedder
     from parallelsearch.stores.chroma_store import make_client
-    from parallelsearch.stores.embedders import get_embedder
 
     emb = get_embedder()
     make_client(home / "chroma").create_collection(

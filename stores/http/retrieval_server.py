@@ -20,7 +20,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from parallelsearch.stores.encoder_thread import encoder_workers
 from parallelsearch.stores.http.api_key import ApiKeyGuard
 from parallelsearch.stores.http.asgi_guard import JsonBodyGuard
 from parallelsearch.stores.http.request_batching import RequestBatcher
@@ -49,9 +48,8 @@ def passage_to_document(p: Passage) -> dict[str, Any]:
 
 
 def default_concurrent_batches(searcher: object) -> int:
-    """Batches a ``/retrieve`` server searches at once: one per encoder thread
-    (:func:`~parallelsearch.stores.encoder_thread.encoder_workers`), plus one when the
-    searcher's encoder is ONNX.
+    """Batches a ``/retrieve`` server searches at once: one per encoder thread of the
+    searcher's encoder (``Embedder.workers``), plus one when it is ONNX.
 
     Why the extra one for ONNX: its encode is short, so a batch's Chroma query and answers are a
     large share of its cycle; a third batch queued behind the two encoding keeps the encoder
@@ -60,7 +58,7 @@ def default_concurrent_batches(searcher: object) -> int:
     """
     embedder = getattr(searcher, "embedder", None)
     extra = 1 if getattr(embedder, "backend", "torch") != "torch" else 0
-    return encoder_workers() + extra
+    return getattr(embedder, "workers", 1) + extra
 
 
 def create_retrieval_app(

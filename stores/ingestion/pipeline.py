@@ -95,7 +95,7 @@ def ingest(
 
     Passages over ``max_passage_tokens`` tokens are split or truncated (``long_passages``;
     None = no limit). ``encoder``: what encodes the passages instead of the store's embedder
-    (a :class:`~parallelsearch.stores.encode_pool.PassagePool` on several processes or GPUs).
+    (a :class:`~parallelsearch.stores.encoding.passage_pool.PassagePool` on several processes or GPUs).
     ``rows=(start, stop)``: only passages ``start`` to ``stop - 1`` (0-based, in reading order, before
     over-long ones are split; stop None = to the end), so N processes can each build one shard.
     """

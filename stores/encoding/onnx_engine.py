@@ -26,11 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from parallelsearch.stores.encoder_thread import tokenizer_lock
 from parallelsearch.stores.errors import UnavailableError
 
-#: encoder backends: the name recorded in a store, and whether its embeddings are fp32 ones
-BACKENDS = ("torch", "onnx", "onnx-int8")
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -62,11 +59,6 @@ def pipeline_problem(st_model: Any) -> str | None:
     if mode not in ("mean", "mean_tokens", ("mean",)):
         return f"its pooling is {mode!r}, not mean"
     return None
-
-
-def embedding_family(backend: str) -> str:
-    """Backends whose embeddings are interchangeable: torch and ONNX fp32 agree to ~1e-7."""
-    return "int8" if backend == "onnx-int8" else "fp32"
 
 
 def _atomic_write(target: Path, write: Any) -> Path:
@@ -110,7 +102,7 @@ def export_onnx(model_path: str, cache_dir: Path, backend: str) -> Path:
 
 
 def _export(model_path: str, out: Path) -> None:
-    """Export a fresh copy (the stores' copy has its linear layers swapped, see cpu_linear.py)."""
+    """Export a fresh copy (the stores' copy has its linear layers swapped, see embedder.py)."""
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -165,7 +157,7 @@ def _quantize(fp32: Path, out: Path) -> None:
 class OnnxEncoder:
     """Mean-pooled sentence embeddings from an ONNX file, tokenised by the model's own tokenizer."""
 
-    def __init__(self, st_model: Any, onnx_path: Path, threads: int = 1) -> None:
+    def __init__(self, st_model: Any, onnx_path: Path, threads: int, tokenizer_lock: Any) -> None:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
@@ -175,21 +167,20 @@ class OnnxEncoder:
         opts.inter_op_num_threads = 1
         self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
         self.path = onnx_path
-        self._st = st_model
+        self._st, self._tokenizer_lock = st_model, tokenizer_lock
         self._names = {i.name for i in self.session.get_inputs()}
 
-    def encode(self, texts: list[str], batch_size: int = 64, normalize: bool = True) -> np.ndarray:
-        """Embeddings of ``texts`` (float32, n x dim); long inputs are batched by length to pad less."""
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        """Normalised embeddings of ``texts`` (float32, n x dim); batched by length to pad less."""
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out: list[np.ndarray] = [np.empty(0)] * len(texts)
         for start in range(0, len(texts), batch_size):
             idx = order[start : start + batch_size]
-            with tokenizer_lock:
+            with self._tokenizer_lock:
                 features = self._st.preprocess([texts[i] for i in idx])
             feed = {n: features[n].numpy().astype(np.int64) for n in _INPUTS if n in self._names}
             vecs = self.session.run(None, feed)[0].astype(np.float32)
-            if normalize:
-                vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+            vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
             for j, i in enumerate(idx):
                 out[i] = vecs[j]
         return np.stack(out) if texts else np.zeros((0, 0), dtype=np.float32)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from parallelsearch.stores.backend_choice import check_device
+from parallelsearch.stores.encoding.backend import check_device
 
 
 def device_list(device: str | None, processes: int | None) -> list[str] | None:
@@ -72,7 +72,7 @@ class PassagePool:
             texts,
             pool=self._pool,
             batch_size=batch_size,
-            normalize_embeddings=self.embedder.normalize,
+            normalize_embeddings=True,
             convert_to_numpy=True,
             show_progress_bar=False,
             # one slice per worker per chunk: fewer queue round trips, length-sorted within each
