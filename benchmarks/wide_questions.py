@@ -44,7 +44,7 @@ from parallelsearch.data.wide_questions import collect_entities, generate, make_
 from parallelsearch.data.wide_questions import write as write_wide
 from parallelsearch.graphs import build_parallel_search_graph
 from parallelsearch.stores import ChromaStore, ingest
-from parallelsearch.stores.embedders import get_embedder
+from parallelsearch.stores.encoding.embedder import get_embedder
 
 TWOWIKI = RAW / "2wikimultihopqa" / "hahahajw_Agentic-RAG" / "2WikiMultihopQA_500_benchmark.json"
 KS = (1, 2, 4, 8, 16, 32, 64)
@@ -56,7 +56,7 @@ def _tokenizer():
     try:
         from transformers import AutoTokenizer
 
-        from parallelsearch.stores.embedders import DEFAULT_MODEL, resolve_model_path
+        from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, resolve_model_path
 
         return AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_MODEL))
     except Exception as e:  # noqa: BLE001 - token counts are optional; characters are always given
