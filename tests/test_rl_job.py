@@ -170,12 +170,12 @@ def test_list_keys_shows_types_defaults_and_aliases(capsys):
     assert main(["train", "--list-keys"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^agent\.search_failures\.max_share +float  = 0\.01  # ", out, re.M)
-    assert re.search(r"^agent\.reward\.mode +Literal\['paper', 'official'\]  = 'paper'$", out, re.M)
+    assert re.search(r"^agent\.reward\.mode +Literal\['paper', 'official', 'dag'\]  = 'paper'$", out, re.M)
     assert re.search(r"^n_samples_per_prompt +int  = 1$", out, re.M)
     assert "grpo -> group_norm" in out and "rollout.batch_size" in out
     assert main(["train", "--list-keys", "--preset", "paper"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^agent\.reward\.mode +Literal\['paper', 'official'\]  = 'official'$", out, re.M)
+    assert re.search(r"^agent\.reward\.mode +Literal\['paper', 'official', 'dag'\]  = 'official'$", out, re.M)
     assert re.search(r"^apply_chat_template +bool  = True", out, re.M)
 
 
