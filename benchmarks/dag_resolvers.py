@@ -15,7 +15,7 @@ Methods: ``gold`` (the gold intermediate answer), ``dropped`` (``#k`` removed), 
 parent's top passage title), ``text`` (``#k`` removed, the top passage's text appended),
 ``spans-merged`` (the first 8 name-like spans of the top passage, each searched, hits merged by
 score), ``passage`` (the shipped :class:`PassageResolver`), ``passage-no-cue`` (it without the
-lead-in nudge) and ``ceiling`` (gold where the gold answer is among the passage resolver's
+lead-in nudge), ``passage-no-title`` (it without the own-paragraph title signal) and ``ceiling`` (gold where the gold answer is among the passage resolver's
 candidates, else dropped: what picking the right candidate would give). Recall is
 deterministic, so the methods run one after another.
 
@@ -90,6 +90,7 @@ def spans_merged(sub_query: str, parents: Sequence[ParentResult]) -> list[str]:
 def methods(store: ChromaStore) -> dict[str, Resolve]:
     passage = PassageResolver(store)
     plain = PassageResolver(store, cue_weight=0.0)
+    untitled = PassageResolver(store, title_weight=0.0)
     gold = GoldResolver()
 
     def ceiling(sub_query: str, parents: Sequence[ParentResult]) -> str:
@@ -107,6 +108,7 @@ def methods(store: ChromaStore) -> dict[str, Resolve]:
         ),
         "spans-merged": spans_merged,
         "passage-no-cue": plain,
+        "passage-no-title": untitled,
         "passage": passage,
         "ceiling": ceiling,
     }
