@@ -9,7 +9,8 @@ form (``aresolve``, what the graph's async nodes await):
   usually a name inside the parent's top passage, not its title, so the resolver proposes the
   passage's name-like spans (runs of capitalised words), drops the ones the parent sub-query
   itself names, and keeps the candidate whose search hits score best, nudged by how close
-  the words right before it are to what the parent asked.
+  the words right before it are to what the parent asked and by whether a hit is the
+  candidate's own paragraph (its title is the name: Wikipedia-like stores title entities).
 - ``gold`` (:class:`GoldResolver`): the gold intermediate answers (oracle runs: the upper bound).
 - ``policy`` (:class:`PolicyResolver`): one short "answer only" extraction call to a policy,
   counted in ``calls``.
@@ -152,6 +153,12 @@ def lead_in(text: str, candidate: str, words: int = 4) -> str:
     return " ".join([*before, candidate])
 
 
+def title_key(name: str) -> str:
+    """A name or a paragraph title as compared with each other: words only, case folded, a
+    trailing parenthetical dropped (``Kris Benson (baseball)`` -> ``kris benson``)."""
+    return " ".join(re.findall(r"\w+", re.sub(r"\s*\([^)]*\)\s*$", "", name).casefold()))
+
+
 def answer_candidates(parent: ParentResult, *, passages: int = 1, limit: int = 24) -> list[tuple[str, str]]:
     """(candidate, lead-in) pairs from the parent's top passages: name-like spans that the
     parent sub-query does not itself name, numbers left out (years are seldom a bridge)."""
@@ -177,8 +184,10 @@ class PassageResolver:
     With a ``searcher`` (anything with ``search_batch(queries, k)`` or ``asearch(query, k)``)
     every candidate's query is searched, in one batch, and the candidate whose best hit scores
     highest wins; with an ``embedder`` (``encode_queries``) that score is nudged by
-    ``cue_weight`` x the similarity of the candidate's lead-in to what the parent asked. With
-    neither, the first candidate is used, and the top passage's title when there is none.
+    ``cue_weight`` x the similarity of the candidate's lead-in to what the parent asked, plus
+    ``title_weight`` when one of its hits is titled with the candidate itself (case, punctuation
+    and a trailing parenthetical ignored). With neither, the first candidate is used, and the
+    top passage's title when there is none.
     Sub-queries naming several parents try at most ``max_combinations`` combinations.
     """
 
@@ -190,6 +199,7 @@ class PassageResolver:
         embedder: Any = None,
         *,
         cue_weight: float = 0.5,
+        title_weight: float = 0.3,
         max_candidates: int = 24,
         max_combinations: int = 32,
         k: int = 3,
@@ -197,12 +207,14 @@ class PassageResolver:
         self.searcher = searcher
         self.embedder = embedder if embedder is not None else getattr(searcher, "embedder", None)
         self.cue_weight = cue_weight
+        self.title_weight = title_weight
         self.max_candidates = max_candidates
         self.max_combinations = max_combinations
         self.k = k
 
-    def _options(self, sub_query: str, parents: Sequence[ParentResult]) -> list[tuple[str, float]]:
-        """(query to search, prior) for every candidate combination, best prior first."""
+    def _options(self, sub_query: str, parents: Sequence[ParentResult]) -> list[tuple[str, float, set[str]]]:
+        """(query to search, prior, its candidates as title keys) for every candidate
+        combination, best prior first."""
         per_parent: list[list[tuple[str, float]]] = []
         for parent in parents:
             cands = answer_candidates(parent, limit=self.max_candidates)
@@ -215,26 +227,24 @@ class PassageResolver:
                 vecs = self.embedder.encode_queries([relation_cue(parent.searched), *(w for _, w in cands)])
                 priors = [float(v @ vecs[0]) for v in vecs[1:]]
             per_parent.append([(c, s) for (c, _), s in zip(cands, priors, strict=True)])
-        options: list[tuple[str, float]] = []
-        for combo in product(*per_parent):
-            values = {p.k: c for p, (c, _) in zip(parents, combo, strict=True)}
-            options.append((_fill(sub_query, values), sum(s for _, s in combo)))
-            if len(options) >= self.max_combinations:
+        options: dict[str, tuple[str, float, set[str]]] = {}
+        for n, combo in enumerate(product(*per_parent)):
+            if n >= self.max_combinations:
                 break
-        first: dict[str, float] = {}
-        for query, prior in options:
-            first.setdefault(query, prior)
-        return sorted(first.items(), key=lambda o: -o[1])
+            query = _fill(sub_query, {p.k: c for p, (c, _) in zip(parents, combo, strict=True)})
+            options.setdefault(query, (query, sum(s for _, s in combo), {title_key(c) for c, _ in combo}))
+        return sorted(options.values(), key=lambda o: -o[1])
 
-    def _choose(self, options: list[tuple[str, float]], hits: Sequence[Sequence[Passage]]) -> str:
+    def _choose(self, options: list[tuple[str, float, set[str]]], hits: Sequence[Sequence[Passage]]) -> str:
         def value(i: int) -> float:
             top = hits[i][0].score if hits[i] and hits[i][0].score is not None else -1.0
-            return top + self.cue_weight * options[i][1]
+            own = any(title_key(p.title) in options[i][2] for p in hits[i])
+            return top + self.cue_weight * options[i][1] + self.title_weight * own
 
         return options[max(range(len(options)), key=lambda i: (value(i), -i))][0]
 
     def _unsearched(
-        self, sub_query: str, parents: Sequence[ParentResult], options: list[tuple[str, float]]
+        self, sub_query: str, parents: Sequence[ParentResult], options: list[tuple[str, float, set[str]]]
     ) -> str | None:
         """The filled sub-query when choosing needs no search (no option, one, or no searcher)."""
         if not options:
@@ -247,7 +257,7 @@ class PassageResolver:
         options = self._options(sub_query, parents)
         if (chosen := self._unsearched(sub_query, parents, options)) is not None:
             return chosen
-        queries = [q for q, _ in options]
+        queries = [q for q, _, _ in options]
         if hasattr(self.searcher, "search_batch"):
             hits = self.searcher.search_batch(queries, self.k)
         else:
@@ -258,7 +268,7 @@ class PassageResolver:
         options = await asyncio.to_thread(self._options, sub_query, parents)
         if (chosen := self._unsearched(sub_query, parents, options)) is not None:
             return chosen
-        queries = [q for q, _ in options]
+        queries = [q for q, _, _ in options]
         if hasattr(self.searcher, "asearch"):
             hits = await _search_all(self.searcher, queries, self.k)
         else:

@@ -15,10 +15,15 @@ Methods: ``gold`` (the gold intermediate answer), ``dropped`` (``#k`` removed), 
 parent's top passage title), ``text`` (``#k`` removed, the top passage's text appended),
 ``spans-merged`` (the first 8 name-like spans of the top passage, each searched, hits merged by
 score), ``passage`` (the shipped :class:`PassageResolver`), ``passage-no-cue`` (it without the
-lead-in nudge) and ``ceiling`` (gold where the gold answer is among the passage resolver's
+lead-in nudge), ``passage-no-title`` (it without the own-paragraph title signal) and ``ceiling`` (gold where the gold answer is among the passage resolver's
 candidates, else dropped: what picking the right candidate would give). Recall is
-deterministic, so the methods run one after another. Prints the table and writes
-benchmarks/results/dag_resolvers.json.
+deterministic, so the methods run one after another.
+
+With ``gold`` run, the floor of any passage-based resolver is printed too: a dependent hop
+can only be resolved from passages when every parent's gold answer occurs in the parent's
+top-1 (top-3) passages, so ``gold``'s hits on those hops alone bound what no model call can
+reach (an optimistic bound: the parents there are searched with the gold chain). Prints the
+tables and writes benchmarks/results/dag_resolvers.json.
 """
 
 from __future__ import annotations
@@ -85,6 +90,7 @@ def spans_merged(sub_query: str, parents: Sequence[ParentResult]) -> list[str]:
 def methods(store: ChromaStore) -> dict[str, Resolve]:
     passage = PassageResolver(store)
     plain = PassageResolver(store, cue_weight=0.0)
+    untitled = PassageResolver(store, title_weight=0.0)
     gold = GoldResolver()
 
     def ceiling(sub_query: str, parents: Sequence[ParentResult]) -> str:
@@ -102,6 +108,7 @@ def methods(store: ChromaStore) -> dict[str, Resolve]:
         ),
         "spans-merged": spans_merged,
         "passage-no-cue": plain,
+        "passage-no-title": untitled,
         "passage": passage,
         "ceiling": ceiling,
     }
@@ -179,6 +186,35 @@ def score(dataset: str, questions: list[dict], results: dict) -> dict[str, dict[
     }
 
 
+def passage_bound(
+    dataset: str, questions: list[dict], results: dict, depth: int
+) -> dict[str, dict[str, float]]:
+    """Per question type: the share of dependent hops whose parents' gold answers all occur in
+    the parents' top-``depth`` passages, and the per-hop recall of ``results`` (the gold
+    resolver's) counted on those hops only: the most a resolver reading those passages gets."""
+    n, present, hits = Counter(), Counter(), Counter()
+    for qi, q in enumerate(questions):
+        hops = q["metadata"]["hops"]
+        t = qtype(dataset, q)
+        for hi, h in enumerate(hops):
+            if not h["refs"]:
+                continue
+            found = all(
+                hops[k - 1]["answer"].casefold()
+                in " ".join(f"{p.title} {p.text}" for p in results[(qi, k - 1)][:depth]).casefold()
+                for k in h["refs"]
+            )
+            hit = h["title"] in [p.title for p in results[(qi, hi)]]
+            for g in ("all", t):
+                n[g] += 1
+                present[g] += found
+                hits[g] += found and hit
+    return {
+        "answer_in_parents": {g: present[g] / n[g] for g in n},
+        "hop_recall": {g: hits[g] / n[g] for g in n},
+    }
+
+
 def run(args: argparse.Namespace) -> dict:
     folder = Path(args.store_dir) if args.store_dir else Path(tempfile.mkdtemp())
     out: dict = {"k": K, "datasets": {}}
@@ -211,6 +247,10 @@ def run(args: argparse.Namespace) -> dict:
             t0 = time.perf_counter()
             res = run_method(store, questions, resolve, first, f"{dataset} {name}")
             figures["methods"][name] = {**score(dataset, questions, res), "seconds": time.perf_counter() - t0}
+            if name == "gold":
+                figures["passage_bound"] = {
+                    f"top{d}": passage_bound(dataset, questions, res, d) for d in (1, K)
+                }
         _print(dataset, figures)
         out["datasets"][dataset] = figures
     return out
@@ -236,6 +276,18 @@ def _print(dataset: str, figures: dict) -> None:
             ratio = f" {r / gold['hop_recall'][g]:.2f}x" if gold and gold["hop_recall"][g] else ""
             cells.append(f"{r:.3f}{ratio}")
         print(f"{name:16s}" + "".join(f"{c:>22s}" for c in cells))
+    for depth, b in figures.get("passage_bound", {}).items():
+        cells = []
+        for g in groups:
+            r = b["hop_recall"][g]
+            ratio = f" {r / gold['hop_recall'][g]:.2f}x" if gold and gold["hop_recall"][g] else ""
+            cells.append(f"{r:.3f}{ratio}")
+        print(f"{'bound ' + depth:16s}" + "".join(f"{c:>22s}" for c in cells))
+        print(
+            f"{'':16s}(gold answer in the parents' {depth} passages: "
+            + ", ".join(f"{g} {b['answer_in_parents'][g]:.3f}" for g in groups)
+            + ")"
+        )
     print("whole-question gold-paragraph recall (ratio to gold)")
     for name, m in methods_.items():
         r = m["question_recall"]["all"]

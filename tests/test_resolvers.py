@@ -23,6 +23,7 @@ from parallelsearch.agents.resolvers import (
     names_the_query,
     relation_cue,
     span_candidates,
+    title_key,
 )
 from parallelsearch.stores import Passage
 
@@ -80,6 +81,42 @@ def test_passage_resolver_without_a_searcher_takes_the_first_candidate_or_the_ti
     assert PassageResolver()("seat of #1", [ParentResult(1, "x")]) == "seat of"
 
 
+class _TitledHits:
+    """A scripted stand-in searcher: each query's hits as given, in one batch."""
+
+    def __init__(self, hits: dict[str, list[Passage]]) -> None:
+        self.hits = hits
+        self.batches: list[list[str]] = []
+
+    def search_batch(self, queries, k):
+        self.batches.append(list(queries))
+        return [self.hits.get(q, [])[:k] for q in queries]
+
+
+def test_title_key_compares_names_with_paragraph_titles():
+    assert title_key("Kris Benson (baseball)") == title_key("Kris  benson") == "kris benson"
+    assert title_key("O'Neill, Texas") == "o neill texas"
+    assert title_key("(1999)") == ""
+
+
+def test_passage_resolver_prefers_a_candidate_whose_hit_is_its_own_paragraph():
+    text = "Wild Strawberries is a film by Ingmar Bergman, produced by Svensk Filmindustri."
+    parent = ParentResult(1, "Wild Strawberries director", (Passage.make("Wild Strawberries", text),))
+    own = Passage("b", "Ingmar Bergman (director)", "Ernst Ingmar Bergman was a Swedish director.", 0.55)
+    other = Passage("s", "Sweden", "Svensk Filmindustri is a Swedish company ...", 0.60)
+    searcher = _TitledHits(
+        {"Ingmar Bergman date of birth": [own], "Svensk Filmindustri date of birth": [other, own]}
+    )
+    # one batch of every candidate's query; the best hit alone picks the company ...
+    assert PassageResolver(searcher, title_weight=0.0)("#1 date of birth", [parent]) == (
+        "Svensk Filmindustri date of birth"
+    )
+    assert len(searcher.batches) == 1 and len(searcher.batches[0]) == 2
+    # ... a hit titled with the candidate itself (a parenthetical ignored) picks the director,
+    # and a hit of another option's own paragraph does not count for this one
+    assert PassageResolver(searcher)("#1 date of birth", [parent]) == "Ingmar Bergman date of birth"
+
+
 @pytest.fixture(scope="module")
 def musique_store(tmp_path_factory, embedder):
     """A real store of the paragraphs of the first 3 MuSiQue questions (60 paragraphs)."""
@@ -103,7 +140,7 @@ def test_passage_resolver_resolves_a_bridge_in_a_real_store(musique_store):
     assert top[0].title == "Anna Benson"
     parent = ParentResult(1, parent_query, tuple(top))
     resolver = PassageResolver(musique_store)
-    options = [q for q, _ in resolver._options("#1 member of sports team", [parent])]
+    options = [q for q, _, _ in resolver._options("#1 member of sports team", [parent])]
     assert "Kris Benson member of sports team" in options
     query = resolver("#1 member of sports team", [parent])
     assert query == "Kris Benson member of sports team"
