@@ -269,20 +269,20 @@ def _print(dataset: str, figures: dict) -> None:
         f"{'method':16s}"
         + "".join(f"{g + ' (' + str(methods_[next(iter(methods_))]['hops'][g]) + ')':>22s}" for g in groups)
     )
+
+    def row(label: str, hop_recall: dict[str, float]) -> None:
+        """One line of per-group recall, each with its ratio to gold's."""
+        cells = []
+        for g in groups:
+            r = hop_recall[g]
+            ratio = f" {r / gold['hop_recall'][g]:.2f}x" if gold and gold["hop_recall"][g] else ""
+            cells.append(f"{r:.3f}{ratio}")
+        print(f"{label:16s}" + "".join(f"{c:>22s}" for c in cells))
+
     for name, m in methods_.items():
-        cells = []
-        for g in groups:
-            r = m["hop_recall"][g]
-            ratio = f" {r / gold['hop_recall'][g]:.2f}x" if gold and gold["hop_recall"][g] else ""
-            cells.append(f"{r:.3f}{ratio}")
-        print(f"{name:16s}" + "".join(f"{c:>22s}" for c in cells))
+        row(name, m["hop_recall"])
     for depth, b in figures.get("passage_bound", {}).items():
-        cells = []
-        for g in groups:
-            r = b["hop_recall"][g]
-            ratio = f" {r / gold['hop_recall'][g]:.2f}x" if gold and gold["hop_recall"][g] else ""
-            cells.append(f"{r:.3f}{ratio}")
-        print(f"{'bound ' + depth:16s}" + "".join(f"{c:>22s}" for c in cells))
+        row("bound " + depth, b["hop_recall"])
         print(
             f"{'':16s}(gold answer in the parents' {depth} passages: "
             + ", ".join(f"{g} {b['answer_in_parents'][g]:.3f}" for g in groups)

@@ -16,6 +16,7 @@ from parallelsearch.cli_common import (
     clean_text_arg,
     settings_from_args,
 )
+from parallelsearch.stores.errors import json_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,13 +49,7 @@ def parse_metadata(text: str | None) -> dict[str, Any]:
     """``--metadata``'s JSON object; an error names the flag."""
     if not text:
         return {}
-    try:
-        meta = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--metadata is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
-    if not isinstance(meta, dict):
-        raise ValueError(f"--metadata must be a JSON object, not {type(meta).__name__}")
-    return meta
+    return json_of(text, "--metadata")
 
 
 def _emit(event: dict[str, Any], as_json: bool) -> None:

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import json
 from pathlib import Path
 from typing import Any
 
 from parallelsearch.rl.agent_config import AgentConfig
 from parallelsearch.rl.train_config import TrainConfig
-from parallelsearch.stores.errors import ParallelSearchError
+from parallelsearch.stores.errors import ParallelSearchError, json_of
 
 #: what ``official`` reward mode looks for in an episode (the official code's assistant marker)
 ASSISTANT_MARKER = "<|im_start|>assistant"
@@ -125,12 +124,9 @@ def first_record(path: str | Path) -> dict[str, Any] | None:
         for line in f:
             if line.strip():
                 try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise PreflightError(f"{p}: the first line is not JSON ({e})") from e
-                if not isinstance(rec, dict):
-                    raise PreflightError(f"{p}: the first line is not a JSON object")
-                return rec
+                    return json_of(line, f"{p}: the first line")
+                except ValueError as e:
+                    raise PreflightError(str(e)) from e
     raise PreflightError(f"{p} is empty")
 
 

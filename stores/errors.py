@@ -10,8 +10,10 @@ lowest layer so that every layer can raise and describe them.
 from __future__ import annotations
 
 import difflib
+import json
 import typing
 from collections.abc import Iterable
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -80,3 +82,16 @@ def describe_validation_error(
                 msg = f"unknown key{did_you_mean(loc[-1], known)}; known: {listed}"
         problems.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
     return "; ".join(problems)
+
+
+def json_of(text: str, what: str, kind: type = dict) -> Any:
+    """``text`` parsed as JSON that must hold a ``kind`` (``dict``: an object, ``list``: an
+    array); a ``ValueError`` names ``what`` and where the text broke."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    if not isinstance(value, kind):
+        shape = {dict: "object", list: "array"}.get(kind, kind.__name__)
+        raise ValueError(f"{what} must be a JSON {shape}, not {type(value).__name__}")
+    return value

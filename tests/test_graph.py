@@ -262,29 +262,12 @@ def test_ask_cli_json(tmp_path, hotpot_comparison_file):
     )
     script = tmp_path / "par.json"
     script.write_text(json.dumps(PAR))
-    r = subprocess.run(
-        [*cli, "ask", Q, "--store", "hp3", "--policy", f"scripted:{script}", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out: dict = {"env": env, "capture_output": True, "text": True, "timeout": 300}
+    r = subprocess.run([*cli, "ask", Q, "--store", "hp3", "--policy", f"scripted:{script}", "--json"], **out)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert (d["policy_calls"], d["search_rounds"], d["subqueries"], d["answer"]) == (2, 1, 2, "yes")
-    r = subprocess.run(
-        [*cli, "ask", Q, "--store", "hp3", "--policy", f"scripted:{script}"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    r = subprocess.run([*cli, "ask", Q, "--store", "hp3", "--policy", f"scripted:{script}"], **out)
     assert "search round 1" in r.stdout and "policy calls 2" in r.stdout
-    bad = subprocess.run(
-        [*cli, "ask", Q, "--store", "hp3", "--policy", "scripted:/nope.json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    bad = subprocess.run([*cli, "ask", Q, "--store", "hp3", "--policy", "scripted:/nope.json"], **out)
     assert bad.returncode == 2 and "does not exist" in bad.stderr

@@ -167,17 +167,8 @@ def test_tiny_hf_model_as_engine(hotpot_store, hotpot_questions, tiny_lm):
     rec = train_record(q)
     engine = TransformersEngine(model, tok)
     g = EnvGraph(hotpot_store, max_turns=2, max_new_tokens=12)
-    result = asyncio.run(
-        execute_episode(
-            g,
-            rec["prompt"],
-            rec["label"],
-            SamplingParamsStandIn(logprobs=1, temperature=0),
-            2048,
-            tok,
-            engine,
-        )
-    )
+    greedy = SamplingParamsStandIn(logprobs=1, temperature=0)
+    result = asyncio.run(execute_episode(g, rec["prompt"], rec["label"], greedy, 2048, tok, engine))
     prompt_ids = tok(rec["prompt"], add_special_tokens=False)["input_ids"]
     check_bookkeeping(result, prompt_ids, engine, tok, json.loads(rec["label"]))
     assert len(result["action_ranges"]) == 3  # garbage text: 2 invalid turns + the final turn

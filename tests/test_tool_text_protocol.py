@@ -400,17 +400,8 @@ def test_the_tiny_random_model_under_the_text_form(tiny_lm, episodes):
     rec = train_record(RECORD, template="tool_text", tokenizer=tok)
     engine = TransformersEngine(model, tok)
     g = EnvGraph(Library(), config=GraphConfig(protocol="tools", max_turns=2, max_new_tokens=12))
-    result = run(
-        execute_episode(
-            g,
-            rec["prompt"],
-            rec["label"],
-            SamplingParamsStandIn(logprobs=1, temperature=0),
-            4096,
-            tok,
-            engine,
-        )
-    )
+    greedy = SamplingParamsStandIn(logprobs=1, temperature=0)
+    result = run(execute_episode(g, rec["prompt"], rec["label"], greedy, 4096, tok, engine))
     prompt_ids = tok(rec["prompt"], add_special_tokens=False)["input_ids"]
     check_tokens(result, prompt_ids, engine.outputs, tok, episodes[0])
     assert len(result["action_ranges"]) == 3  # 2 invalid turns + the final turn

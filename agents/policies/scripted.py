@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
 from parallelsearch.agents.protocol import truncate_at_stop
-from parallelsearch.stores.errors import ParallelSearchError
+from parallelsearch.stores.errors import ParallelSearchError, json_of
 
 
 class ScriptedPolicy:
@@ -32,14 +31,11 @@ class ScriptedPolicy:
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedPolicy:
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            text = Path(path).read_text(encoding="utf-8")
         except FileNotFoundError as e:
             raise FileNotFoundError(f"scripted policy file {path} does not exist") from e
-        except json.JSONDecodeError as e:
-            raise ValueError(
-                f"scripted policy file {path} is not valid JSON: {e.msg} (line {e.lineno})"
-            ) from e
-        if not isinstance(data, list) or not data or not all(isinstance(t, str) for t in data):
+        data = json_of(text, f"scripted policy file {path}", list)
+        if not data or not all(isinstance(t, str) for t in data):
             raise ValueError(f"scripted policy file {path} must hold a non-empty JSON array of turn strings")
         return cls(data)
 
