@@ -78,7 +78,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)
-	for b in benchmarks/*.py; do case $$b in *rollout.py) continue;; esac; $(PY) $$b || exit 1; done
+	for b in benchmarks/*.py; do case $$b in *rollout.py|benchmarks/_*) continue;; esac; $(PY) $$b || exit 1; done
 	$(PY) benchmarks/serve.py --guard
 	$(PY) benchmarks/encoder_backends.py --encoders torch sentence-transformers --batches 1 4 8 --no-recall
 

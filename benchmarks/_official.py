@@ -107,7 +107,7 @@ def run_official_on_cpu(script: str, argv: list[str]) -> None:
     Its encoder calls ``.cuda()`` on the model and on every batch and switches the model to
     fp16 unconditionally. Here ``.cuda()`` returns the tensor or module unchanged,
     ``torch.cuda.empty_cache()`` does nothing and ``.half()`` keeps fp32 (FAISS flat, fp32: the
-    issue's official column); the script itself runs unmodified from the checkout."""
+    official column); the script itself runs unmodified from the checkout."""
     import runpy
 
     import torch

@@ -9,7 +9,7 @@ embedding difference to the first encoder is printed). Speed: blocks of each enc
 alternate round by round on the same HotpotQA questions. Recall@3 (``--no-recall`` skips it):
 one store per embedding family holding the 4,948 context paragraphs of the 500 HotpotQA dev
 questions (not the holdout), one query per gold supporting title of every comparison
-question; a title is found when a passage of that title is in the top 3. The issue's rule:
+question; a title is found when a passage of that title is in the top 3. The rule:
 int8 may be the default only if its recall@3 is less than 0.005 below torch's.
 
     python benchmarks/encoder_backends.py [--encoders torch onnx onnx-int8] [--batches 1 8 32] [--no-recall]

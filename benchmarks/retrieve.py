@@ -6,7 +6,7 @@ The goal line is decomposed so the figures say where time goes. ``batched`` rows
 ``search_batch`` directly (one encoder call, one Chroma query, no coalescer):
 
 * ``concurrent_over_batched4``: what coalescing costs over one batched call of the same
-  4 queries (the issue's "k sub-queries must cost about one batched call");
+  4 queries ("k sub-queries must cost about one batched call");
 * ``batched4_over_batched1``: how the encoder and Chroma themselves scale from 1 to 4
   queries on this machine. No coalescer can make 4 concurrent queries cheaper than this
   relative to 1, so it is the floor of ``concurrent_over_one`` here.

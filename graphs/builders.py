@@ -8,7 +8,8 @@ policy, a LangChain chat model or a spec string (``coerce.as_policy``); its prot
 The knobs are :class:`GraphConfig`'s fields, given as keyword arguments (typed through
 :class:`GraphOptions`) or as one ``config=GraphConfig(...)``; keyword arguments win.
 Every graph carries :class:`GraphContext` as its context schema, so a run can change
-``top_k``, ``max_turns``, ``max_subqueries`` and the sampling settings per request
+``top_k``, ``passage_budget``, ``max_turns``, ``max_subqueries``, ``max_stages``, ``resolver``
+and the sampling settings per request
 (docs/architecture.md, "A request"). Every run with input enters through the node that
 opens an episode (``begin``; ``retrieve`` in the RAG graph), so on a checkpointed thread
 each new question is a fresh episode and the earlier ones stay in ``history``

@@ -58,8 +58,9 @@ MaxObservationWords = Annotated[int | None, Field(ge=1, description="cap on one 
 PromptTemplate = Annotated[
     str | None,
     Field(
-        description="'paper', 'official', 'search_r1' or a format string with {question}; "
-        "None = the graph's own (search_r1 for the sequential graph, paper otherwise)"
+        description="'paper', 'official', 'search_r1', 'dag' (teaches #k) or a format string with "
+        "{question}; None = the graph's own (search_r1 for the sequential graph, dag for the dag graph, "
+        "paper otherwise; under the tools protocol its tools prompt)"
     ),
 ]
 ObservationTitles = Annotated[

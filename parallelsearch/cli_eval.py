@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--resolver-delay-ms",
         type=float,
         default=0.0,
-        help="simulated time per #k resolver call (the issue's latency table: 50)",
+        help="simulated time per #k resolver call in ms (default 0)",
     )
     p.add_argument("--no-plots", action="store_true")
     p.set_defaults(func=cmd_eval)

@@ -61,7 +61,8 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
     :meth:`Settings.graph_parts`, the path the CLI takes too: ``parallelsearch serve`` passes
     :func:`~parallelsearch.cli_common.settings_from_args`; a program passes
     ``get_settings(**values)``. ``policy`` and ``searcher`` are objects already built (tests,
-    notebooks) used instead of the settings' spec and stores. Each request may change the
+    notebooks) used instead of the settings' spec and stores; a ``policy`` string is a spec
+    (``"oracle"``) that replaces the settings'. Each request may change the
     per-request knobs through ``config={"configurable": {...}}``.
     """
     from langserve import add_routes
@@ -76,6 +77,8 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
     )
 
     s = settings or get_settings()
+    if isinstance(policy, str):  # a spec: built by the factory like the settings' own
+        s, policy = s.model_copy(update={"policy": policy}), None
     parts = s.graph_parts(ROUTES.values(), policy=policy, searcher=searcher)
 
     def build(route: str, checkpointer: Any = None) -> Any:

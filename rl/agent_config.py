@@ -89,7 +89,9 @@ class AgentConfig(RetrievalConfig):
 
     model_config = ConfigDict(extra="forbid")
 
-    graph: str = Field("parallel", description="parallel (ParallelSearch) or sequential (Search-R1)")
+    graph: str = Field(
+        "parallel", description="parallel (ParallelSearch), sequential (Search-R1) or dag (#k plans)"
+    )
     graph_config: GraphConfig = Field(
         default_factory=GraphConfig,
         validate_default=True,

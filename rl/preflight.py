@@ -163,10 +163,11 @@ def check_protocol(cfg: TrainConfig, record: dict[str, Any] | None) -> str:
     environment does not read, and the other way round)."""
     tools = cfg.agent.graph_config.protocol == "tools"
     mode = cfg.agent.reward.mode
-    if tools and mode == "official":
+    if tools and mode in ("official", "dag"):
         raise PreflightError(
-            "agent.graph_config.protocol tools with agent.reward.mode official: the official mode reproduces "
-            "the official code's scoring of the tags; set agent.reward.mode=paper for the tool-call text form"
+            f"agent.graph_config.protocol tools with agent.reward.mode {mode}: that mode scores the tags "
+            "(official: as the official code does; dag: the #k plan of <search> tags); set "
+            "agent.reward.mode=paper for the tool-call text form"
         )
     prompt = record.get(cfg.input_key) if record else None
     if isinstance(prompt, str):

@@ -228,3 +228,14 @@ def test_demo_command_small(capsys, tmp_path):
     assert "policy calls" in out and (tmp_path / "demo" / "report.md").is_file()
     again = main(["demo", "--limit", "6", "--out", str(tmp_path / "demo")])
     assert again == 0 and "12 (graph, question) pairs were already done" in capsys.readouterr().out
+
+
+def test_a_resolver_delay_without_a_searcher_runs_the_direct_baseline(tmp_path):
+    """Only searching graphs resolve #k: with no searcher (``--graphs direct``) the delay has
+    nothing to wrap and the run goes on."""
+    q = {"id": "d1", "question": "Is water wet?", "golden_answers": ["yes"], "metadata": {}}
+    one_turn = ScriptedPolicy(["<think> t </think><answer> yes </answer>"])
+    run = asyncio.run(
+        evaluate([q], ["direct"], one_turn, None, tmp_path, progress=False, resolver_delay_s=0.05)
+    )
+    assert write_report(tmp_path)["direct"]["all"]["em"] == 1.0, run

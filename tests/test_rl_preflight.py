@@ -226,6 +226,10 @@ def test_protocol_reward_mode_and_prompts_must_agree(tmp_path, capsys):
     official = paper_preset(prompt_data=str(tools_data), agent={"graph_config": {"protocol": "tools"}})
     with pytest.raises(PreflightError, match="set agent.reward.mode=paper"):
         check_protocol(official, rec(tools_data))
+    # the dag mode scores the #k plan of <search> tags: refused here as the environment refuses it
+    dag = {"graph_config": {"protocol": "tools"}, "reward": {"mode": "dag"}}
+    with pytest.raises(PreflightError, match="reward.mode dag"):
+        check_protocol(paper_preset(prompt_data=str(tools_data), agent=dag), rec(tools_data))
     # prompts made with the tags' template would train the policy on a protocol the environment does not read
     with pytest.raises(PreflightError, match="--template tool_text"):
         check_protocol(paper_preset(prompt_data=str(tags_data), agent=tools), rec(tags_data))

@@ -210,3 +210,18 @@ def test_langgraph_json_graphs_load(monkeypatch, hotpot_store):
         out = asyncio.run(graph.ainvoke({"question": "Were Scott Derrickson and Ed Wood of the same nationality?",
                                          "metadata": {"golden_answers": ["yes"], "supporting_titles": ["Scott Derrickson", "Ed Wood"], "split": "parallel"}}))  # fmt: skip
         assert out["answer"] == "yes"
+
+
+def test_a_policy_spec_string_is_built_like_the_settings_own(hotpot_store):
+    """``create_app(policy="oracle")`` replaces the settings' spec: the oracle is built (and
+    asks for gold answers), not passed through as a string."""
+    app = create_app(
+        Settings(policy="openai:m@http://127.0.0.1:9/v1"), policy="oracle", searcher=hotpot_store
+    )
+    with UvicornThread(app) as srv:
+        health = httpx.get(srv.url + "/health", timeout=10).json()
+        assert health["policy"] == "oracle", health
+        r = httpx.post(
+            srv.url + "/parallelsearch/invoke", json={"input": {"question": "typed in?"}}, timeout=30
+        )
+        assert r.status_code == 422 and "gold" in r.text, r.text

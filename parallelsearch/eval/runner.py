@@ -161,7 +161,7 @@ async def evaluate(
     done = {(r.get("variant"), str(r.get("id"))) for r in done_rows if not r.get("error")}
     run = EvalRun(out, list(variants), spec, bad_lines=bad_lines)
     extra: dict[str, Any] = {}
-    if resolver_delay_s:  # the configured resolver, built here once so every call can be delayed
+    if resolver_delay_s and searcher is not None:  # the configured resolver, built once to delay each call
         searcher = as_searcher(searcher)
         inner = as_resolver(
             cfg.resolver or "passage",
