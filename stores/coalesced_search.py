@@ -7,6 +7,7 @@ stores also share ``search_batch`` itself (one encoder call, then a search by ve
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
@@ -24,14 +25,14 @@ def _check_k(k: int) -> None:
         raise ValueError(f"k must be >= 1, got {k}")
 
 
-class CoalescedSearch:
+class CoalescedSearch(ABC):
     """Subclasses define ``search_batch`` and call ``super().__init__()``."""
 
     def __init__(self) -> None:
         self._coalescer: BatchCoalescer[int, list[Passage]] = BatchCoalescer(self._search_k)
 
-    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
-        raise NotImplementedError
+    @abstractmethod
+    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]: ...
 
     def search(self, query: str, k: int = 3) -> list[Passage]:
         return self.search_batch([query], k)[0]
@@ -53,8 +54,8 @@ class VectorSearch(CoalescedSearch):
 
     embedder: Embedder
 
-    def _query_vectors(self, vecs: np.ndarray, k: int) -> list[list[Passage]]:
-        raise NotImplementedError
+    @abstractmethod
+    def _query_vectors(self, vecs: np.ndarray, k: int) -> list[list[Passage]]: ...
 
     def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
         """Top-k for every query with ONE encoder call."""
