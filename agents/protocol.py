@@ -14,7 +14,7 @@ import logging
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, get_args
 
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.text import scrub_text
@@ -79,6 +79,18 @@ TOOLS_TEMPLATE = (
     "further external knowledge needed, reply with the answer only, without a tool call and without detailed "
     "illustrations. For example: Beijing. Question: {question}\n"
 )
+
+#: How a policy writes a search: the paper's tags, or the tool-call protocol (native calls or their text form).
+Protocol = Literal["tags", "tools"]
+TEXT_PROTOCOLS: tuple[str, ...] = get_args(Protocol)
+
+
+def check_protocol(protocol: object, where: str = "") -> Protocol:
+    """``protocol`` if it is one of :data:`Protocol`, else a ValueError naming it (``where``: whose) and the choices."""
+    if protocol not in TEXT_PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}{where}; choose one of {', '.join(TEXT_PROTOCOLS)}")
+    return protocol  # type: ignore[return-value]
+
 
 SEARCH_TOOL_NAME = "search"
 
@@ -620,7 +632,7 @@ def protocol_regex(
     think_chars: int = 600,
     query_chars: int = 100,
     answer_chars: int = 100,
-    protocol: Literal["tags", "tools"] = "tags",
+    protocol: Protocol = "tags",
 ) -> str:
     """A regular expression of one valid policy turn, for constrained (structured) decoding.
 
@@ -639,8 +651,7 @@ def protocol_regex(
     """
     if max_subqueries < 1:
         raise ValueError(f"max_subqueries must be >= 1, got {max_subqueries}")
-    if protocol not in ("tags", "tools"):
-        raise ValueError(f"unknown protocol {protocol!r}; choose tags or tools")
+    check_protocol(protocol)
     think = rf"<think>[^<]{{1,{think_chars}}}</think>\n"
     word = rf"[^<#{_SPACE}]([^<#\n]{{0,{max(query_chars - 2, 0)}}}[^<#{_SPACE}])?"
     if split and max_subqueries > 1:  # a sub-query may name an earlier one's result: #k, never a lone #

@@ -31,6 +31,8 @@ from parallelsearch.agents.protocol import (
     TOOL_STOP_STRINGS,
     TOOL_TEXT_RETRY,
     TOOL_TURN_END,
+    Protocol,
+    check_protocol,
     content_text,
     format_observation,
     format_passages,
@@ -152,11 +154,10 @@ class Nodes:
         config: GraphConfig,
         answer_policy: Policy | None = None,
         pinned: tuple[str, ...] = (),
-        protocol: str = "tags",
+        protocol: Protocol = "tags",
         resolver: Any = None,
     ):
-        if protocol not in ("tags", "tools"):
-            raise ValueError(f"unknown protocol {protocol!r}; the builders resolve 'auto' to tags or tools")
+        check_protocol(protocol, " (the builders resolve 'auto' first)")
         self.tools = protocol == "tools"
         # the tools protocol's text form: the policy (training's) writes <tool_call> blocks as text
         self.tool_text = self.tools and bool(getattr(policy, "tool_text", False))

@@ -17,7 +17,7 @@ _LAZY = {
     "RetrievalConfig": "parallelsearch.stores.config",
     "PolicyConfig": "parallelsearch.agents.policies.config",
     "GraphConfig": "parallelsearch.graphs.config",
-    "make_embedder": "parallelsearch.graphs.factory",
+    "make_embedder": "parallelsearch.stores.encoding.embedder",
     "make_store": "parallelsearch.graphs.factory",
     "make_searcher": "parallelsearch.graphs.factory",
     "make_policy": "parallelsearch.graphs.factory",

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from typing_extensions import Unpack
 
 from parallelsearch.agents.policies.external import ExternalPolicy
+from parallelsearch.agents.protocol import Protocol
 from parallelsearch.graphs.builders import SEARCHING_KINDS, build_graph, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig, GraphOptions
 from parallelsearch.rl.rewards import RewardBreakdown, check_reward_mode, parse_label, score_trajectory
@@ -58,7 +59,7 @@ class EnvGraph:
         self.checkpointer = InMemorySaver()
         self.config = (config or GraphConfig()).updated(**options)
         # the policy writes text: ``tools`` is the tools protocol's text form (<tool_call> blocks)
-        self.protocol: Literal["tags", "tools"] = "tools" if self.config.protocol == "tools" else "tags"
+        self.protocol: Protocol = "tools" if self.config.protocol == "tools" else "tags"
         if self.protocol == "tools" and self.reward_mode in ("official", "dag"):
             raise ValueError(
                 f"reward mode {self.reward_mode!r} scores the tags; the tool-call text form needs mode 'paper'"

@@ -90,6 +90,8 @@ from parallelsearch.agents.protocol import (
     TOOL_CALL_NOT_RUN,
     TOOL_TEXT_RETRY,
     TOOL_TURN_END,
+    Protocol,
+    check_protocol,
     parse_tool_text,
     split_subqueries,
 )
@@ -99,9 +101,6 @@ from parallelsearch.data.metrics import exact_match
 RewardMode = Literal["paper", "official", "dag"]
 #: the reward modes, derived from :data:`RewardMode` (configs type their field with it)
 MODES: tuple[str, ...] = get_args(RewardMode)
-#: what the policy writes: the tags, or the tool-call protocol's text form
-RewardProtocol = Literal["tags", "tools"]
-PROTOCOLS: tuple[str, ...] = get_args(RewardProtocol)
 PAPER_WEIGHTS: dict[str, float] = {"lambda_d": 0.15, "lambda_s": 0.35, "alpha": 3.0, "lambda_f": 0.1}
 #: The official training script's values (train_parallelsearch.sh) under the official names.
 OFFICIAL_WEIGHTS: dict[str, float] = {
@@ -290,7 +289,7 @@ def score_trajectory(
     mode: str = "paper",
     *,
     prompt: str | None = None,
-    protocol: str = "tags",
+    protocol: Protocol = "tags",
     **weights: float,
 ) -> RewardBreakdown:
     """Score one decoded episode. ``label`` holds ``golden_answers`` and ``type`` or ``split``.
@@ -304,9 +303,7 @@ def score_trajectory(
     ``comp_score``, ``score``.
     """
     check_reward_mode(mode)
-    if protocol not in PROTOCOLS:
-        choices = ", ".join(PROTOCOLS)
-        raise ValueError(f"unknown protocol {protocol!r} for the reward; choose one of {choices}")
+    check_protocol(protocol, " for the reward")
     if not isinstance(text, str):
         raise ValueError(f"text must be a string, got {type(text).__name__}")
     lab = parse_label(label)

@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Literal
+from typing import Any
 
 from parallelsearch.agents.policies.base import SYNC_RUN, TurnRequest, TurnResult, close_unfinished_tag
-from parallelsearch.agents.protocol import SEARCH_TOOL, SEARCH_TOOL_NAME, content_text, truncate_at_stop
+from parallelsearch.agents.protocol import (
+    SEARCH_TOOL,
+    SEARCH_TOOL_NAME,
+    Protocol,
+    check_protocol,
+    content_text,
+    truncate_at_stop,
+)
 from parallelsearch.stores.errors import UnavailableError
-
-Protocol = Literal["tags", "tools"]
 
 
 def to_messages(request: TurnRequest) -> list[Any]:
@@ -116,10 +121,8 @@ class ChatModelPolicy:
             model = init_chat_model(model, **init_kwargs)
         else:
             self.name = f"chat:{type(model).__name__}"
-        if protocol not in ("tags", "tools"):
-            raise ValueError(f"unknown protocol {protocol!r}; choose tags or tools")
         self.model = model
-        self.protocol: Protocol = protocol
+        self.protocol: Protocol = check_protocol(protocol)
         self.bound: Any = None
         if protocol == "tools":
             if not supports_tools(model):

@@ -12,8 +12,9 @@ import logging
 from typing import Any, Literal, get_args
 
 from parallelsearch.agents.policies.base import Policy
-from parallelsearch.agents.policies.chat import ChatModelPolicy, Protocol, supports_tools
+from parallelsearch.agents.policies.chat import ChatModelPolicy, supports_tools
 from parallelsearch.agents.policies.spec import POLICY_KINDS, SPEC_HELP, policy_from_spec
+from parallelsearch.agents.protocol import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def as_policy(obj: Any, protocol: ProtocolChoice = "tags", **spec_kwargs: Any) -
     return pol
 
 
-def policy_protocol(policy: Any) -> Literal["tags", "tools"]:
+def policy_protocol(policy: Any) -> Protocol:
     """The protocol a policy speaks: ``tools`` for a chat model bound to the search tool, or a
     policy that writes the tools protocol's text form (the external policy of training)."""
     if isinstance(policy, ChatModelPolicy) or getattr(policy, "tool_text", False):

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
-from parallelsearch.agents.policies.chat import Protocol
-from parallelsearch.agents.protocol import truncate_at_stop
+from parallelsearch.agents.protocol import Protocol, check_protocol, truncate_at_stop
 
 
 class ExternalPolicy:
@@ -22,9 +21,7 @@ class ExternalPolicy:
     name = "external"
 
     def __init__(self, protocol: Protocol = "tags"):
-        if protocol not in ("tags", "tools"):
-            raise ValueError(f"unknown protocol {protocol!r} for the external policy; choose tags or tools")
-        self.protocol = protocol
+        self.protocol = check_protocol(protocol, " for the external policy")
         self.tool_text = protocol == "tools"
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
