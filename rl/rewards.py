@@ -3,76 +3,9 @@
 ``score_trajectory(text, label, mode)`` scores one full decoded episode (prompt + every
 turn + every observation) and returns the total, every part and the facts it used.
 
-Three modes:
-
-``paper`` (default)
-    r = r_outcome + r_decomposition + r_search_count + r_format, computed on the
-    policy's own turns only (the prompt, ``<information>`` blocks and the environment's
-    invalid-action feedback are removed first):
-
-    - outcome: 1 when the last ``<answer>`` of the policy matches a gold answer (EM).
-    - decomposition: ``alpha * lambda_d`` when the question is parallelizable and some
-      search held two or more sub-queries; ``lambda_d`` when it is not parallelizable and
-      no search was split; else 0.
-    - search count: ``lambda_s * (1 - |N - 1|)`` for parallelizable and single-hop
-      questions (one search round is ideal) and ``lambda_s * (1 - max(0, 2 - N))`` for
-      sequential ones (at least two rounds), N = the policy's searches.
-    - format: ``lambda_f`` when the format is valid but the answer is wrong or missing,
-      ``-lambda_f`` when the answer is right but the format is invalid, else 0 (so a
-      right answer in a valid format scores exactly 1 before the other parts).
-      Valid = the official state machine: think, then (search, information, think)
-      repeated, then answer, with nothing but whitespace outside the tags, and no
-      invalid action in the episode.
-
-    The paper's text was not available offline; these equations are the official
-    implementation's reward with its prompt-dependent offsets removed (see
-    ``official`` below), which is what Eqs. 3-7 describe.
-
-``dag``
-    A reward option for dependent sub-queries (``#k``, one search taking several stages),
-    on the paper's weights. The label's ``hops`` (each hop's ``#k`` references, as
-    ``metadata.hops`` has them) give the question's depth D, its dependency levels (a chain of
-    two: 2; two independent hops: 1; two chains of two compared: 2), and H, its hop count:
-
-    - outcome: EM, as in ``paper``.
-    - decomposition: ``alpha * lambda_d`` when H >= 2 and some search's plan holds two or
-      more sub-queries in exactly D stages; else 0. Without hops (H < 2) the paper's rule.
-    - search count over stages: N = the stages of every search (a search without ``#k`` is
-      one), ``lambda_s * (1 - |N - D|)``; without hops the paper's term with N stages.
-    - format as a gate: an episode whose format is invalid (the state machine, an invalid
-      action, or a search whose ``#k`` plan is invalid: a reference to itself, a later or a
-      missing sub-query, too many stages) scores 0 in total (its format part is minus the
-      outcome; decomposition and search count are 0); a valid one adds ``lambda_f`` for a
-      wrong answer, as ``paper`` does.
-
-    Tags only (the ``#k`` of the tool-call form is scored in ``paper`` mode, as plain calls).
-
-``protocol="tools"`` (paper mode only) scores the tool-call protocol's text form with the same
-equations: a policy turn with ``<tool_call>`` blocks is one search round whose sub-queries are
-its distinct calls (N blocks = N sub-queries), the environment's ``<tool_response>`` user turns
-are removed instead of ``<information>`` blocks, and the format is valid when every turn but the
-last is a well-formed set of calls (optional reasoning first, nothing after the last block but
-the end-of-turn), the last turn answers in ``<answer>``, and the environment never had to
-correct a turn.
-
-``official``
-    Reproduces ``compute_score_em`` of the official code for the same text, quirks
-    included:
-
-    - the text must contain ``<|im_start|>assistant`` or the format is invalid
-      (the state machine runs on what follows the first marker);
-    - ``<search>`` is counted over the WHOLE text, prompt included (the official prompt
-      holds two), so the target ``|count - 3|`` means one real search; sequential
-      questions use ``|min(count, 4) - 4|``;
-    - only the first real search (the third ``<search>...</search>`` match in the
-      text) is checked for ``##``;
-    - the answer is the LAST ``<answer>`` match and needs two or more matches in the
-      text (the prompt's example answer is the first);
-    - "parallelizable" is ``type == "comparison"`` exactly (is_comp = 1), single-hop
-      is a missing type or ``na`` (is_comp = -1), everything else 0; single-hop
-      questions share the comparison questions' search-count target;
-    - a right answer with an invalid format scores ``score - structure_format_score``,
-      a wrong one ``final_format_score``.
+The three modes (``paper``, the default; ``dag``; ``official``, the official
+``compute_score_em`` quirks included) and the tool-call protocol's scoring are specified in
+docs/training.md, "Reward modes"; the parity tests pin the official numbers.
 """
 
 from __future__ import annotations
@@ -95,7 +28,7 @@ from parallelsearch.agents.protocol import (
     parse_tool_text,
     split_subqueries,
 )
-from parallelsearch.agents.subquery_plan import Plan, plan_search, written_pieces
+from parallelsearch.agents.subquery_plan import plan_search, written_pieces
 from parallelsearch.data.metrics import exact_match
 
 RewardMode = Literal["paper", "official", "dag"]
@@ -326,18 +259,22 @@ def score_trajectory(
     return _paper(lab, w, *_tag_facts(text, prompt))
 
 
-def _tag_facts(text: str, prompt: str | None) -> tuple[list[int], str | None, bool, str]:
-    """What paper mode needs of a tags episode: sub-queries per search, the answer, the format."""
+def _tag_episode(text: str, prompt: str | None) -> tuple[list[str], str | None, bool, str]:
+    """A tags episode's policy turns: each search's text, the last answer and the format."""
     body, had_feedback = _policy_text(text, response_start(text, prompt))
     own = _INFO_RE.sub("<information></information>", body)
-    searches = [split_subqueries(m.group(1))[0] for m in _SEARCH_RE.finditer(own)]
-    sizes = [len(s) for s in searches]
     answers = _ANSWER_RE.findall(own)
-    answer = answers[-1].strip() if answers else None
     valid, reason = state_machine(body)
     if had_feedback:
         valid, reason = False, "the episode had an invalid action"
-    return sizes, answer, valid, reason
+    searches = [m.group(1) for m in _SEARCH_RE.finditer(own)]
+    return searches, answers[-1].strip() if answers else None, valid, reason
+
+
+def _tag_facts(text: str, prompt: str | None) -> tuple[list[int], str | None, bool, str]:
+    """What paper mode needs of a tags episode: sub-queries per search, the answer, the format."""
+    searches, answer, valid, reason = _tag_episode(text, prompt)
+    return [len(split_subqueries(s)[0]) for s in searches], answer, valid, reason
 
 
 #: the environment's reply to a text-form turn (``tool_text_observation``): a ChatML user turn,
@@ -422,6 +359,41 @@ def _tool_facts(text: str, prompt: str | None) -> tuple[list[int], str | None, b
     return sizes, answer, True, "valid"
 
 
+def _breakdown(
+    mode: str,
+    parts: tuple[float, float, float, float],
+    qclass: str,
+    answer: str | None,
+    correct: bool,
+    searches: int,
+    sizes: list[int],
+    decomposed: bool,
+    valid: bool,
+    reason: str,
+    w: dict[str, float],
+) -> RewardBreakdown:
+    """The breakdown of ``parts`` (outcome, decomposition, search count, format): the total is
+    their sum in that order, which the parity tests pin to the float."""
+    outcome, decomposition, search_count, fmt = parts
+    return RewardBreakdown(
+        total=outcome + decomposition + search_count + fmt,
+        outcome=outcome,
+        decomposition=decomposition,
+        search_count=search_count,
+        format=fmt,
+        mode=mode,
+        question_class=qclass,
+        answer=answer,
+        correct=correct,
+        searches=searches,
+        subqueries_per_search=sizes,
+        decomposed=decomposed,
+        format_valid=valid,
+        format_reason=reason,
+        weights=w,
+    )
+
+
 def _paper(
     lab: dict[str, Any],
     w: dict[str, float],
@@ -450,23 +422,8 @@ def _paper(
         fmt = -w["lambda_f"]
     else:
         fmt = 0.0
-    return RewardBreakdown(
-        total=outcome + decomposition + search_count + fmt,
-        outcome=outcome,
-        decomposition=decomposition,
-        search_count=search_count,
-        format=fmt,
-        mode="paper",
-        question_class=qclass,
-        answer=answer,
-        correct=correct,
-        searches=n,
-        subqueries_per_search=sizes,
-        decomposed=decomposed,
-        format_valid=valid,
-        format_reason=reason,
-        weights=w,
-    )
+    parts = (outcome, decomposition, search_count, fmt)
+    return _breakdown("paper", parts, qclass, answer, correct, n, sizes, decomposed, valid, reason, w)
 
 
 def hop_depth(label: dict[str, Any]) -> tuple[int, int]:
@@ -486,16 +443,8 @@ def hop_depth(label: dict[str, Any]) -> tuple[int, int]:
 
 def _dag(lab: dict[str, Any], w: dict[str, float], text: str, prompt: str | None) -> RewardBreakdown:
     """The ``dag`` reward option (see the module docstring)."""
-    body, had_feedback = _policy_text(text, response_start(text, prompt))
-    own = _INFO_RE.sub("<information></information>", body)
-    plans: list[Plan] = []
-    for m in _SEARCH_RE.finditer(own):
-        plans.append(plan_search(split_subqueries(m.group(1))[0], written_pieces(m.group(1))))
-    answers = _ANSWER_RE.findall(own)
-    answer = answers[-1].strip() if answers else None
-    valid, reason = state_machine(body)
-    if had_feedback:
-        valid, reason = False, "the episode had an invalid action"
+    searches, answer, valid, reason = _tag_episode(text, prompt)
+    plans = [plan_search(split_subqueries(s)[0], written_pieces(s)) for s in searches]
     bad = next((p for p in plans if not p.valid), None)
     if valid and bad is not None:
         valid, reason = False, f"invalid #k plan: {bad.error}"
@@ -559,20 +508,5 @@ def _official(text: str, lab: dict[str, Any], w: dict[str, float]) -> RewardBrea
         fmt = w["structure_format_score"] if valid else w["final_format_score"]
     qclass = {1: "parallel", -1: "single", 0: "sequential"}[is_comp]
     sizes = [len(split_subqueries(x.group(1))[0]) for x in found[2:]]
-    return RewardBreakdown(
-        total=outcome + decomposition + search_count + fmt,
-        outcome=outcome,
-        decomposition=decomposition,
-        search_count=search_count,
-        format=fmt,
-        mode="official",
-        question_class=qclass,
-        answer=answer,
-        correct=correct,
-        searches=count,
-        subqueries_per_search=sizes,
-        decomposed=detect > 0,
-        format_valid=valid,
-        format_reason=reason,
-        weights=w,
-    )
+    parts = (outcome, decomposition, search_count, fmt)
+    return _breakdown("official", parts, qclass, answer, correct, count, sizes, detect > 0, valid, reason, w)
