@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from parallelsearch.rl.agent_config import ENV_VAR
-from parallelsearch.rl.train_config import TrainConfig
+from parallelsearch.rl.train_config import OPENRLHF_NAMES, TrainConfig
 from parallelsearch.stores.errors import UnavailableError
 
 
@@ -63,96 +63,32 @@ def wandb_key_source(cfg: TrainConfig, environ: Mapping[str, str] | None = None)
 def openrlhf_args(
     cfg: TrainConfig, *, agent_func_path: str | None = None, environ: Mapping[str, str] | None = None
 ) -> list[str]:
-    """The flags after ``python -m openrlhf.cli.train_ppo_ray`` (OpenRLHF 0.11.2's dotted names)."""
-    a: list[str] = []
-
-    def opt(flag: str, value: Any) -> None:
-        if value is None:
-            return
-        if isinstance(value, list | tuple):
-            a.extend([flag, *(str(v) for v in value)])
-        else:
-            a.extend([flag, str(value)])
-
-    def switch(flag: str, on: bool) -> None:
-        if on:
-            a.append(flag)
-
+    """The flags after ``python -m openrlhf.cli.train_ppo_ray`` (OpenRLHF 0.11.2's dotted names):
+    each field of :data:`OPENRLHF_NAMES` that applies, the layout and the agent module."""
+    flags: dict[str, Any] = {}
     for role in ("ref", "actor", "critic"):
-        if role == "critic" and cfg.algorithm != "gae":
+        flags[f"{role}.num_nodes"] = cfg.nodes
+        flags[f"{role}.num_gpus_per_node"] = cfg.gpus_per_node
+    flags["vllm.enable_sleep"] = flags["ds.enable_sleep"] = cfg.colocate_all and not cfg.async_train
+    flags["train.agent_func_path"] = agent_func_path or str(agent_module_path())
+    flags.update({flag: getattr(cfg, name) for flag, name in OPENRLHF_NAMES.items()})
+    flags["critic.model_name_or_path"] = cfg.critic_model or cfg.model
+    flags["ckpt.path"] = cfg.ckpt_path or str(Path(cfg.save_path) / "ckpt")
+    flags["logger.wandb.key"], _ = wandb_key_source(cfg, environ)
+    off = {
+        "critic.": cfg.algorithm != "gae",
+        "eval.": not cfg.eval_data,
+        "algo.dynamic_filtering_range": not cfg.dynamic_filtering,
+        "logger.wandb.": not flags["logger.wandb.key"],
+    }
+    skipped = tuple(prefix for prefix, skip in off.items() if skip)
+    a: list[str] = []
+    for flag, value in flags.items():
+        if value is None or value is False or flag.startswith(skipped):
             continue
-        opt(f"--{role}.num_nodes", cfg.nodes)
-        opt(f"--{role}.num_gpus_per_node", cfg.gpus_per_node)
-    opt("--vllm.num_engines", cfg.vllm_num_engines)
-    opt("--vllm.tensor_parallel_size", cfg.vllm_tensor_parallel_size)
-    opt("--vllm.gpu_memory_utilization", cfg.vllm_gpu_memory_utilization)
-    switch("--train.colocate_all", cfg.colocate_all)
-    switch("--vllm.enable_sleep", cfg.colocate_all and not cfg.async_train)
-    switch("--ds.enable_sleep", cfg.colocate_all and not cfg.async_train)
-    switch("--train.async_enable", cfg.async_train)
-
-    opt("--actor.model_name_or_path", cfg.model)
-    if cfg.algorithm == "gae":
-        opt("--critic.model_name_or_path", cfg.critic_model or cfg.model)
-    opt("--train.agent_func_path", agent_func_path or str(agent_module_path()))
-    opt("--data.prompt_dataset", cfg.prompt_data)
-    opt("--data.input_key", cfg.input_key)
-    opt("--data.label_key", cfg.label_key)
-    switch("--data.apply_chat_template", cfg.apply_chat_template)
-    opt("--data.max_samples", cfg.max_samples)
-    opt("--data.max_len", cfg.max_len)
-    if cfg.eval_data:
-        opt("--eval.dataset", cfg.eval_data)
-        opt("--eval.steps", cfg.eval_steps)
-
-    opt("--algo.advantage.estimator", cfg.algorithm)
-    opt("--algo.advantage.gamma", cfg.gamma)
-    opt("--algo.advantage.lambd", cfg.lambd)
-    opt("--rollout.n_samples_per_prompt", cfg.n_samples_per_prompt)
-    opt("--rollout.batch_size", cfg.rollout_batch_size)
-    opt("--rollout.micro_batch_size", cfg.micro_rollout_batch_size)
-    opt("--train.batch_size", cfg.train_batch_size)
-    opt("--train.micro_batch_size", cfg.micro_train_batch_size)
-    opt("--rollout.max_new_tokens", cfg.max_new_tokens_per_turn)
-    opt("--rollout.temperature", cfg.temperature)
-    opt("--rollout.top_p", cfg.top_p)
-    opt("--actor.adam.lr", cfg.actor_lr)
-    opt("--actor.lr_warmup_ratio", cfg.actor_warmup_ratio)
-    opt("--actor.eps_clip", cfg.eps_clip)
-    if cfg.algorithm == "gae":
-        opt("--critic.adam.lr", cfg.critic_lr)
-        opt("--critic.lr_warmup_ratio", cfg.critic_warmup_ratio)
-    opt("--algo.kl.init_coef", cfg.init_kl_coef)
-    switch("--algo.kl.use_loss", cfg.use_kl_loss)
-    opt("--algo.kl.estimator", cfg.kl_estimator)
-    switch("--algo.dynamic_filtering_enable", cfg.dynamic_filtering)
-    if cfg.dynamic_filtering:
-        opt("--algo.dynamic_filtering_range", list(cfg.dynamic_filtering_range))
-    opt("--train.num_episodes", cfg.num_episodes)
-    opt("--train.max_epochs", cfg.max_epochs)
-    opt("--train.seed", cfg.seed)
-
-    opt("--ds.zero_stage", cfg.zero_stage)
-    opt("--ds.param_dtype", cfg.param_dtype)
-    opt("--ds.attn_implementation", cfg.attn_implementation)
-    switch("--ds.packing_samples", cfg.packing_samples)
-    switch("--actor.gradient_checkpointing_enable", cfg.gradient_checkpointing)
-    switch("--ds.adam_offload", cfg.adam_offload)
-    switch("--ref.offload", cfg.ref_offload)
-
-    opt("--ckpt.output_dir", cfg.save_path)
-    opt("--ckpt.path", cfg.ckpt_path or str(Path(cfg.save_path) / "ckpt"))
-    opt("--ckpt.save_steps", cfg.save_steps)
-    opt("--ckpt.max_num", cfg.max_ckpt_num)
-    switch("--ckpt.save_hf", cfg.save_hf)
-    switch("--ckpt.load_enable", cfg.resume)
-    opt("--logger.logging_steps", cfg.logging_steps)
-    key, _ = wandb_key_source(cfg, environ)
-    if key:
-        opt("--logger.wandb.key", key)
-        opt("--logger.wandb.project", cfg.wandb_project)
-        opt("--logger.wandb.run_name", cfg.wandb_run_name)
-    opt("--logger.tensorboard_dir", cfg.tensorboard_dir)
+        a.append(f"--{flag}")
+        if value is not True:
+            a.extend(str(v) for v in (value if isinstance(value, list | tuple) else [value]))
     return a
 
 
@@ -163,17 +99,21 @@ def python_command(cfg: TrainConfig, **kwargs: Any) -> list[str]:
 
 def runtime_env(cfg: TrainConfig) -> dict[str, Any]:
     """The runtime env of :func:`ray_submit_command`: this checkout's paths (the job folder's command does not)."""
-    env: dict[str, Any] = {"env_vars": {ENV_VAR: str(cfg.agent_config_path())}}
-    return env
+    return {"env_vars": {ENV_VAR: str(cfg.agent_config_path())}}
 
 
-def ray_submit_command(cfg: TrainConfig, **kwargs: Any) -> list[str]:
+def ray_submit_command(
+    cfg: TrainConfig, *, env: dict[str, Any] | None = None, working_dir: str | None = None, **kwargs: Any
+) -> list[str]:
+    """``ray job submit`` of :func:`python_command` (``kwargs`` go to it), by default with
+    :func:`runtime_env`; the job folder's command ships itself as ``working_dir``."""
     return [
         "ray",
         "job",
         "submit",
         f"--address={cfg.ray_address}",
-        f"--runtime-env-json={json.dumps(runtime_env(cfg))}",
+        *(["--working-dir", working_dir] if working_dir else []),
+        f"--runtime-env-json={json.dumps(runtime_env(cfg) if env is None else env)}",
         "--",
         *python_command(cfg, **kwargs),
     ]
@@ -267,17 +207,9 @@ def plan_job(cfg: TrainConfig, runner: str = "ray", environ: Mapping[str, str] |
         command = python_command(job_cfg, agent_func_path=f"$PWD/{AGENT_MODULE_FILE}", environ=environ)
     else:
         env = {"env_vars": {ENV_VAR: AGENT_FILE}}
-        command = [
-            "ray",
-            "job",
-            "submit",
-            f"--address={cfg.ray_address}",
-            "--working-dir",
-            ".",
-            f"--runtime-env-json={json.dumps(env)}",
-            "--",
-            *python_command(job_cfg, agent_func_path=AGENT_MODULE_FILE, environ=environ),
-        ]
+        command = ray_submit_command(
+            job_cfg, env=env, working_dir=".", agent_func_path=AGENT_MODULE_FILE, environ=environ
+        )
     return Job(folder, job_cfg, command, runner if runner != "print" else "ray", note, copies)
 
 

@@ -19,8 +19,6 @@ from parallelsearch.graphs.config import MaxNewTokens, Temperature, TopP
 from parallelsearch.rl.agent_config import LIST_KEYS, AgentConfig
 from parallelsearch.stores.errors import describe_validation_error, did_you_mean, sub_model
 
-#: the advantage estimators OpenRLHF 0.11.2 accepts with a critic-free baseline, and gae
-ALGORITHMS = ("gae", "reinforce_baseline", "group_norm", "rloo", "dr_grpo")
 #: names researchers type for an estimator -> OpenRLHF's name (GRPO is group_norm in OpenRLHF)
 ALGORITHM_ALIASES = {"grpo": "group_norm", "ppo": "gae"}
 
@@ -39,7 +37,7 @@ class TrainConfig(BaseModel):
     label_key: str = "label"
     apply_chat_template: bool = Field(False, description="let OpenRLHF chat-template raw prompts")
     max_samples: int | None = None
-    # algorithm
+    # algorithm: gae, or an estimator OpenRLHF 0.11.2 accepts with a critic-free baseline
     algorithm: Literal["gae", "reinforce_baseline", "group_norm", "rloo", "dr_grpo"] = Field(
         "gae", description="advantage estimator; 'grpo' means group_norm, 'ppo' means gae"
     )
@@ -370,16 +368,12 @@ def flat_keys(
         if sub is not None:
             rows.extend(flat_keys(sub, key + ".", value if isinstance(value, BaseModel) else None))
             continue
-        if values is not None:
-            ann = f.annotation
-            shown = ann.__name__ if isinstance(ann, type) else str(ann).replace("typing.", "")
-            rows.append((key, shown, value, f.description or ""))
-            continue
         ann = f.annotation
-        type_name = getattr(ann, "__name__", None) if isinstance(ann, type) else None
-        shown = type_name or str(ann).replace("typing.", "")
+        shown = ann.__name__ if isinstance(ann, type) else str(ann).replace("typing.", "")
         default = "(required)" if f.default is PydanticUndefined and f.default_factory is None else f.default
-        if f.default_factory is not None:
+        if values is not None:
+            default = value
+        elif f.default_factory is not None:
             try:
                 default = f.default_factory()  # type: ignore[call-arg]
             except TypeError:
