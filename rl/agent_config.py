@@ -1,17 +1,9 @@
 """Configuration of the OpenRLHF agent executor, read from the file named by ``PARALLELSEARCH_AGENT_CONFIG``.
 
-OpenRLHF constructs ``AgentExecutor()`` with no arguments inside every Ray rollout
-actor, so the executor cannot take parameters: it reads this file (YAML or JSON)
-instead, and fails fast with a message that names the variable, the file and the field.
-
-Several Ray actors run episodes at once on different machines: they must share ONE
-retriever, either a ``/retrieve`` server (``retriever_url``) or a Chroma server
-(``chroma_host``/``chroma_port`` + ``store``). An embedded store (``chroma_path``) is
-accepted only for single-process debugging.
-
-A keyed ``/retrieve`` server's key is ``retriever_api_key`` in the file or, when the file
-has none, ``PARALLELSEARCH_RETRIEVER_API_KEY`` in the actor's environment (the way that
-keeps it out of files).
+OpenRLHF constructs ``AgentExecutor()`` with no arguments inside every Ray rollout actor, so
+the executor reads this file (YAML or JSON) and fails fast naming the variable, the file and
+the field. The actors must share ONE retriever (a ``/retrieve`` server or a Chroma server);
+an embedded store (``chroma_path``) is for single-process debugging only.
 """
 
 from __future__ import annotations

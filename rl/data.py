@@ -1,11 +1,7 @@
-"""Training data: FlashRAG question files -> OpenRLHF prompt datasets (jsonl).
-
-Each output line: ``{"prompt": ..., "label": "<JSON>", "id": ..., "data_source": ...}``.
-The prompt is the protocol's template around the question (a ``?`` is appended when
-missing, as the official data script does), raw or chat-templated with a given
-tokenizer. The label is a JSON string (OpenRLHF passes ``--data.label_key`` through as
-is, and one string column keeps the dataset schema simple) holding ``golden_answers``,
-``type``, ``split``, ``id``, ``dataset`` and the bare ``question`` the environment needs.
+"""Training data: FlashRAG question files -> OpenRLHF prompt jsonl (``prompt``, ``label``, ``id``,
+``data_source``). The prompt is the protocol's template around the question, raw or
+chat-templated; the label is a JSON string (OpenRLHF passes ``--data.label_key`` through as is)
+holding what the reward and the environment need.
 """
 
 from __future__ import annotations

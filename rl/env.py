@@ -1,15 +1,9 @@
 """The training environment: the compiled graph, driven one policy turn at a time.
 
-The policy writes text in one of two protocols (``GraphConfig.protocol``): the tags (the
-default) or ``tools``, the tool-call protocol's Hermes/Qwen text form (``<tool_call>``
-blocks, ``<tool_response>`` observations). The planner node runs the
-:class:`ExternalPolicy`, which pauses the graph with LangGraph ``interrupt``;
-:meth:`SearchEnv.step` resumes it with ``Command(resume=...)``. Search, join, routing and
-counting are the graph's own code, the same as in serving. Each pending turn
-(:attr:`SearchEnv.turn`) carries the protocol's stop strings under ``"stop"``.
-
-``EnvGraph`` is built once (per process or Ray actor) and shared; each episode is a
-cheap :class:`SearchEnv` on its own checkpoint thread, deleted when the episode ends.
+The planner node runs the :class:`ExternalPolicy`, which pauses the graph with LangGraph
+``interrupt``; :meth:`SearchEnv.step` resumes it with ``Command(resume=...)``, so search, join,
+routing and counting are the graph's own code, as in serving. ``EnvGraph`` is built once per
+process and shared; each episode is a cheap :class:`SearchEnv` on its own checkpoint thread.
 """
 
 from __future__ import annotations
@@ -24,7 +18,13 @@ from parallelsearch.agents.policies.external import ExternalPolicy
 from parallelsearch.agents.protocol import Protocol
 from parallelsearch.graphs.builders import SEARCHING_KINDS, build_graph, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig, GraphOptions
-from parallelsearch.rl.rewards import RewardBreakdown, check_reward_mode, parse_label, score_trajectory
+from parallelsearch.rl.rewards import (
+    RewardBreakdown,
+    check_reward_mode,
+    check_reward_protocol,
+    parse_label,
+    score_trajectory,
+)
 
 
 @dataclass
@@ -60,10 +60,7 @@ class EnvGraph:
         self.config = (config or GraphConfig()).updated(**options)
         # the policy writes text: ``tools`` is the tools protocol's text form (<tool_call> blocks)
         self.protocol: Protocol = "tools" if self.config.protocol == "tools" else "tags"
-        if self.protocol == "tools" and self.reward_mode in ("official", "dag"):
-            raise ValueError(
-                f"reward mode {self.reward_mode!r} scores the tags; the tool-call text form needs mode 'paper'"
-            )
+        check_reward_protocol(self.reward_mode, self.protocol)
         self.graph = build_graph(
             graph,
             ExternalPolicy(self.protocol),

@@ -1,14 +1,9 @@
 """One OpenRLHF episode over the graph environment, with exact token bookkeeping.
 
-The loop (docs/architecture.md, "A training episode"): tokenise the prompt once; per turn,
-ask the engine for token ids with the protocol's stop strings (the graph's, per turn: the
-tags' or the tool-call text form's) and a per-turn cap; hand the turn's text to the
-environment; append the observation's tokens. ``action_ranges`` are exactly the
-generated spans, so retrieved text never enters the loss. The reward is
-:func:`score_trajectory` on the decoded episode.
-
-This module does not import OpenRLHF: ``openrlhf_agent.py`` wraps it in OpenRLHF's
-``AgentExecutorBase``, and tests call it with engine stand-ins too.
+The loop is docs/architecture.md's "A training episode": ``action_ranges`` are exactly the
+generated spans, so retrieved text never enters the loss, and the reward is
+:func:`score_trajectory` on the decoded episode. No OpenRLHF import here:
+``openrlhf_agent.py`` wraps it, and tests call it with engine stand-ins too.
 """
 
 from __future__ import annotations
@@ -144,22 +139,14 @@ async def execute_episode(
     think_chars: int = 600,
     search_guard: SearchFailureGuard | None = None,
 ) -> dict[str, Any]:
-    """Run one episode and return OpenRLHF's sample dict (see module docstring).
+    """Run one episode and return OpenRLHF's sample dict.
 
-    Invariant: the environment gets each turn as the decoded generated ids, not the
-    engine's ``text``. vLLM cuts ``text`` right after a stop string but keeps the whole
-    token that completed it (Qwen's ``>\n\n``), so ``text`` would drop what the policy
-    is trained on. Hence ``decode_tokens(observation_tokens)`` is exactly the episode
-    (prompt, turns, observations) that the environment and the reward saw, and the reward
-    is scored with the prompt's end known in tokens, whatever the chat template.
-
-    ``constrained``: every turn is decoded under the protocol's grammar (vLLM structured
-    outputs). The log-probs vLLM then returns are of the grammar-masked distribution, so they
-    are off-policy for the unconstrained model (docs/vllm.md says what to do about it).
-
-    ``search_guard`` counts the episode's failed searches and raises
-    :class:`~parallelsearch.rl.search_failures.SearchFailuresError` past its limits, so a
-    run stops instead of training on ``Search failed`` observations.
+    The environment gets each turn as the decoded generated ids, not the engine's ``text``:
+    vLLM cuts ``text`` right after a stop string but keeps the whole token that completed it
+    (Qwen's ``>\n\n``). So ``decode_tokens(observation_tokens)`` is exactly the episode the
+    environment and the reward saw. ``constrained`` decodes every turn under the protocol's
+    grammar (its log-probs are then off-policy: docs/vllm.md); ``search_guard`` stops the run
+    past its limits of failed searches instead of training on ``Search failed`` observations.
     """
     lab = parse_label(label)
     # a prompt with lone surrogates (a dataset's "\ud800" escape) cannot be tokenized

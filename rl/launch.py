@@ -1,12 +1,9 @@
 """The OpenRLHF command builder and launcher: a :class:`TrainConfig` -> OpenRLHF 0.11.2's
 ``train_ppo_ray`` flags, a job folder holding every file the job reads, and the run itself.
 
-The job folder (``job_dir``) holds the agent config, the resolved training config, the
-agent module, the data (``copy_data``) and ``command.sh``; the command names them relative
-to the folder and ships it as Ray's ``working_dir``, so nothing depends on this checkout's
-path on the workers and the folder can be moved. Every command is checked by OpenRLHF's own
-parser, argument checks and ``train()`` assertions (:mod:`parallelsearch.rl.openrlhf_cli`)
-before it is printed or run.
+The command names the folder's files relative to it and ships it as Ray's ``working_dir``, so
+nothing depends on this checkout's path and the folder can be moved. Every command is checked
+by OpenRLHF's own parser and assertions (:mod:`parallelsearch.rl.openrlhf_cli`) first.
 """
 
 from __future__ import annotations

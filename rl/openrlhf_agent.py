@@ -1,15 +1,9 @@
 """OpenRLHF agent module: pass this file's path as ``--train.agent_func_path``.
 
-OpenRLHF (0.11.2) loads it with ``importlib`` in every Ray rollout actor and calls
-``AgentExecutor()`` with no arguments, then ``await executor.execute(prompt, label,
-sampling_params, max_length, hf_tokenizer, llm_engine, images=None)`` per sample.
-
-Configuration comes from the YAML/JSON file named by ``PARALLELSEARCH_AGENT_CONFIG``
-(see :mod:`parallelsearch.rl.agent_config`): the retriever (a ``/retrieve`` URL or a
-Chroma server shared by all actors), the graph's knobs and the reward mode/weights.
-A missing or invalid file, or a retriever that does not answer a probe query, stops the
-actor at construction with a clear message; failed searches during the run stop it too
-(``agent.search_failures``), instead of training on ``Search failed`` observations.
+OpenRLHF (0.11.2) loads it in every Ray rollout actor and calls ``AgentExecutor()`` with no
+arguments, so the configuration comes from the file named by ``PARALLELSEARCH_AGENT_CONFIG``
+(:mod:`parallelsearch.rl.agent_config`). A missing or invalid file, or a retriever that does
+not answer a probe query, stops the actor at construction with a clear message.
 """
 
 from __future__ import annotations
@@ -45,26 +39,15 @@ class AgentExecutor(AgentExecutorBase):
             config=cfg.graph_config,
         )
 
-    async def execute(
-        self,
-        prompt: str,
-        label: Any,
-        sampling_params: Any,
-        max_length: int,
-        hf_tokenizer: Any,
-        llm_engine: Any,
-        images: Any = None,
-    ) -> dict[str, Any]:
+    async def execute(self, *sample: Any, images: Any = None, **named: Any) -> dict[str, Any]:
+        """OpenRLHF's ``execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine,
+        images=None)``, forwarded to :func:`execute_episode` with the agent config's knobs."""
         if images:
             raise ValueError("the ParallelSearch agent is text-only; this sample carries images")
         return await execute_episode(
             self.env_graph,
-            prompt,
-            label,
-            sampling_params,
-            max_length,
-            hf_tokenizer,
-            llm_engine,
+            *sample,
+            **named,
             max_new_tokens_per_turn=self.config.graph_config.max_new_tokens,
             constrained=self.config.constrained,
             think_chars=self.config.constrained_think_chars,

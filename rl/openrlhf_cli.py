@@ -1,12 +1,9 @@
 """OpenRLHF's own ``train_ppo_ray`` argument parser and checks, built on CPU without importing it.
 
-``openrlhf.cli.train_ppo_ray`` imports Ray, vLLM and DeepSpeed at the top and builds
-its parser inside ``if __name__ == "__main__":``. We read that file's source, take the
-statements of the main block (the parser, and after ``parse_args`` the argument checks),
-and run them with ``train`` replaced, so a generated command is checked by OpenRLHF's
-real parser and validation without a GPU. The assertions inside ``train()`` (GPU
-placement arithmetic, checked there only after Ray starts) are evaluated on the parsed
-arguments too.
+``openrlhf.cli.train_ppo_ray`` imports Ray, vLLM and DeepSpeed at the top and builds its
+parser inside ``if __name__ == "__main__":``; we run that block's statements from the source
+with ``train`` replaced, and evaluate ``train()``'s assertions (GPU placement arithmetic) on
+the parsed arguments, so a command is checked by OpenRLHF's real code without a GPU.
 """
 
 from __future__ import annotations
@@ -18,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from parallelsearch.stores.errors import UnavailableError
-
-MODULE = "openrlhf.cli.train_ppo_ray"
 
 
 def _source() -> tuple[Path, ast.Module]:
@@ -34,21 +29,23 @@ def _source() -> tuple[Path, ast.Module]:
     return path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
 
 
-def _main_block(tree: ast.Module) -> list[ast.stmt]:
-    for node in tree.body:
-        if (
-            isinstance(node, ast.If)
+def _main_parts(tree: ast.Module) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    """The ``__main__`` block's statements before and after ``parse_args``."""
+    body = next(
+        (
+            node.body
+            for node in tree.body
+            if isinstance(node, ast.If)
             and isinstance(node.test, ast.Compare)
             and isinstance(node.test.left, ast.Name)
             and node.test.left.id == "__name__"
-        ):
-            return node.body
-    raise UnavailableError(
-        "train_ppo_ray.py has no __main__ block; the OpenRLHF version is not the pinned one"
+        ),
+        None,
     )
-
-
-def _split(body: list[ast.stmt]) -> tuple[list[ast.stmt], list[ast.stmt]]:
+    if body is None:
+        raise UnavailableError(
+            "train_ppo_ray.py has no __main__ block; the OpenRLHF version is not the pinned one"
+        )
     for i, stmt in enumerate(body):
         if (
             isinstance(stmt, ast.Assign)
@@ -77,7 +74,7 @@ class _RaisingParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     """OpenRLHF 0.11.2's exact ``train_ppo_ray`` parser (errors raise ValueError instead of exiting)."""
     path, tree = _source()
-    before, _ = _split(_main_block(tree))
+    before, _ = _main_parts(tree)
     import datetime as _dt
     import os as _os
     import types
@@ -100,7 +97,7 @@ def check_command(argv: list[str]) -> Any:
     problem (unknown flag, bad value, or a failed OpenRLHF assertion).
     """
     path, tree = _source()
-    _, after = _split(_main_block(tree))
+    _, after = _main_parts(tree)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -1,15 +1,8 @@
 """Import OpenRLHF 0.11.2's real rollout and loss modules on a CPU machine (``train --smoke``, vLLM tier).
 
-``openrlhf.models`` imports ``flash_attn`` at module level (ring attention and sample
-packing helpers), and flash-attn has no CPU build. While ``openrlhf.models`` imports, this
-registers STAND-IN modules for the three flash_attn names it imports; their functions raise
-if called (only packing and ring attention call them, which the CPU smoke and tests do not use), and the
-stand-ins are removed again afterwards. Everything else is OpenRLHF's code, unchanged.
-
-Also here: building ``RolloutRayActor`` in-process, and the sampling parameters OpenRLHF sends it. It is a Ray actor class whose
-``__init__`` is ``async``; without a Ray cluster we take the plain class from Ray's
-metadata and await its ``__init__`` ourselves. Its ``_configure_vllm_env`` reads Ray's
-GCS address when ``RAY_ADDRESS`` is unset, so a placeholder is set for the duration.
+``openrlhf.models`` imports ``flash_attn`` at module level, which has no CPU build: while it
+imports, STAND-IN modules that raise if called (only packing and ring attention call them)
+take flash_attn's names, and are removed afterwards. Everything else is OpenRLHF's code.
 """
 
 from __future__ import annotations
@@ -69,9 +62,9 @@ async def rollout_actor_in_process(model: str, **engine_args: Any) -> Any:
     import_openrlhf_models()
     from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
 
-    cls = RolloutRayActor.__ray_metadata__.modified_class
+    cls = RolloutRayActor.__ray_metadata__.modified_class  # the plain class; its __init__ is async
     actor = cls.__new__(cls)
-    placeholder = "RAY_ADDRESS" not in os.environ
+    placeholder = "RAY_ADDRESS" not in os.environ  # else _configure_vllm_env asks Ray's GCS
     if placeholder:
         os.environ["RAY_ADDRESS"] = "in-process-without-ray"
     try:

@@ -1,16 +1,8 @@
 """Checks a training run passes before it is submitted (``train --check``) and before an
-executor's first episode: each failure is one line naming its cause.
-
-- the retriever answers a probe query (:func:`probe_retriever`);
-- the GPUs add up (:func:`check_resources`): OpenRLHF's own ``train()`` assertions
-  (via :mod:`parallelsearch.rl.openrlhf_cli`) and, where OpenRLHF has no check but
-  Ray would wait forever for GPUs, its documented placement rules;
-- the protocol agrees with the reward mode and the prompts (:func:`check_protocol`);
-- the reward mode agrees with the prompts (:func:`check_reward_prompts`);
-- the data files exist and hold the configured keys.
-
-Config typos (reward weights, unknown keys) and a loopback retriever on several nodes are
-refused earlier, when the config is built.
+executor's first episode, each failure one line naming its cause: the retriever answers, the
+GPUs add up (OpenRLHF's own assertions, and its placement rules where Ray would wait forever),
+the protocol, reward mode and prompts agree, the data holds the configured keys. Config typos
+and a loopback retriever on several nodes are refused earlier, when the config is built.
 """
 
 from __future__ import annotations
@@ -85,9 +77,8 @@ def gpu_demand(cfg: TrainConfig) -> tuple[int, str]:
         ["actor"] + (["ref"] if cfg.init_kl_coef > 0 else []) + (["critic"] if cfg.algorithm == "gae" else [])
     )
     parts = " + ".join(f"{r} {group}" for r in roles)
-    return group * len(
-        roles
-    ) + vllm, f"{parts} + vLLM {cfg.vllm_num_engines} x {cfg.vllm_tensor_parallel_size} = {vllm}"
+    how = f"{parts} + vLLM {cfg.vllm_num_engines} x {cfg.vllm_tensor_parallel_size} = {vllm}"
+    return group * len(roles) + vllm, how
 
 
 def check_resources(cfg: TrainConfig) -> str:

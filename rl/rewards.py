@@ -59,7 +59,7 @@ _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _INFO_RE = re.compile(r"<information>.*?</information>", re.DOTALL)
 _ASSISTANT_RE = re.compile(r"<\|im_start\|>assistant\s*")
 _PROMPT_END_MARKERS = (
-    re.compile(r"<\|im_start\|>assistant\s*"),
+    _ASSISTANT_RE,
     re.compile(r"<\|start_header_id\|>assistant<\|end_header_id\|>\s*"),
     re.compile(r"Question:[^\n]*\n"),
 )
@@ -181,17 +181,10 @@ def response_start(text: str, prompt: str | None = None) -> int:
     return 0
 
 
-def _policy_text(text: str, start: int) -> tuple[str, bool]:
-    """The policy's own turns: information blocks and invalid-action feedback removed."""
-    body = text[start:]
-    had_feedback = INVALID_FEEDBACK.strip() in body
-    body = body.replace(INVALID_FEEDBACK, "").replace(INVALID_FEEDBACK.strip(), "")
-    return body, had_feedback
-
-
-def _weights(mode: str, given: dict[str, float]) -> dict[str, float]:
-    base = dict(OFFICIAL_WEIGHTS if mode == "official" else PAPER_WEIGHTS)
-    for key, value in given.items():
+def check_reward_weights(mode: str, weights: dict[str, float]) -> dict[str, float]:
+    """The mode's weights with ``weights`` applied; a ValueError naming an unknown weight."""
+    base = dict(OFFICIAL_WEIGHTS if check_reward_mode(mode) == "official" else PAPER_WEIGHTS)
+    for key, value in weights.items():
         name = _PAPER_TO_OFFICIAL.get(key, key) if mode == "official" else key
         if name not in base:
             known = sorted(base) + (sorted(_PAPER_TO_OFFICIAL) if mode == "official" else [])
@@ -202,11 +195,6 @@ def _weights(mode: str, given: dict[str, float]) -> dict[str, float]:
             )
         base[name] = float(value)
     return base
-
-
-def check_reward_weights(mode: str, weights: dict[str, float]) -> dict[str, float]:
-    """The mode's weights with ``weights`` applied; a ValueError naming an unknown weight."""
-    return _weights(check_reward_mode(mode), weights)
 
 
 def check_reward_mode(mode: str) -> str:
@@ -235,33 +223,33 @@ def score_trajectory(
     official mode also ``structure_format_score``, ``final_format_score``, ``count_score``,
     ``comp_score``, ``score``.
     """
-    check_reward_mode(mode)
+    w = check_reward_weights(mode, weights)
     check_protocol(protocol, " for the reward")
     if not isinstance(text, str):
         raise ValueError(f"text must be a string, got {type(text).__name__}")
     lab = parse_label(label)
-    w = _weights(mode, weights)
+    check_reward_protocol(mode, protocol)
     if mode == "official":
-        if protocol == "tools":
-            raise ValueError(
-                "reward mode 'official' reproduces the official code's scoring of the tags; "
-                "protocol 'tools' (the tool-call text form) is scored in mode 'paper'"
-            )
         return _official(text, lab, w)
     if mode == "dag":
-        if protocol == "tools":
-            raise ValueError(
-                "reward mode 'dag' scores the tags' #k plans; the tool-call text form is scored in mode 'paper'"
-            )
         return _dag(lab, w, text, prompt)
-    if protocol == "tools":
-        return _paper(lab, w, *_tool_facts(text, prompt))
-    return _paper(lab, w, *_tag_facts(text, prompt))
+    return _paper(lab, w, *(_tool_facts if protocol == "tools" else _tag_facts)(text, prompt))
+
+
+def check_reward_protocol(mode: str, protocol: str) -> None:
+    """A ValueError when ``mode`` cannot score ``protocol``: official and dag read the tags only."""
+    if protocol == "tools" and mode in ("official", "dag"):
+        raise ValueError(
+            f"reward mode {mode!r} scores the tags (official: as the official code does; dag: their #k "
+            "plans); protocol 'tools' (the tool-call text form) needs mode 'paper'"
+        )
 
 
 def _tag_episode(text: str, prompt: str | None) -> tuple[list[str], str | None, bool, str]:
     """A tags episode's policy turns: each search's text, the last answer and the format."""
-    body, had_feedback = _policy_text(text, response_start(text, prompt))
+    body = text[response_start(text, prompt) :]  # the policy's own turns, without the env's feedback
+    had_feedback = INVALID_FEEDBACK.strip() in body
+    body = body.replace(INVALID_FEEDBACK, "").replace(INVALID_FEEDBACK.strip(), "")
     own = _INFO_RE.sub("<information></information>", body)
     answers = _ANSWER_RE.findall(own)
     valid, reason = state_machine(body)

@@ -1,11 +1,9 @@
 """Rollouts: run the environment with any policy over a question file and record every episode.
 
-Each episode goes through :class:`SearchEnv` exactly as a training episode does (the
-policy stands where the trainer's engine stands). Output: one jsonl line per episode
-(text, turns, token counts, reward parts, counts; with a tokenizer also the episode's token
-ids, action mask and log-probs, as the executor hands them to OpenRLHF), a printed summary,
-and optionally the episodes with a correct answer as an OpenRLHF multi-turn SFT dataset for
-a warm start (:func:`sft_record`).
+Each episode goes through :class:`SearchEnv` exactly as a training episode does (the policy
+stands where the trainer's engine stands), written as one jsonl line (with a tokenizer also the
+tokens, action mask and log-probs the executor would hand OpenRLHF), with a printed summary and
+optionally the correct episodes as an OpenRLHF multi-turn SFT dataset (:func:`sft_record`).
 """
 
 from __future__ import annotations
@@ -89,9 +87,8 @@ async def run_episode(
     rec: dict[str, Any] = {
         "id": q.get("id"),
         "question": q.get("question"),
-        **{k: label[k] for k in ("type", "split")},
+        **{k: label[k] for k in ("type", "split", "golden_answers")},
     }
-    rec["golden_answers"] = label["golden_answers"]
     try:
         prompt = await env.reset(q["question"], label, q.get("metadata") or {})
         if tokenizer is not None:

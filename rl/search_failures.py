@@ -68,6 +68,3 @@ class SearchFailureGuard:
             return
         self.stopped = f"stopping the run: {why} against {self.source}; first: {self.first_error}"
         raise SearchFailuresError(self.stopped)
-
-    def share(self) -> float:
-        return self.failed / self.searches if self.searches else 0.0

@@ -1,15 +1,10 @@
-"""A tiny randomly initialised Llama-family model and a tokenizer trained here, offline.
+"""A tiny randomly initialised Llama-family model and a tokenizer trained here, offline
+(``train --smoke`` and both test tiers; nothing is downloaded).
 
-``parallelsearch train --smoke`` runs it through a real vLLM engine and OpenRLHF's rollout
-and loss code; both test tiers use it (the main tier in-process with transformers, the vLLM
-tier through vLLM, which loads the saved folder). Nothing is downloaded.
-
-The tokenizer splits text like Qwen2's (the same pre-tokenizer pattern), so, as with real
-Qwen checkpoints, punctuation runs take the newlines after them: ``>\\n\\n`` is one token
-and a stop string ``</search>`` is completed by a token that carries ``\\n\\n`` past it.
-That is the case where vLLM's cut ``text`` and its ``token_ids`` disagree, which the
-executor must handle. The protocol's tags are ordinary text, not special tokens; the chat
-template is Qwen's ``<|im_start|>role\\n...<|im_end|>`` layout.
+The tokenizer splits text like Qwen2's, so punctuation runs take the newlines after them:
+``>\\n\\n`` is one token and a stop string ``</search>`` is completed by a token that carries
+``\\n\\n`` past it, the case where vLLM's cut ``text`` and its ``token_ids`` disagree, which the
+executor must handle. The chat template is Qwen's ``<|im_start|>role\\n...<|im_end|>`` layout.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 sizes, learning rates, KL, lengths, vLLM engines, colocation, async, dynamic filtering,
 checkpoints, loggers) plus the agent's own config (retriever, graph, reward), which is
 written to a YAML file that every Ray actor reads through ``PARALLELSEARCH_AGENT_CONFIG``.
-``PRESETS["paper"]`` mirrors the official ``train_parallelsearch.sh`` PPO settings.
+The field defaults are the official ``train_parallelsearch.sh`` PPO values; ``PRESETS["paper"]``
+adds its model, data, chat templating and agent.
 :mod:`parallelsearch.rl.launch` turns a config into OpenRLHF's command.
 """
 
@@ -60,6 +61,7 @@ class TrainConfig(BaseModel):
     max_epochs: int = Field(1, ge=1)
     seed: int = 42
     # lengths and sampling
+    # the official max_prompt_length 5696 (rolling context) + max_response_length 500
     max_len: int = Field(6196, ge=64, description="prompt + every turn + every observation, in tokens")
     max_new_tokens_per_turn: MaxNewTokens = 500  # becomes the agent's graph_config.max_new_tokens
     temperature: Temperature = 1.0
@@ -175,26 +177,10 @@ def paper_preset(**overrides: Any) -> TrainConfig:
     actor's tokenizer (as verl's dataset does), scored by the ``official`` reward, which
     reads the episode after ``<|im_start|>assistant``.
     """
-    base: dict[str, Any] = {
+    base: dict[str, Any] = {  # the rest are the field defaults (the script's PPO values)
         "model": "Qwen/Qwen2.5-7B-Instruct",
         "prompt_data": "data/nq_hotpotqa_train/train.jsonl",
         "apply_chat_template": True,
-        "algorithm": "gae",
-        "n_samples_per_prompt": 1,
-        "rollout_batch_size": 512,
-        "train_batch_size": 256,
-        "actor_lr": 1e-6,
-        "critic_lr": 1e-5,
-        "actor_warmup_ratio": 0.285,
-        "critic_warmup_ratio": 0.015,
-        "init_kl_coef": 0.001,
-        "temperature": 1.0,
-        "top_p": 1.0,
-        "max_len": 6196,  # max_prompt_length 5696 (rolling context) + max_response_length 500
-        "max_new_tokens_per_turn": 500,
-        "num_episodes": 15,
-        "save_steps": 100,
-        "eval_steps": 100,
         "wandb_project": "ParallelSearch",
         "agent": {
             "retriever_url": "http://127.0.0.1:8000/retrieve",
