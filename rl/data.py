@@ -44,6 +44,7 @@ class TrainDataReport:
 
 
 def prompt_question(question: str) -> str:
+    """The question as the official data script writes it: a ``?`` appended when missing."""
     q = question.strip()
     return q if q.endswith("?") else q + "?"
 
@@ -83,12 +84,6 @@ def train_record(q: dict[str, Any], *, template: str = "paper", tokenizer: Any =
     }
 
 
-def _refuse_holdout(paths: Sequence[str | Path]) -> None:
-    for p in paths:
-        if "holdout" in Path(p).resolve().parts:
-            raise ValueError(f"{p} is held out for blind evaluation; it must never become training data")
-
-
 def make_train_data(
     paths: Sequence[str | Path],
     out: str | Path,
@@ -103,7 +98,9 @@ def make_train_data(
     """Write an OpenRLHF prompt jsonl from question files; ``recipe='paper'`` keeps NQ + HotpotQA."""
     if not paths:
         raise ValueError("make-train-data needs at least one question file")
-    _refuse_holdout(paths)
+    for p in paths:
+        if "holdout" in Path(p).resolve().parts:
+            raise ValueError(f"{p} is held out for blind evaluation; it must never become training data")
     if recipe is not None and recipe not in RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
     out = Path(out)

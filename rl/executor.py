@@ -31,12 +31,11 @@ def question_from(prompt: str, label: dict[str, Any]) -> str:
     if isinstance(q, str) and q.strip():
         return q
     matches = list(_QUESTION_RE.finditer(prompt))
-    m = matches[-1] if matches else None
-    if m is None:
+    if not matches:
         raise ValueError(
             "cannot find the question: the label has no 'question' and the prompt no 'Question:' line"
         )
-    return m.group(1)
+    return matches[-1].group(1)
 
 
 def turn_params(params: Any, *, stop: tuple[str, ...], max_tokens: int, regex: str | None = None) -> Any:
@@ -153,7 +152,6 @@ async def execute_episode(
     clean_prompt, replaced = scrub_text(prompt) if isinstance(prompt, str) else (prompt, 0)
     if replaced:
         log.warning("replaced %d invalid character(s) (lone surrogates) in a prompt with U+FFFD", replaced)
-    mode = env_graph.reward_mode
     env = env_graph.new_episode()
     await env.reset(question_from(clean_prompt, lab), lab)
     turn_cap = max_new_tokens_per_turn or (env.turn or {}).get("max_tokens") or 500
@@ -225,9 +223,8 @@ async def execute_episode(
 
     text = decode_tokens(hf_tokenizer, tokens)
     prompt_text = decode_tokens(hf_tokenizer, tokens[:prompt_len])
-    breakdown = score_trajectory(
-        text, lab, mode, prompt=prompt_text, protocol=env_graph.protocol, **env_graph.reward_weights
-    )
+    mode, weights = env_graph.reward_mode, env_graph.reward_weights
+    breakdown = score_trajectory(text, lab, mode, prompt=prompt_text, protocol=env_graph.protocol, **weights)
     return {
         "prompt": prompt,
         "label": label,

@@ -190,13 +190,11 @@ def plan_job(cfg: TrainConfig, runner: str = "ray", environ: Mapping[str, str] |
             "this job folder may ship (Ray refuses a working_dir over 500 MiB): put them on storage every "
             "node mounts and set copy_data=false"
         )
-    for key in ("save_path", "ckpt_path", "tensorboard_dir"):
+    # outputs must not land in Ray's temporary working_dir; a local model is named absolutely too
+    for key in ("save_path", "ckpt_path", "tensorboard_dir", "model", "critic_model"):
         value = getattr(cfg, key)
-        if value and not Path(value).is_absolute():
-            updates[key] = str(Path(value).resolve())  # outputs must not land in Ray's temporary working_dir
-    for key in ("model", "critic_model"):
-        value = getattr(cfg, key)
-        if value and not Path(value).is_absolute() and Path(value).exists():
+        output = key not in ("model", "critic_model")
+        if value and not Path(value).is_absolute() and (output or Path(value).exists()):
             updates[key] = str(Path(value).resolve())
     job_cfg = cfg.model_copy(update=updates)
     _, note = wandb_key_source(job_cfg, environ)
@@ -268,6 +266,8 @@ def launch(
     (``dry_run``: nothing written) or write and print (``runner="print"``)."""
     import subprocess
 
+    from parallelsearch.rl.preflight import preflight, retriever_name
+
     out = out or sys.stdout
     status = static_checks(cfg)
     job = plan_job(cfg, runner)
@@ -276,8 +276,6 @@ def launch(
     print(f"# {AGENT_FILE} ({ENV_VAR}):", file=out)
     print(job.config.agent_config_yaml(), file=out)
     print(f"# {job.wandb}", file=out)
-    from parallelsearch.rl.preflight import retriever_name
-
     if dry_run or runner == "print":
         print(f"# {retriever_name(cfg.agent)}: not probed here (train --check probes it)", file=out)
     if not Path(cfg.prompt_data).is_file():
@@ -300,8 +298,6 @@ def launch(
     print(f"# run it as: bash {script}", file=out)
     if runner == "print":
         return 0
-    from parallelsearch.rl.preflight import preflight
-
     for line in preflight(cfg, probe=probe):
         print(f"# check: {line}", file=out)
     try:

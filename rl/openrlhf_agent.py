@@ -23,8 +23,7 @@ class AgentExecutor(AgentExecutorBase):
     """Runs each sample as one ParallelSearch episode over the compiled graph."""
 
     def __init__(self) -> None:
-        self.config = load_agent_config()
-        cfg = self.config
+        cfg = self.config = load_agent_config()
         limits = cfg.search_failures
         if limits.probe:
             probe_retriever(cfg)

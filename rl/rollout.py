@@ -9,6 +9,7 @@ optionally the correct episodes as an OpenRLHF multi-turn SFT dataset (:func:`sf
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import statistics
@@ -229,31 +230,25 @@ class RolloutSummary:
     def lines(self) -> list[str]:
         d = self.to_dict()
         parts = ", ".join(f"{k} {v}" for k, v in d["mean_parts"].items())
-        return (
-            [
-                f"episodes {d['episodes']}, failures {d['failures']}, failed searches "
-                f"{d['failed_searches']} of {d['searches']} (in {d['episodes_with_failed_searches']} episodes)",
-                f"mean reward {d['mean_reward']} ({parts})",
-                f"EM {'oracle' if self.oracle else d['em']}, format valid {d['format_valid_pct']}%"
-                + (
-                    " (oracle run: the gold answer was given, accuracy is not measured)"
-                    if self.oracle
-                    else ""
-                ),
-                f"decomposition ratio on {d['parallel_questions']} parallelizable questions: {d['decomposition_ratio_parallel']}",
-                f"policy calls per episode {d['mean_policy_calls']}",
-            ]
-            + ([f"SFT examples written {d['sft_written']}"] if d["sft_written"] else [])
-            + (
-                [f"SFT: {d['sft_refused_oracle']} oracle episode(s) not written (--allow-oracle writes them)"]
-                if d["sft_refused_oracle"]
-                else []
+        oracle = " (oracle run: the gold answer was given, accuracy is not measured)" if self.oracle else ""
+        out = [
+            f"episodes {d['episodes']}, failures {d['failures']}, failed searches "
+            f"{d['failed_searches']} of {d['searches']} (in {d['episodes_with_failed_searches']} episodes)",
+            f"mean reward {d['mean_reward']} ({parts})",
+            f"EM {'oracle' if self.oracle else d['em']}, format valid {d['format_valid_pct']}%{oracle}",
+            f"decomposition ratio on {d['parallel_questions']} parallelizable questions: {d['decomposition_ratio_parallel']}",
+            f"policy calls per episode {d['mean_policy_calls']}",
+        ]
+        if d["sft_written"]:
+            out.append(f"SFT examples written {d['sft_written']}")
+        if d["sft_refused_oracle"]:
+            out.append(
+                f"SFT: {d['sft_refused_oracle']} oracle episode(s) not written (--allow-oracle writes them)"
             )
-            + [
-                f"{n} episode(s) failed with {kind}; first: {self.first_errors[kind]}"
-                for kind, n in sorted(self.error_counts.items(), key=lambda kv: -kv[1])
-            ]
-        )
+        by_count = sorted(self.error_counts.items(), key=lambda kv: -kv[1])
+        return out + [
+            f"{n} episode(s) failed with {kind}; first: {self.first_errors[kind]}" for kind, n in by_count
+        ]
 
 
 #: the chat template the SFT export is trained with: the messages' texts concatenated, no role
@@ -320,25 +315,21 @@ async def rollout(
         async with sem:
             return await run_episode(env_graph, policy, q, tokenizer=tokenizer)
 
-    sft_f = open(sft_out, "w", encoding="utf-8") if sft_out else None  # noqa: SIM115 - closed below
-    try:
-        with (
-            out.open("w", encoding="utf-8") as f,
-            tqdm(total=len(questions), disable=not progress, desc="rollout") as bar,
-        ):
-            for fut in asyncio.as_completed([one(q) for q in questions]):
-                rec = await fut
-                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-                f.flush()
-                summary.add(rec)
-                if sft_f and rec.get("reward") and rec["reward"]["correct"]:
-                    if "oracle" in rec["labels"] and not allow_oracle:
-                        summary.sft_refused_oracle += 1
-                    else:
-                        sft_f.write(json.dumps(sft_record(rec), ensure_ascii=False) + "\n")
-                        summary.sft_written += 1
-                bar.update(1)
-    finally:
-        if sft_f:
-            sft_f.close()
+    with (
+        out.open("w", encoding="utf-8") as f,
+        open(sft_out, "w", encoding="utf-8") if sft_out else contextlib.nullcontext() as sft_f,
+        tqdm(total=len(questions), disable=not progress, desc="rollout") as bar,
+    ):
+        for fut in asyncio.as_completed([one(q) for q in questions]):
+            rec = await fut
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            f.flush()
+            summary.add(rec)
+            if sft_f and rec.get("reward") and rec["reward"]["correct"]:
+                if "oracle" in rec["labels"] and not allow_oracle:
+                    summary.sft_refused_oracle += 1
+                else:
+                    sft_f.write(json.dumps(sft_record(rec), ensure_ascii=False) + "\n")
+                    summary.sft_written += 1
+            bar.update(1)
     return summary
