@@ -1,17 +1,9 @@
 """Wide questions: SYNTHETIC N-entity comparisons built from 2WikiMultihopQA's evidence triples.
 
-"Which of these 8 people was born first: A, B, ..., or H?" needs one sub-query per entity, so
-these questions measure a search of many sub-queries, which the ParallelSearch paper leaves
-open (no benchmark asks more than a few). Every fact comes from a real triple
-(``[subject, "date of birth", "22 January 1865"]``) and every entity's paragraph is its real
-2Wiki context paragraph; only the question is made up, and the gold answer is computed from the
-triples. The records are FlashRAG question records (``parallelsearch.data.questions``) marked
-``metadata.synthetic`` with how they were made; the corpus is the entities' own paragraphs.
-
-A question is generated only when its answer is certain: dates are intervals ("1948" is the
-whole year) and the winner must come strictly before (after) every other entity's interval.
-Values that are not a date this module can read (approximate, free text) are dropped and
-counted; nothing is guessed. ``N = 1`` gives a one-entity lookup ("When was A born?").
+"Which of these 8 people was born first: A, B, ..., or H?" needs one sub-query per entity, a
+search wider than any benchmark asks for. Every fact and paragraph is real 2Wiki data; only the
+question is made up, and only when the triples make its answer certain: nothing is guessed
+(docs/architecture.md, "Question records").
 """
 
 from __future__ import annotations
@@ -26,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.data.questions import _entity_key
+from parallelsearch.data.questions import _entity_key, hop, write_jsonl
 from parallelsearch.stores.errors import BadInputError
 from parallelsearch.stores.ingestion.jsonfiles import iter_json_records
 from parallelsearch.stores.ingestion.readers import passage_pairs
-from parallelsearch.stores.passages import Passage, to_contents
+from parallelsearch.stores.passages import Passage
 
 #: relation -> (plural noun, verb phrase, lookup question) of the questions asked about it
 RELATIONS: dict[str, tuple[str, str, str]] = {
@@ -230,10 +222,7 @@ def make_question(entities: Sequence[Entity], order: str, qid: str, seed: int) -
         # the oracle searches the supporting titles of a parallel question in one search
         "supporting_titles": titles,
         "evidences": [[e.title, rel, e.value] for e in entities],
-        "hops": [
-            {"question": f"{e.title} {rel}", "answer": e.value, "title": e.title, "refs": []}
-            for e in entities
-        ],
+        "hops": [hop(f"{e.title} {rel}", e.value, e.title, []) for e in entities],
         "sources": [e.source for e in entities],
     }
     return {"id": qid, "question": question, "golden_answers": answers, "metadata": meta}
@@ -294,20 +283,11 @@ def generate(
 def write(wide: WideSet, out_dir: str | Path, name: str = "wide_questions") -> tuple[Path, Path]:
     """``<name>.jsonl`` (questions) and ``<name>_corpus.jsonl`` (the entities' paragraphs, in the
     corpus format ``index`` reads)."""
+    corpus = ({"id": p.id, "contents": p.contents} for p in wide.passages.values())
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    qpath, cpath = out / f"{name}.jsonl", out / f"{name}_corpus.jsonl"
-    qpath.write_text(
-        "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in wide.questions), encoding="utf-8"
+    return write_jsonl(out / f"{name}.jsonl", wide.questions), write_jsonl(
+        out / f"{name}_corpus.jsonl", corpus
     )
-    cpath.write_text(
-        "".join(
-            json.dumps({"id": p.id, "contents": to_contents(p.title, p.text)}, ensure_ascii=False) + "\n"
-            for p in wide.passages.values()
-        ),
-        encoding="utf-8",
-    )
-    return qpath, cpath
 
 
 def main(argv: Sequence[str] | None = None) -> int:

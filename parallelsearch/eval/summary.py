@@ -25,6 +25,10 @@ METRICS = (
     "answer_coverage",
 )
 ACCURACY = ("em", "f1", "acc")
+#: the metrics that are the mean of the rows' field of that name
+_ROW_MEANS = tuple(
+    m for m in METRICS if m not in ("n", "decomposition_ratio", "latency_p50_ms", "latency_p95_ms")
+)
 
 
 def is_oracle_run(rows: Iterable[dict[str, Any]]) -> bool:
@@ -38,12 +42,9 @@ def _mean(xs: Iterable[float | None]) -> float | None:
 
 
 def percentile(xs: list[float], q: float, digits: int | None = None) -> float | None:
-    """The ``q`` quantile of ``xs`` (0 <= q <= 1) by linear interpolation between the nearest
-    ranks (numpy's default; q=0.5 is the median), rounded to ``digits`` when given: the one
-    percentile of the summaries and the benchmarks.
-
-    No samples (every request failed) give None, JSON null: never a made-up 0, a NaN (not
-    JSON) or a crash."""
+    """The ``q`` quantile of ``xs`` (0 <= q <= 1), interpolated linearly as numpy does, rounded to
+    ``digits`` when given: the one percentile of the summaries and the benchmarks. No samples
+    (every request failed) give None (JSON null), never a made-up 0 or a NaN."""
     if not xs:
         return None
     s = sorted(xs)
@@ -56,29 +57,18 @@ def percentile(xs: list[float], q: float, digits: int | None = None) -> float | 
 def metrics(rows: list[dict[str, Any]], *, split: str, accuracy: bool = True) -> dict[str, Any]:
     """The metric dict of one group of rows; a metric that does not apply is None."""
     ok = [r for r in rows if not r.get("error")]
-    lat = [r["latency_ms"] for r in ok if r.get("latency_ms") is not None]
-    par = [r for r in ok if r.get("split") == "parallel"]
-    out: dict[str, Any] = {
-        "n": len(ok),
-        "em": _mean(r["em"] for r in ok) if accuracy else None,
-        "f1": _mean(r["f1"] for r in ok) if accuracy else None,
-        "acc": _mean(r["acc"] for r in ok) if accuracy else None,
-        "policy_calls": _mean(r.get("policy_calls") for r in ok),
-        "search_rounds": _mean(r.get("search_rounds") for r in ok),
-        "subqueries": _mean(r.get("subqueries") for r in ok),
-        "resolver_calls": _mean(r.get("resolver_calls") for r in ok),
-        "decomposition_ratio": _mean(float(r["decomposed"]) for r in par)
-        if split in ("all", "parallel") and par
-        else None,
-        "latency_p50_ms": percentile(lat, 0.5, 3),
-        "latency_p95_ms": percentile(lat, 0.95, 3),
-        "gold_recall": _mean(r.get("gold_recall") for r in ok),
-        "hop_recall": _mean(r.get("hop_recall") for r in ok),
-        "dependent_hop_recall": _mean(r.get("dependent_hop_recall") for r in ok),
-        "answer_coverage": _mean(r.get("answer_coverage") for r in ok),
-    }
+    out: dict[str, Any] = dict.fromkeys(METRICS)
+    out["n"] = len(ok)
     if not ok:
-        out = {k: (0 if k == "n" else None) for k in METRICS}
+        return out
+    for m in _ROW_MEANS:
+        if accuracy or m not in ACCURACY:
+            out[m] = _mean(r.get(m) for r in ok)
+    par = [r for r in ok if r.get("split") == "parallel"]
+    if split in ("all", "parallel") and par:
+        out["decomposition_ratio"] = _mean(float(r["decomposed"]) for r in par)
+    lat = [r["latency_ms"] for r in ok if r.get("latency_ms") is not None]
+    out["latency_p50_ms"], out["latency_p95_ms"] = percentile(lat, 0.5, 3), percentile(lat, 0.95, 3)
     return out
 
 
