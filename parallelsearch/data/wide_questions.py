@@ -13,6 +13,7 @@ import calendar
 import json
 import random
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,28 +97,24 @@ class Entity:
 class EntityReport:
     """Per relation: triples read, and what was dropped and why (nothing is dropped silently)."""
 
-    triples: dict[str, int] = field(default_factory=dict)
+    triples: Counter[str] = field(default_factory=Counter)
     unparsed: dict[str, list[str]] = field(default_factory=dict)
-    no_paragraph: dict[str, int] = field(default_factory=dict)
-    conflicting: dict[str, int] = field(default_factory=dict)
-    kept: dict[str, int] = field(default_factory=dict)
+    no_paragraph: Counter[str] = field(default_factory=Counter)
+    conflicting: Counter[str] = field(default_factory=Counter)
+    kept: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             rel: {
-                "triples": self.triples.get(rel, 0),
-                "kept": self.kept.get(rel, 0),
+                "triples": self.triples[rel],
+                "kept": self.kept[rel],
                 "dropped_unparsed": len(self.unparsed.get(rel, [])),
                 "unparsed_examples": self.unparsed.get(rel, [])[:5],
-                "dropped_no_paragraph": self.no_paragraph.get(rel, 0),
-                "dropped_conflicting": self.conflicting.get(rel, 0),
+                "dropped_no_paragraph": self.no_paragraph[rel],
+                "dropped_conflicting": self.conflicting[rel],
             }
             for rel in RELATIONS
         }
-
-
-def _bump(counts: dict[str, int], rel: str) -> None:
-    counts[rel] = counts.get(rel, 0) + 1
 
 
 def collect_entities(paths: Iterable[str | Path]) -> tuple[dict[str, list[Entity]], EntityReport]:
@@ -147,11 +144,11 @@ def collect_entities(paths: Iterable[str | Path]) -> tuple[dict[str, list[Entity
                 subj, rel, obj = (str(x) for x in triple)
                 if rel not in RELATIONS:
                     continue
-                _bump(report.triples, rel)
+                report.triples[rel] += 1
                 keyed = by_key.get(_entity_key(subj), [])
                 title = subj if subj in exact else keyed[0] if len(keyed) == 1 else None
                 if title is None or not exact[title].strip():
-                    _bump(report.no_paragraph, rel)
+                    report.no_paragraph[rel] += 1
                     continue
                 span = parse_date(obj)
                 if span is None:
@@ -283,11 +280,10 @@ def generate(
 def write(wide: WideSet, out_dir: str | Path, name: str = "wide_questions") -> tuple[Path, Path]:
     """``<name>.jsonl`` (questions) and ``<name>_corpus.jsonl`` (the entities' paragraphs, in the
     corpus format ``index`` reads)."""
-    corpus = ({"id": p.id, "contents": p.contents} for p in wide.passages.values())
     out = Path(out_dir)
-    return write_jsonl(out / f"{name}.jsonl", wide.questions), write_jsonl(
-        out / f"{name}_corpus.jsonl", corpus
-    )
+    qpath = write_jsonl(out / f"{name}.jsonl", wide.questions)
+    corpus = ({"id": p.id, "contents": p.contents} for p in wide.passages.values())
+    return qpath, write_jsonl(out / f"{name}_corpus.jsonl", corpus)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,10 +12,6 @@ from parallelsearch.data.metrics import answer_in_text, cover_match, exact_match
 from parallelsearch.graphs.state import ObservationRecord, TrajectoryRecord, TurnRecord
 
 
-def _is_yes_no(golds: list[str]) -> bool:
-    return bool(golds) and all(normalize_answer(g) in ("yes", "no") for g in golds)
-
-
 def hop_recall(hops: object, titles: set[str], *, dependent: bool = False) -> float | None:
     """Share of the question's hops (``metadata.hops``; with ``dependent``, only those naming an
     earlier hop by ``#k``) whose gold paragraph's title is among the retrieved passages; None when
@@ -45,7 +41,7 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
     )
     hops = meta.get("hops") if searched else None
     coverage = None
-    if searched and golds and not _is_yes_no(golds):
+    if searched and golds and not all(normalize_answer(g) in ("yes", "no") for g in golds):
         coverage = float(answer_in_text(retrieved, golds))
     search_turns = [t for t in turns if t["action"] == "search"]
     return {

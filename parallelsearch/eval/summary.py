@@ -7,28 +7,10 @@ from collections.abc import Iterable
 from typing import Any
 
 SPLITS = ("all", "parallel", "sequential", "single")
-METRICS = (
-    "n",
-    "em",
-    "f1",
-    "acc",
-    "policy_calls",
-    "search_rounds",
-    "subqueries",
-    "resolver_calls",
-    "decomposition_ratio",
-    "latency_p50_ms",
-    "latency_p95_ms",
-    "gold_recall",
-    "hop_recall",
-    "dependent_hop_recall",
-    "answer_coverage",
-)
 ACCURACY = ("em", "f1", "acc")
-#: the metrics that are the mean of the rows' field of that name
-_ROW_MEANS = tuple(
-    m for m in METRICS if m not in ("n", "decomposition_ratio", "latency_p50_ms", "latency_p95_ms")
-)
+_COST = ("policy_calls", "search_rounds", "subqueries", "resolver_calls")
+_RETRIEVAL = ("gold_recall", "hop_recall", "dependent_hop_recall", "answer_coverage")
+METRICS = ("n", *ACCURACY, *_COST, "decomposition_ratio", "latency_p50_ms", "latency_p95_ms", *_RETRIEVAL)
 
 
 def is_oracle_run(rows: Iterable[dict[str, Any]]) -> bool:
@@ -61,9 +43,9 @@ def metrics(rows: list[dict[str, Any]], *, split: str, accuracy: bool = True) ->
     out["n"] = len(ok)
     if not ok:
         return out
-    for m in _ROW_MEANS:
-        if accuracy or m not in ACCURACY:
-            out[m] = _mean(r.get(m) for r in ok)
+    means = (*ACCURACY, *_COST, *_RETRIEVAL) if accuracy else (*_COST, *_RETRIEVAL)
+    for m in means:
+        out[m] = _mean(r.get(m) for r in ok)
     par = [r for r in ok if r.get("split") == "parallel"]
     if split in ("all", "parallel") and par:
         out["decomposition_ratio"] = _mean(float(r["decomposed"]) for r in par)
