@@ -1,8 +1,7 @@
 """QA data shared by evaluation and training: FlashRAG question records and answer metrics.
 
-Both :mod:`parallelsearch.eval` and :mod:`parallelsearch.rl` import from here, and this
-package imports neither of them (docs/architecture.md, "Layers"). It sits just above
-``stores``: benchmark context paragraphs are read with the corpus readers there.
+Both ``parallelsearch.eval`` and ``parallelsearch.rl`` import from here, and this package
+imports neither (docs/architecture.md, "Layers"); it reads benchmark context with ``stores``.
 """
 
 from parallelsearch.data.metrics import (

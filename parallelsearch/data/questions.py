@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from parallelsearch.stores.errors import BadInputError
 from parallelsearch.stores.ingestion.jsonfiles import SkipReport, iter_json_records
@@ -40,7 +40,6 @@ _SINGLE_DATASETS = {"nq", "triviaqa", "popqa", "bamboogle"}
 
 #: the paper's splits of a question, as ``split_of`` names them
 Split = Literal["parallel", "sequential", "single", "other"]
-SPLITS: tuple[str, ...] = get_args(Split)
 
 
 def split_of(dataset: str, qtype: str | None) -> Split:
@@ -228,12 +227,10 @@ def _richness(q: dict) -> int:
     return (m.get("type") != "na") * 4 + ("supporting_titles" in m) * 2 + (len(q["golden_answers"]) > 1)
 
 
-def _merge_duplicate(ds: PreparedDataset, idx: int, new: dict) -> None:
-    """Keep the copy with the most metadata; union the golden answers (aliases differ by file)."""
-    old = ds.questions[idx]
+def _merged(old: dict, new: dict) -> dict:
+    """The copy with the most metadata, with the golden answers of both (aliases differ by file)."""
     keep, other = (new, old) if _richness(new) > _richness(old) else (old, new)
-    keep = {**keep, "golden_answers": list(dict.fromkeys(keep["golden_answers"] + other["golden_answers"]))}
-    ds.questions[idx] = keep
+    return {**keep, "golden_answers": list(dict.fromkeys(keep["golden_answers"] + other["golden_answers"]))}
 
 
 @dataclass
@@ -286,7 +283,7 @@ def prepare(
             key = _norm_q(q["question"])
             if key in keys:
                 ds.duplicates += 1
-                _merge_duplicate(ds, keys[key], q)
+                ds.questions[keys[key]] = _merged(ds.questions[keys[key]], q)
             else:
                 keys[key] = len(ds.questions)
                 ds.questions.append(q)

@@ -292,9 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Write SYNTHETIC N-entity questions (and their corpus) from 2WikiMultihopQA evidence triples.",
     )
     ap.add_argument("files", nargs="+", help="2WikiMultihopQA files with evidences (never the holdout)")
-    ap.add_argument(
-        "--out", required=True, help="folder for wide_questions.jsonl and wide_questions_corpus.jsonl"
-    )
+    ap.add_argument("--out", required=True, help="folder for the questions and their corpus (.jsonl)")
     ap.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), help="entities per question")
     ap.add_argument("--per-size", type=int, default=4, help="questions per size and relation (default 4)")
     ap.add_argument("--seed", type=int, default=0)

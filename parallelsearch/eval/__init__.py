@@ -1,7 +1,4 @@
-"""Evaluation: run graph variants over FlashRAG-format questions, score, summarise, report.
-
-One metrics module (``parallelsearch.data.metrics``) is shared with the rewards.
-"""
+"""Evaluation: run graph variants over FlashRAG-format questions, score, summarise, report."""
 
 from parallelsearch.eval.report import comparison_lines, write_report
 from parallelsearch.eval.runner import DelayedPolicy, EvalRun, evaluate, read_results

@@ -1,9 +1,7 @@
 """Write the evaluation outputs: summary.json, breakdown.json, report.md and PNG plots.
 
-The Markdown tables are laid out like the paper's: EM per split (Table 2), EM /
-decomposition ratio / inference seconds / turns on parallelizable questions (Table 3),
-and the efficiency and retrieval columns. With the oracle policy the accuracy columns
-say ``oracle``: such a run measures efficiency and retrieval only.
+The Markdown tables follow the paper's Tables 2 and 3, then efficiency and retrieval. With the
+oracle policy the accuracy columns say ``oracle``: such a run measures efficiency and retrieval.
 """
 
 from __future__ import annotations

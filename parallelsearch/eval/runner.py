@@ -1,9 +1,8 @@
 """The evaluation runner: graph variants x questions, bounded concurrency, resumable results.
 
-Rows go to ``results.jsonl`` as each question finishes. Re-running with the same output
-folder reads that file first and runs only the (variant, question) pairs not in it, so a
-killed run resumes where it stopped and no question is counted twice. ``run.json``
-records what was run; resuming with another policy or dataset is refused.
+Rows go to ``results.jsonl`` as each question finishes; a re-run into the same folder runs only
+the (variant, question) pairs not in it, so a killed run resumes and nothing counts twice.
+``run.json`` records what was run; resuming with another policy or dataset is refused.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Per-question scores from one graph output: accuracy, counts, decomposition, retrieval recall and coverage.
-
-Accuracy uses the same SQuAD-normalised metrics as the rewards (``parallelsearch.data.metrics``).
-"""
+"""Per-question scores from one graph output: accuracy (the rewards' metrics), counts,
+decomposition, retrieval recall and coverage."""
 
 from __future__ import annotations
 

@@ -72,9 +72,8 @@ def summarize(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """variant -> split (all, parallel, sequential, single) -> metric -> value."""
     rows = dedup(rows)
-    variants = list(dict.fromkeys(r["variant"] for r in rows))
     summary: dict[str, dict[str, dict[str, Any]]] = {}
-    for v in variants:
+    for v in dict.fromkeys(r["variant"] for r in rows):
         vr = [r for r in rows if r["variant"] == v]
         summary[v] = {
             s: metrics(
@@ -95,9 +94,7 @@ def by_type(rows: Iterable[dict[str, Any]], *, accuracy: bool = True) -> dict[st
         result[variant] = {}
         for key, grp in by_key.items():
             split = "parallel" if grp[0].get("split") == "parallel" else "other"
-            m = metrics(grp, split=split, accuracy=accuracy)
             ok = [r for r in grp if not r.get("error")]
-            m["tokens_in"] = _mean(r.get("tokens_in") for r in ok)
-            m["tokens_out"] = _mean(r.get("tokens_out") for r in ok)
-            result[variant][key] = m
+            tokens = {t: _mean(r.get(t) for r in ok) for t in ("tokens_in", "tokens_out")}
+            result[variant][key] = {**metrics(grp, split=split, accuracy=accuracy), **tokens}
     return result
