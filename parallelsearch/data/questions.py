@@ -319,11 +319,8 @@ def write_prepared(ds: PreparedDataset, out_dir: str | Path) -> tuple[Path, Path
 def load_questions(path: str | Path, *, dataset: str | None = None, skip_bad: bool = False) -> list[dict]:
     """FlashRAG question records from a prepared file or from any raw benchmark file."""
     path = Path(path)
-    first = next(iter_json_records(path), None)
-    if (
-        first is not None
-        and {"id", "question", "golden_answers", "metadata"} <= first[1].keys()
-        and "split" in (first[1]["metadata"] or {})
-    ):
+    _, first = next(iter_json_records(path), (None, {}))
+    prepared = {"id", "question", "golden_answers", "metadata"} <= first.keys()
+    if prepared and "split" in (first["metadata"] or {}):
         return [r for _, r in iter_json_records(path, skip_bad=skip_bad)]
     return [q for ds in prepare([path], dataset=dataset, skip_bad=skip_bad).values() for q in ds.questions]

@@ -278,8 +278,7 @@ def generate(
 
 
 def write(wide: WideSet, out_dir: str | Path, name: str = "wide_questions") -> tuple[Path, Path]:
-    """``<name>.jsonl`` (questions) and ``<name>_corpus.jsonl`` (the entities' paragraphs, in the
-    corpus format ``index`` reads)."""
+    """``<name>.jsonl`` (questions) and ``<name>_corpus.jsonl`` (the paragraphs, for ``index``)."""
     out = Path(out_dir)
     qpath = write_jsonl(out / f"{name}.jsonl", wide.questions)
     corpus = ({"id": p.id, "contents": p.contents} for p in wide.passages.values())
