@@ -1,17 +1,9 @@
-"""QA data shared by evaluation and training: FlashRAG question records and answer metrics.
+"""QA data shared by evaluation and training: FlashRAG question records, answer metrics (``.metrics``).
 
-Both :mod:`parallelsearch.eval` and :mod:`parallelsearch.rl` import from here, and this
-package imports neither of them (docs/architecture.md, "Layers"). It sits just above
-``stores``: benchmark context paragraphs are read with the corpus readers there.
+Both ``parallelsearch.eval`` and ``parallelsearch.rl`` import from here, and this package
+imports neither (docs/architecture.md, "Layers"); it reads benchmark context with ``stores``.
 """
 
-from parallelsearch.data.metrics import (
-    answer_in_text,
-    cover_match,
-    exact_match,
-    f1_score,
-    normalize_answer,
-)
 from parallelsearch.data.questions import (
     DATASETS,
     PreparedDataset,
@@ -26,13 +18,8 @@ from parallelsearch.data.questions import (
 __all__ = [
     "DATASETS",
     "PreparedDataset",
-    "answer_in_text",
-    "cover_match",
-    "exact_match",
-    "f1_score",
     "guess_dataset",
     "load_questions",
-    "normalize_answer",
     "prepare",
     "question_record",
     "split_of",

@@ -1,8 +1,7 @@
 """Answer metrics shared by the rewards and the evaluation harness (one module, as in FlashRAG).
 
-SQuAD-style normalisation: lower case, drop punctuation, drop the articles a/an/the,
-squeeze whitespace. Every metric takes one prediction and any number of gold answers
-and scores against the best-matching gold answer.
+Every metric scores one prediction against the best-matching of any number of gold answers,
+both normalised as SQuAD does.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Benchmark files -> FlashRAG-format question records (+ their context corpus).
 
-Output records: ``{"id", "question", "golden_answers", "metadata"}`` with
-``metadata.type`` (the dataset's own label, ``na`` when it has none), ``metadata.split``
-(``parallel`` / ``sequential`` / ``single``, or ``other`` for types the ParallelSearch
-paper leaves out of both splits, e.g. 2Wiki ``bridge_comparison``),
-``metadata.dataset``, and, where the dataset has them, ``supporting_titles``,
-``evidences`` (2Wiki triples) and ``question_decomposition`` (MuSiQue).
-
-``metadata.hops`` is the question's decomposition in one shape for every dataset that has
-one (MuSiQue's ``question_decomposition``, 2Wiki's ``evidences``): per hop, ``question`` (the
-hop's sub-question; ``#k`` names hop k's answer, 1-based), ``answer`` (the intermediate
-answer), ``title`` (the title of the hop's supporting paragraph, or None) and ``refs`` (the
-hops it names). HotpotQA bridge questions get ``metadata.bridge_title``: the second supporting
-title, the paragraph the bridge entity leads to. Oracle plans and per-hop recall read these.
+Every supported benchmark format gives one record, ``{"id", "question", "golden_answers",
+"metadata"}``, with the paper's split and, where the dataset has one, its decomposition as
+``metadata.hops``; docs/architecture.md ("Question records") lists the fields.
 """
 
 from __future__ import annotations
@@ -24,12 +14,12 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from parallelsearch.stores.errors import BadInputError
 from parallelsearch.stores.ingestion.jsonfiles import SkipReport, iter_json_records
 from parallelsearch.stores.ingestion.readers import passage_pairs
-from parallelsearch.stores.passages import Passage, to_contents
+from parallelsearch.stores.passages import Passage
 
 DATASETS = ("hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "multihoprag", "nq", "triviaqa", "popqa")
 
@@ -50,7 +40,6 @@ _SINGLE_DATASETS = {"nq", "triviaqa", "popqa", "bamboogle"}
 
 #: the paper's splits of a question, as ``split_of`` names them
 Split = Literal["parallel", "sequential", "single", "other"]
-SPLITS: tuple[str, ...] = get_args(Split)
 
 
 def split_of(dataset: str, qtype: str | None) -> Split:
@@ -107,6 +96,11 @@ def _supporting_titles(sf: Any) -> list[str]:
 _HOP_REF = re.compile(r"(?<![\w#])#([0-9]{1,6})(?!\w)")
 
 
+def hop(question: str, answer: str, title: str | None, refs: list[int]) -> dict[str, Any]:
+    """One hop of ``metadata.hops``: the one shape of a decomposition, whatever the dataset."""
+    return {"question": question, "answer": answer, "title": title, "refs": refs}
+
+
 def _refs(question: str) -> list[int]:
     return list(dict.fromkeys(int(k) for k in _HOP_REF.findall(question)))
 
@@ -126,14 +120,7 @@ def _musique_hops(decomp: list, paragraphs: Any) -> list[dict] | None:
         sp = d.get("support_paragraph")
         title = sp.get("title") if isinstance(sp, dict) else by_idx.get(d.get("paragraph_support_idx"))
         q = str(d.get("question", ""))
-        hops.append(
-            {
-                "question": q,
-                "answer": str(d.get("answer", "")),
-                "title": title if isinstance(title, str) else None,
-                "refs": _refs(q),
-            }
-        )
+        hops.append(hop(q, str(d.get("answer", "")), title if isinstance(title, str) else None, _refs(q)))
     return hops or None
 
 
@@ -158,14 +145,7 @@ def _evidence_hops(evidences: list, titles: list[str]) -> list[dict] | None:
         if title is None and len(titles) == len(triples):
             title = titles[i]
         k = answers.get(key)
-        hops.append(
-            {
-                "question": f"#{k} {rel}" if k else f"{subj} {rel}",
-                "answer": obj,
-                "title": title,
-                "refs": [k] if k else [],
-            }
-        )
+        hops.append(hop(f"#{k} {rel}" if k else f"{subj} {rel}", obj, title, [k] if k else []))
         answers.setdefault(_entity_key(obj), i + 1)
     return hops
 
@@ -247,12 +227,10 @@ def _richness(q: dict) -> int:
     return (m.get("type") != "na") * 4 + ("supporting_titles" in m) * 2 + (len(q["golden_answers"]) > 1)
 
 
-def _merge_duplicate(ds: PreparedDataset, idx: int, new: dict) -> None:
-    """Keep the copy with the most metadata; union the golden answers (aliases differ by file)."""
-    old = ds.questions[idx]
+def _merged(old: dict, new: dict) -> dict:
+    """The copy with the most metadata, with the golden answers of both (aliases differ by file)."""
     keep, other = (new, old) if _richness(new) > _richness(old) else (old, new)
-    keep = {**keep, "golden_answers": list(dict.fromkeys(keep["golden_answers"] + other["golden_answers"]))}
-    ds.questions[idx] = keep
+    return {**keep, "golden_answers": list(dict.fromkeys(keep["golden_answers"] + other["golden_answers"]))}
 
 
 @dataclass
@@ -305,7 +283,7 @@ def prepare(
             key = _norm_q(q["question"])
             if key in keys:
                 ds.duplicates += 1
-                _merge_duplicate(ds, keys[key], q)
+                ds.questions[keys[key]] = _merged(ds.questions[keys[key]], q)
             else:
                 keys[key] = len(ds.questions)
                 ds.questions.append(q)
@@ -320,38 +298,29 @@ def prepare(
     return out
 
 
+def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> Path:
+    """One JSON record per line (UTF-8, folders made as needed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for rec in records:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return path
+
+
 def write_prepared(ds: PreparedDataset, out_dir: str | Path) -> tuple[Path, Path | None]:
     """Write ``<name>.jsonl`` (questions) and ``<name>_corpus.jsonl`` (passages, when any)."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    qpath = out_dir / f"{ds.name}.jsonl"
-    with qpath.open("w", encoding="utf-8") as f:
-        for q in ds.questions:
-            f.write(json.dumps(q, ensure_ascii=False) + "\n")
-    cpath = None
-    if ds.passages:
-        cpath = out_dir / f"{ds.name}_corpus.jsonl"
-        with cpath.open("w", encoding="utf-8") as f:
-            for p in ds.passages.values():
-                f.write(
-                    json.dumps({"id": p.id, "contents": to_contents(p.title, p.text)}, ensure_ascii=False)
-                    + "\n"
-                )
-    return qpath, cpath
+    qpath = write_jsonl(Path(out_dir) / f"{ds.name}.jsonl", ds.questions)
+    if not ds.passages:
+        return qpath, None
+    corpus = ({"id": p.id, "contents": p.contents} for p in ds.passages.values())
+    return qpath, write_jsonl(Path(out_dir) / f"{ds.name}_corpus.jsonl", corpus)
 
 
 def load_questions(path: str | Path, *, dataset: str | None = None, skip_bad: bool = False) -> list[dict]:
     """FlashRAG question records from a prepared file or from any raw benchmark file."""
     path = Path(path)
-    recs: list[dict] = []
-    first = next(iter_json_records(path), None)
-    if (
-        first is not None
-        and {"id", "question", "golden_answers", "metadata"} <= first[1].keys()
-        and "split" in (first[1]["metadata"] or {})
-    ):
+    _, first = next(iter_json_records(path), (None, {}))
+    prepared = {"id", "question", "golden_answers", "metadata"} <= first.keys()
+    if prepared and "split" in (first["metadata"] or {}):
         return [r for _, r in iter_json_records(path, skip_bad=skip_bad)]
-    prepared = prepare([path], dataset=dataset, skip_bad=skip_bad)
-    for ds in prepared.values():
-        recs.extend(ds.questions)
-    return recs
+    return [q for ds in prepare([path], dataset=dataset, skip_bad=skip_bad).values() for q in ds.questions]

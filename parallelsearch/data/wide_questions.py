@@ -1,17 +1,9 @@
 """Wide questions: SYNTHETIC N-entity comparisons built from 2WikiMultihopQA's evidence triples.
 
-"Which of these 8 people was born first: A, B, ..., or H?" needs one sub-query per entity, so
-these questions measure a search of many sub-queries, which the ParallelSearch paper leaves
-open (no benchmark asks more than a few). Every fact comes from a real triple
-(``[subject, "date of birth", "22 January 1865"]``) and every entity's paragraph is its real
-2Wiki context paragraph; only the question is made up, and the gold answer is computed from the
-triples. The records are FlashRAG question records (``parallelsearch.data.questions``) marked
-``metadata.synthetic`` with how they were made; the corpus is the entities' own paragraphs.
-
-A question is generated only when its answer is certain: dates are intervals ("1948" is the
-whole year) and the winner must come strictly before (after) every other entity's interval.
-Values that are not a date this module can read (approximate, free text) are dropped and
-counted; nothing is guessed. ``N = 1`` gives a one-entity lookup ("When was A born?").
+"Which of these 8 people was born first: A, B, ..., or H?" needs one sub-query per entity, a
+search wider than any benchmark asks for. Every fact and paragraph is real 2Wiki data; only the
+question is made up, and only when the triples make its answer certain: nothing is guessed
+(docs/architecture.md, "Question records").
 """
 
 from __future__ import annotations
@@ -21,16 +13,17 @@ import calendar
 import json
 import random
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.data.questions import _entity_key
+from parallelsearch.data.questions import _entity_key, hop, write_jsonl
 from parallelsearch.stores.errors import BadInputError
 from parallelsearch.stores.ingestion.jsonfiles import iter_json_records
 from parallelsearch.stores.ingestion.readers import passage_pairs
-from parallelsearch.stores.passages import Passage, to_contents
+from parallelsearch.stores.passages import Passage
 
 #: relation -> (plural noun, verb phrase, lookup question) of the questions asked about it
 RELATIONS: dict[str, tuple[str, str, str]] = {
@@ -104,28 +97,24 @@ class Entity:
 class EntityReport:
     """Per relation: triples read, and what was dropped and why (nothing is dropped silently)."""
 
-    triples: dict[str, int] = field(default_factory=dict)
+    triples: Counter[str] = field(default_factory=Counter)
     unparsed: dict[str, list[str]] = field(default_factory=dict)
-    no_paragraph: dict[str, int] = field(default_factory=dict)
-    conflicting: dict[str, int] = field(default_factory=dict)
-    kept: dict[str, int] = field(default_factory=dict)
+    no_paragraph: Counter[str] = field(default_factory=Counter)
+    conflicting: Counter[str] = field(default_factory=Counter)
+    kept: Counter[str] = field(default_factory=Counter)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             rel: {
-                "triples": self.triples.get(rel, 0),
-                "kept": self.kept.get(rel, 0),
+                "triples": self.triples[rel],
+                "kept": self.kept[rel],
                 "dropped_unparsed": len(self.unparsed.get(rel, [])),
                 "unparsed_examples": self.unparsed.get(rel, [])[:5],
-                "dropped_no_paragraph": self.no_paragraph.get(rel, 0),
-                "dropped_conflicting": self.conflicting.get(rel, 0),
+                "dropped_no_paragraph": self.no_paragraph[rel],
+                "dropped_conflicting": self.conflicting[rel],
             }
             for rel in RELATIONS
         }
-
-
-def _bump(counts: dict[str, int], rel: str) -> None:
-    counts[rel] = counts.get(rel, 0) + 1
 
 
 def collect_entities(paths: Iterable[str | Path]) -> tuple[dict[str, list[Entity]], EntityReport]:
@@ -155,11 +144,11 @@ def collect_entities(paths: Iterable[str | Path]) -> tuple[dict[str, list[Entity
                 subj, rel, obj = (str(x) for x in triple)
                 if rel not in RELATIONS:
                     continue
-                _bump(report.triples, rel)
+                report.triples[rel] += 1
                 keyed = by_key.get(_entity_key(subj), [])
                 title = subj if subj in exact else keyed[0] if len(keyed) == 1 else None
                 if title is None or not exact[title].strip():
-                    _bump(report.no_paragraph, rel)
+                    report.no_paragraph[rel] += 1
                     continue
                 span = parse_date(obj)
                 if span is None:
@@ -230,10 +219,7 @@ def make_question(entities: Sequence[Entity], order: str, qid: str, seed: int) -
         # the oracle searches the supporting titles of a parallel question in one search
         "supporting_titles": titles,
         "evidences": [[e.title, rel, e.value] for e in entities],
-        "hops": [
-            {"question": f"{e.title} {rel}", "answer": e.value, "title": e.title, "refs": []}
-            for e in entities
-        ],
+        "hops": [hop(f"{e.title} {rel}", e.value, e.title, []) for e in entities],
         "sources": [e.source for e in entities],
     }
     return {"id": qid, "question": question, "golden_answers": answers, "metadata": meta}
@@ -292,22 +278,11 @@ def generate(
 
 
 def write(wide: WideSet, out_dir: str | Path, name: str = "wide_questions") -> tuple[Path, Path]:
-    """``<name>.jsonl`` (questions) and ``<name>_corpus.jsonl`` (the entities' paragraphs, in the
-    corpus format ``index`` reads)."""
+    """``<name>.jsonl`` (questions) and ``<name>_corpus.jsonl`` (the paragraphs, for ``index``)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    qpath, cpath = out / f"{name}.jsonl", out / f"{name}_corpus.jsonl"
-    qpath.write_text(
-        "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in wide.questions), encoding="utf-8"
-    )
-    cpath.write_text(
-        "".join(
-            json.dumps({"id": p.id, "contents": to_contents(p.title, p.text)}, ensure_ascii=False) + "\n"
-            for p in wide.passages.values()
-        ),
-        encoding="utf-8",
-    )
-    return qpath, cpath
+    qpath = write_jsonl(out / f"{name}.jsonl", wide.questions)
+    corpus = ({"id": p.id, "contents": p.contents} for p in wide.passages.values())
+    return qpath, write_jsonl(out / f"{name}_corpus.jsonl", corpus)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -316,9 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Write SYNTHETIC N-entity questions (and their corpus) from 2WikiMultihopQA evidence triples.",
     )
     ap.add_argument("files", nargs="+", help="2WikiMultihopQA files with evidences (never the holdout)")
-    ap.add_argument(
-        "--out", required=True, help="folder for wide_questions.jsonl and wide_questions_corpus.jsonl"
-    )
+    ap.add_argument("--out", required=True, help="folder for the questions and their corpus (.jsonl)")
     ap.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), help="entities per question")
     ap.add_argument("--per-size", type=int, default=4, help="questions per size and relation (default 4)")
     ap.add_argument("--seed", type=int, default=0)

@@ -1,9 +1,7 @@
 """Write the evaluation outputs: summary.json, breakdown.json, report.md and PNG plots.
 
-The Markdown tables are laid out like the paper's: EM per split (Table 2), EM /
-decomposition ratio / inference seconds / turns on parallelizable questions (Table 3),
-and the efficiency and retrieval columns. With the oracle policy the accuracy columns
-say ``oracle``: such a run measures efficiency and retrieval only.
+The Markdown tables follow the paper's Tables 2 and 3, then efficiency and retrieval. With the
+oracle policy the accuracy columns say ``oracle``: such a run measures efficiency and retrieval.
 """
 
 from __future__ import annotations
@@ -16,6 +14,21 @@ from typing import Any
 from parallelsearch.eval.runner import RESULTS, read_results
 from parallelsearch.eval.summary import SPLITS, by_type, dedup, is_oracle_run, summarize
 
+#: a table column's header -> the summary metric it shows
+_COLUMNS = {
+    "calls": "policy_calls",
+    "rounds": "search_rounds",
+    "sub-q": "subqueries",
+    "resolver": "resolver_calls",
+    "DR": "decomposition_ratio",
+    "p50 ms": "latency_p50_ms",
+    "p95 ms": "latency_p95_ms",
+    "recall": "gold_recall",
+    "hop recall": "hop_recall",
+    "dep. hop recall": "dependent_hop_recall",
+    "coverage": "answer_coverage",
+}
+
 
 def _fmt(v: Any, oracle: bool = False, pct: bool = False) -> str:
     if oracle:
@@ -23,7 +36,7 @@ def _fmt(v: Any, oracle: bool = False, pct: bool = False) -> str:
     if v is None:
         return "–"
     if isinstance(v, float):
-        return f"{100 * v:.1f}" if pct else f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+        return f"{100 * v:.1f}%" if pct else f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
     return str(v)
 
 
@@ -33,66 +46,42 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     ]
 
 
+def _metrics_table(
+    labels: list[str], columns: list[str], groups: list[tuple[list[str], Any]], oracle: bool
+) -> list[str]:
+    """One row per non-empty group of ``(label values, metrics)``: the labels, n, EM, then ``columns``."""
+    rows = [
+        [*names, str(m["n"]), _fmt(m["em"], oracle), *(_fmt(m[_COLUMNS[c]]) for c in columns)]
+        for names, m in groups
+        if m and m["n"]
+    ]
+    return _table([*labels, "n", "EM", *columns], rows)
+
+
 def comparison_lines(summary: dict[str, Any], oracle: bool) -> list[str]:
     """The compact table the demo prints: per variant and split, efficiency and retrieval."""
-    head = [
-        "graph",
-        "split",
-        "n",
-        "EM",
-        "calls",
-        "rounds",
-        "sub-q",
-        "DR",
-        "p50 ms",
-        "p95 ms",
-        "recall",
-        "coverage",
-    ]
-    rows = []
-    for v, splits in summary.items():
-        for s in SPLITS:
-            m = splits[s]
-            if not m["n"]:
-                continue
-            rows.append(
-                [
-                    v,
-                    s,
-                    str(m["n"]),
-                    _fmt(m["em"], oracle),
-                    _fmt(m["policy_calls"]),
-                    _fmt(m["search_rounds"]),
-                    _fmt(m["subqueries"]),
-                    _fmt(m["decomposition_ratio"]),
-                    _fmt(m["latency_p50_ms"]),
-                    _fmt(m["latency_p95_ms"]),
-                    _fmt(m["gold_recall"]),
-                    _fmt(m["answer_coverage"]),
-                ]
-            )
-    return _table(head, rows)
+    columns = ["calls", "rounds", "sub-q", "DR", "p50 ms", "p95 ms", "recall", "coverage"]
+    groups = [([v, s], splits[s]) for v, splits in summary.items() for s in SPLITS]
+    return _metrics_table(["graph", "split"], columns, groups, oracle)
 
 
 def type_lines(breakdown: dict[str, Any], oracle: bool) -> list[str]:
-    """Per question type (``dataset/type``) and graph: the counts of a turn (policy calls, search
-    rounds = stages, sub-queries, resolver calls), retrieval (gold-passage recall, every hop's
-    gold paragraph, the dependent hops' alone, answer coverage) and latency."""
-    head = ["type", "graph", "n", "EM", "calls", "rounds", "sub-q", "resolver", "recall", "hop recall"]
-    head += ["dep. hop recall", "coverage", "p50 ms"]
-    rows = []
-    for key in sorted({k for by_key in breakdown.values() for k in by_key}):
-        for v, by_key in breakdown.items():
-            m = by_key.get(key)
-            if not m or not m["n"]:
-                continue
-            rows.append(
-                [key, v, str(m["n"]), _fmt(m["em"], oracle)]
-                + [_fmt(m[f]) for f in ("policy_calls", "search_rounds", "subqueries", "resolver_calls")]
-                + [_fmt(m[f]) for f in ("gold_recall", "hop_recall", "dependent_hop_recall")]
-                + [_fmt(m["answer_coverage"]), _fmt(m["latency_p50_ms"])]
-            )
-    return _table(head, rows)
+    """Per question type (``dataset/type``) and graph: a turn's counts, retrieval (gold-passage
+    recall, every hop's gold paragraph, the dependent hops' alone, answer coverage) and latency."""
+    columns = [
+        "calls",
+        "rounds",
+        "sub-q",
+        "resolver",
+        "recall",
+        "hop recall",
+        "dep. hop recall",
+        "coverage",
+        "p50 ms",
+    ]
+    types = sorted({k for by_key in breakdown.values() for k in by_key})
+    groups = [([k, v], by_key.get(k)) for k in types for v, by_key in breakdown.items()]
+    return _metrics_table(["type", "graph"], columns, groups, oracle)
 
 
 def ratio_lines(summary: dict[str, Any]) -> list[str]:
@@ -105,13 +94,9 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
         rows = []
         for s in SPLITS:
             p, q = summary[graph][s], summary["sequential"][s]
-            if not p["n"] or not q["n"]:
-                continue
-
-            def r(key: str, p=p, q=q) -> str:
-                return f"{p[key] / q[key]:.3f}" if p[key] and q[key] else "–"
-
-            rows.append([s, r("policy_calls"), r("search_rounds"), r("latency_p50_ms")])
+            if p["n"] and q["n"]:
+                keys = ("policy_calls", "search_rounds", "latency_p50_ms")
+                rows.append([s, *(f"{p[k] / q[k]:.3f}" if p[k] and q[k] else "–" for k in keys)])
         out += _table(["split", "policy calls", "search rounds", "latency p50"], rows)
     return out
 
@@ -127,8 +112,14 @@ def plots(rows: list[dict[str, Any]], summary: dict[str, Any], out_dir: Path, or
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    files = []
+    def save(fig: Any, name: str) -> str:
+        fig.tight_layout()
+        fig.savefig(out_dir / name, dpi=110)
+        plt.close(fig)
+        return name
+
     variants = list(summary)
+    ok = {v: [r for r in rows if r["variant"] == v and not r.get("error")] for v in variants}
     fig, ax = plt.subplots(figsize=(5, 4))
     for v in variants:
         m = summary[v]["all"]
@@ -140,45 +131,26 @@ def plots(rows: list[dict[str, Any]], summary: dict[str, Any], out_dir: Path, or
     ax.set_ylabel("gold-passage recall (oracle run)" if oracle else "EM")
     ax.set_title("Accuracy vs. policy calls" if not oracle else "Retrieval vs. policy calls (oracle)")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(out_dir / "em_vs_calls.png", dpi=110)
-    plt.close(fig)
-    files.append("em_vs_calls.png")
+    files = [save(fig, "em_vs_calls.png")]
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    data = [[r["latency_ms"] for r in rows if r["variant"] == v and not r.get("error")] for v in variants]
-    ax.boxplot(data, showfliers=True)
+    ax.boxplot([[r["latency_ms"] for r in ok[v]] for v in variants], showfliers=True)
     ax.set_xticks(range(1, len(variants) + 1), variants)
     ax.set_ylabel("latency per question (ms)")
     ax.set_title("Latency distribution")
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(out_dir / "latency.png", dpi=110)
-    plt.close(fig)
-    files.append("latency.png")
+    files.append(save(fig, "latency.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    calls = [
-        [
-            r["policy_calls"]
-            for r in rows
-            if r["variant"] == v and not r.get("error") and r.get("policy_calls")
-        ]
-        for v in variants
-    ]
+    calls = [[r["policy_calls"] for r in ok[v] if r.get("policy_calls")] for v in variants]
     top = max((max(c) for c in calls if c), default=1)
-    bins = [x - 0.5 for x in range(1, top + 2)]
-    ax.hist(calls, bins=bins, label=variants)
+    ax.hist(calls, bins=[x - 0.5 for x in range(1, top + 2)], label=variants)
     ax.set_xticks(range(1, top + 1))
     ax.set_xlabel("policy calls per question")
     ax.set_ylabel("questions")
     ax.set_title("Policy calls per question")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(out_dir / "policy_calls_hist.png", dpi=110)
-    plt.close(fig)
-    files.append("policy_calls_hist.png")
-    return files
+    return [*files, save(fig, "policy_calls_hist.png")]
 
 
 def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str, Any]:
@@ -207,51 +179,26 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
             "answer: accuracy columns say `oracle`. This run measures efficiency (policy calls, search rounds, "
             "latency) and retrieval (gold-passage recall, answer coverage) only.",
         ]
-    if run.get("turn_delay_s"):
-        md += [
-            "",
-            f"Each policy turn costs a simulated {1000 * run['turn_delay_s']:.0f} ms of generation time.",
-        ]
-    if run.get("resolver_delay_s"):
-        md += [
-            "",
-            f"Each #k resolver call costs a simulated {1000 * run['resolver_delay_s']:.0f} ms.",
-        ]
+    delays = (
+        ("turn_delay_s", "Each policy turn costs a simulated {:.0f} ms of generation time."),
+        ("resolver_delay_s", "Each #k resolver call costs a simulated {:.0f} ms."),
+    )
+    for key, text in delays:
+        if run.get(key):
+            md += ["", text.format(1000 * run[key])]
     if run.get("latency"):
         md += ["", f"How latency was measured: {run['latency']}."]
-    md += ["", "## EM by split (paper Table 2 layout)", ""]
-    md += _table(
-        ["graph", *SPLITS],
-        [
-            [v]
-            + [
-                _fmt(summary[v][s]["em"], oracle) + f" (n={summary[v][s]['n']})"
-                if summary[v][s]["n"]
-                else "–"
-                for s in SPLITS
-            ]
-            for v in summary
-        ],
-    )
+    table2, table3 = [], []
+    for v, splits in summary.items():
+        cells = (splits[s] for s in SPLITS)
+        table2.append([v] + [f"{_fmt(m['em'], oracle)} (n={m['n']})" if m["n"] else "–" for m in cells])
+        p = splits["parallel"]
+        seconds = None if p["latency_p50_ms"] is None else p["latency_p50_ms"] / 1000
+        dr = _fmt(p["decomposition_ratio"], pct=True)
+        table3.append([v, _fmt(p["em"], oracle), dr, _fmt(seconds), _fmt(p["policy_calls"])])
+    md += ["", "## EM by split (paper Table 2 layout)", ""] + _table(["graph", *SPLITS], table2)
     md += ["", "## Parallelizable questions (paper Table 3 layout)", ""]
-    md += _table(
-        ["graph", "EM", "DR", "inference s (p50)", "turns"],
-        [
-            [
-                v,
-                _fmt(summary[v]["parallel"]["em"], oracle),
-                _fmt(summary[v]["parallel"]["decomposition_ratio"], pct=True)
-                + ("%" if summary[v]["parallel"]["decomposition_ratio"] is not None else ""),
-                _fmt(
-                    None
-                    if summary[v]["parallel"]["latency_p50_ms"] is None
-                    else summary[v]["parallel"]["latency_p50_ms"] / 1000
-                ),
-                _fmt(summary[v]["parallel"]["policy_calls"]),
-            ]
-            for v in summary
-        ],
-    )
+    md += _table(["graph", "EM", "DR", "inference s (p50)", "turns"], table3)
     md += ["", "## Efficiency and retrieval", ""] + comparison_lines(summary, oracle) + ratio_lines(summary)
     md += [
         "",

@@ -1,9 +1,8 @@
 """The evaluation runner: graph variants x questions, bounded concurrency, resumable results.
 
-Rows go to ``results.jsonl`` as each question finishes. Re-running with the same output
-folder reads that file first and runs only the (variant, question) pairs not in it, so a
-killed run resumes where it stopped and no question is counted twice. ``run.json``
-records what was run; resuming with another policy or dataset is refused.
+Rows go to ``results.jsonl`` as each question finishes; a re-run into the same folder runs only
+the (variant, question) pairs not in it, so a killed run resumes and nothing counts twice.
+``run.json`` records what was run; resuming with another policy or dataset is refused.
 """
 
 from __future__ import annotations
@@ -65,12 +64,10 @@ def read_results(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
 def _end_torn_line(path: Path) -> None:
     """A run killed mid-write leaves a line without its newline: close it so new rows start clean."""
     if path.is_file() and path.stat().st_size:
-        with path.open("rb") as f:
+        with path.open("rb+") as f:
             f.seek(-1, 2)
-            torn = f.read(1) != b"\n"
-        if torn:
-            with path.open("a", encoding="utf-8") as f:
-                f.write("\n")
+            if f.read(1) != b"\n":
+                f.write(b"\n")
 
 
 def _check_run(out_dir: Path, info: dict[str, Any]) -> None:
@@ -94,18 +91,17 @@ LATENCY_METHOD = (
 )
 
 
-def interleaved(variants: Sequence[str], i: int) -> list[str]:
-    """The graphs' order for question ``i``: as given for even i, reversed for odd i, so no graph
-    always runs first (and pays for, or profits from, what the one before it left warm)."""
-    return list(variants) if i % 2 == 0 else list(reversed(variants))
+def _graph_input(q: dict[str, Any]) -> dict[str, Any]:
+    """A question as a graph's input: the gold answers ride in the metadata (oracle, recall)."""
+    meta = {**(q.get("metadata") or {}), "golden_answers": list(q.get("golden_answers") or [])}
+    return {"question": q["question"], "metadata": meta}
 
 
 async def _warm_up(graphs: dict[str, Any], q: dict[str, Any]) -> None:
     """Run each graph once on ``q``, untimed and unrecorded: the first run pays one-off costs."""
-    meta = {**(q.get("metadata") or {}), "golden_answers": list(q.get("golden_answers") or [])}
     for graph in graphs.values():
         try:
-            await graph.ainvoke({"question": q["question"], "metadata": meta})
+            await graph.ainvoke(_graph_input(q))
         except Exception:  # noqa: BLE001 - the timed run of this question records the error
             pass
 
@@ -177,10 +173,12 @@ async def evaluate(
         v: build_graph(v, policy, searcher, answer_policy=answer_policy, config=cfg, **extra)
         for v in variants
     }
+    # the graphs' order alternates per question, so no graph always runs first (and pays for, or
+    # profits from, what the one before it left warm)
     todo = [
         (v, q)
         for i, q in enumerate(questions)
-        for v in interleaved(variants, i)
+        for v in (variants if i % 2 == 0 else variants[::-1])
         if (v, str(q.get("id"))) not in done
     ]
     run.skipped_done = len(variants) * len(questions) - len(todo)
@@ -188,10 +186,10 @@ async def evaluate(
 
     async def one(variant: str, q: dict[str, Any]) -> dict[str, Any]:
         async with sem:
-            meta = {**(q.get("metadata") or {}), "golden_answers": list(q.get("golden_answers") or [])}
+            graph_input = _graph_input(q)
             t0 = time.perf_counter()
             try:
-                result = await graphs[variant].ainvoke({"question": q["question"], "metadata": meta})
+                result = await graphs[variant].ainvoke(graph_input)
                 return score_output(q, result, variant, (time.perf_counter() - t0) * 1000)
             except Exception as e:  # noqa: BLE001 - a failed question is a row with its error
                 return error_row(

@@ -1,7 +1,5 @@
-"""Per-question scores from one graph output: accuracy, counts, decomposition, retrieval recall and coverage.
-
-Accuracy uses the same SQuAD-normalised metrics as the rewards (``parallelsearch.data.metrics``).
-"""
+"""Per-question scores from one graph output: accuracy (the rewards' metrics), counts,
+decomposition, retrieval recall and coverage."""
 
 from __future__ import annotations
 
@@ -10,10 +8,6 @@ from typing import Any
 
 from parallelsearch.data.metrics import answer_in_text, cover_match, exact_match, f1_score, normalize_answer
 from parallelsearch.graphs.state import ObservationRecord, TrajectoryRecord, TurnRecord
-
-
-def _is_yes_no(golds: list[str]) -> bool:
-    return bool(golds) and all(normalize_answer(g) in ("yes", "no") for g in golds)
 
 
 def hop_recall(hops: object, titles: set[str], *, dependent: bool = False) -> float | None:
@@ -34,20 +28,17 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
     golds = list(q.get("golden_answers") or [])
     answer = out.get("answer")
     trajectory: list[TrajectoryRecord] = out.get("trajectory") or []
-    turns: list[TurnRecord] = [t for t in trajectory if t["type"] == "turn"]  # type: ignore[misc]
+    searches: list[TurnRecord] = [t for t in trajectory if t["type"] == "turn" and t["action"] == "search"]  # type: ignore[misc]
     observations: list[ObservationRecord] = [t for t in trajectory if t["type"] == "observation"]  # type: ignore[misc]
     titles = {p["title"] for o in observations for r in o["results"] for p in r["passages"]}
     retrieved = "\n".join(o["text"] for o in observations)
-    supporting = list(dict.fromkeys(meta.get("supporting_titles") or []))
+    supporting = set(meta.get("supporting_titles") or [])
     searched = variant != "direct"
-    gold_recall = (
-        round(len(set(supporting) & titles) / len(supporting), 4) if supporting and searched else None
-    )
+    gold_recall = round(len(supporting & titles) / len(supporting), 4) if supporting and searched else None
     hops = meta.get("hops") if searched else None
     coverage = None
-    if searched and golds and not _is_yes_no(golds):
+    if searched and golds and not all(normalize_answer(g) in ("yes", "no") for g in golds):
         coverage = float(answer_in_text(retrieved, golds))
-    search_turns = [t for t in turns if t["action"] == "search"]
     return {
         **_identity(q, variant),
         "answer": answer,
@@ -60,7 +51,7 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
         "subqueries": out.get("subqueries"),
         "resolver_calls": out.get("resolver_calls", 0),
         "passages": out.get("passages"),
-        "decomposed": any(len(t["subqueries"]) >= 2 for t in search_turns),
+        "decomposed": any(len(t["subqueries"]) >= 2 for t in searches),
         "latency_ms": round(latency_ms, 3),
         "tokens_in": out.get("tokens_in"),
         "tokens_out": out.get("tokens_out"),

@@ -7,24 +7,10 @@ from collections.abc import Iterable
 from typing import Any
 
 SPLITS = ("all", "parallel", "sequential", "single")
-METRICS = (
-    "n",
-    "em",
-    "f1",
-    "acc",
-    "policy_calls",
-    "search_rounds",
-    "subqueries",
-    "resolver_calls",
-    "decomposition_ratio",
-    "latency_p50_ms",
-    "latency_p95_ms",
-    "gold_recall",
-    "hop_recall",
-    "dependent_hop_recall",
-    "answer_coverage",
-)
 ACCURACY = ("em", "f1", "acc")
+_COST = ("policy_calls", "search_rounds", "subqueries", "resolver_calls")
+_RETRIEVAL = ("gold_recall", "hop_recall", "dependent_hop_recall", "answer_coverage")
+METRICS = ("n", *ACCURACY, *_COST, "decomposition_ratio", "latency_p50_ms", "latency_p95_ms", *_RETRIEVAL)
 
 
 def is_oracle_run(rows: Iterable[dict[str, Any]]) -> bool:
@@ -38,12 +24,9 @@ def _mean(xs: Iterable[float | None]) -> float | None:
 
 
 def percentile(xs: list[float], q: float, digits: int | None = None) -> float | None:
-    """The ``q`` quantile of ``xs`` (0 <= q <= 1) by linear interpolation between the nearest
-    ranks (numpy's default; q=0.5 is the median), rounded to ``digits`` when given: the one
-    percentile of the summaries and the benchmarks.
-
-    No samples (every request failed) give None, JSON null: never a made-up 0, a NaN (not
-    JSON) or a crash."""
+    """The ``q`` quantile of ``xs`` (0 <= q <= 1), interpolated linearly as numpy does, rounded to
+    ``digits`` when given: the one percentile of the summaries and the benchmarks. No samples
+    (every request failed) give None (JSON null), never a made-up 0 or a NaN."""
     if not xs:
         return None
     s = sorted(xs)
@@ -56,29 +39,18 @@ def percentile(xs: list[float], q: float, digits: int | None = None) -> float | 
 def metrics(rows: list[dict[str, Any]], *, split: str, accuracy: bool = True) -> dict[str, Any]:
     """The metric dict of one group of rows; a metric that does not apply is None."""
     ok = [r for r in rows if not r.get("error")]
-    lat = [r["latency_ms"] for r in ok if r.get("latency_ms") is not None]
-    par = [r for r in ok if r.get("split") == "parallel"]
-    out: dict[str, Any] = {
-        "n": len(ok),
-        "em": _mean(r["em"] for r in ok) if accuracy else None,
-        "f1": _mean(r["f1"] for r in ok) if accuracy else None,
-        "acc": _mean(r["acc"] for r in ok) if accuracy else None,
-        "policy_calls": _mean(r.get("policy_calls") for r in ok),
-        "search_rounds": _mean(r.get("search_rounds") for r in ok),
-        "subqueries": _mean(r.get("subqueries") for r in ok),
-        "resolver_calls": _mean(r.get("resolver_calls") for r in ok),
-        "decomposition_ratio": _mean(float(r["decomposed"]) for r in par)
-        if split in ("all", "parallel") and par
-        else None,
-        "latency_p50_ms": percentile(lat, 0.5, 3),
-        "latency_p95_ms": percentile(lat, 0.95, 3),
-        "gold_recall": _mean(r.get("gold_recall") for r in ok),
-        "hop_recall": _mean(r.get("hop_recall") for r in ok),
-        "dependent_hop_recall": _mean(r.get("dependent_hop_recall") for r in ok),
-        "answer_coverage": _mean(r.get("answer_coverage") for r in ok),
-    }
+    out: dict[str, Any] = dict.fromkeys(METRICS)
+    out["n"] = len(ok)
     if not ok:
-        out = {k: (0 if k == "n" else None) for k in METRICS}
+        return out
+    means = (*ACCURACY, *_COST, *_RETRIEVAL) if accuracy else (*_COST, *_RETRIEVAL)
+    for m in means:
+        out[m] = _mean(r.get(m) for r in ok)
+    par = [r for r in ok if r.get("split") == "parallel"]
+    if split in ("all", "parallel") and par:
+        out["decomposition_ratio"] = _mean(float(r["decomposed"]) for r in par)
+    lat = [r["latency_ms"] for r in ok if r.get("latency_ms") is not None]
+    out["latency_p50_ms"], out["latency_p95_ms"] = percentile(lat, 0.5, 3), percentile(lat, 0.95, 3)
     return out
 
 
@@ -100,9 +72,8 @@ def summarize(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """variant -> split (all, parallel, sequential, single) -> metric -> value."""
     rows = dedup(rows)
-    variants = list(dict.fromkeys(r["variant"] for r in rows))
     summary: dict[str, dict[str, dict[str, Any]]] = {}
-    for v in variants:
+    for v in dict.fromkeys(r["variant"] for r in rows):
         vr = [r for r in rows if r["variant"] == v]
         summary[v] = {
             s: metrics(
@@ -123,9 +94,7 @@ def by_type(rows: Iterable[dict[str, Any]], *, accuracy: bool = True) -> dict[st
         result[variant] = {}
         for key, grp in by_key.items():
             split = "parallel" if grp[0].get("split") == "parallel" else "other"
-            m = metrics(grp, split=split, accuracy=accuracy)
             ok = [r for r in grp if not r.get("error")]
-            m["tokens_in"] = _mean(r.get("tokens_in") for r in ok)
-            m["tokens_out"] = _mean(r.get("tokens_out") for r in ok)
-            result[variant][key] = m
+            tokens = {t: _mean(r.get(t) for r in ok) for t in ("tokens_in", "tokens_out")}
+            result[variant][key] = {**metrics(grp, split=split, accuracy=accuracy), **tokens}
     return result
