@@ -4,6 +4,7 @@ Both ``parallelsearch.eval`` and ``parallelsearch.rl`` import from here, and thi
 imports neither (docs/architecture.md, "Layers"); it reads benchmark context with ``stores``.
 """
 
+from parallelsearch.data.metrics import answer_in_text, cover_match, exact_match, f1_score, normalize_answer
 from parallelsearch.data.questions import (
     DATASETS,
     PreparedDataset,
@@ -18,8 +19,13 @@ from parallelsearch.data.questions import (
 __all__ = [
     "DATASETS",
     "PreparedDataset",
+    "answer_in_text",
+    "cover_match",
+    "exact_match",
+    "f1_score",
     "guess_dataset",
     "load_questions",
+    "normalize_answer",
     "prepare",
     "question_record",
     "split_of",
