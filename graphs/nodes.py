@@ -13,6 +13,7 @@ graph's resolver and sends it out again, and only the last stage's join answers 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -88,10 +89,23 @@ def _turn_record(res: Any, action: Any, *, index: int, final: bool, ms: float) -
     }
 
 
-def _add(a: int | None, b: int | None) -> int | None:
-    if a is None and b is None:
-        return None
-    return (a or 0) + (b or 0)
+def _passages(row: dict[str, Any]) -> list[Passage]:
+    """A searcher result row's passages as objects again (the row's dicts carry a ``source``)."""
+    return [Passage(**{k: v for k, v in p.items() if k != "source"}) for p in row["passages"]]
+
+
+def _usage(st: Any, res: Any) -> dict[str, Any]:
+    """The labels and token counts after turn ``res``. Unchanged values are not written again:
+    every channel write costs LangGraph time."""
+    update: dict[str, Any] = {}
+    labels = st.get("labels") or []
+    if not set(res.labels) <= set(labels):
+        update["labels"] = sorted(set(labels) | set(res.labels))
+    if res.prompt_tokens is not None:
+        update["tokens_in"] = (st.get("tokens_in") or 0) + res.prompt_tokens
+    if res.completion_tokens is not None:
+        update["tokens_out"] = (st.get("tokens_out") or 0) + res.completion_tokens
+    return update
 
 
 #: what a tools-protocol planner is told after a reply with neither a tool call nor an answer
@@ -298,9 +312,6 @@ class Nodes:
         text = res.text if isinstance(res.text, str) else ""
         if self.tool_text:
             action = parse_tool_text(text, max_subqueries=cfg.max_subqueries, split=cfg.split_subqueries)
-            action, stages = _planned(action, cfg, final)
-            invalid = action.kind == "invalid" or (final and action.kind != "answer")
-            transcript, segments = self._tool_text_turn(st, action, text, invalid and not final)
         elif self.tools:
             action = parse_tool_calls(
                 res.tool_calls,
@@ -310,16 +321,18 @@ class Nodes:
                 split=cfg.split_subqueries,
                 cut=res.finish_reason == "length",
             )
-            action, stages = _planned(action, cfg, final)
-            invalid = action.kind == "invalid" or (final and action.kind != "answer")
-            transcript, segments = self._tool_turn(st, res, action, text, invalid and not final, update)
         else:
             action = parse_action(text, max_subqueries=cfg.max_subqueries, split=cfg.split_subqueries)
-            action, stages = _planned(action, cfg, final)
+        action, stages = _planned(action, cfg, final)
+        feedback = action.kind == "invalid" and not final  # the final turn gets no corrective note
+        if self.tool_text:
+            transcript, segments = self._tool_text_turn(st, action, text, feedback)
+        elif self.tools:
+            transcript, segments = self._tool_turn(st, res, action, text, feedback, update)
+        else:
             transcript = st["transcript"] + text
             segments = list(st["segments"]) + [("policy", text)]
-            invalid = action.kind == "invalid" or (final and action.kind != "answer")
-            if action.kind == "invalid" and not final:
+            if feedback:
                 transcript += INVALID_FEEDBACK
                 segments.append(("feedback", INVALID_FEEDBACK))
         ms = _ms(t0)
@@ -341,15 +354,8 @@ class Nodes:
             last_action=last_action,
             trajectory=[turn],
             node_ms={"planner": ms},
+            **_usage(st, res),
         )
-        # unchanged values are not written again: every channel write costs LangGraph time
-        labels = st.get("labels") or []
-        if not set(res.labels) <= set(labels):
-            update["labels"] = sorted(set(labels) | set(res.labels))
-        if res.prompt_tokens is not None:
-            update["tokens_in"] = _add(st.get("tokens_in"), res.prompt_tokens)
-        if res.completion_tokens is not None:
-            update["tokens_out"] = _add(st.get("tokens_out"), res.completion_tokens)
         if action.kind == "answer":
             update["answer"] = action.answer
         return update
@@ -421,6 +427,7 @@ class Nodes:
         return "planner"
 
     def _sem(self) -> asyncio.Semaphore | None:
+        """This loop's limit on searcher nodes running at once (``max_concurrency``), if any."""
         if not self.cfg.max_concurrency:
             return None
         loop = asyncio.get_running_loop()
@@ -435,12 +442,8 @@ class Nodes:
         task_width = task.get("width", 1)
         task = {k: v for k, v in task.items() if k != "width"}  # type: ignore[assignment]
         top_k = _configured(self.cfg, config, runtime, self.pinned).search_top_k(task_width)
-        sem = self._sem()
-        if sem is None:
+        async with self._sem() or contextlib.nullcontext():
             out = await self._one(task, top_k)
-        else:
-            async with sem:
-                out = await self._one(task, top_k)
         out["ms"] = _ms(t0)
         # the join adds the round's searcher milliseconds to node_ms in its own single write
         return {"results": [out]}
@@ -480,10 +483,7 @@ class Nodes:
             if stages
             else []
         )
-        passages = [
-            [Passage(**{k: v for k, v in p.items() if k != "source"}) for p in row["passages"]]
-            for row in rows
-        ]
+        passages = [_passages(row) for row in rows]
         errors = [row.get("error") for row in rows]
         chat: list[AnyMessage] | None = None
         if self.tools:
@@ -578,9 +578,7 @@ class Nodes:
             return ParentResult(
                 k=k,
                 searched=row["query"],
-                passages=tuple(
-                    Passage(**{f: v for f, v in p.items() if f != "source"}) for p in row["passages"]
-                ),
+                passages=tuple(_passages(row)),
                 written=act["subqueries"][target],
                 gold=str(gold) if gold is not None else None,
             )
@@ -715,9 +713,7 @@ class Nodes:
                     _turn_record(res, act, index=state.get("policy_calls", 0), final=True, ms=_ms(t0))
                     | {"role": "answer"}
                 ],
-                labels=sorted(set(state.get("labels") or []) | set(res.labels)),
-                tokens_in=_add(state.get("tokens_in"), res.prompt_tokens),
-                tokens_out=_add(state.get("tokens_out"), res.completion_tokens),
+                **_usage(state, res),
             )
         started = state.get("started_at") or time.time()
         status = "answered" if answer is not None else "unanswered"
