@@ -69,11 +69,8 @@ def _prompt(prompt: str | None, protocol: str, graph: str) -> str | None:
     front of the protocol's own prompt, as instructions."""
     if prompt is None or prompt in TEMPLATES or prompt in TOOL_TEMPLATES or "{question}" in prompt:
         return prompt
-    if protocol == "tools":
-        base = TOOLS_TEMPLATE
-    else:
-        base = SEARCH_R1_TEMPLATE if graph == "sequential" else PAPER_TEMPLATE
-    return f"{prompt.strip()}\n\n{base}"
+    tags = SEARCH_R1_TEMPLATE if graph == "sequential" else PAPER_TEMPLATE
+    return f"{prompt.strip()}\n\n{TOOLS_TEMPLATE if protocol == 'tools' else tags}"
 
 
 def create_parallel_search_agent(

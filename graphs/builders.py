@@ -133,8 +133,7 @@ def _search_loop(
     options: dict[str, Any],
 ) -> SearchGraph:
     """The searching graphs' one shape: begin -> planner -> ``Send`` searchers -> join -> planner
-    ... -> answer; what differs by kind is what :data:`_PINNED` fixes (its prompt, whether ``##``
-    splits) and whether turn requests invite ``#k`` references (``dag``)."""
+    ... -> answer; what differs by kind is what :data:`_PINNED` fixes and, for dag, ``references``."""
     opts = dict(options)
     resolver = _resolver_option(opts)
     cfg = _config(config, opts)
@@ -198,11 +197,9 @@ def build_parallel_search_graph(
 ) -> SearchGraph:
     """ParallelSearch: planner -> ``Send`` one searcher per sub-query -> join -> planner.
 
-    ``searcher``: a :class:`ChromaStore`, a ``/retrieve`` URL or client, a LangChain
-    retriever, a ``{name: store}`` mapping (multi-store routing) or any object with
-    ``asearch(query, k)``. Knobs: ``config`` and/or :class:`GraphOptions` keywords;
-    ``resolver`` may also be a function ``(sub_query, parents) -> str`` for the ``#k`` of
-    dependent sub-queries (``seat of #1``).
+    ``searcher``: a :class:`ChromaStore`, a ``/retrieve`` URL or client, a LangChain retriever, a
+    ``{name: store}`` mapping or anything with ``asearch(query, k)``. ``resolver`` may also be a
+    function ``(sub_query, parents) -> str`` for the ``#k`` of dependent sub-queries.
     """
     return _search_loop("parallel", policy, searcher, answer_policy, checkpointer, config, options)
 

@@ -190,9 +190,7 @@ def request_overrides(*sources: Mapping[str, Any] | Any) -> dict[str, Any]:
     """The per-request values found in ``sources`` (configurable dicts or a context; later ones
     win), validated: a bad value is a ``ValueError`` naming the key."""
     merged: dict[str, Any] = {}
-    for src in sources:
-        if src is None:
-            continue
+    for src in sources:  # a None context has no __dict__, so it adds nothing
         items = src if isinstance(src, Mapping) else getattr(src, "__dict__", {})
         merged.update({k: v for k, v in items.items() if k in PER_REQUEST_KEYS and v is not None})
     if not merged:

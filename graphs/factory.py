@@ -81,9 +81,8 @@ def make_store(
 def make_sharded_store(
     cfg: RetrievalConfig, spec: StoreSpec, *, embedder: Embedder | None = None
 ) -> ShardedStore:
-    """The sharded store ``spec`` declares, every shard opened and checked against the others
-    (``stores/sharded_store.py``); one encoder for all: ``embedder``, else the one the first shard
-    records (``auto``)."""
+    """The sharded store ``spec`` declares, every shard opened and checked against the others; one
+    encoder for all: ``embedder``, else the one the first shard records (``auto``)."""
     from parallelsearch.stores.sharded_store import ShardedStore, open_shards
 
     def embedder_for(client: Any, collection: str) -> Embedder:

@@ -63,8 +63,7 @@ def _ms(t0: float) -> float:
 
 
 def _turn_record(res: Any, action: Any, *, index: int, final: bool, ms: float) -> TurnRecord:
-    """The trajectory's record of one policy turn (``res``: its TurnResult; a search in the final
-    turn is recorded as invalid)."""
+    """The trajectory's record of one policy turn (a search in the final turn is invalid)."""
     kind = "invalid" if final and action.kind == "search" else action.kind
     return {
         "type": "turn",
@@ -89,8 +88,7 @@ def _passages(row: dict[str, Any]) -> list[Passage]:
 
 
 def _usage(st: Any, res: Any) -> dict[str, Any]:
-    """The labels and token counts after turn ``res``. Unchanged values are not written again:
-    every channel write costs LangGraph time."""
+    """Labels and token counts after turn ``res``, written only when changed (a write costs time)."""
     update: dict[str, Any] = {}
     labels = st.get("labels") or []
     if not set(res.labels) <= set(labels):
@@ -166,9 +164,8 @@ class Nodes:
         self.pinned = frozenset(pinned)  # per-request keys this graph kind does not let a request change
         self._stores = store_names(searcher) if searcher is not None else []
         self._sems: dict[int, asyncio.Semaphore] = {}
-        # a resolver object or function given to the builder; names are made on first use, once
-        self._resolver_given = None if resolver is None else as_resolver(resolver)
-        self._resolvers: dict[str, Resolver] = {}
+        self._resolver_given = None if resolver is None else as_resolver(resolver)  # the builder's
+        self._resolvers: dict[str, Resolver] = {}  # the named ones, made on first use, once
 
     # -- helpers -------------------------------------------------------------------------
     def _configured(self, config: RunnableConfig | None, runtime: Runtime | None) -> GraphConfig:
@@ -489,9 +486,8 @@ class Nodes:
     async def _next_stage(
         self, state: SearchState, resolver: Resolver, rows: list[dict[str, Any]], t0: float
     ) -> dict[str, Any]:
-        """The join of a stage that is not the last: resolve the ``#k`` of the next stage's
-        sub-queries from their parents' results (one resolver call each, concurrently) and hand
-        them to :meth:`after_join` to fan out. Nothing reaches the transcript yet."""
+        """The join of a stage that is not the last: resolve the next stage's ``#k`` (concurrently)
+        and hand its tasks to :meth:`after_join`. Nothing reaches the transcript yet."""
         act, stage = state["last_action"], state.get("stage", 0)
         by_index = {row["index"]: row for row in rows}
         history = state.get("history") or [{}]
@@ -501,18 +497,16 @@ class Nodes:
         def parent(k: int, target: int) -> ParentResult:
             row = by_index.get(target) or {"query": act["subqueries"][target], "passages": []}
             hop = hops[k - 1] if 0 < k <= len(hops) and isinstance(hops[k - 1], dict) else {}
-            gold = hop.get("answer")
             return ParentResult(
                 k=k,
                 searched=row["query"],
                 passages=tuple(_passages(row)),
                 written=act["subqueries"][target],
-                gold=str(gold) if gold is not None else None,
+                gold=str(hop["answer"]) if hop.get("answer") is not None else None,
             )
 
         async def resolve(i: int) -> dict[str, Any]:
-            """The next stage's task for sub-query ``i``: its resolved query, or, when a parent
-            failed or the resolver did, its written query and why it is not searched."""
+            # its resolved query, or (a parent or the resolver failed) why it is not searched
             written = act["subqueries"][i]
             task = {"query": written, "index": i, "round": r, "width": len(act["subqueries"])}
             failed = [(k, t) for k, t in act["refs"][i] if (by_index.get(t) or {}).get("error")]
@@ -546,9 +540,8 @@ class Nodes:
     def _tool_results(
         self, state: SearchState, rows: list[dict[str, Any]], searched_as: list[str | None]
     ) -> tuple[str, list[AnyMessage]]:
-        """One ``ToolMessage`` per call of the round (a duplicate call gets its sub-query's
-        result), and the round's text form for the transcript. A call whose query named an
-        earlier call (``#k``) is told first what it was searched with."""
+        """One ``ToolMessage`` per call of the round (a duplicate call gets its sub-query's result;
+        a ``#k`` call first what it was searched with), and the round's text form."""
         texts: list[str] = []
         for i, row in enumerate(rows):
             if row.get("error"):
@@ -596,9 +589,8 @@ class Nodes:
         return {**update, **joined}
 
     def _warn_unanswered(self, state: SearchState) -> None:
-        """Say once per graph when an episode ended unanswered because every turn was invalid:
-        a planner that never speaks the protocol (e.g. a chat model answering in plain text
-        under the tags protocol) would otherwise fail silently."""
+        """Say once per graph when every turn of an unanswered episode was invalid: a planner that
+        never speaks the protocol (a chat model under tags) would otherwise fail silently."""
         turns = [t for t in state.get("trajectory") or [] if t.get("type") == "turn"]
         if turns and all(t.get("action") == "invalid" for t in turns):
             self._warned = True
