@@ -1,8 +1,5 @@
-"""LangGraph graphs: ParallelSearch (parallel fan-out), its dag variant (prompted with ``#k``) and the
-sequential, rag and direct baselines.
-
-``parallelsearch.graphs.factory`` builds them (and their policy and searcher) from
-configuration; the builders here take already built parts.
+"""LangGraph graphs: ParallelSearch, its dag variant and the sequential, rag and direct baselines,
+from already built parts (``parallelsearch.graphs.factory`` builds them from configuration).
 """
 
 from parallelsearch.graphs.agent import create_parallel_search_agent

@@ -1,8 +1,5 @@
 """The front door: one call from a chat model (or any policy) and searchers to a compiled
-ParallelSearch graph, in the style of LangGraph's ``create_react_agent``.
-
-Everything is a keyword argument over the builders (:mod:`parallelsearch.graphs.builders`);
-store names are opened through the factory, anything else through ``as_searcher``.
+ParallelSearch graph, in the style of LangGraph's ``create_react_agent``, over the builders.
 """
 
 from __future__ import annotations
@@ -26,21 +23,22 @@ from parallelsearch.graphs.builders import (
     SearchGraph,
     build_parallel_search_graph,
     build_sequential_graph,
+    check_graph_kind,
 )
 from parallelsearch.graphs.config import GraphConfig, GraphOptions
 from parallelsearch.stores.config import RetrievalConfig
 
 
+def _store_name(given: Any) -> bool:
+    return isinstance(given, str) and not given.startswith(("http://", "https://"))
+
+
 def _searcher(searchers: Any, retrieval: RetrievalConfig | None) -> Any:
     """Store names -> the factory's searcher (several: routed by ``name: query``); a list of
     searchers -> routing by their ``name``; anything else -> ``as_searcher``."""
-    names = (
-        [searchers]
-        if isinstance(searchers, str) and not searchers.startswith(("http://", "https://"))
-        else None
-    )
+    names = [searchers] if _store_name(searchers) else None
     if isinstance(searchers, Sequence) and not isinstance(searchers, str) and searchers:
-        if all(isinstance(s, str) and not s.startswith(("http://", "https://")) for s in searchers):
+        if all(_store_name(s) for s in searchers):
             names = list(searchers)
         else:
             routed: dict[str, Any] = {}
@@ -71,11 +69,8 @@ def _prompt(prompt: str | None, protocol: str, graph: str) -> str | None:
     front of the protocol's own prompt, as instructions."""
     if prompt is None or prompt in TEMPLATES or prompt in TOOL_TEMPLATES or "{question}" in prompt:
         return prompt
-    if protocol == "tools":
-        base = TOOLS_TEMPLATE
-    else:
-        base = SEARCH_R1_TEMPLATE if graph == "sequential" else PAPER_TEMPLATE
-    return f"{prompt.strip()}\n\n{base}"
+    tags = SEARCH_R1_TEMPLATE if graph == "sequential" else PAPER_TEMPLATE
+    return f"{prompt.strip()}\n\n{TOOLS_TEMPLATE if protocol == 'tools' else tags}"
 
 
 def create_parallel_search_agent(
@@ -95,21 +90,15 @@ def create_parallel_search_agent(
     """A compiled ParallelSearch graph: the planner decomposes, searchers run in parallel.
 
     Args:
-        model: the planner: a LangChain chat model, an ``init_chat_model`` string
-            (``"anthropic:claude-sonnet-4-5"``), a policy spec (``"oracle"``,
-            ``"openai:MODEL@URL"``, ``"vllm:PATH"``, ``"chat:PROVIDER:MODEL"`` ...) or a policy.
-            A string whose prefix is one of our spec kinds is a spec (so ``openai:`` is a
-            completions endpoint serving a trained checkpoint; write ``chat:openai:gpt-4o``
-            for ChatOpenAI), any other ``provider:model`` goes to ``init_chat_model``.
-        searchers: a store name or list of store names (opened with ``retrieval``, routed by
-            ``name: query`` when several), a ``/retrieve`` URL, a searcher, retriever or
-            anything ``as_searcher`` accepts, a list of them (routed by their ``name``) or a
-            ``{name: searcher}`` mapping.
-        protocol: ``tools`` (the model calls a ``search`` tool, several calls per message run as
-            one parallel round, the answer is a message without tool calls), ``tags``
-            (``<search> a ## b </search>`` text, what trained checkpoints speak) or ``auto``:
-            tools for a chat model with ``bind_tools``, tags otherwise. The output's
-            ``protocol`` key says which ran; the builder logs it.
+        model: the planner: a LangChain chat model, a policy, a policy spec (``"oracle"``,
+            ``"openai:MODEL@URL"`` = a completions endpoint serving a trained checkpoint,
+            ``"vllm:PATH"``, ``"chat:openai:gpt-4o"`` ...) or any other ``init_chat_model`` string.
+        searchers: a store name or list of them (opened with ``retrieval``, routed by
+            ``name: query`` when several), a ``/retrieve`` URL, anything ``as_searcher`` accepts,
+            a list of them (routed by their ``name``) or a ``{name: searcher}`` mapping.
+        protocol: ``tools`` (the model calls a ``search`` tool; several calls per message run as
+            one parallel round), ``tags`` (``<search> a ## b </search>`` text, what trained
+            checkpoints speak) or ``auto``: tools for a chat model with ``bind_tools``.
         prompt: a template name (``paper``, ``official``, ``search_r1``, ``tools``), a text with
             ``{question}``, or instructions put in front of the protocol's own prompt.
         graph: ``parallel`` (ParallelSearch) or ``sequential`` (Search-R1: one query per turn).
@@ -119,19 +108,11 @@ def create_parallel_search_agent(
             ``max_turns``, ``max_subqueries``, ...); keywords win.
         name: the compiled graph's name (as a subgraph or in Studio).
 
-    Example::
-
-        from langchain_openai import ChatOpenAI
-        from parallelsearch import create_parallel_search_agent
-
-        agent = create_parallel_search_agent(ChatOpenAI(model="gpt-4o-mini"), my_search, top_k=3)
-        out = agent.invoke({"messages": [("user", "Are Paris and Rome both capitals?")]})
-        print(out["messages"][-1].content, out["search_rounds"], out["subqueries"])
+    Example: README.md, "A chat model and your searcher".
     """
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
-    if graph not in ("parallel", "sequential"):
-        raise ValueError(f"unknown graph {graph!r}; choose parallel or sequential")
+    check_graph_kind(graph, ("parallel", "sequential"))
     build = build_parallel_search_graph if graph == "parallel" else build_sequential_graph
     opts: dict[str, Any] = {**options, "protocol": protocol}
     if prompt is not None:

@@ -1,26 +1,17 @@
 """Graph builders: ParallelSearch and its baselines from the same parts.
 
-Each returns a compiled LangGraph graph that works standalone and as a subgraph:
-input ``{"question", "metadata"?}`` or ``{"messages"}``, output answer + ``messages`` (the
-answer appended as an AI message) + transcript + trajectory + counts. The planner may be a
-policy, a LangChain chat model or a spec string (``coerce.as_policy``); its protocol
-(``tags`` or ``tools``) is resolved here, once.
-The knobs are :class:`GraphConfig`'s fields, given as keyword arguments (typed through
-:class:`GraphOptions`) or as one ``config=GraphConfig(...)``; keyword arguments win.
-Every graph carries :class:`GraphContext` as its context schema, so a run can change
-``top_k``, ``passage_budget``, ``max_turns``, ``max_subqueries``, ``max_stages``, ``resolver``
-and the sampling settings per request
-(docs/architecture.md, "A request"). Every run with input enters through the node that
-opens an episode (``begin``; ``retrieve`` in the RAG graph), so on a checkpointed thread
-each new question is a fresh episode and the earlier ones stay in ``history``
-(docs/architecture.md, "Threads").
+Each returns a compiled graph that works standalone and as a subgraph (input ``{"question",
+"metadata"?}`` or ``{"messages"}``; output the answer, ``messages``, transcript, trajectory and
+counts). The planner's protocol is resolved here, once; the knobs are :class:`GraphConfig`'s, as
+keywords or ``config=``, and some may change per request (docs/architecture.md, "A request").
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any, Literal, TypeAlias, get_args
+from typing import Any, Literal, ParamSpec, TypeAlias, get_args
 
 from langchain_core.language_models import BaseChatModel
 from langgraph._internal._runnable import RunnableCallable
@@ -37,6 +28,7 @@ from parallelsearch.graphs.state import GraphInput, GraphOutput, SearchState
 from parallelsearch.graphs.sync_bridge import sync_node
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
 
 #: what a builder takes as its planner: a policy, a LangChain chat model or a spec string
 Planner: TypeAlias = Policy | BaseChatModel | str
@@ -98,12 +90,8 @@ def _planner(
     if protocol == "tools" and not cfg.prompt_template:
         text_form = getattr(pol, "tool_text", False)  # the trainer's policy writes <tool_call> blocks
         cfg = cfg.model_copy(update={"prompt_template": "tool_text" if text_form else "tools"})
-    log.info(
-        "%s graph: planner %s speaks the %s protocol",
-        kind,
-        getattr(pol, "name", type(pol).__name__),
-        protocol,
-    )
+    name = getattr(pol, "name", type(pol).__name__)
+    log.info("%s graph: planner %s speaks the %s protocol", kind, name, protocol)
     return pol, protocol, answerer, cfg
 
 
@@ -145,8 +133,7 @@ def _search_loop(
     options: dict[str, Any],
 ) -> SearchGraph:
     """The searching graphs' one shape: begin -> planner -> ``Send`` searchers -> join -> planner
-    ... -> answer; what differs by kind is what :data:`_PINNED` fixes (its prompt, whether ``##``
-    splits) and whether turn requests invite ``#k`` references (``dag``)."""
+    ... -> answer; what differs by kind is what :data:`_PINNED` fixes and, for dag, ``references``."""
     opts = dict(options)
     resolver = _resolver_option(opts)
     cfg = _config(config, opts)
@@ -210,45 +197,40 @@ def build_parallel_search_graph(
 ) -> SearchGraph:
     """ParallelSearch: planner -> ``Send`` one searcher per sub-query -> join -> planner.
 
-    ``searcher``: a :class:`ChromaStore`, a ``/retrieve`` URL or client, a LangChain
-    retriever, a ``{name: store}`` mapping (multi-store routing) or any object with
-    ``asearch(query, k)``. Knobs: ``config`` and/or :class:`GraphOptions` keywords;
-    ``resolver`` may also be a function ``(sub_query, parents) -> str`` for the ``#k`` of
-    dependent sub-queries (``seat of #1``).
+    ``searcher``: a :class:`ChromaStore`, a ``/retrieve`` URL or client, a LangChain retriever, a
+    ``{name: store}`` mapping or anything with ``asearch(query, k)``. ``resolver`` may also be a
+    function ``(sub_query, parents) -> str`` for the ``#k`` of dependent sub-queries.
     """
     return _search_loop("parallel", policy, searcher, answer_policy, checkpointer, config, options)
 
 
-def build_dag_graph(
-    policy: Planner,
-    searcher: Any,
-    *,
-    answer_policy: Planner | None = None,
-    checkpointer: Any = None,
-    config: GraphConfig | None = None,
-    **options: Unpack[GraphOptions],
-) -> SearchGraph:
+def _searching_builder(kind: str, doc: str, like: Callable[P, SearchGraph]) -> Callable[P, SearchGraph]:
+    """The public builder of searching ``kind``, with ``like``'s signature (typed, and as ``inspect``
+    and ``help`` show it): the searching kinds' arguments are declared once."""
+
+    @functools.wraps(like)
+    def build(*args: P.args, **kwargs: P.kwargs) -> SearchGraph:
+        return build_graph(kind, *args, **kwargs)
+
+    build.__name__ = build.__qualname__ = f"build_{kind}_graph"
+    build.__doc__ = doc
+    return build
+
+
+build_dag_graph = _searching_builder(
+    "dag",
     """Dependent sub-queries in one turn: the ParallelSearch graph, prompted to plan with ``#k``.
 
-    The same nodes and edges as :func:`build_parallel_search_graph` (which also runs a search
-    with ``#k`` in stages); what differs is what the policy is told: the ``dag`` prompt (the
-    paper's plus one sentence on ``#k``, unless a prompt is given) and every turn request says
-    references are welcome (``TurnRequest.references``; the oracle then plans a question's hops
-    as one search). The resolver is the configured one (default ``passage``)."""
-    return _search_loop("dag", policy, searcher, answer_policy, checkpointer, config, options)
-
-
-def build_sequential_graph(
-    policy: Planner,
-    searcher: Any,
-    *,
-    answer_policy: Planner | None = None,
-    checkpointer: Any = None,
-    config: GraphConfig | None = None,
-    **options: Unpack[GraphOptions],
-) -> SearchGraph:
-    """Search-R1 baseline: its prompt (unless one is given), one query per search (``##`` is not split)."""
-    return _search_loop("sequential", policy, searcher, answer_policy, checkpointer, config, options)
+    The same nodes and edges as :func:`build_parallel_search_graph`; what differs is what the
+    policy is told: the ``dag`` prompt (unless a prompt is given) and that ``#k`` references are
+    welcome (``TurnRequest.references``). The resolver is the configured one (default ``passage``).""",
+    build_parallel_search_graph,
+)
+build_sequential_graph = _searching_builder(
+    "sequential",
+    """Search-R1 baseline: its prompt (unless one is given), one query per search (``##`` is not split).""",
+    build_parallel_search_graph,
+)
 
 
 def build_rag_graph(
@@ -277,15 +259,6 @@ def build_direct_graph(
     return _one_turn("direct", policy, searcher, checkpointer, config, options)
 
 
-_BUILDERS = {
-    "parallel": build_parallel_search_graph,
-    "sequential": build_sequential_graph,
-    "rag": build_rag_graph,
-    "direct": build_direct_graph,
-    "dag": build_dag_graph,
-}
-
-
 def build_graph(
     kind: str,
     policy: Planner,
@@ -296,12 +269,11 @@ def build_graph(
     config: GraphConfig | None = None,
     **options: Unpack[GraphOptions],
 ) -> SearchGraph:
-    """Any graph by name: ``parallel``, ``sequential``, ``rag``, ``direct`` or ``dag`` (every kind
-    is one entry of this module's builder table).
+    """Any graph by name: ``parallel``, ``sequential``, ``rag``, ``direct`` or ``dag``.
 
     ``answer_policy`` applies to the searching graphs; the one-turn baselines have no
     separate answer turn, so it is not used there.
     """
-    check_graph_kind(kind)
-    extra: dict[str, Any] = {"answer_policy": answer_policy} if kind in SEARCHING_KINDS else {}
-    return _BUILDERS[kind](policy, searcher, checkpointer=checkpointer, config=config, **extra, **options)
+    if check_graph_kind(kind) in SEARCHING_KINDS:
+        return _search_loop(kind, policy, searcher, answer_policy, checkpointer, config, options)
+    return _one_turn(kind, policy, searcher, checkpointer, config, options)

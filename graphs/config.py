@@ -1,10 +1,6 @@
-"""Graph configuration: the paper's defaults, the builders' typed keyword arguments, and the
-per-request knobs a served graph takes from ``config["configurable"]`` (or LangGraph's
-``context``).
-
-:class:`GraphConfig` is the one place the defaults live: the CLI's flags default to "not
-given" and the app's settings hold a ``GraphConfig`` whose unset fields keep these
-defaults (docs/architecture.md, "Configuration").
+"""Graph configuration: :class:`GraphConfig` (the one place the paper's defaults live; the CLI's
+flags and the app's settings leave unset fields at these), the builders' typed keyword arguments,
+and the per-request knobs a served graph takes (docs/architecture.md, "Configuration").
 """
 
 from __future__ import annotations
@@ -138,8 +134,7 @@ class GraphConfig(BaseModel):
 
     def recursion_limit(self) -> int:
         """Supersteps an episode can take at the largest ``max_turns`` and ``max_stages`` a request
-        may set: the planner and a search + join per stage each turn, then the final turn and the
-        answer."""
+        may set (per turn the planner, and a search + join per stage)."""
         return (1 + 2 * MAX_STAGES_LIMIT) * (MAX_TURNS_LIMIT + 1) + 10
 
     def updated(self, **values: Any) -> GraphConfig:
@@ -150,47 +145,39 @@ class GraphConfig(BaseModel):
         return GraphConfig.model_validate({**self.model_dump(exclude_unset=True), **given})
 
 
-class GraphOptions(TypedDict, total=False):
-    """The builders' keyword arguments: exactly the fields of :class:`GraphConfig`.
-
-    ``build_parallel_search_graph(policy, searcher, top_k=5)`` is typed through this
-    (PEP 692 ``Unpack``), so editors list the knobs; a test keeps the two in step.
-    """
+class _RequestKnobs(TypedDict, total=False):
+    """The knobs both a builder and a request may set (the request's ``resolver`` is a name only)."""
 
     top_k: TopK
     passage_budget: PassageBudget
     max_turns: MaxTurns
     max_subqueries: MaxSubqueries
+    max_new_tokens: MaxNewTokens
+    temperature: Temperature
+    top_p: TopP
+    max_stages: MaxStages
+
+
+class GraphOptions(_RequestKnobs, total=False):
+    """The builders' keyword arguments, exactly :class:`GraphConfig`'s fields: typed through this
+    (PEP 692 ``Unpack``), editors list the knobs of ``build_parallel_search_graph(..., top_k=5)``."""
+
     max_concurrency: MaxConcurrency
     search_timeout_s: SearchTimeout
     search_retries: SearchRetries
     max_observation_words: MaxObservationWords
     prompt_template: PromptTemplate
     observation_titles: ObservationTitles
-    max_new_tokens: MaxNewTokens
-    temperature: Temperature
-    top_p: TopP
     split_subqueries: SplitSubqueries
-    max_stages: MaxStages
     resolver: ResolverChoice  # a builder also takes a function or an object with aresolve
     protocol: Protocol
 
 
 @with_config(ConfigDict(extra="allow"))
-class GraphContext(TypedDict, total=False):
-    """What one request may change: ``config={"configurable": {"top_k": 5}}`` (LangServe,
-    ``graph.ainvoke``) or ``context={"top_k": 5}`` (LangGraph's runtime context, Agent
-    Server). Other ``configurable`` keys (``thread_id``, ...) pass through untouched. The
-    field types are :class:`GraphConfig`'s, so a bound is the same per request as when built."""
+class GraphContext(_RequestKnobs, total=False):
+    """What one request may change, as ``config={"configurable": {"top_k": 5}}`` or LangGraph's
+    runtime ``context={"top_k": 5}``; with :class:`GraphConfig`'s types, so the bounds are the same."""
 
-    top_k: TopK
-    passage_budget: PassageBudget
-    max_turns: MaxTurns
-    max_subqueries: MaxSubqueries
-    max_new_tokens: MaxNewTokens
-    temperature: Temperature
-    top_p: TopP
-    max_stages: MaxStages
     resolver: Resolver
 
 
@@ -200,15 +187,10 @@ _CONTEXT = TypeAdapter(GraphContext)
 
 
 def request_overrides(*sources: Mapping[str, Any] | Any) -> dict[str, Any]:
-    """The per-request values found in ``sources`` (configurable dicts or a context), validated.
-
-    Later sources win. A bad value is a ``ValueError`` naming the key, so a served graph
-    answers a clear error instead of running with a nonsensical setting.
-    """
+    """The per-request values found in ``sources`` (configurable dicts or a context; later ones
+    win), validated: a bad value is a ``ValueError`` naming the key."""
     merged: dict[str, Any] = {}
-    for src in sources:
-        if src is None:
-            continue
+    for src in sources:  # a None context has no __dict__, so it adds nothing
         items = src if isinstance(src, Mapping) else getattr(src, "__dict__", {})
         merged.update({k: v for k, v in items.items() if k in PER_REQUEST_KEYS and v is not None})
     if not merged:

@@ -1,15 +1,8 @@
 """Configuration -> runtime objects: embedders, stores, searchers, policies and graph parts.
 
-This module is the one place that turns configuration models
-(:class:`~parallelsearch.stores.config.RetrievalConfig`,
-:class:`~parallelsearch.agents.policies.config.PolicyConfig`,
-:class:`~parallelsearch.graphs.config.GraphConfig`) into the objects that run. Every entry
-point goes through it: the CLI commands, ``parallelsearch serve``, ``langgraph_app.py``,
-the OpenRLHF agent config and the notebooks. Changing how a store is opened or a policy
-is reached is therefore one edit here (docs/architecture.md, "Configuration").
-
-It sits in the ``graphs`` layer because it needs every part below (stores, agents,
-graphs) and must be importable by ``rl``; the app's settings only produce the models.
+The one place that turns the configuration models (``RetrievalConfig``, ``PolicyConfig``,
+``GraphConfig``) into the objects that run, for every entry point (docs/architecture.md,
+"Configuration"). It sits in ``graphs`` because it needs every layer below and ``rl`` imports it.
 """
 
 from __future__ import annotations
@@ -73,11 +66,7 @@ def make_store(
     client: Any = None,
 ) -> ChromaStore:
     """The store ``name`` where ``cfg`` says stores live; a missing one is an error unless ``create``.
-
-    ``hnsw``: Chroma's HNSW parameters for a new store (``stores/chroma_store.py``); for an existing
-    one, ``ef_search`` is changed and any other that differs is an error. ``client``: one the
-    caller already opened for ``cfg`` (else a new one).
-    """
+    ``hnsw``: Chroma's HNSW parameters (``stores/chroma_store.py``); ``client``: one already open."""
     client = client or make_chroma_client(cfg)
     return ChromaStore(
         name,
@@ -92,9 +81,8 @@ def make_store(
 def make_sharded_store(
     cfg: RetrievalConfig, spec: StoreSpec, *, embedder: Embedder | None = None
 ) -> ShardedStore:
-    """The sharded store ``spec`` declares, every shard opened and checked against the others
-    (``stores/sharded_store.py``); one encoder for all: ``embedder``, else the one the first shard
-    records (``auto``)."""
+    """The sharded store ``spec`` declares, every shard opened and checked against the others; one
+    encoder for all: ``embedder``, else the one the first shard records (``auto``)."""
     from parallelsearch.stores.sharded_store import ShardedStore, open_shards
 
     def embedder_for(client: Any, collection: str) -> Embedder:
@@ -137,13 +125,10 @@ def writing_store(
 ) -> Iterator[ChromaStore]:
     """The store ``name`` opened (created when missing) for writing, one writer at a time.
 
-    An embedded store is locked (:mod:`parallelsearch.stores.store_lock`) before its client
-    is opened, so this process loads the index the previous writer left; a Chroma server
-    serialises writes itself. ``lock_timeout_s`` defaults to ``cfg.store_lock_timeout_s``.
-    A store this call created is removed again when the block fails before adding anything,
-    so a failed first ``index`` leaves no empty store behind. ``embedder_for(recorded)`` builds
-    the encoder once the backend an existing store records is known (asked only with ``auto``;
-    None: a new store), inside the lock, since opening the client earlier would load a stale index.
+    An embedded store is locked before its client is opened, so this process loads the index the
+    previous writer left (a Chroma server serialises writes itself); a store this call created is
+    dropped again when the block fails before adding anything. ``embedder_for(recorded)`` builds the
+    encoder inside the lock, once an existing store's recorded backend is known (``auto`` only).
     """
     validate_store_name(name)
     where = store_location(cfg)
@@ -175,11 +160,8 @@ def store_location(cfg: RetrievalConfig) -> StoreLocation:
 def describe_stores(
     cfg: RetrievalConfig, *, timeout_s: float = DEFAULT_READ_TIMEOUT_S
 ) -> list[dict[str, Any]]:
-    """Name, count, model and location of every store where ``cfg`` says stores live.
-
-    Read in a child process: a store that crashes or hangs Chroma is listed with an ``error``
-    instead of taking the listing (and every healthy store in it) down.
-    """
+    """Name, count, model and location of every store where ``cfg`` says stores live, read in a
+    child process: a store that crashes or hangs Chroma is listed with an ``error``."""
     if not cfg.chroma_host and (cfg.chroma_path is None or not cfg.chroma_path.exists()):
         return []
     location = cfg.location()
@@ -190,23 +172,21 @@ def make_searcher(cfg: RetrievalConfig) -> Searcher:
     """What the graphs search: a ``/retrieve`` server, one store, or several with routing."""
     if cfg.searcher_kind() == "remote":
         assert cfg.retriever_url is not None
-        return RemoteSearcher(
-            RetrieverClient(
-                cfg.retriever_url, timeout_s=cfg.retriever_timeout_s, api_key=cfg.retriever_api_key
-            )
+        client = RetrieverClient(
+            cfg.retriever_url, timeout_s=cfg.retriever_timeout_s, api_key=cfg.retriever_api_key
         )
+        return RemoteSearcher(client)
     specs = [cfg.store_spec(entry) for entry in cfg.stores]
     plain = [spec.name for spec in specs if not spec.sharded]
     client = make_chroma_client(cfg) if plain else None
     if plain:
         require_stores(client, plain, cfg.location())  # a typo fails before an encoder loads
-    searchers: dict[str, Searcher] = {}
-    for spec in specs:
-        if spec.sharded:  # one encoder call per batch, for all its shards
-            searchers[spec.name] = StoreSearcher(make_sharded_store(cfg, spec))
-            continue
-        # stores of one engine share one embedder (get_embedder's): no cache here
-        searchers[spec.name] = StoreSearcher(make_store(cfg, spec.name, client=client))
+    searchers: dict[str, Searcher] = {
+        spec.name: StoreSearcher(
+            make_sharded_store(cfg, spec) if spec.sharded else make_store(cfg, spec.name, client=client)
+        )
+        for spec in specs
+    }
     return next(iter(searchers.values())) if len(searchers) == 1 else MultiStoreSearcher(searchers)
 
 
@@ -231,11 +211,8 @@ def make_policy(cfg: PolicyConfig | str, *, answer: bool = False) -> Policy:
 
 @dataclass(frozen=True)
 class GraphParts:
-    """The policy, answer policy, searcher and knobs every graph of one run shares, built once.
-
-    A server compiles each route from them twice (without, then with its checkpointer) and
-    reports the policy and the stores; an evaluation runs each kind over the same parts.
-    """
+    """The policy, answer policy, searcher and knobs every graph of one run shares, built once
+    (a server compiles each route from them; an evaluation runs each kind over them)."""
 
     policy: Policy
     searcher: Searcher | None = None
@@ -261,12 +238,8 @@ def make_parts(
     retrieval: RetrievalConfig | Searcher | None,
     graph_config: GraphConfig | None = None,
 ) -> GraphParts:
-    """The parts for graphs of ``kinds``: the one path from configuration to graphs.
-
-    ``policy`` and ``retrieval`` may be configuration (built here) or objects already built
-    (tests and notebooks pass a scripted policy or a store); no searcher is opened when every
-    kind is ``direct``, the one graph that does not search.
-    """
+    """The parts for graphs of ``kinds``: the one path from configuration to graphs. ``policy`` and
+    ``retrieval`` may be configuration or built objects; no searcher is opened for ``direct`` only."""
     kinds = [check_graph_kind(k) for k in kinds]
     answer_policy = None
     if isinstance(policy, PolicyConfig):

@@ -1,18 +1,13 @@
-"""The graph's node functions, bound to one policy, searcher and config.
-
-Small private steps, one job each: ``begin`` opens an episode for the run's question
-(on a thread that already holds one it resets the episode's channels and keeps the
-old episode in ``history``); the planner makes one policy turn; the router fans a
-search out with ``Send``; a searcher node runs one sub-query; the join node puts the
-round's results back in sub-query order as one ``<information>`` block; the answer
-node finishes the episode. A search whose sub-queries name earlier ones (``seat of #1``) runs
-in stages inside its round: the join of a stage resolves the next stage's ``#k`` with the
-graph's resolver and sends it out again, and only the last stage's join answers the planner.
+"""The graph's node functions, bound to one policy, searcher and config: ``begin`` opens an
+episode, the planner makes one policy turn, the router fans a search out with ``Send``, a searcher
+node runs one sub-query, the join writes the round's results in sub-query order, the answer node
+finishes the episode. A search with ``#k`` runs in stages inside its round (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -68,8 +63,7 @@ def _ms(t0: float) -> float:
 
 
 def _turn_record(res: Any, action: Any, *, index: int, final: bool, ms: float) -> TurnRecord:
-    """The trajectory's record of one policy turn (``res``: its TurnResult; a search in the final
-    turn is recorded as invalid)."""
+    """The trajectory's record of one policy turn (a search in the final turn is invalid)."""
     kind = "invalid" if final and action.kind == "search" else action.kind
     return {
         "type": "turn",
@@ -88,11 +82,28 @@ def _turn_record(res: Any, action: Any, *, index: int, final: bool, ms: float) -
     }
 
 
-def _add(a: int | None, b: int | None) -> int | None:
-    if a is None and b is None:
-        return None
-    return (a or 0) + (b or 0)
+def _passages(row: dict[str, Any]) -> list[Passage]:
+    """A searcher result row's passages as objects again (the row's dicts carry a ``source``)."""
+    return [Passage(**{k: v for k, v in p.items() if k != "source"}) for p in row["passages"]]
 
+
+def _usage(st: Any, res: Any) -> dict[str, Any]:
+    """Labels and token counts after turn ``res``, written only when changed (a write costs time)."""
+    update: dict[str, Any] = {}
+    labels = st.get("labels") or []
+    if not set(res.labels) <= set(labels):
+        update["labels"] = sorted(set(labels) | set(res.labels))
+    if res.prompt_tokens is not None:
+        update["tokens_in"] = (st.get("tokens_in") or 0) + res.prompt_tokens
+    if res.completion_tokens is not None:
+        update["tokens_out"] = (st.get("tokens_out") or 0) + res.completion_tokens
+    return update
+
+
+#: an episode's counts as it begins
+_ZERO_COUNTS = dict.fromkeys(
+    ("policy_calls", "search_rounds", "subqueries", "resolver_calls", "passages", "errors"), 0
+)
 
 #: what a tools-protocol planner is told after a reply with neither a tool call nor an answer
 TOOLS_RETRY = "Your reply had no tool call and no answer. Call search, or reply with the answer only."
@@ -104,37 +115,18 @@ TOOLS_FINAL = "No more searches are possible. Reply now with the answer only, wi
 NO_ANSWER = "No answer: the planner did not give one within its turns."
 
 
-def _new_question(messages: list[AnyMessage], consumed: str | None) -> HumanMessage | None:
-    """The last message when it is a human message no earlier episode has answered."""
-    last = messages[-1] if messages else None
-    if isinstance(last, HumanMessage) and (last.id is None or last.id != consumed):
-        return last
-    return None
-
-
-def _configured(
-    base: GraphConfig, config: RunnableConfig | None, runtime: Runtime | None, pinned: frozenset[str]
-) -> GraphConfig:
-    """The config of this run: ``base`` with the request's per-request overrides, if any.
-
-    Overrides come from ``config["configurable"]`` (LangServe, ``ainvoke(config=...)``) and
-    from LangGraph's runtime ``context`` (Agent Server, ``ainvoke(context=...)``); the
-    context wins. Keys the graph kind ``pinned`` (the one-turn baselines' ``max_turns``) are
-    not changed. Most runs set none, and then nothing is validated or copied.
-    """
-    configurable = (config or {}).get("configurable") or {}
-    context = getattr(runtime, "context", None)
-    if context is None and not any(k in configurable for k in PER_REQUEST_KEYS):
-        return base
-    overrides = {k: v for k, v in request_overrides(configurable, context).items() if k not in pinned}
-    return base.updated(**overrides) if overrides else base
+def _tool_text_note(action: Any, text: str) -> str:
+    """The text form's reply to an invalid turn (the policy's text stays verbatim, as training
+    tokenised it): one ``<tool_response>`` per call, or one retry note for a turn without calls."""
+    closed = text.rstrip().endswith(TOOL_TURN_END)
+    if action.calls:
+        return tool_text_observation([note for _, note in tool_feedback(action)], closed)
+    return tool_text_observation([], closed, TOOL_TEXT_RETRY.format(reason=action.reason or "invalid turn"))
 
 
 def _planned(action: Any, cfg: GraphConfig, final: bool) -> tuple[Any, dict[str, Any] | None]:
-    """A search's ``#k`` plan: a bad one (a reference to itself, to a later or missing sub-query,
-    more than ``max_stages`` stages) makes the turn invalid, with the reason; a plan of several
-    stages is returned as what ``last_action`` carries (stages and references by index). Any
-    other action comes back as it was, with no plan, so a search without ``#k`` is unchanged."""
+    """A search's ``#k`` plan as ``last_action`` carries it (stages, references by index), or None;
+    a bad plan makes the turn invalid, with the reason. A search without ``#k`` is unchanged."""
     if action.kind != "search" or final or not any("#" in q for q in action.subqueries):
         return action, None
     plan = plan_action(action, max_stages=cfg.max_stages)
@@ -172,15 +164,30 @@ class Nodes:
         self.pinned = frozenset(pinned)  # per-request keys this graph kind does not let a request change
         self._stores = store_names(searcher) if searcher is not None else []
         self._sems: dict[int, asyncio.Semaphore] = {}
-        # a resolver object or function given to the builder; names are made on first use, once
-        self._resolver_given = None if resolver is None else as_resolver(resolver)
-        self._resolvers: dict[str, Resolver] = {}
+        self._resolver_given = None if resolver is None else as_resolver(resolver)  # the builder's
+        self._resolvers: dict[str, Resolver] = {}  # the named ones, made on first use, once
 
     # -- helpers -------------------------------------------------------------------------
-    def _begin(self, state: SearchState, cfg: GraphConfig) -> dict[str, Any]:
-        """The writes that open an episode for ``state["question"]`` (see :meth:`begin`)."""
+    def _configured(self, config: RunnableConfig | None, runtime: Runtime | None) -> GraphConfig:
+        """This run's config: the graph's, with the request's overrides from ``configurable`` and
+        LangGraph's runtime ``context`` (which wins), except the keys this graph kind pins."""
+        configurable = (config or {}).get("configurable") or {}
+        context = getattr(runtime, "context", None)
+        if context is None and not any(k in configurable for k in PER_REQUEST_KEYS):
+            return self.cfg  # most runs set none: nothing is validated or copied
+        overrides = request_overrides(configurable, context)
+        return self.cfg.updated(**{k: v for k, v in overrides.items() if k not in self.pinned})
+
+    # -- nodes ---------------------------------------------------------------------------
+    async def begin(self, state: SearchState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
+        """Open an episode: every run with input passes here once (a resumed run does not). On a
+        thread that holds one, the episode's channels are reset; the earlier stays in ``history``."""
+        cfg = self._configured(config, runtime)
         history = state.get("history") or []
-        asked = _new_question(state.get("messages") or [], history[-1].get("asked") if history else None)
+        last = (state.get("messages") or [None])[-1]
+        consumed = history[-1].get("asked") if history else None
+        # the question is the last message when it is a human message no earlier episode answered
+        asked = last if isinstance(last, HumanMessage) and (last.id is None or last.id != consumed) else None
         q = content_text(asked.content) if asked is not None else state.get("question")
         if not isinstance(q, str) or not q.strip():
             raise ValueError(
@@ -215,12 +222,7 @@ class Nodes:
             "segments": [("prompt", prompt)],
             "round": 0,
             "started_at": started,
-            "policy_calls": 0,
-            "search_rounds": 0,
-            "subqueries": 0,
-            "resolver_calls": 0,
-            "passages": 0,
-            "errors": 0,
+            **_ZERO_COUNTS,
             "labels": [],
             "tokens_in": None,
             "tokens_out": None,
@@ -228,7 +230,7 @@ class Nodes:
         }
         if state.get("question") != q:
             update["question"] = q
-        if asked is not (state.get("messages") or [None])[-1]:
+        if asked is not last:
             update["messages"] = [asked]
         if self.tools:
             update["chat"] = [HumanMessage(content=prompt)]
@@ -237,12 +239,8 @@ class Nodes:
         if state.get("transcript"):
             # the thread holds an earlier episode: its reducer channels start empty again
             update.update(
-                answer=None,
-                status=None,
-                total_ms=None,
-                last_action=None,
+                dict.fromkeys(("answer", "status", "total_ms", "last_action", "next_stage")),
                 stage=0,
-                next_stage=None,
                 trajectory=Overwrite([]),
                 results=Overwrite([]),
                 node_ms=Overwrite({}),
@@ -271,21 +269,9 @@ class Nodes:
             role=role,
         )
 
-    # -- nodes ---------------------------------------------------------------------------
-    async def begin(self, state: SearchState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
-        """Open an episode: every run with input passes here once (START -> begin).
-
-        A resumed run (``Command(resume=...)``, the RL environment) continues at the
-        planner and does not. On a thread that already holds an episode, the episode's
-        channels are reset (reducer channels with ``Overwrite``), so the state after
-        this run is this run's; the earlier episode stays in ``history`` and in the
-        thread's checkpoints.
-        """
-        return self._begin(state, _configured(self.cfg, config, runtime, self.pinned))
-
     async def planner(self, state: SearchState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
         t0 = time.perf_counter()
-        cfg = _configured(self.cfg, config, runtime, self.pinned)
+        cfg = self._configured(config, runtime)
         st: dict[str, Any] = state  # type: ignore[assignment]
         if not st.get("transcript"):
             raise RuntimeError("the planner ran before an episode began (wire START -> begin -> planner)")
@@ -296,32 +282,21 @@ class Nodes:
             request.messages = list(st["chat"]) + ([HumanMessage(content=TOOLS_FINAL)] if final else [])
         res = await self.policy.agenerate(request)
         text = res.text if isinstance(res.text, str) else ""
-        if self.tool_text:
-            action = parse_tool_text(text, max_subqueries=cfg.max_subqueries, split=cfg.split_subqueries)
-            action, stages = _planned(action, cfg, final)
-            invalid = action.kind == "invalid" or (final and action.kind != "answer")
-            transcript, segments = self._tool_text_turn(st, action, text, invalid and not final)
-        elif self.tools:
-            action = parse_tool_calls(
-                res.tool_calls,
-                text,
-                res.invalid_tool_calls,
-                max_subqueries=cfg.max_subqueries,
-                split=cfg.split_subqueries,
-                cut=res.finish_reason == "length",
-            )
-            action, stages = _planned(action, cfg, final)
-            invalid = action.kind == "invalid" or (final and action.kind != "answer")
-            transcript, segments = self._tool_turn(st, res, action, text, invalid and not final, update)
+        limits = {"max_subqueries": cfg.max_subqueries, "split": cfg.split_subqueries}
+        if self.tools and not self.tool_text:
+            cut = res.finish_reason == "length"
+            action = parse_tool_calls(res.tool_calls, text, res.invalid_tool_calls, cut=cut, **limits)
         else:
-            action = parse_action(text, max_subqueries=cfg.max_subqueries, split=cfg.split_subqueries)
-            action, stages = _planned(action, cfg, final)
-            transcript = st["transcript"] + text
-            segments = list(st["segments"]) + [("policy", text)]
-            invalid = action.kind == "invalid" or (final and action.kind != "answer")
-            if action.kind == "invalid" and not final:
-                transcript += INVALID_FEEDBACK
-                segments.append(("feedback", INVALID_FEEDBACK))
+            action = (parse_tool_text if self.tool_text else parse_action)(text, **limits)
+        action, stages = _planned(action, cfg, final)
+        feedback = action.kind == "invalid" and not final  # the final turn gets no corrective note
+        # what the turn said (the tools protocol's in its text form) and the corrective note it gets
+        if self.tool_text:
+            said, note = text, _tool_text_note(action, text) if feedback else ""
+        elif self.tools:
+            said, note = self._tool_turn(st, res, action, text, feedback, update)
+        else:
+            said, note = text, INVALID_FEEDBACK if feedback else ""
         ms = _ms(t0)
         turn = _turn_record(res, action, index=st["policy_calls"], final=final, ms=ms)
         last_action: dict[str, Any] = {
@@ -335,68 +310,36 @@ class Nodes:
             turn["stages"] = [list(s) for s in stages["stages"]]
             last_action.update(stages)
         update.update(
-            transcript=transcript,
-            segments=segments,
+            transcript=st["transcript"] + said + note,
+            segments=[*st["segments"], ("policy", said), *([("feedback", note)] if feedback else [])],
             policy_calls=st["policy_calls"] + 1,
             last_action=last_action,
             trajectory=[turn],
             node_ms={"planner": ms},
+            **_usage(st, res),
         )
-        # unchanged values are not written again: every channel write costs LangGraph time
-        labels = st.get("labels") or []
-        if not set(res.labels) <= set(labels):
-            update["labels"] = sorted(set(labels) | set(res.labels))
-        if res.prompt_tokens is not None:
-            update["tokens_in"] = _add(st.get("tokens_in"), res.prompt_tokens)
-        if res.completion_tokens is not None:
-            update["tokens_out"] = _add(st.get("tokens_out"), res.completion_tokens)
         if action.kind == "answer":
             update["answer"] = action.answer
         return update
 
     def _tool_turn(
         self, st: dict[str, Any], res: Any, action: Any, text: str, feedback: bool, update: dict[str, Any]
-    ) -> tuple[str, list[tuple[str, str]]]:
+    ) -> tuple[str, str]:
         """A tools-protocol turn: the AI message joins the episode's chat (with one corrective
-        ``ToolMessage`` per call when it is invalid); the transcript gets its text form."""
+        ``ToolMessage`` per call when it is invalid); returns its text form and the note's."""
         calls = res.tool_calls or []
         msg = res.message if res.message is not None else AIMessage(content=text, tool_calls=calls)
-        chat = list(st["chat"]) + [msg]
-        turn = render_tool_calls(text, [*calls, *res.invalid_tool_calls])
-        segments = list(st["segments"]) + [("policy", turn)]
-        if feedback:
-            if action.calls:
-                notes = [(cid, note) for cid, note in tool_feedback(action)]
-                chat.extend(
-                    ToolMessage(content=note, tool_call_id=cid, status="error") for cid, note in notes
-                )
-                written = "".join(format_tool_response(note) for _, note in notes)
-            else:
-                note = TOOLS_CUT if res.finish_reason == "length" else TOOLS_RETRY
-                chat.append(HumanMessage(content=note))
-                written = f"\n{note}\n"
-            segments.append(("feedback", written))
-            turn += written
-        update["chat"] = chat
-        return st["transcript"] + turn, segments
-
-    def _tool_text_turn(
-        self, st: dict[str, Any], action: Any, text: str, feedback: bool
-    ) -> tuple[str, list[tuple[str, str]]]:
-        """A text-form turn: the transcript keeps the policy's text verbatim (training tokenises
-        it as generated); an invalid turn gets the corrective notes as the environment's reply:
-        one ``<tool_response>`` per call, or one retry note for a turn without calls."""
-        segments = list(st["segments"]) + [("policy", text)]
-        if not feedback:
-            return st["transcript"] + text, segments
-        closed = text.rstrip().endswith(TOOL_TURN_END)
-        if action.calls:
-            written = tool_text_observation([note for _, note in tool_feedback(action)], closed)
-        else:
-            note = TOOL_TEXT_RETRY.format(reason=action.reason or "invalid turn")
-            written = tool_text_observation([], closed, note)
-        segments.append(("feedback", written))
-        return st["transcript"] + text + written, segments
+        update["chat"] = chat = [*st["chat"], msg]
+        written = ""
+        if feedback and action.calls:
+            notes = tool_feedback(action)
+            chat.extend(ToolMessage(content=note, tool_call_id=cid, status="error") for cid, note in notes)
+            written = "".join(format_tool_response(note) for _, note in notes)
+        elif feedback:
+            note = TOOLS_CUT if res.finish_reason == "length" else TOOLS_RETRY
+            chat.append(HumanMessage(content=note))
+            written = f"\n{note}\n"
+        return render_tool_calls(text, [*calls, *res.invalid_tool_calls]), written
 
     def route(self, state: SearchState) -> Any:
         act = state.get("last_action") or {}
@@ -421,26 +364,21 @@ class Nodes:
         return "planner"
 
     def _sem(self) -> asyncio.Semaphore | None:
+        """This loop's limit on searcher nodes running at once (``max_concurrency``), if any."""
         if not self.cfg.max_concurrency:
             return None
-        loop = asyncio.get_running_loop()
-        sem = self._sems.get(id(loop))
-        if sem is None:
-            sem = self._sems[id(loop)] = asyncio.Semaphore(self.cfg.max_concurrency)
-        return sem
+        # one per event loop: a semaphore belongs to the loop it is first awaited on
+        return self._sems.setdefault(
+            id(asyncio.get_running_loop()), asyncio.Semaphore(self.cfg.max_concurrency)
+        )
 
     async def search(self, task: SearchTask, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
         t0 = time.perf_counter()
         # the search's width sizes the observation budget's share; it is not part of the result row
-        task_width = task.get("width", 1)
+        top_k = self._configured(config, runtime).search_top_k(task.get("width", 1))
         task = {k: v for k, v in task.items() if k != "width"}  # type: ignore[assignment]
-        top_k = _configured(self.cfg, config, runtime, self.pinned).search_top_k(task_width)
-        sem = self._sem()
-        if sem is None:
+        async with self._sem() or contextlib.nullcontext():
             out = await self._one(task, top_k)
-        else:
-            async with sem:
-                out = await self._one(task, top_k)
         out["ms"] = _ms(t0)
         # the join adds the round's searcher milliseconds to node_ms in its own single write
         return {"results": [out]}
@@ -473,32 +411,26 @@ class Nodes:
         stages: list[list[int]] = act.get("stages") or []
         stage = state.get("stage", 0) if stages else 0
         if stage + 1 < len(stages):
-            cfg = _configured(self.cfg, config, runtime, self.pinned)
-            return await self._next_stage(state, cfg, act, rows, stage, t0)
+            resolver = self._resolver(self._configured(config, runtime))
+            return await self._next_stage(state, resolver, rows, t0)
         searched_as = (
             [row["query"] if act["refs"][row["index"]] and not row.get("error") else None for row in rows]
             if stages
             else []
         )
-        passages = [
-            [Passage(**{k: v for k, v in p.items() if k != "source"}) for p in row["passages"]]
-            for row in rows
-        ]
         errors = [row.get("error") for row in rows]
-        chat: list[AnyMessage] | None = None
+        update: dict[str, Any] = {}
         if self.tools:
-            obs, chat = self._tool_results(state, rows, passages, errors, searched_as)
+            obs, update["chat"] = self._tool_results(state, rows, searched_as)
         else:
             obs = format_observation(
-                passages,
+                [_passages(row) for row in rows],
                 errors,
                 [row["query"] for row in rows],
                 self.cfg.max_observation_words,
                 self.cfg.observation_titles or "stripped",
                 searched_as,
             )
-        n_err = sum(1 for e in errors if e)
-        ms = _ms(t0)
         entry: ObservationRecord = {
             "type": "observation",
             "round": r,
@@ -509,15 +441,13 @@ class Nodes:
                     "error": row.get("error"),
                     "ms": row.get("ms"),
                     "passages": [
-                        {"title": p["title"], "score": p["score"], "id": p["id"], "store": p["store"]}
-                        for p in row["passages"]
+                        {k: p[k] for k in ("title", "score", "id", "store")} for p in row["passages"]
                     ],
                     **({"note": row["note"]} if row.get("note") else {}),
                 }
                 for row in rows
             ],
         }
-        update: dict[str, Any] = {"chat": chat} if chat is not None else {}
         if stages:  # the round of a search with #k: how many stages it took, and no stage pending
             entry["stages"] = len(stages)
             update.update(stage=0, next_stage=None)
@@ -528,10 +458,10 @@ class Nodes:
             "round": r + 1,
             "search_rounds": state.get("search_rounds", 0) + max(len(stages), 1),
             "subqueries": state.get("subqueries", 0) + len(rows),
-            "passages": state.get("passages", 0) + sum(len(p) for p in passages),
-            "errors": state.get("errors", 0) + n_err,
+            "passages": state.get("passages", 0) + sum(len(row["passages"]) for row in rows),
+            "errors": state.get("errors", 0) + sum(1 for e in errors if e),
             "trajectory": [entry],
-            "node_ms": {"search": sum(row.get("ms") or 0.0 for row in rows), "join": ms},
+            "node_ms": {"search": sum(row.get("ms") or 0.0 for row in rows), "join": _ms(t0)},
         }
 
     def _resolver(self, cfg: GraphConfig) -> Resolver:
@@ -554,18 +484,11 @@ class Nodes:
         return self._resolvers[name]
 
     async def _next_stage(
-        self,
-        state: SearchState,
-        cfg: GraphConfig,
-        act: dict[str, Any],
-        rows: list[dict[str, Any]],
-        stage: int,
-        t0: float,
+        self, state: SearchState, resolver: Resolver, rows: list[dict[str, Any]], t0: float
     ) -> dict[str, Any]:
-        """The join of a stage that is not the last: resolve the ``#k`` of the next stage's
-        sub-queries from their parents' results (one resolver call each, concurrently) and hand
-        them to :meth:`after_join` to fan out. Nothing reaches the transcript yet."""
-        resolver = self._resolver(cfg)
+        """The join of a stage that is not the last: resolve the next stage's ``#k`` (concurrently)
+        and hand its tasks to :meth:`after_join`. Nothing reaches the transcript yet."""
+        act, stage = state["last_action"], state.get("stage", 0)
         by_index = {row["index"]: row for row in rows}
         history = state.get("history") or [{}]
         hops = (history[-1].get("metadata") or {}).get("hops") or []
@@ -574,45 +497,39 @@ class Nodes:
         def parent(k: int, target: int) -> ParentResult:
             row = by_index.get(target) or {"query": act["subqueries"][target], "passages": []}
             hop = hops[k - 1] if 0 < k <= len(hops) and isinstance(hops[k - 1], dict) else {}
-            gold = hop.get("answer")
             return ParentResult(
                 k=k,
                 searched=row["query"],
-                passages=tuple(
-                    Passage(**{f: v for f, v in p.items() if f != "source"}) for p in row["passages"]
-                ),
+                passages=tuple(_passages(row)),
                 written=act["subqueries"][target],
-                gold=str(gold) if gold is not None else None,
+                gold=str(hop["answer"]) if hop.get("answer") is not None else None,
             )
 
         async def resolve(i: int) -> dict[str, Any]:
-            """The next stage's task for sub-query ``i``: its resolved query, or, when a parent
-            failed or the resolver did, its written query and why it is not searched."""
+            # its resolved query, or (a parent or the resolver failed) why it is not searched
             written = act["subqueries"][i]
+            task = {"query": written, "index": i, "round": r, "width": len(act["subqueries"])}
             failed = [(k, t) for k, t in act["refs"][i] if (by_index.get(t) or {}).get("error")]
             if failed:
                 k, t = failed[0]
-                why = f"not searched: #{k} ({by_index[t]['query']!r}) failed"
-                return {"query": written, "index": i, "round": r, "error": why}
+                return {**task, "error": f"not searched: #{k} ({by_index[t]['query']!r}) failed"}
             try:
                 text = await resolver.aresolve(written, [parent(k, t) for k, t in act["refs"][i]])
             except ResolverError:
                 raise  # a resolver that cannot work here (gold without hops, a non-text result)
             except Exception as e:  # a model or function that failed this time: the episode goes on
                 why = f"not searched: resolving its #k failed ({type(e).__name__}: {e})"
-                return {"query": written, "index": i, "round": r, "error": why, "resolved": True}
+                return {**task, "error": why, "resolved": True}
             query = " ".join(str(text).split())
             if not query:
                 raise ResolverError(
                     f"resolver {getattr(resolver, 'name', type(resolver).__name__)} turned sub-query "
                     f"{written!r} into empty text; it must return the query to search"
                 )
-            return {"query": query, "index": i, "round": r, "resolved": True}
+            return {**task, "query": query, "resolved": True}
 
         tasks = await asyncio.gather(*(resolve(i) for i in act["stages"][stage + 1]))
         calls = sum(1 for t in tasks if t.pop("resolved", False))
-        for t in tasks:
-            t["width"] = len(act["subqueries"])
         return {
             "stage": stage + 1,
             "next_stage": list(tasks),
@@ -621,22 +538,16 @@ class Nodes:
         }
 
     def _tool_results(
-        self,
-        state: SearchState,
-        rows: list[dict[str, Any]],
-        passages: list[list[Passage]],
-        errors: list[str | None],
-        searched_as: list[str | None],
+        self, state: SearchState, rows: list[dict[str, Any]], searched_as: list[str | None]
     ) -> tuple[str, list[AnyMessage]]:
-        """One ``ToolMessage`` per call of the round (a duplicate call gets its sub-query's
-        result), and the round's text form for the transcript. A call whose query named an
-        earlier call (``#k``) is told first what it was searched with."""
+        """One ``ToolMessage`` per call of the round (a duplicate call gets its sub-query's result;
+        a ``#k`` call first what it was searched with), and the round's text form."""
         texts: list[str] = []
-        for i, (row, found, err) in enumerate(zip(rows, passages, errors, strict=True)):
-            if err:
-                body = f"Search failed for '{row['query']}': {err}"
+        for i, row in enumerate(rows):
+            if row.get("error"):
+                body = f"Search failed for '{row['query']}': {row['error']}"
             else:
-                body = format_passages(found, self.cfg.observation_titles or "stripped").strip()
+                body = format_passages(_passages(row), self.cfg.observation_titles or "stripped").strip()
                 body = scrub_text(body)[0] or "No passages found."
             if i < len(searched_as) and searched_as[i] is not None:
                 body = searched_as_line(searched_as[i] or "") + body
@@ -650,7 +561,7 @@ class Nodes:
             ToolMessage(
                 content=texts[i] if i is not None and i < len(texts) else "Not searched.",
                 tool_call_id=cid,
-                status="error" if i is not None and i < len(errors) and errors[i] else "success",
+                status="error" if i is not None and i < len(rows) and rows[i].get("error") else "success",
             )
             for cid, i in calls
         ]
@@ -665,7 +576,7 @@ class Nodes:
         self, state: SearchState, config: RunnableConfig, runtime: Runtime
     ) -> dict[str, Any]:
         """RAG baseline: search the question itself once, before the (answer-only) turn."""
-        update = self._begin(state, _configured(self.cfg, config, runtime, self.pinned))
+        update = await self.begin(state, config, runtime)
         task: SearchTask = {"query": state["question"].strip(), "index": 0, "round": 0}
         found = await self.search(task, config, runtime)
         merged = {**state, **update, "results": found["results"]}
@@ -678,9 +589,8 @@ class Nodes:
         return {**update, **joined}
 
     def _warn_unanswered(self, state: SearchState) -> None:
-        """Say once per graph when an episode ended unanswered because every turn was invalid:
-        a planner that never speaks the protocol (e.g. a chat model answering in plain text
-        under the tags protocol) would otherwise fail silently."""
+        """Say once per graph when every turn of an unanswered episode was invalid: a planner that
+        never speaks the protocol (a chat model under tags) would otherwise fail silently."""
         turns = [t for t in state.get("trajectory") or [] if t.get("type") == "turn"]
         if turns and all(t.get("action") == "invalid" for t in turns):
             self._warned = True
@@ -696,7 +606,7 @@ class Nodes:
 
     async def answer(self, state: SearchState, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
         t0 = time.perf_counter()
-        cfg = _configured(self.cfg, config, runtime, self.pinned)
+        cfg = self._configured(config, runtime)
         update: dict[str, Any] = {}
         answer = state.get("answer")
         if self.answer_policy is not None:
@@ -715,9 +625,7 @@ class Nodes:
                     _turn_record(res, act, index=state.get("policy_calls", 0), final=True, ms=_ms(t0))
                     | {"role": "answer"}
                 ],
-                labels=sorted(set(state.get("labels") or []) | set(res.labels)),
-                tokens_in=_add(state.get("tokens_in"), res.prompt_tokens),
-                tokens_out=_add(state.get("tokens_out"), res.completion_tokens),
+                **_usage(state, res),
             )
         started = state.get("started_at") or time.time()
         status = "answered" if answer is not None else "unanswered"
@@ -743,9 +651,7 @@ class Nodes:
                     "status": status,
                     "answer": answer,
                     "policy_calls": calls,
-                    "search_rounds": state.get("search_rounds", 0),
-                    "subqueries": state.get("subqueries", 0),
-                    "resolver_calls": state.get("resolver_calls", 0),
+                    **{k: state.get(k, 0) for k in ("search_rounds", "subqueries", "resolver_calls")},
                     "total_ms": total_ms,
                 }
             ],

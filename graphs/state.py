@@ -1,12 +1,8 @@
 """Graph state: typed dicts with reducers, and the explicit input/output schemas.
 
-The transcript (prompt + every turn + every observation, as text) is the state that
-matters; counts, timings and the readable trajectory live beside it.
-
-On a checkpointed thread every run with a new input is a new *episode*: the ``begin``
-node resets the episode's channels, so the state after a run is that run's, while
-``history`` keeps one record per episode of the thread (question, metadata, answer,
-counts) and the checkpoints keep every earlier state (docs/architecture.md, "Threads").
+The transcript (prompt, turns and observations as text) is the state that matters. On a
+checkpointed thread each run with new input is a new episode: ``begin`` resets the episode's
+channels and ``history`` keeps one record per episode (docs/architecture.md, "Threads").
 """
 
 from __future__ import annotations
@@ -139,8 +135,7 @@ class SearchState(_Outcome, total=False):
     results: Annotated[list[dict[str, Any]], operator.add]  # fan-in of searcher nodes
     round: int
     last_action: dict[str, Any]
-    # a search whose sub-queries name earlier ones (#k) runs in stages inside its round: the stage
-    # searched now, and the searcher tasks of the next one (written by the join, sent after it)
+    # a search with #k runs in stages inside its round: the stage searched now, the next one's tasks
     stage: int
     next_stage: list[dict[str, Any]] | None
     started_at: float

@@ -1,13 +1,7 @@
-"""Sync forms of the async nodes: ``invoke``, ``stream`` and ``batch`` run them on one
-background event loop.
-
-The parts below the graph are async and keep per-loop state: the local store's coalescer
-gathers the sub-queries arriving on one loop into one encoder call, and HTTP clients (the
-``/retrieve`` client, OpenAI's) hold connections bound to the loop that opened them. A new
-loop per sync call (``asyncio.run``) would lose both, so every sync node call is handed to
-one long-lived loop thread, where the parallel searcher nodes of a round still meet. Those
-coroutines see ``SYNC_RUN`` set, so a chat model takes its own sync path (its async client
-would bind to this loop and fail on the caller's next ``asyncio.run``).
+"""Sync forms of the async nodes: ``invoke``, ``stream`` and ``batch`` run them on one background
+event loop, because the parts below keep per-loop state (the store's coalescer, HTTP clients'
+connections) that a new loop per call would lose. Those coroutines see ``SYNC_RUN`` set, so a chat
+model takes its own sync path (its async client would bind to this loop).
 """
 
 from __future__ import annotations
@@ -37,28 +31,24 @@ def background_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
-def run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` on the background loop and wait for its result (its exception is raised here)."""
-    loop = background_loop()
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop:
-        coro.close()
-        raise RuntimeError("a sync graph call was made from the background loop itself; use ainvoke there")
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-
 def sync_node(afunc: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
     """The sync twin of an async node, with the same signature (LangGraph reads it to pass
-    ``config`` and ``runtime``)."""
+    ``config`` and ``runtime``), run on the background loop (its exception is raised here)."""
 
     @functools.wraps(afunc)
     def func(*args: Any, **kwargs: Any) -> T:
+        loop = background_loop()
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise RuntimeError(
+                "a sync graph call was made from the background loop itself; use ainvoke there"
+            )
         token = SYNC_RUN.set(True)  # copied into the coroutine's task on the background loop
         try:
-            return run_sync(afunc(*args, **kwargs))
+            return asyncio.run_coroutine_threadsafe(afunc(*args, **kwargs), loop).result()
         finally:
             SYNC_RUN.reset(token)
 
