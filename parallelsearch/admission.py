@@ -1,13 +1,8 @@
 """Admission control for the LangServe app: a cap on graph runs in flight and a bounded FIFO queue.
 
-A burst beyond the cap should wait a moment, not be refused: the backlog of a few hundred
-requests drains in seconds. So a request that finds every slot taken waits in a queue
-(``server_queue_size`` places, at most ``server_queue_timeout_s`` each); it is refused with
-429 and a ``Retry-After`` only when the queue is full or its wait expires. The queue is
-first in, first out: a request is admitted in arrival order once enough slots are free.
-
-A request holds ``weight`` slots: 1 for invoke and stream, one per input for a batch
-(at most the whole cap, so a batch larger than the cap runs alone).
+A burst beyond the cap should wait a moment, not be refused: a request that finds every slot
+taken waits in a first-in, first-out queue and is refused (429, ``Retry-After``) only when the
+queue is full or its wait expires. A batch holds one slot per input, at most the whole cap.
 """
 
 from __future__ import annotations

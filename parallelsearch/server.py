@@ -1,18 +1,8 @@
 """The LangServe deployment: the parallel graph and its baselines behind one FastAPI app.
 
-Routes: ``/parallelsearch``, ``/sequential``, ``/rag`` (LangServe: invoke, batch, stream,
-stream_events, input/output schemas, playground), ``GET /health``, ``GET /stores``, the
-page ``GET /ui`` (:mod:`parallelsearch.page`) and, when the server keeps threads,
-``GET /{route}/threads/{thread_id}[/history]`` (:mod:`parallelsearch.threads`): a request
-with ``config.configurable.thread_id`` runs on a checkpointed graph (SQLite by default).
-
-A guard (:class:`parallelsearch.guard.RequestGuard`, pure ASGI middleware, so streaming
-is untouched) enforces what a public endpoint needs on every graph route, the config-hash
-variants included: the optional API key (``X-API-Key``), body size and depth limits,
-repaired invalid Unicode, limits on question length and batch size (4xx with a message),
-admission control (a cap on graph runs in flight, then a bounded queue; 429 with
-``Retry-After`` only when the queue is full or the wait expires), and any unhandled error
-turned into one JSON 500 carrying an id that is also in the one log line.
+Routes: one LangServe route per graph (``ROUTES``), ``GET /health``, ``GET /stores``, the page
+``GET /ui`` (:mod:`parallelsearch.page`) and, when the server keeps threads, the thread routes
+(:mod:`parallelsearch.threads`); :class:`~parallelsearch.guard.RequestGuard` guards them all.
 """
 
 from __future__ import annotations

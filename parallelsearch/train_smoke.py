@@ -1,15 +1,9 @@
 """``parallelsearch train --smoke``: one pass of what a training step runs, on this CPU, in minutes.
 
-A researcher's first check before a GPU cluster: OpenRLHF 0.11.2's own ``RolloutRayActor``
-(built in-process, :mod:`parallelsearch.rl.openrlhf_cpu`) loads ``rl/openrlhf_agent.py`` the
-way ``train_ppo_ray`` does, runs a few prompts on a real vLLM CPU engine over the tiny random
-model (:mod:`parallelsearch.rl.tiny_model`) and a real ``/retrieve`` server (the shipped
-HotpotQA sample's store, or ``--smoke-retriever URL``); OpenRLHF's
-``_process_response_into_experience`` turns each episode into an ``Experience``, whose reward
-terms and token view (trained action tokens vs masked observation tokens) are printed; then
-one ``PolicyLoss`` step with OpenRLHF's ``Actor`` on those tensors.
-
-The random model searches only under constrained decoding, so the smoke turns it on.
+OpenRLHF's own rollout actor, built in-process, runs a few prompts of the tiny random model on a
+real vLLM CPU engine against a real ``/retrieve`` server; each episode's reward terms and token
+masks are printed, then one ``PolicyLoss`` step is taken (docs/vllm.md, "CPU smoke"). The random
+model searches only under constrained decoding, so the smoke turns it on.
 """
 
 from __future__ import annotations
