@@ -16,6 +16,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 
+#: what ``stats()`` reports (for ``/health`` and the tests), each an attribute of the queue
+STATS = (
+    "limit queue_size max_wait_s in_flight waiting admitted queued refused_full refused_expired gone".split()
+)
+
+
 class Refused(Exception):
     """Not admitted: ``reason`` says why; ``retry_after_s`` is the advice for the client."""
 
@@ -37,9 +43,7 @@ class _Waiter:
 class AdmissionQueue:
     """Up to ``limit`` slots in use; up to ``queue_size`` requests wait, each at most ``max_wait_s``.
 
-    ``async with queue.slot(weight): ...`` holds the slots for the block. Counters
-    (``in_flight``, ``waiting``, ``admitted``, ``queued``, ``refused_full``,
-    ``refused_expired``, ``gone``) are for ``/health`` and the tests.
+    ``async with queue.slot(weight): ...`` holds the slots for the block; ``stats()`` counts.
     """
 
     def __init__(self, limit: int, queue_size: int, max_wait_s: float):
@@ -56,18 +60,7 @@ class AdmissionQueue:
         return len(self._waiters)
 
     def stats(self) -> dict[str, float | int]:
-        return {
-            "limit": self.limit,
-            "queue_size": self.queue_size,
-            "max_wait_s": self.max_wait_s,
-            "in_flight": self.in_flight,
-            "waiting": self.waiting,
-            "admitted": self.admitted,
-            "queued": self.queued,
-            "refused_full": self.refused_full,
-            "refused_expired": self.refused_expired,
-            "gone": self.gone,
-        }
+        return {k: getattr(self, k) for k in STATS}
 
     def retry_after_s(self) -> int:
         """Seconds until the backlog ahead has likely drained (at least 1, at most 120)."""

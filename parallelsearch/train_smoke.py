@@ -267,25 +267,12 @@ def run_smoke(
     workdir: str | Path | None = None,
     echo: Callable[[str], None] = print,
 ) -> SmokeResult:
-    """Build the tiny model, roll out ``prompts`` x ``samples`` episodes, take one loss step."""
+    """Build the tiny model, roll out ``prompts`` x ``samples`` episodes, take one loss step.
+
+    The model and agent config go to ``workdir`` (kept), else to a temporary folder (deleted)."""
     check_smoke_deps()
     if prompts < 1 or samples < 1:
         raise ValueError("--smoke-prompts and --smoke-samples must be >= 1")
-    if workdir is None:  # the model and config are deleted afterwards; --smoke-dir keeps them
-        with tempfile.TemporaryDirectory(prefix="parallelsearch-smoke-") as tmp:
-            return _run(Path(tmp), prompts, samples, engine_args, retriever_url, echo)
-    Path(workdir).mkdir(parents=True, exist_ok=True)
-    return _run(Path(workdir), prompts, samples, engine_args, retriever_url, echo)
-
-
-def _run(
-    work: Path,
-    prompts: int,
-    samples: int,
-    engine_args: dict[str, Any] | None,
-    retriever_url: str | None,
-    echo: Callable[[str], None],
-) -> SmokeResult:
     from transformers import AutoTokenizer
 
     from parallelsearch.data import load_questions
@@ -294,20 +281,25 @@ def _run(
     from parallelsearch.rl.data import train_record
     from parallelsearch.rl.tiny_model import save_tiny
 
-    seconds: dict[str, float] = {}
-    t0 = time.perf_counter()
-    model_dir = save_tiny(work / "tiny-llama")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    seconds["tiny_model"] = time.perf_counter() - t0
-    questions = load_questions(HOTPOTQA_SAMPLE)[:prompts]
-    records = [train_record(q, template="official", tokenizer=tokenizer) for q in questions]
-    args = {**SMOKE_ENGINE_ARGS, **(engine_args or {})}
-    echo(
-        f"smoke: tiny random Llama ({model_dir}), {prompts} prompt(s) x {samples} sample(s) of the HotpotQA "
-        f"sample, engine {json.dumps(args)}"
-    )
-
     with contextlib.ExitStack() as stack:
+        if workdir is None:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="parallelsearch-smoke-")))
+        else:
+            work = Path(workdir)
+            work.mkdir(parents=True, exist_ok=True)
+        seconds: dict[str, float] = {}
+        t0 = time.perf_counter()
+        model_dir = save_tiny(work / "tiny-llama")
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        seconds["tiny_model"] = time.perf_counter() - t0
+        questions = load_questions(HOTPOTQA_SAMPLE)[:prompts]
+        records = [train_record(q, template="official", tokenizer=tokenizer) for q in questions]
+        args = {**SMOKE_ENGINE_ARGS, **(engine_args or {})}
+        echo(
+            f"smoke: tiny random Llama ({model_dir}), {prompts} prompt(s) x {samples} sample(s) of the HotpotQA "
+            f"sample, engine {json.dumps(args)}"
+        )
+
         t0 = time.perf_counter()
         if not retriever_url:
             retriever_url = f"{stack.enter_context(_retriever(prompts)).url}/retrieve"
@@ -325,27 +317,27 @@ def _run(
             else:
                 os.environ[ENV_VAR] = previous
 
-    from parallelsearch.rl.openrlhf_cpu import import_openrlhf_models
+        from parallelsearch.rl.openrlhf_cpu import import_openrlhf_models
 
-    import_openrlhf_models()
-    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+        import_openrlhf_models()
+        from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
-    gen = SamplesGenerator.__new__(SamplesGenerator)  # the method uses no state of the generator
-    experiences = [gen._process_response_into_experience(r, max_len=MAX_LEN) for r in results]
-    episodes = []
-    for i, (r, e) in enumerate(zip(results, experiences, strict=True)):
-        ep = episode_view(r, e, tokenizer, questions[i // samples]["question"])
-        episodes.append(ep)
-        for line in format_episode(i + 1, ep):
-            echo(line)
+        gen = SamplesGenerator.__new__(SamplesGenerator)  # the method uses no state of the generator
+        experiences = [gen._process_response_into_experience(r, max_len=MAX_LEN) for r in results]
+        episodes = []
+        for i, (r, e) in enumerate(zip(results, experiences, strict=True)):
+            ep = episode_view(r, e, tokenizer, questions[i // samples]["question"])
+            episodes.append(ep)
+            for line in format_episode(i + 1, ep):
+                echo(line)
 
-    t0 = time.perf_counter()
-    loss, grad_norm, changed, gap = policy_loss_step(model_dir, experiences)
-    seconds["loss_step"] = time.perf_counter() - t0
-    echo(
-        f"PolicyLoss step: loss {loss:.6f}, grad norm {grad_norm:.4f}, {changed} parameter tensors changed; "
-        f"mean |vLLM - Actor| log-prob on action tokens {gap:.3f} (constrained decoding: vLLM's are "
-        "of the grammar-masked distribution)"
-    )
-    echo("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()))
-    return SmokeResult(episodes, loss, grad_norm, changed, gap, seconds)
+        t0 = time.perf_counter()
+        loss, grad_norm, changed, gap = policy_loss_step(model_dir, experiences)
+        seconds["loss_step"] = time.perf_counter() - t0
+        echo(
+            f"PolicyLoss step: loss {loss:.6f}, grad norm {grad_norm:.4f}, {changed} parameter tensors changed; "
+            f"mean |vLLM - Actor| log-prob on action tokens {gap:.3f} (constrained decoding: vLLM's are "
+            "of the grammar-masked distribution)"
+        )
+        echo("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()))
+        return SmokeResult(episodes, loss, grad_norm, changed, gap, seconds)
