@@ -15,7 +15,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
-
 #: what ``stats()`` reports (for ``/health`` and the tests), each an attribute of the queue
 STATS = (
     "limit queue_size max_wait_s in_flight waiting admitted queued refused_full refused_expired gone".split()

@@ -22,9 +22,8 @@ from typing import Any
 
 from parallelsearch.stores.errors import UnavailableError
 
-#: engine settings of the smoke (vLLM ``AsyncEngineArgs``); ``--engine-arg`` overrides them.
-#: ``kv_cache_memory_bytes`` fixes the KV cache, so vLLM's CPU backend skips its check that a
-#: ``gpu_memory_utilization`` share (0.92) of the node's memory is free.
+#: engine settings of the smoke (vLLM ``AsyncEngineArgs``), under ``--engine-arg``; a fixed KV cache
+#: spares vLLM's CPU backend its check that most of the node's memory is free
 SMOKE_ENGINE_ARGS: dict[str, Any] = {
     "dtype": "float32",
     "max_model_len": 4096,
@@ -161,15 +160,6 @@ def format_episode(i: int, ep: SmokeEpisode, width: int = 110) -> list[str]:
     return lines
 
 
-def _retriever(limit: int) -> Any:
-    """A /retrieve server over the demo store (the first ``limit`` sample questions' paragraphs)."""
-    from parallelsearch.demo import demo_store
-    from parallelsearch.loopback import LoopbackServer
-    from parallelsearch.stores import create_retrieval_app
-
-    return LoopbackServer(create_retrieval_app(demo_store(limit, progress=False)))
-
-
 async def _rollouts(
     model_dir: Path,
     records: list[dict[str, Any]],
@@ -220,23 +210,16 @@ def actor_log_probs(model_dir: Path, experiences: list[Any]) -> tuple[Any, Any, 
     actor = models.Actor(str(model_dir), attn_implementation="sdpa", param_dtype="bf16")
     actor.model.float()
     actor.train()
-    return (
-        actor,
-        batch,
-        actor(batch.sequences, action_mask=batch.action_mask, attention_mask=batch.attention_mask),
-    )
+    log_probs = actor(batch.sequences, action_mask=batch.action_mask, attention_mask=batch.attention_mask)
+    return actor, batch, log_probs
 
 
 def policy_loss_step(model_dir: Path, experiences: list[Any]) -> tuple[float, float, int, float]:
-    """One policy-gradient step with OpenRLHF's ``Actor`` and ``PolicyLoss``.
+    """One policy-gradient step with OpenRLHF's ``Actor`` and ``PolicyLoss``: the loss, the gradient
+    norm, the parameter tensors an SGD step changed, and the mean |vLLM - actor| log-prob.
 
-    Advantages are what OpenRLHF's ``reinforce`` estimator gives a terminal reward with
-    gamma 1 (the episode's reward on every action token): a group baseline would be zero
-    whenever a prompt's few samples score alike. The old log-probs are the actor's own (as
-    OpenRLHF's experience maker computes them), so the ratio starts at 1. Returns the loss,
-    the gradient norm, the parameter tensors an SGD step changed, and how far vLLM's rollout
-    log-probs are from the actor's on the action tokens.
-    """
+    The advantage is the episode's reward on every action token (``reinforce``, gamma 1): a group
+    baseline would be zero whenever a prompt's few samples score alike."""
     import torch
 
     actor, batch, log_probs = actor_log_probs(model_dir, experiences)  # imports openrlhf.models
@@ -276,10 +259,13 @@ def run_smoke(
     from transformers import AutoTokenizer
 
     from parallelsearch.data import load_questions
+    from parallelsearch.demo import demo_store
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+    from parallelsearch.loopback import LoopbackServer
     from parallelsearch.rl.agent_config import ENV_VAR
     from parallelsearch.rl.data import train_record
     from parallelsearch.rl.tiny_model import save_tiny
+    from parallelsearch.stores import create_retrieval_app
 
     with contextlib.ExitStack() as stack:
         if workdir is None:
@@ -301,8 +287,9 @@ def run_smoke(
         )
 
         t0 = time.perf_counter()
-        if not retriever_url:
-            retriever_url = f"{stack.enter_context(_retriever(prompts)).url}/retrieve"
+        if not retriever_url:  # a /retrieve server over the demo store of the first questions
+            app = create_retrieval_app(demo_store(prompts, progress=False))
+            retriever_url = f"{stack.enter_context(LoopbackServer(app)).url}/retrieve"
         seconds["retriever"] = time.perf_counter() - t0
         echo(f"smoke: retriever {retriever_url}")
         config = work / "agent.json"
