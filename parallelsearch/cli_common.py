@@ -150,8 +150,15 @@ def add_model_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_server_key_args(p: argparse.ArgumentParser, *, dest: str, setting: str) -> None:
-    """``--api-key`` (into the settings' ``dest``) and ``--insecure-no-key``, for a command that serves."""
+def add_bind_args(p: argparse.ArgumentParser, *, port: int, dest: str, setting: str) -> None:
+    """Where a command serves (``--host``, ``--port``), ``--api-key`` (into the settings' ``dest``)
+    and ``--insecure-no-key``."""
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="bind address (default 127.0.0.1: local only; any other needs a key or --insecure-no-key)",
+    )
+    p.add_argument("--port", type=int, default=port)
     p.add_argument(
         "--api-key",
         dest=dest,

@@ -7,10 +7,10 @@ from typing import get_args
 
 from parallelsearch.checkpointers import CheckpointerKind
 from parallelsearch.cli_common import (
+    add_bind_args,
     add_graph_args,
     add_policy_args,
     add_retrieval_args,
-    add_server_key_args,
     bind_refused,
     settings_from_args,
 )
@@ -20,16 +20,10 @@ SERVER_KEY_SETTING = "PARALLELSEARCH_SERVER_API_KEY"
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve the parallel graph and baselines with LangServe")
-    p.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="bind address (default 127.0.0.1: local only; any other needs a key or --insecure-no-key)",
-    )
-    p.add_argument("--port", type=int, default=8080)
+    add_bind_args(p, port=8080, dest="api_key", setting=SERVER_KEY_SETTING)
     add_policy_args(p)
     add_retrieval_args(p)
     add_graph_args(p)
-    add_server_key_args(p, dest="api_key", setting=SERVER_KEY_SETTING)
     p.add_argument(
         "--checkpointer",
         choices=get_args(CheckpointerKind),

@@ -8,11 +8,11 @@ import sys
 from typing import TYPE_CHECKING
 
 from parallelsearch.cli_common import (
+    add_bind_args,
     add_chroma_args,
     add_hnsw_args,
     add_lock_args,
     add_model_arg,
-    add_server_key_args,
     add_shard_args,
     bind_refused,
     clean_text_arg,
@@ -100,13 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="store name (a sharded one the settings declare, too), or NAME=SHARD,SHARD,...",
     )
     add_shard_args(p)
-    p.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="bind address (default 127.0.0.1: local only; any other needs a key or --insecure-no-key)",
-    )
-    p.add_argument("--port", type=int, default=8000)
-    add_server_key_args(p, dest="retriever_api_key", setting=RETRIEVER_KEY_SETTING)
+    add_bind_args(p, port=8000, dest="retriever_api_key", setting=RETRIEVER_KEY_SETTING)
     p.add_argument("--topk", type=int, default=3, help="default top-k when a request omits it")
     p.add_argument(
         "--max-batch",
@@ -282,14 +276,11 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     for flag, least in (("max_batch", 0), ("concurrent_batches", 1)):
         value = getattr(args, flag)
         if value is not None and value < least:
-            print(f"--{flag.replace('_', '-')} must be >= {least}, got {value}", file=sys.stderr)
-            return 2
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= {least}, got {value}")
     if args.max_batch == 0 and args.concurrent_batches is not None:
-        print(
-            "--concurrent-batches needs batching; --max-batch 0 searches each request on its own",
-            file=sys.stderr,
+        raise ValueError(
+            "--concurrent-batches needs batching; --max-batch 0 searches each request on its own"
         )
-        return 2
     cfg = settings_from_args(args).retrieval()
     if bind_refused(args, cfg.retriever_api_key is not None, RETRIEVER_KEY_SETTING):
         return 2
