@@ -72,10 +72,8 @@ class AdmissionQueue:
     ) -> AsyncIterator[None]:
         """Hold ``weight`` slots for the block; :class:`Refused` or :class:`ClientGone` when not admitted.
 
-        ``gone`` (optional) makes an awaitable that completes when the client disconnects;
-        it is awaited only while the request waits, and a request whose client left is
-        dropped from the queue instead of being run for no one.
-        """
+        ``gone``: an awaitable that completes when the client disconnects, awaited while the request
+        waits, so a request whose client left is dropped instead of run for no one."""
         weight = min(max(1, weight), self.limit)
         await self._acquire(weight, gone)
         t0 = time.monotonic()

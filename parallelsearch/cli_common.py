@@ -20,11 +20,8 @@ from parallelsearch.stores.config import EncoderBackend  # merged with 24a's Lit
 
 
 def clean_text_arg(text: str, what: str) -> str:
-    """A text argument with invalid Unicode replaced (U+FFFD) and the count said on stderr.
-
-    Undecodable bytes on the command line reach Python as lone surrogates, which no encoder,
-    tokenizer or JSON client accepts; they are replaced here instead of crashing later.
-    """
+    """A text argument with invalid Unicode (lone surrogates: undecodable bytes, which no encoder,
+    tokenizer or JSON client accepts) replaced by U+FFFD, the count said on stderr."""
     from parallelsearch.stores.text import scrub_text
 
     clean, n = scrub_text(text)
@@ -174,11 +171,8 @@ def add_bind_args(p: argparse.ArgumentParser, *, port: int, dest: str, setting: 
 
 
 def bind_refused(args: argparse.Namespace, has_key: bool, setting: str) -> bool:
-    """Whether ``args.host`` must not be served (a network address, no key, no ``--insecure-no-key``).
-
-    Says why in one line on stderr (or prints the warning of an explicit ``--insecure-no-key``);
-    called before anything is opened or bound.
-    """
+    """Whether ``args.host`` must not be served (a network address, no key, no ``--insecure-no-key``),
+    said in one line on stderr (or the warning of ``--insecure-no-key``) before anything is bound."""
     from parallelsearch.stores.http.api_key import bind_problem
 
     problem = bind_problem(

@@ -32,11 +32,8 @@ OPEN_PATHS = frozenset({"/health", "/ui", "/ui/examples"})
 
 
 def graph_call(method: str, path: str, routes: frozenset[str] | set[str]) -> str | None:
-    """The LangServe operation ``method path`` runs on a served graph, or None.
-
-    Matches ``/{route}/{op}`` and every longer path under a route that ends in an
-    operation (``/{route}/c/{hash}/{op}``), so no variant of a route escapes the checks.
-    """
+    """The LangServe operation ``method path`` runs on a served graph, or None: any path under a
+    route that ends in an operation (``/{route}/c/{hash}/{op}`` too), so no variant escapes the checks."""
     if method != "POST":
         return None
     parts = [p for p in path.split("/") if p]

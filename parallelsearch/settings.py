@@ -181,8 +181,6 @@ class _GraphKey(PydanticBaseSettingsSource):
 
 
 def get_settings(**overrides: Any) -> Settings:
-    """Fresh settings (env and file are re-read so tests and long-lived servers see changes).
-
-    ``overrides`` are explicit values (e.g. CLI flags); ``None`` means "not given".
-    """
+    """Fresh settings (env and file re-read, so tests and long-lived servers see changes), with
+    ``overrides`` (e.g. CLI flags) over them; ``None`` means "not given"."""
     return Settings(**{k: v for k, v in overrides.items() if v is not None})

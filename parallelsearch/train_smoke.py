@@ -122,12 +122,10 @@ def episode_view(result: dict[str, Any], experience: Any, tokenizer: Any, questi
     pieces = sorted(
         [("action", a, b) for a, b in ranges] + [("observation", a, b) for a, b in obs], key=lambda p: p[1]
     )
-    logs = result["extra_logs"]
-    terms = {k: round(float(v), 4) for k, v in logs.items()}
     return SmokeEpisode(
         question=question,
         reward=float(result["reward"]),
-        terms=terms,
+        terms={k: round(float(v), 4) for k, v in result["extra_logs"].items()},
         prompt_tokens=prompt_len,
         action_spans=[(int(a), int(b)) for a, b in ranges],
         observation_spans=obs,
@@ -151,9 +149,8 @@ def format_episode(i: int, ep: SmokeEpisode, width: int = 110) -> list[str]:
         f"{'yes' if ep.action_mask_ok else 'NO'}",
     ]
     for kind, text in ep.pieces:
-        shown = "".join(
-            c if c.isprintable() else repr(c)[1:-1] for c in text
-        )  # newlines, control bytes escaped
+        # newlines and control bytes escaped
+        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
         shown = shown if len(shown) <= width else shown[: width - 3] + "..."
         mark = "+ action     " if kind == "action" else "- observation"
         lines.append(f"  {mark} | {shown}")
