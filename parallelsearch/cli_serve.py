@@ -11,6 +11,7 @@ from parallelsearch.cli_common import (
     add_graph_args,
     add_policy_args,
     add_retrieval_args,
+    add_typed_flags,
     bind_refused,
     settings_from_args,
 )
@@ -33,15 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--checkpoint-url",
         help="the SQLite file (default <home>/threads.sqlite) or postgresql://user:password@host:port/db",
     )
-    p.add_argument(
-        "--max-concurrency",
-        type=int,
-        help="graph runs in flight before requests queue (default: the settings', 64)",
-    )
-    p.add_argument(
-        "--queue-size",
-        type=int,
-        help="requests that may wait beyond --max-concurrency; more get 429 (default: the settings', 512)",
+    add_typed_flags(
+        p,
+        int,
+        {
+            "--max-concurrency": "graph runs in flight before requests queue (default: the settings', 64)",
+            "--queue-size": "requests that may wait beyond --max-concurrency; more get 429 "
+            "(default: the settings', 512)",
+        },
     )
     p.add_argument(
         "--queue-timeout",

@@ -14,6 +14,7 @@ from parallelsearch.cli_common import (
     add_lock_args,
     add_model_arg,
     add_shard_args,
+    add_typed_flags,
     bind_refused,
     clean_text_arg,
     hnsw_from_args,
@@ -102,16 +103,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_shard_args(p)
     add_bind_args(p, port=8000, dest="retriever_api_key", setting=RETRIEVER_KEY_SETTING)
     p.add_argument("--topk", type=int, default=3, help="default top-k when a request omits it")
-    p.add_argument(
-        "--max-batch",
-        type=int,
-        help="most queries of concurrent requests searched in one encoder call (default 64; 0 = each "
-        "request on its own)",
-    )
-    p.add_argument(
-        "--concurrent-batches",
-        type=int,
-        help="batches searched at once (default: one per encoder thread, plus one with an ONNX encoder)",
+    add_typed_flags(
+        p,
+        int,
+        {
+            "--max-batch": "most queries of concurrent requests searched in one encoder call (default 64; "
+            "0 = each request on its own)",
+            "--concurrent-batches": "batches searched at once (default: one per encoder thread, plus one "
+            "with an ONNX encoder)",
+        },
     )
     for name in ("index", "stores", "search", "serve-retriever"):  # the commands that open stores
         add_model_arg(sub.choices[name])
