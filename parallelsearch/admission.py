@@ -1,13 +1,8 @@
 """Admission control for the LangServe app: a cap on graph runs in flight and a bounded FIFO queue.
 
-A burst beyond the cap should wait a moment, not be refused: the backlog of a few hundred
-requests drains in seconds. So a request that finds every slot taken waits in a queue
-(``server_queue_size`` places, at most ``server_queue_timeout_s`` each); it is refused with
-429 and a ``Retry-After`` only when the queue is full or its wait expires. The queue is
-first in, first out: a request is admitted in arrival order once enough slots are free.
-
-A request holds ``weight`` slots: 1 for invoke and stream, one per input for a batch
-(at most the whole cap, so a batch larger than the cap runs alone).
+A burst beyond the cap should wait a moment, not be refused: a request that finds every slot
+taken waits in a first-in, first-out queue and is refused (429, ``Retry-After``) only when the
+queue is full or its wait expires. A batch holds one slot per input, at most the whole cap.
 """
 
 from __future__ import annotations
@@ -19,6 +14,11 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+
+#: what ``stats()`` reports (for ``/health`` and the tests), each an attribute of the queue
+STATS = (
+    "limit queue_size max_wait_s in_flight waiting admitted queued refused_full refused_expired gone".split()
+)
 
 
 class Refused(Exception):
@@ -42,9 +42,7 @@ class _Waiter:
 class AdmissionQueue:
     """Up to ``limit`` slots in use; up to ``queue_size`` requests wait, each at most ``max_wait_s``.
 
-    ``async with queue.slot(weight): ...`` holds the slots for the block. Counters
-    (``in_flight``, ``waiting``, ``admitted``, ``queued``, ``refused_full``,
-    ``refused_expired``, ``gone``) are for ``/health`` and the tests.
+    ``async with queue.slot(weight): ...`` holds the slots for the block; ``stats()`` counts.
     """
 
     def __init__(self, limit: int, queue_size: int, max_wait_s: float):
@@ -61,18 +59,7 @@ class AdmissionQueue:
         return len(self._waiters)
 
     def stats(self) -> dict[str, float | int]:
-        return {
-            "limit": self.limit,
-            "queue_size": self.queue_size,
-            "max_wait_s": self.max_wait_s,
-            "in_flight": self.in_flight,
-            "waiting": self.waiting,
-            "admitted": self.admitted,
-            "queued": self.queued,
-            "refused_full": self.refused_full,
-            "refused_expired": self.refused_expired,
-            "gone": self.gone,
-        }
+        return {k: getattr(self, k) for k in STATS}
 
     def retry_after_s(self) -> int:
         """Seconds until the backlog ahead has likely drained (at least 1, at most 120)."""
@@ -85,10 +72,8 @@ class AdmissionQueue:
     ) -> AsyncIterator[None]:
         """Hold ``weight`` slots for the block; :class:`Refused` or :class:`ClientGone` when not admitted.
 
-        ``gone`` (optional) makes an awaitable that completes when the client disconnects;
-        it is awaited only while the request waits, and a request whose client left is
-        dropped from the queue instead of being run for no one.
-        """
+        ``gone``: an awaitable that completes when the client disconnects, awaited while the request
+        waits, so a request whose client left is dropped instead of run for no one."""
         weight = min(max(1, weight), self.limit)
         await self._acquire(weight, gone)
         t0 = time.monotonic()

@@ -13,17 +13,8 @@ from typing import Any
 from parallelsearch.graphs.state import TrajectoryRecord
 
 #: the counts the closing ``answer`` event carries
-ANSWER_FIELDS = (
-    "answer",
-    "status",
-    "labels",
-    "policy_calls",
-    "search_rounds",
-    "subqueries",
-    "resolver_calls",
-    "passages",
-    "errors",
-    "total_ms",
+ANSWER_FIELDS = tuple(
+    "answer status labels policy_calls search_rounds subqueries resolver_calls passages errors total_ms".split()
 )
 
 

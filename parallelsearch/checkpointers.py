@@ -39,13 +39,10 @@ async def open_checkpointer(
 ) -> AsyncIterator[Any]:
     """A LangGraph checkpointer for served threads, open for the ``async with`` block.
 
-    Enter it inside the event loop that runs the graphs (a server's lifespan): the async
-    savers bind to the running loop. ``kind``: ``none`` (yields None), ``memory`` (threads
-    last as long as the process), ``sqlite`` (``target`` = a database file; the embedded
-    default, one process at a time) or ``postgres`` (``target`` = a ``postgresql://`` URL; a
-    connection pool, so several server processes share one set of threads). The tables
-    are created on entry, so a wrong path or an unreachable database fails at start-up,
-    within ``timeout_s``, with the target named (a URL's password redacted).
+    Enter it inside the event loop that runs the graphs (a server's lifespan): the async savers bind
+    to the running loop. ``target``: sqlite's database file, or postgres's ``postgresql://`` URL (a
+    pool: several server processes share one set of threads). The tables are created on entry, so a
+    bad target fails at start-up, within ``timeout_s``, naming it (a URL's password redacted).
     """
     if kind not in CHECKPOINTERS:
         raise ValueError(f"unknown checkpointer {kind!r}; choose one of {', '.join(CHECKPOINTERS)}")

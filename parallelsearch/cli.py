@@ -13,24 +13,13 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from parallelsearch import cli_stores, demo
+from parallelsearch import cli_agents, cli_eval, cli_rl, cli_serve, cli_stores, demo
 from parallelsearch.stores.errors import ParallelSearchError, describe_validation_error
 
-_MODULES = [cli_stores, demo]
+_MODULES = [cli_stores, demo, cli_agents, cli_eval, cli_rl, cli_serve]
 #: printed as one line, exit 2: the project's errors, bad input (ValueError: the project's,
 #: pydantic's, json's) and what the system says about a file, socket or permission (OSError)
 EXPECTED_ERRORS = (ParallelSearchError, ValueError, OSError)
-
-
-def _optional_modules() -> list:
-    mods = []
-    for name in ("cli_agents", "cli_eval", "cli_rl", "cli_serve"):
-        try:
-            mods.append(__import__(f"parallelsearch.{name}", fromlist=[name]))
-        except ModuleNotFoundError as e:
-            if e.name != f"parallelsearch.{name}":
-                raise
-    return mods
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="ParallelSearch: parallel sub-query search agents as LangGraph components.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for mod in _MODULES + _optional_modules():
+    for mod in _MODULES:
         mod.register(sub)
     return parser
 

@@ -47,9 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def parse_metadata(text: str | None) -> dict[str, Any]:
     """``--metadata``'s JSON object; an error names the flag."""
-    if not text:
-        return {}
-    return json_of(text, "--metadata")
+    return json_of(text, "--metadata") if text else {}
 
 
 def _emit(event: dict[str, Any], as_json: bool) -> None:

@@ -20,11 +20,8 @@ from parallelsearch.stores.config import EncoderBackend  # merged with 24a's Lit
 
 
 def clean_text_arg(text: str, what: str) -> str:
-    """A text argument with invalid Unicode replaced (U+FFFD) and the count said on stderr.
-
-    Undecodable bytes on the command line reach Python as lone surrogates, which no encoder,
-    tokenizer or JSON client accepts; they are replaced here instead of crashing later.
-    """
+    """A text argument with invalid Unicode (lone surrogates: undecodable bytes, which no encoder,
+    tokenizer or JSON client accepts) replaced by U+FFFD, the count said on stderr."""
     from parallelsearch.stores.text import scrub_text
 
     clean, n = scrub_text(text)
@@ -42,7 +39,15 @@ def to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def add_retrieval_args(p: argparse.ArgumentParser, *, embedding_model: bool = False) -> None:
+def add_typed_flags(
+    p: argparse.ArgumentParser | argparse._ArgumentGroup, kind: type, helps: dict[str, str]
+) -> None:
+    """One flag of type ``kind`` per ``{flag: help}`` entry; unset = None, so the settings' value holds."""
+    for flag, text in helps.items():
+        p.add_argument(flag, type=kind, help=text)
+
+
+def add_retrieval_args(p: argparse.ArgumentParser) -> None:
     """Where to search: ``--store`` (repeatable) or ``--retriever``, plus the Chroma server."""
     src = p.add_mutually_exclusive_group()
     src.add_argument(
@@ -55,26 +60,22 @@ def add_retrieval_args(p: argparse.ArgumentParser, *, embedding_model: bool = Fa
     src.add_argument("--retriever", help="URL of any Search-R1 /retrieve server (instead of stores)")
     add_chroma_args(p)
     add_shard_args(p)
-    if embedding_model:
-        add_model_arg(p)
 
 
 def add_chroma_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--chroma-host", help="Chroma server host (default: the settings'; unset = embedded store under home)"
     )
-    p.add_argument("--chroma-port", type=int, help="Chroma server port (default: the settings', 8000)")
-    p.add_argument(
-        "--encoder-threads",
-        type=int,
-        help="threads of each local encoder call (default: the settings'; unset = torch: every core, "
-        "split between encoder workers; ONNX: 1)",
-    )
-    p.add_argument(
-        "--encoder-workers",
-        type=int,
-        help="encoder calls at once, each on its own thread, a batch split over them (default: the "
-        "settings'; unset = torch: 1, ONNX: cores / --encoder-threads)",
+    add_typed_flags(
+        p,
+        int,
+        {
+            "--chroma-port": "Chroma server port (default: the settings', 8000)",
+            "--encoder-threads": "threads of each local encoder call (default: the settings'; unset = "
+            "torch: every core, split between encoder workers; ONNX: 1)",
+            "--encoder-workers": "encoder calls at once, each on its own thread, a batch split over them "
+            "(default: the settings'; unset = torch: 1, ONNX: cores / --encoder-threads)",
+        },
     )
 
 
@@ -146,8 +147,15 @@ def add_model_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_server_key_args(p: argparse.ArgumentParser, *, dest: str, setting: str) -> None:
-    """``--api-key`` (into the settings' ``dest``) and ``--insecure-no-key``, for a command that serves."""
+def add_bind_args(p: argparse.ArgumentParser, *, port: int, dest: str, setting: str) -> None:
+    """Where a command serves (``--host``, ``--port``), ``--api-key`` (into the settings' ``dest``)
+    and ``--insecure-no-key``."""
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="bind address (default 127.0.0.1: local only; any other needs a key or --insecure-no-key)",
+    )
+    p.add_argument("--port", type=int, default=port)
     p.add_argument(
         "--api-key",
         dest=dest,
@@ -163,11 +171,8 @@ def add_server_key_args(p: argparse.ArgumentParser, *, dest: str, setting: str) 
 
 
 def bind_refused(args: argparse.Namespace, has_key: bool, setting: str) -> bool:
-    """Whether ``args.host`` must not be served (a network address, no key, no ``--insecure-no-key``).
-
-    Says why in one line on stderr (or prints the warning of an explicit ``--insecure-no-key``);
-    called before anything is opened or bound.
-    """
+    """Whether ``args.host`` must not be served (a network address, no key, no ``--insecure-no-key``),
+    said in one line on stderr (or the warning of ``--insecure-no-key``) before anything is bound."""
     from parallelsearch.stores.http.api_key import bind_problem
 
     problem = bind_problem(
@@ -178,9 +183,10 @@ def bind_refused(args: argparse.Namespace, has_key: bool, setting: str) -> bool:
     return problem is not None and problem[0] == "refuse"
 
 
-def add_policy_args(p: argparse.ArgumentParser) -> None:
+def add_policy_args(p: argparse.ArgumentParser, *, answer_policy: bool = True) -> None:
     p.add_argument("--policy", help=SPEC_HELP + " (default: the settings', oracle)")
-    p.add_argument("--answer-policy", help="a separate policy spec for the answer turn")
+    if answer_policy:
+        p.add_argument("--answer-policy", help="a separate policy spec for the answer turn")
     p.add_argument(
         "--constrained",
         action="store_const",
@@ -196,15 +202,18 @@ def add_graph_kind_arg(p: argparse.ArgumentParser, kinds: tuple[str, ...] = GRAP
 
 def add_graph_args(p: argparse.ArgumentParser) -> None:
     """The graph knobs; unset flags leave the settings' (or GraphConfig's) values."""
-    p.add_argument("--top-k", type=int, help="passages per sub-query (default 3)")
-    p.add_argument(
-        "--passage-budget",
-        type=int,
-        help="passages one search may show in all: k sub-queries get max(1, budget // k) each, at most "
-        "--top-k (default: off, --top-k each)",
+    add_typed_flags(
+        p,
+        int,
+        {
+            "--top-k": "passages per sub-query (default 3)",
+            "--passage-budget": "passages one search may show in all: k sub-queries get max(1, budget // k) "
+            "each, at most --top-k (default: off, --top-k each)",
+            "--max-turns": "policy turns before the answer-only turn (default 4)",
+            "--max-subqueries": "sub-queries allowed in one search (default 8)",
+            "--max-stages": "search stages one search may take through #k references (default 4)",
+        },
     )
-    p.add_argument("--max-turns", type=int, help="policy turns before the answer-only turn (default 4)")
-    p.add_argument("--max-subqueries", type=int, help="sub-queries allowed in one search (default 8)")
     p.add_argument(
         "--template",
         help="prompt template: paper | official | search_r1 | dag (teaches #k) | a format string with {question} "
@@ -216,9 +225,6 @@ def add_graph_args(p: argparse.ArgumentParser) -> None:
         help="what a #k in a dependent sub-query ('seat of #1') stands for: passage (a name from the "
         "referenced sub-query's top passage, no model call; the default), policy (one short extraction call "
         "to the answer or planner model), gold (the question's gold intermediate answers; oracle runs)",
-    )
-    p.add_argument(
-        "--max-stages", type=int, help="search stages one search may take through #k references (default 4)"
     )
 
 
@@ -266,13 +272,11 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         if v.get(flag) is not None:
             update[field] = v[flag]
     graph = s.graph_config.updated(
-        top_k=v.get("top_k"),
-        passage_budget=v.get("passage_budget"),
-        max_turns=v.get("max_turns"),
-        max_subqueries=v.get("max_subqueries"),
+        **{
+            k: v.get(k)
+            for k in ("top_k", "passage_budget", "max_turns", "max_subqueries", "resolver", "max_stages")
+        },
         prompt_template=v.get("template"),
-        resolver=v.get("resolver"),
-        max_stages=v.get("max_stages"),
     )
     if graph is not s.graph_config:
         update["graph_config"] = graph

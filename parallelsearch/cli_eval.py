@@ -56,14 +56,6 @@ def parse_graphs(text: str) -> list[str]:
     return [check_graph_kind(g) for g in graphs]
 
 
-def error_lines(run: Any) -> list[str]:
-    """One line per error kind of an evaluation run: its count and its first message."""
-    return [
-        f"  {n} x {kind}; first: {run.first_errors[kind]}"
-        for kind, n in sorted(run.error_counts.items(), key=lambda kv: -kv[1])
-    ]
-
-
 class NothingSucceededError(ParallelSearchError, RuntimeError):
     """Every (graph, question) pair of a run failed: the command exits non-zero."""
 
@@ -108,7 +100,9 @@ def run_and_report(
         f"ran {run.ran} (graph, question) pairs, {run.failures} failed, {run.failed_searches} failed searches"
     )
     if run.failures:
-        print("\n".join(["errors by kind:", *error_lines(run)]), file=sys.stderr)
+        print("errors by kind:", file=sys.stderr)
+        for kind, n in sorted(run.error_counts.items(), key=lambda kv: -kv[1]):
+            print(f"  {n} x {kind}; first: {run.first_errors[kind]}", file=sys.stderr)
     if run.ran and run.failures == run.ran:
         raise NothingSucceededError(
             f"no question succeeded: all {run.ran} (graph, question) pairs failed "

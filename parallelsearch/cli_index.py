@@ -56,19 +56,13 @@ def add_index_scale_args(p: argparse.ArgumentParser) -> None:
 
 def limit_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The passage-limit arguments of ``ingest`` that were given (else its defaults hold)."""
-    out: dict[str, Any] = {}
-    if getattr(args, "max_passage_tokens", None) is not None:
-        out["max_passage_tokens"] = args.max_passage_tokens
-    if getattr(args, "long_passages", None) is not None:
-        out["long_passages"] = args.long_passages
-    return out
+    keys = ("max_passage_tokens", "long_passages")
+    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
 
 
 def index_embedder_for(args: argparse.Namespace, cfg: RetrievalConfig) -> Callable[[str | None], Any]:
-    """Builds text ingestion's embedder from the backend the store records, for ``writing_store``'s
-    ``embedder_for``: on ``--device`` when one process encodes (``auto``: the engine for that
-    device), else torch where sentence-transformers puts it (the pool's processes take the
-    devices and encode with sentence-transformers)."""
+    """``writing_store``'s ``embedder_for``: text ingestion's embedder from the backend the store
+    records, on ``--device``; with a pool, torch (the pool's processes encode with sentence-transformers)."""
     from parallelsearch.stores.encoding.backend import embedding_family
     from parallelsearch.stores.encoding.embedder import make_embedder
     from parallelsearch.stores.encoding.passage_pool import device_list
@@ -142,13 +136,9 @@ def cmd_index_vectors(args: argparse.Namespace) -> int:
         rows = row_range(args, lambda: total)
         model = RecordedModel(cfg.embedding_model, vf.dimension)
         try:
-            # one writer at a time, as for text (graphs/factory.py writing_store)
+            # one writer at a time, as for text
             with writing_store(
-                cfg,
-                args.store,
-                on_wait=to_stderr,
-                embedder=model,
-                hnsw=hnsw_from_args(args),
+                cfg, args.store, on_wait=to_stderr, embedder=model, hnsw=hnsw_from_args(args)
             ) as store:
                 rep = ingest_vectors(
                     store,

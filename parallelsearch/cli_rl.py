@@ -9,8 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.agents.policies.spec import SPEC_HELP
-from parallelsearch.cli_common import add_graph_args, add_retrieval_args, settings_from_args
+from parallelsearch.cli_common import add_graph_args, add_policy_args, add_retrieval_args, settings_from_args
 from parallelsearch.graphs.builders import SEARCHING_KINDS
 from parallelsearch.rl.launch import RUNNERS
 from parallelsearch.rl.rewards import MODES
@@ -61,13 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollout", help="run the training environment with any policy and record episodes")
     p.add_argument("--data", required=True, help="question file (prepare-data output or a benchmark file)")
     p.add_argument("--dataset", help="dataset name when the path does not say it (hotpotqa, nq, ...)")
-    p.add_argument("--policy", help=SPEC_HELP + " (default: the settings', oracle)")
-    p.add_argument(
-        "--constrained",
-        action="store_const",
-        const=True,
-        help="decode every turn under the protocol's grammar",
-    )
+    add_policy_args(p, answer_policy=False)
     add_retrieval_args(p)
     add_engine_args(p)
     p.add_argument("--out", required=True, help="episodes jsonl")

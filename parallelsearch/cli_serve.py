@@ -7,10 +7,11 @@ from typing import get_args
 
 from parallelsearch.checkpointers import CheckpointerKind
 from parallelsearch.cli_common import (
+    add_bind_args,
     add_graph_args,
     add_policy_args,
     add_retrieval_args,
-    add_server_key_args,
+    add_typed_flags,
     bind_refused,
     settings_from_args,
 )
@@ -20,16 +21,10 @@ SERVER_KEY_SETTING = "PARALLELSEARCH_SERVER_API_KEY"
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve the parallel graph and baselines with LangServe")
-    p.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="bind address (default 127.0.0.1: local only; any other needs a key or --insecure-no-key)",
-    )
-    p.add_argument("--port", type=int, default=8080)
+    add_bind_args(p, port=8080, dest="api_key", setting=SERVER_KEY_SETTING)
     add_policy_args(p)
     add_retrieval_args(p)
     add_graph_args(p)
-    add_server_key_args(p, dest="api_key", setting=SERVER_KEY_SETTING)
     p.add_argument(
         "--checkpointer",
         choices=get_args(CheckpointerKind),
@@ -39,15 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--checkpoint-url",
         help="the SQLite file (default <home>/threads.sqlite) or postgresql://user:password@host:port/db",
     )
-    p.add_argument(
-        "--max-concurrency",
-        type=int,
-        help="graph runs in flight before requests queue (default: the settings', 64)",
-    )
-    p.add_argument(
-        "--queue-size",
-        type=int,
-        help="requests that may wait beyond --max-concurrency; more get 429 (default: the settings', 512)",
+    add_typed_flags(
+        p,
+        int,
+        {
+            "--max-concurrency": "graph runs in flight before requests queue (default: the settings', 64)",
+            "--queue-size": "requests that may wait beyond --max-concurrency; more get 429 "
+            "(default: the settings', 512)",
+        },
     )
     p.add_argument(
         "--queue-timeout",

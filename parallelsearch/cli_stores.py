@@ -8,12 +8,13 @@ import sys
 from typing import TYPE_CHECKING
 
 from parallelsearch.cli_common import (
+    add_bind_args,
     add_chroma_args,
     add_hnsw_args,
     add_lock_args,
     add_model_arg,
-    add_server_key_args,
     add_shard_args,
+    add_typed_flags,
     bind_refused,
     clean_text_arg,
     hnsw_from_args,
@@ -43,9 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_prepare)
 
     p = sub.add_parser("index", help="index corpus or benchmark files into a named store")
+    p.set_defaults(func=cmd_index)
     p.add_argument("files", nargs="*", help="files, or folders (their .json/.jsonl files)")
     p.add_argument("--store", required=True, help="store name")
-    add_model_arg(p)
     p.add_argument("--batch-size", type=int, help="passages per encoder forward pass (default 32)")
     p.add_argument(
         "--skip-bad", action="store_true", help="skip bad lines and report them instead of stopping"
@@ -67,10 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_lock_args(p)
     add_index_scale_args(p)
     add_hnsw_args(p)
-    add_chroma_args(p)
-    p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("stores", help="list stores: name, count, model, HNSW parameters, location")
+    p.set_defaults(func=cmd_stores)
     p.add_argument("--json", action="store_true")
     p.add_argument(
         "--check",
@@ -84,49 +84,38 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         help="record a new HNSW ef_search for --store (processes that open it afterwards use it)",
     )
-    add_model_arg(p)
-    add_chroma_args(p)
-    p.set_defaults(func=cmd_stores)
 
     p = sub.add_parser("search", help="search a store")
+    p.set_defaults(func=cmd_search)
     p.add_argument("query")
     p.add_argument("--store", required=True, help="store name, or NAME=SHARD,SHARD,... (a sharded store)")
     add_shard_args(p)
     p.add_argument("-k", type=int, default=3)
     p.add_argument("--json", action="store_true")
-    add_model_arg(p)
-    add_chroma_args(p)
-    p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("serve-retriever", help="serve a store over Search-R1's /retrieve protocol")
+    p.set_defaults(func=cmd_serve_retriever)
     p.add_argument(
         "--store",
         required=True,
         help="store name (a sharded one the settings declare, too), or NAME=SHARD,SHARD,...",
     )
     add_shard_args(p)
-    p.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="bind address (default 127.0.0.1: local only; any other needs a key or --insecure-no-key)",
-    )
-    p.add_argument("--port", type=int, default=8000)
-    add_server_key_args(p, dest="retriever_api_key", setting=RETRIEVER_KEY_SETTING)
+    add_bind_args(p, port=8000, dest="retriever_api_key", setting=RETRIEVER_KEY_SETTING)
     p.add_argument("--topk", type=int, default=3, help="default top-k when a request omits it")
-    p.add_argument(
-        "--max-batch",
-        type=int,
-        help="most queries of concurrent requests searched in one encoder call (default 64; 0 = each "
-        "request on its own)",
+    add_typed_flags(
+        p,
+        int,
+        {
+            "--max-batch": "most queries of concurrent requests searched in one encoder call (default 64; "
+            "0 = each request on its own)",
+            "--concurrent-batches": "batches searched at once (default: one per encoder thread, plus one "
+            "with an ONNX encoder)",
+        },
     )
-    p.add_argument(
-        "--concurrent-batches",
-        type=int,
-        help="batches searched at once (default: one per encoder thread, plus one with an ONNX encoder)",
-    )
-    add_model_arg(p)
-    add_chroma_args(p)
-    p.set_defaults(func=cmd_serve_retriever)
+    for name in ("index", "stores", "search", "serve-retriever"):  # the commands that open stores
+        add_model_arg(sub.choices[name])
+        add_chroma_args(sub.choices[name])
 
 
 def add_read_timeout_arg(p: argparse.ArgumentParser) -> None:
@@ -230,9 +219,10 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def cmd_stores(args: argparse.Namespace) -> int:
     from parallelsearch.graphs.factory import describe_stores, store_location
+    from parallelsearch.stores.chroma_store import StoreCheck
 
+    cfg = settings_from_args(args).retrieval()
     if args.check:
-        cfg = settings_from_args(args).retrieval()
         check = check_store(store_location(cfg), args.check, timeout_s=args.read_timeout, progress=False)
         return report_check(check, as_json=args.json)
     if args.set_ef_search is not None:
@@ -241,27 +231,25 @@ def cmd_stores(args: argparse.Namespace) -> int:
 
         if not args.store:
             raise ValueError("--set-ef-search needs --store NAME")
-        cfg = settings_from_args(args).retrieval()
         client = make_chroma_client(cfg)
         if args.store not in {getattr(c, "name", c) for c in client.list_collections()}:
             raise StoreNotFoundError(f"no store named {args.store!r} at {cfg.location()}")
         set_ef_search(client.get_collection(args.store), args.set_ef_search)
-    rows = describe_stores(settings_from_args(args).retrieval(), timeout_s=args.read_timeout)
-    broken = [r for r in rows if r.get("error")]
+    rows = describe_stores(cfg, timeout_s=args.read_timeout)
     if args.json:
         print(json.dumps(rows, indent=2))
     elif not rows:
         print("no stores yet (index one with: parallelsearch index --store NAME FILE...)")
-    for r in rows:
-        if args.json:
-            break
-        if r.get("error"):
-            print(f"{r['name']}\tCORRUPT: {r['error']}\t{r['location']}")
-            continue
-        hnsw = " ".join(f"{k}={v}" for k, v in (r.get("hnsw") or {}).items())
-        print(f"{r['name']}\t{r['count']}\t{r['model']} ({r['encoder_backend']})\t{hnsw}\t{r['location']}")
-    from parallelsearch.stores.chroma_store import StoreCheck
-
+    else:
+        for r in rows:
+            if r.get("error"):
+                print(f"{r['name']}\tCORRUPT: {r['error']}\t{r['location']}")
+                continue
+            hnsw = " ".join(f"{k}={v}" for k, v in (r.get("hnsw") or {}).items())
+            print(
+                f"{r['name']}\t{r['count']}\t{r['model']} ({r['encoder_backend']})\t{hnsw}\t{r['location']}"
+            )
+    broken = [r for r in rows if r.get("error")]
     for r in broken:
         print(
             f"store {r['name']} is corrupt: {StoreCheck(store=r['name'], count=-1).repair()}", file=sys.stderr
@@ -288,14 +276,11 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     for flag, least in (("max_batch", 0), ("concurrent_batches", 1)):
         value = getattr(args, flag)
         if value is not None and value < least:
-            print(f"--{flag.replace('_', '-')} must be >= {least}, got {value}", file=sys.stderr)
-            return 2
+            raise ValueError(f"--{flag.replace('_', '-')} must be >= {least}, got {value}")
     if args.max_batch == 0 and args.concurrent_batches is not None:
-        print(
-            "--concurrent-batches needs batching; --max-batch 0 searches each request on its own",
-            file=sys.stderr,
+        raise ValueError(
+            "--concurrent-batches needs batching; --max-batch 0 searches each request on its own"
         )
-        return 2
     cfg = settings_from_args(args).retrieval()
     if bind_refused(args, cfg.retriever_api_key is not None, RETRIEVER_KEY_SETTING):
         return 2

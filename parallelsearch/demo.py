@@ -1,11 +1,7 @@
 """``parallelsearch demo``: the README's main job, offline on a fresh CPU machine.
 
-Builds (once, cached under the settings' home) an embedded store from the HotpotQA dev
-sample shipped in the package (94 comparison = parallelizable, 106 bridge = sequential
-questions, with their context paragraphs), runs the questions through the parallel
-(ParallelSearch) and sequential (Search-R1) graphs with the oracle policy by default,
-prints the comparison table and writes the report with plots. ``--policy SPEC`` runs the
-same demo with a real model.
+Indexes the shipped HotpotQA dev sample once (cached under the home), runs it through the parallel
+and sequential graphs (the oracle policy unless ``--policy``), and writes the comparison report.
 """
 
 from __future__ import annotations

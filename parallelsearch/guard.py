@@ -1,22 +1,8 @@
 """The request guard of the LangServe app: what a public endpoint needs, for every graph route.
 
-Pure ASGI middleware (``app.add_middleware(RequestGuard, ...)``), so streaming passes
-untouched. For each HTTP request, in this order:
-
-1. the optional API key (``X-API-Key`` or ``Authorization: Bearer``, compared in constant time,
-   :mod:`parallelsearch.stores.http.api_key`; ``/health`` and ``/ui`` stay open): 401;
-2. a request with a body: size- and depth-limited before parsing, invalid Unicode
-   replaced (:mod:`parallelsearch.stores.http.asgi_guard`): 413 / 400;
-3. a graph call, i.e. a POST to ``/{route}/{op}`` or its config-hash variant
-   ``/{route}/c/{hash}/{op}`` for every LangServe operation: the body is checked
-   (a question string, not empty, within ``server_max_question_chars``; a batch within
-   ``server_max_batch``): 4xx with a message;
-4. admission (:mod:`parallelsearch.admission`): up to ``server_max_concurrency`` graph runs
-   in flight, then a FIFO queue of ``server_queue_size`` places, each wait at most
-   ``server_queue_timeout_s``; 429 with ``Retry-After`` only when the queue is full or
-   the wait expires;
-5. the app, with every unhandled error turned into one JSON 500 whose ``error_id`` is the
-   one in the (single) log line.
+Pure ASGI middleware (``app.add_middleware(RequestGuard, ...)``), so streaming passes untouched.
+In order: the API key, body limits, the graph call's input checks, admission, and one JSON 500
+with an ``error_id`` for an unhandled error (docs/architecture.md, "Guarding the servers").
 """
 
 from __future__ import annotations
@@ -46,11 +32,8 @@ OPEN_PATHS = frozenset({"/health", "/ui", "/ui/examples"})
 
 
 def graph_call(method: str, path: str, routes: frozenset[str] | set[str]) -> str | None:
-    """The LangServe operation ``method path`` runs on a served graph, or None.
-
-    Matches ``/{route}/{op}`` and every longer path under a route that ends in an
-    operation (``/{route}/c/{hash}/{op}``), so no variant of a route escapes the checks.
-    """
+    """The LangServe operation ``method path`` runs on a served graph, or None: any path under a
+    route that ends in an operation (``/{route}/c/{hash}/{op}`` too), so no variant escapes the checks."""
     if method != "POST":
         return None
     parts = [p for p in path.split("/") if p]

@@ -1,14 +1,9 @@
 """The question page of the LangServe app: ``GET /ui``.
 
-LangServe's playground renders a graph's output as one raw JSON dump; this page shows
-what ParallelSearch does, as it happens: the question, each planner turn, the parallel
-sub-queries with their passages as each searcher finishes, and the answer. It is plain
-HTML and JavaScript (``parallelsearch/web/ask.html``, shipped as package data) over the
-route's LangServe ``/stream`` endpoint, so it goes through the same guard, limits and
-API key as any client. With threads on (:mod:`parallelsearch.threads`) it sends a
-``thread_id`` and lists the thread's earlier questions. ``GET /ui/examples`` offers questions
-of the shipped HotpotQA sample with their annotations, so the oracle policy (which plans and
-answers from them) shows the real flow on a fresh clone.
+LangServe's playground shows a graph's output as one JSON dump; this page shows each planner turn,
+the parallel sub-queries and their passages as they arrive, and the answer. It is plain HTML over
+the route's ``/stream`` endpoint, so it passes the same guard as any client; ``GET /ui/examples``
+offers annotated sample questions, so the oracle policy shows the real flow on a fresh clone.
 """
 
 from __future__ import annotations

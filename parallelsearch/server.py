@@ -1,18 +1,8 @@
 """The LangServe deployment: the parallel graph and its baselines behind one FastAPI app.
 
-Routes: ``/parallelsearch``, ``/sequential``, ``/rag`` (LangServe: invoke, batch, stream,
-stream_events, input/output schemas, playground), ``GET /health``, ``GET /stores``, the
-page ``GET /ui`` (:mod:`parallelsearch.page`) and, when the server keeps threads,
-``GET /{route}/threads/{thread_id}[/history]`` (:mod:`parallelsearch.threads`): a request
-with ``config.configurable.thread_id`` runs on a checkpointed graph (SQLite by default).
-
-A guard (:class:`parallelsearch.guard.RequestGuard`, pure ASGI middleware, so streaming
-is untouched) enforces what a public endpoint needs on every graph route, the config-hash
-variants included: the optional API key (``X-API-Key``), body size and depth limits,
-repaired invalid Unicode, limits on question length and batch size (4xx with a message),
-admission control (a cap on graph runs in flight, then a bounded queue; 429 with
-``Retry-After`` only when the queue is full or the wait expires), and any unhandled error
-turned into one JSON 500 carrying an id that is also in the one log line.
+Routes: one LangServe route per graph (``ROUTES``), ``GET /health``, ``GET /stores``, the page
+``GET /ui`` (:mod:`parallelsearch.page`) and, when the server keeps threads, the thread routes
+(:mod:`parallelsearch.threads`); :class:`~parallelsearch.guard.RequestGuard` guards them all.
 """
 
 from __future__ import annotations
@@ -55,15 +45,11 @@ def _graph_serializer() -> Any:
 
 
 def create_app(settings: Settings | None = None, *, policy: Any = None, searcher: Any = None) -> Any:
-    """The FastAPI app with LangServe routes behind :class:`RequestGuard`.
+    """The FastAPI app with LangServe routes behind :class:`RequestGuard`, built from ``settings``
+    through :meth:`Settings.graph_parts` (the CLI's path too).
 
-    Everything comes from ``settings`` (policy, stores or retriever URL, graph config), through
-    :meth:`Settings.graph_parts`, the path the CLI takes too: ``parallelsearch serve`` passes
-    :func:`~parallelsearch.cli_common.settings_from_args`; a program passes
-    ``get_settings(**values)``. ``policy`` and ``searcher`` are objects already built (tests,
-    notebooks) used instead of the settings' spec and stores; a ``policy`` string is a spec
-    (``"oracle"``) that replaces the settings'. Each request may change the
-    per-request knobs through ``config={"configurable": {...}}``.
+    ``policy`` and ``searcher``: objects already built (tests, notebooks) used instead of the
+    settings' spec and stores; a ``policy`` string is a spec that replaces the settings'.
     """
     from langserve import add_routes
 
@@ -96,9 +82,7 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
     )
     serializer = _graph_serializer()
     for route in ROUTES:
-        # the compiled graph (behind the thread router when the server keeps threads): its
-        # input/output schemas are GraphInput/GraphOutput, and its context schema (GraphContext)
-        # becomes the route's config schema (per-request knobs; thread_id passes through)
+        # the graph's context schema becomes the route's config schema (the per-request knobs)
         runnable = routers[route] if keeps_threads else build(route)
         add_routes(
             app,

@@ -1,18 +1,10 @@
 """Settings: environment (``PARALLELSEARCH_*``), an optional YAML/TOML config file, defaults.
 
-The config file is ``$PARALLELSEARCH_CONFIG`` when set, else ``./parallelsearch.yaml`` or
-``./parallelsearch.toml`` when present. Precedence (docs/architecture.md,
-"Configuration"): an explicit CLI flag or argument > environment > config file > the
-defaults, which live in the config models (:class:`RetrievalConfig`,
-:class:`PolicyConfig`, :class:`GraphConfig`) and nowhere else.
-
-:class:`Settings` inherits the retrieval and policy fields, so their variables are
-``PARALLELSEARCH_STORES``, ``PARALLELSEARCH_CHROMA_HOST``, ``PARALLELSEARCH_POLICY``, ...;
-``graph_config`` is a :class:`GraphConfig` (``PARALLELSEARCH_GRAPH='{"top_k": 5}'`` or
-``PARALLELSEARCH_GRAPH__TOP_K=5``, and ``graph:`` in the config file: the public spellings
-of earlier releases, kept; ``graph_config`` works there too). This module is also the one place that says where
-stores live: ``home``/chroma (``$PARALLELSEARCH_HOME``; default ``./.parallelsearch`` when
-that folder exists, else the user's data dir, ``$XDG_DATA_HOME/parallelsearch``).
+Precedence (docs/architecture.md, "Configuration"): an explicit CLI flag or argument >
+environment > config file (``$PARALLELSEARCH_CONFIG``, else ``./parallelsearch.yaml|.toml``) >
+the defaults, which live in the config models and nowhere else. ``graph_config`` keeps its
+earlier public spelling ``graph`` (``PARALLELSEARCH_GRAPH__TOP_K=5``, ``graph:`` in the file).
+This module is also the one place that says where stores live: under ``home``.
 """
 
 from __future__ import annotations
@@ -189,8 +181,6 @@ class _GraphKey(PydanticBaseSettingsSource):
 
 
 def get_settings(**overrides: Any) -> Settings:
-    """Fresh settings (env and file are re-read so tests and long-lived servers see changes).
-
-    ``overrides`` are explicit values (e.g. CLI flags); ``None`` means "not given".
-    """
+    """Fresh settings (env and file re-read, so tests and long-lived servers see changes), with
+    ``overrides`` (e.g. CLI flags) over them; ``None`` means "not given"."""
     return Settings(**{k: v for k, v in overrides.items() if v is not None})

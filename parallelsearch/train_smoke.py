@@ -1,15 +1,9 @@
 """``parallelsearch train --smoke``: one pass of what a training step runs, on this CPU, in minutes.
 
-A researcher's first check before a GPU cluster: OpenRLHF 0.11.2's own ``RolloutRayActor``
-(built in-process, :mod:`parallelsearch.rl.openrlhf_cpu`) loads ``rl/openrlhf_agent.py`` the
-way ``train_ppo_ray`` does, runs a few prompts on a real vLLM CPU engine over the tiny random
-model (:mod:`parallelsearch.rl.tiny_model`) and a real ``/retrieve`` server (the shipped
-HotpotQA sample's store, or ``--smoke-retriever URL``); OpenRLHF's
-``_process_response_into_experience`` turns each episode into an ``Experience``, whose reward
-terms and token view (trained action tokens vs masked observation tokens) are printed; then
-one ``PolicyLoss`` step with OpenRLHF's ``Actor`` on those tensors.
-
-The random model searches only under constrained decoding, so the smoke turns it on.
+OpenRLHF's own rollout actor, built in-process, runs a few prompts of the tiny random model on a
+real vLLM CPU engine against a real ``/retrieve`` server; each episode's reward terms and token
+masks are printed, then one ``PolicyLoss`` step is taken (docs/vllm.md, "CPU smoke"). The random
+model searches only under constrained decoding, so the smoke turns it on.
 """
 
 from __future__ import annotations
@@ -28,9 +22,8 @@ from typing import Any
 
 from parallelsearch.stores.errors import UnavailableError
 
-#: engine settings of the smoke (vLLM ``AsyncEngineArgs``); ``--engine-arg`` overrides them.
-#: ``kv_cache_memory_bytes`` fixes the KV cache, so vLLM's CPU backend skips its check that a
-#: ``gpu_memory_utilization`` share (0.92) of the node's memory is free.
+#: engine settings of the smoke (vLLM ``AsyncEngineArgs``), under ``--engine-arg``; a fixed KV cache
+#: spares vLLM's CPU backend its check that most of the node's memory is free
 SMOKE_ENGINE_ARGS: dict[str, Any] = {
     "dtype": "float32",
     "max_model_len": 4096,
@@ -129,12 +122,10 @@ def episode_view(result: dict[str, Any], experience: Any, tokenizer: Any, questi
     pieces = sorted(
         [("action", a, b) for a, b in ranges] + [("observation", a, b) for a, b in obs], key=lambda p: p[1]
     )
-    logs = result["extra_logs"]
-    terms = {k: round(float(v), 4) for k, v in logs.items()}
     return SmokeEpisode(
         question=question,
         reward=float(result["reward"]),
-        terms=terms,
+        terms={k: round(float(v), 4) for k, v in result["extra_logs"].items()},
         prompt_tokens=prompt_len,
         action_spans=[(int(a), int(b)) for a, b in ranges],
         observation_spans=obs,
@@ -158,22 +149,12 @@ def format_episode(i: int, ep: SmokeEpisode, width: int = 110) -> list[str]:
         f"{'yes' if ep.action_mask_ok else 'NO'}",
     ]
     for kind, text in ep.pieces:
-        shown = "".join(
-            c if c.isprintable() else repr(c)[1:-1] for c in text
-        )  # newlines, control bytes escaped
+        # newlines and control bytes escaped
+        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
         shown = shown if len(shown) <= width else shown[: width - 3] + "..."
         mark = "+ action     " if kind == "action" else "- observation"
         lines.append(f"  {mark} | {shown}")
     return lines
-
-
-def _retriever(limit: int) -> Any:
-    """A /retrieve server over the demo store (the first ``limit`` sample questions' paragraphs)."""
-    from parallelsearch.demo import demo_store
-    from parallelsearch.loopback import LoopbackServer
-    from parallelsearch.stores import create_retrieval_app
-
-    return LoopbackServer(create_retrieval_app(demo_store(limit, progress=False)))
 
 
 async def _rollouts(
@@ -226,23 +207,16 @@ def actor_log_probs(model_dir: Path, experiences: list[Any]) -> tuple[Any, Any, 
     actor = models.Actor(str(model_dir), attn_implementation="sdpa", param_dtype="bf16")
     actor.model.float()
     actor.train()
-    return (
-        actor,
-        batch,
-        actor(batch.sequences, action_mask=batch.action_mask, attention_mask=batch.attention_mask),
-    )
+    log_probs = actor(batch.sequences, action_mask=batch.action_mask, attention_mask=batch.attention_mask)
+    return actor, batch, log_probs
 
 
 def policy_loss_step(model_dir: Path, experiences: list[Any]) -> tuple[float, float, int, float]:
-    """One policy-gradient step with OpenRLHF's ``Actor`` and ``PolicyLoss``.
+    """One policy-gradient step with OpenRLHF's ``Actor`` and ``PolicyLoss``: the loss, the gradient
+    norm, the parameter tensors an SGD step changed, and the mean |vLLM - actor| log-prob.
 
-    Advantages are what OpenRLHF's ``reinforce`` estimator gives a terminal reward with
-    gamma 1 (the episode's reward on every action token): a group baseline would be zero
-    whenever a prompt's few samples score alike. The old log-probs are the actor's own (as
-    OpenRLHF's experience maker computes them), so the ratio starts at 1. Returns the loss,
-    the gradient norm, the parameter tensors an SGD step changed, and how far vLLM's rollout
-    log-probs are from the actor's on the action tokens.
-    """
+    The advantage is the episode's reward on every action token (``reinforce``, gamma 1): a group
+    baseline would be zero whenever a prompt's few samples score alike."""
     import torch
 
     actor, batch, log_probs = actor_log_probs(model_dir, experiences)  # imports openrlhf.models
@@ -273,50 +247,46 @@ def run_smoke(
     workdir: str | Path | None = None,
     echo: Callable[[str], None] = print,
 ) -> SmokeResult:
-    """Build the tiny model, roll out ``prompts`` x ``samples`` episodes, take one loss step."""
+    """Build the tiny model, roll out ``prompts`` x ``samples`` episodes, take one loss step.
+
+    The model and agent config go to ``workdir`` (kept), else to a temporary folder (deleted)."""
     check_smoke_deps()
     if prompts < 1 or samples < 1:
         raise ValueError("--smoke-prompts and --smoke-samples must be >= 1")
-    if workdir is None:  # the model and config are deleted afterwards; --smoke-dir keeps them
-        with tempfile.TemporaryDirectory(prefix="parallelsearch-smoke-") as tmp:
-            return _run(Path(tmp), prompts, samples, engine_args, retriever_url, echo)
-    Path(workdir).mkdir(parents=True, exist_ok=True)
-    return _run(Path(workdir), prompts, samples, engine_args, retriever_url, echo)
-
-
-def _run(
-    work: Path,
-    prompts: int,
-    samples: int,
-    engine_args: dict[str, Any] | None,
-    retriever_url: str | None,
-    echo: Callable[[str], None],
-) -> SmokeResult:
     from transformers import AutoTokenizer
 
     from parallelsearch.data import load_questions
+    from parallelsearch.demo import demo_store
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+    from parallelsearch.loopback import LoopbackServer
     from parallelsearch.rl.agent_config import ENV_VAR
     from parallelsearch.rl.data import train_record
     from parallelsearch.rl.tiny_model import save_tiny
-
-    seconds: dict[str, float] = {}
-    t0 = time.perf_counter()
-    model_dir = save_tiny(work / "tiny-llama")
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    seconds["tiny_model"] = time.perf_counter() - t0
-    questions = load_questions(HOTPOTQA_SAMPLE)[:prompts]
-    records = [train_record(q, template="official", tokenizer=tokenizer) for q in questions]
-    args = {**SMOKE_ENGINE_ARGS, **(engine_args or {})}
-    echo(
-        f"smoke: tiny random Llama ({model_dir}), {prompts} prompt(s) x {samples} sample(s) of the HotpotQA "
-        f"sample, engine {json.dumps(args)}"
-    )
+    from parallelsearch.stores import create_retrieval_app
 
     with contextlib.ExitStack() as stack:
+        if workdir is None:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="parallelsearch-smoke-")))
+        else:
+            work = Path(workdir)
+            work.mkdir(parents=True, exist_ok=True)
+        seconds: dict[str, float] = {}
         t0 = time.perf_counter()
-        if not retriever_url:
-            retriever_url = f"{stack.enter_context(_retriever(prompts)).url}/retrieve"
+        model_dir = save_tiny(work / "tiny-llama")
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        seconds["tiny_model"] = time.perf_counter() - t0
+        questions = load_questions(HOTPOTQA_SAMPLE)[:prompts]
+        records = [train_record(q, template="official", tokenizer=tokenizer) for q in questions]
+        args = {**SMOKE_ENGINE_ARGS, **(engine_args or {})}
+        echo(
+            f"smoke: tiny random Llama ({model_dir}), {prompts} prompt(s) x {samples} sample(s) of the HotpotQA "
+            f"sample, engine {json.dumps(args)}"
+        )
+
+        t0 = time.perf_counter()
+        if not retriever_url:  # a /retrieve server over the demo store of the first questions
+            app = create_retrieval_app(demo_store(prompts, progress=False))
+            retriever_url = f"{stack.enter_context(LoopbackServer(app)).url}/retrieve"
         seconds["retriever"] = time.perf_counter() - t0
         echo(f"smoke: retriever {retriever_url}")
         config = work / "agent.json"
@@ -331,27 +301,27 @@ def _run(
             else:
                 os.environ[ENV_VAR] = previous
 
-    from parallelsearch.rl.openrlhf_cpu import import_openrlhf_models
+        from parallelsearch.rl.openrlhf_cpu import import_openrlhf_models
 
-    import_openrlhf_models()
-    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+        import_openrlhf_models()
+        from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 
-    gen = SamplesGenerator.__new__(SamplesGenerator)  # the method uses no state of the generator
-    experiences = [gen._process_response_into_experience(r, max_len=MAX_LEN) for r in results]
-    episodes = []
-    for i, (r, e) in enumerate(zip(results, experiences, strict=True)):
-        ep = episode_view(r, e, tokenizer, questions[i // samples]["question"])
-        episodes.append(ep)
-        for line in format_episode(i + 1, ep):
-            echo(line)
+        gen = SamplesGenerator.__new__(SamplesGenerator)  # the method uses no state of the generator
+        experiences = [gen._process_response_into_experience(r, max_len=MAX_LEN) for r in results]
+        episodes = []
+        for i, (r, e) in enumerate(zip(results, experiences, strict=True)):
+            ep = episode_view(r, e, tokenizer, questions[i // samples]["question"])
+            episodes.append(ep)
+            for line in format_episode(i + 1, ep):
+                echo(line)
 
-    t0 = time.perf_counter()
-    loss, grad_norm, changed, gap = policy_loss_step(model_dir, experiences)
-    seconds["loss_step"] = time.perf_counter() - t0
-    echo(
-        f"PolicyLoss step: loss {loss:.6f}, grad norm {grad_norm:.4f}, {changed} parameter tensors changed; "
-        f"mean |vLLM - Actor| log-prob on action tokens {gap:.3f} (constrained decoding: vLLM's are "
-        "of the grammar-masked distribution)"
-    )
-    echo("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()))
-    return SmokeResult(episodes, loss, grad_norm, changed, gap, seconds)
+        t0 = time.perf_counter()
+        loss, grad_norm, changed, gap = policy_loss_step(model_dir, experiences)
+        seconds["loss_step"] = time.perf_counter() - t0
+        echo(
+            f"PolicyLoss step: loss {loss:.6f}, grad norm {grad_norm:.4f}, {changed} parameter tensors changed; "
+            f"mean |vLLM - Actor| log-prob on action tokens {gap:.3f} (constrained decoding: vLLM's are "
+            "of the grammar-masked distribution)"
+        )
+        echo("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()))
+        return SmokeResult(episodes, loss, grad_norm, changed, gap, seconds)
