@@ -1,10 +1,7 @@
-"""The ParallelSearch text protocol: prompt, action parser, observation formatter, feedback.
+"""The ParallelSearch protocol: prompts, action parsers, observation formatter, feedback.
 
-Contract (docs/architecture.md, "The protocol"): the policy writes ``<think>``, ``<search> a ## b </search>``
-or ``<answer> x </answer>``; the environment answers a search with ONE
-``<information>`` block holding, per sub-query in order, its passages as
-``Doc i(Title: t) text`` lines (numbering restarts per sub-query, as in the official
-code). The parser never raises: it reports what it found or why the action is invalid.
+The contract is docs/architecture.md, "The protocol". The parsers never raise: they report
+what they found or why the action is invalid.
 """
 
 from __future__ import annotations
@@ -42,14 +39,12 @@ OFFICIAL_TEMPLATE = (
 #: the typo fixed. Select ``official`` for the exact training prompt of released checkpoints.
 PAPER_TEMPLATE = OFFICIAL_TEMPLATE.replace("as many times as your want", "as many times as you want")
 
-#: Search-R1's prompt (one query per search; used by the sequential baseline).
-SEARCH_R1_TEMPLATE = (
-    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
-    "get new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
-    "<search> query </search> and it will return the top searched results between <information> and "
-    "</information>. You can search as many times as your want. If you find no further external knowledge "
-    "needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. "
-    "For example, <answer> Beijing </answer>. Question: {question}\n"
+#: Search-R1's prompt (one query per search; used by the sequential baseline): the official one
+#: without its sentences on decomposing.
+SEARCH_R1_TEMPLATE = OFFICIAL_TEMPLATE.replace(
+    "If the original query is complex or involves multiple parts, you are encouraged to decompose it into "
+    "smaller sub-questions, separated by ##. For example: <search> sub-question 1 ## sub-question 2 </search>. ",
+    "",
 )
 
 #: The ``dag`` graph's prompt: the paper's, plus one sentence that teaches ``#k`` (a sub-query naming
@@ -190,12 +185,8 @@ _TAG_RE = re.compile(r"<(/?)(think|search|answer|information)>")
 
 def truncate_at_stop(text: str, stops: Sequence[str] = STOP_STRINGS) -> str:
     """Cut ``text`` after the first stop string (kept), as vLLM does with include_stop_str_in_output."""
-    cut = None
-    for s in stops:
-        i = text.find(s)
-        if i != -1 and (cut is None or i + len(s) < cut):
-            cut = i + len(s)
-    return text if cut is None else text[:cut]
+    ends = [text.find(s) + len(s) for s in stops if s in text]
+    return text[: min(ends)] if ends else text
 
 
 def _pieces(query: str) -> Iterator[str]:
@@ -214,9 +205,8 @@ def _pieces(query: str) -> Iterator[str]:
 def split_subqueries(query: str, limit: int | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``a ## b ## a ##`` -> (("a", "b"), ("a",)): stripped, empties dropped, duplicates kept once.
 
-    Linear in ``query`` (duplicates are found with a set). With ``limit``, reading stops at
-    the first distinct piece past it: the result then holds ``limit + 1`` sub-queries, which is
-    all a caller needs to refuse the action, and no later piece costs any work.
+    Linear in ``query``; with ``limit`` reading stops at the first distinct piece past it (enough
+    to refuse the action), so no later piece costs any work.
     """
     kept: list[str] = []
     seen: set[str] = set()
@@ -351,12 +341,9 @@ def parse_tool_calls(
     """Parse one tools-protocol turn (an AI message's ``tool_calls``, ``content`` and
     ``invalid_tool_calls``) into the same :class:`Action` the tag parser returns. Never raises.
 
-    N ``search`` calls are the N sub-queries of one round (normalised and de-duplicated like
-    ``a ## b``; a duplicate's call shares its sub-query's result). No call at all is the final
-    answer: the message's text, unless the reply was ``cut`` at the token limit (its text may be
-    half a call or half an answer, so it is an invalid turn instead). One invalid call (unknown tool, bad or unparsable arguments,
-    empty query), more than ``max_subqueries`` distinct queries, or more than one query when
-    ``split`` is off makes the whole turn invalid: nothing is searched and every call is told why.
+    N ``search`` calls are the N sub-queries of one round; no call is the answer unless the reply
+    was ``cut`` at the token limit; one invalid call makes the whole turn invalid (rules:
+    docs/architecture.md, "The tools protocol").
     """
     try:
         text = content_text(content)
@@ -439,9 +426,8 @@ def tool_feedback(action: Action) -> list[tuple[str, str]]:
 
 
 def render_tool_calls(content: str, calls: Sequence[dict]) -> str:
-    """A tools-protocol turn as text (the Hermes/Qwen form): its text, then one
-    ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` block per call. Used for the
-    readable transcript."""
+    """A tools-protocol turn as text for the readable transcript (the Hermes/Qwen form): its
+    text, then one ``<tool_call>`` block per call."""
     blocks = "".join(
         "<tool_call>\n"
         + json.dumps({"name": c.get("name"), "arguments": c.get("args")}, ensure_ascii=False, default=str)
@@ -476,43 +462,39 @@ _TEXT_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def tool_text_observation(responses: Sequence[str], turn_closed: bool = True, note: str = "") -> str:
-    """The environment's reply to a text-form turn, as the Hermes/Qwen chat template writes
-    tool messages: one user turn holding one ``<tool_response>`` per call, in call order, then
-    the next assistant turn's header. ``turn_closed`` is False when the policy's turn did not
-    end with :data:`TOOL_TURN_END` (cut at the token cap); the environment closes it then.
-    ``note``: a corrective note instead of responses (a turn without any call)."""
+    """The environment's reply to a text-form turn, as the Hermes/Qwen chat template writes tool
+    messages: one user turn of ``<tool_response>`` blocks (or a corrective ``note``), then the next
+    assistant header. ``turn_closed`` is False when the policy's turn was cut before
+    :data:`TOOL_TURN_END`: the environment closes it."""
     head = "" if turn_closed else TOOL_TURN_END
     body = "".join(format_tool_response(r) for r in responses) + (f"\n{note}" if note else "")
     return f"{head}\n<|im_start|>user{body}{TOOL_TURN_END}\n<|im_start|>assistant\n"
 
 
-def _text_call(body: str, i: int) -> tuple[dict | None, dict | None]:
-    """One ``<tool_call>`` block's JSON as a LangChain-style call, or an invalid call."""
+def _text_call(body: str, i: int) -> dict:
+    """One ``<tool_call>`` block's JSON as a LangChain-style call (an invalid call has ``error``)."""
     cid = f"call_{i}"
     try:
         obj = json.loads(body)
     except ValueError as e:
-        return None, {"id": cid, "name": "<tool_call>", "args": body.strip()[:120], "error": str(e)}
+        return {"id": cid, "name": "<tool_call>", "args": body.strip()[:120], "error": str(e)}
     if not isinstance(obj, dict):
-        return {"id": cid, "name": None, "args": obj}, None
+        return {"id": cid, "name": None, "args": obj}
     args = obj.get("arguments", obj.get("parameters"))
     if isinstance(args, str):  # some models write the arguments as a JSON string, as OpenAI sends them
         try:
             args = json.loads(args)
         except ValueError as e:
-            return None, {"id": cid, "name": obj.get("name"), "args": args[:120], "error": str(e)}
-    return {"id": cid, "name": obj.get("name"), "args": args}, None
+            return {"id": cid, "name": obj.get("name"), "args": args[:120], "error": str(e)}
+    return {"id": cid, "name": obj.get("name"), "args": args}
 
 
 def parse_tool_text(text: object, *, max_subqueries: int = 8, split: bool = True) -> Action:
     """Parse one turn of the tools protocol's text form into the same :class:`Action`
     :func:`parse_tool_calls` returns for a chat model's tool calls. Never raises.
 
-    Each ``<tool_call>{"name": "search", "arguments": {"query": q}}</tool_call>`` block is one
-    call (ids ``call_0``, ``call_1``, ... in order), so N blocks in one turn are the N
-    sub-queries of one round, with the same validation (unknown tool, bad JSON or arguments,
-    empty query, ``max_subqueries``). A turn without a block answers with ``<answer>``. Text
-    before the blocks is the turn's reasoning; the turn end (:data:`TOOL_TURN_END`) is ignored.
+    Each ``<tool_call>`` block is one call (ids ``call_0``, ``call_1``, ... in order); a turn
+    without a block answers with ``<answer>``; text before the blocks is the reasoning.
     """
     try:
         if not isinstance(text, str):
@@ -535,17 +517,11 @@ def parse_tool_text(text: object, *, max_subqueries: int = 8, split: bool = True
             return parse_tool_calls([], answers[-1])
         if _TEXT_ANSWER_RE.search(rest):
             return Action("invalid", reason="an <answer> beside tool calls (answer in a turn without calls)")
-        calls: list[dict] = []
-        broken: list[dict] = []
-        for i, m in enumerate(blocks):
-            call, bad = _text_call(m.group(1), i)
-            (calls if call is not None else broken).append(call if call is not None else bad)  # type: ignore[arg-type]
+        read = [_text_call(m.group(1), i) for i, m in enumerate(blocks)]
+        broken = [c for c in read if "error" in c]
+        calls = [c for c in read if "error" not in c]
         action = parse_tool_calls(
-            calls,
-            text[: blocks[0].start()],
-            broken,
-            max_subqueries=max_subqueries,
-            split=split,
+            calls, text[: blocks[0].start()], broken, max_subqueries=max_subqueries, split=split
         )
         if broken:  # keep the calls in the order they were written (one response each, in order)
             order = {f"call_{i}": i for i in range(len(blocks))}
@@ -561,18 +537,19 @@ def searched_as_line(text: str) -> str:
     return f"Searched as: {' '.join(text.split())}\n"
 
 
-TitleStyle = Literal["official", "stripped"]
 #: how ``Doc i(Title: t)`` shows a title: ``official`` = the corpus entry's first line verbatim, as
 #: the official code renders it (Search-R1/wiki-18 titles keep their quotes: ``Title: "Aaron"``),
 #: which released checkpoints were trained on; ``stripped`` = the bare title (``Title: Aaron``)
-TITLE_STYLES: tuple[str, ...] = ("official", "stripped")
+TitleStyle = Literal["official", "stripped"]
+TITLE_STYLES: tuple[str, ...] = get_args(TitleStyle)
 
 
 def format_passages(passages: Sequence[Passage], titles: TitleStyle = "stripped") -> str:
     """One sub-query's results: ``Doc i(Title: t) text`` lines, numbering from 1."""
-    if titles == "official":
-        return "".join(f"Doc {i}(Title: {p.first_line}) {p.text}\n" for i, p in enumerate(passages, 1))
-    return "".join(f"Doc {i}(Title: {p.title}) {p.text}\n" for i, p in enumerate(passages, 1))
+    return "".join(
+        f"Doc {i}(Title: {p.first_line if titles == 'official' else p.title}) {p.text}\n"
+        for i, p in enumerate(passages, 1)
+    )
 
 
 def format_observation(
@@ -585,12 +562,9 @@ def format_observation(
 ) -> str:
     """ONE ``<information>`` block for a search round, sub-queries in order.
 
-    A failed sub-query contributes a one-line notice instead of passages, so the policy
-    sees that the search happened and failed. ``max_words`` caps the block (a whitespace
-    approximation of the observation token cap). ``titles``: see :data:`TitleStyle`.
-    ``searched_as``: per sub-query, the text a dependent sub-query (``seat of #1``) was searched
-    with, shown on a line before its passages (:func:`searched_as_line`); ``None`` or nothing
-    for a sub-query the policy wrote in full, so a search without ``#k`` reads as it always has.
+    A failed sub-query shows a one-line notice, so the policy sees that the search failed.
+    ``max_words`` caps the block (a whitespace approximation of the token cap). ``searched_as``:
+    per sub-query, the text a dependent one (``seat of #1``) was searched with, or None.
     """
     if titles not in TITLE_STYLES:
         raise ValueError(f"unknown title style {titles!r}; choose one of {', '.join(TITLE_STYLES)}")
@@ -636,18 +610,11 @@ def protocol_regex(
 ) -> str:
     """A regular expression of one valid policy turn, for constrained (structured) decoding.
 
-    ``<think>...</think>``, a newline, then ``<search> q ## q </search>`` (at most
-    ``max_subqueries`` parts, one when ``split`` is off; a part may name an earlier part's
-    result as ``#k``, while any other ``#`` stays out of a part, so ``##`` only separates) or
-    ``<answer> a </answer>``; the
-    final turn may only answer. ``protocol="tools"``: the text form, where a search is one
-    ``<tool_call>`` JSON block per sub-query (newline-separated, as the Hermes template writes
-    them) and the grammar ends after the last block, so the engine ends the turn with its
-    end-of-turn token (:data:`TOOL_TURN_END` for ChatML models). Every part is bounded, so
-    even a model that has never seen the protocol (a random one) ends its turn with a valid
-    action instead of running to the token cap: the tags are the only way out of a full span.
-    Queries and answers start and end with a non-space character, so the parser never sees an
-    empty piece.
+    ``<think>...</think>``, a newline, then a search (``<search> q ## q </search>``, or with
+    ``protocol="tools"`` one ``<tool_call>`` block per sub-query, after which the engine ends the
+    turn) or an answer; the final turn may only answer. Every part is bounded, so even a model
+    that has never seen the protocol ends its turn with a valid action instead of running to the
+    token cap; a ``#`` only stands before a digit (``#k``), so ``##`` only separates.
     """
     if max_subqueries < 1:
         raise ValueError(f"max_subqueries must be >= 1, got {max_subqueries}")
