@@ -1,20 +1,9 @@
 """Resolvers: what a ``#k`` stands for when a dependent sub-query is searched.
 
 A sub-query such as ``seat of #1`` can only be searched once ``#1`` has results; a resolver
-turns it and its parents' results into the text to search. Every resolver takes
-``(sub_query, parents)`` and returns that text, in a sync form (``__call__``) and an async
-form (``aresolve``, what the graph's async nodes await):
-
-- ``passage`` (:class:`PassageResolver`): no model call. The answer to a parent sub-query is
-  usually a name inside the parent's top passage, not its title, so the resolver proposes the
-  passage's name-like spans (runs of capitalised words), drops the ones the parent sub-query
-  itself names, and keeps the candidate whose search hits score best, nudged by how close
-  the words right before it are to what the parent asked and by whether a hit is the
-  candidate's own paragraph (its title is the name: Wikipedia-like stores title entities).
-- ``gold`` (:class:`GoldResolver`): the gold intermediate answers (oracle runs: the upper bound).
-- ``policy`` (:class:`PolicyResolver`): one short "answer only" extraction call to a policy,
-  counted in ``calls``.
-- any callable ``(sub_query, parents) -> str`` (sync or async), through :func:`as_resolver`.
+turns it and its parents' results into the text to search, sync (``__call__``) or async
+(``aresolve``, what the graph's nodes await): ``passage`` (no model call), ``gold`` (oracle
+runs), ``policy`` (one extraction call) or any callable, through :func:`as_resolver`.
 """
 
 from __future__ import annotations
@@ -24,7 +13,7 @@ import inspect
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from itertools import product
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
@@ -61,10 +50,6 @@ class Resolver(Protocol):
     def __call__(self, sub_query: str, parents: Sequence[ParentResult]) -> str: ...
 
     async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str: ...
-
-
-def _fill(sub_query: str, values: dict[int, str]) -> str:
-    return substitute(sub_query, values)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,39 +163,32 @@ def answer_candidates(parent: ParentResult, *, passages: int = 1, limit: int = 2
 # resolvers
 
 
+@dataclass(eq=False)
 class PassageResolver:
-    """The ``passage`` resolver: no model call; the parent's top passage supplies the name.
+    """The ``passage`` resolver: no model call. A parent's answer is usually a name inside its
+    top passage, not its title, so the passage's name-like spans are the candidates.
 
-    With a ``searcher`` (anything with ``search_batch(queries, k)`` or ``asearch(query, k)``)
-    every candidate's query is searched, in one batch, and the candidate whose best hit scores
-    highest wins; with an ``embedder`` (``encode_queries``) that score is nudged by
+    With a ``searcher`` (``search_batch(queries, k)`` or ``asearch(query, k)``) every candidate's
+    query is searched in one batch and the best top hit wins, nudged (with an ``embedder``) by
     ``cue_weight`` x the similarity of the candidate's lead-in to what the parent asked, plus
-    ``title_weight`` when one of its hits is titled with the candidate itself (case, punctuation
-    and a trailing parenthetical ignored). With neither, the first candidate is used, and the
-    top passage's title when there is none.
-    Sub-queries naming several parents try at most ``max_combinations`` combinations.
+    ``title_weight`` when a hit is titled with the candidate itself (Wikipedia-like stores title
+    entities). With neither, the first candidate wins, else the top passage's title. Several
+    parents try at most ``max_combinations`` combinations.
     """
 
-    name = "passage"
+    searcher: Any = None
+    embedder: Any = None
+    _: KW_ONLY
+    cue_weight: float = 0.5
+    title_weight: float = 0.3
+    max_candidates: int = 24
+    max_combinations: int = 32
+    k: int = 3
+    name: str = field(default="passage", init=False)
 
-    def __init__(
-        self,
-        searcher: Any = None,
-        embedder: Any = None,
-        *,
-        cue_weight: float = 0.5,
-        title_weight: float = 0.3,
-        max_candidates: int = 24,
-        max_combinations: int = 32,
-        k: int = 3,
-    ) -> None:
-        self.searcher = searcher
-        self.embedder = embedder if embedder is not None else getattr(searcher, "embedder", None)
-        self.cue_weight = cue_weight
-        self.title_weight = title_weight
-        self.max_candidates = max_candidates
-        self.max_combinations = max_combinations
-        self.k = k
+    def __post_init__(self) -> None:
+        if self.embedder is None:
+            self.embedder = getattr(self.searcher, "embedder", None)
 
     def _options(self, sub_query: str, parents: Sequence[ParentResult]) -> list[tuple[str, float, set[str]]]:
         """(query to search, prior, its candidates as title keys) for every candidate
@@ -231,7 +209,7 @@ class PassageResolver:
         for n, combo in enumerate(product(*per_parent)):
             if n >= self.max_combinations:
                 break
-            query = _fill(sub_query, {p.k: c for p, (c, _) in zip(parents, combo, strict=True)})
+            query = substitute(sub_query, {p.k: c for p, (c, _) in zip(parents, combo, strict=True)})
             options.setdefault(query, (query, sum(s for _, s in combo), {title_key(c) for c, _ in combo}))
         return sorted(options.values(), key=lambda o: -o[1])
 
@@ -248,7 +226,7 @@ class PassageResolver:
     ) -> str | None:
         """The filled sub-query when choosing needs no search (no option, one, or no searcher)."""
         if not options:
-            return _fill(sub_query, {p.k: "" for p in parents})
+            return substitute(sub_query, {p.k: "" for p in parents})
         if len(options) == 1 or self.searcher is None:
             return options[0][0]
         return None
@@ -282,9 +260,8 @@ async def _search_all(searcher: Any, queries: list[str], k: int) -> list[list[Pa
 
 
 class GoldResolver:
-    """The ``gold`` resolver: each ``#k`` becomes the parent's gold intermediate answer.
-    For oracle runs only (the upper bound of any resolver); the graph sets ``gold`` from the
-    question's ``metadata.hops``."""
+    """The ``gold`` resolver: each ``#k`` becomes the parent's gold intermediate answer (oracle
+    runs: the upper bound of any resolver; ``gold`` comes from the question's ``metadata.hops``)."""
 
     name = "gold"
 
@@ -296,7 +273,7 @@ class GoldResolver:
                 "question's metadata.hops (a MuSiQue or 2WikiMultihopQA record) and is for oracle runs; "
                 "use --resolver passage or policy otherwise"
             )
-        return _fill(sub_query, {p.k: str(p.gold) for p in parents})
+        return substitute(sub_query, {p.k: str(p.gold) for p in parents})
 
     async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
         return self(sub_query, parents)
@@ -342,7 +319,7 @@ class PolicyResolver:
 
     async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
         answers = await asyncio.gather(*(self._answer(p) for p in parents))
-        return _fill(sub_query, {p.k: a for p, a in zip(parents, answers, strict=True)})
+        return substitute(sub_query, {p.k: a for p, a in zip(parents, answers, strict=True)})
 
     def __call__(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
         return _run_sync(self.aresolve(sub_query, parents), "the policy resolver")

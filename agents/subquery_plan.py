@@ -1,21 +1,10 @@
 """Dependencies inside one search: the ``#k`` plan of its sub-queries.
 
 A sub-query may name the result of an earlier sub-query of the same search as ``#k``
-(1-based, MuSiQue's convention): ``<search> county of Van Hook Township ## seat of #1 </search>``.
-The sub-queries without references are the first stage; a sub-query runs in the stage after
-the last one it refers to. A search without ``#k`` is one stage holding exactly the sub-queries
-the parser returned, so it means what it meant before references existed.
-
-What counts as a reference: ``#`` followed by ASCII digits, standing alone as a token: no
-letter, digit, ``_`` or ``#`` right before the ``#``, and no letter, digit or ``_`` right
-after the digits (``#1``, ``#1's``, ``(#2)`` are references; ``C#1``, ``issue#12``, ``#1st``
-and ``##1`` are text). A search of a single sub-query has no references: there is nothing
-earlier to name, and ``#1 hit single`` stays a query. ``k`` counts the sub-queries as written
-(empty pieces dropped; a duplicate keeps its position), which is also the k-th ``search`` call
-of a tool-calling message; the plan maps it onto the de-duplicated sub-queries.
-
-Everything here is pure and never raises on policy text: a bad plan is a :class:`Plan` with
-``error`` set, which the graph turns into the invalid action's corrective feedback.
+(1-based, MuSiQue's convention): ``<search> county of Van Hook Township ## seat of #1 </search>``;
+it runs in the stage after the last one it refers to. What counts as a reference:
+docs/architecture.md, "Dependent sub-queries". Nothing here raises on policy text: a bad plan
+is a :class:`Plan` with ``error`` set, which the graph turns into corrective feedback.
 """
 
 from __future__ import annotations
@@ -79,10 +68,6 @@ def find_references(subquery: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _shown(k: int) -> str:
-    return f"#{k}" if k >= 0 else "#<a very long number>"
-
-
 def plan_search(
     subqueries: Sequence[str],
     written: Sequence[str] | None = None,
@@ -109,13 +94,14 @@ def plan_search(
         for k in find_references(sub):
             if k < 1 or k > n:
                 why = f"there are {n} sub-queries, numbered from #1" if k >= 0 else "it is not a position"
-                return _invalid(subs, f"sub-query {pos} ({_clip(sub)}) refers to {_shown(k)}, but {why}")
+                shown = f"#{k}" if k >= 0 else "#<a very long number>"
+                return Plan(subs, error=f"sub-query {pos} ({_clip(sub)}) refers to {shown}, but {why}")
             if k == pos:
-                return _invalid(subs, f"sub-query {pos} ({_clip(sub)}) refers to itself (#{k})")
+                return Plan(subs, error=f"sub-query {pos} ({_clip(sub)}) refers to itself (#{k})")
             if k > pos:
-                return _invalid(
+                return Plan(
                     subs,
-                    f"sub-query {pos} ({_clip(sub)}) refers to #{k}, a later sub-query; "
+                    error=f"sub-query {pos} ({_clip(sub)}) refers to #{k}, a later sub-query; "
                     "#k may only name an earlier one",
                 )
             refs.append(Reference(k, order[k - 1]))
@@ -127,9 +113,9 @@ def plan_search(
         stage_of.append(1 + max((stage_of[r.target] for r in references[idx]), default=0))
     depth = max(stage_of)
     if depth > max_stages:
-        return _invalid(
+        return Plan(
             subs,
-            f"the references make {depth} stages in one search; at most {max_stages} are allowed "
+            error=f"the references make {depth} stages in one search; at most {max_stages} are allowed "
             "(search the rest in a later turn)",
         )
     stages = tuple(tuple(i for i, s in enumerate(stage_of) if s == d) for d in range(1, depth + 1))
@@ -178,10 +164,6 @@ def _written_order(subs: tuple[str, ...], written: Sequence[str] | None) -> list
     if -1 in order or set(order) != set(range(len(subs))):
         return list(range(len(subs)))
     return order
-
-
-def _invalid(subs: tuple[str, ...], reason: str) -> Plan:
-    return Plan(subs, error=reason)
 
 
 def _clip(text: str, n: int = 60) -> str:
