@@ -1,11 +1,6 @@
-"""Any LangChain chat model as a policy (an instance, or an ``init_chat_model`` spec).
-
-Two protocols (docs/architecture.md, "The protocol"). ``tags``: the transcript is rendered
-as messages (the prompt and every observation as human messages, every earlier turn as an AI
-message) and the reply is text with the ``<search>``/``<answer>`` tags; chat APIs drop the
-stop string, so it is put back when the turn opened a tag it did not close. ``tools``: the
-model is bound to the ``search`` tool and gets the episode's own messages (tool calls and
-their ``ToolMessage`` results); the reply's ``tool_calls`` are the round's sub-queries.
+"""Any LangChain chat model as a policy (an instance, or an ``init_chat_model`` spec), speaking
+the ``tags`` protocol (the transcript as human/AI messages, a text reply) or the ``tools`` one
+(bound to the ``search`` tool: docs/architecture.md, "The protocol").
 """
 
 from __future__ import annotations
@@ -27,6 +22,7 @@ from parallelsearch.stores.errors import UnavailableError
 
 
 def to_messages(request: TurnRequest) -> list[Any]:
+    """The transcript as chat messages: earlier turns as AI messages, the rest as human ones."""
     from langchain_core.messages import AIMessage, HumanMessage
 
     segs = request.segments or [("prompt", request.transcript)]
@@ -60,12 +56,9 @@ async def _call(model: Any, messages: list[Any], **kwargs: Any) -> Any:
 
 
 def unreadable_calls(error: Exception, turn: int) -> list[dict[str, Any]] | None:
-    """The calls of a reply whose arguments are JSON but not an object (``true``, ``1``, ``"q"``,
-    what a server that leaves the arguments free can send): LangChain's ``AIMessage`` refuses
-    them with a pydantic error on ``tool_calls.N.args`` before the graph sees the reply. They
-    come back as invalid tool calls, so the turn gets the corrective note like any bad call;
-    ``None`` for any other error. LangChain keeps no more of the reply than the arguments, so
-    a call is named after the one tool the model is bound to."""
+    """A reply's calls whose arguments are JSON but not an object (``true``, ``"q"``), which
+    LangChain's ``AIMessage`` refuses with a pydantic error before the graph sees the reply, as
+    invalid tool calls (so the turn gets the corrective note); ``None`` for any other error."""
     try:
         from pydantic import ValidationError
     except ImportError:  # pragma: no cover - pydantic comes with langchain-core

@@ -1,10 +1,6 @@
-"""What a builder accepts as its planner, turned into a policy once, at build time.
-
-A LangChain chat model has a method named ``agenerate`` like :class:`Policy`, so duck typing
-alone would take one for a policy and fail deep inside a run; chat models are recognised by
-type first. A string is a policy spec when its kind is one of ours (``oracle``, ``openai:``,
-``vllm:``, ``hf:``, ``chat:`` ...), else an ``init_chat_model`` string (``anthropic:claude-...``).
-"""
+"""What a builder accepts as its planner, turned into a policy once, at build time (the order
+of the checks: docs/architecture.md, "Planners"; a chat model is recognised by type first, as
+its ``agenerate`` would pass for a policy's)."""
 
 from __future__ import annotations
 

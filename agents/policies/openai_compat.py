@@ -12,8 +12,7 @@ from typing import Any
 
 import httpx
 
-from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag
-from parallelsearch.agents.protocol import protocol_regex
+from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag, request_regex
 from parallelsearch.stores.errors import UnavailableError
 from parallelsearch.stores.http.tls import tls_context
 
@@ -74,17 +73,8 @@ class OpenAICompletionsPolicy:
         if self.vllm_extensions:
             body["include_stop_str_in_output"] = True
             body["return_token_ids"] = True
-        if (
-            self.constrained
-        ):  # vLLM's structured outputs (the older "guided_regex" field is ignored by vLLM 0.32)
-            body["structured_outputs"] = {
-                "regex": protocol_regex(
-                    final=r.final,
-                    split=r.allow_split,
-                    max_subqueries=r.max_subqueries,
-                    think_chars=self.think_chars,
-                )
-            }
+        if self.constrained:  # vLLM's structured outputs (vLLM 0.32 ignores the older "guided_regex")
+            body["structured_outputs"] = {"regex": request_regex(r, self.think_chars)}
         return body
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:

