@@ -1,9 +1,6 @@
 """What LangGraph users already have, as searchers: functions, LangChain retrievers, vector
-stores and tools, and their own objects with ``asearch``.
-
-Every adapter returns what :func:`~parallelsearch.agents.searchers.normalise.to_passages`
-made of the result, so the graph only ever sees passages. A sync function or a sync tool
-runs in a worker thread, never on the event loop that runs the other sub-queries.
+stores and tools, and their own objects with ``asearch``. Every adapter returns passages
+(:func:`.normalise.to_passages`); sync code runs in a worker thread, never on the event loop.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from parallelsearch.agents.searchers.base import store_names
+from parallelsearch.agents.searchers.base import describe_searcher, store_names
 from parallelsearch.agents.searchers.normalise import to_passages
 from parallelsearch.stores.passages import Passage
 
@@ -116,13 +113,9 @@ def _retriever_own_k(retriever: Any) -> int | None:
 
 
 class LangChainRetrieverSearcher:
-    """Any LangChain ``BaseRetriever`` (e.g. ``vectorstore.as_retriever()``).
-
-    The graph's ``top_k`` is passed as ``k`` where the retriever takes it (a vector store
-    retriever, or one whose search has a ``k`` parameter); otherwise the retriever's own
-    ``k`` caps the passages, and a ``k`` below the requested one is warned about once.
-    The title is ``metadata['title']`` when present, else a quoted first line (Search-R1).
-    """
+    """Any LangChain ``BaseRetriever`` (e.g. ``vectorstore.as_retriever()``). The graph's ``top_k``
+    is passed as ``k`` where the retriever takes it; otherwise its own ``k`` caps the passages
+    (warned about once when it is below ``top_k``)."""
 
     def __init__(self, retriever: Any, name: str | None = None):
         self.retriever = retriever
@@ -161,12 +154,8 @@ class VectorStoreSearcher:
 
 
 class ToolSearcher:
-    """Any LangChain tool with one text argument (and optionally ``k``/``top_k``/...).
-
-    A tool that returns text gives one passage; a list is normalised item by item; a
-    ``content_and_artifact`` tool (``create_retriever_tool(..., response_format=
-    "content_and_artifact")``) gives its artifact, the documents themselves.
-    """
+    """Any LangChain tool with one text argument (and optionally ``k``/``top_k``/...). Text is one
+    passage, a list is normalised item by item, a ``content_and_artifact`` tool gives its artifact."""
 
     def __init__(self, tool: Any, name: str | None = None):
         self.tool = tool
@@ -221,6 +210,4 @@ class ObjectSearcher:
         return store_names(self.inner)
 
     def info(self) -> list[dict[str, Any]]:
-        info = getattr(self.inner, "info", None)
-        got = info() if callable(info) else [{"name": n} for n in self.store_names()]
-        return got if isinstance(got, list) else [got]
+        return describe_searcher(self.inner)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from parallelsearch.agents.searchers import adapters as ad
-from parallelsearch.agents.searchers.base import Searcher, store_names
+from parallelsearch.agents.searchers.base import Searcher, describe_searcher
 from parallelsearch.stores.chroma_store import ChromaStore
 from parallelsearch.stores.http.retrieval_client import RetrieverClient
 from parallelsearch.stores.passages import Passage
@@ -35,10 +35,9 @@ class RemoteSearcher:
     """Any Search-R1 ``/retrieve`` server; concurrent queries travel in one request."""
 
     def __init__(self, url_or_client: str | RetrieverClient, **client_kwargs: Any):
+        client = url_or_client
         self.client = (
-            url_or_client
-            if isinstance(url_or_client, RetrieverClient)
-            else RetrieverClient(url_or_client, **client_kwargs)
+            client if isinstance(client, RetrieverClient) else RetrieverClient(client, **client_kwargs)
         )
         self.name = self.client.name
 
@@ -92,15 +91,6 @@ class MultiStoreSearcher:
 
     def info(self) -> list[dict[str, Any]]:
         return [row for s in self.searchers.values() for row in describe_searcher(s)]
-
-
-def describe_searcher(searcher: Any) -> list[dict[str, Any]]:
-    """What a searcher searches, one dict per store (``GET /stores`` lists these)."""
-    info = getattr(searcher, "info", None)
-    if callable(info):
-        got = info()
-        return got if isinstance(got, list) else [got]
-    return [{"name": n} for n in store_names(searcher)]
 
 
 #: what as_searcher accepts, as its refusal names it

@@ -12,7 +12,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from parallelsearch.agents.searchers.normalise import SearcherOutputError
 from parallelsearch.stores.http.retrieval_client import RetrieverAuthError
@@ -79,3 +79,12 @@ def store_names(searcher: object) -> list[str]:
     if callable(names):
         return list(names())
     return [getattr(searcher, "name", type(searcher).__name__)]
+
+
+def describe_searcher(searcher: Any) -> list[dict[str, Any]]:
+    """What a searcher searches, one dict per store (``GET /stores`` lists these)."""
+    info = getattr(searcher, "info", None)
+    if callable(info):
+        got = info()
+        return got if isinstance(got, list) else [got]
+    return [{"name": n} for n in store_names(searcher)]
