@@ -144,15 +144,13 @@ def render_prompt(question: str, template: str = "paper", stores: Sequence[str] 
         )
     q, _ = scrub_text(question.strip())
     prompt = text.replace("{question}", q)
-    if len(stores) > 1:
-        listing = ", ".join(stores)
+    if len(stores) > 1:  # the store hint goes before the question (or first, in a template without one)
         hint = (
-            f"Available knowledge stores: {listing}. Write 'store: query' to search one store only; "
+            f"Available knowledge stores: {', '.join(stores)}. Write 'store: query' to search one store only; "
             "a query without a store name searches all of them. "
         )
-        prompt = (
-            prompt.replace("Question: ", hint + "Question: ", 1) if "Question: " in prompt else hint + prompt
-        )
+        at = max(prompt.find("Question: "), 0)
+        prompt = prompt[:at] + hint + prompt[at:]
     return prompt
 
 

@@ -17,6 +17,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from itertools import product
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
+from parallelsearch.agents.protocol import format_passages
 from parallelsearch.agents.subquery_plan import REFERENCE_RE, substitute
 from parallelsearch.stores.errors import ParallelSearchError
 from parallelsearch.stores.passages import Passage
@@ -301,9 +302,7 @@ class PolicyResolver:
     async def _answer(self, parent: ParentResult) -> str:
         from parallelsearch.agents.policies.base import TurnRequest
 
-        docs = "\n".join(
-            f"Doc {i}(Title: {p.title}) {p.text}" for i, p in enumerate(parent.passages[: self.passages], 1)
-        )
+        docs = format_passages(parent.passages[: self.passages]).removesuffix("\n")
         prompt = EXTRACTION_PROMPT.format(passages=docs, question=parent.searched)
         self.calls += 1
         result = await self.policy.agenerate(

@@ -39,10 +39,8 @@ def to_messages(request: TurnRequest) -> list[Any]:
 
 def supports_tools(model: Any) -> bool:
     """Whether a chat model implements ``bind_tools`` (``BaseChatModel``'s own only raises)."""
-    try:
-        from langchain_core.language_models import BaseChatModel
-    except ImportError:  # pragma: no cover - langchain-core is a dependency
-        return False
+    from langchain_core.language_models import BaseChatModel
+
     impl = getattr(type(model), "bind_tools", None)
     return impl is not None and impl is not BaseChatModel.bind_tools
 
@@ -59,10 +57,8 @@ def unreadable_calls(error: Exception, turn: int) -> list[dict[str, Any]] | None
     """A reply's calls whose arguments are JSON but not an object (``true``, ``"q"``), which
     LangChain's ``AIMessage`` refuses with a pydantic error before the graph sees the reply, as
     invalid tool calls (so the turn gets the corrective note); ``None`` for any other error."""
-    try:
-        from pydantic import ValidationError
-    except ImportError:  # pragma: no cover - pydantic comes with langchain-core
-        return None
+    from pydantic import ValidationError
+
     errs = error.errors() if isinstance(error, ValidationError) else []
     if not errs or any(tuple(e.get("loc", ()))[:1] != ("tool_calls",) for e in errs):
         return None
@@ -126,39 +122,35 @@ class ChatModelPolicy:
             self.bound = model.bind_tools([SEARCH_TOOL])
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
-        if request.messages is not None:
-            return await self._tool_turn(request)
-        msg = await _call(self.model, to_messages(request), stop=list(request.stop))
-        text = close_unfinished_tag(truncate_at_stop(content_text(msg.content), request.stop), request.stop)
+        if request.messages is None:
+            msg = await _call(self.model, to_messages(request), stop=list(request.stop))
+            text = truncate_at_stop(content_text(msg.content), request.stop)
+            result = TurnResult(
+                close_unfinished_tag(text, request.stop), finish_reason="stop", labels=("chat",)
+            )
+        else:
+            msg = await self._tool_message(request)
+            result = TurnResult(
+                text=content_text(msg.content),
+                finish_reason=finish_reason(msg),
+                labels=("chat", "tools"),
+                message=msg,
+                tool_calls=list(getattr(msg, "tool_calls", None) or []),
+                invalid_tool_calls=list(getattr(msg, "invalid_tool_calls", None) or []),
+            )
         usage = getattr(msg, "usage_metadata", None) or {}
-        return TurnResult(
-            text=text,
-            finish_reason="stop",
-            prompt_tokens=usage.get("input_tokens"),
-            completion_tokens=usage.get("output_tokens"),
-            labels=("chat",),
-        )
+        result.prompt_tokens, result.completion_tokens = usage.get("input_tokens"), usage.get("output_tokens")
+        return result
 
-    async def _tool_turn(self, request: TurnRequest) -> TurnResult:
+    async def _tool_message(self, request: TurnRequest) -> Any:
         if self.bound is None:
             raise RuntimeError(f"{self.name} speaks the tags protocol; the graph asked for tool calls")
         try:
-            msg = await _call(self.bound, request.messages)
+            return await _call(self.bound, request.messages)
         except Exception as e:
             broken = unreadable_calls(e, request.turn_index)
             if broken is None:
                 raise
             from langchain_core.messages import AIMessage
 
-            msg = AIMessage(content="", invalid_tool_calls=broken)
-        usage = getattr(msg, "usage_metadata", None) or {}
-        return TurnResult(
-            text=content_text(msg.content),
-            finish_reason=finish_reason(msg),
-            prompt_tokens=usage.get("input_tokens"),
-            completion_tokens=usage.get("output_tokens"),
-            labels=("chat", "tools"),
-            message=msg,
-            tool_calls=list(getattr(msg, "tool_calls", None) or []),
-            invalid_tool_calls=list(getattr(msg, "invalid_tool_calls", None) or []),
-        )
+            return AIMessage(content="", invalid_tool_calls=broken)

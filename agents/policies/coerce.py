@@ -25,10 +25,8 @@ ACCEPTED = (
 
 
 def is_chat_model(obj: object) -> bool:
-    try:
-        from langchain_core.language_models import BaseChatModel
-    except ImportError:  # pragma: no cover - langchain-core is a dependency
-        return False
+    from langchain_core.language_models import BaseChatModel
+
     return isinstance(obj, BaseChatModel)
 
 
@@ -42,16 +40,6 @@ def _speaking(pol: ChatModelPolicy, protocol: ProtocolChoice) -> ChatModelPolicy
     return out
 
 
-def _from_string(spec: str, protocol: ProtocolChoice, **spec_kwargs: Any) -> Any:
-    kind = spec.strip().partition(":")[0]
-    pol = (
-        policy_from_spec(spec, **spec_kwargs)
-        if kind in POLICY_KINDS or ":" not in spec
-        else ChatModelPolicy(spec)
-    )
-    return _speaking(pol, protocol) if isinstance(pol, ChatModelPolicy) else pol
-
-
 def as_policy(obj: Any, protocol: ProtocolChoice = "tags", **spec_kwargs: Any) -> Any:
     """``obj`` as a policy speaking ``protocol`` (``auto``: tools for a chat model with
     ``bind_tools``, tags for everything else). Anything else is a TypeError naming what was
@@ -59,12 +47,13 @@ def as_policy(obj: Any, protocol: ProtocolChoice = "tags", **spec_kwargs: Any) -
     ``spec_kwargs`` reach :func:`policy_from_spec` for a spec string."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+    if isinstance(obj, str):  # a spec of ours, else an init_chat_model string
+        ours = obj.strip().partition(":")[0] in POLICY_KINDS or ":" not in obj
+        obj = policy_from_spec(obj, **spec_kwargs) if ours else ChatModelPolicy(obj)
     if isinstance(obj, ChatModelPolicy):
         pol = _speaking(obj, protocol)
     elif is_chat_model(obj):
         pol = _speaking(ChatModelPolicy(obj), protocol)
-    elif isinstance(obj, str):
-        pol = _from_string(obj, protocol, **spec_kwargs)
     elif isinstance(obj, Policy) or callable(getattr(obj, "agenerate", None)):
         pol = obj
     else:

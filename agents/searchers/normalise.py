@@ -83,7 +83,7 @@ def to_passages(result: Any, searcher: str, k: int | None = None) -> list[Passag
     the searcher and the first item that is not a passage, string, dict or Document."""
     if isinstance(result, str | bytes | Mapping) or not isinstance(result, Iterable):
         raise SearcherOutputError(
-            f"searcher {searcher!r} returned {type(result).__name__} {_show(result)}; "
+            f"searcher {searcher!r} returned {type(result).__name__} {shown(result)}; "
             f"it must return a list of: {ACCEPTED_ITEMS}"
         )
     out = []
@@ -93,13 +93,14 @@ def to_passages(result: Any, searcher: str, k: int | None = None) -> list[Passag
         p = to_passage(item, searcher)
         if p is None:
             raise SearcherOutputError(
-                f"searcher {searcher!r} returned item {i} {_show(item)} ({type(item).__name__}); "
+                f"searcher {searcher!r} returned item {i} {shown(item)} ({type(item).__name__}); "
                 f"accepted: {ACCEPTED_ITEMS}"
             )
         out.append(p)
     return out
 
 
-def _show(value: Any) -> str:
+def shown(value: Any, width: int = 120) -> str:
+    """``repr(value)``, cut to ``width`` characters, for an error message."""
     text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
