@@ -34,9 +34,8 @@ OFFICIAL_TEMPLATE = (
     "illustrations. For example, <answer> Beijing </answer>. Question: {question}\n"
 )
 
-#: The paper's Table 1 template. The paper's wording is not available offline here; it
-#: describes the same instructions as the official code, so this mirrors that text with
-#: the typo fixed. Select ``official`` for the exact training prompt of released checkpoints.
+#: The paper's Table 1 template (its wording is not available offline; it describes the official
+#: code's instructions, so this is that text with the typo fixed).
 PAPER_TEMPLATE = OFFICIAL_TEMPLATE.replace("as many times as your want", "as many times as you want")
 
 #: Search-R1's prompt (one query per search; used by the sequential baseline): the official one
@@ -47,8 +46,8 @@ SEARCH_R1_TEMPLATE = OFFICIAL_TEMPLATE.replace(
     "",
 )
 
-#: The ``dag`` graph's prompt: the paper's, plus one sentence that teaches ``#k`` (a sub-query naming
-#: the result of an earlier one in the same search), so a dependent chain costs one turn, not one per hop.
+#: The ``dag`` graph's prompt: the paper's plus one sentence teaching ``#k``, so a dependent chain
+#: costs one turn, not one per hop.
 DAG_TEMPLATE = PAPER_TEMPLATE.replace(
     "sub-question 2 </search>. ",
     "sub-question 2 </search>. If a sub-question needs the answer of an earlier one, refer to that answer "
@@ -64,8 +63,7 @@ TEMPLATES = {
     "dag": DAG_TEMPLATE,
 }
 
-#: The tools protocol's prompt: the same instructions for a chat model that calls a ``search``
-#: tool (several calls in one message = the sub-queries of one round) and answers in plain text.
+#: The tools protocol's prompt: the same instructions for a chat model that calls a ``search`` tool.
 TOOLS_TEMPLATE = (
     "Answer the given question. Think first every time you get new information. If you lack some "
     "knowledge, call the search tool; it returns the top searched results. If the question is complex or "
@@ -89,8 +87,7 @@ def check_protocol(protocol: object, where: str = "") -> Protocol:
 
 SEARCH_TOOL_NAME = "search"
 
-#: The one tool of the tools protocol, in the OpenAI function format every LangChain
-#: ``bind_tools`` accepts (no LangChain import needed here).
+#: The one tool of the tools protocol, in the OpenAI function format every ``bind_tools`` accepts.
 SEARCH_TOOL: dict = {
     "type": "function",
     "function": {
@@ -107,9 +104,8 @@ SEARCH_TOOL: dict = {
     },
 }
 
-#: The tools protocol's TEXT form, for training a policy that writes text (the Hermes/Qwen
-#: chat-template form that vLLM's ``hermes`` tool parser reads): the tool's signature in
-#: ``<tools>``, calls as ``<tool_call>`` JSON blocks, the answer in ``<answer>`` as in the tags.
+#: The tools protocol's TEXT form, for training a policy that writes text (the Hermes/Qwen form
+#: vLLM's ``hermes`` tool parser reads): ``<tool_call>`` JSON blocks, the answer in ``<answer>``.
 TOOL_TEXT_TEMPLATE = (
     "Answer the given question. You may think first every time you get new information. If you lack some "
     "knowledge, call the search tool; it returns the top searched results in <tool_response> and "
@@ -202,10 +198,7 @@ def _pieces(query: str) -> Iterator[str]:
 
 def split_subqueries(query: str, limit: int | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``a ## b ## a ##`` -> (("a", "b"), ("a",)): stripped, empties dropped, duplicates kept once.
-
-    Linear in ``query``; with ``limit`` reading stops at the first distinct piece past it (enough
-    to refuse the action), so no later piece costs any work.
-    """
+    Linear; with ``limit`` reading stops at the first distinct piece past it (enough to refuse)."""
     kept: list[str] = []
     seen: set[str] = set()
     dropped: list[str] = []
@@ -338,11 +331,7 @@ def parse_tool_calls(
 ) -> Action:
     """Parse one tools-protocol turn (an AI message's ``tool_calls``, ``content`` and
     ``invalid_tool_calls``) into the same :class:`Action` the tag parser returns. Never raises.
-
-    N ``search`` calls are the N sub-queries of one round; no call is the answer unless the reply
-    was ``cut`` at the token limit; one invalid call makes the whole turn invalid (rules:
-    docs/architecture.md, "The tools protocol").
-    """
+    The rules: docs/architecture.md, "The tools protocol"."""
     try:
         text = content_text(content)
         calls = list(tool_calls) if isinstance(tool_calls, list | tuple) else []
@@ -441,10 +430,8 @@ def format_tool_response(text: str) -> str:
     return f"\n<tool_response>\n{text.strip()}\n</tool_response>"
 
 
-#: Where an assistant turn ends in the Hermes/Qwen (ChatML) chat template. The text form's tool
-#: turn stops here and not at ``</tool_call>``: a turn of parallel calls holds several blocks, and
-#: only the end-of-turn says the last one has been written (the template writes it right after
-#: the last ``</tool_call>``). It is kept in the turn, so the policy learns to end its turns.
+#: Where an assistant turn ends in the Hermes/Qwen (ChatML) chat template: a text-form turn stops
+#: here, not at ``</tool_call>``, since only the end of the turn says its last parallel call is written.
 TOOL_TURN_END = "<|im_end|>"
 #: the text form's stop strings: the end of a tool turn, or of the answer
 TOOL_STOP_STRINGS: tuple[str, ...] = (TOOL_TURN_END, "</answer>")
@@ -488,12 +475,8 @@ def _text_call(body: str, i: int) -> dict:
 
 
 def parse_tool_text(text: object, *, max_subqueries: int = 8, split: bool = True) -> Action:
-    """Parse one turn of the tools protocol's text form into the same :class:`Action`
-    :func:`parse_tool_calls` returns for a chat model's tool calls. Never raises.
-
-    Each ``<tool_call>`` block is one call (ids ``call_0``, ``call_1``, ... in order); a turn
-    without a block answers with ``<answer>``; text before the blocks is the reasoning.
-    """
+    """Parse one turn of the tools protocol's text form (``<tool_call>`` blocks, ids ``call_0``...
+    in order, or an ``<answer>``) into the same :class:`Action` as :func:`parse_tool_calls`."""
     try:
         if not isinstance(text, str):
             return Action("invalid", reason=f"turn is {type(text).__name__}, not text")
@@ -558,12 +541,8 @@ def format_observation(
     titles: TitleStyle = "stripped",
     searched_as: Sequence[str | None] = (),
 ) -> str:
-    """ONE ``<information>`` block for a search round, sub-queries in order.
-
-    A failed sub-query shows a one-line notice, so the policy sees that the search failed.
-    ``max_words`` caps the block (a whitespace approximation of the token cap). ``searched_as``:
-    per sub-query, the text a dependent one (``seat of #1``) was searched with, or None.
-    """
+    """ONE ``<information>`` block for a search round, sub-queries in order; a failed one shows a
+    notice, a dependent one what it was searched as. ``max_words``: a whitespace token cap."""
     if titles not in TITLE_STYLES:
         raise ValueError(f"unknown title style {titles!r}; choose one of {', '.join(TITLE_STYLES)}")
     parts = []
@@ -589,10 +568,8 @@ def format_observation(
     return f"\n\n<information>{body}</information>\n\n"
 
 
-# Every character Python's str.strip() removes, spelled out: "\s" in a regular expression means
-# different sets to Python and to a decoding engine's grammar compiler (xgrammar leaves out
-# \x1c-\x1f, which Python strips), so an engine could end an answer on a character the parser
-# then strips away.
+# Every character str.strip() removes, spelled out: "\s" means another set to xgrammar (no
+# \x1c-\x1f), so an engine could end an answer on a character the parser then strips away.
 _SPACE = "".join(f"\\u{i:04x}" for i in range(0x3001) if chr(i).isspace())
 
 
@@ -606,14 +583,9 @@ def protocol_regex(
     answer_chars: int = 100,
     protocol: Protocol = "tags",
 ) -> str:
-    """A regular expression of one valid policy turn, for constrained (structured) decoding.
-
-    ``<think>...</think>``, a newline, then a search (``<search> q ## q </search>``, or with
-    ``protocol="tools"`` one ``<tool_call>`` block per sub-query, after which the engine ends the
-    turn) or an answer; the final turn may only answer. Every part is bounded, so even a model
-    that has never seen the protocol ends its turn with a valid action instead of running to the
-    token cap; a ``#`` only stands before a digit (``#k``), so ``##`` only separates.
-    """
+    """A regular expression of one valid turn (think, then a search or an answer; the final turn
+    only answers), for constrained decoding. Every part is bounded, so even a model that never saw
+    the protocol ends its turn with a valid action instead of running to the token cap."""
     if max_subqueries < 1:
         raise ValueError(f"max_subqueries must be >= 1, got {max_subqueries}")
     check_protocol(protocol)

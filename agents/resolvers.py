@@ -53,9 +53,6 @@ class Resolver(Protocol):
     async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str: ...
 
 
-# ---------------------------------------------------------------------------------------------
-# candidate spans (no NLP model: capitalised runs, with the joining words names use)
-
 #: lower-case words that may join the capitalised words of one name ("University of Miami")
 _JOINERS = frozenset("of the de du des la le von van der den del da di y upon al el bin ibn &".split())
 #: capitalised words that start sentences rather than names
@@ -160,22 +157,12 @@ def answer_candidates(parent: ParentResult, *, passages: int = 1, limit: int = 2
     return list(out.items())
 
 
-# ---------------------------------------------------------------------------------------------
-# resolvers
-
-
 @dataclass(eq=False)
 class PassageResolver:
-    """The ``passage`` resolver: no model call. A parent's answer is usually a name inside its
-    top passage, not its title, so the passage's name-like spans are the candidates.
-
-    With a ``searcher`` (``search_batch(queries, k)`` or ``asearch(query, k)``) every candidate's
-    query is searched in one batch and the best top hit wins, nudged (with an ``embedder``) by
-    ``cue_weight`` x the similarity of the candidate's lead-in to what the parent asked, plus
-    ``title_weight`` when a hit is titled with the candidate itself (Wikipedia-like stores title
-    entities). With neither, the first candidate wins, else the top passage's title. Several
-    parents try at most ``max_combinations`` combinations.
-    """
+    """The ``passage`` resolver: no model call. A parent's answer is usually a name inside its top
+    passage, so its name-like spans are the candidates; with a ``searcher`` the candidate whose
+    search scores best wins, nudged (with an ``embedder``) by ``cue_weight`` x how close its lead-in
+    is to what the parent asked, and by ``title_weight`` when a hit is titled with it."""
 
     searcher: Any = None
     embedder: Any = None

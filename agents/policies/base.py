@@ -8,23 +8,16 @@ from typing import Any, Protocol, runtime_checkable
 
 from parallelsearch.agents.protocol import STOP_STRINGS, protocol_regex
 
-#: True while a graph runs a sync call (``invoke``/``stream``/``batch``): its nodes' coroutines
-#: then run on a background loop, and a backend whose async client is bound to the loop that
-#: first used it (openai's, httpx's) takes its sync path instead, so sync and async runs of one
-#: model never share a loop-bound connection.
+#: True while a graph runs a sync call (``invoke``/``stream``/``batch``) on a background loop: a
+#: backend whose async client is bound to the loop that first used it then takes its sync path.
 SYNC_RUN: ContextVar[bool] = ContextVar("parallelsearch_sync_run", default=False)
 
 
 @dataclass
 class TurnRequest:
-    """Everything a backend may need to produce one policy turn.
-
-    ``transcript`` is the full text so far (prompt + turns + observations); ``segments``
-    is the same as ``(role, text)`` pairs for chat models; ``token_ids`` is set when the
-    caller keeps token ids (training) so token-in backends skip re-tokenising. ``messages``
-    is set only under the tools protocol: the episode as LangChain messages (AI messages
-    with ``tool_calls``, one ``ToolMessage`` per call), which only a chat model can answer.
-    """
+    """Everything a backend may need to produce one policy turn: the text so far (``transcript``;
+    ``segments`` as ``(role, text)`` pairs for chat models; ``token_ids`` when training keeps
+    them), and under the tools protocol the episode as LangChain ``messages``."""
 
     transcript: str
     segments: list[tuple[str, str]] = field(default_factory=list)

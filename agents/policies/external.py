@@ -1,9 +1,6 @@
-"""External policy: the action comes from outside the graph (a trainer) via LangGraph ``interrupt``.
-
-The planner node pauses with the transcript and the turn's settings as the interrupt
-value; the caller resumes with ``Command(resume=action_text)`` (or a dict with ``text``
-and optional ``token_ids``/``logprobs``). Search, join, routing and counting stay the
-graph's own code, in training exactly as in serving.
+"""External policy: the action comes from outside the graph (a trainer) via LangGraph ``interrupt``,
+resumed with ``Command(resume=text)`` (or a dict with ``text``, ``token_ids``, ``logprobs``), so
+search, join and counting stay the graph's own code in training exactly as in serving.
 """
 
 from __future__ import annotations

@@ -11,11 +11,8 @@ from parallelsearch.agents.protocol import truncate_at_stop
 
 
 class HFPolicy:
-    """Generates one turn with ``model.generate``; stop strings end generation and are kept.
-
-    Generation runs in a worker thread under a lock (one forward pass at a time per
-    model), so the event loop, and the searchers on it, keep running.
-    """
+    """One turn with ``model.generate`` (stop strings kept), in a worker thread under a lock, so
+    the event loop and the searchers on it keep running."""
 
     name = "hf"
 

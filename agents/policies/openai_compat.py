@@ -1,8 +1,5 @@
-"""OpenAI-compatible completions endpoint (``vllm serve`` or any server of that API).
-
-Text in/out through ``/v1/completions``; token-in (prompt as token ids) and token ids
-out when the server supports vLLM's extensions (``return_token_ids``,
-``include_stop_str_in_output``). Every request has a timeout and a bounded retry.
+"""OpenAI-compatible ``/v1/completions`` (``vllm serve`` or any server of that API): token ids in
+and out with vLLM's extensions; every request has a timeout and a bounded retry.
 """
 
 from __future__ import annotations

@@ -14,12 +14,8 @@ from parallelsearch.stores.errors import ParallelSearchError, json_of
 
 
 class ScriptedPolicy:
-    """Replays given turns in order, from the start in every episode (turn i = script[i]).
-
-    Past the end of the script it repeats the last turn, so a script that never answers
-    exercises ``max_turns``. Each replayed turn is cut at the first stop string, as a
-    real engine would cut it.
-    """
+    """Replays given turns in every episode (turn i = script[i], cut at the first stop string);
+    past the end it repeats the last, so a script that never answers exercises ``max_turns``."""
 
     name = "scripted"
 

@@ -1,9 +1,5 @@
-"""A LangChain chat model that calls the ``search`` tool from a script: an honest stand-in
-for a tool-calling LLM (none runs here), for tests, the notebooks and benchmarks.
-
-LangChain's own fake chat models do not implement ``bind_tools``, so a graph cannot tell
-them from a text-only model; this one binds tools like a provider's model and answers with
-real ``AIMessage.tool_calls``.
+"""A LangChain chat model that calls the ``search`` tool from a script: an honest stand-in for a
+tool-calling LLM (none runs here). LangChain's own fake chat models have no ``bind_tools``.
 """
 
 from __future__ import annotations
@@ -32,11 +28,9 @@ def _question(messages: Sequence[BaseMessage]) -> str:
 class ScriptedToolChatModel(BaseChatModel):
     """Replays scripted turns; turn i of an episode is the i-th AI message it writes.
 
-    ``turns``: the same script for every question; ``by_question``: a script per question
-    (the text after ``Question:`` in the first message). A list of strings is one message
-    with one ``search`` call per string (parallel calls); a string is the final answer; an
-    ``AIMessage`` is sent as it is (invalid calls, other tools). Past the end of a script the
-    last turn repeats.
+    ``turns``: one script for every question; ``by_question``: a script per question. A list of
+    strings is one message of parallel ``search`` calls, a string the answer, an ``AIMessage`` is
+    sent as it is; past the end of a script the last turn repeats.
     """
 
     turns: list[Any] = []

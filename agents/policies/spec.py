@@ -1,9 +1,4 @@
-"""CLI spec strings -> policies.
-
-``openai:MODEL@http://127.0.0.1:8000/v1``, ``hf:PATH``, ``vllm:PATH``,
-``chat:PROVIDER:MODEL`` (LangChain ``init_chat_model``), ``scripted:FILE.json``,
-``oracle``, ``external``.
-"""
+"""CLI spec strings (:data:`SPEC_HELP`) -> policies."""
 
 from __future__ import annotations
 
@@ -33,12 +28,9 @@ def policy_from_spec(
     think_chars: int = 600,
     engine_args: dict[str, Any] | None = None,
 ) -> Any:
-    """The policy a spec string names. ``base_url``, ``api_key`` and ``timeout_s`` reach the
-    OpenAI-compatible backend (a URL in the spec wins over ``base_url``).
-
-    Entry points do not call this directly: ``parallelsearch.graphs.factory.make_policy``
-    passes the configured URL, key and timeout (docs/architecture.md, "Configuration").
-    """
+    """The policy a spec string names; ``base_url``, ``api_key`` and ``timeout_s`` reach the
+    OpenAI-compatible backend (a URL in the spec wins). Entry points go through
+    ``graphs.factory.make_policy``, which passes the configured ones."""
     from parallelsearch.agents.policies import (
         ChatModelPolicy,
         ExternalPolicy,

@@ -157,9 +157,8 @@ def as_searcher(
     refused here, at build time, with a message naming what was passed.
 
     ``name`` names a wrapped function, retriever, vector store, tool or object (in errors and
-    in the passages' ``store``; a mapping's keys name its members); default: its own name.
-    ``open_store(name)``: how a store name is opened (the front door and the app pass theirs;
-    without it a name is refused with what to pass instead).
+    in the passages' ``store``); ``open_store(name)`` opens a store name (without it a name is
+    refused with what to pass instead).
     """
     if isinstance(obj, _OWN):
         return obj

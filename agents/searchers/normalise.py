@@ -1,9 +1,6 @@
-"""The one normaliser of what foreign searchers return: their items become :class:`Passage`\\ s.
-
-Functions, LangChain retrievers, vector stores, tools and user objects return strings,
-dicts, ``Document``\\ s or passages; the graph only handles passages. Converting at the
-edge, once, means a bad item is one error that names the searcher and the item instead
-of an ``AttributeError`` somewhere inside the graph.
+"""The one normaliser of what foreign searchers return (strings, dicts, ``Document``\\ s): converted
+at the edge, once, a bad item is one error naming the searcher and the item, not an
+``AttributeError`` deep inside the graph.
 """
 
 from __future__ import annotations
