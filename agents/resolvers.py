@@ -33,9 +33,8 @@ class ResolverError(ParallelSearchError, ValueError):
 
 @dataclass(frozen=True)
 class ParentResult:
-    """What one ``#k`` of a sub-query names: the parent's sub-query (``written`` with its own
-    ``#k``, ``searched`` as it was searched), its passages, and, in oracle runs only, the gold
-    intermediate answer (``gold``)."""
+    """What one ``#k`` names: the parent's sub-query (``written``; ``searched`` as searched), its
+    passages, and in oracle runs the gold intermediate answer."""
 
     k: int
     searched: str
@@ -276,9 +275,8 @@ EXTRACTION_PROMPT = (
 
 @dataclass
 class PolicyResolver:
-    """The ``policy`` resolver: one short extraction call per parent ("answer only: ...") to a
-    policy (anything with ``agenerate(TurnRequest)``), counted in ``calls``. The calls are
-    not turns of the episode: nothing of them enters the trained transcript."""
+    """The ``policy`` resolver: one short "answer only" extraction call per parent to a policy,
+    counted in ``calls``; the calls are no turns (nothing of them enters the transcript)."""
 
     policy: Any
     max_tokens: int = 24
@@ -359,9 +357,8 @@ async def _awaited(aw: Awaitable[str]) -> str:
 
 
 def searcher_encoder(searcher: Any) -> Any:
-    """The encoder of the store behind ``searcher`` (None for a remote one): the passage resolver
-    scores its candidates' lead-ins with it, and a searcher wrapping a local store does not carry
-    it itself."""
+    """The encoder of the local store behind ``searcher`` (None for a remote one), which the
+    passage resolver scores lead-ins with."""
     return getattr(searcher, "embedder", None) or getattr(getattr(searcher, "store", None), "embedder", None)
 
 
@@ -384,9 +381,8 @@ class DelayedResolver:
 
 
 def as_resolver(spec: object, *, searcher: Any = None, policy: Any = None, embedder: Any = None) -> Resolver:
-    """A resolver from a name (``passage``, ``gold``, ``policy``), a resolver, or a callable
-    ``(sub_query, parents) -> str``. ``passage`` searches its candidates with ``searcher``;
-    ``policy`` needs ``policy``. Anything else is refused with what is accepted."""
+    """A resolver from a name (``passage`` searches with ``searcher``, ``gold``, ``policy`` asks
+    ``policy``), a resolver, or a callable ``(sub_query, parents) -> str``; else a ResolverError."""
     if spec is None:
         spec = "passage"
     if isinstance(spec, str):

@@ -26,8 +26,7 @@ _MAX_DIGITS = 6  # past this a number is shown shortened in the reason and is ou
 
 @dataclass(frozen=True)
 class Reference:
-    """One ``#k`` of a sub-query: ``k`` as written, ``target`` the 0-based index of the
-    sub-query it names in :attr:`Plan.subqueries`."""
+    """One ``#k`` of a sub-query: ``k`` as written, ``target`` the index of the sub-query it names."""
 
     k: int
     target: int
@@ -74,10 +73,8 @@ def plan_search(
     *,
     max_stages: int = DEFAULT_MAX_STAGES,
 ) -> Plan:
-    """The plan of one search's sub-queries (as the parser returns them: stripped, duplicates
-    kept once). ``written`` is the sub-queries as the policy wrote them, in order (duplicates
-    included: the ``##`` pieces or the tool calls' queries); ``#k`` counts those. Without it,
-    or when it does not match ``subqueries``, ``#k`` counts ``subqueries`` themselves."""
+    """The plan of one search's sub-queries (as the parser returns them). ``#k`` counts ``written``,
+    the sub-queries as the policy wrote them (duplicates included), where it matches."""
     subs = tuple(str(s) for s in subqueries)
     order = _written_order(subs, written)
     n = len(order)
@@ -108,8 +105,7 @@ def plan_search(
         references.append(tuple(refs))
     stage_of: list[int] = []
     for idx in range(len(subs)):
-        # targets are always earlier in written order; in index order they are earlier too,
-        # since de-duplication keeps first occurrences
+        # targets come earlier in index order too: de-duplication keeps first occurrences
         stage_of.append(1 + max((stage_of[r.target] for r in references[idx]), default=0))
     depth = max(stage_of)
     if depth > max_stages:

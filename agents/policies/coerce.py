@@ -42,9 +42,7 @@ def _speaking(pol: ChatModelPolicy, protocol: ProtocolChoice) -> ChatModelPolicy
 
 def as_policy(obj: Any, protocol: ProtocolChoice = "tags", **spec_kwargs: Any) -> Any:
     """``obj`` as a policy speaking ``protocol`` (``auto``: tools for a chat model with
-    ``bind_tools``, tags for everything else). Anything else is a TypeError naming what was
-    passed and what is accepted; ``tools`` for a policy that only writes text is a ValueError.
-    ``spec_kwargs`` reach :func:`policy_from_spec` for a spec string."""
+    ``bind_tools``), or a TypeError naming what was passed; ``spec_kwargs`` reach :func:`policy_from_spec`."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
     if isinstance(obj, str):  # a spec of ours, else an init_chat_model string

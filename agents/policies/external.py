@@ -24,16 +24,13 @@ class ExternalPolicy:
     async def agenerate(self, request: TurnRequest) -> TurnResult:
         from langgraph.types import interrupt
 
+        settings = ("max_tokens", "turn_index", "final", "allow_split", "max_subqueries")
         value: Any = interrupt(
             {
                 "transcript": request.transcript,
                 "segments": [list(seg) for seg in request.segments],
                 "stop": list(request.stop),
-                "max_tokens": request.max_tokens,
-                "turn_index": request.turn_index,
-                "final": request.final,
-                "allow_split": request.allow_split,
-                "max_subqueries": request.max_subqueries,
+                **{name: getattr(request, name) for name in settings},
             }
         )
         if isinstance(value, dict):

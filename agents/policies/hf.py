@@ -41,14 +41,13 @@ class HFPolicy:
             ids = self.tokenizer(request.transcript, add_special_tokens=False)["input_ids"]
         input_ids = torch.tensor([ids], device=self.model.device)
         sample = request.temperature > 0
+        pad = self.tokenizer.pad_token_id
         kwargs: dict[str, Any] = dict(
             max_new_tokens=request.max_tokens,
             do_sample=sample,
             output_scores=request.logprobs,
             return_dict_in_generate=True,
-            pad_token_id=self.tokenizer.pad_token_id
-            if self.tokenizer.pad_token_id is not None
-            else self.tokenizer.eos_token_id,
+            pad_token_id=pad if pad is not None else self.tokenizer.eos_token_id,
         )
         if request.stop:
             kwargs.update(stop_strings=list(request.stop), tokenizer=self.tokenizer)

@@ -15,9 +15,6 @@ from langchain_core.runnables import Runnable
 
 from parallelsearch.agents.protocol import SEARCH_TOOL_NAME, content_text
 
-#: one scripted turn: parallel search queries, the answer text, or a whole message
-Turn = Sequence[str] | str | AIMessage
-
 
 def _question(messages: Sequence[BaseMessage]) -> str:
     """The question of the episode: the text after the first prompt's last ``Question:``."""

@@ -72,10 +72,9 @@ def policy_from_spec(
         if not model:
             raise ValueError(f"policy spec {spec!r} names no model; {SPEC_HELP}")
         extra: dict[str, Any] = {"timeout_s": timeout_s} if timeout_s is not None else {}
-        if constrained:
-            extra.update(constrained=True, think_chars=think_chars)
+        url = url or base_url or DEFAULT_OPENAI_BASE_URL
         return OpenAICompletionsPolicy(
-            model, url or base_url or DEFAULT_OPENAI_BASE_URL, api_key=api_key, **extra
+            model, url, api_key=api_key, constrained=constrained, think_chars=think_chars, **extra
         )
     if kind == "chat":
         return ChatModelPolicy(rest)

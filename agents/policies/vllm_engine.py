@@ -22,12 +22,8 @@ def structured_regex(regex: str) -> Any:
 
 
 class VLLMPolicy:
-    """One policy turn per request on an in-process ``vllm.AsyncLLMEngine``.
-
-    ``engine_kwargs`` go to ``vllm.AsyncEngineArgs`` (``dtype``, ``max_model_len``,
-    ``gpu_memory_utilization``, ``tensor_parallel_size``, ...). ``engine`` reuses a running
-    engine (another policy's, e.g. a constrained and a free policy over one model).
-    """
+    """One policy turn per request on an in-process ``vllm.AsyncLLMEngine``; ``engine_kwargs`` go to
+    ``vllm.AsyncEngineArgs``, ``engine`` reuses a running one (a constrained and a free policy)."""
 
     def __init__(
         self,

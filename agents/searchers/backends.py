@@ -153,12 +153,8 @@ def _langchain_searcher(obj: Any, name: str | None) -> Searcher | None:
 def as_searcher(
     obj: Any, name: str | None = None, *, open_store: Callable[[str], Any] | None = None
 ) -> Searcher:
-    """What the graphs search, from anything in :data:`ACCEPTED_SEARCHERS`; anything else is
-    refused here, at build time, with a message naming what was passed.
-
-    ``name`` names a wrapped function, retriever, vector store, tool or object (in errors and
-    in the passages' ``store``); ``open_store(name)`` opens a store name (without it a name is
-    refused with what to pass instead).
+    """What the graphs search, from anything in :data:`ACCEPTED_SEARCHERS` (else refused at build
+    time, naming what was passed). ``name`` names a wrapped object; ``open_store`` opens a store name.
     """
     if isinstance(obj, _OWN):
         return obj
