@@ -1,7 +1,5 @@
-"""The ParallelSearch protocol: prompts, action parsers, observation formatter, feedback.
-
-The contract is docs/architecture.md, "The protocol". The parsers never raise: they report
-what they found or why the action is invalid.
+"""The ParallelSearch protocol (docs/architecture.md, "The protocol"): prompts, action parsers,
+observation formatter, feedback. The parsers never raise: they report why an action is invalid.
 """
 
 from __future__ import annotations
@@ -402,14 +400,8 @@ def parse_tool_calls(
 
 def tool_feedback(action: Action) -> list[tuple[str, str]]:
     """(tool_call_id, text) for every call of an invalid tools-protocol turn."""
-    reason = action.reason or "invalid call"
-    return [
-        (
-            c.id,
-            TOOL_CALL_FEEDBACK.format(reason=c.error) if c.error else TOOL_CALL_NOT_RUN.format(reason=reason),
-        )
-        for c in action.calls
-    ]
+    not_run = TOOL_CALL_NOT_RUN.format(reason=action.reason or "invalid call")
+    return [(c.id, TOOL_CALL_FEEDBACK.format(reason=c.error) if c.error else not_run) for c in action.calls]
 
 
 def render_tool_calls(content: str, calls: Sequence[dict]) -> str:
@@ -447,10 +439,8 @@ _TEXT_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def tool_text_observation(responses: Sequence[str], turn_closed: bool = True, note: str = "") -> str:
-    """The environment's reply to a text-form turn, as the Hermes/Qwen chat template writes tool
-    messages: one user turn of ``<tool_response>`` blocks (or a corrective ``note``), then the next
-    assistant header. ``turn_closed`` is False when the policy's turn was cut before
-    :data:`TOOL_TURN_END`: the environment closes it."""
+    """The environment's reply to a text-form turn as the Hermes/Qwen template writes tool messages
+    (``<tool_response>`` blocks or a ``note``), closing a turn cut before :data:`TOOL_TURN_END`."""
     head = "" if turn_closed else TOOL_TURN_END
     body = "".join(format_tool_response(r) for r in responses) + (f"\n{note}" if note else "")
     return f"{head}\n<|im_start|>user{body}{TOOL_TURN_END}\n<|im_start|>assistant\n"

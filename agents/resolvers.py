@@ -1,9 +1,5 @@
-"""Resolvers: what a ``#k`` stands for when a dependent sub-query is searched.
-
-A sub-query such as ``seat of #1`` can only be searched once ``#1`` has results; a resolver
-turns it and its parents' results into the text to search, sync (``__call__``) or async
-(``aresolve``, what the graph's nodes await): ``passage`` (no model call), ``gold`` (oracle
-runs), ``policy`` (one extraction call) or any callable, through :func:`as_resolver`.
+"""Resolvers: what a ``#k`` stands for when a dependent sub-query (``seat of #1``) is searched,
+made from its parents' results, sync (``__call__``) or async (``aresolve``, what the graph awaits).
 """
 
 from __future__ import annotations

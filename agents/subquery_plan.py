@@ -1,10 +1,6 @@
-"""Dependencies inside one search: the ``#k`` plan of its sub-queries.
-
-A sub-query may name the result of an earlier sub-query of the same search as ``#k``
-(1-based, MuSiQue's convention): ``<search> county of Van Hook Township ## seat of #1 </search>``;
-it runs in the stage after the last one it refers to. What counts as a reference:
-docs/architecture.md, "Dependent sub-queries". Nothing here raises on policy text: a bad plan
-is a :class:`Plan` with ``error`` set, which the graph turns into corrective feedback.
+"""Dependencies inside one search: the ``#k`` plan of its sub-queries (``seat of #1`` runs in the
+stage after ``#1``; the rules: docs/architecture.md, "Dependent sub-queries"). Nothing here raises
+on policy text: a bad plan is a :class:`Plan` with ``error`` set, which becomes corrective feedback.
 """
 
 from __future__ import annotations
@@ -34,9 +30,8 @@ class Reference:
 
 @dataclass(frozen=True)
 class Plan:
-    """The stages of one search. ``stages`` hold 0-based indices into ``subqueries``, in order;
-    ``references[i]`` are sub-query i's ``#k`` (one per distinct k). ``error`` is why the plan is
-    invalid (then ``stages`` is empty)."""
+    """The stages of one search (0-based indices into ``subqueries``, in order); ``references[i]``
+    are sub-query i's ``#k``; ``error`` is why the plan is invalid (then ``stages`` is empty)."""
 
     subqueries: tuple[str, ...]
     references: tuple[tuple[Reference, ...], ...] = ()

@@ -1,7 +1,5 @@
-"""Any LangChain chat model as a policy (an instance, or an ``init_chat_model`` spec), speaking
-the ``tags`` protocol (the transcript as human/AI messages, a text reply) or the ``tools`` one
-(bound to the ``search`` tool: docs/architecture.md, "The protocol").
-"""
+"""Any LangChain chat model as a policy (an instance, or an ``init_chat_model`` spec), speaking the
+``tags`` or the ``tools`` protocol (docs/architecture.md, "The protocol")."""
 
 from __future__ import annotations
 

@@ -4,15 +4,12 @@ its ``agenerate`` would pass for a policy's)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Literal, get_args
 
 from parallelsearch.agents.policies.base import Policy
 from parallelsearch.agents.policies.chat import ChatModelPolicy, supports_tools
 from parallelsearch.agents.policies.spec import POLICY_KINDS, SPEC_HELP, policy_from_spec
 from parallelsearch.agents.protocol import Protocol
-
-log = logging.getLogger(__name__)
 
 ProtocolChoice = Literal["auto", Protocol]
 PROTOCOLS: tuple[str, ...] = get_args(ProtocolChoice)

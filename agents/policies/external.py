@@ -1,6 +1,5 @@
-"""External policy: the action comes from outside the graph (a trainer) via LangGraph ``interrupt``,
-resumed with ``Command(resume=text)`` (or a dict with ``text``, ``token_ids``, ``logprobs``), so
-search, join and counting stay the graph's own code in training exactly as in serving.
+"""External policy: the action comes from a trainer via LangGraph ``interrupt`` and
+``Command(resume=text or {"text", "token_ids", "logprobs"})``, so the rest of the graph runs as in serving.
 """
 
 from __future__ import annotations

@@ -90,12 +90,8 @@ ORACLE_NEEDS_GOLD = (
 
 class OraclePolicy:
     """Decomposes with the dataset's own annotations and answers with the gold answer: for demos
-    and environment checks only (it measures the graph and the retrieval, never a model).
-
-    Sub-queries come from HotpotQA supporting titles, 2Wiki evidence triples or MuSiQue's
-    ``question_decomposition``; parallelizable questions get them in one search where the graph
-    splits, sequential ones one hop per turn. With ``dag`` (``oracle:dag``), or in a graph that
-    welcomes references, ``metadata.hops`` becomes one search naming earlier hops by ``#k``.
+    and environment checks only (it measures the graph and the retrieval, never a model). With
+    ``dag`` (``oracle:dag``), or in a graph that welcomes references, ``metadata.hops`` is one search.
     """
 
     name = "oracle"

@@ -25,10 +25,8 @@ def _question(messages: Sequence[BaseMessage]) -> str:
 class ScriptedToolChatModel(BaseChatModel):
     """Replays scripted turns; turn i of an episode is the i-th AI message it writes.
 
-    ``turns``: one script for every question; ``by_question``: a script per question. A list of
-    strings is one message of parallel ``search`` calls, a string the answer, an ``AIMessage`` is
-    sent as it is; past the end of a script the last turn repeats.
-    """
+    A list of strings is one message of parallel ``search`` calls, a string the answer, an
+    ``AIMessage`` is sent as it is (``by_question``: a script per question)."""
 
     turns: list[Any] = []
     by_question: dict[str, list[Any]] = {}

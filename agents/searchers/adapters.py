@@ -1,7 +1,5 @@
-"""What LangGraph users already have, as searchers: functions, LangChain retrievers, vector
-stores and tools, and their own objects with ``asearch``. Every adapter returns passages
-(:func:`.normalise.to_passages`); sync code runs in a worker thread, never on the event loop.
-"""
+"""What LangGraph users already have (functions, LangChain retrievers, vector stores, tools, objects
+with ``asearch``) as searchers of passages; sync code runs in a worker thread, never on the loop."""
 
 from __future__ import annotations
 
@@ -82,9 +80,8 @@ class FunctionSearcher:
 
 
 def _retriever_k_path(retriever: Any) -> str | None:
-    """How k reaches the retriever: ``"async"`` (``ainvoke(q, k=)``: a vector store retriever, or
-    an async search that names k), ``"sync"`` (only its sync search names k: LangChain's default
-    async path drops extra arguments, so ``invoke`` runs in a thread), or None (it cannot take k)."""
+    """How k reaches the retriever: ``"async"`` (``ainvoke(q, k=)``), ``"sync"`` (only its sync search
+    names k, and LangChain's default async path drops it: ``invoke`` in a thread), or None."""
     from langchain_core.retrievers import BaseRetriever
     from langchain_core.vectorstores import VectorStoreRetriever
 

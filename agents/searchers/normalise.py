@@ -1,7 +1,5 @@
-"""The one normaliser of what foreign searchers return (strings, dicts, ``Document``\\ s): converted
-at the edge, once, a bad item is one error naming the searcher and the item, not an
-``AttributeError`` deep inside the graph.
-"""
+"""The one normaliser of what foreign searchers return: converted at the edge, once, a bad item is
+one error naming the searcher and the item, not an ``AttributeError`` deep inside the graph."""
 
 from __future__ import annotations
 
