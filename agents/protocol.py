@@ -296,8 +296,7 @@ def _call_error(call: object) -> tuple[str, str | None, str]:
     """(id, error or None, query) of one parsed tool call (LangChain's ``{name, args, id}``)."""
     if not isinstance(call, dict):
         return "", f"a tool call is {type(call).__name__}, not an object", ""
-    cid = call.get("id")
-    cid = cid if isinstance(cid, str) else ""
+    cid = call.get("id") if isinstance(call.get("id"), str) else ""
     name = call.get("name")
     if name != SEARCH_TOOL_NAME:
         return cid, f"unknown tool {name!r} (the only tool is {SEARCH_TOOL_NAME!r})", ""
@@ -365,9 +364,8 @@ def parse_tool_calls(
         for j, bad in enumerate(broken):
             info = bad if isinstance(bad, dict) else {}
             cid = info.get("id") if isinstance(info.get("id"), str) else f"call_{len(calls) + j}"
-            err = (
-                f"arguments of {info.get('name')!r} are not valid JSON ({str(info.get('error') or '')[:80]})"
-            )
+            why = str(info.get("error") or "")[:80]
+            err = f"arguments of {info.get('name')!r} are not valid JSON ({why})"
             outcomes.append(ToolCallOutcome(cid, error=err))
             errors.append(err)
         if not errors and len(subs) > max_subqueries:
@@ -378,11 +376,10 @@ def parse_tool_calls(
         if not errors and not split and len(subs) > 1:
             errors.append(f"{len(subs)} searches in one message; this graph searches one query per turn")
         if errors:
-            reason = "; ".join(dict.fromkeys(errors))
             return Action(
                 "invalid",
                 think=think,
-                reason=reason,
+                reason="; ".join(dict.fromkeys(errors)),
                 raw_query=" ## ".join(subs) or None,
                 calls=tuple(outcomes),
             )

@@ -107,10 +107,9 @@ def _content_words(text: str) -> set[str]:
 
 
 def names_the_query(candidate: str, query: str) -> bool:
-    """True when more than half of ``candidate``'s words are in ``query``: the parent asked
-    about it, so it is not the parent's answer (``McCauley's Mountain`` for ``McCauley Mountain
-    located in``). Half is not enough: relatives share a surname (``Kris Benson`` is the answer
-    to ``Anna Benson spouse``)."""
+    """True when more than half of ``candidate``'s words are in ``query``: the parent asked about
+    it, so it is not its answer. Half is not enough: relatives share a surname (``Kris Benson``
+    is the answer to ``Anna Benson spouse``)."""
     words = _content_words(candidate)
     return bool(words) and len(words & _content_words(query)) > len(words) / 2
 
