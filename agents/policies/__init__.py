@@ -5,15 +5,17 @@ from typing import Any
 from parallelsearch.agents.policies.base import Policy, TurnRequest, TurnResult
 from parallelsearch.agents.policies.chat import ChatModelPolicy
 from parallelsearch.agents.policies.coerce import as_policy
-from parallelsearch.agents.policies.config import PolicyConfig
+from parallelsearch.agents.policies.config import DEFAULT_POLICY, PolicyConfig
 from parallelsearch.agents.policies.external import ExternalPolicy
 from parallelsearch.agents.policies.hf import HFPolicy
 from parallelsearch.agents.policies.openai_compat import OpenAICompletionsPolicy
 from parallelsearch.agents.policies.scripted import DelayedPolicy, OraclePolicy, ScriptedPolicy
-from parallelsearch.agents.policies.spec import policy_from_spec
+from parallelsearch.agents.policies.spec import SPEC_HELP, policy_from_spec
 from parallelsearch.agents.policies.vllm_engine import VLLMPolicy
 
 __all__ = [
+    "DEFAULT_POLICY",
+    "SPEC_HELP",
     "ChatModelPolicy",
     "DelayedPolicy",
     "ExternalPolicy",
