@@ -197,20 +197,16 @@ def _pieces(query: str) -> Iterator[str]:
 def split_subqueries(query: str, limit: int | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``a ## b ## a ##`` -> (("a", "b"), ("a",)): stripped, empties dropped, duplicates kept once.
     Linear; with ``limit`` reading stops at the first distinct piece past it (enough to refuse)."""
-    kept: list[str] = []
-    seen: set[str] = set()
+    kept: dict[str, None] = {}
     dropped: list[str] = []
     for raw in _pieces(query):
         piece = " ".join(raw.split())
-        if not piece:
-            continue
-        if piece in seen:
+        if piece in kept:
             dropped.append(piece)
-            continue
-        seen.add(piece)
-        kept.append(piece)
-        if limit is not None and len(kept) > limit:
-            break
+        elif piece:
+            kept[piece] = None
+            if limit is not None and len(kept) > limit:
+                break
     return tuple(kept), tuple(dropped)
 
 
@@ -231,11 +227,8 @@ def parse_action(text: object, *, max_subqueries: int = 8, split: bool = True) -
                 open_tag = None
             continue
         if tag == "information":
-            return Action(
-                "invalid",
-                think=think,
-                reason="the policy wrote an <information> tag (only the environment may)",
-            )
+            reason = "the policy wrote an <information> tag (only the environment may)"
+            return Action("invalid", think=think, reason=reason)
         if not closing:
             if open_tag in ("search", "answer"):
                 return Action("invalid", think=think, reason=f"<{tag}> opened inside <{open_tag}>")
@@ -257,13 +250,11 @@ def parse_action(text: object, *, max_subqueries: int = 8, split: bool = True) -
         if not subs:
             return Action("invalid", think=think, reason="empty <search>", raw_query=body)
         if len(subs) > max_subqueries:
-            return Action(
-                "invalid",
-                think=think,
-                reason=f"{body.count(SUBQUERY_SEPARATOR) + 1} sub-queries in one search (more than "
-                f"{max_subqueries} distinct); at most {max_subqueries} are allowed",
-                raw_query=body,
+            reason = (
+                f"{body.count(SUBQUERY_SEPARATOR) + 1} sub-queries in one search (more than "
+                f"{max_subqueries} distinct); at most {max_subqueries} are allowed"
             )
+            return Action("invalid", think=think, reason=reason, raw_query=body)
         return Action("search", subqueries=subs, think=think, raw_query=body, dropped=dropped)
     if open_tag in ("search", "answer"):
         return Action("invalid", think=think, reason=f"<{open_tag}> is never closed")
@@ -375,22 +366,12 @@ def parse_tool_calls(
             )
         if not errors and not split and len(subs) > 1:
             errors.append(f"{len(subs)} searches in one message; this graph searches one query per turn")
+        raw = " ## ".join(subs)
+        done = tuple(outcomes)
         if errors:
-            return Action(
-                "invalid",
-                think=think,
-                reason="; ".join(dict.fromkeys(errors)),
-                raw_query=" ## ".join(subs) or None,
-                calls=tuple(outcomes),
-            )
-        return Action(
-            "search",
-            subqueries=tuple(subs),
-            think=think,
-            raw_query=" ## ".join(subs),
-            dropped=tuple(dropped),
-            calls=tuple(outcomes),
-        )
+            reason = "; ".join(dict.fromkeys(errors))
+            return Action("invalid", think=think, reason=reason, raw_query=raw or None, calls=done)
+        return Action("search", tuple(subs), think=think, raw_query=raw, dropped=tuple(dropped), calls=done)
     except Exception as e:  # the parser never raises, whatever a chat model returned
         return Action("invalid", reason=f"unreadable tool calls ({type(e).__name__}: {e})")
 

@@ -148,13 +148,9 @@ def substitute(subquery: str, values: Mapping[int, str]) -> str:
 
 def _written_order(subs: tuple[str, ...], written: Sequence[str] | None) -> list[int]:
     """Sub-query index of each written position; the identity when ``written`` does not fit."""
-    if written is None:
-        return list(range(len(subs)))
     index = {s: i for i, s in enumerate(subs)}
-    order = [index.get(" ".join(str(w).split()), -1) for w in written]
-    if -1 in order or set(order) != set(range(len(subs))):
-        return list(range(len(subs)))
-    return order
+    order = [index.get(" ".join(str(w).split()), -1) for w in written or ()]
+    return order if set(order) == set(range(len(subs))) else list(range(len(subs)))
 
 
 def _clip(text: str, n: int = 60) -> str:

@@ -64,9 +64,9 @@ class HFPolicy:
             ]
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         cut = truncate_at_stop(text, request.stop)
-        finish = "stop" if cut != text or any(text.endswith(s) for s in request.stop) else "length"
-        if len(new) < request.max_tokens and finish == "length":
-            finish = "stop"  # ended on EOS
+        # a stop string, or EOS before the token cap
+        stopped = cut != text or any(text.endswith(s) for s in request.stop) or len(new) < request.max_tokens
+        finish = "stop" if stopped else "length"
         return TurnResult(
             text=cut,
             token_ids=new,

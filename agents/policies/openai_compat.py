@@ -68,8 +68,7 @@ class OpenAICompletionsPolicy:
         if r.logprobs:
             body["logprobs"] = 1
         if self.vllm_extensions:
-            body["include_stop_str_in_output"] = True
-            body["return_token_ids"] = True
+            body.update(include_stop_str_in_output=True, return_token_ids=True)
         if self.constrained:  # vLLM's structured outputs (vLLM 0.32 ignores the older "guided_regex")
             body["structured_outputs"] = {"regex": request_regex(r, self.think_chars)}
         return body

@@ -91,8 +91,7 @@ ORACLE_NEEDS_GOLD = (
 class OraclePolicy:
     """Decomposes with the dataset's own annotations and answers with the gold answer: for demos
     and environment checks only (it measures the graph and the retrieval, never a model). With
-    ``dag`` (``oracle:dag``), or in a graph that welcomes references, ``metadata.hops`` is one search.
-    """
+    ``dag`` (``oracle:dag``), or in a graph that welcomes references, ``metadata.hops`` is one search."""
 
     name = "oracle"
     dag = False  # a class default too: a subclass with its own __init__ plans as the plain oracle

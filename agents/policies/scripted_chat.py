@@ -23,10 +23,9 @@ def _question(messages: Sequence[BaseMessage]) -> str:
 
 
 class ScriptedToolChatModel(BaseChatModel):
-    """Replays scripted turns; turn i of an episode is the i-th AI message it writes.
-
-    A list of strings is one message of parallel ``search`` calls, a string the answer, an
-    ``AIMessage`` is sent as it is (``by_question``: a script per question)."""
+    """Replays scripted turns (turn i is the i-th AI message of the episode): a list of strings is
+    one message of parallel ``search`` calls, a string the answer, an ``AIMessage`` is sent as it
+    is (``by_question``: a script per question)."""
 
     turns: list[Any] = []
     by_question: dict[str, list[Any]] = {}

@@ -5,6 +5,13 @@ from __future__ import annotations
 import difflib
 from typing import Any, Literal, get_args
 
+from parallelsearch.agents.policies.chat import ChatModelPolicy
+from parallelsearch.agents.policies.external import ExternalPolicy
+from parallelsearch.agents.policies.hf import HFPolicy
+from parallelsearch.agents.policies.openai_compat import OpenAICompletionsPolicy
+from parallelsearch.agents.policies.scripted import OraclePolicy, ScriptedPolicy
+from parallelsearch.agents.policies.vllm_engine import VLLMPolicy
+
 #: where ``openai:MODEL`` goes when neither the spec nor the configuration names a URL
 DEFAULT_OPENAI_BASE_URL = "http://127.0.0.1:8000/v1"
 
@@ -31,16 +38,6 @@ def policy_from_spec(
     """The policy a spec string names; ``base_url``, ``api_key`` and ``timeout_s`` reach the
     OpenAI-compatible backend (a URL in the spec wins). Entry points go through
     ``graphs.factory.make_policy``, which passes the configured ones."""
-    from parallelsearch.agents.policies import (
-        ChatModelPolicy,
-        ExternalPolicy,
-        HFPolicy,
-        OpenAICompletionsPolicy,
-        OraclePolicy,
-        ScriptedPolicy,
-        VLLMPolicy,
-    )
-
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"empty policy spec; {SPEC_HELP}")
     kind, _, rest = spec.strip().partition(":")
