@@ -40,7 +40,8 @@ PAPER_TEMPLATE = OFFICIAL_TEMPLATE.replace("as many times as your want", "as man
 #: without its sentences on decomposing.
 SEARCH_R1_TEMPLATE = OFFICIAL_TEMPLATE.replace(
     "If the original query is complex or involves multiple parts, you are encouraged to decompose it into "
-    "smaller sub-questions, separated by ##. For example: <search> sub-question 1 ## sub-question 2 </search>. ",
+    "smaller sub-questions, separated by ##. "
+    "For example: <search> sub-question 1 ## sub-question 2 </search>. ",
     "",
 )
 
@@ -486,9 +487,8 @@ def searched_as_line(text: str) -> str:
     return f"Searched as: {' '.join(text.split())}\n"
 
 
-#: how ``Doc i(Title: t)`` shows a title: ``official`` = the corpus entry's first line verbatim, as
-#: the official code renders it (Search-R1/wiki-18 titles keep their quotes: ``Title: "Aaron"``),
-#: which released checkpoints were trained on; ``stripped`` = the bare title (``Title: Aaron``)
+#: how ``Doc i(Title: t)`` shows a title: ``official`` = the corpus entry's first line verbatim, quotes
+#: kept (``Title: "Aaron"``), as released checkpoints saw it; ``stripped`` = the bare title
 TitleStyle = Literal["official", "stripped"]
 TITLE_STYLES: tuple[str, ...] = get_args(TitleStyle)
 

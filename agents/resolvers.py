@@ -139,11 +139,10 @@ def title_key(name: str) -> str:
 def answer_candidates(parent: ParentResult, *, passages: int = 1, limit: int = 24) -> list[tuple[str, str]]:
     """(candidate, lead-in) pairs from the parent's top passages: name-like spans that the
     parent sub-query does not itself name, numbers left out (years are seldom a bridge)."""
-    asked = parent.searched
     out: dict[str, str] = {}
     for p in parent.passages[:passages]:
         for c in span_candidates(p.text):
-            if c in out or c[:1].isdigit() or names_the_query(c, asked):
+            if c in out or c[:1].isdigit() or names_the_query(c, parent.searched):
                 continue
             out[c] = lead_in(p.text, c)
             if len(out) >= limit:
@@ -378,8 +377,7 @@ class DelayedResolver:
 def as_resolver(spec: object, *, searcher: Any = None, policy: Any = None, embedder: Any = None) -> Resolver:
     """A resolver from a name (``passage`` searches with ``searcher``, ``gold``, ``policy`` asks
     ``policy``), a resolver, or a callable ``(sub_query, parents) -> str``; else a ResolverError."""
-    if spec is None:
-        spec = "passage"
+    spec = "passage" if spec is None else spec
     if isinstance(spec, str):
         name = spec.strip().lower()
         if name == "passage":

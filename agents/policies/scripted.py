@@ -36,8 +36,7 @@ class ScriptedPolicy:
         return cls(data)
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
-        text = self.turns[min(request.turn_index, len(self.turns) - 1)]
-        text = truncate_at_stop(text, request.stop)
+        text = truncate_at_stop(self.turns[min(request.turn_index, len(self.turns) - 1)], request.stop)
         return TurnResult(
             text=text, finish_reason="stop", completion_tokens=len(text.split()), labels=("scripted",)
         )

@@ -16,12 +16,6 @@ from langchain_core.runnables import Runnable
 from parallelsearch.agents.protocol import SEARCH_TOOL_NAME, content_text
 
 
-def _question(messages: Sequence[BaseMessage]) -> str:
-    """The question of the episode: the text after the first prompt's last ``Question:``."""
-    first = content_text(messages[0].content) if messages else ""
-    return first.rpartition("Question:")[2].strip()
-
-
 class ScriptedToolChatModel(BaseChatModel):
     """Replays scripted turns (turn i is the i-th AI message of the episode): a list of strings is
     one message of parallel ``search`` calls, a string the answer, an ``AIMessage`` is sent as it
@@ -39,7 +33,8 @@ class ScriptedToolChatModel(BaseChatModel):
 
     def _script(self, messages: Sequence[BaseMessage]) -> list[Any]:
         if self.by_question:
-            q = _question(messages)
+            first = content_text(messages[0].content) if messages else ""
+            q = first.rpartition("Question:")[2].strip()  # the question: after the prompt's last "Question:"
             if q not in self.by_question:
                 raise KeyError(f"ScriptedToolChatModel has no script for the question {q[:80]!r}")
             return self.by_question[q]
