@@ -1,10 +1,5 @@
-"""The ParallelSearch text protocol: prompt, action parser, observation formatter, feedback.
-
-Contract (docs/architecture.md, "The protocol"): the policy writes ``<think>``, ``<search> a ## b </search>``
-or ``<answer> x </answer>``; the environment answers a search with ONE
-``<information>`` block holding, per sub-query in order, its passages as
-``Doc i(Title: t) text`` lines (numbering restarts per sub-query, as in the official
-code). The parser never raises: it reports what it found or why the action is invalid.
+"""The ParallelSearch protocol (docs/architecture.md, "The protocol"): prompts, action parsers,
+observation formatter, feedback. The parsers never raise: they report why an action is invalid.
 """
 
 from __future__ import annotations
@@ -37,23 +32,21 @@ OFFICIAL_TEMPLATE = (
     "illustrations. For example, <answer> Beijing </answer>. Question: {question}\n"
 )
 
-#: The paper's Table 1 template. The paper's wording is not available offline here; it
-#: describes the same instructions as the official code, so this mirrors that text with
-#: the typo fixed. Select ``official`` for the exact training prompt of released checkpoints.
+#: The paper's Table 1 template (its wording is not available offline; it describes the official
+#: code's instructions, so this is that text with the typo fixed).
 PAPER_TEMPLATE = OFFICIAL_TEMPLATE.replace("as many times as your want", "as many times as you want")
 
-#: Search-R1's prompt (one query per search; used by the sequential baseline).
-SEARCH_R1_TEMPLATE = (
-    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
-    "get new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
-    "<search> query </search> and it will return the top searched results between <information> and "
-    "</information>. You can search as many times as your want. If you find no further external knowledge "
-    "needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. "
-    "For example, <answer> Beijing </answer>. Question: {question}\n"
+#: Search-R1's prompt (one query per search; used by the sequential baseline): the official one
+#: without its sentences on decomposing.
+SEARCH_R1_TEMPLATE = OFFICIAL_TEMPLATE.replace(
+    "If the original query is complex or involves multiple parts, you are encouraged to decompose it into "
+    "smaller sub-questions, separated by ##. "
+    "For example: <search> sub-question 1 ## sub-question 2 </search>. ",
+    "",
 )
 
-#: The ``dag`` graph's prompt: the paper's, plus one sentence that teaches ``#k`` (a sub-query naming
-#: the result of an earlier one in the same search), so a dependent chain costs one turn, not one per hop.
+#: The ``dag`` graph's prompt: the paper's plus one sentence teaching ``#k``, so a dependent chain
+#: costs one turn, not one per hop.
 DAG_TEMPLATE = PAPER_TEMPLATE.replace(
     "sub-question 2 </search>. ",
     "sub-question 2 </search>. If a sub-question needs the answer of an earlier one, refer to that answer "
@@ -69,8 +62,7 @@ TEMPLATES = {
     "dag": DAG_TEMPLATE,
 }
 
-#: The tools protocol's prompt: the same instructions for a chat model that calls a ``search``
-#: tool (several calls in one message = the sub-queries of one round) and answers in plain text.
+#: The tools protocol's prompt: the same instructions for a chat model that calls a ``search`` tool.
 TOOLS_TEMPLATE = (
     "Answer the given question. Think first every time you get new information. If you lack some "
     "knowledge, call the search tool; it returns the top searched results. If the question is complex or "
@@ -94,8 +86,7 @@ def check_protocol(protocol: object, where: str = "") -> Protocol:
 
 SEARCH_TOOL_NAME = "search"
 
-#: The one tool of the tools protocol, in the OpenAI function format every LangChain
-#: ``bind_tools`` accepts (no LangChain import needed here).
+#: The one tool of the tools protocol, in the OpenAI function format every ``bind_tools`` accepts.
 SEARCH_TOOL: dict = {
     "type": "function",
     "function": {
@@ -112,9 +103,8 @@ SEARCH_TOOL: dict = {
     },
 }
 
-#: The tools protocol's TEXT form, for training a policy that writes text (the Hermes/Qwen
-#: chat-template form that vLLM's ``hermes`` tool parser reads): the tool's signature in
-#: ``<tools>``, calls as ``<tool_call>`` JSON blocks, the answer in ``<answer>`` as in the tags.
+#: The tools protocol's TEXT form, for training a policy that writes text (the Hermes/Qwen form
+#: vLLM's ``hermes`` tool parser reads): ``<tool_call>`` JSON blocks, the answer in ``<answer>``.
 TOOL_TEXT_TEMPLATE = (
     "Answer the given question. You may think first every time you get new information. If you lack some "
     "knowledge, call the search tool; it returns the top searched results in <tool_response> and "
@@ -149,15 +139,13 @@ def render_prompt(question: str, template: str = "paper", stores: Sequence[str] 
         )
     q, _ = scrub_text(question.strip())
     prompt = text.replace("{question}", q)
-    if len(stores) > 1:
-        listing = ", ".join(stores)
+    if len(stores) > 1:  # the store hint goes before the question (or first, in a template without one)
         hint = (
-            f"Available knowledge stores: {listing}. Write 'store: query' to search one store only; "
+            f"Available knowledge stores: {', '.join(stores)}. Write 'store: query' to search one store only; "
             "a query without a store name searches all of them. "
         )
-        prompt = (
-            prompt.replace("Question: ", hint + "Question: ", 1) if "Question: " in prompt else hint + prompt
-        )
+        at = max(prompt.find("Question: "), 0)
+        prompt = prompt[:at] + hint + prompt[at:]
     return prompt
 
 
@@ -190,12 +178,8 @@ _TAG_RE = re.compile(r"<(/?)(think|search|answer|information)>")
 
 def truncate_at_stop(text: str, stops: Sequence[str] = STOP_STRINGS) -> str:
     """Cut ``text`` after the first stop string (kept), as vLLM does with include_stop_str_in_output."""
-    cut = None
-    for s in stops:
-        i = text.find(s)
-        if i != -1 and (cut is None or i + len(s) < cut):
-            cut = i + len(s)
-    return text if cut is None else text[:cut]
+    ends = [text.find(s) + len(s) for s in stops if s in text]
+    return text[: min(ends)] if ends else text
 
 
 def _pieces(query: str) -> Iterator[str]:
@@ -213,25 +197,17 @@ def _pieces(query: str) -> Iterator[str]:
 
 def split_subqueries(query: str, limit: int | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``a ## b ## a ##`` -> (("a", "b"), ("a",)): stripped, empties dropped, duplicates kept once.
-
-    Linear in ``query`` (duplicates are found with a set). With ``limit``, reading stops at
-    the first distinct piece past it: the result then holds ``limit + 1`` sub-queries, which is
-    all a caller needs to refuse the action, and no later piece costs any work.
-    """
-    kept: list[str] = []
-    seen: set[str] = set()
+    Linear; with ``limit`` reading stops at the first distinct piece past it (enough to refuse)."""
+    kept: dict[str, None] = {}
     dropped: list[str] = []
     for raw in _pieces(query):
         piece = " ".join(raw.split())
-        if not piece:
-            continue
-        if piece in seen:
+        if piece in kept:
             dropped.append(piece)
-            continue
-        seen.add(piece)
-        kept.append(piece)
-        if limit is not None and len(kept) > limit:
-            break
+        elif piece:
+            kept[piece] = None
+            if limit is not None and len(kept) > limit:
+                break
     return tuple(kept), tuple(dropped)
 
 
@@ -252,11 +228,8 @@ def parse_action(text: object, *, max_subqueries: int = 8, split: bool = True) -
                 open_tag = None
             continue
         if tag == "information":
-            return Action(
-                "invalid",
-                think=think,
-                reason="the policy wrote an <information> tag (only the environment may)",
-            )
+            reason = "the policy wrote an <information> tag (only the environment may)"
+            return Action("invalid", think=think, reason=reason)
         if not closing:
             if open_tag in ("search", "answer"):
                 return Action("invalid", think=think, reason=f"<{tag}> opened inside <{open_tag}>")
@@ -278,13 +251,11 @@ def parse_action(text: object, *, max_subqueries: int = 8, split: bool = True) -
         if not subs:
             return Action("invalid", think=think, reason="empty <search>", raw_query=body)
         if len(subs) > max_subqueries:
-            return Action(
-                "invalid",
-                think=think,
-                reason=f"{body.count(SUBQUERY_SEPARATOR) + 1} sub-queries in one search (more than "
-                f"{max_subqueries} distinct); at most {max_subqueries} are allowed",
-                raw_query=body,
+            reason = (
+                f"{body.count(SUBQUERY_SEPARATOR) + 1} sub-queries in one search (more than "
+                f"{max_subqueries} distinct); at most {max_subqueries} are allowed"
             )
+            return Action("invalid", think=think, reason=reason, raw_query=body)
         return Action("search", subqueries=subs, think=think, raw_query=body, dropped=dropped)
     if open_tag in ("search", "answer"):
         return Action("invalid", think=think, reason=f"<{open_tag}> is never closed")
@@ -317,8 +288,7 @@ def _call_error(call: object) -> tuple[str, str | None, str]:
     """(id, error or None, query) of one parsed tool call (LangChain's ``{name, args, id}``)."""
     if not isinstance(call, dict):
         return "", f"a tool call is {type(call).__name__}, not an object", ""
-    cid = call.get("id")
-    cid = cid if isinstance(cid, str) else ""
+    cid = call.get("id") if isinstance(call.get("id"), str) else ""
     name = call.get("name")
     if name != SEARCH_TOOL_NAME:
         return cid, f"unknown tool {name!r} (the only tool is {SEARCH_TOOL_NAME!r})", ""
@@ -350,14 +320,7 @@ def parse_tool_calls(
 ) -> Action:
     """Parse one tools-protocol turn (an AI message's ``tool_calls``, ``content`` and
     ``invalid_tool_calls``) into the same :class:`Action` the tag parser returns. Never raises.
-
-    N ``search`` calls are the N sub-queries of one round (normalised and de-duplicated like
-    ``a ## b``; a duplicate's call shares its sub-query's result). No call at all is the final
-    answer: the message's text, unless the reply was ``cut`` at the token limit (its text may be
-    half a call or half an answer, so it is an invalid turn instead). One invalid call (unknown tool, bad or unparsable arguments,
-    empty query), more than ``max_subqueries`` distinct queries, or more than one query when
-    ``split`` is off makes the whole turn invalid: nothing is searched and every call is told why.
-    """
+    The rules: docs/architecture.md, "The tools protocol"."""
     try:
         text = content_text(content)
         calls = list(tool_calls) if isinstance(tool_calls, list | tuple) else []
@@ -393,9 +356,8 @@ def parse_tool_calls(
         for j, bad in enumerate(broken):
             info = bad if isinstance(bad, dict) else {}
             cid = info.get("id") if isinstance(info.get("id"), str) else f"call_{len(calls) + j}"
-            err = (
-                f"arguments of {info.get('name')!r} are not valid JSON ({str(info.get('error') or '')[:80]})"
-            )
+            why = str(info.get("error") or "")[:80]
+            err = f"arguments of {info.get('name')!r} are not valid JSON ({why})"
             outcomes.append(ToolCallOutcome(cid, error=err))
             errors.append(err)
         if not errors and len(subs) > max_subqueries:
@@ -405,43 +367,25 @@ def parse_tool_calls(
             )
         if not errors and not split and len(subs) > 1:
             errors.append(f"{len(subs)} searches in one message; this graph searches one query per turn")
+        raw = " ## ".join(subs)
+        done = tuple(outcomes)
         if errors:
             reason = "; ".join(dict.fromkeys(errors))
-            return Action(
-                "invalid",
-                think=think,
-                reason=reason,
-                raw_query=" ## ".join(subs) or None,
-                calls=tuple(outcomes),
-            )
-        return Action(
-            "search",
-            subqueries=tuple(subs),
-            think=think,
-            raw_query=" ## ".join(subs),
-            dropped=tuple(dropped),
-            calls=tuple(outcomes),
-        )
+            return Action("invalid", think=think, reason=reason, raw_query=raw or None, calls=done)
+        return Action("search", tuple(subs), think=think, raw_query=raw, dropped=tuple(dropped), calls=done)
     except Exception as e:  # the parser never raises, whatever a chat model returned
         return Action("invalid", reason=f"unreadable tool calls ({type(e).__name__}: {e})")
 
 
 def tool_feedback(action: Action) -> list[tuple[str, str]]:
     """(tool_call_id, text) for every call of an invalid tools-protocol turn."""
-    reason = action.reason or "invalid call"
-    return [
-        (
-            c.id,
-            TOOL_CALL_FEEDBACK.format(reason=c.error) if c.error else TOOL_CALL_NOT_RUN.format(reason=reason),
-        )
-        for c in action.calls
-    ]
+    not_run = TOOL_CALL_NOT_RUN.format(reason=action.reason or "invalid call")
+    return [(c.id, TOOL_CALL_FEEDBACK.format(reason=c.error) if c.error else not_run) for c in action.calls]
 
 
 def render_tool_calls(content: str, calls: Sequence[dict]) -> str:
-    """A tools-protocol turn as text (the Hermes/Qwen form): its text, then one
-    ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` block per call. Used for the
-    readable transcript."""
+    """A tools-protocol turn as text for the readable transcript (the Hermes/Qwen form): its
+    text, then one ``<tool_call>`` block per call."""
     blocks = "".join(
         "<tool_call>\n"
         + json.dumps({"name": c.get("name"), "arguments": c.get("args")}, ensure_ascii=False, default=str)
@@ -457,10 +401,8 @@ def format_tool_response(text: str) -> str:
     return f"\n<tool_response>\n{text.strip()}\n</tool_response>"
 
 
-#: Where an assistant turn ends in the Hermes/Qwen (ChatML) chat template. The text form's tool
-#: turn stops here and not at ``</tool_call>``: a turn of parallel calls holds several blocks, and
-#: only the end-of-turn says the last one has been written (the template writes it right after
-#: the last ``</tool_call>``). It is kept in the turn, so the policy learns to end its turns.
+#: Where an assistant turn ends in the Hermes/Qwen (ChatML) chat template: a text-form turn stops
+#: here, not at ``</tool_call>``, since only the end of the turn says its last parallel call is written.
 TOOL_TURN_END = "<|im_end|>"
 #: the text form's stop strings: the end of a tool turn, or of the answer
 TOOL_STOP_STRINGS: tuple[str, ...] = (TOOL_TURN_END, "</answer>")
@@ -476,44 +418,34 @@ _TEXT_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 def tool_text_observation(responses: Sequence[str], turn_closed: bool = True, note: str = "") -> str:
-    """The environment's reply to a text-form turn, as the Hermes/Qwen chat template writes
-    tool messages: one user turn holding one ``<tool_response>`` per call, in call order, then
-    the next assistant turn's header. ``turn_closed`` is False when the policy's turn did not
-    end with :data:`TOOL_TURN_END` (cut at the token cap); the environment closes it then.
-    ``note``: a corrective note instead of responses (a turn without any call)."""
+    """The environment's reply to a text-form turn as the Hermes/Qwen template writes tool messages
+    (``<tool_response>`` blocks or a ``note``), closing a turn cut before :data:`TOOL_TURN_END`."""
     head = "" if turn_closed else TOOL_TURN_END
     body = "".join(format_tool_response(r) for r in responses) + (f"\n{note}" if note else "")
     return f"{head}\n<|im_start|>user{body}{TOOL_TURN_END}\n<|im_start|>assistant\n"
 
 
-def _text_call(body: str, i: int) -> tuple[dict | None, dict | None]:
-    """One ``<tool_call>`` block's JSON as a LangChain-style call, or an invalid call."""
+def _text_call(body: str, i: int) -> dict:
+    """One ``<tool_call>`` block's JSON as a LangChain-style call (an invalid call has ``error``)."""
     cid = f"call_{i}"
     try:
         obj = json.loads(body)
     except ValueError as e:
-        return None, {"id": cid, "name": "<tool_call>", "args": body.strip()[:120], "error": str(e)}
+        return {"id": cid, "name": "<tool_call>", "args": body.strip()[:120], "error": str(e)}
     if not isinstance(obj, dict):
-        return {"id": cid, "name": None, "args": obj}, None
+        return {"id": cid, "name": None, "args": obj}
     args = obj.get("arguments", obj.get("parameters"))
     if isinstance(args, str):  # some models write the arguments as a JSON string, as OpenAI sends them
         try:
             args = json.loads(args)
         except ValueError as e:
-            return None, {"id": cid, "name": obj.get("name"), "args": args[:120], "error": str(e)}
-    return {"id": cid, "name": obj.get("name"), "args": args}, None
+            return {"id": cid, "name": obj.get("name"), "args": args[:120], "error": str(e)}
+    return {"id": cid, "name": obj.get("name"), "args": args}
 
 
 def parse_tool_text(text: object, *, max_subqueries: int = 8, split: bool = True) -> Action:
-    """Parse one turn of the tools protocol's text form into the same :class:`Action`
-    :func:`parse_tool_calls` returns for a chat model's tool calls. Never raises.
-
-    Each ``<tool_call>{"name": "search", "arguments": {"query": q}}</tool_call>`` block is one
-    call (ids ``call_0``, ``call_1``, ... in order), so N blocks in one turn are the N
-    sub-queries of one round, with the same validation (unknown tool, bad JSON or arguments,
-    empty query, ``max_subqueries``). A turn without a block answers with ``<answer>``. Text
-    before the blocks is the turn's reasoning; the turn end (:data:`TOOL_TURN_END`) is ignored.
-    """
+    """Parse one turn of the tools protocol's text form (``<tool_call>`` blocks, ids ``call_0``...
+    in order, or an ``<answer>``) into the same :class:`Action` as :func:`parse_tool_calls`."""
     try:
         if not isinstance(text, str):
             return Action("invalid", reason=f"turn is {type(text).__name__}, not text")
@@ -535,17 +467,11 @@ def parse_tool_text(text: object, *, max_subqueries: int = 8, split: bool = True
             return parse_tool_calls([], answers[-1])
         if _TEXT_ANSWER_RE.search(rest):
             return Action("invalid", reason="an <answer> beside tool calls (answer in a turn without calls)")
-        calls: list[dict] = []
-        broken: list[dict] = []
-        for i, m in enumerate(blocks):
-            call, bad = _text_call(m.group(1), i)
-            (calls if call is not None else broken).append(call if call is not None else bad)  # type: ignore[arg-type]
+        read = [_text_call(m.group(1), i) for i, m in enumerate(blocks)]
+        broken = [c for c in read if "error" in c]
+        calls = [c for c in read if "error" not in c]
         action = parse_tool_calls(
-            calls,
-            text[: blocks[0].start()],
-            broken,
-            max_subqueries=max_subqueries,
-            split=split,
+            calls, text[: blocks[0].start()], broken, max_subqueries=max_subqueries, split=split
         )
         if broken:  # keep the calls in the order they were written (one response each, in order)
             order = {f"call_{i}": i for i in range(len(blocks))}
@@ -561,18 +487,18 @@ def searched_as_line(text: str) -> str:
     return f"Searched as: {' '.join(text.split())}\n"
 
 
+#: how ``Doc i(Title: t)`` shows a title: ``official`` = the corpus entry's first line verbatim, quotes
+#: kept (``Title: "Aaron"``), as released checkpoints saw it; ``stripped`` = the bare title
 TitleStyle = Literal["official", "stripped"]
-#: how ``Doc i(Title: t)`` shows a title: ``official`` = the corpus entry's first line verbatim, as
-#: the official code renders it (Search-R1/wiki-18 titles keep their quotes: ``Title: "Aaron"``),
-#: which released checkpoints were trained on; ``stripped`` = the bare title (``Title: Aaron``)
-TITLE_STYLES: tuple[str, ...] = ("official", "stripped")
+TITLE_STYLES: tuple[str, ...] = get_args(TitleStyle)
 
 
 def format_passages(passages: Sequence[Passage], titles: TitleStyle = "stripped") -> str:
     """One sub-query's results: ``Doc i(Title: t) text`` lines, numbering from 1."""
-    if titles == "official":
-        return "".join(f"Doc {i}(Title: {p.first_line}) {p.text}\n" for i, p in enumerate(passages, 1))
-    return "".join(f"Doc {i}(Title: {p.title}) {p.text}\n" for i, p in enumerate(passages, 1))
+    return "".join(
+        f"Doc {i}(Title: {p.first_line if titles == 'official' else p.title}) {p.text}\n"
+        for i, p in enumerate(passages, 1)
+    )
 
 
 def format_observation(
@@ -583,15 +509,8 @@ def format_observation(
     titles: TitleStyle = "stripped",
     searched_as: Sequence[str | None] = (),
 ) -> str:
-    """ONE ``<information>`` block for a search round, sub-queries in order.
-
-    A failed sub-query contributes a one-line notice instead of passages, so the policy
-    sees that the search happened and failed. ``max_words`` caps the block (a whitespace
-    approximation of the observation token cap). ``titles``: see :data:`TitleStyle`.
-    ``searched_as``: per sub-query, the text a dependent sub-query (``seat of #1``) was searched
-    with, shown on a line before its passages (:func:`searched_as_line`); ``None`` or nothing
-    for a sub-query the policy wrote in full, so a search without ``#k`` reads as it always has.
-    """
+    """ONE ``<information>`` block for a search round, sub-queries in order; a failed one shows a
+    notice, a dependent one what it was searched as. ``max_words``: a whitespace token cap."""
     if titles not in TITLE_STYLES:
         raise ValueError(f"unknown title style {titles!r}; choose one of {', '.join(TITLE_STYLES)}")
     parts = []
@@ -617,10 +536,8 @@ def format_observation(
     return f"\n\n<information>{body}</information>\n\n"
 
 
-# Every character Python's str.strip() removes, spelled out: "\s" in a regular expression means
-# different sets to Python and to a decoding engine's grammar compiler (xgrammar leaves out
-# \x1c-\x1f, which Python strips), so an engine could end an answer on a character the parser
-# then strips away.
+# Every character str.strip() removes, spelled out: "\s" means another set to xgrammar (no
+# \x1c-\x1f), so an engine could end an answer on a character the parser then strips away.
 _SPACE = "".join(f"\\u{i:04x}" for i in range(0x3001) if chr(i).isspace())
 
 
@@ -634,21 +551,9 @@ def protocol_regex(
     answer_chars: int = 100,
     protocol: Protocol = "tags",
 ) -> str:
-    """A regular expression of one valid policy turn, for constrained (structured) decoding.
-
-    ``<think>...</think>``, a newline, then ``<search> q ## q </search>`` (at most
-    ``max_subqueries`` parts, one when ``split`` is off; a part may name an earlier part's
-    result as ``#k``, while any other ``#`` stays out of a part, so ``##`` only separates) or
-    ``<answer> a </answer>``; the
-    final turn may only answer. ``protocol="tools"``: the text form, where a search is one
-    ``<tool_call>`` JSON block per sub-query (newline-separated, as the Hermes template writes
-    them) and the grammar ends after the last block, so the engine ends the turn with its
-    end-of-turn token (:data:`TOOL_TURN_END` for ChatML models). Every part is bounded, so
-    even a model that has never seen the protocol (a random one) ends its turn with a valid
-    action instead of running to the token cap: the tags are the only way out of a full span.
-    Queries and answers start and end with a non-space character, so the parser never sees an
-    empty piece.
-    """
+    """A regular expression of one valid turn (think, then a search or an answer; the final turn
+    only answers), for constrained decoding. Every part is bounded, so even a model that never saw
+    the protocol ends its turn with a valid action instead of running to the token cap."""
     if max_subqueries < 1:
         raise ValueError(f"max_subqueries must be >= 1, got {max_subqueries}")
     check_protocol(protocol)

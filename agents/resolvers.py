@@ -1,20 +1,5 @@
-"""Resolvers: what a ``#k`` stands for when a dependent sub-query is searched.
-
-A sub-query such as ``seat of #1`` can only be searched once ``#1`` has results; a resolver
-turns it and its parents' results into the text to search. Every resolver takes
-``(sub_query, parents)`` and returns that text, in a sync form (``__call__``) and an async
-form (``aresolve``, what the graph's async nodes await):
-
-- ``passage`` (:class:`PassageResolver`): no model call. The answer to a parent sub-query is
-  usually a name inside the parent's top passage, not its title, so the resolver proposes the
-  passage's name-like spans (runs of capitalised words), drops the ones the parent sub-query
-  itself names, and keeps the candidate whose search hits score best, nudged by how close
-  the words right before it are to what the parent asked and by whether a hit is the
-  candidate's own paragraph (its title is the name: Wikipedia-like stores title entities).
-- ``gold`` (:class:`GoldResolver`): the gold intermediate answers (oracle runs: the upper bound).
-- ``policy`` (:class:`PolicyResolver`): one short "answer only" extraction call to a policy,
-  counted in ``calls``.
-- any callable ``(sub_query, parents) -> str`` (sync or async), through :func:`as_resolver`.
+"""Resolvers: what a ``#k`` stands for when a dependent sub-query (``seat of #1``) is searched,
+made from its parents' results, sync (``__call__``) or async (``aresolve``, what the graph awaits).
 """
 
 from __future__ import annotations
@@ -24,10 +9,11 @@ import inspect
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from itertools import product
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
+from parallelsearch.agents.protocol import format_passages
 from parallelsearch.agents.subquery_plan import REFERENCE_RE, substitute
 from parallelsearch.stores.errors import ParallelSearchError
 from parallelsearch.stores.passages import Passage
@@ -43,9 +29,8 @@ class ResolverError(ParallelSearchError, ValueError):
 
 @dataclass(frozen=True)
 class ParentResult:
-    """What one ``#k`` of a sub-query names: the parent's sub-query (``written`` with its own
-    ``#k``, ``searched`` as it was searched), its passages, and, in oracle runs only, the gold
-    intermediate answer (``gold``)."""
+    """What one ``#k`` names: the parent's sub-query (``written``; ``searched`` as searched), its
+    passages, and in oracle runs the gold intermediate answer."""
 
     k: int
     searched: str
@@ -62,13 +47,6 @@ class Resolver(Protocol):
 
     async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str: ...
 
-
-def _fill(sub_query: str, values: dict[int, str]) -> str:
-    return substitute(sub_query, values)
-
-
-# ---------------------------------------------------------------------------------------------
-# candidate spans (no NLP model: capitalised runs, with the joining words names use)
 
 #: lower-case words that may join the capitalised words of one name ("University of Miami")
 _JOINERS = frozenset("of the de du des la le von van der den del da di y upon al el bin ibn &".split())
@@ -129,10 +107,9 @@ def _content_words(text: str) -> set[str]:
 
 
 def names_the_query(candidate: str, query: str) -> bool:
-    """True when more than half of ``candidate``'s words are in ``query``: the parent asked
-    about it, so it is not the parent's answer (``McCauley's Mountain`` for ``McCauley Mountain
-    located in``). Half is not enough: relatives share a surname (``Kris Benson`` is the answer
-    to ``Anna Benson spouse``)."""
+    """True when more than half of ``candidate``'s words are in ``query``: the parent asked about
+    it, so it is not its answer. Half is not enough: relatives share a surname (``Kris Benson``
+    is the answer to ``Anna Benson spouse``)."""
     words = _content_words(candidate)
     return bool(words) and len(words & _content_words(query)) > len(words) / 2
 
@@ -162,11 +139,10 @@ def title_key(name: str) -> str:
 def answer_candidates(parent: ParentResult, *, passages: int = 1, limit: int = 24) -> list[tuple[str, str]]:
     """(candidate, lead-in) pairs from the parent's top passages: name-like spans that the
     parent sub-query does not itself name, numbers left out (years are seldom a bridge)."""
-    asked = parent.searched
     out: dict[str, str] = {}
     for p in parent.passages[:passages]:
         for c in span_candidates(p.text):
-            if c in out or c[:1].isdigit() or names_the_query(c, asked):
+            if c in out or c[:1].isdigit() or names_the_query(c, parent.searched):
                 continue
             out[c] = lead_in(p.text, c)
             if len(out) >= limit:
@@ -174,43 +150,26 @@ def answer_candidates(parent: ParentResult, *, passages: int = 1, limit: int = 2
     return list(out.items())
 
 
-# ---------------------------------------------------------------------------------------------
-# resolvers
-
-
+@dataclass(eq=False)
 class PassageResolver:
-    """The ``passage`` resolver: no model call; the parent's top passage supplies the name.
+    """The ``passage`` resolver: no model call. A parent's answer is usually a name inside its top
+    passage, so its name-like spans are the candidates; with a ``searcher`` the candidate whose
+    search scores best wins, nudged (with an ``embedder``) by ``cue_weight`` x how close its lead-in
+    is to what the parent asked, and by ``title_weight`` when a hit is titled with it."""
 
-    With a ``searcher`` (anything with ``search_batch(queries, k)`` or ``asearch(query, k)``)
-    every candidate's query is searched, in one batch, and the candidate whose best hit scores
-    highest wins; with an ``embedder`` (``encode_queries``) that score is nudged by
-    ``cue_weight`` x the similarity of the candidate's lead-in to what the parent asked, plus
-    ``title_weight`` when one of its hits is titled with the candidate itself (case, punctuation
-    and a trailing parenthetical ignored). With neither, the first candidate is used, and the
-    top passage's title when there is none.
-    Sub-queries naming several parents try at most ``max_combinations`` combinations.
-    """
+    searcher: Any = None
+    embedder: Any = None
+    _: KW_ONLY
+    cue_weight: float = 0.5
+    title_weight: float = 0.3
+    max_candidates: int = 24
+    max_combinations: int = 32
+    k: int = 3
+    name: str = field(default="passage", init=False)
 
-    name = "passage"
-
-    def __init__(
-        self,
-        searcher: Any = None,
-        embedder: Any = None,
-        *,
-        cue_weight: float = 0.5,
-        title_weight: float = 0.3,
-        max_candidates: int = 24,
-        max_combinations: int = 32,
-        k: int = 3,
-    ) -> None:
-        self.searcher = searcher
-        self.embedder = embedder if embedder is not None else getattr(searcher, "embedder", None)
-        self.cue_weight = cue_weight
-        self.title_weight = title_weight
-        self.max_candidates = max_candidates
-        self.max_combinations = max_combinations
-        self.k = k
+    def __post_init__(self) -> None:
+        if self.embedder is None:
+            self.embedder = getattr(self.searcher, "embedder", None)
 
     def _options(self, sub_query: str, parents: Sequence[ParentResult]) -> list[tuple[str, float, set[str]]]:
         """(query to search, prior, its candidates as title keys) for every candidate
@@ -231,7 +190,7 @@ class PassageResolver:
         for n, combo in enumerate(product(*per_parent)):
             if n >= self.max_combinations:
                 break
-            query = _fill(sub_query, {p.k: c for p, (c, _) in zip(parents, combo, strict=True)})
+            query = substitute(sub_query, {p.k: c for p, (c, _) in zip(parents, combo, strict=True)})
             options.setdefault(query, (query, sum(s for _, s in combo), {title_key(c) for c, _ in combo}))
         return sorted(options.values(), key=lambda o: -o[1])
 
@@ -248,7 +207,7 @@ class PassageResolver:
     ) -> str | None:
         """The filled sub-query when choosing needs no search (no option, one, or no searcher)."""
         if not options:
-            return _fill(sub_query, {p.k: "" for p in parents})
+            return substitute(sub_query, {p.k: "" for p in parents})
         if len(options) == 1 or self.searcher is None:
             return options[0][0]
         return None
@@ -282,9 +241,8 @@ async def _search_all(searcher: Any, queries: list[str], k: int) -> list[list[Pa
 
 
 class GoldResolver:
-    """The ``gold`` resolver: each ``#k`` becomes the parent's gold intermediate answer.
-    For oracle runs only (the upper bound of any resolver); the graph sets ``gold`` from the
-    question's ``metadata.hops``."""
+    """The ``gold`` resolver: each ``#k`` becomes the parent's gold intermediate answer (oracle
+    runs: the upper bound of any resolver; ``gold`` comes from the question's ``metadata.hops``)."""
 
     name = "gold"
 
@@ -296,7 +254,7 @@ class GoldResolver:
                 "question's metadata.hops (a MuSiQue or 2WikiMultihopQA record) and is for oracle runs; "
                 "use --resolver passage or policy otherwise"
             )
-        return _fill(sub_query, {p.k: str(p.gold) for p in parents})
+        return substitute(sub_query, {p.k: str(p.gold) for p in parents})
 
     async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
         return self(sub_query, parents)
@@ -311,9 +269,8 @@ EXTRACTION_PROMPT = (
 
 @dataclass
 class PolicyResolver:
-    """The ``policy`` resolver: one short extraction call per parent ("answer only: ...") to a
-    policy (anything with ``agenerate(TurnRequest)``), counted in ``calls``. The calls are
-    not turns of the episode: nothing of them enters the trained transcript."""
+    """The ``policy`` resolver: one short "answer only" extraction call per parent to a policy,
+    counted in ``calls``; the calls are no turns (nothing of them enters the transcript)."""
 
     policy: Any
     max_tokens: int = 24
@@ -324,9 +281,7 @@ class PolicyResolver:
     async def _answer(self, parent: ParentResult) -> str:
         from parallelsearch.agents.policies.base import TurnRequest
 
-        docs = "\n".join(
-            f"Doc {i}(Title: {p.title}) {p.text}" for i, p in enumerate(parent.passages[: self.passages], 1)
-        )
+        docs = format_passages(parent.passages[: self.passages]).removesuffix("\n")
         prompt = EXTRACTION_PROMPT.format(passages=docs, question=parent.searched)
         self.calls += 1
         result = await self.policy.agenerate(
@@ -342,7 +297,7 @@ class PolicyResolver:
 
     async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
         answers = await asyncio.gather(*(self._answer(p) for p in parents))
-        return _fill(sub_query, {p.k: a for p, a in zip(parents, answers, strict=True)})
+        return substitute(sub_query, {p.k: a for p, a in zip(parents, answers, strict=True)})
 
     def __call__(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
         return _run_sync(self.aresolve(sub_query, parents), "the policy resolver")
@@ -396,9 +351,8 @@ async def _awaited(aw: Awaitable[str]) -> str:
 
 
 def searcher_encoder(searcher: Any) -> Any:
-    """The encoder of the store behind ``searcher`` (None for a remote one): the passage resolver
-    scores its candidates' lead-ins with it, and a searcher wrapping a local store does not carry
-    it itself."""
+    """The encoder of the local store behind ``searcher`` (None for a remote one), which the
+    passage resolver scores lead-ins with."""
     return getattr(searcher, "embedder", None) or getattr(getattr(searcher, "store", None), "embedder", None)
 
 
@@ -421,11 +375,9 @@ class DelayedResolver:
 
 
 def as_resolver(spec: object, *, searcher: Any = None, policy: Any = None, embedder: Any = None) -> Resolver:
-    """A resolver from a name (``passage``, ``gold``, ``policy``), a resolver, or a callable
-    ``(sub_query, parents) -> str``. ``passage`` searches its candidates with ``searcher``;
-    ``policy`` needs ``policy``. Anything else is refused with what is accepted."""
-    if spec is None:
-        spec = "passage"
+    """A resolver from a name (``passage`` searches with ``searcher``, ``gold``, ``policy`` asks
+    ``policy``), a resolver, or a callable ``(sub_query, parents) -> str``; else a ResolverError."""
+    spec = "passage" if spec is None else spec
     if isinstance(spec, str):
         name = spec.strip().lower()
         if name == "passage":

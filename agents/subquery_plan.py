@@ -1,21 +1,6 @@
-"""Dependencies inside one search: the ``#k`` plan of its sub-queries.
-
-A sub-query may name the result of an earlier sub-query of the same search as ``#k``
-(1-based, MuSiQue's convention): ``<search> county of Van Hook Township ## seat of #1 </search>``.
-The sub-queries without references are the first stage; a sub-query runs in the stage after
-the last one it refers to. A search without ``#k`` is one stage holding exactly the sub-queries
-the parser returned, so it means what it meant before references existed.
-
-What counts as a reference: ``#`` followed by ASCII digits, standing alone as a token: no
-letter, digit, ``_`` or ``#`` right before the ``#``, and no letter, digit or ``_`` right
-after the digits (``#1``, ``#1's``, ``(#2)`` are references; ``C#1``, ``issue#12``, ``#1st``
-and ``##1`` are text). A search of a single sub-query has no references: there is nothing
-earlier to name, and ``#1 hit single`` stays a query. ``k`` counts the sub-queries as written
-(empty pieces dropped; a duplicate keeps its position), which is also the k-th ``search`` call
-of a tool-calling message; the plan maps it onto the de-duplicated sub-queries.
-
-Everything here is pure and never raises on policy text: a bad plan is a :class:`Plan` with
-``error`` set, which the graph turns into the invalid action's corrective feedback.
+"""Dependencies inside one search: the ``#k`` plan of its sub-queries (``seat of #1`` runs in the
+stage after ``#1``; the rules: docs/architecture.md, "Dependent sub-queries"). Nothing here raises
+on policy text: a bad plan is a :class:`Plan` with ``error`` set, which becomes corrective feedback.
 """
 
 from __future__ import annotations
@@ -37,8 +22,7 @@ _MAX_DIGITS = 6  # past this a number is shown shortened in the reason and is ou
 
 @dataclass(frozen=True)
 class Reference:
-    """One ``#k`` of a sub-query: ``k`` as written, ``target`` the 0-based index of the
-    sub-query it names in :attr:`Plan.subqueries`."""
+    """One ``#k`` of a sub-query: ``k`` as written, ``target`` the index of the sub-query it names."""
 
     k: int
     target: int
@@ -46,9 +30,8 @@ class Reference:
 
 @dataclass(frozen=True)
 class Plan:
-    """The stages of one search. ``stages`` hold 0-based indices into ``subqueries``, in order;
-    ``references[i]`` are sub-query i's ``#k`` (one per distinct k). ``error`` is why the plan is
-    invalid (then ``stages`` is empty)."""
+    """The stages of one search (0-based indices into ``subqueries``, in order); ``references[i]``
+    are sub-query i's ``#k``; ``error`` is why the plan is invalid (then ``stages`` is empty)."""
 
     subqueries: tuple[str, ...]
     references: tuple[tuple[Reference, ...], ...] = ()
@@ -79,20 +62,14 @@ def find_references(subquery: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _shown(k: int) -> str:
-    return f"#{k}" if k >= 0 else "#<a very long number>"
-
-
 def plan_search(
     subqueries: Sequence[str],
     written: Sequence[str] | None = None,
     *,
     max_stages: int = DEFAULT_MAX_STAGES,
 ) -> Plan:
-    """The plan of one search's sub-queries (as the parser returns them: stripped, duplicates
-    kept once). ``written`` is the sub-queries as the policy wrote them, in order (duplicates
-    included: the ``##`` pieces or the tool calls' queries); ``#k`` counts those. Without it,
-    or when it does not match ``subqueries``, ``#k`` counts ``subqueries`` themselves."""
+    """The plan of one search's sub-queries (as the parser returns them). ``#k`` counts ``written``,
+    the sub-queries as the policy wrote them (duplicates included), where it matches."""
     subs = tuple(str(s) for s in subqueries)
     order = _written_order(subs, written)
     n = len(order)
@@ -109,27 +86,27 @@ def plan_search(
         for k in find_references(sub):
             if k < 1 or k > n:
                 why = f"there are {n} sub-queries, numbered from #1" if k >= 0 else "it is not a position"
-                return _invalid(subs, f"sub-query {pos} ({_clip(sub)}) refers to {_shown(k)}, but {why}")
+                shown = f"#{k}" if k >= 0 else "#<a very long number>"
+                return Plan(subs, error=f"sub-query {pos} ({_clip(sub)}) refers to {shown}, but {why}")
             if k == pos:
-                return _invalid(subs, f"sub-query {pos} ({_clip(sub)}) refers to itself (#{k})")
+                return Plan(subs, error=f"sub-query {pos} ({_clip(sub)}) refers to itself (#{k})")
             if k > pos:
-                return _invalid(
+                return Plan(
                     subs,
-                    f"sub-query {pos} ({_clip(sub)}) refers to #{k}, a later sub-query; "
+                    error=f"sub-query {pos} ({_clip(sub)}) refers to #{k}, a later sub-query; "
                     "#k may only name an earlier one",
                 )
             refs.append(Reference(k, order[k - 1]))
         references.append(tuple(refs))
     stage_of: list[int] = []
     for idx in range(len(subs)):
-        # targets are always earlier in written order; in index order they are earlier too,
-        # since de-duplication keeps first occurrences
+        # targets come earlier in index order too: de-duplication keeps first occurrences
         stage_of.append(1 + max((stage_of[r.target] for r in references[idx]), default=0))
     depth = max(stage_of)
     if depth > max_stages:
-        return _invalid(
+        return Plan(
             subs,
-            f"the references make {depth} stages in one search; at most {max_stages} are allowed "
+            error=f"the references make {depth} stages in one search; at most {max_stages} are allowed "
             "(search the rest in a later turn)",
         )
     stages = tuple(tuple(i for i, s in enumerate(stage_of) if s == d) for d in range(1, depth + 1))
@@ -171,17 +148,9 @@ def substitute(subquery: str, values: Mapping[int, str]) -> str:
 
 def _written_order(subs: tuple[str, ...], written: Sequence[str] | None) -> list[int]:
     """Sub-query index of each written position; the identity when ``written`` does not fit."""
-    if written is None:
-        return list(range(len(subs)))
     index = {s: i for i, s in enumerate(subs)}
-    order = [index.get(" ".join(str(w).split()), -1) for w in written]
-    if -1 in order or set(order) != set(range(len(subs))):
-        return list(range(len(subs)))
-    return order
-
-
-def _invalid(subs: tuple[str, ...], reason: str) -> Plan:
-    return Plan(subs, error=reason)
+    order = [index.get(" ".join(str(w).split()), -1) for w in written or ()]
+    return order if set(order) == set(range(len(subs))) else list(range(len(subs)))
 
 
 def _clip(text: str, n: int = 60) -> str:

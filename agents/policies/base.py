@@ -6,25 +6,18 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from parallelsearch.agents.protocol import STOP_STRINGS
+from parallelsearch.agents.protocol import STOP_STRINGS, protocol_regex
 
-#: True while a graph runs a sync call (``invoke``/``stream``/``batch``): its nodes' coroutines
-#: then run on a background loop, and a backend whose async client is bound to the loop that
-#: first used it (openai's, httpx's) takes its sync path instead, so sync and async runs of one
-#: model never share a loop-bound connection.
+#: True while a graph runs a sync call (``invoke``/``stream``/``batch``) on a background loop: a
+#: backend whose async client is bound to the loop that first used it then takes its sync path.
 SYNC_RUN: ContextVar[bool] = ContextVar("parallelsearch_sync_run", default=False)
 
 
 @dataclass
 class TurnRequest:
-    """Everything a backend may need to produce one policy turn.
-
-    ``transcript`` is the full text so far (prompt + turns + observations); ``segments``
-    is the same as ``(role, text)`` pairs for chat models; ``token_ids`` is set when the
-    caller keeps token ids (training) so token-in backends skip re-tokenising. ``messages``
-    is set only under the tools protocol: the episode as LangChain messages (AI messages
-    with ``tool_calls``, one ``ToolMessage`` per call), which only a chat model can answer.
-    """
+    """Everything a backend may need to produce one policy turn: the text so far (``transcript``;
+    ``segments`` as ``(role, text)`` pairs for chat models; ``token_ids`` when training keeps
+    them), and under the tools protocol the episode as LangChain ``messages``."""
 
     transcript: str
     segments: list[tuple[str, str]] = field(default_factory=list)
@@ -63,16 +56,22 @@ class TurnResult:
 
 @runtime_checkable
 class Policy(Protocol):
-    """One policy turn from a :class:`TurnRequest`.
-
-    A LangChain chat model also has a method named ``agenerate`` (with another meaning), so
-    ``isinstance(chat_model, Policy)`` is true: code that takes a policy goes through
-    :func:`parallelsearch.agents.policies.coerce.as_policy`, which wraps a chat model first.
-    """
+    """One policy turn from a :class:`TurnRequest`. A LangChain chat model passes this check too
+    (its ``agenerate`` means something else): take policies through ``coerce.as_policy``."""
 
     name: str
 
     async def agenerate(self, request: TurnRequest) -> TurnResult: ...
+
+
+def request_regex(request: TurnRequest, think_chars: int) -> str:
+    """The grammar of the turn ``request`` asks for, for a backend that decodes constrained."""
+    return protocol_regex(
+        final=request.final,
+        split=request.allow_split,
+        max_subqueries=request.max_subqueries,
+        think_chars=think_chars,
+    )
 
 
 def close_unfinished_tag(text: str, stops: tuple[str, ...]) -> str:

@@ -1,12 +1,5 @@
-"""Any LangChain chat model as a policy (an instance, or an ``init_chat_model`` spec).
-
-Two protocols (docs/architecture.md, "The protocol"). ``tags``: the transcript is rendered
-as messages (the prompt and every observation as human messages, every earlier turn as an AI
-message) and the reply is text with the ``<search>``/``<answer>`` tags; chat APIs drop the
-stop string, so it is put back when the turn opened a tag it did not close. ``tools``: the
-model is bound to the ``search`` tool and gets the episode's own messages (tool calls and
-their ``ToolMessage`` results); the reply's ``tool_calls`` are the round's sub-queries.
-"""
+"""Any LangChain chat model as a policy (an instance, or an ``init_chat_model`` spec), speaking the
+``tags`` or the ``tools`` protocol (docs/architecture.md, "The protocol")."""
 
 from __future__ import annotations
 
@@ -27,6 +20,7 @@ from parallelsearch.stores.errors import UnavailableError
 
 
 def to_messages(request: TurnRequest) -> list[Any]:
+    """The transcript as chat messages: earlier turns as AI messages, the rest as human ones."""
     from langchain_core.messages import AIMessage, HumanMessage
 
     segs = request.segments or [("prompt", request.transcript)]
@@ -43,10 +37,8 @@ def to_messages(request: TurnRequest) -> list[Any]:
 
 def supports_tools(model: Any) -> bool:
     """Whether a chat model implements ``bind_tools`` (``BaseChatModel``'s own only raises)."""
-    try:
-        from langchain_core.language_models import BaseChatModel
-    except ImportError:  # pragma: no cover - langchain-core is a dependency
-        return False
+    from langchain_core.language_models import BaseChatModel
+
     impl = getattr(type(model), "bind_tools", None)
     return impl is not None and impl is not BaseChatModel.bind_tools
 
@@ -60,16 +52,11 @@ async def _call(model: Any, messages: list[Any], **kwargs: Any) -> Any:
 
 
 def unreadable_calls(error: Exception, turn: int) -> list[dict[str, Any]] | None:
-    """The calls of a reply whose arguments are JSON but not an object (``true``, ``1``, ``"q"``,
-    what a server that leaves the arguments free can send): LangChain's ``AIMessage`` refuses
-    them with a pydantic error on ``tool_calls.N.args`` before the graph sees the reply. They
-    come back as invalid tool calls, so the turn gets the corrective note like any bad call;
-    ``None`` for any other error. LangChain keeps no more of the reply than the arguments, so
-    a call is named after the one tool the model is bound to."""
-    try:
-        from pydantic import ValidationError
-    except ImportError:  # pragma: no cover - pydantic comes with langchain-core
-        return None
+    """A reply's calls whose arguments are JSON but not an object (``true``, ``"q"``), which
+    LangChain's ``AIMessage`` refuses with a pydantic error before the graph sees the reply, as
+    invalid tool calls (so the turn gets the corrective note); ``None`` for any other error."""
+    from pydantic import ValidationError
+
     errs = error.errors() if isinstance(error, ValidationError) else []
     if not errs or any(tuple(e.get("loc", ()))[:1] != ("tool_calls",) for e in errs):
         return None
@@ -133,39 +120,35 @@ class ChatModelPolicy:
             self.bound = model.bind_tools([SEARCH_TOOL])
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
-        if request.messages is not None:
-            return await self._tool_turn(request)
-        msg = await _call(self.model, to_messages(request), stop=list(request.stop))
-        text = close_unfinished_tag(truncate_at_stop(content_text(msg.content), request.stop), request.stop)
+        if request.messages is None:
+            msg = await _call(self.model, to_messages(request), stop=list(request.stop))
+            text = truncate_at_stop(content_text(msg.content), request.stop)
+            result = TurnResult(
+                close_unfinished_tag(text, request.stop), finish_reason="stop", labels=("chat",)
+            )
+        else:
+            msg = await self._tool_message(request)
+            result = TurnResult(
+                text=content_text(msg.content),
+                finish_reason=finish_reason(msg),
+                labels=("chat", "tools"),
+                message=msg,
+                tool_calls=list(getattr(msg, "tool_calls", None) or []),
+                invalid_tool_calls=list(getattr(msg, "invalid_tool_calls", None) or []),
+            )
         usage = getattr(msg, "usage_metadata", None) or {}
-        return TurnResult(
-            text=text,
-            finish_reason="stop",
-            prompt_tokens=usage.get("input_tokens"),
-            completion_tokens=usage.get("output_tokens"),
-            labels=("chat",),
-        )
+        result.prompt_tokens, result.completion_tokens = usage.get("input_tokens"), usage.get("output_tokens")
+        return result
 
-    async def _tool_turn(self, request: TurnRequest) -> TurnResult:
+    async def _tool_message(self, request: TurnRequest) -> Any:
         if self.bound is None:
             raise RuntimeError(f"{self.name} speaks the tags protocol; the graph asked for tool calls")
         try:
-            msg = await _call(self.bound, request.messages)
+            return await _call(self.bound, request.messages)
         except Exception as e:
             broken = unreadable_calls(e, request.turn_index)
             if broken is None:
                 raise
             from langchain_core.messages import AIMessage
 
-            msg = AIMessage(content="", invalid_tool_calls=broken)
-        usage = getattr(msg, "usage_metadata", None) or {}
-        return TurnResult(
-            text=content_text(msg.content),
-            finish_reason=finish_reason(msg),
-            prompt_tokens=usage.get("input_tokens"),
-            completion_tokens=usage.get("output_tokens"),
-            labels=("chat", "tools"),
-            message=msg,
-            tool_calls=list(getattr(msg, "tool_calls", None) or []),
-            invalid_tool_calls=list(getattr(msg, "invalid_tool_calls", None) or []),
-        )
+            return AIMessage(content="", invalid_tool_calls=broken)

@@ -1,22 +1,15 @@
-"""What a builder accepts as its planner, turned into a policy once, at build time.
-
-A LangChain chat model has a method named ``agenerate`` like :class:`Policy`, so duck typing
-alone would take one for a policy and fail deep inside a run; chat models are recognised by
-type first. A string is a policy spec when its kind is one of ours (``oracle``, ``openai:``,
-``vllm:``, ``hf:``, ``chat:`` ...), else an ``init_chat_model`` string (``anthropic:claude-...``).
-"""
+"""What a builder accepts as its planner, turned into a policy once, at build time (the order
+of the checks: docs/architecture.md, "Planners"; a chat model is recognised by type first, as
+its ``agenerate`` would pass for a policy's)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Literal, get_args
 
 from parallelsearch.agents.policies.base import Policy
 from parallelsearch.agents.policies.chat import ChatModelPolicy, supports_tools
 from parallelsearch.agents.policies.spec import POLICY_KINDS, SPEC_HELP, policy_from_spec
 from parallelsearch.agents.protocol import Protocol
-
-log = logging.getLogger(__name__)
 
 ProtocolChoice = Literal["auto", Protocol]
 PROTOCOLS: tuple[str, ...] = get_args(ProtocolChoice)
@@ -29,10 +22,8 @@ ACCEPTED = (
 
 
 def is_chat_model(obj: object) -> bool:
-    try:
-        from langchain_core.language_models import BaseChatModel
-    except ImportError:  # pragma: no cover - langchain-core is a dependency
-        return False
+    from langchain_core.language_models import BaseChatModel
+
     return isinstance(obj, BaseChatModel)
 
 
@@ -46,29 +37,18 @@ def _speaking(pol: ChatModelPolicy, protocol: ProtocolChoice) -> ChatModelPolicy
     return out
 
 
-def _from_string(spec: str, protocol: ProtocolChoice, **spec_kwargs: Any) -> Any:
-    kind = spec.strip().partition(":")[0]
-    pol = (
-        policy_from_spec(spec, **spec_kwargs)
-        if kind in POLICY_KINDS or ":" not in spec
-        else ChatModelPolicy(spec)
-    )
-    return _speaking(pol, protocol) if isinstance(pol, ChatModelPolicy) else pol
-
-
 def as_policy(obj: Any, protocol: ProtocolChoice = "tags", **spec_kwargs: Any) -> Any:
     """``obj`` as a policy speaking ``protocol`` (``auto``: tools for a chat model with
-    ``bind_tools``, tags for everything else). Anything else is a TypeError naming what was
-    passed and what is accepted; ``tools`` for a policy that only writes text is a ValueError.
-    ``spec_kwargs`` reach :func:`policy_from_spec` for a spec string."""
+    ``bind_tools``), or a TypeError naming what was passed; ``spec_kwargs`` reach :func:`policy_from_spec`."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+    if isinstance(obj, str):  # a spec of ours, else an init_chat_model string
+        ours = obj.strip().partition(":")[0] in POLICY_KINDS or ":" not in obj
+        obj = policy_from_spec(obj, **spec_kwargs) if ours else ChatModelPolicy(obj)
     if isinstance(obj, ChatModelPolicy):
         pol = _speaking(obj, protocol)
     elif is_chat_model(obj):
         pol = _speaking(ChatModelPolicy(obj), protocol)
-    elif isinstance(obj, str):
-        pol = _from_string(obj, protocol, **spec_kwargs)
     elif isinstance(obj, Policy) or callable(getattr(obj, "agenerate", None)):
         pol = obj
     else:

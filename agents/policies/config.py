@@ -1,11 +1,6 @@
-"""Policy configuration: which backend writes the turns, and how to reach it.
-
-The app's settings inherit these fields (``PARALLELSEARCH_POLICY``,
-``PARALLELSEARCH_OPENAI_BASE_URL``, ``PARALLELSEARCH_OPENAI_API_KEY``, ...), and
-``parallelsearch.graphs.factory.make_policy`` is the one place that turns them into a
-policy, so every entry point sees the same base URL and key (docs/architecture.md,
-"Configuration").
-"""
+"""Policy configuration: which backend writes the turns, and how to reach it. The app's settings
+inherit these fields and ``graphs.factory.make_policy`` alone turns them into a policy
+(docs/architecture.md, "Configuration")."""
 
 from __future__ import annotations
 

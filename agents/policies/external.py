@@ -1,9 +1,5 @@
-"""External policy: the action comes from outside the graph (a trainer) via LangGraph ``interrupt``.
-
-The planner node pauses with the transcript and the turn's settings as the interrupt
-value; the caller resumes with ``Command(resume=action_text)`` (or a dict with ``text``
-and optional ``token_ids``/``logprobs``). Search, join, routing and counting stay the
-graph's own code, in training exactly as in serving.
+"""External policy: the action comes from a trainer via LangGraph ``interrupt`` and
+``Command(resume=text or {"text", "token_ids", "logprobs"})``, so the rest of the graph runs as in serving.
 """
 
 from __future__ import annotations
@@ -27,16 +23,13 @@ class ExternalPolicy:
     async def agenerate(self, request: TurnRequest) -> TurnResult:
         from langgraph.types import interrupt
 
+        settings = ("max_tokens", "turn_index", "final", "allow_split", "max_subqueries")
         value: Any = interrupt(
             {
                 "transcript": request.transcript,
                 "segments": [list(seg) for seg in request.segments],
                 "stop": list(request.stop),
-                "max_tokens": request.max_tokens,
-                "turn_index": request.turn_index,
-                "final": request.final,
-                "allow_split": request.allow_split,
-                "max_subqueries": request.max_subqueries,
+                **{name: getattr(request, name) for name in settings},
             }
         )
         if isinstance(value, dict):

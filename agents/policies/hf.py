@@ -11,11 +11,8 @@ from parallelsearch.agents.protocol import truncate_at_stop
 
 
 class HFPolicy:
-    """Generates one turn with ``model.generate``; stop strings end generation and are kept.
-
-    Generation runs in a worker thread under a lock (one forward pass at a time per
-    model), so the event loop, and the searchers on it, keep running.
-    """
+    """One turn with ``model.generate`` (stop strings kept), in a worker thread under a lock, so
+    the event loop and the searchers on it keep running."""
 
     name = "hf"
 
@@ -44,14 +41,13 @@ class HFPolicy:
             ids = self.tokenizer(request.transcript, add_special_tokens=False)["input_ids"]
         input_ids = torch.tensor([ids], device=self.model.device)
         sample = request.temperature > 0
+        pad = self.tokenizer.pad_token_id
         kwargs: dict[str, Any] = dict(
             max_new_tokens=request.max_tokens,
             do_sample=sample,
             output_scores=request.logprobs,
             return_dict_in_generate=True,
-            pad_token_id=self.tokenizer.pad_token_id
-            if self.tokenizer.pad_token_id is not None
-            else self.tokenizer.eos_token_id,
+            pad_token_id=pad if pad is not None else self.tokenizer.eos_token_id,
         )
         if request.stop:
             kwargs.update(stop_strings=list(request.stop), tokenizer=self.tokenizer)
@@ -68,9 +64,9 @@ class HFPolicy:
             ]
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         cut = truncate_at_stop(text, request.stop)
-        finish = "stop" if cut != text or any(text.endswith(s) for s in request.stop) else "length"
-        if len(new) < request.max_tokens and finish == "length":
-            finish = "stop"  # ended on EOS
+        # a stop string, or EOS before the token cap
+        stopped = cut != text or any(text.endswith(s) for s in request.stop) or len(new) < request.max_tokens
+        finish = "stop" if stopped else "length"
         return TurnResult(
             text=cut,
             token_ids=new,

@@ -1,8 +1,5 @@
-"""OpenAI-compatible completions endpoint (``vllm serve`` or any server of that API).
-
-Text in/out through ``/v1/completions``; token-in (prompt as token ids) and token ids
-out when the server supports vLLM's extensions (``return_token_ids``,
-``include_stop_str_in_output``). Every request has a timeout and a bounded retry.
+"""OpenAI-compatible ``/v1/completions`` (``vllm serve`` or any server of that API): token ids in
+and out with vLLM's extensions; every request has a timeout and a bounded retry.
 """
 
 from __future__ import annotations
@@ -12,8 +9,7 @@ from typing import Any
 
 import httpx
 
-from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag
-from parallelsearch.agents.protocol import protocol_regex
+from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag, request_regex
 from parallelsearch.stores.errors import UnavailableError
 from parallelsearch.stores.http.tls import tls_context
 
@@ -72,19 +68,9 @@ class OpenAICompletionsPolicy:
         if r.logprobs:
             body["logprobs"] = 1
         if self.vllm_extensions:
-            body["include_stop_str_in_output"] = True
-            body["return_token_ids"] = True
-        if (
-            self.constrained
-        ):  # vLLM's structured outputs (the older "guided_regex" field is ignored by vLLM 0.32)
-            body["structured_outputs"] = {
-                "regex": protocol_regex(
-                    final=r.final,
-                    split=r.allow_split,
-                    max_subqueries=r.max_subqueries,
-                    think_chars=self.think_chars,
-                )
-            }
+            body.update(include_stop_str_in_output=True, return_token_ids=True)
+        if self.constrained:  # vLLM's structured outputs (vLLM 0.32 ignores the older "guided_regex")
+            body["structured_outputs"] = {"regex": request_regex(r, self.think_chars)}
         return body
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:

@@ -14,12 +14,8 @@ from parallelsearch.stores.errors import ParallelSearchError, json_of
 
 
 class ScriptedPolicy:
-    """Replays given turns in order, from the start in every episode (turn i = script[i]).
-
-    Past the end of the script it repeats the last turn, so a script that never answers
-    exercises ``max_turns``. Each replayed turn is cut at the first stop string, as a
-    real engine would cut it.
-    """
+    """Replays given turns in every episode (turn i = script[i], cut at the first stop string);
+    past the end it repeats the last, so a script that never answers exercises ``max_turns``."""
 
     name = "scripted"
 
@@ -40,8 +36,7 @@ class ScriptedPolicy:
         return cls(data)
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
-        text = self.turns[min(request.turn_index, len(self.turns) - 1)]
-        text = truncate_at_stop(text, request.stop)
+        text = truncate_at_stop(self.turns[min(request.turn_index, len(self.turns) - 1)], request.stop)
         return TurnResult(
             text=text, finish_reason="stop", completion_tokens=len(text.split()), labels=("scripted",)
         )
@@ -61,11 +56,8 @@ class DelayedPolicy:
 
 
 def _evidence_queries(evidences: list) -> list[str]:
-    out = []
-    for ev in evidences:
-        if isinstance(ev, list | tuple) and len(ev) >= 2:
-            out.append(f"{ev[0]} {ev[1]}")
-    return list(dict.fromkeys(out))
+    pairs = (f"{ev[0]} {ev[1]}" for ev in evidences if isinstance(ev, list | tuple) and len(ev) >= 2)
+    return list(dict.fromkeys(pairs))
 
 
 def _musique_queries(decomp: list[dict]) -> list[str]:
@@ -96,19 +88,9 @@ ORACLE_NEEDS_GOLD = (
 
 
 class OraclePolicy:
-    """Decomposes with the dataset's own annotations and answers with the gold answer.
-
-    For demos and environment checks only: it measures the graph's efficiency and the
-    retrieval, never a model's accuracy. Every turn it writes is labelled ``oracle``.
-    Sub-queries come from HotpotQA supporting titles, 2Wiki evidence triples (subject +
-    relation) or MuSiQue's ``question_decomposition`` (``#k`` replaced by hop k's answer).
-    Parallelizable questions get all sub-queries in one search when the graph allows
-    splitting; sequential ones get one hop per turn, as their hops depend on each other.
-    With ``dag`` (spec ``oracle:dag``), or in a graph whose turns allow references (the ``dag``
-    graph), a question with ``metadata.hops`` gets its whole decomposition in one search, the
-    dependent hops naming earlier ones by ``#k``, which the graph resolves stage by stage; where
-    the graph does not split (``sequential``) it plans as without.
-    """
+    """Decomposes with the dataset's own annotations and answers with the gold answer: for demos
+    and environment checks only (it measures the graph and the retrieval, never a model). With
+    ``dag`` (``oracle:dag``), or in a graph that welcomes references, ``metadata.hops`` is one search."""
 
     name = "oracle"
     dag = False  # a class default too: a subclass with its own __init__ plans as the plain oracle
@@ -120,10 +102,8 @@ class OraclePolicy:
 
     @staticmethod
     def dag_plan(metadata: dict, max_subqueries: int = 8) -> list[str] | None:
-        """The whole decomposition as ONE search: every hop of ``metadata.hops`` in order, an
-        earlier hop's answer named by its ``#k`` (MuSiQue's ``>>`` read as a space). None when
-        there is nothing to plan in one turn (fewer than two hops, or more than the graph allows),
-        and the oracle then searches hop by hop as it always has."""
+        """The hops of ``metadata.hops`` as ONE search (an earlier hop named by its ``#k``); None
+        when there is nothing to plan in one turn, and the oracle searches hop by hop."""
         hops = metadata.get("hops")
         if not isinstance(hops, list) or not 2 <= len(hops) <= max_subqueries:
             return None

@@ -1,9 +1,5 @@
-"""A LangChain chat model that calls the ``search`` tool from a script: an honest stand-in
-for a tool-calling LLM (none runs here), for tests, the notebooks and benchmarks.
-
-LangChain's own fake chat models do not implement ``bind_tools``, so a graph cannot tell
-them from a text-only model; this one binds tools like a provider's model and answers with
-real ``AIMessage.tool_calls``.
+"""A LangChain chat model that calls the ``search`` tool from a script: an honest stand-in for a
+tool-calling LLM (none runs here). LangChain's own fake chat models have no ``bind_tools``.
 """
 
 from __future__ import annotations
@@ -19,25 +15,11 @@ from langchain_core.runnables import Runnable
 
 from parallelsearch.agents.protocol import SEARCH_TOOL_NAME, content_text
 
-#: one scripted turn: parallel search queries, the answer text, or a whole message
-Turn = Sequence[str] | str | AIMessage
-
-
-def _question(messages: Sequence[BaseMessage]) -> str:
-    """The question of the episode: the text after the first prompt's last ``Question:``."""
-    first = content_text(messages[0].content) if messages else ""
-    return first.rpartition("Question:")[2].strip()
-
 
 class ScriptedToolChatModel(BaseChatModel):
-    """Replays scripted turns; turn i of an episode is the i-th AI message it writes.
-
-    ``turns``: the same script for every question; ``by_question``: a script per question
-    (the text after ``Question:`` in the first message). A list of strings is one message
-    with one ``search`` call per string (parallel calls); a string is the final answer; an
-    ``AIMessage`` is sent as it is (invalid calls, other tools). Past the end of a script the
-    last turn repeats.
-    """
+    """Replays scripted turns (turn i is the i-th AI message of the episode): a list of strings is
+    one message of parallel ``search`` calls, a string the answer, an ``AIMessage`` is sent as it
+    is (``by_question``: a script per question)."""
 
     turns: list[Any] = []
     by_question: dict[str, list[Any]] = {}
@@ -51,7 +33,8 @@ class ScriptedToolChatModel(BaseChatModel):
 
     def _script(self, messages: Sequence[BaseMessage]) -> list[Any]:
         if self.by_question:
-            q = _question(messages)
+            first = content_text(messages[0].content) if messages else ""
+            q = first.rpartition("Question:")[2].strip()  # the question: after the prompt's last "Question:"
             if q not in self.by_question:
                 raise KeyError(f"ScriptedToolChatModel has no script for the question {q[:80]!r}")
             return self.by_question[q]

@@ -1,14 +1,16 @@
-"""CLI spec strings -> policies.
-
-``openai:MODEL@http://127.0.0.1:8000/v1``, ``hf:PATH``, ``vllm:PATH``,
-``chat:PROVIDER:MODEL`` (LangChain ``init_chat_model``), ``scripted:FILE.json``,
-``oracle``, ``external``.
-"""
+"""CLI spec strings (:data:`SPEC_HELP`) -> policies."""
 
 from __future__ import annotations
 
 import difflib
 from typing import Any, Literal, get_args
+
+from parallelsearch.agents.policies.chat import ChatModelPolicy
+from parallelsearch.agents.policies.external import ExternalPolicy
+from parallelsearch.agents.policies.hf import HFPolicy
+from parallelsearch.agents.policies.openai_compat import OpenAICompletionsPolicy
+from parallelsearch.agents.policies.scripted import OraclePolicy, ScriptedPolicy
+from parallelsearch.agents.policies.vllm_engine import VLLMPolicy
 
 #: where ``openai:MODEL`` goes when neither the spec nor the configuration names a URL
 DEFAULT_OPENAI_BASE_URL = "http://127.0.0.1:8000/v1"
@@ -33,22 +35,9 @@ def policy_from_spec(
     think_chars: int = 600,
     engine_args: dict[str, Any] | None = None,
 ) -> Any:
-    """The policy a spec string names. ``base_url``, ``api_key`` and ``timeout_s`` reach the
-    OpenAI-compatible backend (a URL in the spec wins over ``base_url``).
-
-    Entry points do not call this directly: ``parallelsearch.graphs.factory.make_policy``
-    passes the configured URL, key and timeout (docs/architecture.md, "Configuration").
-    """
-    from parallelsearch.agents.policies import (
-        ChatModelPolicy,
-        ExternalPolicy,
-        HFPolicy,
-        OpenAICompletionsPolicy,
-        OraclePolicy,
-        ScriptedPolicy,
-        VLLMPolicy,
-    )
-
+    """The policy a spec string names; ``base_url``, ``api_key`` and ``timeout_s`` reach the
+    OpenAI-compatible backend (a URL in the spec wins). Entry points go through
+    ``graphs.factory.make_policy``, which passes the configured ones."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"empty policy spec; {SPEC_HELP}")
     kind, _, rest = spec.strip().partition(":")
@@ -80,10 +69,9 @@ def policy_from_spec(
         if not model:
             raise ValueError(f"policy spec {spec!r} names no model; {SPEC_HELP}")
         extra: dict[str, Any] = {"timeout_s": timeout_s} if timeout_s is not None else {}
-        if constrained:
-            extra.update(constrained=True, think_chars=think_chars)
+        url = url or base_url or DEFAULT_OPENAI_BASE_URL
         return OpenAICompletionsPolicy(
-            model, url or base_url or DEFAULT_OPENAI_BASE_URL, api_key=api_key, **extra
+            model, url, api_key=api_key, constrained=constrained, think_chars=think_chars, **extra
         )
     if kind == "chat":
         return ChatModelPolicy(rest)

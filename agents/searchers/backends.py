@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from parallelsearch.agents.searchers import adapters as ad
-from parallelsearch.agents.searchers.base import Searcher, store_names
+from parallelsearch.agents.searchers.base import Searcher, describe_searcher
+from parallelsearch.agents.searchers.normalise import shown
 from parallelsearch.stores.chroma_store import ChromaStore
 from parallelsearch.stores.http.retrieval_client import RetrieverClient
 from parallelsearch.stores.passages import Passage
@@ -35,10 +36,9 @@ class RemoteSearcher:
     """Any Search-R1 ``/retrieve`` server; concurrent queries travel in one request."""
 
     def __init__(self, url_or_client: str | RetrieverClient, **client_kwargs: Any):
+        client = url_or_client
         self.client = (
-            url_or_client
-            if isinstance(url_or_client, RetrieverClient)
-            else RetrieverClient(url_or_client, **client_kwargs)
+            client if isinstance(client, RetrieverClient) else RetrieverClient(client, **client_kwargs)
         )
         self.name = self.client.name
 
@@ -94,15 +94,6 @@ class MultiStoreSearcher:
         return [row for s in self.searchers.values() for row in describe_searcher(s)]
 
 
-def describe_searcher(searcher: Any) -> list[dict[str, Any]]:
-    """What a searcher searches, one dict per store (``GET /stores`` lists these)."""
-    info = getattr(searcher, "info", None)
-    if callable(info):
-        got = info()
-        return got if isinstance(got, list) else [got]
-    return [{"name": n} for n in store_names(searcher)]
-
-
 #: what as_searcher accepts, as its refusal names it
 ACCEPTED_SEARCHERS = (
     "a store name, a /retrieve URL, a ChromaStore, a RetrieverClient, a {name: searcher} mapping, "
@@ -137,14 +128,12 @@ def _named_store(name: str, open_store: Callable[[str], Any] | None) -> Searcher
 
 
 def _langchain_searcher(obj: Any, name: str | None) -> Searcher | None:
-    try:
-        from langchain_core.language_models import BaseLanguageModel
-        from langchain_core.retrievers import BaseRetriever
-        from langchain_core.runnables import Runnable
-        from langchain_core.tools import BaseTool
-        from langchain_core.vectorstores import VectorStore
-    except ImportError:  # pragma: no cover - langchain-core is a dependency
-        return None
+    from langchain_core.language_models import BaseLanguageModel
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables import Runnable
+    from langchain_core.tools import BaseTool
+    from langchain_core.vectorstores import VectorStore
+
     if isinstance(obj, BaseRetriever):
         return ad.LangChainRetrieverSearcher(obj, name)
     if isinstance(obj, VectorStore):
@@ -164,13 +153,8 @@ def _langchain_searcher(obj: Any, name: str | None) -> Searcher | None:
 def as_searcher(
     obj: Any, name: str | None = None, *, open_store: Callable[[str], Any] | None = None
 ) -> Searcher:
-    """What the graphs search, from anything in :data:`ACCEPTED_SEARCHERS`; anything else is
-    refused here, at build time, with a message naming what was passed.
-
-    ``name`` names a wrapped function, retriever, vector store, tool or object (in errors and
-    in the passages' ``store``; a mapping's keys name its members); default: its own name.
-    ``open_store(name)``: how a store name is opened (the front door and the app pass theirs;
-    without it a name is refused with what to pass instead).
+    """What the graphs search, from anything in :data:`ACCEPTED_SEARCHERS` (else refused at build
+    time, naming what was passed). ``name`` names a wrapped object; ``open_store`` opens a store name.
     """
     if isinstance(obj, _OWN):
         return obj
@@ -196,6 +180,6 @@ def as_searcher(
         return ad.ObjectSearcher(obj, name)
     if callable(obj) and not isinstance(obj, type):
         return ad.FunctionSearcher(obj, name)
-    shown = repr(obj)
-    shown = shown if len(shown) <= 80 else shown[:77] + "..."
-    raise TypeError(f"cannot use {type(obj).__name__} {shown} as a searcher; accepted: {ACCEPTED_SEARCHERS}")
+    raise TypeError(
+        f"cannot use {type(obj).__name__} {shown(obj, 80)} as a searcher; accepted: {ACCEPTED_SEARCHERS}"
+    )

@@ -1,9 +1,5 @@
-"""The one async searcher protocol (a query and k in, passages out) and its guard.
-
-:func:`guarded_search` gives every call a timeout and a bounded retry and turns any
-failure into an error string for that sub-query: a broken searcher never kills an episode.
-A retriever that refuses the key is not broken but misconfigured: that error is raised at
-once, so a run stops on it instead of going on with empty observations.
+"""The one async searcher protocol (a query and k in, passages out) and its guard, which turns
+any failure into an error string for that sub-query: a broken searcher never kills an episode.
 """
 
 from __future__ import annotations
@@ -12,7 +8,7 @@ import asyncio
 import sys
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from parallelsearch.agents.searchers.normalise import SearcherOutputError
 from parallelsearch.stores.http.retrieval_client import RetrieverAuthError
@@ -50,11 +46,8 @@ async def guarded_search(
     retries: int = 1,
     backoff_s: float = 0.05,
 ) -> SearchOutcome:
-    """Search with a per-attempt timeout and ``retries`` extra attempts; never raises (but on
-    cancellation and a refused retriever key).
-
-    A :class:`SearcherOutputError` (the searcher returned something that is not passages) is
-    reported at once, without retries."""
+    """Search with a per-attempt timeout and ``retries`` extra attempts. Never raises, but on
+    cancellation and a refused retriever key (misconfigured, not broken: the run stops on it)."""
     err = "unknown error"
     for attempt in range(1, retries + 2):
         try:
@@ -79,3 +72,12 @@ def store_names(searcher: object) -> list[str]:
     if callable(names):
         return list(names())
     return [getattr(searcher, "name", type(searcher).__name__)]
+
+
+def describe_searcher(searcher: Any) -> list[dict[str, Any]]:
+    """What a searcher searches, one dict per store (``GET /stores`` lists these)."""
+    info = getattr(searcher, "info", None)
+    if callable(info):
+        got = info()
+        return got if isinstance(got, list) else [got]
+    return [{"name": n} for n in store_names(searcher)]

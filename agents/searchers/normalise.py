@@ -1,10 +1,5 @@
-"""The one normaliser of what foreign searchers return: their items become :class:`Passage`\\ s.
-
-Functions, LangChain retrievers, vector stores, tools and user objects return strings,
-dicts, ``Document``\\ s or passages; the graph only handles passages. Converting at the
-edge, once, means a bad item is one error that names the searcher and the item instead
-of an ``AttributeError`` somewhere inside the graph.
-"""
+"""The one normaliser of what foreign searchers return: converted at the edge, once, a bad item is
+one error naming the searcher and the item, not an ``AttributeError`` deep inside the graph."""
 
 from __future__ import annotations
 
@@ -83,7 +78,7 @@ def to_passages(result: Any, searcher: str, k: int | None = None) -> list[Passag
     the searcher and the first item that is not a passage, string, dict or Document."""
     if isinstance(result, str | bytes | Mapping) or not isinstance(result, Iterable):
         raise SearcherOutputError(
-            f"searcher {searcher!r} returned {type(result).__name__} {_show(result)}; "
+            f"searcher {searcher!r} returned {type(result).__name__} {shown(result)}; "
             f"it must return a list of: {ACCEPTED_ITEMS}"
         )
     out = []
@@ -93,13 +88,14 @@ def to_passages(result: Any, searcher: str, k: int | None = None) -> list[Passag
         p = to_passage(item, searcher)
         if p is None:
             raise SearcherOutputError(
-                f"searcher {searcher!r} returned item {i} {_show(item)} ({type(item).__name__}); "
+                f"searcher {searcher!r} returned item {i} {shown(item)} ({type(item).__name__}); "
                 f"accepted: {ACCEPTED_ITEMS}"
             )
         out.append(p)
     return out
 
 
-def _show(value: Any) -> str:
+def shown(value: Any, width: int = 120) -> str:
+    """``repr(value)``, cut to ``width`` characters, for an error message."""
     text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."
