@@ -1,8 +1,5 @@
 """Corpus readers, embedders, Chroma stores, ingestion and the Search-R1 ``/retrieve`` server.
-
-Names are resolved lazily, so importing a light module of this package (the passage
-record, the readers) does not import Chroma, torch or FastAPI.
-"""
+Names resolve lazily, so importing a light module does not import Chroma, torch or FastAPI."""
 
 from __future__ import annotations
 
