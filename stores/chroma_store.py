@@ -65,7 +65,6 @@ def require_stores(client: Any, names: Sequence[str], location: str) -> None:
 
 HnswKey = Literal["space", "ef_construction", "max_neighbors", "ef_search"]
 HNSW_KEYS: tuple[str, ...] = get_args(HnswKey)
-#: what can change after creation
 MUTABLE_KEYS = ("ef_search",)
 #: cosine and inner product give ``score = 1 - distance`` that the searchers report; l2 does not
 Space = Literal["cosine", "ip"]
@@ -214,7 +213,6 @@ class ChromaStore(VectorSearch):
             )
         return col
 
-    # ---- writing -------------------------------------------------------------------------
     def count(self) -> int:
         return int(self.collection.count())
 

@@ -3,7 +3,6 @@
 The graph's searcher nodes, concurrent RL episodes and server requests run as tasks on one
 event loop; each submits its query here, and everything submitted within ``window_s`` of the
 first goes to one ``batch_fn`` call on a worker thread: k sub-queries, one encoder call.
-(Closing a batch early was tried and left alone: docs/performance.md, "Left alone".)
 
 Serial mode (``max_in_flight=1``, the ``/retrieve`` server's): one batch runs per key; a batch
 leaves when the encoder is free and it holds as many items as the largest batch of the last
@@ -65,7 +64,6 @@ class BatchCoalescer(Generic[Q, R]):
             weakref.WeakKeyDictionary()
         )
         self.batches = 0  # number of batch_fn calls made (tests and benchmarks read it)
-        self.largest_batch = 0  # most items one batch_fn call got
         self._running: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks
 
     async def submit(self, key: Hashable, item: Q) -> R:
@@ -144,7 +142,6 @@ class BatchCoalescer(Generic[Q, R]):
 
     async def _run(self, loop, key: Hashable, slot: _Slot, batch: list) -> None:
         self.batches += 1
-        self.largest_batch = max(self.largest_batch, len(batch))
         items = [item for item, _, _ in batch]
         try:
             try:

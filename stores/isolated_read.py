@@ -168,9 +168,6 @@ def list_stores(
     return sorted(rows.values(), key=lambda r: r["name"])
 
 
-# ---- the child ---------------------------------------------------------------------------
-
-
 def _emit(event: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()

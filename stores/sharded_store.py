@@ -216,9 +216,6 @@ class ShardedStore(VectorSearch):
     def location(self) -> str:
         return ", ".join(label for label, _ in self.shards)
 
-    def shard_names(self) -> list[str]:
-        return [label for label, _ in self.shards]
-
     def _query_vectors(self, vecs: np.ndarray, k: int) -> list[list[Passage]]:
         deadline = time.monotonic() + self.timeout_s
         futures: list[tuple[str, Future]] = [

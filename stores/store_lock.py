@@ -1,10 +1,9 @@
 """One writer at a time per embedded store: an inter-process file lock beside the Chroma folder.
 
-Two processes writing one embedded collection overwrite each other's in-memory index files:
-both exit 0, but one's passages lose their vectors and are no longer found (docs/architecture.md,
-"Writing a store"). Writers hold this lock from before they open the client until done; readers
-never take it. It is ``flock`` on ``<chroma folder>.locks/<store>.lock`` (the kernel drops it
-when the holder exits, even on ``kill -9``); the file names the holder for a waiting writer.
+Two processes writing one embedded collection overwrite each other's index files and passages
+lose their vectors (docs/architecture.md, "Writing a store"). Writers hold this ``flock`` on
+``<chroma folder>.locks/<store>.lock`` from before they open the client until done (the kernel
+drops it when the holder dies); readers never take it. The file names the holder.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ from typing import Any, TextIO
 
 from parallelsearch.stores.errors import ParallelSearchError
 
-#: how often a waiting writer tries the lock again
-POLL_S = 0.2
+POLL_S = 0.2  # how often a waiting writer tries again
 
 
 class StoreLockedError(ParallelSearchError, RuntimeError):

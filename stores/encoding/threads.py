@@ -1,11 +1,9 @@
 """The encoder's own threads: every forward pass of one :class:`~.embedder.Embedder` runs on them.
 
-torch's CPU kernels run on an OpenMP team that belongs to the calling thread; several threads
-taking turns (executor threads of coalesced searches, a server's threads, an ingest's main
-thread) each leave a team spinning that takes the cores from the working one (docs/performance.md,
-"What made it faster"). One caller thread means one team, for a thread switch of microseconds
-against milliseconds of encoding; with ``workers`` threads, :meth:`EncoderThreads.run_parts` runs
-the parts of one batch on all of them. Also the OpenMP spin count a server sets before torch loads.
+torch's OpenMP team belongs to the calling thread: several threads taking turns at the model each
+leave a team spinning on the cores the working one needs (docs/performance.md, "What made it
+faster"). So the passes run on ``workers`` threads of their own, a batch's parts on all at once
+(:meth:`EncoderThreads.run_parts`). Also the OpenMP spin count a server sets before torch loads.
 """
 
 from __future__ import annotations

@@ -43,15 +43,6 @@ class RequestBatcher:
             self._search, max_batch=max_batch, max_in_flight=concurrent_batches
         )
 
-    @property
-    def batches(self) -> int:
-        """How many ``search_batch`` calls were made (tests and benchmarks read it)."""
-        return self._coalescer.batches
-
-    @property
-    def largest_batch(self) -> int:
-        return self._coalescer.largest_batch
-
     def _search(self, _key: Hashable, items: list[tuple[str, int]]) -> list[list[Passage]]:
         k = max(k for _, k in items)
         try:

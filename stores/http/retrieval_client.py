@@ -78,7 +78,7 @@ class RetrieverClient(CoalescedSearch):
         self.retries = retries
         self.backoff_s = backoff_s
         self.name = name or self.base
-        self.requests = 0
+        self.requests = 0  # HTTP requests sent (tests read it)
         value = (api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key or "").strip()
         if not value.isprintable():  # a header cannot carry a line break; h11 would echo it
             raise ValueError("the retriever API key holds a control character (a line break?)")

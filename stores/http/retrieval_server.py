@@ -9,7 +9,6 @@ With an API key every route but ``/health`` needs it, which Search-R1's own clie
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 from fastapi import FastAPI, HTTPException, Request
@@ -17,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from parallelsearch.stores.http import request_batching
 from parallelsearch.stores.http.api_key import ApiKeyGuard
 from parallelsearch.stores.http.asgi_guard import JsonBodyGuard
 from parallelsearch.stores.http.request_batching import RequestBatcher
@@ -26,10 +26,8 @@ from parallelsearch.stores.passages import Passage
 MAX_TOPK = 50
 
 
-class BatchSearcher(Protocol):
+class BatchSearcher(request_batching.BatchSearcher, Protocol):
     name: str
-
-    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]: ...
 
     def count(self) -> int: ...
 

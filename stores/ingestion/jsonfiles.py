@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from parallelsearch.stores.errors import BadInputError
 
@@ -85,17 +86,21 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
+def _parse_line(lineno: int, line: bytes) -> tuple[Any, str | None]:
+    """One line of a JSON-lines file as a value, or None and why it is not one."""
+    try:
+        return json.loads(line.decode("utf-8-sig" if lineno == 1 else "utf-8")), None
+    except UnicodeDecodeError as e:
+        return None, f"not valid UTF-8 ({e.reason} at byte {e.start})"
+    except json.JSONDecodeError as e:
+        return None, f"not valid JSON ({e.msg})"
+
+
 def _first_line_record(lines: list[bytes]) -> tuple[int, str | None]:
     """The first non-empty line and why it is not one JSON value (None = it is)."""
     for lineno, line in enumerate(lines, 1):
         if line.strip():
-            try:
-                json.loads(line.decode("utf-8-sig" if lineno == 1 else "utf-8"))
-                return lineno, None
-            except UnicodeDecodeError as e:
-                return lineno, f"not valid UTF-8 ({e.reason} at byte {e.start})"
-            except json.JSONDecodeError as e:
-                return lineno, f"not valid JSON ({e.msg})"
+            return lineno, _parse_line(lineno, line)[1]
     return 1, None
 
 
@@ -143,34 +148,24 @@ def iter_json_records(
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            text = line.decode("utf-8-sig" if lineno == 1 else "utf-8")
-        except UnicodeDecodeError as e:
-            skip_or_raise(path, lineno, f"not valid UTF-8 ({e.reason} at byte {e.start})", skip_bad, report)
-            continue
-        try:
-            rec = json.loads(text)
-        except json.JSONDecodeError as e:
-            skip_or_raise(path, lineno, f"not valid JSON ({e.msg})", skip_bad, report)
-            continue
-        if not isinstance(rec, dict):
-            skip_or_raise(path, lineno, f"expected a JSON object, got {type(rec).__name__}", skip_bad, report)
-            continue
-        yield lineno, rec
-
-
-def _decode_whole(path: Path, raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise BadInputError(str(path), line, f"not valid UTF-8 ({e.reason})") from e
+        rec, why = _parse_line(lineno, line)
+        if why is None and not isinstance(rec, dict):
+            why = f"expected a JSON object, got {type(rec).__name__}"
+        if why is None:
+            yield lineno, rec
+        else:
+            skip_or_raise(path, lineno, why, skip_bad, report)
 
 
 def _iter_array(
     path: Path, raw: bytes, skip_bad: bool, report: SkipReport | None
 ) -> Iterator[tuple[int, dict]]:
-    text = _decode_whole(path, raw)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise BadInputError(
+            str(path), raw[: e.start].count(b"\n") + 1, f"not valid UTF-8 ({e.reason})"
+        ) from e
     decoder = json.JSONDecoder()
     i = text.index("[") + 1
     n = len(text)

@@ -14,7 +14,12 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from parallelsearch.stores.ingestion.jsonfiles import SkipReport
-from parallelsearch.stores.ingestion.passage_limit import DEFAULT_MAX_TOKENS, PassageLimit, tokenizer_of
+from parallelsearch.stores.ingestion.passage_limit import (
+    DEFAULT_MAX_TOKENS,
+    LimitCounts,
+    PassageLimit,
+    tokenizer_of,
+)
 from parallelsearch.stores.ingestion.readers import read_passages
 from parallelsearch.stores.passages import Passage
 
@@ -23,16 +28,13 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class IngestReport:
+class IngestReport(LimitCounts):
     added: int = 0
     already_present: int = 0
     duplicates_in_input: int = 0
     skipped: SkipReport = field(default_factory=SkipReport)
     seconds: float = 0.0
     encode_seconds: float = 0.0
-    truncated: int = 0  # over-long passages cut to the token budget (stores/ingestion/passage_limit.py)
-    split: int = 0  # over-long passages split into pieces
-    pieces: int = 0  # the passages those became
 
     @property
     def passages_per_s(self) -> float:
@@ -104,9 +106,9 @@ def ingest(
         if start < 0 or (stop is not None and stop < start):
             raise ValueError(f"rows {start}:{'' if stop is None else stop} is not a range of passages")
         source = itertools.islice(source, start, stop)
-    limit = None
     if max_passage_tokens is not None:
         limit = PassageLimit(tokenizer_of(store.embedder), max_passage_tokens, long_passages)  # type: ignore[arg-type]
+        limit.counts = report  # what it cuts is counted in the report
         source = limit.apply(source)
     encode = (encoder or store.embedder).encode_passages
     start = time.perf_counter()
@@ -125,8 +127,5 @@ def ingest(
             bar.update(len(batch))
     finally:
         bar.close()
-        if limit is not None:
-            counts = limit.counts
-            report.truncated, report.split, report.pieces = counts.truncated, counts.split, counts.pieces
     report.seconds = time.perf_counter() - start
     return report

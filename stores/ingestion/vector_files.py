@@ -151,8 +151,6 @@ class FaissFlatVectors:
                 "export them with reconstruct_n to a .npy file",
             )
         self._index = index
-        self.kind = kind
-        self.metric = "ip" if index.metric_type == faiss.METRIC_INNER_PRODUCT else "l2"
         self.count, self.dimension = int(index.ntotal), int(index.d)
 
     def rows(self, start: int, stop: int) -> np.ndarray:

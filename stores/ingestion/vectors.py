@@ -1,10 +1,9 @@
-"""Ingestion from precomputed vectors: a corpus jsonl plus its vectors, streamed in bounded memory.
+"""Ingestion from precomputed vectors (re-embedding wiki-18 is days on CPU): a corpus jsonl plus its
+vectors, line i (blank lines aside) being row i, streamed a chunk at a time in bounded memory.
 
-Re-embedding wiki-18 (21M passages) is days on CPU; its published index already holds the
-vectors. Line i of the corpus (blank lines aside) is row i of the vectors, both read a chunk at
-a time. Like text ingestion, each chunk upserts only the ids the store lacks, so a killed run
-resumes. The store records the vectors' model, which the query encoder must then match. Ids: a
-record's ``id`` when it has one, else the content hash text ingestion uses.
+Like text ingestion, each chunk upserts only the ids the store lacks, so a killed run resumes. The
+store records the vectors' model, which the query encoder must then match. Ids: a record's ``id``
+when it has one, else the content hash text ingestion uses.
 """
 
 from __future__ import annotations
@@ -61,12 +60,6 @@ class VectorIngestReport(IngestReport):
         return {**super().to_dict(), "vectors_file": self.vectors_file, "rows": self.rows}
 
 
-def count_corpus_lines(path: Path) -> int:
-    """Non-blank lines of a jsonl file (one pass, bounded memory)."""
-    with path.open("rb") as f:
-        return sum(1 for raw in f if raw.strip())
-
-
 def iter_corpus(path: Path) -> Iterator[tuple[int, Passage | BadInputError]]:
     """``(line, passage)`` per non-blank line; a record that is not one passage yields its error, so
     the caller can skip it together with its vector row (the rows must stay aligned)."""
@@ -97,7 +90,8 @@ def iter_corpus(path: Path) -> Iterator[tuple[int, Passage | BadInputError]]:
 
 def check_count(corpus: Path, vectors: VectorFile) -> int:
     """One vector per corpus passage, or an error naming both files; returns the count."""
-    lines = count_corpus_lines(Path(corpus))
+    with Path(corpus).open("rb") as f:
+        lines = sum(1 for raw in f if raw.strip())
     if lines != vectors.count:
         raise BadInputError(
             str(vectors.path),
