@@ -1,18 +1,10 @@
 """Persistent threads for the LangServe app: a request with a ``thread_id`` runs on a checkpointed graph.
 
-LangServe has no notion of threads, so the app adds three things (docs/architecture.md,
-"Threads"):
-
-- :class:`ThreadRouted`, the runnable behind each route: a request whose config holds
-  ``configurable.thread_id`` runs the graph compiled with the server's checkpointer, any
-  other request runs the plain graph, so stateless clients (RemoteRunnable, the load
-  benchmark) write nothing to the thread database.
-- :func:`threads_lifespan`: the checkpointer (``server_checkpointer``: SQLite file,
-  Postgres pool or memory) is opened in the app's lifespan, because the async savers bind
-  to the running event loop, and the checkpointed graphs are compiled with it there.
-- :func:`add_thread_routes`: ``GET /{route}/threads/{thread_id}`` (the thread's state)
-  and ``.../history`` (its checkpoints, newest first), so a client can read a thread
-  back, also after a restart.
+LangServe has no notion of threads, so the app adds them (docs/architecture.md, "Threads"):
+:class:`ThreadRouted` runs a request naming ``configurable.thread_id`` on the graph compiled with
+the server's checkpointer and any other on the plain graph (stateless clients write nothing);
+:func:`threads_lifespan` opens the checkpointer in the app's lifespan, since the async savers
+bind to the running loop; :func:`add_thread_routes` serves a thread's state and history.
 """
 
 from __future__ import annotations
@@ -25,6 +17,8 @@ from typing import Any
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import merge_configs
+
+from parallelsearch.stores.errors import checked_name
 
 #: what a thread id may look like (UUIDs, slugs); anything else is a 422, not a database key
 THREAD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
@@ -39,23 +33,20 @@ def thread_id_of(config: Mapping[str, Any] | None) -> str | None:
 
 
 def check_thread_id(thread_id: Any) -> str:
-    """``thread_id`` when it is a usable id; else a ValueError that says what one looks like."""
-    if not isinstance(thread_id, str) or not THREAD_ID.match(thread_id):
-        raise ValueError(
-            f"thread_id {thread_id!r} is not a valid id: 1-128 characters of letters, digits and ._:@- "
-            "(e.g. a UUID), starting with a letter or digit"
-        )
-    return thread_id
+    return checked_name(
+        thread_id,
+        THREAD_ID,
+        "thread_id {value!r} is not a valid id: 1-128 characters of letters, digits and ._:@- "
+        "(e.g. a UUID), starting with a letter or digit",
+    )
 
 
 class ThreadRouted(Runnable):
     """A served graph that runs on the checkpointed copy when the request names a thread.
 
-    Schemas (input, output, config) are the plain graph's, so LangServe's validation,
-    ``/docs`` and the playground see the same graph; the checkpointed copy is attached
-    (``threaded``) by :func:`threads_lifespan` once the checkpointer is open.
-    ``with_config`` returns a router too (LangServe reads schemas through it), bound to
-    the config and sharing the root's graphs.
+    Schemas are the plain graph's, so LangServe's validation, ``/docs`` and playground see the
+    same graph; :func:`threads_lifespan` attaches ``threaded``. ``with_config`` returns a router
+    bound to the config and sharing the root's graphs (LangServe reads schemas through it).
     """
 
     def __init__(self, stateless: Any):
@@ -151,19 +142,24 @@ def thread_config_modifier(keeps_threads: bool) -> Callable[[dict[str, Any], Any
 
     def modify(config: dict[str, Any], request: Any) -> dict[str, Any]:
         tid = thread_id_of(config)
-        if tid is None:
-            return config
-        if not keeps_threads:
+        if tid is not None and not keeps_threads:
             raise HTTPException(
                 400, "this server keeps no threads (server_checkpointer=none); send no thread_id"
             )
-        try:
-            check_thread_id(tid)
-        except ValueError as e:
-            raise HTTPException(422, str(e)) from e
+        if tid is not None:
+            _check_or_422(tid)
         return config
 
     return modify
+
+
+def _check_or_422(thread_id: Any) -> None:
+    from fastapi import HTTPException
+
+    try:
+        check_thread_id(thread_id)
+    except ValueError as e:
+        raise HTTPException(422, str(e)) from e
 
 
 def threads_lifespan(
@@ -209,10 +205,7 @@ def add_thread_routes(app: Any, routers: Mapping[str, ThreadRouted]) -> None:
     from fastapi.encoders import jsonable_encoder
 
     def graph_of(route: str, thread_id: str) -> Any:
-        try:
-            check_thread_id(thread_id)
-        except ValueError as e:
-            raise HTTPException(422, str(e)) from e
+        _check_or_422(thread_id)
         graph = routers[route].threaded
         if graph is None:
             raise HTTPException(503, "threads are not open (the server is starting or stopping)")

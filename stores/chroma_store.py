@@ -1,21 +1,15 @@
 """Chroma-backed passage stores: one collection per named store.
 
-Embedded (``PersistentClient``) by default; ``HttpClient`` when a Chroma server is given,
-which is what several processes (OpenRLHF's Ray actors) must share, because an embedded
-store is not multi-process safe. Embeddings are always computed here and passed to
-Chroma explicitly, so Chroma's own default embedding function (which downloads a
-model) never runs. The collection's metadata records model name and dimension.
-
-Chroma's HNSW parameters (``space``, ``ef_construction``, ``max_neighbors`` (HNSW's M),
-``ef_search``) are chosen at creation and recorded in the collection's configuration. Only
-``ef_search`` can change later (``collection.modify``), and a process that already loaded the
-index keeps searching with the old value; the rest shape the graph built as vectors arrive.
+Embedded (``PersistentClient``) by default; ``HttpClient`` when several processes (OpenRLHF's
+Ray actors) must share a store, since an embedded one is not multi-process safe. Embeddings
+are computed here and passed explicitly, so Chroma's own (downloading) embedding function
+never runs; the collection's metadata records model, dimension and encoder backend. HNSW
+parameters are fixed at creation, except ``ef_search`` (processes opening the store later see it).
 """
 
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +22,8 @@ from parallelsearch.stores.encoding.backend import embedding_family
 from parallelsearch.stores.encoding.embedder import Embedder, get_embedder
 from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
 from parallelsearch.stores.passages import Passage
+from parallelsearch.stores.shard_spec import validate_store_name
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9]$")
 _META_MODEL = "ps_embedding_model"
 META_DIM = "ps_dimension"
 _META_BACKEND = "ps_encoder_backend"  # absent in stores built before it existed: torch
@@ -37,27 +31,18 @@ _META_BACKEND = "ps_encoder_backend"  # absent in stores built before it existed
 
 def store_backend(client: Any, name: str) -> str | None:
     """The encoder backend the store ``name`` was built with (None when there is no such store)."""
-    existing = _store_names(client)
-    if name not in existing:
+    if name not in store_names(client):
         return None
     meta = client.get_collection(name, embedding_function=None).metadata or {}
     return str(meta.get(_META_BACKEND, "torch"))
 
 
-def validate_store_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise ValueError(
-            f"store name {name!r} is invalid: use 3-63 characters of letters, digits, '.', '_' or '-', "
-            "starting and ending with a letter or digit"
-        )
-    return name
+def store_names(client: Any) -> list[str]:
+    """The collections behind ``client`` (a client lists names or collection objects)."""
+    return [c.name if hasattr(c, "name") else c for c in client.list_collections()]
 
 
-def _store_names(client: Any) -> set[str]:
-    return {c.name if hasattr(c, "name") else c for c in client.list_collections()}
-
-
-def missing_store_error(name: str, location: str, existing: set[str]) -> StoreNotFoundError:
+def missing_store_error(name: str, location: str, existing: Sequence[str]) -> StoreNotFoundError:
     """A missing store's error: where it looked and which stores are there (the closest named)."""
     if not existing:
         return StoreNotFoundError(
@@ -72,17 +57,14 @@ def missing_store_error(name: str, location: str, existing: set[str]) -> StoreNo
 
 def require_stores(client: Any, names: Sequence[str], location: str) -> None:
     """Fail on the first of ``names`` that is not a store, before anything loads an encoder for it."""
-    existing = _store_names(client)
+    existing = store_names(client)
     for name in names:
         if name not in existing:
             raise missing_store_error(name, location, existing)
 
 
-# ---- HNSW parameters ---------------------------------------------------------------------
-#: parameters a store may be created with; ``space`` decides the score (1 - distance)
 HnswKey = Literal["space", "ef_construction", "max_neighbors", "ef_search"]
 HNSW_KEYS: tuple[str, ...] = get_args(HnswKey)
-#: what can change after creation
 MUTABLE_KEYS = ("ef_search",)
 #: cosine and inner product give ``score = 1 - distance`` that the searchers report; l2 does not
 Space = Literal["cosine", "ip"]
@@ -119,11 +101,8 @@ def hnsw_of(collection: Any) -> dict[str, Any]:
 
 
 def reconcile(collection: Any, requested: dict[str, Any] | None, where: str) -> dict[str, Any]:
-    """Check ``requested`` against an existing collection; change ``ef_search`` if it differs.
-
-    A creation-only parameter that differs is an error (the store would silently keep its
-    own); returns the parameters that were changed.
-    """
+    """Change ``ef_search`` if ``requested`` differs; any other differing parameter is an error (the
+    store would silently keep its own). Returns the parameters changed."""
     wanted = {k: v for k, v in (requested or {}).items() if v is not None}
     if not wanted:
         return {}
@@ -199,7 +178,7 @@ class ChromaStore(VectorSearch):
             META_DIM: self.embedder.dimension,
             _META_BACKEND: backend,
         }
-        existing = _store_names(self.client)
+        existing = store_names(self.client)
         if self.name not in existing:
             if not create:
                 raise missing_store_error(self.name, self.location, existing)
@@ -234,7 +213,6 @@ class ChromaStore(VectorSearch):
             )
         return col
 
-    # ---- writing -------------------------------------------------------------------------
     def count(self) -> int:
         return int(self.collection.count())
 
@@ -264,11 +242,8 @@ class ChromaStore(VectorSearch):
         self.client.delete_collection(self.name)
 
     def verify(self, batch_size: int = 512, progress: bool = False) -> StoreCheck:
-        """Read every vector back in this process (see :func:`verify_collection`).
-
-        A damaged segment can crash or hang Chroma's reader, and this process with it:
-        :func:`parallelsearch.stores.isolated_read.check_store` runs the same reads in a child.
-        """
+        """:func:`verify_collection` in this process (``isolated_read.check_store`` runs it in a child,
+        since a damaged segment can crash or hang Chroma's reader)."""
         from tqdm.auto import tqdm
 
         with tqdm(desc=f"checking {self.name}", disable=not progress) as bar:
@@ -281,10 +256,8 @@ class ChromaStore(VectorSearch):
                 self.collection, self.name, self.embedder.dimension, batch_size, on_progress=advance
             )
 
-    # ---- reading -------------------------------------------------------------------------
     def _query_vectors(self, vecs: np.ndarray, k: int) -> list[list[Passage]]:
-        # Chroma returns fewer than k rows when the store holds fewer passages (none when
-        # empty), so no count() round trip is needed per search.
+        # Chroma returns fewer than k rows when the store holds fewer passages: no count() needed
         res = self.collection.query(
             query_embeddings=vecs, n_results=k, include=["documents", "metadatas", "distances"]
         )
@@ -299,16 +272,7 @@ class ChromaStore(VectorSearch):
         ]
 
     def info(self) -> dict[str, Any]:
-        meta = self.collection.metadata or {}
-        return {
-            "name": self.name,
-            "count": self.count(),
-            "model": meta.get(_META_MODEL),
-            "dimension": meta.get(META_DIM),
-            "encoder_backend": meta.get(_META_BACKEND, "torch"),
-            "location": self.location,
-            "hnsw": hnsw_of(self.collection),
-        }
+        return {**_describe(self.collection, self.name), "location": self.location}
 
 
 @dataclass
@@ -342,12 +306,8 @@ class StoreCheck:
         return line + (f"; first error: {self.first_error}" if self.first_error else "")
 
     def repair(self) -> str:
-        """The repair that holds for a corrupt store.
-
-        Chroma 1.x cannot repair a collection in place (deleting or updating an id whose vector
-        is gone breaks every later read), and a copy into a new collection in the same process
-        lost passages from search: a fresh store built from the source files is what holds.
-        """
+        """The repair that holds: Chroma 1.x cannot repair a collection in place, and a copy in the same
+        process lost passages from search, so a fresh store is built from the source files."""
         return (
             f"Index the files store {self.store} came from into a new store "
             f"(parallelsearch index --store {self.store}-new FILES) and search that one"
@@ -363,10 +323,8 @@ def verify_collection(
 ) -> StoreCheck:
     """Read every vector of ``collection`` back; ids whose vector is missing or unreadable are corruption.
 
-    A store written by two processes at once keeps its documents but loses vectors: reading
-    them raises ``InternalError: Error getting embedding``. A batch that fails is read again
-    id by id to name exactly the bad ones. ``dimension``: the recorded one (None: not checked).
-    ``on_progress(checked, count)`` after each batch.
+    A store written by two processes at once keeps its documents but loses vectors (``InternalError:
+    Error getting embedding``); a failing batch is halved until the bad ids are named.
     """
     try:
         check = StoreCheck(store=name, count=int(collection.count()))
@@ -413,7 +371,10 @@ def _check_ids(collection: Any, dimension: int | None, ids: list[str], check: St
 
 def describe_collection(client: Any, name: str) -> dict[str, Any]:
     """Name, count and model of the collection ``name`` (no embedder needed)."""
-    col = client.get_collection(name, embedding_function=None)
+    return _describe(client.get_collection(name, embedding_function=None), name)
+
+
+def _describe(col: Any, name: str) -> dict[str, Any]:
     meta = col.metadata or {}
     return {
         "name": name,
@@ -427,6 +388,4 @@ def describe_collection(client: Any, name: str) -> dict[str, Any]:
 
 def list_stores(client: Any) -> list[dict[str, Any]]:
     """:func:`describe_collection` of every collection behind ``client``, in this process."""
-    return [
-        describe_collection(client, c.name if hasattr(c, "name") else c) for c in client.list_collections()
-    ]
+    return [describe_collection(client, name) for name in store_names(client)]

@@ -1,8 +1,6 @@
 """``search`` and ``asearch`` for anything with a ``search_batch``: concurrent async single
-queries arriving together share one ``search_batch`` call.
-
-The Chroma store, the sharded store and the ``/retrieve`` client answer this way; the two
-stores also share ``search_batch`` itself (one encoder call, then a search by vectors).
+queries arriving together share one ``search_batch`` call (the Chroma and sharded stores, the
+``/retrieve`` client; the two stores also share ``search_batch``: one encoder call, then vectors).
 """
 
 from __future__ import annotations
@@ -14,15 +12,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from parallelsearch.stores.coalesce import BatchCoalescer
+from parallelsearch.stores.errors import at_least
 from parallelsearch.stores.passages import Passage
 
 if TYPE_CHECKING:
     from parallelsearch.stores.encoding.embedder import Embedder
-
-
-def _check_k(k: int) -> None:
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
 
 
 class CoalescedSearch(ABC):
@@ -59,11 +53,11 @@ class VectorSearch(CoalescedSearch):
 
     def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]:
         """Top-k for every query with ONE encoder call."""
-        _check_k(k)
+        at_least("k", k)
         queries = list(queries)
         return self.search_vectors(self.embedder.encode_queries(queries), k) if queries else []
 
     def search_vectors(self, vecs: np.ndarray, k: int = 3) -> list[list[Passage]]:
         """Top-k for query vectors already encoded with the store's model."""
-        _check_k(k)
+        at_least("k", k)
         return self._query_vectors(vecs, k) if len(vecs) else []

@@ -1,11 +1,8 @@
 """Retrieval configuration: where passages are searched and how queries are embedded.
 
-One model shared by the app's settings (``parallelsearch.settings.Settings`` inherits
-these fields, so the environment variables are ``PARALLELSEARCH_STORES``,
-``PARALLELSEARCH_CHROMA_HOST``, ...) and by the OpenRLHF agent config
-(``parallelsearch.rl.agent_config.AgentConfig``). ``parallelsearch.graphs.factory``
-turns it into stores and searchers; nothing else does (docs/architecture.md,
-"Configuration").
+The app's settings (``PARALLELSEARCH_STORES``, ``PARALLELSEARCH_CHROMA_HOST``, ...) and the
+OpenRLHF agent config extend it; only ``parallelsearch.graphs.factory`` turns it into stores and
+searchers (docs/architecture.md, "Configuration").
 """
 
 from __future__ import annotations
@@ -113,10 +110,8 @@ class RetrievalConfig(BaseModel):
     @field_validator("retriever_api_key", mode="before")
     @classmethod
     def _key_text(cls, value: Any) -> Any:
-        """An empty key is no key (``PARALLELSEARCH_RETRIEVER_API_KEY=``); a YAML number is its text.
-
-        Nothing here raises: a validation error would print the value it was given.
-        """
+        """An empty key is no key; a YAML number is its text. Nothing here raises: a validation error
+        would print the key."""
         if isinstance(value, int | float) and not isinstance(value, bool):
             value = str(value)
         if isinstance(value, SecretStr):
@@ -135,8 +130,7 @@ class RetrievalConfig(BaseModel):
         return value
 
     def store_spec(self, name: str) -> StoreSpec:
-        """What store ``name`` is: its sharded declaration among ``stores`` (or ``name`` itself
-        when it is one), else a plain store."""
+        """Store ``name``'s sharded declaration among ``stores``, else a plain store."""
         return find_store(self.stores, name)
 
     def searcher_kind(self) -> Literal["remote", "stores"]:

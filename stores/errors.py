@@ -1,16 +1,15 @@
 """The project's errors, and the one description of a pydantic ``ValidationError``.
 
-Every error raised on purpose derives from :class:`ParallelSearchError` (and from the built-in
-class callers already catch: ``ValueError``, ``LookupError`` or ``RuntimeError``). Its message
-names the input, file or setting and the fix, so the CLI prints it as one line; any other
-exception is a bug and keeps its traceback (docs/architecture.md, "Errors"). These live in the
-lowest layer so that every layer can raise and describe them.
+Every error raised on purpose derives from :class:`ParallelSearchError` and the built-in class
+callers already catch; its message names the input and the fix, so the CLI prints it as one
+line (docs/architecture.md, "Errors"). Lowest layer, so that every layer can raise them.
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import re
 import typing
 from collections.abc import Iterable
 from typing import Any
@@ -42,6 +41,20 @@ class ModelMismatchError(ParallelSearchError, ValueError):
 
 class StoreNotFoundError(ParallelSearchError, LookupError):
     """A named store does not exist at the configured location."""
+
+
+def at_least(what: str, value: float | None, floor: float = 1) -> None:
+    """A ValueError naming ``what`` unless ``value`` is None or at least ``floor``."""
+    if value is not None and value < floor:
+        raise ValueError(f"{what} must be >= {floor}, got {value}")
+
+
+def checked_name(value: Any, rule: re.Pattern[str], invalid: str) -> str:
+    """``value`` when it is a string that ``rule`` matches; else a ValueError, ``invalid`` formatted
+    with ``value`` (it says what a good name looks like)."""
+    if not isinstance(value, str) or not rule.match(value):
+        raise ValueError(invalid.format(value=value))
+    return value
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

@@ -1,12 +1,9 @@
 """Read stores in a child process with a deadline, so a broken store is a finding, not a crash.
 
-Chroma's native reader loads a store's HNSW segment files itself: a damaged segment can
-kill it with a signal (SIGSEGV) or block it forever (a file that never delivers its bytes),
-and the process that asked dies or hangs with it, printing nothing. ``stores --check``,
-``index --verify`` and the store listing therefore read through this module: the child runs
-``python -m parallelsearch.stores.isolated_read``, reports one JSON line per step, and the
-parent turns a signal, a non-zero exit or a silence longer than the deadline into a finding
-that names the store. Healthy stores are listed as before; the broken one is marked.
+A damaged HNSW segment can kill Chroma's native reader (SIGSEGV) or block it forever, and the
+asking process with it. ``stores --check``, ``index --verify`` and the store listing read in a
+child (``python -m parallelsearch.stores.isolated_read``) that reports one JSON line per step; a
+signal, a non-zero exit or silence past the deadline becomes a finding naming the store.
 """
 
 from __future__ import annotations
@@ -67,11 +64,8 @@ def _signal_name(returncode: int) -> str:
 
 
 def _events(argv: list[str], timeout_s: float) -> Iterator[dict[str, Any]]:
-    """The child's JSON lines as they come; raises :class:`ReaderFailed` on a crash or silence.
-
-    The deadline restarts with every line, so a long check that keeps reporting progress is
-    never cut short, and a reader stuck anywhere is stopped ``timeout_s`` after its last word.
-    """
+    """The child's JSON lines as they come; :class:`ReaderFailed` on a crash or ``timeout_s`` of
+    silence (the deadline restarts with every line, so a long check reporting progress goes on)."""
     cmd = [sys.executable, "-m", "parallelsearch.stores.isolated_read", *argv]
     current: str | None = None
     with tempfile.TemporaryFile() as err:
@@ -84,9 +78,7 @@ def _events(argv: list[str], timeout_s: float) -> Iterator[dict[str, Any]]:
             deadline = time.monotonic() + timeout_s
             while True:
                 left = deadline - time.monotonic()
-                if left <= 0 or not sel.select(timeout=left):
-                    proc.kill()
-                    proc.wait()
+                if left <= 0 or not sel.select(timeout=left):  # the finally below kills the child
                     raise ReaderFailed(
                         current, f"Chroma did not answer in {timeout_s:g} s reading store {current}"
                     )
@@ -103,8 +95,6 @@ def _events(argv: list[str], timeout_s: float) -> Iterator[dict[str, Any]]:
             try:
                 rc = proc.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
                 raise ReaderFailed(
                     current, f"Chroma did not exit in {timeout_s:g} s after reading store {current}"
                 ) from None
@@ -178,9 +168,6 @@ def list_stores(
     return sorted(rows.values(), key=lambda r: r["name"])
 
 
-# ---- the child ---------------------------------------------------------------------------
-
-
 def _emit(event: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(event) + "\n")
     sys.stdout.flush()
@@ -201,7 +188,7 @@ def _child(argv: list[str]) -> int:
     cp.add_argument("--batch-size", type=int, default=512)
     args = ap.parse_args(argv)
     client = chroma_store.make_client(path=args.path, host=args.host, port=args.port)
-    names = sorted(c.name if hasattr(c, "name") else c for c in client.list_collections())
+    names = sorted(chroma_store.store_names(client))
     if args.op == "list":
         for name in names:
             if name in args.skip:

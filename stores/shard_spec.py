@@ -1,24 +1,28 @@
 """The store declaration syntax: a plain store name, or ``NAME=SHARD,SHARD,...`` for one corpus
-split over several Chroma collections.
-
-A shard is ``COLLECTION``, ``COLLECTION@HOST:PORT`` (a ``chroma run`` server) or
-``COLLECTION@PATH`` (an embedded folder; a path holds a ``/`` or starts with ``.`` or ``~``).
-A shard without ``@`` lives where the configuration says stores live (``chroma_host`` or
-``chroma_path``). Example: ``wiki=wiki-0@10.0.0.1:8000,wiki-1@10.0.0.1:8000,wiki-2@10.0.0.2:8000``.
+split over several Chroma collections (docs/scaling.md). A shard is ``COLLECTION`` (where the
+configuration says stores live), ``COLLECTION@HOST:PORT`` or ``COLLECTION@PATH`` (a path holds a
+``/`` or starts with ``.`` or ``~``): ``wiki=wiki-0@10.0.0.1:8000,wiki-1@10.0.0.2:8000``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from parallelsearch.stores.errors import checked_name
+
+#: Chroma's collection-name rule
+STORE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,61}[A-Za-z0-9]$")
+
 
 def validate_store_name(name: str) -> str:
-    """Chroma's collection-name rule (imported late: this module is read by the configuration,
-    which must not load Chroma)."""
-    from parallelsearch.stores.chroma_store import validate_store_name as check
-
-    return check(name)
+    return checked_name(
+        name,
+        STORE_NAME,
+        "store name {value!r} is invalid: use 3-63 characters of letters, digits, '.', '_' or '-', "
+        "starting and ending with a letter or digit",
+    )
 
 
 @dataclass(frozen=True)

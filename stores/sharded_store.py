@@ -1,17 +1,11 @@
 """One corpus split over several Chroma collections (shards), searched as one store.
 
-Pieces of one corpus must be merged by distance, not by rank (rank fusion, what
-``MultiStoreSearcher`` does for different corpora, would rank shard 2's 1st passage above
-shard 1's 2nd even when it is far worse): each query is embedded once, the vectors go to
-every shard at once (one batched query per shard, on threads, under one deadline with
-retries), and the union is cut to the k nearest, ties broken by id. With exact shards that
-is exactly the top-k of one store holding every passage.
-
-The shards must agree on embedding model, dimension, encoder family and distance space
-(read from each collection when it is opened); a shard that disagrees, is missing or cannot
-be reached is a :class:`ShardError` naming it. A shard that fails during a query fails the
-query, naming the shard, unless ``allow_partial``: then the others answer and the result
-says which shards are missing (:class:`ShardHits`).
+Pieces of one corpus are merged by distance, not by rank (rank fusion would put shard 2's 1st
+passage above shard 1's 2nd even when it is far worse): each query is embedded once, sent to
+every shard at once under one deadline, and the union cut to the k nearest, ties by id. The
+shards must agree on model, dimension, encoder family and distance space; a shard that
+disagrees, is missing or fails is a :class:`ShardError` naming it, unless ``allow_partial``
+lets the others answer (:class:`ShardHits` says which are missing).
 """
 
 from __future__ import annotations
@@ -77,8 +71,8 @@ def merge_by_distance(per_shard: Sequence[Sequence[Passage]], k: int, store: str
 
 
 def _set_http_timeout(client: Any, timeout_s: float) -> None:
-    """Give a Chroma HTTP client a request timeout (its httpx session has none by default), so a
-    hung server frees the calling thread; embedded clients have no session and are left alone."""
+    """Give a Chroma HTTP client's httpx session a timeout (it has none), so a hung server frees the
+    calling thread."""
     session = getattr(getattr(client, "_server", None), "_session", None)
     if session is not None and hasattr(session, "timeout"):
         import httpx
@@ -95,10 +89,9 @@ def open_shards(
     path: str | Path | None = None,
     timeout_s: float = 10.0,
 ) -> list[tuple[str, ChromaStore]]:
-    """Open every shard of ``spec`` as (label, store), all with one encoder: ``embedder_for(client,
-    collection)`` of the first shard (so ``auto`` follows what that shard records). A shard with no
-    location of its own lives at ``host:port`` or ``path`` (the configuration's default). Shards on
-    one server share its client."""
+    """Open every shard of ``spec`` as (label, store), all with the encoder ``embedder_for(client,
+    collection)`` gives for the first shard; a shard with no location of its own lives at
+    ``host:port`` or ``path``. Shards on one server share its client."""
     clients: dict[tuple[Any, ...], Any] = {}
     embedder: Embedder | None = None
     out = []
@@ -134,9 +127,8 @@ def open_shards(
 
 
 def _within(timeout_s: float, fn: Callable[[], Any]) -> Any:
-    """``fn()`` on a daemon thread, or a TimeoutError after ``timeout_s``: Chroma's HTTP client asks
-    the server who the user is when it is made, with no timeout, so a hung server would hang the
-    caller; the thread is left to end when the server answers or the process exits."""
+    """``fn()`` on a daemon thread, or a TimeoutError after ``timeout_s``: making Chroma's HTTP client
+    asks the server with no timeout, so a hung server would hang the caller."""
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -157,11 +149,8 @@ def _within(timeout_s: float, fn: Callable[[], Any]) -> Any:
 
 def _where(shard: ShardSpec, host: str | None, port: int, path: str | Path | None) -> tuple[Any, ...]:
     """(host or None, location text, port) of a shard."""
-    if shard.host:
-        p = shard.port or 8000
-        return (shard.host, f"http://{shard.host}:{p}", p)
-    if shard.path is not None:
-        return (None, str(shard.path), 0)
+    if shard.host or shard.path is not None:
+        host, port, path = shard.host, shard.port or 8000, shard.path
     if host:
         return (host, f"http://{host}:{port}", port)
     if path is None:
@@ -170,8 +159,7 @@ def _where(shard: ShardSpec, host: str | None, port: int, path: str | Path | Non
 
 
 def check_agreement(name: str, shards: Sequence[tuple[str, ChromaStore]]) -> None:
-    """Every shard records the same model, dimension, encoder family and distance space as the
-    first; the first that does not is named."""
+    """Every shard records the first one's model, dimension, encoder family and distance space."""
 
     def facts(store: ChromaStore) -> dict[str, Any]:
         info = store.collection.metadata or {}
@@ -195,11 +183,9 @@ def check_agreement(name: str, shards: Sequence[tuple[str, ChromaStore]]) -> Non
 
 
 class ShardedStore(VectorSearch):
-    """A store name standing for several shards; reads like a :class:`ChromaStore` (``search_batch``,
-    ``search_vectors``, ``asearch``, ``count``, ``info``), so searchers and ``/retrieve`` take it.
-
-    A failing shard query is retried ``retries`` times, ``backoff_s`` x attempt apart, within the
-    deadline; up to ``MAX_BATCHES`` batches query the shards at once."""
+    """A store name standing for several shards; reads like a :class:`ChromaStore`, so searchers and
+    ``/retrieve`` take it. A failing shard query is retried ``retries`` times, ``backoff_s`` x attempt
+    apart, within the deadline; up to ``MAX_BATCHES`` batches query the shards at once."""
 
     retries = 1
     backoff_s = 0.05
@@ -222,7 +208,6 @@ class ShardedStore(VectorSearch):
         self.embedder = embedder
         self.allow_partial = allow_partial
         self.timeout_s = timeout_s
-        # every shard of every batch in flight gets its own thread
         self._pool = ThreadPoolExecutor(
             max_workers=len(self.shards) * self.MAX_BATCHES, thread_name_prefix=f"shards-{name}"
         )
@@ -231,13 +216,7 @@ class ShardedStore(VectorSearch):
     def location(self) -> str:
         return ", ".join(label for label, _ in self.shards)
 
-    def shard_names(self) -> list[str]:
-        return [label for label, _ in self.shards]
-
-    # ---- reading -------------------------------------------------------------------------
     def _query_vectors(self, vecs: np.ndarray, k: int) -> list[list[Passage]]:
-        """Top-k over all shards (a :class:`ShardHits` per query): one query per shard, concurrently,
-        merged by distance."""
         deadline = time.monotonic() + self.timeout_s
         futures: list[tuple[str, Future]] = [
             (label, self._pool.submit(self._query_shard, store, vecs, k, deadline))

@@ -1,15 +1,9 @@
 """One writer at a time per embedded store: an inter-process file lock beside the Chroma folder.
 
-An embedded Chroma store (``PersistentClient``) keeps each collection's vector index in memory
-per process and writes it back on its own schedule. Two processes writing one collection
-therefore overwrite each other's index files: both exit 0, the count is right, but passages
-written by one of them lose their vectors (``Error getting embedding``) and are no longer found
-by search (docs/architecture.md, "Writing a store"). Writers (``index``, the demo's indexing)
-hold this lock from before they open the client until they are done; readers never take it.
-
-The lock is ``flock`` on ``<chroma folder>.locks/<store>.lock``: the kernel drops it when
-the holder exits, also on ``kill -9``, so a crash never leaves a stale lock. The file holds
-the current holder (pid, host, command, since) so a waiting or refused writer can name it.
+Two processes writing one embedded collection overwrite each other's index files and passages
+lose their vectors (docs/architecture.md, "Writing a store"). Writers hold this ``flock`` on
+``<chroma folder>.locks/<store>.lock`` from before they open the client until done (the kernel
+drops it when the holder dies); readers never take it. The file names the holder.
 """
 
 from __future__ import annotations
@@ -26,8 +20,7 @@ from typing import Any, TextIO
 
 from parallelsearch.stores.errors import ParallelSearchError
 
-#: how often a waiting writer tries the lock again
-POLL_S = 0.2
+POLL_S = 0.2  # how often a waiting writer tries again
 
 
 class StoreLockedError(ParallelSearchError, RuntimeError):
@@ -51,11 +44,8 @@ def describe_holder(info: dict[str, Any]) -> str:
 
 
 class StoreWriteLock:
-    """Exclusive writer lock of one embedded store; a context manager.
-
-    ``timeout_s``: how long to wait for another writer (0 = fail at once, None = no limit).
-    ``on_wait`` is called once with a message naming the holder when this writer has to wait.
-    """
+    """Exclusive writer lock of one embedded store; a context manager. ``timeout_s``: how long to wait
+    (0 = fail at once, None = no limit); ``on_wait(message naming the holder)`` once when waiting."""
 
     def __init__(
         self,
@@ -108,16 +98,8 @@ class StoreWriteLock:
                 time.sleep(POLL_S)
             f.seek(0)
             f.truncate()
-            f.write(
-                json.dumps(
-                    {
-                        "pid": os.getpid(),
-                        "host": socket.gethostname(),
-                        "command": " ".join(sys.argv)[:300],
-                        "since": time.time(),
-                    }
-                )
-            )
+            me = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv)[:300]}
+            f.write(json.dumps({**me, "since": time.time()}))
             f.flush()
         except BaseException:
             f.close()

@@ -1,11 +1,8 @@
 """Text that can be encoded: lone surrogates (invalid Unicode) replaced, and counted.
 
-Python strings may hold lone surrogates (``"\\ud800"``): ``json.loads`` makes them from
-``\\ud800`` escapes and ``sys.argv`` from undecodable bytes (surrogateescape). They cannot
-be encoded as UTF-8, so a tokenizer, an HTTP client or Chroma raises on them far from where
-they came in. Inputs are cleaned where they enter (CLI arguments, indexed records, the
-observations of the OpenRLHF executor): each lone surrogate becomes U+FFFD, and the count
-is reported.
+``json.loads`` and ``sys.argv`` can make strings that cannot be encoded as UTF-8, so a tokenizer,
+an HTTP client or Chroma would raise far from where they came in; inputs are cleaned where they
+enter (CLI arguments, indexed records, the executor's observations), the count reported.
 """
 
 from __future__ import annotations

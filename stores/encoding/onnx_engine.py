@@ -1,18 +1,11 @@
 """ONNX Runtime sentence encoders: the offline MiniLM exported locally, fp32 or dynamic int8.
 
-Why: on CPU the query encoder is most of a search's cost. ONNX Runtime runs the same graph in
-fewer, fused kernels; with per-channel dynamic int8 quantisation (weights int8, activations
-quantised per call) its GEMMs run on the CPU's int8 units. Both encode a query faster than the
-torch path (docs/performance.md, "Figures behind the code's choices";
-benchmarks/encoder_backends.py has the recall check).
-
-The model is never downloaded: the sentence-transformers model (the packaged offline
-all-MiniLM-L6-v2 by default) is exported here with ``torch.onnx.export`` (transformer
-plus mean pooling; the L2 normalisation is done in numpy) and, for ``onnx-int8``,
-quantised with ``onnxruntime.quantization``. Both files are cached under ``cache_dir``
-(the app's ``<home>/models``). Each is written to a unique temporary name in the same
-folder and moved into place with ``os.replace``, so concurrent processes never read a
-half-written file and need no lock (the last of two identical writes wins).
+On CPU the query encoder is most of a search's cost; ONNX Runtime runs the same graph in fewer,
+fused kernels, and per-channel dynamic int8 runs its GEMMs on the CPU's int8 units
+(docs/performance.md, "Figures behind the code's choices"). The local model is exported with
+``torch.onnx.export`` (transformer plus mean pooling) and, for ``onnx-int8``, quantised; both
+files are cached under ``cache_dir``, written to a temporary name and moved into place with
+``os.replace``, so concurrent processes never read a half-written file and need no lock.
 """
 
 from __future__ import annotations
@@ -39,11 +32,8 @@ class OnnxUnavailableError(UnavailableError):
 
 
 def pipeline_problem(st_model: Any) -> str | None:
-    """Why the export would not reproduce ``st_model``'s embeddings, or None when it would.
-
-    The export is the transformer plus mean pooling (:func:`_export`); a model pooled another
-    way (CLS, max, last token) or with more modules (a Dense layer) would export without error
-    and give different embeddings, so it is refused before that."""
+    """Why the export (transformer plus mean pooling) would not reproduce ``st_model``'s embeddings,
+    or None: another pooling or a Dense layer would export without error but embed differently."""
     names = [type(m).__name__ for m in st_model]
     if names[:2] != ["Transformer", "Pooling"] or any(n != "Normalize" for n in names[2:]):
         return f"its modules are {' + '.join(names)}, not Transformer + Pooling (+ Normalize)"
@@ -123,9 +113,8 @@ def _export(model_path: str, out: Path) -> None:
 
     sample = st_model.preprocess(["an example query", "a second, longer example query"])
     axes = {name: {0: "batch", 1: "tokens"} for name in _INPUTS}
-    # The tracer warns about the attention code's Python branches; they take the same path for
-    # every input shape here (tests/test_encoder_backends.py compares the embeddings at several
-    # lengths and batch sizes), so the warnings would only alarm a user's first `index`.
+    # the tracer's warnings about the attention code's branches are moot: they take the same path
+    # for every shape (tests/test_encoder_backends.py compares lengths and batch sizes)
     with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", message="Exporting aten::index operator")
@@ -161,8 +150,6 @@ class OnnxEncoder:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
-        # one thread: the encoder shares the cores with the server's event loop and Chroma, and one
-        # thread was faster than two at every batch size (docs/performance.md)
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         self.session = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])

@@ -1,10 +1,8 @@
 """Passage encoding on several processes or GPUs (sentence-transformers' multi-process pool).
 
-One process encodes on one device. On a box with several GPUs (or many cores) text
-ingestion starts one worker per listed device (``cuda:0,cuda:1`` or ``cpu,cpu``); each
-chunk of passages is split among them and the embeddings come back in order, equal to one
-process's (the workers get a copy of the same model). Queries never go through the pool:
-they are few at a time, and a pool round trip costs more than encoding them.
+Text ingestion starts one worker per listed device (``cuda:0,cuda:1`` or ``cpu,cpu``); each chunk
+is split among them and the embeddings come back in order. Queries never use the pool: a round
+trip costs more than encoding a few.
 """
 
 from __future__ import annotations
@@ -14,17 +12,14 @@ from typing import Any
 import numpy as np
 
 from parallelsearch.stores.encoding.backend import check_device
+from parallelsearch.stores.errors import at_least
 
 
 def device_list(device: str | None, processes: int | None) -> list[str] | None:
-    """The pool's devices from ``--device`` (comma list allowed) and ``--processes``; None = no pool.
-
-    ``cuda`` with ``--processes 4`` means ``cuda:0`` .. ``cuda:3``; ``cpu`` with 2 means two CPU
-    workers. A single device without ``--processes`` is no pool (the plain embedder runs there).
-    """
+    """The pool's devices from ``--device`` (comma list allowed) and ``--processes``; None = no pool
+    (a single device). ``cuda`` with ``--processes 4`` means ``cuda:0`` .. ``cuda:3``."""
     devices = [d.strip() for d in (device or "").split(",") if d.strip()]
-    if processes is not None and processes < 1:
-        raise ValueError(f"--processes must be >= 1, got {processes}")
+    at_least("--processes", processes)
     if len(devices) > 1:
         if processes is not None and processes != len(devices):
             raise ValueError(f"--processes {processes} contradicts the {len(devices)} devices in --device")

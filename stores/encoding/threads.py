@@ -1,16 +1,9 @@
 """The encoder's own threads: every forward pass of one :class:`~.embedder.Embedder` runs on them.
 
-Why: torch's CPU kernels run on an OpenMP thread team that belongs to the calling thread. When
-several threads take turns calling the model (asyncio executor threads from coalesced searches,
-a server's threads, the main thread of an ingest), each leaves a team of workers spinning after
-its turn, and they take the cores from the team that is working (docs/performance.md, "What made
-it faster"). With one caller thread there is one team. Handing work to it costs a thread switch
-(tens of microseconds) against milliseconds of encoding. With several encoder threads
-(``workers``), each has its own team of ``team`` threads and :meth:`EncoderThreads.run_parts`
-runs the parts of one batch on all of them at once.
-
-Also here: the OpenMP spin count a server process sets before torch loads
-(:func:`let_idle_threads_sleep`).
+torch's OpenMP team belongs to the calling thread: several threads taking turns at the model each
+leave a team spinning on the cores the working one needs (docs/performance.md, "What made it
+faster"). So the passes run on ``workers`` threads of their own, a batch's parts on all at once
+(:meth:`EncoderThreads.run_parts`). Also the OpenMP spin count a server sets before torch loads.
 """
 
 from __future__ import annotations
@@ -21,6 +14,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
+
+from parallelsearch.stores.errors import at_least
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -41,20 +36,14 @@ def usable_cores() -> int:
 class EncoderThreads:
     """``workers`` encoder threads, each with an OpenMP team of ``team`` threads.
 
-    ``workers`` calls run at once, the rest wait in submission order. ``team`` unset: torch's
-    default (every core) with one thread, ``cores / workers`` with several (two full-width
-    teams on the same cores would mostly wait on each other). A narrow team matters when the
-    encoder shares the machine with other CPU-bound work (a CPU vLLM engine, a busy server):
-    a team as wide as the machine spins on cores that work needs (docs/performance.md,
-    "Figures behind the code's choices"). The threads start on first use, again in a forked
-    child (threads do not survive fork), and end with the object.
+    ``workers`` calls run at once, the rest wait in order. ``team`` unset: every core with one
+    worker, ``cores / workers`` with several (full-width teams on the same cores wait on each
+    other). The threads start on first use, again in a forked child, and end with the object.
     """
 
     def __init__(self, workers: int = 1, team: int | None = None) -> None:
-        if workers < 1:
-            raise ValueError(f"encoder workers must be >= 1, got {workers}")
-        if team is not None and team < 1:
-            raise ValueError(f"encoder threads must be >= 1, got {team}")
+        at_least("encoder workers", workers)
+        at_least("encoder threads", team)
         self.workers = workers
         self.team = team if team is not None else (max(1, usable_cores() // workers) if workers > 1 else None)
         self._pid = os.getpid()
@@ -93,10 +82,9 @@ class EncoderThreads:
         return self._submit([(fn, args)])[0].result()
 
     def run_parts(self, fn: Callable[[list[T]], R], parts: list[list[T]]) -> list[R]:
-        """``fn`` on each of ``parts``, each on its own encoder thread, all at once; one result per
-        part, in order. From an encoder thread (its siblings may be busy with this caller's own
-        batch: waiting on them could deadlock) the parts run there, one after another. If a part
-        fails, the others are waited for, then the first failure is raised."""
+        """``fn`` on each of ``parts``, each on its own encoder thread, all at once; results in order,
+        the first failure raised once all are done. From an encoder thread the parts run there, one
+        after another (waiting on its siblings could deadlock)."""
         if len(parts) <= 1 or self.on_own_thread():
             return [self.run(fn, part) for part in parts]
         futures = self._submit([(fn, (part,)) for part in parts])
@@ -109,15 +97,10 @@ def _mark(local: threading.local) -> None:
 
 
 def let_idle_threads_sleep(spin_count: int = SERVER_SPIN_COUNT) -> str:
-    """Set ``GOMP_SPINCOUNT`` for this server process; returns what was done, in words (for the log).
-
-    Why: an OpenMP worker busy-waits after every parallel region for libgomp's default 300,000
-    spins before it sleeps. Between batches that burns a core a server needs for everything
-    else; 1,000 spins still bridge the gaps inside one forward pass (docs/performance.md, "What
-    changed the server (session 7)"). libgomp reads it once, when loaded: call this before
-    ``import torch``. A value the environment set (or ``OMP_WAIT_POLICY``) is kept; child
-    processes inherit it.
-    """
+    """Set ``GOMP_SPINCOUNT`` for this server process (before ``import torch``: libgomp reads it once);
+    returns what was done, for the log. libgomp's default 300,000 spins after every parallel region
+    burn a core between batches; 1,000 still bridge the gaps inside a forward pass (docs/performance.md,
+    "What changed the server (session 7)"). A value the environment set is kept."""
     for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
         if name in os.environ:
             return f"{name}={os.environ[name]} kept (set by the environment)"

@@ -1,11 +1,7 @@
 """The torch engine: the sentence-transformers model, loaded once per process, its CPU linear
-layers stored transposed.
-
-Why transposed: ``nn.Linear`` computes ``x @ W.T``; on CPU, MKL's sgemm with a transposed right
-operand and few rows (a query batch: 5-40 tokens) is several times slower than the same product
-with the weight stored transposed and contiguous (docs/performance.md, "Figures behind the
-code's choices"). Query encoding is exactly that shape, and most of a search's latency. The
-result is the same product (differences are float rounding, ~1e-7 after normalisation).
+layers stored transposed: MKL's sgemm with a transposed right operand and few rows (a query
+batch) is several times slower than with the weight stored transposed and contiguous
+(docs/performance.md, "Figures behind the code's choices"); the product is the same up to rounding.
 """
 
 from __future__ import annotations
@@ -23,9 +19,7 @@ from parallelsearch.stores.encoding.backend import check_device
 
 class LoadedModel(NamedTuple):
     model: Any
-    # The tokenizer is one Rust object with mutable padding/truncation state: two encoder threads
-    # tokenising at once can fail with "Already borrowed". Tokenising takes well under a
-    # millisecond against tens for the forward pass, so one lock per model costs nothing measurable.
+    # the Rust tokenizer has mutable state: two threads tokenising at once fail with "Already borrowed"
     tokenizer_lock: threading.Lock
 
 

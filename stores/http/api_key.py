@@ -1,9 +1,7 @@
 """The API key of the project's HTTP servers: one check, one refusal, for ``/retrieve`` and LangServe.
 
-A client sends the key as ``X-API-Key: KEY`` or ``Authorization: Bearer KEY`` (the second
-for clients that only know bearer tokens, e.g. OpenAI-style SDKs). It is compared with
-:func:`hmac.compare_digest`, so the time a wrong key takes does not say how much of it was
-right. Nothing here logs or echoes a key: the 401 says only whether one was missing or wrong.
+The key comes as ``X-API-Key: KEY`` or ``Authorization: Bearer KEY`` (for bearer-only clients)
+and is compared in constant time; nothing logs or echoes it: a 401 says only missing or wrong.
 """
 
 from __future__ import annotations
@@ -51,10 +49,8 @@ async def refuse(send: Any, problem: KeyProblem) -> None:
 
 
 class ApiKeyGuard:
-    """ASGI middleware: every HTTP request but those to ``open_paths`` carries ``key`` or gets a 401.
-
-    It sits outside the body guard, so a client without the key never gets a body read.
-    """
+    """ASGI middleware: every HTTP request but those to ``open_paths`` carries ``key`` or gets a 401
+    (outside the body guard, so a client without the key never gets a body read)."""
 
     def __init__(self, app: Any, key: str, open_paths: frozenset[str] = frozenset({"/health"})):
         self.app, self.key, self.open_paths = app, key, open_paths
@@ -80,11 +76,8 @@ def is_loopback(host: str) -> bool:
 def bind_problem(
     host: str, has_key: bool, *, insecure_no_key: bool, how_to_set: str
 ) -> tuple[str, str] | None:
-    """``("refuse" | "warn", one line)`` when serving on ``host`` would open the server to the network.
-
-    A non-loopback host without a key is refused unless ``insecure_no_key`` was given
-    explicitly; then it is served with a warning. ``how_to_set`` names the flag and setting.
-    """
+    """``("refuse" | "warn", one line)`` when serving on ``host`` would open the server to the network
+    without a key (``warn`` with ``insecure_no_key``); ``how_to_set`` names the flag and setting."""
     if has_key or is_loopback(host):
         return None
     if insecure_no_key:

@@ -1,24 +1,10 @@
-"""What every JSON HTTP endpoint of the project needs before and after its own code runs.
+"""What every JSON HTTP endpoint needs before and after its own code runs (docs/architecture.md,
+"Guarding the servers"), shared by the ``/retrieve`` server and the LangServe app's guard.
 
-Used by the ``/retrieve`` server (:mod:`parallelsearch.stores.http.retrieval_server`) and the
-LangServe app's request guard (:mod:`parallelsearch.guard`), so both answer bad input and
-their own failures the same way (docs/architecture.md, "A request"):
-
-- **Body limits before parsing.** A body larger than ``max_body_bytes`` is a 413 (the
-  declared ``Content-Length`` is checked first, and the body is read only up to the
-  limit); JSON nested deeper than ``max_json_depth`` is a 400, found by a linear scan
-  of the bytes, so a 50,000-level ``[[[[...`` never reaches a recursive parser.
-- **Text repaired, not crashed on.** JSON may carry lone surrogates (``"\\ud800"``, which
-  Python's ``json.dumps`` writes) and a body may hold invalid UTF-8. Neither can be
-  encoded again (tokenizers, orjson, the log), so every string of the parsed body has
-  them replaced with U+FFFD and the app reads the repaired body.
-- **One JSON 500 per unhandled error.** The error gets an id that is in the response
-  (``{"detail": "internal error", "error_id": ...}``) and in exactly one log line. The
-  exception is not re-raised: uvicorn would otherwise close the keep-alive connection and
-  the client's next request on it would be reset.
-
-The middleware sits inside Starlette's ``ServerErrorMiddleware`` (``app.add_middleware``),
-so an error reaches it first and nothing else logs or answers it again.
+Body limits are checked before parsing (size first, then nesting depth by a linear scan, so a
+50,000-level ``[[[[...`` never reaches a recursive parser); lone surrogates and invalid UTF-8
+become U+FFFD, since nothing downstream can encode them; an unhandled error is one log line and
+one JSON 500 with an id, not re-raised, so uvicorn keeps the keep-alive connection.
 """
 
 from __future__ import annotations
@@ -70,12 +56,8 @@ class BodyRejected(Exception):
 
 @dataclass
 class JsonBody:
-    """A request body as the app will read it.
-
-    ``raw`` is what is replayed to the app (re-encoded when text was repaired); ``value``
-    the parsed JSON, or None with ``error`` saying why it did not parse (the app answers
-    that itself); ``repaired`` the number of strings whose invalid Unicode was replaced.
-    """
+    """A request body as the app will read it: ``raw`` (re-encoded when text was repaired), the parsed
+    ``value`` or the ``error`` the app answers itself, and how many strings were ``repaired``."""
 
     raw: bytes
     value: Any = None
@@ -89,55 +71,28 @@ def clean_json(value: Any) -> tuple[Any, int]:
         cleaned, replaced = scrub_text(value)
         return cleaned, int(replaced > 0)
     if isinstance(value, list):
-        out, n = [], 0
-        for item in value:
-            c, k = clean_json(item)
-            out.append(c)
-            n += k
-        return out, n
+        items = [clean_json(item) for item in value]
+        return [c for c, _ in items], sum(n for _, n in items)
     if isinstance(value, dict):
-        d, n = {}, 0
-        for key, item in value.items():
-            ck, k1 = clean_json(key)
-            c, k2 = clean_json(item)
-            d[ck] = c
-            n += k1 + k2
-        return d, n
+        pairs = [(clean_json(k), clean_json(v)) for k, v in value.items()]
+        return {k: v for (k, _), (v, _) in pairs}, sum(nk + nv for (_, nk), (_, nv) in pairs)
     return value, 0
 
 
 def json_depth(body: bytes) -> int:
-    """How deeply ``body``'s arrays and objects nest, in time linear in its length (no parsing).
-
-    Strings are blanked out first (brackets inside them do not count); the running sum of
-    +1/-1 per bracket is then taken in C (``accumulate`` over signed bytes).
-    """
+    """How deeply ``body``'s arrays and objects nest, in linear time: strings blanked out, then the
+    running sum of +1/-1 per bracket taken in C (``accumulate`` over signed bytes)."""
     brackets = _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b'""', body))
     if not brackets:
         return 0
     return max(accumulate(memoryview(brackets.translate(_BRACKET_STEP)).cast("b")))
 
 
-def depth_exceeds(body: bytes, limit: int) -> int | None:
-    """``body``'s nesting depth when it is deeper than ``limit``, else None.
-
-    Nesting cannot be deeper than the number of opening brackets, so a body with few of
-    them (nearly every real request) is not scanned at all.
-    """
-    if body.count(b"[") + body.count(b"{") <= limit:
-        return None
-    depth = json_depth(body)
-    return depth if depth > limit else None
-
-
 def parse_json(body: bytes, *, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> JsonBody:
-    """Parse ``body`` within the depth limit, repairing invalid Unicode (see the module docstring).
-
-    Raises :class:`BodyRejected` (400) when it nests deeper than ``max_depth``. A body
-    that is not JSON comes back with ``error`` set and ``raw`` unchanged.
-    """
-    depth = depth_exceeds(body, max_depth)
-    if depth is not None:
+    """Parse ``body``, repairing invalid Unicode; :class:`BodyRejected` (400) when it nests deeper
+    than ``max_depth``. A body that is not JSON comes back with ``error`` set."""
+    # nesting is no deeper than the opening brackets: nearly every real body is not scanned
+    if body.count(b"[") + body.count(b"{") > max_depth and (depth := json_depth(body)) > max_depth:
         raise BodyRejected(400, f"JSON nested {depth} levels deep; the limit is {max_depth}")
     try:
         text, bad_utf8 = body.decode("utf-8"), False
@@ -233,12 +188,8 @@ async def json_reply(
 async def call_with_error_id(
     app: ASGIApp, scope: Scope, receive: Receive, send: Send, log: logging.Logger
 ) -> None:
-    """Run ``app``; an exception becomes one log line and, when nothing was sent yet, one JSON 500.
-
-    The exception is not re-raised, so the connection stays usable. When the response had
-    already started (a stream failing midway) there is nothing to answer; the server ends
-    the connection, the client sees a cut-off stream.
-    """
+    """Run ``app``; an exception becomes one log line and, when nothing was sent yet, one JSON 500
+    (a stream failing midway can only be cut off)."""
     started = False
 
     async def tracking_send(message: Message) -> None:
@@ -265,10 +216,7 @@ async def call_with_error_id(
 
 class JsonBodyGuard:
     """ASGI middleware: body limits, repaired text and error ids for every request (see module doc).
-
-    ``app.add_middleware(JsonBodyGuard, max_body_bytes=..., max_json_depth=..., logger=...)``.
-    A body that is not JSON is passed on unchanged (the app answers it with its own 4xx).
-    """
+    A body that is not JSON is passed on unchanged (the app answers it with its own 4xx)."""
 
     def __init__(
         self,

@@ -1,19 +1,10 @@
 """Cross-request batching for the ``/retrieve`` server: concurrent requests share one search.
 
-Without it every request made its own ``search_batch`` call, so under N concurrent clients the
-server ran N small encoder calls one after the other, far below what the encoder does at its best
-batch size (docs/performance.md, "Figures behind the code's choices"). Here each request's queries join the
-queue of a serial :class:`~parallelsearch.stores.coalesce.BatchCoalescer`: one batch runs at a
-time, what arrives meanwhile leaves together as the next batch (at most ``max_batch`` queries),
-and an idle server sends a lone request at once. With ``concurrent_batches=n`` (the server's
-default: one per encoder thread, plus one with ONNX,
-:func:`~parallelsearch.stores.http.retrieval_server.default_concurrent_batches`) up to ``n`` batches
-run at once, so one encodes while the requests of another are answered.
-
-Requests may ask for different ``topk``: a batch is searched once with the largest ``k``
-in it, and each query's list is cut to its own ``k`` (a Chroma top-k is the prefix of the
-top-k' for k < k', as long as k' stays under the index's ``ef_search``, 100 by default).
-A batch that fails fails the requests that had queries in it, with the cause named.
+Each request's queries join a serial :class:`~parallelsearch.stores.coalesce.BatchCoalescer`, so N
+concurrent clients make one encoder call, not N small ones (docs/performance.md, "Figures behind
+the code's choices"); up to ``concurrent_batches`` batches run at once. A batch is searched with
+its largest ``topk`` and each list cut to its own (a Chroma top-k is a prefix of the top-k' while
+k' stays under ``ef_search``). A failing batch fails its requests, with the cause named.
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ from collections.abc import Hashable, Sequence
 from typing import Protocol
 
 from parallelsearch.stores.coalesce import BatchCoalescer
-from parallelsearch.stores.errors import ParallelSearchError
+from parallelsearch.stores.errors import ParallelSearchError, at_least
 from parallelsearch.stores.passages import Passage
 
 
@@ -44,23 +35,13 @@ class RequestBatcher:
         max_batch: int = 64,
         concurrent_batches: int = 1,
     ) -> None:
-        if concurrent_batches < 1:
-            raise ValueError(f"concurrent_batches must be >= 1, got {concurrent_batches}")
+        at_least("concurrent_batches", concurrent_batches)
         self.searcher = searcher
         self.max_batch = max_batch
         self.concurrent_batches = concurrent_batches
         self._coalescer: BatchCoalescer[tuple[str, int], list[Passage]] = BatchCoalescer(
             self._search, max_batch=max_batch, max_in_flight=concurrent_batches
         )
-
-    @property
-    def batches(self) -> int:
-        """How many ``search_batch`` calls were made (tests and benchmarks read it)."""
-        return self._coalescer.batches
-
-    @property
-    def largest_batch(self) -> int:
-        return self._coalescer.largest_batch
 
     def _search(self, _key: Hashable, items: list[tuple[str, int]]) -> list[list[Passage]]:
         k = max(k for _, k in items)

@@ -1,10 +1,9 @@
-"""Client for any server speaking Search-R1's ``/retrieve`` protocol.
+"""Client for any server speaking Search-R1's ``/retrieve`` protocol (ours, Search-R1's and
+ParallelSearch's ``retrieval_server.py``).
 
-Works against our server and against Search-R1's / ParallelSearch's own
-``retrieval_server.py``. Concurrent async single queries are coalesced into one HTTP
-request, every request has a timeout, and transient failures are retried a bounded
-number of times. A keyed server's key (``api_key``) travels as ``X-API-Key``; a 401 is
-:class:`RetrieverAuthError` at once, never retried, and no message holds the key.
+Concurrent async single queries are coalesced into one request; every request has a timeout
+and transient failures are retried a bounded number of times. A key travels as ``X-API-Key``;
+a 401 is :class:`RetrieverAuthError` at once, and no message holds the key.
 """
 
 from __future__ import annotations
@@ -42,8 +41,7 @@ def parse_result(result: Any, store: str | None = None) -> list[list[Passage]]:
     for per_query in result:
         row = []
         for item in per_query:
-            score = None
-            doc = item
+            doc, score = item, None
             if isinstance(item, dict) and "document" in item:
                 doc, score = item["document"], item.get("score")
             if not isinstance(doc, dict) or "contents" not in doc:
@@ -52,16 +50,9 @@ def parse_result(result: Any, store: str | None = None) -> list[list[Passage]]:
             if not isinstance(contents, str):
                 raise RetrieverError(f"document 'contents' is {type(contents).__name__}, not text")
             title, text = split_contents(contents)
-            row.append(
-                Passage(
-                    id=str(doc.get("id", "")),
-                    title=title,
-                    text=text,
-                    score=None if score is None else float(score),
-                    store=store,
-                    heading=contents.partition("\n")[0],
-                )
-            )
+            score = None if score is None else float(score)
+            heading = contents.partition("\n")[0]
+            row.append(Passage(str(doc.get("id", "")), title, text, score, store, heading=heading))
         out.append(row)
     return out
 
@@ -87,7 +78,7 @@ class RetrieverClient(CoalescedSearch):
         self.retries = retries
         self.backoff_s = backoff_s
         self.name = name or self.base
-        self.requests = 0
+        self.requests = 0  # HTTP requests sent (tests read it)
         value = (api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key or "").strip()
         if not value.isprintable():  # a header cannot carry a line break; h11 would echo it
             raise ValueError("the retriever API key holds a control character (a line break?)")

@@ -1,18 +1,14 @@
 """A Search-R1-compatible ``/retrieve`` HTTP server over any batch searcher.
 
-Protocol (Search-R1 ``search_r1/search/retrieval_server.py``):
-request ``{"queries": [...], "topk": 3, "return_scores": true}``; response
-``{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}``, or, without
-scores, ``{"result": [[{"id", "contents"}, ...], ...]}``. Plus ``GET /health``.
-
-With an API key every route but ``/health`` needs it (:mod:`parallelsearch.stores.http.api_key`),
-which Search-R1's own clients cannot send: they need a loopback server or a proxy that adds it.
+Protocol (Search-R1 ``search_r1/search/retrieval_server.py``): request ``{"queries": [...],
+"topk": 3, "return_scores": true}``; response ``{"result": [[{"document": {"id", "contents"},
+"score"}, ...], ...]}`` (without scores: ``[[{"id", "contents"}, ...], ...]``). Plus ``GET /health``.
+With an API key every route but ``/health`` needs it, which Search-R1's own clients cannot send.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 from fastapi import FastAPI, HTTPException, Request
@@ -20,6 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from parallelsearch.stores.http import request_batching
 from parallelsearch.stores.http.api_key import ApiKeyGuard
 from parallelsearch.stores.http.asgi_guard import JsonBodyGuard
 from parallelsearch.stores.http.request_batching import RequestBatcher
@@ -29,10 +26,8 @@ from parallelsearch.stores.passages import Passage
 MAX_TOPK = 50
 
 
-class BatchSearcher(Protocol):
+class BatchSearcher(request_batching.BatchSearcher, Protocol):
     name: str
-
-    def search_batch(self, queries: Sequence[str], k: int = 3) -> list[list[Passage]]: ...
 
     def count(self) -> int: ...
 
@@ -48,14 +43,9 @@ def passage_to_document(p: Passage) -> dict[str, Any]:
 
 
 def default_concurrent_batches(searcher: object) -> int:
-    """Batches a ``/retrieve`` server searches at once: one per encoder thread of the
-    searcher's encoder (``Embedder.workers``), plus one when it is ONNX.
-
-    Why the extra one for ONNX: its encode is short, so a batch's Chroma query and answers are a
-    large share of its cycle; a third batch queued behind the two encoding keeps the encoder
-    threads busy through it. With torch a third batch only made the batches smaller
-    (docs/performance.md, "What changed the server (session 8)").
-    """
+    """Batches a ``/retrieve`` server searches at once: one per encoder thread, plus one with ONNX,
+    whose short encode leaves the threads idle during a batch's Chroma query (docs/performance.md,
+    "What changed the server (session 8)")."""
     embedder = getattr(searcher, "embedder", None)
     extra = 1 if getattr(embedder, "backend", "torch") != "torch" else 0
     return getattr(embedder, "workers", 1) + extra
@@ -74,17 +64,11 @@ def create_retrieval_app(
 ) -> FastAPI:
     """FastAPI app answering ``POST /retrieve`` and ``GET /health`` for ``searcher``.
 
-    A request without ``topk`` gets ``default_topk`` passages per query (at most :data:`MAX_TOPK`);
-    more than ``max_queries`` queries, a query over ``max_query_chars`` or a body over
-    ``max_body_bytes`` is a 413.
-    Concurrent requests are searched together, at most ``max_batch`` queries per encoder
-    call (:mod:`parallelsearch.stores.http.request_batching`); ``max_batch=0`` searches each
-    request on its own. Up to ``concurrent_batches`` batches run at once (default:
-    :func:`default_concurrent_batches`). Bodies are size- and depth-limited before parsing, invalid Unicode
-    in queries is replaced, and an unhandled error is one JSON 500 with an ``error_id``
-    (:class:`~parallelsearch.stores.http.asgi_guard.JsonBodyGuard`). With ``api_key``, every route but
-    ``/health`` answers 401 without it, before any body is read
-    (:class:`~parallelsearch.stores.http.api_key.ApiKeyGuard`).
+    More than ``max_queries`` queries, a query over ``max_query_chars`` or a body over
+    ``max_body_bytes`` is a 413. Concurrent requests are searched together, at most ``max_batch``
+    queries per encoder call (0: each request on its own), ``concurrent_batches`` batches at once.
+    Bodies are guarded by :class:`~.asgi_guard.JsonBodyGuard`; with ``api_key``, every route but
+    ``/health`` answers 401 without it, before any body is read.
     """
     app = FastAPI(title="parallelsearch /retrieve", version="1")
     app.add_middleware(JsonBodyGuard, max_body_bytes=max_body_bytes, logger=__name__)
@@ -131,8 +115,6 @@ def create_retrieval_app(
         if batcher is None:
             results = await asyncio.to_thread(searcher.search_batch, req.queries, k)
         else:
-            # a failing batch raises BatchSearchError naming the cause, in each of its requests;
-            # the body guard makes it one JSON 500 whose error_id is the one logged with it
             results = await batcher.search(req.queries, k)
         if req.return_scores:
             body = {

@@ -1,11 +1,6 @@
-"""One TLS context per process for every HTTP client this package makes.
-
-Why: ``httpx.Client()`` and ``httpx.AsyncClient()`` build a new ``ssl.SSLContext`` (and
-load the CA bundle) each time they are created, even for plain ``http://`` URLs. The
-retriever client and the OpenAI-compatible policy make a client per request, so that cost
-landed on every search and every policy turn; with a shared context a client is cheap
-(docs/performance.md, "What made it faster (session 3)"). An ``SSLContext`` may be shared
-across threads, event loops and forked children.
+"""One TLS context per process for every HTTP client this package makes: ``httpx`` builds a new
+``SSLContext`` (loading the CA bundle) per client, even for ``http://``, and the retriever client
+and policy make one per request (docs/performance.md, "What made it faster (session 3)").
 """
 
 from __future__ import annotations

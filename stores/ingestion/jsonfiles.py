@@ -1,9 +1,8 @@
-"""Record-level reading of JSON, JSON-lines and JSON-array files with line numbers.
+"""Record-level reading of JSON-lines, JSON-array and single-object JSON files with line numbers.
 
-Benchmark files come as JSON lines, one JSON array, or one JSON object holding the
-records; every record is yielded with the 1-based line it starts on so a bad record can
-be named precisely. Undecodable bytes and invalid JSON become :class:`BadInputError`
-(or, with ``skip_bad``, an entry in a :class:`SkipReport`); nothing is dropped silently.
+Every record is yielded with the 1-based line it starts on, so a bad record can be named;
+undecodable bytes and invalid JSON become :class:`BadInputError` (or, with ``skip_bad``, an
+entry in a :class:`SkipReport`): nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from parallelsearch.stores.errors import BadInputError
 
@@ -50,7 +50,9 @@ class SkipReport:
         return "\n".join(lines)
 
 
-def _fail(err: BadInputError, skip_bad: bool, report: SkipReport | None) -> None:
+def skip_or_raise(path: Path, line: int, reason: str, skip_bad: bool, report: SkipReport | None) -> None:
+    """Raise the bad record's error, or with ``skip_bad`` add it to ``report``."""
+    err = BadInputError(str(path), line, reason)
     if not skip_bad:
         raise err
     if report is not None:
@@ -69,10 +71,7 @@ DATA_SUFFIXES = (".json", ".jsonl")
 
 
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given; a directory becomes its ``.json``/``.jsonl`` files (recursively, sorted).
-
-    A directory without data files and a path that does not exist are errors naming the path.
-    """
+    """Files as given; a directory becomes its ``.json``/``.jsonl`` files (recursively, sorted)."""
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -87,17 +86,21 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
+def _parse_line(lineno: int, line: bytes) -> tuple[Any, str | None]:
+    """One line of a JSON-lines file as a value, or None and why it is not one."""
+    try:
+        return json.loads(line.decode("utf-8-sig" if lineno == 1 else "utf-8")), None
+    except UnicodeDecodeError as e:
+        return None, f"not valid UTF-8 ({e.reason} at byte {e.start})"
+    except json.JSONDecodeError as e:
+        return None, f"not valid JSON ({e.msg})"
+
+
 def _first_line_record(lines: list[bytes]) -> tuple[int, str | None]:
     """The first non-empty line and why it is not one JSON value (None = it is)."""
     for lineno, line in enumerate(lines, 1):
         if line.strip():
-            try:
-                json.loads(line.decode("utf-8-sig" if lineno == 1 else "utf-8"))
-                return lineno, None
-            except UnicodeDecodeError as e:
-                return lineno, f"not valid UTF-8 ({e.reason} at byte {e.start})"
-            except json.JSONDecodeError as e:
-                return lineno, f"not valid JSON ({e.msg})"
+            return lineno, _parse_line(lineno, line)[1]
     return 1, None
 
 
@@ -106,10 +109,9 @@ def iter_json_records(
 ) -> Iterator[tuple[int, dict]]:
     """Yield ``(line, record)`` for every object record in ``path``.
 
-    Layout detection: ``[`` = a JSON array; ``{`` with a first line that is a whole JSON
-    value = JSON lines; otherwise the file is read as ONE JSON document only when the whole
-    file parses as one; when it does not, it is JSON lines whose first line is bad (an
-    error naming that line, or with ``skip_bad`` a skipped line plus a note of the decision).
+    ``[`` = a JSON array; ``{`` with a first line that is a whole JSON value = JSON lines;
+    otherwise ONE JSON document when the whole file parses as one, else JSON lines whose first
+    line is bad (an error, or with ``skip_bad`` a skipped line and a note of the decision).
     """
     path = Path(path)
     if path.is_dir():
@@ -146,42 +148,24 @@ def iter_json_records(
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            text = line.decode("utf-8-sig" if lineno == 1 else "utf-8")
-        except UnicodeDecodeError as e:
-            _fail(
-                BadInputError(str(path), lineno, f"not valid UTF-8 ({e.reason} at byte {e.start})"),
-                skip_bad,
-                report,
-            )
-            continue
-        try:
-            rec = json.loads(text)
-        except json.JSONDecodeError as e:
-            _fail(BadInputError(str(path), lineno, f"not valid JSON ({e.msg})"), skip_bad, report)
-            continue
-        if not isinstance(rec, dict):
-            _fail(
-                BadInputError(str(path), lineno, f"expected a JSON object, got {type(rec).__name__}"),
-                skip_bad,
-                report,
-            )
-            continue
-        yield lineno, rec
-
-
-def _decode_whole(path: Path, raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        raise BadInputError(str(path), line, f"not valid UTF-8 ({e.reason})") from e
+        rec, why = _parse_line(lineno, line)
+        if why is None and not isinstance(rec, dict):
+            why = f"expected a JSON object, got {type(rec).__name__}"
+        if why is None:
+            yield lineno, rec
+        else:
+            skip_or_raise(path, lineno, why, skip_bad, report)
 
 
 def _iter_array(
     path: Path, raw: bytes, skip_bad: bool, report: SkipReport | None
 ) -> Iterator[tuple[int, dict]]:
-    text = _decode_whole(path, raw)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise BadInputError(
+            str(path), raw[: e.start].count(b"\n") + 1, f"not valid UTF-8 ({e.reason})"
+        ) from e
     decoder = json.JSONDecoder()
     i = text.index("[") + 1
     n = len(text)
@@ -205,13 +189,8 @@ def _iter_array(
             ) from e
         i = end
         if not isinstance(rec, dict):
-            _fail(
-                BadInputError(
-                    str(path), line, f"array element is {type(rec).__name__}, expected a JSON object"
-                ),
-                skip_bad,
-                report,
-            )
+            why = f"array element is {type(rec).__name__}, expected a JSON object"
+            skip_or_raise(path, line, why, skip_bad, report)
             continue
         yield line, rec
 
@@ -228,10 +207,8 @@ def _iter_single_object(
         items = [obj]
     for idx, rec in enumerate(items):
         if not isinstance(rec, dict):
-            _fail(
-                BadInputError(str(path), 1, f"record #{idx} is {type(rec).__name__}, expected a JSON object"),
-                skip_bad,
-                report,
+            skip_or_raise(
+                path, 1, f"record #{idx} is {type(rec).__name__}, expected a JSON object", skip_bad, report
             )
             continue
         yield 1, rec

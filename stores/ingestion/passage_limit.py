@@ -1,15 +1,11 @@
 """A token budget per passage: over-long passages are split into pieces or truncated.
 
-Without one, a 50 MB line was accepted whole and took 7.3 GB: the tokenizer turns the whole
-text into ids and offsets before the model truncates it to its window, and Chroma stores the
-text. Here a passage longer than ``max_tokens`` is cut into pieces of at most ``max_tokens``
-tokens (``split``: every piece becomes its own passage, with the title, so all of the text
-stays searchable) or keeps its first piece (``truncate``). The tokenizer only ever sees a
-window of ``max_tokens * WINDOW_CHARS_PER_TOKEN`` characters, so memory stays bounded
-whatever the line's size. Pieces end at token boundaries, never inside a word piece.
-
-Every piece is a new passage whose id is the content hash of its title and text (as for
-any passage read from a file), so re-running the same ingestion adds nothing.
+Without one, a 50 MB line took gigabytes (docs/scaling.md): the tokenizer makes ids and offsets
+of the whole text before the model truncates it. A passage over ``max_tokens`` is cut at token
+boundaries into pieces (``split``: each its own passage with the title, all searchable) or keeps
+its first piece (``truncate``); the tokenizer only sees windows of ``max_tokens *
+WINDOW_CHARS_PER_TOKEN`` characters, so memory stays bounded. Pieces get content-hash ids, so
+re-running adds nothing.
 """
 
 from __future__ import annotations
@@ -25,9 +21,7 @@ MODES: tuple[str, ...] = ("split", "truncate")
 #: default budget: above all-MiniLM-L6-v2's 256-token window, so no paragraph of the shipped
 #: benchmarks is cut, and far below what makes a line a memory problem
 DEFAULT_MAX_TOKENS = 512
-#: the tokenizer sees at most this many characters per budgeted token at a time (English
-#: word pieces average ~4-5 characters; a window with fewer tokens than the budget is cut
-#: at its last token boundary and the next window goes on from there)
+#: characters per budgeted token the tokenizer sees at a time (English word pieces average ~4-5)
 WINDOW_CHARS_PER_TOKEN = 12
 
 
@@ -39,12 +33,8 @@ class LimitCounts:
 
 
 def _starts(tokenizer: Any, text: str) -> list[int]:
-    """Start character of every token of ``text`` (no special tokens).
-
-    A fast tokenizer's own backend is called directly: the same offsets, without the
-    transformers wrapper's "longer than the maximum sequence length" warning (the windows
-    here are longer than the model's on purpose, and never reach the model).
-    """
+    """Start character of every token of ``text`` (no special tokens); a fast tokenizer's backend is
+    called directly, without the wrapper's "longer than the maximum sequence length" warning."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         return [start for start, _end in backend.encode(text, add_special_tokens=False).offsets]
@@ -53,9 +43,7 @@ def _starts(tokenizer: Any, text: str) -> list[int]:
 
 
 def _word_end(seg: str, cut: int) -> int:
-    """``cut`` moved back to the last whitespace before it, so a word is not cut into pieces
-    (a prefix that ends at whitespace has a prefix of the tokens, so the budget still holds);
-    kept where no whitespace lies in the second half of the piece."""
+    """``cut`` moved back to the last whitespace in the second half of ``seg``, so no word is cut."""
     space = max(seg.rfind(" ", 0, cut), seg.rfind("\n", 0, cut))
     return space if space > cut // 2 else cut
 

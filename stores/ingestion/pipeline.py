@@ -1,8 +1,5 @@
-"""Batched, idempotent, resumable ingestion of corpus/benchmark files into a store.
-
-Each batch asks the store which ids it already holds, embeds only the new passages
-and upserts them. A run killed half-way therefore resumes where it stopped on the
-next run, and running twice adds nothing.
+"""Batched, idempotent, resumable ingestion of corpus/benchmark files into a store: each batch
+embeds and upserts only the ids the store lacks, so a killed run resumes and a second adds nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +14,12 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from parallelsearch.stores.ingestion.jsonfiles import SkipReport
-from parallelsearch.stores.ingestion.passage_limit import DEFAULT_MAX_TOKENS, PassageLimit, tokenizer_of
+from parallelsearch.stores.ingestion.passage_limit import (
+    DEFAULT_MAX_TOKENS,
+    LimitCounts,
+    PassageLimit,
+    tokenizer_of,
+)
 from parallelsearch.stores.ingestion.readers import read_passages
 from parallelsearch.stores.passages import Passage
 
@@ -26,16 +28,13 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class IngestReport:
+class IngestReport(LimitCounts):
     added: int = 0
     already_present: int = 0
     duplicates_in_input: int = 0
     skipped: SkipReport = field(default_factory=SkipReport)
     seconds: float = 0.0
     encode_seconds: float = 0.0
-    truncated: int = 0  # over-long passages cut to the token budget (stores/ingestion/passage_limit.py)
-    split: int = 0  # over-long passages split into pieces
-    pieces: int = 0  # the passages those became
 
     @property
     def passages_per_s(self) -> float:
@@ -87,17 +86,12 @@ def ingest(
 ) -> IngestReport:
     """Add every passage of ``paths`` (or of ``passages``) that ``store`` lacks.
 
-    Passages are read ahead in chunks of ``chunk_size``; each chunk's new passages are encoded in
-    ONE encoder call (``batch_size`` per forward pass), because sentence-transformers sorts a
-    call's texts by length, and short calls of unsorted text pad far more (docs/performance.md,
-    "Figures behind the code's choices"). Each chunk is committed before the next is read, so a
-    killed run loses at most one chunk.
-
-    Passages over ``max_passage_tokens`` tokens are split or truncated (``long_passages``;
-    None = no limit). ``encoder``: what encodes the passages instead of the store's embedder
-    (a :class:`~parallelsearch.stores.encoding.passage_pool.PassagePool` on several processes or GPUs).
-    ``rows=(start, stop)``: only passages ``start`` to ``stop - 1`` (0-based, in reading order, before
-    over-long ones are split; stop None = to the end), so N processes can each build one shard.
+    Each chunk of ``chunk_size`` passages is encoded in ONE encoder call, because
+    sentence-transformers sorts a call's texts by length (docs/performance.md, "Figures behind the
+    code's choices"), and committed before the next is read. Passages over ``max_passage_tokens``
+    are split or truncated (``long_passages``). ``encoder``: instead of the store's embedder (a
+    :class:`~.passage_pool.PassagePool`). ``rows=(start, stop)``: only those passages (0-based,
+    before splitting; stop None = to the end), so N processes can each build one shard.
     """
     if batch_size < 1 or chunk_size < 1:
         raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size} and {chunk_size}")
@@ -112,9 +106,9 @@ def ingest(
         if start < 0 or (stop is not None and stop < start):
             raise ValueError(f"rows {start}:{'' if stop is None else stop} is not a range of passages")
         source = itertools.islice(source, start, stop)
-    limit = None
     if max_passage_tokens is not None:
         limit = PassageLimit(tokenizer_of(store.embedder), max_passage_tokens, long_passages)  # type: ignore[arg-type]
+        limit.counts = report  # what it cuts is counted in the report
         source = limit.apply(source)
     encode = (encoder or store.embedder).encode_passages
     start = time.perf_counter()
@@ -133,11 +127,5 @@ def ingest(
             bar.update(len(batch))
     finally:
         bar.close()
-        if limit is not None:
-            report.truncated, report.split, report.pieces = (
-                limit.counts.truncated,
-                limit.counts.split,
-                limit.counts.pieces,
-            )
     report.seconds = time.perf_counter() - start
     return report

@@ -1,15 +1,7 @@
 """Corpus readers: every supported file format in, :class:`Passage` records out.
 
-Supported record shapes (detected per record, so mixed folders work):
-
-* Search-R1 / FlashRAG corpus: ``{"id", "contents": "\\"Title\\"\\ntext"}``
-* plain corpus: ``{"id", "title", "text"}``
-* HotpotQA / 2WikiMultihopQA original: ``context = [[title, [sentence, ...]], ...]``
-* HotpotQA HF rows: ``context = {"title": [...], "sentences": [[...], ...]}``
-* FlashRAG benchmark rows: the same under ``metadata.context`` (2Wiki uses ``content``)
-* MuSiQue original: ``paragraphs = [{"title", "paragraph_text"}, ...]``; FlashRAG MuSiQue keeps
-  the gold paragraphs under ``metadata.question_decomposition[*].support_paragraph``
-* MultiHop-RAG ground truth: ``evidence_list = [{"title", "fact"}, ...]``
+Record shapes are detected per record, so mixed folders work; :data:`SUPPORTED` names them and
+docs/architecture.md ("Bad input", record shapes) gives the fields of each.
 """
 
 from __future__ import annotations
@@ -17,8 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from parallelsearch.stores.errors import BadInputError
-from parallelsearch.stores.ingestion.jsonfiles import SkipReport, expand_paths, iter_json_records
+from parallelsearch.stores.ingestion.jsonfiles import (
+    SkipReport,
+    expand_paths,
+    iter_json_records,
+    skip_or_raise,
+)
 from parallelsearch.stores.passages import Passage, split_contents
 from parallelsearch.stores.text import scrub_text
 
@@ -124,19 +120,11 @@ def read_passages(
                 pairs = passage_pairs(rec)
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 reason = f"missing field {e}" if isinstance(e, KeyError) else str(e)
-                err = BadInputError(str(path), line, reason)
-                if not skip_bad:
-                    raise err from e
-                if report is not None:
-                    report.add(err)
+                skip_or_raise(path, line, reason, skip_bad, report)
                 continue
             for title, text in pairs:
                 if not (title or "").strip() and not (text or "").strip():
-                    err = BadInputError(str(path), line, "empty passage (no title, no text)")
-                    if not skip_bad:
-                        raise err
-                    if report is not None:
-                        report.add(err)
+                    skip_or_raise(path, line, "empty passage (no title, no text)", skip_bad, report)
                     continue
                 title, n_title = scrub_text(title or "")
                 text, n_text = scrub_text(text or "")

@@ -1,17 +1,9 @@
 """Precomputed passage vectors read in row ranges, never whole: ``.npy``, ``.npz``, FAISS flat indexes.
 
-A published index (wiki-18's e5 FAISS index is 21M x 768 floats, 64 GB) must not be loaded
-into memory to be copied into a store. Each reader here hands out rows ``[start, stop)`` as a
-float32 array, so ingestion holds one chunk at a time:
-
-* ``.npy``: a read-only memory map (``np.load(mmap_mode="r")``).
-* ``.npz``: the member array is read as a stream from the zip (compressed or not), after its
-  ``.npy`` header; a member is picked by ``key`` when the archive holds several.
-* FAISS: ``faiss.read_index`` with ``IO_FLAG_MMAP`` (the vectors stay on disk) and
-  ``reconstruct_n`` per chunk. Only flat indexes (``IndexFlat*``, whose codes are the
-  vectors) are accepted; faiss is an optional extra (``pip install parallelsearch[faiss]``),
-  imported only here.
-
+A published index (wiki-18's e5 FAISS index is 64 GB) must not be loaded into memory to be
+copied into a store: each reader hands out rows ``[start, stop)`` as float32, from a memory map
+(``.npy``), a stream after the member's ``.npy`` header (``.npz``), or ``reconstruct_n`` on an
+``IO_FLAG_MMAP`` index (FAISS, flat indexes only, the optional ``parallelsearch[faiss]`` extra).
 Every error names the file.
 """
 
@@ -159,8 +151,6 @@ class FaissFlatVectors:
                 "export them with reconstruct_n to a .npy file",
             )
         self._index = index
-        self.kind = kind
-        self.metric = "ip" if index.metric_type == faiss.METRIC_INNER_PRODUCT else "l2"
         self.count, self.dimension = int(index.ntotal), int(index.d)
 
     def rows(self, start: int, stop: int) -> np.ndarray:

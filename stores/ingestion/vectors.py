@@ -1,21 +1,14 @@
-"""Ingestion from precomputed vectors: a corpus jsonl plus its vectors, streamed in bounded memory.
+"""Ingestion from precomputed vectors (re-embedding wiki-18 is days on CPU): a corpus jsonl plus its
+vectors, line i (blank lines aside) being row i, streamed a chunk at a time in bounded memory.
 
-Re-embedding wiki-18 (21M passages) is days on CPU; its published index already holds the
-vectors. Line i of the corpus (blank lines aside) is row i of the vectors. Both are read a
-chunk at a time (``stores/ingestion/vector_files.py`` for the vectors; the corpus line by line), so
-memory stays at one chunk whatever the size.
-
-Like text ingestion (``stores/ingestion/pipeline.py``), each chunk asks the store which ids it holds and
-upserts only the rest, so a killed run resumes and a second run adds nothing. The store
-records the embedding model name the vectors were made with (and their dimension), so the
-query encoder that opens it later must be that model (``ModelMismatchError`` otherwise).
-
-Ids: a record's ``id`` when it has one (the Search-R1/FlashRAG corpus has them), else the
-content hash text ingestion uses.
+Like text ingestion, each chunk upserts only the ids the store lacks, so a killed run resumes. The
+store records the vectors' model, which the query encoder must then match. Ids: a record's ``id``
+when it has one, else the content hash text ingestion uses.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -26,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm.auto import tqdm
 
-from parallelsearch.stores.errors import BadInputError
+from parallelsearch.stores.errors import BadInputError, at_least
 from parallelsearch.stores.ingestion.pipeline import IngestReport
 from parallelsearch.stores.ingestion.readers import passage_pairs
 from parallelsearch.stores.ingestion.vector_files import VectorFile, open_vectors
@@ -40,9 +33,8 @@ DEFAULT_CHUNK = 5000
 
 
 class RecordedModel:
-    """Stands in for the embedder when the vectors come precomputed: the model's name and
-    dimension, recorded in the store, and no weights (wiki-18's e5 need not be installed to
-    build its store). Encoding with it is an error that says so."""
+    """Stands in for the embedder when the vectors come precomputed: the model's name and dimension
+    for the store to record, and no weights; encoding with it is an error that says so."""
 
     def __init__(self, model_name: str, dimension: int) -> None:
         self.model_name = model_name
@@ -68,29 +60,12 @@ class VectorIngestReport(IngestReport):
         return {**super().to_dict(), "vectors_file": self.vectors_file, "rows": self.rows}
 
 
-def _is_blank(raw: bytes) -> bool:
-    return not raw.strip()
-
-
-def count_corpus_lines(path: Path) -> int:
-    """Non-blank lines of a jsonl file, read in blocks (one pass, bounded memory)."""
-    n = 0
-    with path.open("rb") as f:
-        for raw in f:
-            if not _is_blank(raw):
-                n += 1
-    return n
-
-
 def iter_corpus(path: Path) -> Iterator[tuple[int, Passage | BadInputError]]:
-    """``(line, passage)`` per non-blank line; a record that is not one passage yields its error.
-
-    An error is yielded, not raised, so the caller decides whether to stop or to skip the line
-    together with its vector row (the rows must stay aligned).
-    """
+    """``(line, passage)`` per non-blank line; a record that is not one passage yields its error, so
+    the caller can skip it together with its vector row (the rows must stay aligned)."""
     with path.open("rb") as f:
         for lineno, raw in enumerate(f, 1):
-            if _is_blank(raw):
+            if not raw.strip():
                 continue
             try:
                 rec = json.loads(raw)
@@ -115,7 +90,8 @@ def iter_corpus(path: Path) -> Iterator[tuple[int, Passage | BadInputError]]:
 
 def check_count(corpus: Path, vectors: VectorFile) -> int:
     """One vector per corpus passage, or an error naming both files; returns the count."""
-    lines = count_corpus_lines(Path(corpus))
+    with Path(corpus).open("rb") as f:
+        lines = sum(1 for raw in f if raw.strip())
     if lines != vectors.count:
         raise BadInputError(
             str(vectors.path),
@@ -158,8 +134,7 @@ def ingest_vectors(
     ``rows``: only passages ``[start, stop)`` (0-based, blank lines not counted; stop None = to
     the end): one shard of a corpus too large for one store (docs/scaling.md).
     """
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    at_least("chunk_size", chunk_size)
     corpus = Path(corpus)
     if not corpus.is_file():
         raise BadInputError(str(corpus), None, "no such file")
@@ -180,21 +155,10 @@ def ingest_vectors(
             total=last - first, desc=f"indexing vectors into {store.name}", unit="vec", disable=not progress
         )
         try:
-            row = first
-            chunk: list[tuple[int, Passage | BadInputError]] = []
-            for r, item in enumerate(iter_corpus(corpus)):
-                if r < first:
-                    continue
-                if r >= last:
-                    break
-                chunk.append(item)
-                if len(chunk) >= chunk_size:
-                    _commit(store, vf, row, chunk, report, skip_bad)
-                    row += len(chunk)
-                    bar.update(len(chunk))
-                    chunk = []
-            if chunk:
+            row, items = first, itertools.islice(iter_corpus(corpus), first, last)
+            while chunk := list(itertools.islice(items, chunk_size)):
                 _commit(store, vf, row, chunk, report, skip_bad)
+                row += len(chunk)
                 bar.update(len(chunk))
         finally:
             bar.close()
