@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
+from parallelsearch.stores.errors import check_choice
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.text import scrub_text
 
@@ -79,9 +80,7 @@ TEXT_PROTOCOLS: tuple[str, ...] = get_args(Protocol)
 
 def check_protocol(protocol: object, where: str = "") -> Protocol:
     """``protocol`` if it is one of :data:`Protocol`, else a ValueError naming it (``where``: whose) and the choices."""
-    if protocol not in TEXT_PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}{where}; choose one of {', '.join(TEXT_PROTOCOLS)}")
-    return protocol  # type: ignore[return-value]
+    return check_choice(protocol, TEXT_PROTOCOLS, "protocol", where)
 
 
 SEARCH_TOOL_NAME = "search"
@@ -511,8 +510,7 @@ def format_observation(
 ) -> str:
     """ONE ``<information>`` block for a search round, sub-queries in order; a failed one shows a
     notice, a dependent one what it was searched as. ``max_words``: a whitespace token cap."""
-    if titles not in TITLE_STYLES:
-        raise ValueError(f"unknown title style {titles!r}; choose one of {', '.join(TITLE_STYLES)}")
+    check_choice(titles, TITLE_STYLES, "title style")
     parts = []
     for i, res in enumerate(results):
         err = errors[i] if i < len(errors) else None

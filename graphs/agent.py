@@ -27,6 +27,7 @@ from parallelsearch.graphs.builders import (
 )
 from parallelsearch.graphs.config import GraphConfig, GraphOptions
 from parallelsearch.stores.config import RetrievalConfig
+from parallelsearch.stores.errors import check_choice
 
 
 def _store_name(given: Any) -> bool:
@@ -110,8 +111,7 @@ def create_parallel_search_agent(
 
     Example: README.md, "A chat model and your searcher".
     """
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+    check_choice(protocol, PROTOCOLS, "protocol")
     check_graph_kind(graph, ("parallel", "sequential"))
     build = build_parallel_search_graph if graph == "parallel" else build_sequential_graph
     opts: dict[str, Any] = {**options, "protocol": protocol}

@@ -26,6 +26,7 @@ from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
 from parallelsearch.graphs.nodes import Nodes
 from parallelsearch.graphs.state import GraphInput, GraphOutput, SearchState
 from parallelsearch.graphs.sync_bridge import sync_node
+from parallelsearch.stores.errors import check_choice
 
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
@@ -45,9 +46,7 @@ SearchGraph: TypeAlias = CompiledStateGraph[SearchState, GraphContext, GraphInpu
 
 def check_graph_kind(kind: str, allowed: tuple[str, ...] = GRAPH_KINDS) -> str:
     """``kind`` if it is one of ``allowed``; else a ValueError that lists them (the one check)."""
-    if kind not in allowed:
-        raise ValueError(f"unknown graph {kind!r}; choose one of {', '.join(allowed)}")
-    return kind
+    return check_choice(kind, allowed, "graph")
 
 
 def _resolver_option(options: dict[str, Any]) -> Any:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
 
+from parallelsearch.stores.errors import check_choice
+
 #: what ``open_checkpointer`` accepts (the settings' ``server_checkpointer``)
 CheckpointerKind = Literal["none", "memory", "sqlite", "postgres"]
 CHECKPOINTERS: tuple[str, ...] = get_args(CheckpointerKind)
@@ -44,8 +46,7 @@ async def open_checkpointer(
     pool: several server processes share one set of threads). The tables are created on entry, so a
     bad target fails at start-up, within ``timeout_s``, naming it (a URL's password redacted).
     """
-    if kind not in CHECKPOINTERS:
-        raise ValueError(f"unknown checkpointer {kind!r}; choose one of {', '.join(CHECKPOINTERS)}")
+    check_choice(kind, CHECKPOINTERS, "checkpointer")
     if kind == "none":
         yield None
     elif kind == "memory":

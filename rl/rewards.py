@@ -30,6 +30,7 @@ from parallelsearch.agents.protocol import (
 )
 from parallelsearch.agents.subquery_plan import plan_search, written_pieces
 from parallelsearch.data.metrics import exact_match
+from parallelsearch.stores.errors import check_choice
 
 RewardMode = Literal["paper", "official", "dag"]
 #: the reward modes, derived from :data:`RewardMode` (configs type their field with it)
@@ -199,9 +200,7 @@ def check_reward_weights(mode: str, weights: dict[str, float]) -> dict[str, floa
 
 def check_reward_mode(mode: str) -> str:
     """``mode`` if it is a reward mode; else a ValueError listing them (the one check)."""
-    if mode not in MODES:
-        raise ValueError(f"unknown reward mode {mode!r}; choose one of {', '.join(MODES)}")
-    return mode
+    return check_choice(mode, MODES, "reward mode")
 
 
 def score_trajectory(

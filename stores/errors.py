@@ -49,6 +49,14 @@ def at_least(what: str, value: float | None, floor: float = 1) -> None:
         raise ValueError(f"{what} must be >= {floor}, got {value}")
 
 
+def check_choice(value: Any, choices: Iterable[str], what: str, where: str = "") -> Any:
+    """``value`` if it is one of ``choices``; else a ValueError naming ``what`` (``where``: whose) and them."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(f"unknown {what} {value!r}{where}; choose one of {', '.join(choices)}")
+    return value
+
+
 def checked_name(value: Any, rule: re.Pattern[str], invalid: str) -> str:
     """``value`` when it is a string that ``rule`` matches; else a ValueError, ``invalid`` formatted
     with ``value`` (it says what a good name looks like)."""

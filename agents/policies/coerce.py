@@ -10,6 +10,7 @@ from parallelsearch.agents.policies.base import Policy
 from parallelsearch.agents.policies.chat import ChatModelPolicy, supports_tools
 from parallelsearch.agents.policies.spec import POLICY_KINDS, SPEC_HELP, policy_from_spec
 from parallelsearch.agents.protocol import Protocol
+from parallelsearch.stores.errors import check_choice
 
 ProtocolChoice = Literal["auto", Protocol]
 PROTOCOLS: tuple[str, ...] = get_args(ProtocolChoice)
@@ -40,8 +41,7 @@ def _speaking(pol: ChatModelPolicy, protocol: ProtocolChoice) -> ChatModelPolicy
 def as_policy(obj: Any, protocol: ProtocolChoice = "tags", **spec_kwargs: Any) -> Any:
     """``obj`` as a policy speaking ``protocol`` (``auto``: tools for a chat model with
     ``bind_tools``), or a TypeError naming what was passed; ``spec_kwargs`` reach :func:`policy_from_spec`."""
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+    check_choice(protocol, PROTOCOLS, "protocol")
     if isinstance(obj, str):  # a spec of ours, else an init_chat_model string
         ours = obj.strip().partition(":")[0] in POLICY_KINDS or ":" not in obj
         obj = policy_from_spec(obj, **spec_kwargs) if ours else ChatModelPolicy(obj)

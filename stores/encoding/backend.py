@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from parallelsearch.stores.errors import UnavailableError
+from parallelsearch.stores.errors import UnavailableError, check_choice
 
 #: an engine that computes embeddings (the name a store records)
 Engine = Literal["torch", "onnx", "onnx-int8"]
@@ -62,8 +62,7 @@ def choose_backend(setting: str, recorded: str | None = None, device: str | None
         raise ValueError(
             f"it records encoder backend {recorded!r}, which this version does not know ({', '.join(BACKENDS)})"
         )
-    if setting not in ("auto", *BACKENDS):
-        raise ValueError(f"unknown encoder backend {setting!r}; choose one of auto, {', '.join(BACKENDS)}")
+    check_choice(setting, ("auto", *BACKENDS), "encoder backend")
     if setting != "auto":
         engine = setting
     elif recorded is not None and embedding_family(recorded) == "int8":

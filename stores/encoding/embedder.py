@@ -27,7 +27,7 @@ from parallelsearch.stores.encoding.onnx_engine import (
     pipeline_problem,
 )
 from parallelsearch.stores.encoding.threads import EncoderThreads, usable_cores
-from parallelsearch.stores.errors import at_least
+from parallelsearch.stores.errors import at_least, check_choice
 
 if TYPE_CHECKING:
     from parallelsearch.stores.config import RetrievalConfig
@@ -69,8 +69,7 @@ class Embedder:
         workers: int | None = None,
         threads: int | None = None,
     ) -> None:
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown encoder backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        check_choice(backend, BACKENDS, "encoder backend")
         at_least("encoder threads", threads)
         self.model_name = model
         self.query_prefix = query_prefix
