@@ -30,16 +30,16 @@ from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.errors import check_choice
 
 
-def _store_name(given: Any) -> bool:
+def _is_store_name(given: Any) -> bool:
     return isinstance(given, str) and not given.startswith(("http://", "https://"))
 
 
 def _searcher(searchers: Any, retrieval: RetrievalConfig | None) -> Any:
     """Store names -> the factory's searcher (several: routed by ``name: query``); a list of
     searchers -> routing by their ``name``; anything else -> ``as_searcher``."""
-    names = [searchers] if _store_name(searchers) else None
+    names = [searchers] if _is_store_name(searchers) else None
     if isinstance(searchers, Sequence) and not isinstance(searchers, str) and searchers:
-        if all(_store_name(s) for s in searchers):
+        if all(_is_store_name(s) for s in searchers):
             names = list(searchers)
         else:
             routed: dict[str, Any] = {}

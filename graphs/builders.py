@@ -8,10 +8,9 @@ keywords or ``config=``, and some may change per request (docs/architecture.md, 
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any, Literal, ParamSpec, TypeAlias, get_args
+from typing import Any, Literal, TypeAlias, get_args
 
 from langchain_core.language_models import BaseChatModel
 from langgraph._internal._runnable import RunnableCallable
@@ -29,7 +28,6 @@ from parallelsearch.graphs.sync_bridge import sync_node
 from parallelsearch.stores.errors import check_choice
 
 log = logging.getLogger(__name__)
-P = ParamSpec("P")
 
 #: what a builder takes as its planner: a policy, a LangChain chat model or a spec string
 Planner: TypeAlias = Policy | BaseChatModel | str
@@ -203,33 +201,35 @@ def build_parallel_search_graph(
     return _search_loop("parallel", policy, searcher, answer_policy, checkpointer, config, options)
 
 
-def _searching_builder(kind: str, doc: str, like: Callable[P, SearchGraph]) -> Callable[P, SearchGraph]:
-    """The public builder of searching ``kind``, with ``like``'s signature (typed, and as ``inspect``
-    and ``help`` show it): the searching kinds' arguments are declared once."""
-
-    @functools.wraps(like)
-    def build(*args: P.args, **kwargs: P.kwargs) -> SearchGraph:
-        return build_graph(kind, *args, **kwargs)
-
-    build.__name__ = build.__qualname__ = f"build_{kind}_graph"
-    build.__doc__ = doc
-    return build
-
-
-build_dag_graph = _searching_builder(
-    "dag",
+def build_dag_graph(
+    policy: Planner,
+    searcher: Any,
+    *,
+    answer_policy: Planner | None = None,
+    checkpointer: Any = None,
+    config: GraphConfig | None = None,
+    **options: Unpack[GraphOptions],
+) -> SearchGraph:
     """Dependent sub-queries in one turn: the ParallelSearch graph, prompted to plan with ``#k``.
 
     The same nodes and edges as :func:`build_parallel_search_graph`; what differs is what the
     policy is told: the ``dag`` prompt (unless a prompt is given) and that ``#k`` references are
-    welcome (``TurnRequest.references``). The resolver is the configured one (default ``passage``).""",
-    build_parallel_search_graph,
-)
-build_sequential_graph = _searching_builder(
-    "sequential",
-    """Search-R1 baseline: its prompt (unless one is given), one query per search (``##`` is not split).""",
-    build_parallel_search_graph,
-)
+    welcome (``TurnRequest.references``). The resolver is the configured one (default ``passage``).
+    """
+    return _search_loop("dag", policy, searcher, answer_policy, checkpointer, config, options)
+
+
+def build_sequential_graph(
+    policy: Planner,
+    searcher: Any,
+    *,
+    answer_policy: Planner | None = None,
+    checkpointer: Any = None,
+    config: GraphConfig | None = None,
+    **options: Unpack[GraphOptions],
+) -> SearchGraph:
+    """Search-R1 baseline: its prompt (unless one is given), one query per search (``##`` is not split)."""
+    return _search_loop("sequential", policy, searcher, answer_policy, checkpointer, config, options)
 
 
 def build_rag_graph(

@@ -176,7 +176,8 @@ class GraphOptions(_RequestKnobs, total=False):
 @with_config(ConfigDict(extra="allow"))
 class GraphContext(_RequestKnobs, total=False):
     """What one request may change, as ``config={"configurable": {"top_k": 5}}`` or LangGraph's
-    runtime ``context={"top_k": 5}``; with :class:`GraphConfig`'s types, so the bounds are the same."""
+    runtime ``context={"top_k": 5}``; with :class:`GraphConfig`'s types, so the bounds are the same.
+    Other ``configurable`` keys (``thread_id``, ...) pass through untouched."""
 
     resolver: Resolver
 

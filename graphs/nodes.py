@@ -368,9 +368,10 @@ class Nodes:
         if not self.cfg.max_concurrency:
             return None
         # one per event loop: a semaphore belongs to the loop it is first awaited on
-        return self._sems.setdefault(
-            id(asyncio.get_running_loop()), asyncio.Semaphore(self.cfg.max_concurrency)
-        )
+        loop = id(asyncio.get_running_loop())
+        if loop not in self._sems:
+            self._sems[loop] = asyncio.Semaphore(self.cfg.max_concurrency)
+        return self._sems[loop]
 
     async def search(self, task: SearchTask, config: RunnableConfig, runtime: Runtime) -> dict[str, Any]:
         t0 = time.perf_counter()

@@ -142,12 +142,13 @@ def thread_config_modifier(keeps_threads: bool) -> Callable[[dict[str, Any], Any
 
     def modify(config: dict[str, Any], request: Any) -> dict[str, Any]:
         tid = thread_id_of(config)
-        if tid is not None and not keeps_threads:
+        if tid is None:
+            return config
+        if not keeps_threads:
             raise HTTPException(
                 400, "this server keeps no threads (server_checkpointer=none); send no thread_id"
             )
-        if tid is not None:
-            _check_or_422(tid)
+        _check_or_422(tid)
         return config
 
     return modify

@@ -38,15 +38,23 @@ class AgentExecutor(AgentExecutorBase):
             config=cfg.graph_config,
         )
 
-    async def execute(self, *sample: Any, images: Any = None, **named: Any) -> dict[str, Any]:
-        """OpenRLHF's ``execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine,
-        images=None)``, forwarded to :func:`execute_episode` with the agent config's knobs."""
+    async def execute(
+        self,
+        prompt: str,
+        label: Any,
+        sampling_params: Any,
+        max_length: int,
+        hf_tokenizer: Any,
+        llm_engine: Any,
+        images: Any = None,
+    ) -> dict[str, Any]:
+        """OpenRLHF's per-sample call, as one episode of :func:`execute_episode` with the config's knobs."""
         if images:
             raise ValueError("the ParallelSearch agent is text-only; this sample carries images")
+        sample = (prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
         return await execute_episode(
             self.env_graph,
             *sample,
-            **named,
             max_new_tokens_per_turn=self.config.graph_config.max_new_tokens,
             constrained=self.config.constrained,
             think_chars=self.config.constrained_think_chars,

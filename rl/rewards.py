@@ -346,38 +346,18 @@ def _tool_facts(text: str, prompt: str | None) -> tuple[list[int], str | None, b
     return sizes, answer, True, "valid"
 
 
-def _breakdown(
-    mode: str,
-    parts: tuple[float, float, float, float],
-    qclass: str,
-    answer: str | None,
-    correct: bool,
-    searches: int,
-    sizes: list[int],
-    decomposed: bool,
-    valid: bool,
-    reason: str,
-    w: dict[str, float],
-) -> RewardBreakdown:
-    """The breakdown of ``parts`` (outcome, decomposition, search count, format): the total is
-    their sum in that order, which the parity tests pin to the float."""
+def _breakdown(parts: tuple[float, float, float, float], **facts: Any) -> RewardBreakdown:
+    """The breakdown of ``parts`` (outcome, decomposition, search count, format) and the named
+    ``facts``: the total is the parts' sum in that order, which the parity tests pin to the float."""
     outcome, decomposition, search_count, fmt = parts
+    total = outcome + decomposition + search_count + fmt
     return RewardBreakdown(
-        total=outcome + decomposition + search_count + fmt,
+        total=total,
         outcome=outcome,
         decomposition=decomposition,
         search_count=search_count,
         format=fmt,
-        mode=mode,
-        question_class=qclass,
-        answer=answer,
-        correct=correct,
-        searches=searches,
-        subqueries_per_search=sizes,
-        decomposed=decomposed,
-        format_valid=valid,
-        format_reason=reason,
-        weights=w,
+        **facts,
     )
 
 
@@ -410,7 +390,19 @@ def _paper(
     else:
         fmt = 0.0
     parts = (outcome, decomposition, search_count, fmt)
-    return _breakdown("paper", parts, qclass, answer, correct, n, sizes, decomposed, valid, reason, w)
+    return _breakdown(
+        parts,
+        mode="paper",
+        question_class=qclass,
+        answer=answer,
+        correct=correct,
+        searches=n,
+        subqueries_per_search=sizes,
+        decomposed=decomposed,
+        format_valid=valid,
+        format_reason=reason,
+        weights=w,
+    )
 
 
 def hop_depth(label: dict[str, Any]) -> tuple[int, int]:
@@ -496,4 +488,16 @@ def _official(text: str, lab: dict[str, Any], w: dict[str, float]) -> RewardBrea
     qclass = {1: "parallel", -1: "single", 0: "sequential"}[is_comp]
     sizes = [len(split_subqueries(x.group(1))[0]) for x in found[2:]]
     parts = (outcome, decomposition, search_count, fmt)
-    return _breakdown("official", parts, qclass, answer, correct, count, sizes, detect > 0, valid, reason, w)
+    return _breakdown(
+        parts,
+        mode="official",
+        question_class=qclass,
+        answer=answer,
+        correct=correct,
+        searches=count,
+        subqueries_per_search=sizes,
+        decomposed=detect > 0,
+        format_valid=valid,
+        format_reason=reason,
+        weights=w,
+    )

@@ -53,7 +53,7 @@ class BatchCoalescer(Generic[Q, R]):
     ):
         at_least("max_batch", max_batch)
         at_least("window_s", window_s, 0)
-        at_least("max_in_flight", max_in_flight)
+        at_least("max_in_flight", max_in_flight, none_ok=True)
         self._batch_fn = batch_fn
         self._window_s = window_s
         self._max_batch = max_batch

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import numbers
 import re
 import typing
 from collections.abc import Iterable
@@ -43,10 +44,13 @@ class StoreNotFoundError(ParallelSearchError, LookupError):
     """A named store does not exist at the configured location."""
 
 
-def at_least(what: str, value: float | None, floor: float = 1) -> None:
-    """A ValueError naming ``what`` unless ``value`` is None or at least ``floor``."""
-    if value is not None and value < floor:
-        raise ValueError(f"{what} must be >= {floor}, got {value}")
+def at_least(what: str, value: float | None, floor: float = 1, *, none_ok: bool = False) -> None:
+    """A ValueError naming ``what`` unless ``value`` is at least ``floor`` (or None, where ``none_ok``:
+    the parameter's default means "choose for me")."""
+    if value is None and none_ok:
+        return
+    if not isinstance(value, numbers.Real) or value < floor:
+        raise ValueError(f"{what} must be >= {floor}{' or None' if none_ok else ''}, got {value!r}")
 
 
 def check_choice(value: Any, choices: Iterable[str], what: str, where: str = "") -> Any:

@@ -98,8 +98,8 @@ class StoreWriteLock:
                 time.sleep(POLL_S)
             f.seek(0)
             f.truncate()
-            me = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv)[:300]}
-            f.write(json.dumps({**me, "since": time.time()}))
+            holder = {"pid": os.getpid(), "host": socket.gethostname(), "command": " ".join(sys.argv)[:300]}
+            f.write(json.dumps({**holder, "since": time.time()}))
             f.flush()
         except BaseException:
             f.close()

