@@ -102,12 +102,8 @@ def torch_has_cuda() -> bool:
 
 
 def run_official_on_cpu(script: str, argv: list[str]) -> None:
-    """Child: the checkout's ``retrieval_server.py`` on a machine without CUDA.
-
-    Its encoder calls ``.cuda()`` on the model and on every batch and switches the model to
-    fp16 unconditionally. Here ``.cuda()`` returns the tensor or module unchanged,
-    ``torch.cuda.empty_cache()`` does nothing and ``.half()`` keeps fp32 (FAISS flat, fp32: the
-    official column); the script itself runs unmodified from the checkout."""
+    """Child: the checkout's ``retrieval_server.py``, unmodified, on a machine without CUDA: its
+    unconditional ``.cuda()``, ``empty_cache()`` and ``.half()`` (fp16) become no-ops (fp32)."""
     import runpy
 
     import torch

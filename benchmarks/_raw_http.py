@@ -1,13 +1,9 @@
 """A lean HTTP/1.1 keep-alive client for load tests: a few bytes written, one body read.
 
-Why: on the 2-core benchmark machine the clients share the cores with the server they
-measure. httpx's ``AsyncClient`` spends 0.9-1.7 ms of CPU per ``/retrieve`` request (its
-request models, header handling and pools), which is 10-20% of the server's own cost per
-query and comes straight out of the server's throughput. This client, like ``wrk`` or
-``hey``, writes the request bytes on one connection per client and reads the response by
-its ``Content-Length``: about 0.1 ms per request. It speaks only what the servers under
-test send (a ``Content-Length`` body, keep-alive); anything else is an error naming what
-came back, and every read and write has a timeout.
+On the benchmark machine the clients share the cores with the server they measure, and httpx's
+``AsyncClient`` costs several times this client's CPU per request (docs/performance.md). Like
+``wrk`` or ``hey``, it writes the request on one connection per client and reads the body by its
+``Content-Length``; anything else is an error naming what came back, and every I/O has a timeout.
 """
 
 from __future__ import annotations

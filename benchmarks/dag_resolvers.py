@@ -1,29 +1,11 @@
 """Per-hop recall@3 of dependent sub-queries (``seat of #1``) under each way of resolving ``#k``.
 
 Goal: the ``passage`` resolver (no model call) reaches >= 0.9x the ``gold`` resolver's recall
-on dependent hops. Data: MuSiQue (AdelWang_MIGRES, 200 questions: 2hop, 3hop1, 4hop1 chains and
-branching 3hop2/4hop2/4hop3) and 2WikiMultihopQA (hahahajw 500: the compositional, inference and
-bridge_comparison questions, whose evidence triples chain). Never the holdout files.
-
-Store: the union of each file's context paragraphs in a real embedded Chroma store with the
-MiniLM encoder (the README's "realistic offline corpus"). Each question is executed as the
-graph would run its one-turn plan: its hops (``metadata.hops``, sub-queries as the oracle
-writes them, ``#k`` kept) stage by stage, a dependent hop resolved from its parents' top-3
-passages as that method searched them, so a chain carries its own mistakes forward.
-
-Methods: ``gold`` (the gold intermediate answer), ``dropped`` (``#k`` removed), ``title`` (the
-parent's top passage title), ``text`` (``#k`` removed, the top passage's text appended),
-``spans-merged`` (the first 8 name-like spans of the top passage, each searched, hits merged by
-score), ``passage`` (the shipped :class:`PassageResolver`), ``passage-no-cue`` (it without the
-lead-in nudge), ``passage-no-title`` (it without the own-paragraph title signal) and ``ceiling`` (gold where the gold answer is among the passage resolver's
-candidates, else dropped: what picking the right candidate would give). Recall is
-deterministic, so the methods run one after another.
-
-With ``gold`` run, the floor of any passage-based resolver is printed too: a dependent hop
-can only be resolved from passages when every parent's gold answer occurs in the parent's
-top-1 (top-3) passages, so ``gold``'s hits on those hops alone bound what no model call can
-reach (an optimistic bound: the parents there are searched with the gold chain). Prints the
-tables and writes benchmarks/results/dag_resolvers.json.
+on dependent hops (MuSiQue and 2WikiMultihopQA, never the holdout). Each question's hops run
+stage by stage over a real Chroma store, a dependent hop resolved from its parents' top-3
+passages as that method searched them; with ``gold`` run, the floor of any passage-based
+resolver is printed too (:func:`passage_bound`). Methods and figures: docs/performance.md,
+"Resolving ``#k`` without a model".
 """
 
 from __future__ import annotations
@@ -35,7 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from _common import RAW, write
+from _common import RAW, print_table, write
 from tqdm import tqdm
 
 from parallelsearch.agents.resolvers import (
@@ -259,35 +241,29 @@ def run(args: argparse.Namespace) -> dict:
 def _print(dataset: str, figures: dict) -> None:
     methods_ = figures["methods"]
     gold = methods_.get("gold")
-    groups = sorted(next(iter(methods_.values()))["hops"], key=lambda g: (g != "all", g))
+    hops = next(iter(methods_.values()))["hops"]
+    groups = sorted(hops, key=lambda g: (g != "all", g))
+    bounds = figures.get("passage_bound", {})
     print(
         f"\n{dataset}: {figures['questions']} questions, {figures['paragraphs']} paragraphs; "
         f"a first hop's top passage is its parent's gold paragraph {figures['first_hop_parent_top1']:.3f}"
     )
     print("per-hop recall@3 of dependent hops (ratio to gold)")
-    print(
-        f"{'method':16s}"
-        + "".join(f"{g + ' (' + str(methods_[next(iter(methods_))]['hops'][g]) + ')':>22s}" for g in groups)
-    )
 
-    def row(label: str, hop_recall: dict[str, float]) -> None:
-        """One line of per-group recall, each with its ratio to gold's."""
-        cells = []
-        for g in groups:
-            r = hop_recall[g]
-            ratio = f" {r / gold['hop_recall'][g]:.2f}x" if gold and gold["hop_recall"][g] else ""
-            cells.append(f"{r:.3f}{ratio}")
-        print(f"{label:16s}" + "".join(f"{c:>22s}" for c in cells))
+    def cells(hop_recall: dict[str, float]) -> list[str]:
+        """Per-group recall, each with its ratio to gold's."""
+        gold_of = gold["hop_recall"] if gold else {}
+        return [
+            f"{hop_recall[g]:.3f}" + (f" {hop_recall[g] / gold_of[g]:.2f}x" if gold_of.get(g) else "")
+            for g in groups
+        ]
 
-    for name, m in methods_.items():
-        row(name, m["hop_recall"])
-    for depth, b in figures.get("passage_bound", {}).items():
-        row("bound " + depth, b["hop_recall"])
-        print(
-            f"{'':16s}(gold answer in the parents' {depth} passages: "
-            + ", ".join(f"{g} {b['answer_in_parents'][g]:.3f}" for g in groups)
-            + ")"
-        )
+    rows = [[name, *cells(m["hop_recall"])] for name, m in methods_.items()]
+    rows += [["bound " + depth, *cells(b["hop_recall"])] for depth, b in bounds.items()]
+    print_table(["method", *(f"{g} ({hops[g]})" for g in groups)], rows)
+    for depth, b in bounds.items():
+        shares = ", ".join(f"{g} {b['answer_in_parents'][g]:.3f}" for g in groups)
+        print(f"gold answer in the parents' {depth} passages: {shares}")
     print("whole-question gold-paragraph recall (ratio to gold)")
     for name, m in methods_.items():
         r = m["question_recall"]["all"]

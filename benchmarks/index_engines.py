@@ -1,12 +1,8 @@
 """``parallelsearch index`` with the default engine against ``--encoder-backend torch``.
 
-Why: ONNX fp32 is the engine ``auto`` runs on CPU (the same embeddings as torch).
-Queries are measured by ``retrieve_server.py``; this measures passage ingestion, which with
-ONNX is split over one encoder thread per core (``Embedder.encode_passages``), as a user runs
-it: the CLI in a fresh process per run, into a fresh store, engines alternating round by
-round so a slow patch of a shared machine hits both. Reports the CLI's own passages/s
-(encode + Chroma) and the whole command's wall time (model load included), and checks that
-both stores answer the same top-3 for 50 questions.
+The CLI in a fresh process per run into a fresh store, engines alternating round by round:
+the CLI's own passages/s and the whole command's wall time, and whether both stores answer the
+same top-3 for 50 questions. Queries are measured by ``retrieve_server.py``.
 
 Usage: ``python benchmarks/index_engines.py [--rounds 2] [--passages 1000]``.
 """

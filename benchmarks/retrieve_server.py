@@ -2,19 +2,13 @@
 request, against the bare encoder on the same queries, and (``--official PATH``) against the
 official ParallelSearch/Search-R1 retrieval server (:mod:`_official`).
 
-Real ``parallelsearch serve-retriever`` processes on 127.0.0.1 over a store of the context
-paragraphs of the 500 HotpotQA dev questions (not the holdout), queried with those questions
-by closed-loop clients (:mod:`_raw_http` by default), interleaved round by round in this one
-process: ``batched`` (the default server), ``unbatched`` (``--max-batch 0``), the other thread
-arrangement (:data:`OTHER_ARRANGEMENT`), a no-encoder server (the HTTP path alone) and,
-each in its own child process, the bare encoders at batch 1-64 (a server has one OpenMP team,
-so its reference must too). Every load also records the CPU the server and the clients spent
-per query; :mod:`_floors` turns the measured costs into the best any server could do here.
-What each variant and figure means, and the goals: docs/performance.md, "The ``/retrieve``
-server under concurrent load".
+Real ``serve-retriever`` processes over the 500 HotpotQA dev questions' paragraphs, closed-loop
+clients, every variant interleaved round by round; each bare encoder is timed in its own child
+process (a server has one OpenMP team, so its reference must too), and :mod:`_floors` turns the
+measured costs into the best any server could do here. Variants, figures and goals:
+docs/performance.md, "The ``/retrieve`` server under concurrent load".
 
 Usage: ``python benchmarks/retrieve_server.py [--rounds 3] [--backend torch|onnx] [--official PATH]``
-(no ``--backend``: the default engine, ``auto``; figures go to ``retrieve_server.json``).
 """
 
 from __future__ import annotations
@@ -34,11 +28,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from _common import HOTPOT, ROOT, fmt, percentile, plot_bars, write
+from _common import HOTPOT, ROOT, fmt, latency, plain_encoder, plot_bars, require, rounded, write
 from _floors import NO_ENCODER, floor_report
 from _official import OfficialServer, top_k_agreement
 from _raw_http import RawHttpConnection, RawHttpError
-from _server import ServerProcess
+from _server import BIN, ServerProcess, cli_env, cli_server
 from tqdm import tqdm
 
 from parallelsearch.loopback import free_port
@@ -71,37 +65,36 @@ def build_store(home: Path, backend: str) -> Path:
 
     An fp32 store is indexed with ONNX fp32, the same embeddings as torch's (to 1e-5), because
     on a shared 2-core machine torch's two spinning OpenMP threads index far slower."""
-    cmd = [str(Path(sys.executable).parent / "parallelsearch"), "index", str(HOTPOT), "--store", "hotpot500"]
-    cmd += ["--encoder-backend", backend]
-    subprocess.run(cmd, check=True, env={**os.environ, "PARALLELSEARCH_HOME": str(home)}, timeout=1800)
+    cmd = [
+        str(BIN / "parallelsearch"),
+        "index",
+        str(HOTPOT),
+        "--store",
+        "hotpot500",
+        "--encoder-backend",
+        backend,
+    ]
+    subprocess.run(cmd, check=True, env=cli_env(home), timeout=1800)
     return home
 
 
-class Server(ServerProcess):
-    """One ``serve-retriever`` process on 127.0.0.1 (stopped on exit)."""
-
-    def __init__(self, home: Path, extra: list[str], backend: str) -> None:
-        port = free_port()
-        cmd = [str(Path(sys.executable).parent / "parallelsearch"), "serve-retriever", "--store", "hotpot500"]
-        cmd += ["--port", str(port), *extra, "--encoder-backend", backend]
-        super().__init__(
-            cmd, env={**os.environ, "PARALLELSEARCH_HOME": str(home)}, port=port, start_timeout_s=300
-        )
+def server(home: Path, extra: list[str], backend: str) -> ServerProcess:
+    """One ``serve-retriever`` process on 127.0.0.1 over the store under ``home``."""
+    args = ("serve-retriever", "--store", "hotpot500", *extra, "--encoder-backend", backend)
+    return cli_server(*args, env=cli_env(home), start_timeout_s=300)
 
 
-class NoEncoderServer(ServerProcess):
+def no_encoder_server() -> ServerProcess:
     """The same ``/retrieve`` app (batching, body guard, JSON) over a stand-in searcher that
     returns three fixed passages at once: what the HTTP path costs with no encoder and no
     Chroma, i.e. the part of every request that batching cannot share."""
-
-    def __init__(self) -> None:
-        port = free_port()
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--no-encoder-server", str(port)]
-        super().__init__(cmd, env=dict(os.environ), port=port, start_timeout_s=300)
+    port = free_port()
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--no-encoder-server", str(port)]
+    return ServerProcess(cmd, env=dict(os.environ), port=port, start_timeout_s=300)
 
 
 def serve_no_encoder(port: int) -> None:
-    """Child process of :class:`NoEncoderServer` (a benchmark stand-in, never a product path)."""
+    """Child process of :func:`no_encoder_server` (a benchmark stand-in, never a product path)."""
     import uvicorn
 
     from parallelsearch.stores import create_retrieval_app
@@ -140,6 +133,23 @@ def chroma_query_ms(store, queries: list[str]) -> dict:
     return out
 
 
+class HttpxConnection:
+    """:class:`RawHttpConnection`'s shape over one shared ``httpx.AsyncClient`` (``--client httpx``)."""
+
+    def __init__(self, client: httpx.AsyncClient, url: str) -> None:
+        self.client, self.url = client, url
+
+    async def __aenter__(self) -> HttpxConnection:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+    async def post_json(self, path: str, body: object) -> tuple[int, object]:
+        r = await self.client.post(self.url + path, json=body)
+        return r.status_code, r.json() if r.status_code == 200 else None
+
+
 async def load(
     url: str,
     clients: int,
@@ -153,79 +163,55 @@ async def load(
     every request's latency, queries/s over the run, and the CPU the server process
     (``server_pid``) spent per query and the clients per request, so the report can tell a server
     out of CPU from one idle between batches. A request is an error unless it is a 200 with one
-    result list per query; a failed raw connection is opened again."""
+    result list per query; a failed connection is opened again."""
     import psutil
 
     server = psutil.Process(server_pid) if server_pid else None
     lat: list[float] = []
     errors = 0
 
-    def body(c: int, r: int) -> dict:
-        start = (c * requests_each + r) * per_request
-        qs = [queries[(start + j) % len(queries)] for j in range(per_request)]
-        return {"queries": qs, "topk": 3, "return_scores": True}  # as Search-R1's client sends
-
-    def check(status: int, answer: object) -> None:
+    async def one_client(c: int, shared: httpx.AsyncClient) -> None:
         nonlocal errors
-        ok = status == 200 and isinstance(answer, dict) and len(answer.get("result", ())) == per_request
-        errors += not ok
-
-    async def one_raw_client(c: int) -> None:
-        nonlocal errors
-        conn: RawHttpConnection | None = None
-        # a failed request (or connect) counts as an error, and the connection is opened again
+        conn: RawHttpConnection | HttpxConnection | None = None
         for r in range(requests_each):
-            req = body(c, r)
+            start = (c * requests_each + r) * per_request
+            qs = [queries[(start + j) % len(queries)] for j in range(per_request)]
+            body = {"queries": qs, "topk": 3, "return_scores": True}  # as Search-R1's client sends
             try:
                 if conn is None:
-                    conn = await RawHttpConnection(url).__aenter__()
+                    conn = HttpxConnection(shared, url) if client == "httpx" else RawHttpConnection(url)
+                    await conn.__aenter__()
                 t0 = time.perf_counter()
-                status, answer = await conn.post_json("/retrieve", req)
+                status, answer = await conn.post_json("/retrieve", body)
                 lat.append((time.perf_counter() - t0) * 1000)
-                check(status, answer)
-            except (RawHttpError, OSError, asyncio.TimeoutError):
+                ok = (
+                    status == 200
+                    and isinstance(answer, dict)
+                    and len(answer.get("result", ())) == per_request
+                )
+                errors += not ok
+            except (RawHttpError, httpx.HTTPError, OSError, asyncio.TimeoutError):
                 errors += 1
                 if conn is not None:
-                    await conn.__aexit__(None, None, None)
+                    await conn.__aexit__()
                 conn = None
         if conn is not None:
-            await conn.__aexit__(None, None, None)
+            await conn.__aexit__()
 
-    async def run_clients() -> None:
-        if client == "raw":
-            await asyncio.gather(*(one_raw_client(c) for c in range(clients)))
-            return
-        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-        async with httpx.AsyncClient(timeout=60, limits=limits) as shared:
-
-            async def one_httpx_client(c: int) -> None:
-                nonlocal errors
-                for r in range(requests_each):
-                    req = body(c, r)
-                    t0 = time.perf_counter()
-                    try:
-                        resp = await shared.post(url + "/retrieve", json=req)
-                    except httpx.HTTPError:
-                        errors += 1
-                        continue
-                    lat.append((time.perf_counter() - t0) * 1000)
-                    check(resp.status_code, resp.json() if resp.status_code == 200 else None)
-
-            await asyncio.gather(*(one_httpx_client(c) for c in range(clients)))
-
-    s0 = sum(server.cpu_times()[:2]) if server else 0.0
-    c0 = time.process_time()
-    t0 = time.perf_counter()
-    await run_clients()
-    wall = time.perf_counter() - t0
-    client_cpu = time.process_time() - c0
-    server_cpu = sum(server.cpu_times()[:2]) - s0 if server else float("nan")
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as shared:
+        s0 = sum(server.cpu_times()[:2]) if server else 0.0
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one_client(c, shared) for c in range(clients)))
+        wall = time.perf_counter() - t0
+        client_cpu = time.process_time() - c0
+        server_cpu = sum(server.cpu_times()[:2]) - s0 if server else float("nan")
     n = clients * requests_each
     return {
         "requests_per_s": n / wall,
         "queries_per_s": n * per_request / wall,
-        "p50_ms": percentile(lat, 0.5),
-        "p95_ms": percentile(lat, 0.95),
+        **latency(lat),
         "errors": errors,
         "server_cpu_ms_per_query": server_cpu * 1000 / (n * per_request),
         "client_cpu_ms_per_request": client_cpu * 1000 / n,
@@ -248,15 +234,10 @@ def make_encoder(kind: str, home: Path, backend: str) -> Callable[[list[str]], o
     team), the store's as ``--encoder-workers 2 --encoder-threads 1`` runs it (a batch split
     over both threads, ``Embedder._split``),
     or plain sentence-transformers ``encode``."""
-    from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder, resolve_model_path
+    from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder
 
     if kind == "sentence-transformers":
-        from sentence_transformers import SentenceTransformer
-
-        plain = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu")
-        return lambda qs: plain.encode(
-            qs, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-        )
+        return plain_encoder()
     workers, threads = POOL if kind == "store, 2 threads x 1" else (1, None)
     embedder = Embedder(
         DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models", workers=workers, threads=threads
@@ -344,8 +325,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.no_encoder_server:
         serve_no_encoder(args.no_encoder_server)
         return {}
-    if not HOTPOT.is_file():
-        sys.exit(f"benchmark data {HOTPOT} is missing")
+    require(HOTPOT)
 
     from parallelsearch.stores import ChromaStore
     from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder, resolve_model_path
@@ -367,22 +347,20 @@ def main(argv: list[str] | None = None) -> dict:
     encoders = [encoder_name(kind, backend) for kind in ENCODERS]
     other, other_flags = OTHER_ARRANGEMENT["torch" if backend == "torch" else "onnx"]
     servers = {
-        "batched": Server(home / "a", ["--max-batch", "64"], served),
-        "unbatched": Server(home / "b", ["--max-batch", "0"], served),
-        other: Server(home / "c", ["--max-batch", "64", *other_flags], served),
+        "batched": server(home / "a", ["--max-batch", "64"], served),
+        "unbatched": server(home / "b", ["--max-batch", "0"], served),
+        other: server(home / "c", ["--max-batch", "64", *other_flags], served),
+        NO_ENCODER: no_encoder_server(),
     }
-    servers[NO_ENCODER] = NoEncoderServer()
     if args.official:
         servers["official"] = OfficialServer(args.official, home / "d", resolve_model_path(DEFAULT_MODEL))
     samples: dict[str, dict[str, list[dict]]] = {v: {k: [] for k in LOADS} for v in servers}
     enc_samples: list[dict] = []
     chroma_samples: list[dict] = []
     with contextlib.ExitStack() as running:
-        for srv in servers.values():
-            if srv is not servers.get("official"):
+        for name, srv in servers.items():
+            if name != "official":  # the official server starts and stops each round
                 running.enter_context(srv)
-        for srv in servers.values():
-            if srv is not servers.get("official"):
                 asyncio.run(load(srv.url, 4, 1, 8, queries, client=args.client))  # warm-up
         agreement = None
         if "official" in servers:
@@ -475,22 +453,14 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict, agree
             k: {"clients": c, "queries_per_request": p, "requests_per_client": e}
             for k, (c, p, e) in LOADS.items()
         },
-        "bare_encoder": {
-            n: {str(k): {kk: round(vv, 2) for kk, vv in r.items()} for k, r in per.items()}
-            for n, per in enc.items()
-        },
-        "servers": {
-            v: {ln: {k: round(x, 2) for k, x in r.items()} for ln, r in per.items()}
-            for v, per in rows.items()
-        },
+        "bare_encoder": rounded(enc, 2),
+        "servers": rounded(rows, 2),
         "best_bare_encoder": overall,
-        "chroma_query_ms": {str(k): round(x, 2) for k, x in chroma.items()},
-        "floors": {k: round(x, 3) for k, x in floors.items()},
+        "chroma_query_ms": rounded(chroma, 2),
+        "floors": rounded(floors, 3),
         "cores": cores,
-        "official_top3_agreement": None if agreement is None else round(agreement, 4),
-        "goals": {
-            v: {n: {k: round(x, 3) for k, x in g.items()} for n, g in per.items()} for v, per in goals.items()
-        },
+        "official_top3_agreement": rounded(agreement, 4),
+        "goals": rounded(goals, 3),
     }
     suffix = f"_{args.backend}" if args.backend else ""
     write(f"retrieve_server{suffix}", data)

@@ -1,16 +1,9 @@
 """What our environment costs in rollout time, with a real vLLM engine (vLLM tier: make bench-vllm).
 
-Episodes/s at 1, 8, 32 and 128 concurrent episodes of the OpenRLHF executor
-(``rl/executor.py``) on a real ``vllm.AsyncLLMEngine`` (the tiny random model of
-rl/tiny_model.py, constrained decoding so every turn is a real action) over the
-parallel graph and a real embedded Chroma store, against the SAME engine replaying the
-same requests (the same prompt token ids, the same sampling and grammar, greedy, so the
-same tokens come out) with no environment in between. Their ratio says what the
-environment (graph, search, observation tokenisation, reward) costs: goal >= 0.8 at 32.
-
-Greedy decoding makes the replay produce the episode's tokens exactly; prefix caching is
-off, so the replay gains nothing from the first run. The two run interleaved per level.
-Prints the figures and writes benchmarks/results/rollout.json.
+Episodes/s of the OpenRLHF executor on a real ``vllm.AsyncLLMEngine`` (the tiny random model,
+constrained decoding) over the parallel graph and a real Chroma store, against the SAME engine
+replaying the same requests (greedy, prefix caching off: the same tokens) with no environment,
+interleaved per level: goal ratio >= 0.8 at 32 concurrent episodes. Figures: docs/vllm.md.
 """
 
 from __future__ import annotations
@@ -26,7 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
-from _common import HOTPOT, hotpot_store, write
+from _common import HOTPOT, gather_limited, hotpot_store, write
 
 LEVELS = (1, 8, 32, 128)
 
@@ -68,43 +61,32 @@ class RecordingEngine:
 
 
 async def with_env(llm, env_graph, records, tok, sp, concurrency: int) -> tuple[float, list[list], int]:
+    """Every record's episode through the executor; (wall seconds, each episode's requests, tokens)."""
     from parallelsearch.rl.executor import execute_episode
 
-    sem = asyncio.Semaphore(concurrency)
     per_episode: list[list] = [[] for _ in records]
 
-    async def one(i, rec):
-        async with sem:
-            await execute_episode(
-                env_graph,
-                rec["prompt"],
-                rec["label"],
-                sp,
-                16000,
-                tok,
-                RecordingEngine(llm, per_episode[i]),
-                constrained=True,
-                think_chars=200,
-            )
+    async def one(i: int) -> None:
+        engine = RecordingEngine(llm, per_episode[i])
+        prompt, label = records[i]["prompt"], records[i]["label"]
+        await execute_episode(
+            env_graph, prompt, label, sp, 16000, tok, engine, constrained=True, think_chars=200
+        )
 
-    t0 = time.perf_counter()
-    await asyncio.gather(*(one(i, r) for i, r in enumerate(records)))
-    tokens = sum(n for reqs in per_episode for _, _, n in reqs)
-    return time.perf_counter() - t0, per_episode, tokens
+    wall = (await gather_limited(one, range(len(records)), concurrency))[2]
+    return wall, per_episode, sum(n for reqs in per_episode for _, _, n in reqs)
 
 
 async def replay(llm, per_episode: list[list], concurrency: int) -> tuple[float, int]:
-    sem = asyncio.Semaphore(concurrency)
+    """The same requests on the same engine, one episode's turns after another, no environment."""
     engine = RecordingEngine(llm)
 
-    async def one(reqs):
-        async with sem:
-            for ids, sp, _ in reqs:  # one episode's turns, one after another, as the episode ran them
-                await engine.generate(ids, sp)
+    async def one(reqs: list) -> None:
+        for ids, sp, _ in reqs:
+            await engine.generate(ids, sp)
 
-    t0 = time.perf_counter()
-    await asyncio.gather(*(one(r) for r in per_episode))
-    return time.perf_counter() - t0, sum(n for _, _, n in engine.requests)
+    wall = (await gather_limited(one, per_episode, concurrency))[2]
+    return wall, sum(n for _, _, n in engine.requests)
 
 
 async def decode_cost(llm, tok, records, batch: int, repeats: int = 3) -> dict:

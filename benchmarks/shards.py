@@ -2,27 +2,10 @@
 
     python benchmarks/shards.py [--n 100000] [--queries 300] [--scratch DIR]
 
-Three real ``chroma run`` servers on 127.0.0.1: server 0 holds one collection of all ``--n``
-vectors; servers 1 and 2 hold two collections each, a quarter of the rows per collection (4
-shards, 2 servers x 2 collections), searched through
-:class:`~parallelsearch.stores.sharded_store.ShardedStore`. Both are queried with the same
-precomputed query vectors (no encoder: the store's own cost).
-
-The data are synthetic, 384-d and normalised like MiniLM's: ``n / 50`` random centres, each row a
-centre plus Gaussian noise (cosine 0.7-0.9 to its centre), each query another noisy copy of a
-random centre, so every query has dense neighbourhoods to rank, unlike uniform random vectors.
-Figures:
-
-* recall@3 of each against exact search (numpy, cosine, on the same vectors);
-* latency p50/p95 at 1 client (single-query requests, the two interleaved query by query);
-* throughput at 32 clients: threads sending single-query requests (no coalescing), and 32 asyncio
-  clients whose queries are coalesced into batches (what the graph's searchers and ``/retrieve`` do);
-  each measured twice, alternating the two, and the better run of each kept;
-* a control: the one store searched through the sharded code path (a sharded store of one
-  shard), which separates this code's own cost from the cost of the fan-out.
-
-The servers' folders are kept in ``--scratch`` (default ``/tmp/parallelsearch-shards``) and reused
-when they hold every row, so the vectors are ingested once.
+Three real ``chroma run`` servers: server 0 holds one collection of all ``--n`` vectors, servers
+1 and 2 two collections each (4 shards, searched through ``ShardedStore``), plus a control (the
+one store through the sharded code path). Synthetic clustered 384-d vectors (:func:`make_data`),
+precomputed query vectors (no encoder). Figures: docs/scaling.md, "4 shards against one store".
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """Tool calls vs tags on the demo's 94 parallelizable questions (goal: equal rounds, policy calls
 and encoder calls per round; graph overhead per turn within 1.2x of the tags protocol).
 
-The tags side is the oracle policy (``<search> a ## b </search>``); the tools side is a
-scripted tool-calling chat model (a stand-in for an LLM: a LangChain ``BaseChatModel`` that
-binds the search tool) making the same plan as parallel ``search`` calls. Both run
-interleaved per question in one process:
-
-1. over a real Chroma store of the shipped sample: per question, search rounds, policy calls,
-   sub-queries and the store's encoder batches (one encoder call each) must be equal;
-2. over an instant searcher: graph overhead per policy turn = episode time minus the time
-   inside the policy, so what remains is the graph (state, parsing, messages, fan-out, join);
-   blocks of all 94 questions alternate between the protocols.
+The oracle (tags) against a scripted tool-calling chat model making the same plan (tools),
+interleaved per question: counts over a real Chroma store, graph overhead over an instant
+searcher. Figures: docs/performance.md, "Tool calls vs tags".
 """
 
 from __future__ import annotations
@@ -18,19 +11,17 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import OUT, InstantSearcher, write
+from _common import OUT, InstantSearcher, records_store, rounded, write
 
 from parallelsearch.agents.policies import OraclePolicy, as_policy
 from parallelsearch.agents.policies.scripted_chat import ScriptedToolChatModel
 from parallelsearch.data import load_questions
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
 from parallelsearch.graphs import build_parallel_search_graph
-from parallelsearch.stores import ChromaStore, ingest
 
 BLOCKS = 12
 
@@ -76,12 +67,8 @@ def planners(questions: list[dict]) -> tuple[Any, Any]:
 
 
 def counts(questions: list[dict], records: list[dict]) -> dict[str, Any]:
-    folder = OUT / "tool_calls_store"  # indexed once (minutes on 2 cores), reused by later runs
-    store = ChromaStore("toolbench", path=folder)
-    if store.count() == 0:
-        tmp = Path(tempfile.mkdtemp())
-        (tmp / "par.json").write_text(json.dumps(records))
-        ingest(store, [tmp / "par.json"], progress=False)
+    # indexed once (minutes on 2 cores), reused by later runs
+    store, _ = records_store(records, "toolbench", OUT / "tool_calls_store")
     batches: list[list[str]] = []
     original = store.search_batch
 
@@ -111,19 +98,13 @@ def counts(questions: list[dict], records: list[dict]) -> dict[str, Any]:
         all(a[k] == b[k] for k in (*keys, "encoder_calls"))
         for a, b in zip(rows["tags"], rows["tools"], strict=True)
     )
-    summary = {
-        name: {
-            "protocol": rs[0]["protocol"],
-            "policy_calls": sum(r["policy_calls"] for r in rs),
-            "search_rounds": sum(r["search_rounds"] for r in rs),
-            "subqueries": sum(r["subqueries"] for r in rs),
-            "encoder_calls": sum(r["encoder_calls"] for r in rs),
-            "encoder_calls_per_round": round(
-                sum(r["encoder_calls"] for r in rs) / max(1, sum(r["search_rounds"] for r in rs)), 3
-            ),
+    summary = {}
+    for name, rs in rows.items():
+        s = {
+            k: sum(r[k] for r in rs) for k in ("policy_calls", "search_rounds", "subqueries", "encoder_calls")
         }
-        for name, rs in rows.items()
-    }
+        per_round = round(s["encoder_calls"] / max(1, s["search_rounds"]), 3)
+        summary[name] = {"protocol": rs[0]["protocol"], **s, "encoder_calls_per_round": per_round}
     return {"questions": len(questions), "store_passages": store.count(), "equal_questions": equal, **summary}
 
 
@@ -162,8 +143,8 @@ def overhead(questions: list[dict]) -> dict[str, Any]:
     }
     return {
         "blocks": BLOCKS,
-        "ms_per_turn_total": {k: round(v["total"], 3) for k, v in med.items()},
-        "ms_per_turn_graph_overhead": {k: round(v["graph"], 3) for k, v in med.items()},
+        "ms_per_turn_total": rounded({k: v["total"] for k, v in med.items()}, 3),
+        "ms_per_turn_graph_overhead": rounded({k: v["graph"] for k, v in med.items()}, 3),
         "graph_overhead_ratio_tools_over_tags": round(statistics.median(paired), 3),
         "graph_overhead_ratio_range": [round(paired[0], 3), round(paired[-1], 3)],
         "total_ratio_tools_over_tags": round(statistics.median(paired_total), 3),
