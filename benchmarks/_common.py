@@ -222,3 +222,8 @@ def rounded(x: object, digits: int) -> object:
     if isinstance(x, list):
         return [rounded(v, digits) for v in x]
     return round(x, digits) if isinstance(x, float) else x
+
+
+def graph_input(q: dict) -> dict:
+    """A prepared question as graph input, its gold answers in the metadata (the oracle reads them)."""
+    return {"question": q["question"], "metadata": {**q["metadata"], "golden_answers": q["golden_answers"]}}

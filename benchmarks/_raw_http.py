@@ -48,6 +48,10 @@ class RawHttpConnection:
 
     async def _post(self, path: str, payload: bytes) -> tuple[int, Any]:
         assert self._reader is not None and self._writer is not None, "use it as an async context manager"
+
+        def error(what: str) -> RawHttpError:
+            return RawHttpError(f"{self.host}:{self.port}{path}: {what}")
+
         head = (
             f"POST {path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(payload)}\r\n\r\n"
@@ -57,14 +61,12 @@ class RawHttpConnection:
         try:
             header = await self._reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as e:
-            raise RawHttpError(
-                f"{self.host}:{self.port}{path} closed the connection ({e.partial[:200]!r})"
-            ) from e
+            raise error(f"closed the connection ({e.partial[:200]!r})") from e
         lines = header.decode("latin-1").split("\r\n")
         try:
             status = int(lines[0].split(" ", 2)[1])
         except (IndexError, ValueError) as e:
-            raise RawHttpError(f"{self.host}:{self.port}{path}: not an HTTP status line: {lines[0]!r}") from e
+            raise error(f"not an HTTP status line: {lines[0]!r}") from e
         length = None
         for line in lines[1:]:
             name, _, value = line.partition(":")
@@ -72,20 +74,16 @@ class RawHttpConnection:
                 try:
                     length = int(value)
                 except ValueError as e:
-                    raise RawHttpError(f"{self.host}:{self.port}{path}: bad header {line!r}") from e
+                    raise error(f"bad header {line!r}") from e
             elif name.strip().lower() == "transfer-encoding":
-                raise RawHttpError(f"{self.host}:{self.port}{path}: {line!r} is not read by this client")
+                raise error(f"{line!r} is not read by this client")
         if length is None:
-            raise RawHttpError(f"{self.host}:{self.port}{path}: response {status} has no content-length")
+            raise error(f"response {status} has no content-length")
         try:
             data = await self._reader.readexactly(length)
         except asyncio.IncompleteReadError as e:
-            raise RawHttpError(
-                f"{self.host}:{self.port}{path}: body cut short at {len(e.partial)} of {length} bytes"
-            ) from e
+            raise error(f"body cut short at {len(e.partial)} of {length} bytes") from e
         try:
             return status, json.loads(data)
         except ValueError as e:
-            raise RawHttpError(
-                f"{self.host}:{self.port}{path}: status {status}, body not JSON: {data[:200]!r}"
-            ) from e
+            raise error(f"status {status}, body not JSON: {data[:200]!r}") from e

@@ -65,16 +65,8 @@ def build_store(home: Path, backend: str) -> Path:
 
     An fp32 store is indexed with ONNX fp32, the same embeddings as torch's (to 1e-5), because
     on a shared 2-core machine torch's two spinning OpenMP threads index far slower."""
-    cmd = [
-        str(BIN / "parallelsearch"),
-        "index",
-        str(HOTPOT),
-        "--store",
-        "hotpot500",
-        "--encoder-backend",
-        backend,
-    ]
-    subprocess.run(cmd, check=True, env=cli_env(home), timeout=1800)
+    cmd = [str(BIN / "parallelsearch"), "index", str(HOTPOT), "--store", "hotpot500", "--encoder-backend"]
+    subprocess.run([*cmd, backend], check=True, env=cli_env(home), timeout=1800)
     return home
 
 
@@ -230,10 +222,8 @@ def encoder_name(kind: str, backend: str) -> str:
 
 
 def make_encoder(kind: str, home: Path, backend: str) -> Callable[[list[str]], object]:
-    """One bare encoder: the store's as the default server runs it (one encoder thread, torch's
-    team), the store's as ``--encoder-workers 2 --encoder-threads 1`` runs it (a batch split
-    over both threads, ``Embedder._split``),
-    or plain sentence-transformers ``encode``."""
+    """One bare encoder: the store's as the default server runs it (one encoder thread), the
+    store's as ``--encoder-workers 2 --encoder-threads 1`` runs it, or plain sentence-transformers."""
     from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder
 
     if kind == "sentence-transformers":
@@ -243,13 +233,6 @@ def make_encoder(kind: str, home: Path, backend: str) -> Callable[[list[str]], o
         DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models", workers=workers, threads=threads
     )
     return embedder.encode_queries
-
-
-def bare_encoder_child(kind: str, home: Path, backend: str) -> None:
-    """Child process: one bare encoder's rows, as JSON on stdout. Each encoder runs alone in a
-    fresh process: two OpenMP teams in one process slow each other for the rest of the process
-    (docs/performance.md), and a server has one team, so its reference must too."""
-    print(json.dumps(bare_encoder_rows(make_encoder(kind, home, backend), hotpot_questions())))
 
 
 def bare_encoder_rows(fn: Callable[[list[str]], object], queries: list[str]) -> dict:
@@ -272,7 +255,8 @@ def bare_encoder_rows(fn: Callable[[list[str]], object], queries: list[str]) -> 
 
 
 def bare_encoders_in_children(home: Path, backend: str) -> dict:
-    """Every bare encoder's rows, each measured in its own child process (one after another)."""
+    """Every bare encoder's rows, each measured alone in its own child process: two OpenMP teams
+    in one process slow each other for the rest of the process, and a server has one team."""
     out = {}
     for kind in ENCODERS:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--bare-encoder", kind, "--reuse", str(home)]
@@ -300,7 +284,6 @@ def median_rows(samples: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument(
@@ -319,8 +302,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--no-encoder-server", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--bare-encoder", choices=ENCODERS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.bare_encoder:
-        bare_encoder_child(args.bare_encoder, args.reuse, engine_of(args.backend))
+    if args.bare_encoder:  # the child of bare_encoders_in_children: its rows as JSON on stdout
+        encoder = make_encoder(args.bare_encoder, args.reuse, engine_of(args.backend))
+        print(json.dumps(bare_encoder_rows(encoder, hotpot_questions())))
         return {}
     if args.no_encoder_server:
         serve_no_encoder(args.no_encoder_server)
@@ -371,16 +355,10 @@ def main(argv: list[str] | None = None) -> dict:
             enc_samples.append(bare_encoders_in_children(home, backend))
             chroma_samples.append(chroma_query_ms(timing_store, queries))
             for name, srv in servers.items():
-                if name == "official":
-                    srv.start()
-                try:
+                with srv if name == "official" else contextlib.nullcontext():
                     for lname, (c, per, each) in LOADS.items():
-                        samples[name][lname].append(
-                            asyncio.run(load(srv.url, c, per, each, queries, srv.proc.pid, args.client))
-                        )
-                finally:
-                    if name == "official":
-                        srv.stop()
+                        r = asyncio.run(load(srv.url, c, per, each, queries, srv.proc.pid, args.client))
+                        samples[name][lname].append(r)
     enc = {name: {b: median_rows([s[name][b] for s in enc_samples]) for b in BATCHES} for name in encoders}
     rows = {v: {lname: median_rows(s) for lname, s in per.items()} for v, per in samples.items()}
     chroma = {b: statistics.median(c[b] for c in chroma_samples) for b in chroma_samples[0]}
@@ -390,12 +368,10 @@ def main(argv: list[str] | None = None) -> dict:
 def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict, agreement: float | None) -> dict:
     store_enc = next(iter(encoders))
     for name, per_b in enc.items():
-        print(
-            f"bare {name}: "
-            + ", ".join(
-                f"batch {b} {r['queries_per_s']:.0f} q/s ({r['ms']:.1f} ms)" for b, r in per_b.items()
-            )
+        rates = ", ".join(
+            f"batch {b} {r['queries_per_s']:.0f} q/s ({r['ms']:.1f} ms)" for b, r in per_b.items()
         )
+        print(f"bare {name}: {rates}")
     for v, per in rows.items():
         for lname, r in per.items():
             print(
@@ -435,14 +411,11 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict, agree
         print(f"{v}: p95 at 8 clients {b['8c_1q']['p95_ms']:.1f} ms (goal <= 50)")
     floors = floor_report(enc, rows, encoders, chroma, best_of, overall, cores)
     b = rows["batched"]
-    for v in rows:
-        if v != "batched" and v != NO_ENCODER:
-            print(
-                f"batched / {v}: "
-                + ", ".join(
-                    f"{ln} {b[ln]['queries_per_s'] / rows[v][ln]['queries_per_s']:.2f}x" for ln in LOADS
-                )
-            )
+    for v in [v for v in rows if v not in ("batched", NO_ENCODER)]:
+        ratios = ", ".join(
+            f"{ln} {b[ln]['queries_per_s'] / rows[v][ln]['queries_per_s']:.2f}x" for ln in LOADS
+        )
+        print(f"batched / {v}: {ratios}")
     data = {
         "rounds": args.rounds,
         "backend": args.backend or "auto",

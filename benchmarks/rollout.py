@@ -100,21 +100,23 @@ async def decode_cost(llm, tok, records, batch: int, repeats: int = 3) -> dict:
     prompts = [tok(r["prompt"], add_special_tokens=False)["input_ids"] for r in records[:batch]]
     grammar = structured_regex(protocol_regex(max_subqueries=3, think_chars=200))
     engine = RecordingEngine(llm)
-    free_ms, constrained_ms = [], []
-    for _ in range(repeats):
+
+    async def ms_per_token(sp) -> tuple[float, int]:
+        """ms per generated token of every prompt at once with ``sp``, and the tokens generated."""
         engine.requests.clear()
-        sp = vllm.SamplingParams(temperature=1.0, max_tokens=400, structured_outputs=grammar, seed=None)
         t0 = time.perf_counter()
         await asyncio.gather(*(engine.generate(p, sp) for p in prompts))
-        n_c = sum(n for _, _, n in engine.requests)
-        constrained_ms.append(1000 * (time.perf_counter() - t0) / n_c)
-        per = max(1, n_c // len(prompts))
-        sp_free = vllm.SamplingParams(temperature=1.0, max_tokens=per, min_tokens=per, ignore_eos=True)
-        engine.requests.clear()
-        t0 = time.perf_counter()
-        await asyncio.gather(*(engine.generate(p, sp_free) for p in prompts))
-        n_f = sum(n for _, _, n in engine.requests)
-        free_ms.append(1000 * (time.perf_counter() - t0) / n_f)
+        n = sum(n for _, _, n in engine.requests)
+        return 1000 * (time.perf_counter() - t0) / n, n
+
+    free_ms, constrained_ms = [], []
+    for _ in range(repeats):
+        sp = vllm.SamplingParams(temperature=1.0, max_tokens=400, structured_outputs=grammar, seed=None)
+        ms, n_c = await ms_per_token(sp)
+        constrained_ms.append(ms)
+        per = max(1, n_c // len(prompts))  # the same token counts, unconstrained
+        sp = vllm.SamplingParams(temperature=1.0, max_tokens=per, min_tokens=per, ignore_eos=True)
+        free_ms.append((await ms_per_token(sp))[0])
     c, f = statistics.median(constrained_ms), statistics.median(free_ms)
     print(f"batch {batch:>2}: constrained {c:.3f} ms/token, free {f:.3f} ms/token, ratio {c / f:.2f}")
     return {
@@ -125,6 +127,7 @@ async def decode_cost(llm, tok, records, batch: int, repeats: int = 3) -> dict:
 
 
 async def run(args: argparse.Namespace) -> dict:
+    import torch
     import vllm
     from transformers import AutoTokenizer
 
@@ -132,13 +135,10 @@ async def run(args: argparse.Namespace) -> dict:
     from parallelsearch.rl.data import train_record
     from parallelsearch.rl.env import EnvGraph
     from parallelsearch.rl.tiny_model import save_tiny
+    from parallelsearch.stores import get_embedder
 
     model_dir = save_tiny(Path(tempfile.mkdtemp()) / "tiny-llama")
     tok = AutoTokenizer.from_pretrained(model_dir)
-    import torch
-
-    from parallelsearch.stores import get_embedder
-
     store, _ = hotpot_store(60)
     wide = get_embedder().run(torch.get_num_threads)  # torch's default: every core
     narrow = get_embedder(threads=args.encoder_threads)  # the OpenRLHF agent config's default is 1
@@ -161,7 +161,7 @@ async def run(args: argparse.Namespace) -> dict:
     results["constrained_decoding"] = {b: await decode_cost(llm, tok, records, b) for b in (1, 32)}
     for level in args.levels:
         n = max(args.min_episodes, 2 * level)
-        batch = records[:n] if n <= len(records) else (records * (n // len(records) + 1))[:n]
+        batch = (records * (n // len(records) + 1))[:n]
         env_rates, bare_rates, tok_env, tok_bare = [], [], [], []
         cpu = {"env_main": [], "env_engine": [], "replay_main": [], "replay_engine": []}
         for _ in range(args.repeats):
@@ -174,10 +174,9 @@ async def run(args: argparse.Namespace) -> dict:
             c2 = cpu_seconds()
             bare_rates.append(n / secs_bare)
             tok_bare.append(tokens_bare)
-            cpu["env_main"].append(1000 * (c1[0] - c0[0]) / n)
-            cpu["env_engine"].append(1000 * (c1[1] - c0[1]) / n)
-            cpu["replay_main"].append(1000 * (c2[0] - c1[0]) / n)
-            cpu["replay_engine"].append(1000 * (c2[1] - c1[1]) / n)
+            for side, (a, b) in (("env", (c0, c1)), ("replay", (c1, c2))):
+                cpu[f"{side}_main"].append(1000 * (b[0] - a[0]) / n)
+                cpu[f"{side}_engine"].append(1000 * (b[1] - a[1]) / n)
         env_eps, bare_eps = statistics.median(env_rates), statistics.median(bare_rates)
         cpu_ms = {k: round(statistics.median(v), 1) for k, v in cpu.items()}
         results["levels"][level] = {
@@ -223,10 +222,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--min-episodes", type=int, default=8)
     p.add_argument(
-        "--encoder-threads",
-        type=int,
-        default=1,
-        help="the environment encoder's torch threads (agent default 1)",
+        "--encoder-threads", type=int, default=1, help="the environment encoder's threads (agent: 1)"
     )
     p.add_argument(
         "--compare-threads-at", type=int, default=32, help="also run this level with torch's default threads"

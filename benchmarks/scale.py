@@ -324,6 +324,10 @@ def goals_at_largest(big: dict, sweep: list[dict]) -> dict:
     return goals
 
 
+def say(label: str, r: dict, extra: str = "") -> None:
+    print(f"  {label}: recall@3 {r['recall@3']}, 1 client {r['c1']}, 32 clients {r['c32']}{extra}")
+
+
 def main() -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
@@ -356,11 +360,7 @@ def main() -> dict:
     np.save(qpath, qv)
     rows: list[dict] = []
     sweep: list[dict] = []
-    hnsw = {
-        k: v
-        for k, v in (("max_neighbors", args.max_neighbors), ("ef_construction", args.ef_construction))
-        if v is not None
-    }
+    hnsw = {k: getattr(args, k) for k in ("max_neighbors", "ef_construction") if getattr(args, k) is not None}
     result_name = "scale" + graph_tag(hnsw).replace("-", "_")  # scale.json for Chroma's default graph
     for n in sorted(args.sizes):
         d = args.scratch / str(n)
@@ -375,21 +375,13 @@ def main() -> dict:
             rows.append(row)
             continue
         exact = exact_topk(np.load(vec_path, mmap_mode="r"), qv)
-        row["store"] = measure_store(home, n, qpath, exact, args.reps)
-        print(
-            f"  store API: recall@3 {row['store']['recall@3']}, 1 client {row['store']['c1']}, "
-            f"32 clients {row['store']['c32']}, load {row['store']['load_s']} s, RSS {row['store']['peak_rss_gib']} GiB"
-        )
+        row["store"] = s = measure_store(home, n, qpath, exact, args.reps)
+        say("store API", s, f", load {s['load_s']} s, RSS {s['peak_rss_gib']} GiB")
         if not args.no_retrieve:
             row["retrieve"] = measure_retrieve(home, n, questions, exact, args.reps)
-            print(
-                f"  /retrieve (text queries): recall@3 {row['retrieve']['recall@3']}, 1 client "
-                f"{row['retrieve']['c1']}, 32 clients {row['retrieve']['c32']}"
-            )
+            say("/retrieve (text queries)", row["retrieve"])
         row["faiss"] = measure_faiss(vec_path, qv, exact, args.reps)
-        print(
-            f"  FAISS flat: recall@3 {row['faiss']['recall@3']}, 1 client {row['faiss']['c1']}, 32 clients {row['faiss']['c32']}"
-        )
+        say("FAISS flat", row["faiss"])
         rows.append(row)
         if n == max(args.sizes) and args.ef_search:
             default_ef = row["store"]["hnsw"].get("ef_search", 100)
@@ -397,9 +389,7 @@ def main() -> dict:
                 set_ef(home, n, ef)
                 res = measure_store(home, n, qpath, exact, 1)
                 sweep.append({"ef_search": ef, "store": res})
-                print(
-                    f"  ef_search {ef}: recall@3 {res['recall@3']}, 1 client {res['c1']}, 32 clients {res['c32']}"
-                )
+                say(f"ef_search {ef}", res)
             set_ef(home, n, default_ef)
     result = {
         "k": K,

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from _common import exact_topk, latency, recall, write
+from _common import exact_topk, latency, recall, rounded, write
 from _server import ChromaServer
 
 DIM = 384
@@ -102,9 +102,7 @@ def main() -> dict:
     exact = exact_topk(rows, queries)
     model = RecordedModel(MODEL, DIM)
     scratch = args.scratch / f"n{args.n}"
-    servers = []
-    for i in range(3):
-        servers.append(ChromaServer(scratch / f"server{i}").start())
+    servers = [ChromaServer(scratch / f"server{i}").start() for i in range(3)]
     try:
         ports = [s.port for s in servers]
         one = ChromaStore("whole", host="127.0.0.1", port=ports[0], embedder=model)
@@ -134,10 +132,8 @@ def main() -> dict:
         wrapped = ShardedStore("one", open_shards(parse_store(one_decl), lambda *_: model), model)
 
         def ids(search) -> list[list[str]]:
-            out: list[list[str]] = []
-            for a in range(0, len(queries), 100):
-                out += [[p.id for p in hits] for hits in search(queries[a : a + 100], K)]
-            return out
+            chunks = (search(queries[a : a + 100], K) for a in range(0, len(queries), 100))
+            return [[p.id for p in hits] for chunk in chunks for hits in chunk]
 
         one_ids, sharded_ids = ids(one.search_vectors), ids(sharded.search_vectors)
         r_one, r_sharded = recall(one_ids, exact), recall(sharded_ids, exact)
@@ -153,7 +149,6 @@ def main() -> dict:
                 t = time.perf_counter()
                 store.search_vectors(q[None, :], K)
                 lat[name].append((time.perf_counter() - t) * 1000)
-        lat_one, lat_sharded = lat["one"], lat["sharded"]
 
         thr: dict[str, list[float]] = {name: [] for name in stores}
         co: dict[str, list[float]] = {name: [] for name in stores}
@@ -169,14 +164,14 @@ def main() -> dict:
         for s in servers:
             s.stop()
 
-    p_one, p_sh = latency(lat_one, 3), latency(lat_sharded, 3)
+    p_one, p_sh = latency(lat["one"], 3), latency(lat["sharded"], 3)
     best = {k: {n: round(max(v), 1) for n, v in d.items()} for k, d in (("threads", thr), ("coalesced", co))}
     data = {
         "n": args.n,
         "queries": args.queries,
         "dimension": DIM,
         "shards": "4 (2 servers x 2 collections) vs 1 collection on a third server",
-        "ingest_s": {k: round(v, 1) for k, v in ingest_s.items()},
+        "ingest_s": rounded(ingest_s, 1),
         "ingest_wall_s": round(ingest_wall, 1),
         "recall_at_3": {"one": round(r_one, 4), "sharded": round(r_sharded, 4)},
         "same_top3_fraction": round(same, 4),
@@ -186,8 +181,8 @@ def main() -> dict:
         "qps_runs": {"threads": thr, "coalesced": co},
         "coalesced_batches_last_run": batches,
         "throughput_ratio_sharded_over_one": {k: round(v["sharded"] / v["one"], 3) for k, v in best.items()},
-        "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "loadavg_before": rounded(list(load_before), 2),
+        "loadavg_after": rounded(list(os.getloadavg()), 2),
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "threads_alive_at_end": threading.active_count(),

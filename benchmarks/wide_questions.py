@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from _common import OUT, RAW, latency, mean, plot_bars, print_table, write
+from _common import OUT, RAW, graph_input, latency, mean, plot_bars, print_table, write
 
 from parallelsearch.agents.policies import OraclePolicy
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
@@ -69,10 +69,9 @@ def _schedule(by_k: dict[int, list[dict]]) -> list[tuple[int, dict]]:
 
 
 async def _episode(graph, store: ChromaStore, q: dict) -> dict:
-    meta = {**q["metadata"], "golden_answers": q["golden_answers"]}
     before = store.coalesced_batches
     t0 = time.perf_counter()
-    out = await graph.ainvoke({"question": q["question"], "metadata": meta})
+    out = await graph.ainvoke(graph_input(q))
     ms = (time.perf_counter() - t0) * 1000
     obs = [t for t in out["trajectory"] if t["type"] == "observation"]
     rows = [r for t in obs for r in t["results"]]
@@ -144,13 +143,7 @@ def _components(store: ChromaStore, by_k: dict[int, list[dict]], reps: int) -> d
                 t1 = time.perf_counter()
                 store.search_batch(widest[:k], TOP_K)
                 t2 = time.perf_counter()
-                q = by_k[k][r % len(by_k[k])]
-                await cached.ainvoke(
-                    {
-                        "question": q["question"],
-                        "metadata": {**q["metadata"], "golden_answers": q["golden_answers"]},
-                    }
-                )
+                await cached.ainvoke(graph_input(by_k[k][r % len(by_k[k])]))
                 t3 = time.perf_counter()
                 times["encode"][k].append((t1 - t0) * 1000)
                 times["search_batch"][k].append((t2 - t1) * 1000)
