@@ -101,11 +101,7 @@ def exact_topk(vectors: np.ndarray, queries: np.ndarray, k: int = 3) -> np.ndarr
     best_i = np.zeros((len(q), k), dtype=np.int64)
     for lo in range(0, len(vectors), 100_000):
         s = q @ np.asarray(vectors[lo : lo + 100_000]).T
-        top = (
-            np.argpartition(-s, k - 1, axis=1)[:, :k]
-            if s.shape[1] > k
-            else np.tile(np.arange(s.shape[1]), (len(q), 1))
-        )
+        top = np.argpartition(-s, min(k, s.shape[1]) - 1, axis=1)[:, :k]
         cand_s = np.concatenate([best_s, np.take_along_axis(s, top, 1)], axis=1)
         cand_i = np.concatenate([best_i, top + lo], axis=1)
         order = np.argsort(-cand_s, axis=1)[:, :k]

@@ -61,37 +61,34 @@ def open_store(dataset: str, folder: Path) -> ChromaStore:
 def spans_merged(sub_query: str, parents: Sequence[ParentResult]) -> list[str]:
     """The first 8 spans of each parent's top passage, each substituted: searched and merged."""
     options = [(span_candidates(p.passages[0].text)[:8] if p.passages else []) or [""] for p in parents]
-    out = []
-    for i in range(max(len(o) for o in options)):
-        out.append(
-            substitute(sub_query, {p.k: o[min(i, len(o) - 1)] for p, o in zip(parents, options, strict=True)})
-        )
+    out = [
+        substitute(sub_query, {p.k: o[min(i, len(o) - 1)] for p, o in zip(parents, options, strict=True)})
+        for i in range(max(len(o) for o in options))
+    ]
     return list(dict.fromkeys(out))
 
 
+def dropped(sub_query: str, parents: Sequence[ParentResult]) -> str:
+    """The sub-query with every ``#k`` removed."""
+    return substitute(sub_query, {p.k: "" for p in parents})
+
+
 def methods(store: ChromaStore) -> dict[str, Resolve]:
-    passage = PassageResolver(store)
-    plain = PassageResolver(store, cue_weight=0.0)
-    untitled = PassageResolver(store, title_weight=0.0)
     gold = GoldResolver()
 
     def ceiling(sub_query: str, parents: Sequence[ParentResult]) -> str:
         found = all(p.gold in {c for c, _ in answer_candidates(p)} for p in parents)
-        return gold(sub_query, parents) if found else substitute(sub_query, {p.k: "" for p in parents})
+        return gold(sub_query, parents) if found else dropped(sub_query, parents)
 
     return {
         "gold": gold,
-        "dropped": lambda s, ps: substitute(s, {p.k: "" for p in ps}),
+        "dropped": dropped,
         "title": lambda s, ps: substitute(s, {p.k: p.passages[0].title if p.passages else "" for p in ps}),
-        "text": lambda s, ps: (
-            substitute(s, {p.k: "" for p in ps})
-            + " "
-            + " ".join(p.passages[0].text for p in ps if p.passages)
-        ),
+        "text": lambda s, ps: " ".join([dropped(s, ps), *(p.passages[0].text for p in ps if p.passages)]),
         "spans-merged": spans_merged,
-        "passage-no-cue": plain,
-        "passage-no-title": untitled,
-        "passage": passage,
+        "passage-no-cue": PassageResolver(store, cue_weight=0.0),
+        "passage-no-title": PassageResolver(store, title_weight=0.0),
+        "passage": PassageResolver(store),
         "ceiling": ceiling,
     }
 

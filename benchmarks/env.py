@@ -44,13 +44,11 @@ def policy_for(recs: list[dict]) -> ScriptedPolicy:
 
 async def measure(env_graph: EnvGraph, policy, qs: list[dict], concurrency: int) -> dict:
     recs, _, wall = await gather_limited(lambda q: run_episode(env_graph, policy, q), qs, concurrency)
-    steps = sum(len(r["turns"]) for r in recs)
-    failures = sum(1 for r in recs if r.get("error"))
     return {
         "episodes": len(recs),
-        "failures": failures,
+        "failures": sum(1 for r in recs if r.get("error")),
         "episodes_per_s": round(len(recs) / wall, 2),
-        "steps_per_s": round(steps / wall, 2),
+        "steps_per_s": round(sum(len(r["turns"]) for r in recs) / wall, 2),
         "wall_s": round(wall, 3),
     }
 

@@ -76,11 +76,7 @@ def main() -> dict:
         "retrieve",
         {
             "repeats": REPEATS,
-            "one_ms": round(one, 2),
-            "four_concurrent_ms": round(conc, 2),
-            "four_sequential_ms": round(seq, 2),
-            "batched_one_ms": round(b1, 2),
-            "batched_four_ms": round(b4, 2),
+            **{f"{name}_ms": round(v, 2) for name, v in ms.items()},
             "concurrent_over_one": round(conc / one, 3),
             "sequential_over_one": round(seq / one, 3),
             "concurrent_over_batched4": round(conc / b4, 3),

@@ -15,7 +15,8 @@ from pathlib import Path
 from _common import InstantSearcher, interleaved_ms, records_store, rounded, write
 
 from parallelsearch.agents.searchers import FunctionSearcher, ObjectSearcher, StoreSearcher, guarded_search
-from parallelsearch.stores import ChromaStore, Passage, get_embedder
+from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+from parallelsearch.stores import Passage, get_embedder
 
 CALLS_PER_BLOCK = 2000
 BLOCKS = 10
@@ -53,13 +54,6 @@ def interleaved(runner, fns: dict, loop, n: int, blocks: int) -> dict[str, float
     return {name: v / n for name, v in ms.items()}
 
 
-def sample_store() -> ChromaStore:
-    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-
-    recs = [json.loads(line) for line in HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:30]]
-    return records_store(recs, "adapters", embedder=get_embedder())[0]
-
-
 def main() -> Path:
     instant = {
         "object_unwrapped": InstantSearcher(),
@@ -68,7 +62,8 @@ def main() -> Path:
         "sync_function_thread": FunctionSearcher(instant_sync),
         "sync_function_dicts": FunctionSearcher(instant_dicts),
     }
-    store = sample_store()
+    recs = [json.loads(line) for line in HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:30]]
+    store, _ = records_store(recs, "adapters", embedder=get_embedder())
     real = {
         "StoreSearcher": StoreSearcher(store),
         "sync_function_store_search": FunctionSearcher(lambda q, k: store.search(q, k), name="store.search"),

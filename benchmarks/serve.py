@@ -34,9 +34,8 @@ async def level(url: str, concurrency: int, questions: list[str]) -> dict:
     async with httpx.AsyncClient(timeout=120) as client:
 
         async def one(q: str) -> int:
-            return (
-                await client.post(url + "/parallelsearch/invoke", json={"input": {"question": q}})
-            ).status_code
+            r = await client.post(url + "/parallelsearch/invoke", json={"input": {"question": q}})
+            return r.status_code
 
         statuses, lat, wall = await gather_limited(one, questions, concurrency)
     return {

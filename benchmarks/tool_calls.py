@@ -24,6 +24,7 @@ from parallelsearch.demo_data import HOTPOTQA_SAMPLE
 from parallelsearch.graphs import build_parallel_search_graph
 
 BLOCKS = 12
+PROTOCOLS = ("tags", "tools")
 
 
 def timed(policy: Any) -> list[float]:
@@ -54,7 +55,7 @@ def parallel_questions() -> tuple[list[dict], list[dict]]:
     return questions, [r for r in records if r.get("_id") in ids]
 
 
-def planners(questions: list[dict]) -> tuple[Any, Any]:
+def planners(questions: list[dict]) -> dict[str, Any]:
     """The oracle (tags) and the scripted tool-calling chat model with the same plans (tools)."""
     plans = {
         q["question"].strip(): (
@@ -63,7 +64,7 @@ def planners(questions: list[dict]) -> tuple[Any, Any]:
         )
         for q in questions
     }
-    return OraclePolicy(), as_policy(ScriptedToolChatModel.from_plans(plans), "tools")
+    return {"tags": OraclePolicy(), "tools": as_policy(ScriptedToolChatModel.from_plans(plans), "tools")}
 
 
 def counts(questions: list[dict], records: list[dict]) -> dict[str, Any]:
@@ -77,23 +78,16 @@ def counts(questions: list[dict], records: list[dict]) -> dict[str, Any]:
         return original(queries, k)
 
     store.search_batch = search_batch  # type: ignore[method-assign]
-    tags_policy, tools_policy = planners(questions)
-    graphs = {
-        "tags": build_parallel_search_graph(tags_policy, store),
-        "tools": build_parallel_search_graph(tools_policy, store),
-    }
+    graphs = {name: build_parallel_search_graph(p, store) for name, p in planners(questions).items()}
     keys = ("policy_calls", "search_rounds", "subqueries", "passages", "answer")
-    rows: dict[str, list[dict]] = {"tags": [], "tools": []}
+    rows: dict[str, list[dict]] = {name: [] for name in PROTOCOLS}
     with asyncio.Runner() as runner:
         for i, q in enumerate(questions):
-            order = ["tags", "tools"] if i % 2 == 0 else ["tools", "tags"]
-            for name in order:
+            for name in PROTOCOLS if i % 2 == 0 else PROTOCOLS[::-1]:
                 before = len(batches)
                 out = runner.run(graphs[name].ainvoke({"question": q["question"], "metadata": q["metadata"]}))
-                row = {k: out[k] for k in keys}
-                row["encoder_calls"] = len(batches) - before
-                row["protocol"] = out["protocol"]
-                rows[name].append(row)
+                extra = {"encoder_calls": len(batches) - before, "protocol": out["protocol"]}
+                rows[name].append({**{k: out[k] for k in keys}, **extra})
     equal = sum(
         all(a[k] == b[k] for k in (*keys, "encoder_calls"))
         for a, b in zip(rows["tags"], rows["tools"], strict=True)
@@ -109,12 +103,9 @@ def counts(questions: list[dict], records: list[dict]) -> dict[str, Any]:
 
 
 def overhead(questions: list[dict]) -> dict[str, Any]:
-    tags_policy, tools_policy = planners(questions)
-    spent = {"tags": timed(tags_policy), "tools": timed(tools_policy)}
-    graphs = {
-        "tags": build_parallel_search_graph(tags_policy, InstantSearcher()),
-        "tools": build_parallel_search_graph(tools_policy, InstantSearcher()),
-    }
+    policies = planners(questions)
+    spent = {name: timed(p) for name, p in policies.items()}
+    graphs = {name: build_parallel_search_graph(p, InstantSearcher()) for name, p in policies.items()}
     inputs = [{"question": q["question"], "metadata": q["metadata"]} for q in questions]
 
     async def block(g) -> tuple[float, int]:
@@ -124,13 +115,13 @@ def overhead(questions: list[dict]) -> dict[str, Any]:
             turns += (await g.ainvoke(inp))["policy_calls"]
         return time.perf_counter() - t0, turns
 
-    total: dict[str, list[float]] = {"tags": [], "tools": []}
-    graph_only: dict[str, list[float]] = {"tags": [], "tools": []}
+    total: dict[str, list[float]] = {name: [] for name in PROTOCOLS}
+    graph_only: dict[str, list[float]] = {name: [] for name in PROTOCOLS}
     with asyncio.Runner() as runner:
         for g in graphs.values():  # warm-up
             runner.run(block(g))
         for b in range(BLOCKS):
-            for name in ["tags", "tools"] if b % 2 == 0 else ["tools", "tags"]:
+            for name in PROTOCOLS if b % 2 == 0 else PROTOCOLS[::-1]:
                 spent[name][0] = 0.0
                 seconds, turns = runner.run(block(graphs[name]))
                 total[name].append(seconds * 1000 / turns)
@@ -138,13 +129,10 @@ def overhead(questions: list[dict]) -> dict[str, Any]:
     # each block pair ran back to back, so its ratio is the least disturbed by the machine's load
     paired = sorted(t / g for t, g in zip(graph_only["tools"], graph_only["tags"], strict=True))
     paired_total = sorted(t / g for t, g in zip(total["tools"], total["tags"], strict=True))
-    med = {
-        k: {"total": statistics.median(total[k]), "graph": statistics.median(graph_only[k])} for k in total
-    }
     return {
         "blocks": BLOCKS,
-        "ms_per_turn_total": rounded({k: v["total"] for k, v in med.items()}, 3),
-        "ms_per_turn_graph_overhead": rounded({k: v["graph"] for k, v in med.items()}, 3),
+        "ms_per_turn_total": rounded({k: statistics.median(v) for k, v in total.items()}, 3),
+        "ms_per_turn_graph_overhead": rounded({k: statistics.median(v) for k, v in graph_only.items()}, 3),
         "graph_overhead_ratio_tools_over_tags": round(statistics.median(paired), 3),
         "graph_overhead_ratio_range": [round(paired[0], 3), round(paired[-1], 3)],
         "total_ratio_tools_over_tags": round(statistics.median(paired_total), 3),
@@ -160,7 +148,7 @@ def main() -> dict:
         + "; ".join(
             f"{p}: {c[p]['policy_calls']} policy calls, {c[p]['search_rounds']} rounds, {c[p]['subqueries']} "
             f"sub-queries, {c[p]['encoder_calls_per_round']} encoder calls per round"
-            for p in ("tags", "tools")
+            for p in PROTOCOLS
         )
     )
     o = overhead(questions)
