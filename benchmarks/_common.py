@@ -4,6 +4,7 @@ JSON output and plots."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -23,6 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RAW = Path(os.environ.get("PARALLELSEARCH_SHARED_DATA", ROOT.parent / "shared" / "data")) / "raw"
 OUT = ROOT / "benchmarks" / "results"
 HOTPOT = RAW / "hotpotqa" / "hahahajw_Agentic-RAG" / "HotpotQA_500_benchmark.json"
+
+
+def parser(doc: str) -> argparse.ArgumentParser:
+    """A script's argument parser: its docstring's first paragraph, each option's default in --help."""
+    return argparse.ArgumentParser(
+        description=doc.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
 
 
 def write(name: str, data: dict) -> Path:

@@ -8,14 +8,13 @@ question by question. Figures: docs/performance.md, "Dependent sub-queries in on
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
-from _common import RAW, latency, mean, print_table, write
+from _common import RAW, latency, mean, parser, print_table, write
 
 from parallelsearch.agents.policies import OraclePolicy
 from parallelsearch.data import load_questions
@@ -104,11 +103,8 @@ def run(limit: int | None, concurrency: int, turn_ms: float) -> dict:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__doc__)
     ap.add_argument("--limit", type=int, help="the first N questions only (a quick look)")
-    ap.add_argument("--concurrency", type=int, default=4, help="questions in flight (default 4)")
-    ap.add_argument(
-        "--turn-ms", type=float, default=TURN_MS, help="simulated time per policy turn (default 200)"
-    )
-    args = ap.parse_args()
-    run(args.limit, args.concurrency, args.turn_ms)
+    ap.add_argument("--concurrency", type=int, default=4, help="questions in flight")
+    ap.add_argument("--turn-ms", type=float, default=TURN_MS, help="simulated time per policy turn")
+    run(**vars(ap.parse_args()))

@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from _common import RAW, print_table, write
+from _common import RAW, parser, print_table, write
 from tqdm import tqdm
 
 from parallelsearch.agents.resolvers import (
@@ -269,13 +269,11 @@ def _print(dataset: str, figures: dict) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--datasets", nargs="+", default=list(FILES), choices=list(FILES))
-    p.add_argument("--methods", nargs="*", help="only these methods (default: all)")
+    p.add_argument("--methods", nargs="*", help="only these methods (none given: all)")
     p.add_argument("--limit", type=int, default=0, help="only the first N questions with dependent hops")
-    p.add_argument(
-        "--store-dir", help="keep the encoded stores in this folder and reuse them (default: a temporary one)"
-    )
+    p.add_argument("--store-dir", help="keep the encoded stores here and reuse them (none: a temporary one)")
     args = p.parse_args()
     write("dag_resolvers", run(args))
 

@@ -10,7 +10,6 @@ below torch's. Figures: docs/performance.md, "Encoder backends".
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -18,7 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import HOTPOT, ROOT, plain_encoder, plot_bars, write
+from _common import HOTPOT, ROOT, parser, plain_encoder, plot_bars, write
 from tqdm import tqdm
 
 from parallelsearch.stores import ChromaStore, ingest
@@ -80,7 +79,7 @@ def recall(embedders: dict[str, Embedder], recs: list[dict], tmp: Path) -> dict:
 
 
 def main() -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--encoders", nargs="+", choices=(*BACKENDS, PLAIN), default=list(BACKENDS))
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--no-recall", action="store_true", help="speed only (no stores are indexed)")

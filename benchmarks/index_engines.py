@@ -9,7 +9,6 @@ Usage: ``python benchmarks/index_engines.py [--rounds 2] [--passages 1000]``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -21,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import HOTPOT, RAW, write
+from _common import HOTPOT, RAW, parser, write
 from tqdm import tqdm
 
 CORPUS = RAW / "wiki_corpus" / "RUC-NLPIR_FlashRAG" / "sample_data.jsonl"
@@ -54,7 +53,7 @@ def top3(home: Path, questions: list[str]) -> list[list[str]]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--passages", type=int, default=1000, help="first N passages of the FlashRAG wiki sample")
     args = ap.parse_args(argv)

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from _common import HOTPOT, ROOT, fmt, latency, plain_encoder, plot_bars, require, rounded, write
+from _common import HOTPOT, ROOT, fmt, latency, parser, plain_encoder, plot_bars, require, rounded, write
 from _floors import NO_ENCODER, floor_report
 from _official import OfficialServer, top_k_agreement
 from _raw_http import RawHttpConnection, RawHttpError
@@ -284,21 +284,14 @@ def median_rows(samples: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument(
-        "--backend",
-        choices=("auto", "torch", "onnx", "onnx-int8"),
-        help="encoder backend of the servers (default: auto, the project's default engine)",
-    )
+    backends = ("auto", "torch", "onnx", "onnx-int8")
+    ap.add_argument("--backend", choices=backends, help="encoder backend of the servers (none: auto)")
     ap.add_argument("--official", type=Path, help="a ParallelSearch/Search-R1 checkout (optional column)")
     ap.add_argument("--reuse", type=Path, help="the folder a previous run printed (skips indexing)")
-    ap.add_argument(
-        "--client",
-        choices=("raw", "httpx"),
-        default="raw",
-        help="load generator: a lean raw HTTP/1.1 client (default) or httpx.AsyncClient (1-2 ms CPU/request more)",
-    )
+    clients = ("raw", "httpx")  # a lean raw HTTP/1.1 client, or httpx.AsyncClient (1-2 ms CPU/request more)
+    ap.add_argument("--client", choices=clients, default="raw", help="load generator")
     ap.add_argument("--no-encoder-server", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--bare-encoder", choices=ENCODERS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

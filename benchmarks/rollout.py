@@ -19,7 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
-from _common import HOTPOT, gather_limited, hotpot_store, write
+from _common import HOTPOT, gather_limited, hotpot_store, parser, write
 
 LEVELS = (1, 8, 32, 128)
 
@@ -217,16 +217,12 @@ async def run(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--levels", type=int, nargs="+", default=list(LEVELS))
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--min-episodes", type=int, default=8)
-    p.add_argument(
-        "--encoder-threads", type=int, default=1, help="the environment encoder's threads (agent: 1)"
-    )
-    p.add_argument(
-        "--compare-threads-at", type=int, default=32, help="also run this level with torch's default threads"
-    )
+    p.add_argument("--encoder-threads", type=int, default=1, help="the environment encoder's threads")
+    p.add_argument("--compare-threads-at", type=int, default=32, help="this level also with torch's threads")
     args = p.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     try:

@@ -28,7 +28,19 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from _common import HOTPOT, OUT, exact_topk, gather_limited, latency, pyplot, recall, require, save, write
+from _common import (
+    HOTPOT,
+    OUT,
+    exact_topk,
+    gather_limited,
+    latency,
+    parser,
+    pyplot,
+    recall,
+    require,
+    save,
+    write,
+)
 from _server import cli_env, cli_server
 from tqdm import tqdm
 
@@ -329,21 +341,18 @@ def say(label: str, r: dict, extra: str = "") -> None:
 
 
 def main() -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    ap.add_argument(
-        "--scratch", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "parallelsearch-scale"
-    )
+    scratch = Path(os.environ.get("TMPDIR", "/tmp")) / "parallelsearch-scale"
+    ap.add_argument("--scratch", type=Path, default=scratch)
     ap.add_argument("--queries", type=int, default=200, help="HotpotQA questions used as queries")
     ap.add_argument("--reps", type=int, default=2, help="passes over the queries per setting")
     ap.add_argument(
         "--ef-search", type=int, nargs="*", default=[10, 20, 40, 80, 160], help="sweep at the largest size"
     )
+    ap.add_argument("--max-neighbors", type=int, help="HNSW M of the built stores (none: Chroma's 16)")
     ap.add_argument(
-        "--max-neighbors", type=int, help="HNSW M of the built stores (Chroma's default 16 when not given)"
-    )
-    ap.add_argument(
-        "--ef-construction", type=int, help="HNSW ef_construction of the built stores (Chroma's default 100)"
+        "--ef-construction", type=int, help="HNSW ef_construction of the stores (none: Chroma's 100)"
     )
     ap.add_argument("--no-retrieve", action="store_true", help="skip the /retrieve server column")
     ap.add_argument("--build-only", action="store_true", help="build the stores and stop")

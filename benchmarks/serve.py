@@ -9,7 +9,6 @@ rounds (figures in ``guard.json``; docs/performance.md, "Soak and the request gu
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
@@ -17,7 +16,7 @@ import time
 import timeit
 
 import httpx
-from _common import fmt, gather_limited, hotpot_store, latency, write
+from _common import fmt, gather_limited, hotpot_store, latency, parser, write
 from tqdm import tqdm
 
 from parallelsearch.agents.policies import ScriptedPolicy
@@ -162,7 +161,7 @@ def guard() -> dict:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--guard", action="store_true", help="the request guard's cost (guard.json)")
     if ap.parse_args().guard:
         guard()

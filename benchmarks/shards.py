@@ -10,7 +10,6 @@ precomputed query vectors (no encoder). Figures: docs/scaling.md, "4 shards agai
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -20,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from _common import exact_topk, latency, recall, rounded, write
+from _common import exact_topk, latency, parser, recall, rounded, write
 from _server import ChromaServer
 
 DIM = 384
@@ -86,7 +85,7 @@ def coalesced_qps(search, queries: np.ndarray, clients: int) -> tuple[float, int
 
 
 def main() -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--scratch", type=Path, default=Path("/tmp/parallelsearch-shards"))

@@ -10,7 +10,6 @@ error. Figures and goals: docs/performance.md, "Soak and the request guard".
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import OUT, fmt, graph_input, latency, pyplot, records_store, save, write
+from _common import OUT, fmt, graph_input, latency, parser, pyplot, records_store, save, write
 from _server import ServerProcess, cli_env, cli_server
 from tqdm import tqdm
 
@@ -348,14 +347,12 @@ def plot(r: dict, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--duration", type=float, default=600, help="seconds of load (default 600)")
-    ap.add_argument("--concurrency", type=int, default=16, help="clients sending at once (default 16)")
-    ap.add_argument(
-        "--questions", type=int, default=60, help="HotpotQA sample questions to index (default 60)"
-    )
+    ap = parser(__doc__)
+    ap.add_argument("--duration", type=float, default=600, help="seconds of load")
+    ap.add_argument("--concurrency", type=int, default=16, help="clients sending at once")
+    ap.add_argument("--questions", type=int, default=60, help="HotpotQA sample questions to index")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--name", default="soak", help="results file name (default soak)")
+    ap.add_argument("--name", default="soak", help="results file name")
     a = ap.parse_args()
     res = run(a.duration, a.concurrency, a.questions, seed=a.seed, name=a.name)
     sys.exit(1 if res["unexpected_errors"] else 0)

@@ -9,7 +9,6 @@ figures: docs/performance.md, "Wide questions".
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import tempfile
@@ -17,7 +16,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from _common import OUT, RAW, graph_input, latency, mean, plot_bars, print_table, write
+from _common import OUT, RAW, graph_input, latency, mean, parser, plot_bars, print_table, write
 
 from parallelsearch.agents.policies import OraclePolicy
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
@@ -273,26 +272,15 @@ def run(
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--per-size", type=int, default=2, help="questions per k and relation (default 2)")
+    ap = parser(__doc__)
+    ap.add_argument("--per-size", type=int, default=2, help="questions per k and relation")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget", type=int, default=16, help="passages per search with the budget on")
+    ap.add_argument("--reps", type=int, default=10, help="repetitions of the component timings")
     ap.add_argument(
-        "--budget", type=int, default=16, help="passages per search with the budget on (default 16)"
+        "--encoder-backend", default="onnx", help="onnx (what 'auto' runs on CPU), torch or onnx-int8"
     )
-    ap.add_argument("--reps", type=int, default=10, help="repetitions of the component timings (default 10)")
-    ap.add_argument(
-        "--encoder-backend",
-        default="onnx",
-        help="onnx (default: what 'auto' runs on CPU), torch or onnx-int8",
-    )
-    ap.add_argument(
-        "--encoder-threads", type=int, default=1, help="threads of an ONNX encoder call (default 1)"
-    )
-    ap.add_argument(
-        "--subqueries",
-        choices=("titles", "relations"),
-        default="titles",
-        help="what each entity's sub-query is: its title (the plain oracle; default) or its fact "
-        "('<title> date of birth', a stand-in planner)",
-    )
+    ap.add_argument("--encoder-threads", type=int, default=1, help="threads of an ONNX encoder call")
+    help_ = "each entity's sub-query: its title (the plain oracle) or its fact ('<title> date of birth')"
+    ap.add_argument("--subqueries", choices=("titles", "relations"), default="titles", help=help_)
     run(**vars(ap.parse_args()))
