@@ -70,8 +70,10 @@ class OfficialServer(ServerProcess):
 
     def start(self) -> OfficialServer:
         work = self._files()
+        import torch
+
         cmd = [sys.executable, str(self.script)]
-        if not torch_has_cuda():
+        if not torch.cuda.is_available():
             cmd = [sys.executable, str(Path(__file__).resolve()), str(self.script)]
         cmd += ["--index_path", str(work / "flat.index")]
         cmd += ["--corpus_path", str(work / "corpus.jsonl"), "--topk", "3", "--retriever_name", "minilm"]
@@ -93,12 +95,6 @@ def top_k_agreement(url_a: str, url_b: str, queries: list[str]) -> float:
 
     a, b = ids(url_a), ids(url_b)
     return sum(len(x & y) for x, y in zip(a, b, strict=True)) / (3 * len(queries))
-
-
-def torch_has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 def run_official_on_cpu(script: str, argv: list[str]) -> None:

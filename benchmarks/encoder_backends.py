@@ -59,11 +59,8 @@ def recall(embedders: dict[str, Embedder], recs: list[dict], tmp: Path) -> dict:
         family = "int8" if name == "onnx-int8" else "fp32"
         t0 = time.perf_counter()
         if family not in stores:
-            index_with = (
-                emb
-                if family == "int8"
-                else embedders.get("onnx") or Embedder(backend="onnx", cache_dir=tmp / "models")
-            )
+            fp32 = embedders.get("onnx") or Embedder(backend="onnx", cache_dir=tmp / "models")
+            index_with = emb if family == "int8" else fp32
             stores[family] = ChromaStore(f"hp-{family}", path=tmp / family, embedder=index_with)
             ingest(stores[family], [HOTPOT], progress=True)
         index_s = time.perf_counter() - t0

@@ -9,6 +9,7 @@ Usage: ``python benchmarks/index_engines.py [--rounds 2] [--passages 1000]``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -20,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import HOTPOT, RAW, parser, write
+from _common import HOTPOT, RAW, parser, require, write
 from tqdm import tqdm
 
 CORPUS = RAW / "wiki_corpus" / "RUC-NLPIR_FlashRAG" / "sample_data.jsonl"
@@ -57,15 +58,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--passages", type=int, default=1000, help="first N passages of the FlashRAG wiki sample")
     args = ap.parse_args(argv)
-    if not CORPUS.is_file():
-        sys.exit(f"benchmark data {CORPUS} is missing")
     root = Path(tempfile.mkdtemp(prefix="index-engines-"))
     corpus = root / "corpus.jsonl"
-    with CORPUS.open(encoding="utf-8") as src, corpus.open("w", encoding="utf-8") as out:
-        for i, line in enumerate(src):
-            if i >= args.passages:
-                break
-            out.write(line)
+    with require(CORPUS).open(encoding="utf-8") as src:
+        corpus.write_text("".join(itertools.islice(src, args.passages)), encoding="utf-8")
     index_once(corpus, root / "warm", ENGINES["default (auto)"])  # the ONNX export, once, untimed
     runs: dict[str, list[dict]] = {name: [] for name in ENGINES}
     homes: dict[str, Path] = {}

@@ -210,15 +210,12 @@ async def load(
     }
 
 
-ENCODERS = ("store", "store, 2 threads x 1", "sentence-transformers")  # bare encoder kinds
-
-
-def encoder_name(kind: str, backend: str) -> str:
-    return {
-        "store": f"store encoder ({backend})",
-        "store, 2 threads x 1": f"store encoder ({backend}), {POOL[0]} threads x {POOL[1]}",
-        "sentence-transformers": "sentence-transformers encode",
-    }[kind]
+#: bare encoder kind -> its name in the figures (``{backend}`` filled in)
+ENCODERS = {
+    "store": "store encoder ({backend})",
+    "store, 2 threads x 1": f"store encoder ({{backend}}), {POOL[0]} threads x {POOL[1]}",
+    "sentence-transformers": "sentence-transformers encode",
+}
 
 
 def make_encoder(kind: str, home: Path, backend: str) -> Callable[[list[str]], object]:
@@ -265,7 +262,7 @@ def bare_encoders_in_children(home: Path, backend: str) -> dict:
         if done.returncode != 0:
             raise RuntimeError(f"bare encoder {kind!r} failed: {done.stderr[-2000:]}")
         rows = json.loads(done.stdout.strip().splitlines()[-1])
-        out[encoder_name(kind, backend)] = {int(b): r for b, r in rows.items()}
+        out[ENCODERS[kind].format(backend=backend)] = {int(b): r for b, r in rows.items()}
     return out
 
 
@@ -321,7 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
             shutil.copytree(home / "a", home / copy)
     ours = Embedder(DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models", workers=1)
     timing_store = ChromaStore("hotpot500", path=home / "d" / "chroma", embedder=ours, create=False)
-    encoders = [encoder_name(kind, backend) for kind in ENCODERS]
+    encoders = [name.format(backend=backend) for name in ENCODERS.values()]
     other, other_flags = OTHER_ARRANGEMENT["torch" if backend == "torch" else "onnx"]
     servers = {
         "batched": server(home / "a", ["--max-batch", "64"], served),

@@ -86,18 +86,14 @@ def build_store(folder: Path, n_questions: int) -> tuple[Path, list[dict]]:
     return folder / "chroma", load_questions(src, dataset="hotpotqa")
 
 
-def config_hash(config: dict) -> str:
-    from langserve.lzstring import LZString
-
-    return LZString.compressToEncodedURIComponent(json.dumps(config))
-
-
 class Load:
     """The request kinds: each sends one request and says whether its answer was what it may be."""
 
     def __init__(self, retriever: str, app: str, questions: list[dict], rng: random.Random):
         self.retriever, self.app, self.questions, self.rng = retriever, app, questions, rng
-        self.hash = config_hash({"configurable": {"top_k": 2}})
+        from langserve.lzstring import LZString
+
+        self.hash = LZString.compressToEncodedURIComponent(json.dumps({"configurable": {"top_k": 2}}))
 
     def _input(self) -> dict:
         return graph_input(self.rng.choice(self.questions))
