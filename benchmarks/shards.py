@@ -34,6 +34,8 @@ def unit(x: np.ndarray) -> np.ndarray:
 
 
 def make_data(n: int, n_queries: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
+    """``n / 50`` random centres; each row a centre plus Gaussian noise (cosine 0.7-0.9 to it), each
+    query another noisy copy of a random centre: dense neighbourhoods to rank, unlike uniform vectors."""
     rng = np.random.default_rng(seed)
     centres = unit(rng.standard_normal((max(1, n // 50), DIM)))
     noise = rng.uniform(0.5, 1.0, (n, 1)) * rng.standard_normal((n, DIM)) / np.sqrt(DIM)

@@ -75,17 +75,6 @@ def rss_mb(server: ServerProcess) -> float:
     return psutil.Process(server.proc.pid).memory_info().rss / 2**20
 
 
-def build_store(folder: Path, n_questions: int) -> tuple[Path, list[dict]]:
-    """An embedded store of the shipped HotpotQA sample's first questions' paragraphs, and those questions."""
-    from parallelsearch.data import load_questions
-
-    recs = [
-        json.loads(line) for line in HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:n_questions]
-    ]
-    _, src = records_store(recs, "soak", folder / "chroma")
-    return folder / "chroma", load_questions(src, dataset="hotpotqa")
-
-
 class Load:
     """The request kinds: each sends one request and says whether its answer was what it may be."""
 
@@ -209,8 +198,13 @@ def run(
     """
     tmp = Path(tempfile.mkdtemp(prefix="soak-"))
     t_setup = time.perf_counter()
-    if store_dir is None:
-        store_dir, questions = build_store(tmp, n_questions)
+    if store_dir is None:  # the shipped HotpotQA sample's first questions and their paragraphs
+        from parallelsearch.data import load_questions
+
+        lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:n_questions]
+        store_dir = tmp / "chroma"
+        _, src = records_store([json.loads(line) for line in lines], "soak", store_dir)
+        questions = load_questions(src, dataset="hotpotqa")
     elif questions is None:
         raise ValueError("questions are needed with store_dir")
     env = cli_env(tmp / "home", PARALLELSEARCH_CHROMA_PATH=str(store_dir))

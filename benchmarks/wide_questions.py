@@ -171,10 +171,10 @@ def run(
           + ", ".join(f"{k}: {len(by_k[k])}" for k in KS))  # fmt: skip
     policy = RelationOracle() if subqueries == "relations" else OraclePolicy()
     graphs = {
-        "off": build_parallel_search_graph(policy, store, top_k=TOP_K, max_subqueries=max(KS)),
-        "budget": build_parallel_search_graph(
-            policy, store, top_k=TOP_K, max_subqueries=max(KS), passage_budget=budget
-        ),
+        name: build_parallel_search_graph(
+            policy, store, top_k=TOP_K, max_subqueries=max(KS), passage_budget=b
+        )
+        for name, b in (("off", None), ("budget", budget))
     }
     tok = _tokenizer()
     schedule = _schedule(by_k)
