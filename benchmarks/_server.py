@@ -133,16 +133,8 @@ class ChromaServer(ServerProcess):
     def __init__(self, path: Path | None = None) -> None:
         self.dir = path or Path(tempfile.mkdtemp())
         port = free_port()
-        cmd = [
-            str(BIN / "chroma"),
-            "run",
-            "--path",
-            str(self.dir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ]
+        chroma = str(BIN / "chroma")
+        cmd = [chroma, "run", "--path", str(self.dir), "--host", "127.0.0.1", "--port", str(port)]
         super().__init__(
             cmd, env=dict(os.environ), port=port, ready_path="/api/v2/heartbeat", start_timeout_s=60
         )

@@ -288,15 +288,11 @@ def plot(rows: list[dict], sweep: list[dict], path: Path) -> Path | None:
         return None
     ns = [r["n"] for r in rows]
     fig, ax = plt.subplots(1, 3 if sweep else 2, figsize=(15 if sweep else 10, 4))
-    lines = [
-        ("store", "c1", "o-", "store API"),
-        ("store", "c32", "o--", "store API"),
-        ("faiss", "c1", "^-", "FAISS flat"),
-    ]
-    lines += [("retrieve", "c1", "s-", "/retrieve")] if all(r.get("retrieve") for r in rows) else []
-    for col, c, style, name in lines:
-        label = f"{name} p50, {'1 client' if c == 'c1' else '32 clients'}"
-        ax[0].loglog(ns, [r[col][c]["p50_ms"] for r in rows], style, label=label)
+    ax[0].loglog(ns, [r["store"]["c1"]["p50_ms"] for r in rows], "o-", label="store API p50, 1 client")
+    ax[0].loglog(ns, [r["store"]["c32"]["p50_ms"] for r in rows], "o--", label="store API p50, 32 clients")
+    if all(r.get("retrieve") for r in rows):
+        ax[0].loglog(ns, [r["retrieve"]["c1"]["p50_ms"] for r in rows], "s-", label="/retrieve p50, 1 client")
+    ax[0].loglog(ns, [r["faiss"]["c1"]["p50_ms"] for r in rows], "^-", label="FAISS flat p50, 1 client")
     ax[0].set_xlabel("passages")
     ax[0].set_ylabel("ms")
     ax[0].legend(fontsize=7)

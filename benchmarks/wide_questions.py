@@ -171,10 +171,10 @@ def run(
           + ", ".join(f"{k}: {len(by_k[k])}" for k in KS))  # fmt: skip
     policy = RelationOracle() if subqueries == "relations" else OraclePolicy()
     graphs = {
-        name: build_parallel_search_graph(
-            policy, store, top_k=TOP_K, max_subqueries=max(KS), passage_budget=b
-        )
-        for name, b in (("off", None), ("budget", budget))
+        "off": build_parallel_search_graph(policy, store, top_k=TOP_K, max_subqueries=max(KS)),
+        "budget": build_parallel_search_graph(
+            policy, store, top_k=TOP_K, max_subqueries=max(KS), passage_budget=budget
+        ),
     }
     tok = _tokenizer()
     schedule = _schedule(by_k)
@@ -221,18 +221,8 @@ def run(
             v: round(row[v]["p50_ms"] / table["1"][v]["p50_ms"], 3) if k > 1 else 1.0 for v in graphs
         }
         table[str(k)] = row
-    results = {
-        "top_k": TOP_K,
-        "passage_budget": budget,
-        "encoder_backend": encoder_backend,
-        "encoder_threads": encoder_threads,
-        "subqueries": subqueries,
-        "seed": seed,
-        "per_size": per_size,
-        "data": data_report,
-        "by_k": table,
-        "components_median_ms": components,
-    }
+    results = {"top_k": TOP_K, "passage_budget": budget, "encoder_backend": encoder_backend, "encoder_threads": encoder_threads, "subqueries": subqueries, "seed": seed, "per_size": per_size,
+               "data": data_report, "by_k": table, "components_median_ms": components}  # fmt: skip
     print(f"\nwide questions, oracle, parallel graph, top_k {TOP_K}; budget {budget} passages per search; "
           f"encoder {encoder_backend} ({encoder_threads} thread(s)); sub-queries: {subqueries}")  # fmt: skip
     header = "k n sq/search enc/search p50_ms x_k=1 r@3 r@3_k=1 chars tokens | budget:top_k r@top_k p50_ms x_k=1 chars tokens"
