@@ -246,26 +246,24 @@ def _print(dataset: str, figures: dict) -> None:
         f"a first hop's top passage is its parent's gold paragraph {figures['first_hop_parent_top1']:.3f}"
     )
     print("per-hop recall@3 of dependent hops (ratio to gold)")
-
-    def cells(hop_recall: dict[str, float]) -> list[str]:
-        """Per-group recall, each with its ratio to gold's."""
-        gold_of = gold["hop_recall"] if gold else {}
-        return [
-            f"{hop_recall[g]:.3f}" + (f" {hop_recall[g] / gold_of[g]:.2f}x" if gold_of.get(g) else "")
-            for g in groups
-        ]
-
-    rows = [[name, *cells(m["hop_recall"])] for name, m in methods_.items()]
-    rows += [["bound " + depth, *cells(b["hop_recall"])] for depth, b in bounds.items()]
+    gold_hops = gold["hop_recall"] if gold else {}
+    rows = [[name, *_cells(m["hop_recall"], gold_hops, groups)] for name, m in methods_.items()]
+    rows += [["bound " + depth, *_cells(b["hop_recall"], gold_hops, groups)] for depth, b in bounds.items()]
     print_table(["method", *(f"{g} ({hops[g]})" for g in groups)], rows)
     for depth, b in bounds.items():
         shares = ", ".join(f"{g} {b['answer_in_parents'][g]:.3f}" for g in groups)
         print(f"gold answer in the parents' {depth} passages: {shares}")
     print("whole-question gold-paragraph recall (ratio to gold)")
-    for name, m in methods_.items():
-        r = m["question_recall"]["all"]
-        ratio = f" {r / gold['question_recall']['all']:.2f}x" if gold else ""
-        print(f"{name:16s}{r:.3f}{ratio}")
+    gold_all = gold["question_recall"] if gold else {}
+    print_table(
+        ["method", "all"],
+        [[n, *_cells(m["question_recall"], gold_all, ["all"])] for n, m in methods_.items()],
+    )
+
+
+def _cells(recall: dict[str, float], gold: dict[str, float], groups: list[str]) -> list[str]:
+    """Each group's recall, with its ratio to gold's where gold has one."""
+    return [f"{recall[g]:.3f}" + (f" {recall[g] / gold[g]:.2f}x" if gold.get(g) else "") for g in groups]
 
 
 def main() -> None:
