@@ -1,15 +1,18 @@
 """Shared helpers for benchmark scripts: data paths, a small real store, percentiles (the
-package's own, :func:`parallelsearch.eval.summary.percentile`), JSON output."""
+package's own, :func:`parallelsearch.eval.summary.percentile`), timed concurrent calls, tables,
+JSON output and plots."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +26,13 @@ OUT = ROOT / "benchmarks" / "results"
 HOTPOT = RAW / "hotpotqa" / "hahahajw_Agentic-RAG" / "HotpotQA_500_benchmark.json"
 
 
+def parser(doc: str) -> argparse.ArgumentParser:
+    """A script's argument parser: its docstring's first paragraph, each option's default in --help."""
+    return argparse.ArgumentParser(
+        description=doc.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+
+
 def write(name: str, data: dict) -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{name}.json"
@@ -31,9 +41,50 @@ def write(name: str, data: dict) -> Path:
     return path
 
 
-def latency(ms: list[float], digits: int) -> dict:
+def require(path: Path) -> Path:
+    """``path``, or exit naming it when the benchmark data is missing."""
+    if not path.is_file():
+        sys.exit(f"benchmark data {path} is missing")
+    return path
+
+
+def latency(ms: list[float], digits: int | None = None) -> dict:
     """``{"p50_ms", "p95_ms"}`` of latencies in ms."""
     return {"p50_ms": percentile(ms, 0.5, digits), "p95_ms": percentile(ms, 0.95, digits)}
+
+
+def mean(xs: Iterable[float | None]) -> float | None:
+    """The mean of the values that are not None, to 4 digits; None when there are none."""
+    vals = [float(x) for x in xs if x is not None]
+    return round(statistics.fmean(vals), 4) if vals else None
+
+
+async def gather_limited(
+    fn: Callable[[object], Awaitable[object]], items: Iterable, concurrency: int
+) -> tuple[list, list[float], float]:
+    """Every item through ``fn`` with at most ``concurrency`` in flight: (results in order, each
+    call's ms, wall seconds of the whole)."""
+    sem = asyncio.Semaphore(concurrency)
+    ms: list[float] = []
+
+    async def one(item: object) -> object:
+        async with sem:
+            t0 = time.perf_counter()
+            try:
+                return await fn(item)
+            finally:
+                ms.append((time.perf_counter() - t0) * 1000)
+
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(one(x) for x in items))
+    return results, ms, time.perf_counter() - t0
+
+
+def print_table(header: list[str], rows: list[list[str]]) -> None:
+    """Cells right-aligned under ``header``, each column as wide as its widest cell."""
+    widths = [max(map(len, column)) for column in zip(header, *rows, strict=True)]
+    for row in (header, *rows):
+        print(" ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)))
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -58,11 +109,7 @@ def exact_topk(vectors: np.ndarray, queries: np.ndarray, k: int = 3) -> np.ndarr
     best_i = np.zeros((len(q), k), dtype=np.int64)
     for lo in range(0, len(vectors), 100_000):
         s = q @ np.asarray(vectors[lo : lo + 100_000]).T
-        top = (
-            np.argpartition(-s, k - 1, axis=1)[:, :k]
-            if s.shape[1] > k
-            else np.tile(np.arange(s.shape[1]), (len(q), 1))
-        )
+        top = np.argpartition(-s, min(k, s.shape[1]) - 1, axis=1)[:, :k]
         cand_s = np.concatenate([best_s, np.take_along_axis(s, top, 1)], axis=1)
         cand_i = np.concatenate([best_i, top + lo], axis=1)
         order = np.argsort(-cand_s, axis=1)[:, :k]
@@ -90,19 +137,36 @@ def interleaved_ms(variants: dict[str, Callable[[], object]], rounds: int) -> di
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
-def hotpot_store(n_questions: int = 60, name: str = "bench"):
-    """A real embedded store with the context paragraphs of the first n HotpotQA questions."""
+def records_store(records: list[dict], name: str, path: Path | None = None, embedder=None):
+    """A real embedded store of the context paragraphs of raw HotpotQA records at ``path`` (a new
+    temporary folder by default; a store already filled there is reused), and the records' file."""
     from parallelsearch.stores import ChromaStore, ingest
 
-    if not HOTPOT.is_file():
-        sys.exit(f"benchmark data {HOTPOT} is missing")
-    recs = json.loads(HOTPOT.read_text())[:n_questions]
-    tmp = Path(tempfile.mkdtemp())
-    f = tmp / "hp.json"
-    f.write_text(json.dumps(recs))
-    store = ChromaStore(name, path=tmp / "db")
-    ingest(store, [f], progress=False)
-    return store, recs
+    src = Path(tempfile.mkdtemp()) / "records.json"
+    src.write_text(json.dumps(records))
+    store = ChromaStore(name, path=path or src.parent / "db", embedder=embedder)
+    if store.count() == 0:
+        ingest(store, [src], progress=False)
+    return store, src
+
+
+def hotpot_store(n_questions: int = 60, name: str = "bench"):
+    """A real embedded store with the context paragraphs of the first n HotpotQA questions."""
+    recs = json.loads(require(HOTPOT).read_text())[:n_questions]
+    return records_store(recs, name)[0], recs
+
+
+def plain_encoder() -> Callable[[list[str]], object]:
+    """Plain sentence-transformers ``encode`` (untouched ``nn.Linear`` layers, the calling thread):
+    the reference the store's encoder is measured against."""
+    from sentence_transformers import SentenceTransformer
+
+    from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, resolve_model_path
+
+    plain = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu")
+    return lambda qs: plain.encode(
+        qs, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+    )
 
 
 def pyplot():
@@ -153,3 +217,17 @@ def plot_bars(
     ax.set_title(title)
     ax.legend(fontsize=8)
     return save(fig, path)
+
+
+def rounded(x: object, digits: int) -> object:
+    """``x`` with every float in it (through nested dicts and lists) rounded to ``digits``."""
+    if isinstance(x, dict):
+        return {k: rounded(v, digits) for k, v in x.items()}
+    if isinstance(x, list):
+        return [rounded(v, digits) for v in x]
+    return round(x, digits) if isinstance(x, float) else x
+
+
+def graph_input(q: dict) -> dict:
+    """A prepared question as graph input, its gold answers in the metadata (the oracle reads them)."""
+    return {"question": q["question"], "metadata": {**q["metadata"], "golden_answers": q["golden_answers"]}}

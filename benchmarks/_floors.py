@@ -1,7 +1,6 @@
 """The floor arithmetic of ``retrieve_server.py``: the best any ``/retrieve`` server could do
-on this machine, from the costs the same run measured (the bare encoders, the store's Chroma
-query, the no-encoder server's HTTP path and the clients' CPU), so a goal not met can be read
-against what was reachable. Figures: docs/performance.md.
+on this machine, from the costs the same run measured, so a goal not met can be read against
+what was reachable. The formulas and figures: docs/performance.md, "How the floors are computed".
 """
 
 from __future__ import annotations
@@ -12,13 +11,8 @@ NO_ENCODER = "no encoder (HTTP path only)"  # the server variant that measures t
 def floor_report(
     enc: dict, rows: dict, encoders: list[str], chroma: dict, best_of: dict, overall: str, cores: int
 ) -> dict:
-    """The best any server could do on this machine, from costs measured in this run.
-
-    1 client: the encoder's batch-1 call, the store's batch-1 Chroma query and the HTTP round
-    trip of the no-encoder server are each paid once per request, one after the other.
-    Throughput: the cores, divided by what every query costs at the least: the best bare
-    encoder's CPU per query, the no-encoder server's CPU per query, a batch-8 Chroma query's
-    share, and the clients' own CPU (they run on the same cores here)."""
+    """1 client: the encoder's batch-1 call, the batch-1 Chroma query and the no-encoder server's
+    round trip, one after the other. Throughput: the cores over what every query costs at least."""
     store_enc = next(iter(encoders))
     http = rows[NO_ENCODER]
     batch1 = enc[store_enc][1]["ms"]
@@ -50,18 +44,9 @@ def floor_report(
 
 
 def eight_client_floor(enc: dict, rows: dict, chroma: dict, best: dict, overall: str, cores: int) -> dict:
-    """The 8-client floor once batch size is counted: 8 closed-loop clients have 8 queries in
-    flight, so the encoder never sees the batch its best throughput needs while kept busy.
-
-    * One batch at a time (all 8 together, split over the encoder threads): the encoder idles
-      while the batch's Chroma query and HTTP answers run, so a cycle is at least the bare
-      batch-8 call + the batch-8 Chroma query + the no-encoder server's 8-client p50.
-    * Two or more batches at once (the encoder kept busy): each batch is at most 4, so the
-      encoder does at most its bare batch-4 queries/s (wall clock: the bare rows measure how
-      well its threads scale together, which CPU time alone does not), and the Chroma query's,
-      the HTTP path's and the clients' CPU per query take the same cores on top.
-
-    The floor is the better of the two, for the bare encoder with the best throughput."""
+    """The 8-client floor once batch size is counted (8 queries in flight): the better of one
+    batch of 8 at a time (the encoder idles during its Chroma query and answers) and batches of
+    at most 4 kept in flight (the bare batch-4 rate, the other CPU on the same cores)."""
     http = rows[NO_ENCODER]["8c_1q"]
     client = rows["batched"]["8c_1q"]["client_cpu_ms_per_request"]
     e8, e4 = enc[overall][8], enc[overall][4]

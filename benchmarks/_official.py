@@ -70,8 +70,10 @@ class OfficialServer(ServerProcess):
 
     def start(self) -> OfficialServer:
         work = self._files()
+        import torch
+
         cmd = [sys.executable, str(self.script)]
-        if not torch_has_cuda():
+        if not torch.cuda.is_available():
             cmd = [sys.executable, str(Path(__file__).resolve()), str(self.script)]
         cmd += ["--index_path", str(work / "flat.index")]
         cmd += ["--corpus_path", str(work / "corpus.jsonl"), "--topk", "3", "--retriever_name", "minilm"]
@@ -95,19 +97,9 @@ def top_k_agreement(url_a: str, url_b: str, queries: list[str]) -> float:
     return sum(len(x & y) for x, y in zip(a, b, strict=True)) / (3 * len(queries))
 
 
-def torch_has_cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def run_official_on_cpu(script: str, argv: list[str]) -> None:
-    """Child: the checkout's ``retrieval_server.py`` on a machine without CUDA.
-
-    Its encoder calls ``.cuda()`` on the model and on every batch and switches the model to
-    fp16 unconditionally. Here ``.cuda()`` returns the tensor or module unchanged,
-    ``torch.cuda.empty_cache()`` does nothing and ``.half()`` keeps fp32 (FAISS flat, fp32: the
-    official column); the script itself runs unmodified from the checkout."""
+    """Child: the checkout's ``retrieval_server.py``, unmodified, on a machine without CUDA: its
+    unconditional ``.cuda()``, ``empty_cache()`` and ``.half()`` (fp16) become no-ops (fp32)."""
     import runpy
 
     import torch

@@ -1,13 +1,9 @@
 """A lean HTTP/1.1 keep-alive client for load tests: a few bytes written, one body read.
 
-Why: on the 2-core benchmark machine the clients share the cores with the server they
-measure. httpx's ``AsyncClient`` spends 0.9-1.7 ms of CPU per ``/retrieve`` request (its
-request models, header handling and pools), which is 10-20% of the server's own cost per
-query and comes straight out of the server's throughput. This client, like ``wrk`` or
-``hey``, writes the request bytes on one connection per client and reads the response by
-its ``Content-Length``: about 0.1 ms per request. It speaks only what the servers under
-test send (a ``Content-Length`` body, keep-alive); anything else is an error naming what
-came back, and every read and write has a timeout.
+On the benchmark machine the clients share the cores with the server they measure, and httpx's
+``AsyncClient`` costs several times this client's CPU per request (docs/performance.md). Like
+``wrk`` or ``hey``, it writes the request on one connection per client and reads the body by its
+``Content-Length``; anything else is an error naming what came back, and every I/O has a timeout.
 """
 
 from __future__ import annotations
@@ -52,6 +48,10 @@ class RawHttpConnection:
 
     async def _post(self, path: str, payload: bytes) -> tuple[int, Any]:
         assert self._reader is not None and self._writer is not None, "use it as an async context manager"
+
+        def error(what: str) -> RawHttpError:
+            return RawHttpError(f"{self.host}:{self.port}{path}: {what}")
+
         head = (
             f"POST {path} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(payload)}\r\n\r\n"
@@ -61,14 +61,12 @@ class RawHttpConnection:
         try:
             header = await self._reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as e:
-            raise RawHttpError(
-                f"{self.host}:{self.port}{path} closed the connection ({e.partial[:200]!r})"
-            ) from e
+            raise error(f"closed the connection ({e.partial[:200]!r})") from e
         lines = header.decode("latin-1").split("\r\n")
         try:
             status = int(lines[0].split(" ", 2)[1])
         except (IndexError, ValueError) as e:
-            raise RawHttpError(f"{self.host}:{self.port}{path}: not an HTTP status line: {lines[0]!r}") from e
+            raise error(f"not an HTTP status line: {lines[0]!r}") from e
         length = None
         for line in lines[1:]:
             name, _, value = line.partition(":")
@@ -76,20 +74,16 @@ class RawHttpConnection:
                 try:
                     length = int(value)
                 except ValueError as e:
-                    raise RawHttpError(f"{self.host}:{self.port}{path}: bad header {line!r}") from e
+                    raise error(f"bad header {line!r}") from e
             elif name.strip().lower() == "transfer-encoding":
-                raise RawHttpError(f"{self.host}:{self.port}{path}: {line!r} is not read by this client")
+                raise error(f"{line!r} is not read by this client")
         if length is None:
-            raise RawHttpError(f"{self.host}:{self.port}{path}: response {status} has no content-length")
+            raise error(f"response {status} has no content-length")
         try:
             data = await self._reader.readexactly(length)
         except asyncio.IncompleteReadError as e:
-            raise RawHttpError(
-                f"{self.host}:{self.port}{path}: body cut short at {len(e.partial)} of {length} bytes"
-            ) from e
+            raise error(f"body cut short at {len(e.partial)} of {length} bytes") from e
         try:
             return status, json.loads(data)
         except ValueError as e:
-            raise RawHttpError(
-                f"{self.host}:{self.port}{path}: status {status}, body not JSON: {data[:200]!r}"
-            ) from e
+            raise error(f"status {status}, body not JSON: {data[:200]!r}") from e

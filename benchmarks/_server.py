@@ -2,9 +2,8 @@
 and the serving tests (tests/serving.py) start ``serve``, ``serve-retriever``, ``chroma run``,
 ``langgraph dev``, vLLM or the official retrieval server.
 
-The child runs in its own session (process group), so stopping it takes its children too, and
-writes to a log file (a temporary one unless given), never to a pipe nobody reads: a full pipe
-blocks the child (the official server writes a progress bar per request).
+The child runs in its own process group, so stopping it takes its children too, and writes to a
+log file, never to a pipe nobody reads (a full pipe blocks the child).
 """
 
 from __future__ import annotations
@@ -22,6 +21,18 @@ from pathlib import Path
 import httpx
 
 from parallelsearch.loopback import free_port
+
+BIN = Path(sys.executable).parent
+#: what a ``parallelsearch`` child must not inherit: the user's API keys and remote Chroma
+NOT_INHERITED = {f"PARALLELSEARCH_{n}" for n in ("SERVER_API_KEY", "RETRIEVER_API_KEY", "CHROMA_HOST")}
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LANGSMITH_TRACING": "false"}
+
+
+def cli_env(home: Path, **extra: str) -> dict[str, str]:
+    """This process's environment, offline and without :data:`NOT_INHERITED`, for a
+    ``parallelsearch`` child whose ``PARALLELSEARCH_HOME`` is ``home``."""
+    env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
+    return {**env, **OFFLINE, "PARALLELSEARCH_HOME": str(home), **extra}
 
 
 class ServerProcess:
@@ -54,16 +65,9 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         t0 = time.perf_counter()
-        with open(self.log, "ab") as out:
-            self.proc = subprocess.Popen(
-                self.cmd,
-                env=self.env,
-                cwd=self.cwd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own process group: kill() takes its children too
-            )
+        with open(self.log, "ab") as out:  # its own process group: kill() takes its children too
+            io = {"stdin": subprocess.DEVNULL, "stdout": out, "stderr": subprocess.STDOUT}
+            self.proc = subprocess.Popen(self.cmd, env=self.env, cwd=self.cwd, start_new_session=True, **io)
         probe = self.probe or (lambda: httpx.get(self.url + self.ready_path, timeout=2))
         deadline = time.monotonic() + self.start_timeout_s
         while True:
@@ -129,7 +133,7 @@ class ChromaServer(ServerProcess):
     def __init__(self, path: Path | None = None) -> None:
         self.dir = path or Path(tempfile.mkdtemp())
         port = free_port()
-        chroma = str(Path(sys.executable).parent / "chroma")
+        chroma = str(BIN / "chroma")
         cmd = [chroma, "run", "--path", str(self.dir), "--host", "127.0.0.1", "--port", str(port)]
         super().__init__(
             cmd, env=dict(os.environ), port=port, ready_path="/api/v2/heartbeat", start_timeout_s=60
@@ -149,3 +153,9 @@ class ChromaServer(ServerProcess):
                 metadatas=got["metadatas"][i : i + 256],
             )
         return remote
+
+
+def cli_server(*args: str, env: dict[str, str], **kw) -> ServerProcess:
+    """``parallelsearch ARGS --port P`` on a free port P (``kw``: :class:`ServerProcess`'s)."""
+    port = free_port()
+    return ServerProcess([str(BIN / "parallelsearch"), *args, "--port", str(port)], env=env, port=port, **kw)

@@ -12,27 +12,21 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import tempfile
-from pathlib import Path
 
-from _common import HOTPOT, write
+from _common import HOTPOT, records_store, write
 
 from parallelsearch.agents.policies import OraclePolicy
 from parallelsearch.data import load_questions
 from parallelsearch.eval import evaluate, summarize
 from parallelsearch.eval.runner import read_results
-from parallelsearch.stores import ChromaStore, ingest
 
 TURN_MS = 200.0
 
 
 def run() -> dict:
     recs = [r for r in json.loads(HOTPOT.read_text()) if r["type"] == "comparison"]
-    tmp = Path(tempfile.mkdtemp())
-    src = tmp / "hotpotqa_comparison.json"
-    src.write_text(json.dumps(recs))
-    store = ChromaStore("calls-bench", path=tmp / "db")
-    ingest(store, [src], progress=True)
+    store, src = records_store(recs, "calls-bench")
+    tmp = src.parent
     questions = load_questions(src, dataset="hotpotqa")
     print(f"{len(questions)} comparison questions, {store.count()} passages")
     results: dict = {"questions": len(questions), "turn_ms": TURN_MS}

@@ -1,29 +1,11 @@
 """Per-hop recall@3 of dependent sub-queries (``seat of #1``) under each way of resolving ``#k``.
 
 Goal: the ``passage`` resolver (no model call) reaches >= 0.9x the ``gold`` resolver's recall
-on dependent hops. Data: MuSiQue (AdelWang_MIGRES, 200 questions: 2hop, 3hop1, 4hop1 chains and
-branching 3hop2/4hop2/4hop3) and 2WikiMultihopQA (hahahajw 500: the compositional, inference and
-bridge_comparison questions, whose evidence triples chain). Never the holdout files.
-
-Store: the union of each file's context paragraphs in a real embedded Chroma store with the
-MiniLM encoder (the README's "realistic offline corpus"). Each question is executed as the
-graph would run its one-turn plan: its hops (``metadata.hops``, sub-queries as the oracle
-writes them, ``#k`` kept) stage by stage, a dependent hop resolved from its parents' top-3
-passages as that method searched them, so a chain carries its own mistakes forward.
-
-Methods: ``gold`` (the gold intermediate answer), ``dropped`` (``#k`` removed), ``title`` (the
-parent's top passage title), ``text`` (``#k`` removed, the top passage's text appended),
-``spans-merged`` (the first 8 name-like spans of the top passage, each searched, hits merged by
-score), ``passage`` (the shipped :class:`PassageResolver`), ``passage-no-cue`` (it without the
-lead-in nudge), ``passage-no-title`` (it without the own-paragraph title signal) and ``ceiling`` (gold where the gold answer is among the passage resolver's
-candidates, else dropped: what picking the right candidate would give). Recall is
-deterministic, so the methods run one after another.
-
-With ``gold`` run, the floor of any passage-based resolver is printed too: a dependent hop
-can only be resolved from passages when every parent's gold answer occurs in the parent's
-top-1 (top-3) passages, so ``gold``'s hits on those hops alone bound what no model call can
-reach (an optimistic bound: the parents there are searched with the gold chain). Prints the
-tables and writes benchmarks/results/dag_resolvers.json.
+on dependent hops (MuSiQue and 2WikiMultihopQA, never the holdout). Each question's hops run
+stage by stage over a real Chroma store, a dependent hop resolved from its parents' top-3
+passages as that method searched them; with ``gold`` run, the floor of any passage-based
+resolver is printed too (:func:`passage_bound`). Methods and figures: docs/performance.md,
+"Resolving ``#k`` without a model".
 """
 
 from __future__ import annotations
@@ -35,7 +17,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from _common import RAW, write
+from _common import RAW, parser, print_table, write
 from tqdm import tqdm
 
 from parallelsearch.agents.resolvers import (
@@ -79,37 +61,34 @@ def open_store(dataset: str, folder: Path) -> ChromaStore:
 def spans_merged(sub_query: str, parents: Sequence[ParentResult]) -> list[str]:
     """The first 8 spans of each parent's top passage, each substituted: searched and merged."""
     options = [(span_candidates(p.passages[0].text)[:8] if p.passages else []) or [""] for p in parents]
-    out = []
-    for i in range(max(len(o) for o in options)):
-        out.append(
-            substitute(sub_query, {p.k: o[min(i, len(o) - 1)] for p, o in zip(parents, options, strict=True)})
-        )
+    out = [
+        substitute(sub_query, {p.k: o[min(i, len(o) - 1)] for p, o in zip(parents, options, strict=True)})
+        for i in range(max(len(o) for o in options))
+    ]
     return list(dict.fromkeys(out))
 
 
+def dropped(sub_query: str, parents: Sequence[ParentResult]) -> str:
+    """The sub-query with every ``#k`` removed."""
+    return substitute(sub_query, {p.k: "" for p in parents})
+
+
 def methods(store: ChromaStore) -> dict[str, Resolve]:
-    passage = PassageResolver(store)
-    plain = PassageResolver(store, cue_weight=0.0)
-    untitled = PassageResolver(store, title_weight=0.0)
     gold = GoldResolver()
 
     def ceiling(sub_query: str, parents: Sequence[ParentResult]) -> str:
         found = all(p.gold in {c for c, _ in answer_candidates(p)} for p in parents)
-        return gold(sub_query, parents) if found else substitute(sub_query, {p.k: "" for p in parents})
+        return gold(sub_query, parents) if found else dropped(sub_query, parents)
 
     return {
         "gold": gold,
-        "dropped": lambda s, ps: substitute(s, {p.k: "" for p in ps}),
+        "dropped": dropped,
         "title": lambda s, ps: substitute(s, {p.k: p.passages[0].title if p.passages else "" for p in ps}),
-        "text": lambda s, ps: (
-            substitute(s, {p.k: "" for p in ps})
-            + " "
-            + " ".join(p.passages[0].text for p in ps if p.passages)
-        ),
+        "text": lambda s, ps: " ".join([dropped(s, ps), *(p.passages[0].text for p in ps if p.passages)]),
         "spans-merged": spans_merged,
-        "passage-no-cue": plain,
-        "passage-no-title": untitled,
-        "passage": passage,
+        "passage-no-cue": PassageResolver(store, cue_weight=0.0),
+        "passage-no-title": PassageResolver(store, title_weight=0.0),
+        "passage": PassageResolver(store),
         "ceiling": ceiling,
     }
 
@@ -259,50 +238,40 @@ def run(args: argparse.Namespace) -> dict:
 def _print(dataset: str, figures: dict) -> None:
     methods_ = figures["methods"]
     gold = methods_.get("gold")
-    groups = sorted(next(iter(methods_.values()))["hops"], key=lambda g: (g != "all", g))
+    hops = next(iter(methods_.values()))["hops"]
+    groups = sorted(hops, key=lambda g: (g != "all", g))
+    bounds = figures.get("passage_bound", {})
     print(
         f"\n{dataset}: {figures['questions']} questions, {figures['paragraphs']} paragraphs; "
         f"a first hop's top passage is its parent's gold paragraph {figures['first_hop_parent_top1']:.3f}"
     )
     print("per-hop recall@3 of dependent hops (ratio to gold)")
-    print(
-        f"{'method':16s}"
-        + "".join(f"{g + ' (' + str(methods_[next(iter(methods_))]['hops'][g]) + ')':>22s}" for g in groups)
+    gold_hops = gold["hop_recall"] if gold else {}
+    rows = [[name, *_cells(m["hop_recall"], gold_hops, groups)] for name, m in methods_.items()]
+    rows += [["bound " + depth, *_cells(b["hop_recall"], gold_hops, groups)] for depth, b in bounds.items()]
+    print_table(["method", *(f"{g} ({hops[g]})" for g in groups)], rows)
+    for depth, b in bounds.items():
+        shares = ", ".join(f"{g} {b['answer_in_parents'][g]:.3f}" for g in groups)
+        print(f"gold answer in the parents' {depth} passages: {shares}")
+    print("whole-question gold-paragraph recall (ratio to gold)")
+    gold_all = gold["question_recall"] if gold else {}
+    print_table(
+        ["method", "all"],
+        [[n, *_cells(m["question_recall"], gold_all, ["all"])] for n, m in methods_.items()],
     )
 
-    def row(label: str, hop_recall: dict[str, float]) -> None:
-        """One line of per-group recall, each with its ratio to gold's."""
-        cells = []
-        for g in groups:
-            r = hop_recall[g]
-            ratio = f" {r / gold['hop_recall'][g]:.2f}x" if gold and gold["hop_recall"][g] else ""
-            cells.append(f"{r:.3f}{ratio}")
-        print(f"{label:16s}" + "".join(f"{c:>22s}" for c in cells))
 
-    for name, m in methods_.items():
-        row(name, m["hop_recall"])
-    for depth, b in figures.get("passage_bound", {}).items():
-        row("bound " + depth, b["hop_recall"])
-        print(
-            f"{'':16s}(gold answer in the parents' {depth} passages: "
-            + ", ".join(f"{g} {b['answer_in_parents'][g]:.3f}" for g in groups)
-            + ")"
-        )
-    print("whole-question gold-paragraph recall (ratio to gold)")
-    for name, m in methods_.items():
-        r = m["question_recall"]["all"]
-        ratio = f" {r / gold['question_recall']['all']:.2f}x" if gold else ""
-        print(f"{name:16s}{r:.3f}{ratio}")
+def _cells(recall: dict[str, float], gold: dict[str, float], groups: list[str]) -> list[str]:
+    """Each group's recall, with its ratio to gold's where gold has one."""
+    return [f"{recall[g]:.3f}" + (f" {recall[g] / gold[g]:.2f}x" if gold.get(g) else "") for g in groups]
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--datasets", nargs="+", default=list(FILES), choices=list(FILES))
-    p.add_argument("--methods", nargs="*", help="only these methods (default: all)")
+    p.add_argument("--methods", nargs="*", help="only these methods (none given: all)")
     p.add_argument("--limit", type=int, default=0, help="only the first N questions with dependent hops")
-    p.add_argument(
-        "--store-dir", help="keep the encoded stores in this folder and reuse them (default: a temporary one)"
-    )
+    p.add_argument("--store-dir", help="keep the encoded stores here and reuse them (none: a temporary one)")
     args = p.parse_args()
     write("dag_resolvers", run(args))
 

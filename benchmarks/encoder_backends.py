@@ -1,23 +1,15 @@
 """Query encoders side by side: queries/s at batch 1/8/32 against the fp32 torch encoder, and recall@3.
 
-Encoders: ``torch`` (the stores' sentence-transformers path: pre-transposed linear layers,
-the lean query path, the encoder thread), ``onnx`` (ONNX Runtime fp32, the same embeddings),
-``onnx-int8`` (per-channel dynamic int8; different embeddings, so its store is indexed with it
-too) and, with ``--encoders ... sentence-transformers``, plain ``SentenceTransformer.encode``
-on the calling thread (the reference the store's encoder is measured against; its maximum
-embedding difference to the first encoder is printed). Speed: blocks of each encoder
-alternate round by round on the same HotpotQA questions. Recall@3 (``--no-recall`` skips it):
-one store per embedding family holding the 4,948 context paragraphs of the 500 HotpotQA dev
-questions (not the holdout), one query per gold supporting title of every comparison
-question; a title is found when a passage of that title is in the top 3. The rule:
-int8 may be the default only if its recall@3 is less than 0.005 below torch's.
+Encoders alternate round by round on the same HotpotQA questions; recall@3 (``--no-recall``
+skips it) is one query per gold supporting title of every comparison question, one store per
+embedding family. The rule: int8 may be the default only if its recall@3 is less than 0.005
+below torch's. Figures: docs/performance.md, "Encoder backends".
 
     python benchmarks/encoder_backends.py [--encoders torch onnx onnx-int8] [--batches 1 8 32] [--no-recall]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import tempfile
@@ -25,25 +17,15 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import HOTPOT, ROOT, plot_bars, write
+from _common import HOTPOT, ROOT, parser, plain_encoder, plot_bars, write
 from tqdm import tqdm
 
 from parallelsearch.stores import ChromaStore, ingest
-from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder, resolve_model_path
+from parallelsearch.stores.encoding.embedder import Embedder
 
 BACKENDS = ("torch", "onnx", "onnx-int8")
 PLAIN = "sentence-transformers"
 ROUNDS = 5
-
-
-def plain_encoder():
-    """Plain sentence-transformers ``encode`` (untouched ``nn.Linear`` layers, the calling thread)."""
-    from sentence_transformers import SentenceTransformer
-
-    plain = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu")
-    return lambda qs: plain.encode(
-        qs, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-    )
 
 
 def speed(encoders: dict, queries: list[str], batches: list[int]) -> dict:
@@ -63,10 +45,8 @@ def speed(encoders: dict, queries: list[str], batches: list[int]) -> dict:
 
 
 def recall(embedders: dict[str, Embedder], recs: list[dict], tmp: Path) -> dict:
-    """recall@3 per backend. The torch and onnx rows share one store, indexed with ONNX fp32
-    (the same embeddings: tests/test_encoder_backends.py bounds the difference at 1e-5; ONNX
-    Runtime on one thread indexes several times faster on a shared 2-core machine than
-    torch's two OpenMP threads, which spin when the cores are oversubscribed)."""
+    """recall@3 per backend. The torch and onnx rows share one store indexed with ONNX fp32 (the
+    same embeddings to 1e-5, indexed several times faster than torch's spinning OpenMP threads)."""
     gold = [
         t
         for r in recs
@@ -79,11 +59,8 @@ def recall(embedders: dict[str, Embedder], recs: list[dict], tmp: Path) -> dict:
         family = "int8" if name == "onnx-int8" else "fp32"
         t0 = time.perf_counter()
         if family not in stores:
-            index_with = (
-                emb
-                if family == "int8"
-                else embedders.get("onnx") or Embedder(backend="onnx", cache_dir=tmp / "models")
-            )
+            fp32 = embedders.get("onnx") or Embedder(backend="onnx", cache_dir=tmp / "models")
+            index_with = emb if family == "int8" else fp32
             stores[family] = ChromaStore(f"hp-{family}", path=tmp / family, embedder=index_with)
             ingest(stores[family], [HOTPOT], progress=True)
         index_s = time.perf_counter() - t0
@@ -99,7 +76,7 @@ def recall(embedders: dict[str, Embedder], recs: list[dict], tmp: Path) -> dict:
 
 
 def main() -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--encoders", nargs="+", choices=(*BACKENDS, PLAIN), default=list(BACKENDS))
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--no-recall", action="store_true", help="speed only (no stores are indexed)")

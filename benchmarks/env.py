@@ -9,9 +9,8 @@ graph + checkpointer + searcher.
 from __future__ import annotations
 
 import asyncio
-import time
 
-from _common import HOTPOT, hotpot_store, write
+from _common import HOTPOT, gather_limited, hotpot_store, write
 from _server import ChromaServer
 from tqdm import tqdm
 
@@ -44,22 +43,12 @@ def policy_for(recs: list[dict]) -> ScriptedPolicy:
 
 
 async def measure(env_graph: EnvGraph, policy, qs: list[dict], concurrency: int) -> dict:
-    sem = asyncio.Semaphore(concurrency)
-
-    async def one(q):
-        async with sem:
-            return await run_episode(env_graph, policy, q)
-
-    t0 = time.perf_counter()
-    recs = await asyncio.gather(*(one(q) for q in qs))
-    wall = time.perf_counter() - t0
-    steps = sum(len(r["turns"]) for r in recs)
-    failures = sum(1 for r in recs if r.get("error"))
+    recs, _, wall = await gather_limited(lambda q: run_episode(env_graph, policy, q), qs, concurrency)
     return {
         "episodes": len(recs),
-        "failures": failures,
+        "failures": sum(1 for r in recs if r.get("error")),
         "episodes_per_s": round(len(recs) / wall, 2),
-        "steps_per_s": round(steps / wall, 2),
+        "steps_per_s": round(sum(len(r["turns"]) for r in recs) / wall, 2),
         "wall_s": round(wall, 3),
     }
 

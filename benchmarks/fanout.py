@@ -1,13 +1,9 @@
 """Search-stage wall time for k = 1, 2, 4, 8 sub-queries: parallel vs sequential graph,
 against (a) a local store and (b) a /retrieve server with 50 ms injected latency.
 
-Goal: k=4 <= 1.1x k=1 for the parallel graph on both backends.
-
-For the local store the script also times one direct ``search_batch`` of the same k
-queries (one encoder call, one Chroma query, no graph). Its k=4/k=1 ratio is how the
-encoder itself scales on this machine, the floor under the graph's ratio. Every repeat
-runs all k and both graphs interleaved on one persistent event loop, so a slow patch of
-a shared machine hits them alike.
+Goal: k=4 <= 1.1x k=1 for the parallel graph on both backends. One direct ``search_batch`` of
+the same k queries is the floor under the graph's ratio. All k and both graphs run interleaved
+on one persistent event loop.
 """
 
 from __future__ import annotations

@@ -1,19 +1,15 @@
 """``parallelsearch index`` with the default engine against ``--encoder-backend torch``.
 
-Why: ONNX fp32 is the engine ``auto`` runs on CPU (the same embeddings as torch).
-Queries are measured by ``retrieve_server.py``; this measures passage ingestion, which with
-ONNX is split over one encoder thread per core (``Embedder.encode_passages``), as a user runs
-it: the CLI in a fresh process per run, into a fresh store, engines alternating round by
-round so a slow patch of a shared machine hits both. Reports the CLI's own passages/s
-(encode + Chroma) and the whole command's wall time (model load included), and checks that
-both stores answer the same top-3 for 50 questions.
+The CLI in a fresh process per run into a fresh store, engines alternating round by round:
+the CLI's own passages/s and the whole command's wall time, and whether both stores answer the
+same top-3 for 50 questions. Queries are measured by ``retrieve_server.py``.
 
 Usage: ``python benchmarks/index_engines.py [--rounds 2] [--passages 1000]``.
 """
 
 from __future__ import annotations
 
-import argparse
+import itertools
 import json
 import os
 import re
@@ -25,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import HOTPOT, RAW, write
+from _common import HOTPOT, RAW, parser, require, write
 from tqdm import tqdm
 
 CORPUS = RAW / "wiki_corpus" / "RUC-NLPIR_FlashRAG" / "sample_data.jsonl"
@@ -58,19 +54,14 @@ def top3(home: Path, questions: list[str]) -> list[list[str]]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--passages", type=int, default=1000, help="first N passages of the FlashRAG wiki sample")
     args = ap.parse_args(argv)
-    if not CORPUS.is_file():
-        sys.exit(f"benchmark data {CORPUS} is missing")
     root = Path(tempfile.mkdtemp(prefix="index-engines-"))
     corpus = root / "corpus.jsonl"
-    with CORPUS.open(encoding="utf-8") as src, corpus.open("w", encoding="utf-8") as out:
-        for i, line in enumerate(src):
-            if i >= args.passages:
-                break
-            out.write(line)
+    with require(CORPUS).open(encoding="utf-8") as src:
+        corpus.write_text("".join(itertools.islice(src, args.passages)), encoding="utf-8")
     index_once(corpus, root / "warm", ENGINES["default (auto)"])  # the ONNX export, once, untimed
     runs: dict[str, list[dict]] = {name: [] for name in ENGINES}
     homes: dict[str, Path] = {}

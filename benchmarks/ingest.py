@@ -1,12 +1,9 @@
 """Ingestion throughput into a store vs raw sentence-transformers encode of the same passages,
 same batch size, same run (ratio; goal >= 0.95).
 
-The passages go in PARTS slices; for each slice both sides run back to back, in alternating
-order, so a slow patch of a shared machine hits both alike (one pass of each, one after the
-other, gave ratios from 0.97 to 1.46 on the same code). "Raw" is the store's own model's
-``encode`` called directly, on the encoder thread where the store's encodes run too (one
-OpenMP team; see parallelsearch.stores.encoding.threads). The difference is what ingestion
-adds: id checks, Chroma upserts, and Chroma's indexing work, which shares the 2 cores.
+Both sides run back to back on each of PARTS slices, in alternating order; "raw" is the store's
+own model's ``encode`` on the store's encoder thread, so the difference is what ingestion adds
+(id checks, Chroma upserts and indexing).
 """
 
 from __future__ import annotations

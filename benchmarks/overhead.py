@@ -58,14 +58,8 @@ def bare_langgraph():
         return {"turn": 0}
 
     b = StateGraph(BareState)
-    nodes = (
-        ("begin", begin),
-        ("planner", planner),
-        ("search", search),
-        ("join", nothing),
-        ("answer", nothing),
-    )
-    for name, fn in nodes:
+    nodes = {"begin": begin, "planner": planner, "search": search, "join": nothing, "answer": nothing}
+    for name, fn in nodes.items():
         b.add_node(name, fn)
     b.add_edge(START, "begin")
     b.add_edge("begin", "planner")

@@ -2,17 +2,9 @@
 (goal: 4 concurrent <= 1.1x of 1), and recall@3 of gold supporting paragraphs on HotpotQA
 comparison questions: (a) the full question, (b) one query per supporting title.
 
-The goal line is decomposed so the figures say where time goes. ``batched`` rows call
-``search_batch`` directly (one encoder call, one Chroma query, no coalescer):
-
-* ``concurrent_over_batched4``: what coalescing costs over one batched call of the same
-  4 queries ("k sub-queries must cost about one batched call");
-* ``batched4_over_batched1``: how the encoder and Chroma themselves scale from 1 to 4
-  queries on this machine. No coalescer can make 4 concurrent queries cheaper than this
-  relative to 1, so it is the floor of ``concurrent_over_one`` here.
-
-All variants run interleaved in every repeat on one persistent event loop (as a server or
-the RL environment has), so a slow patch of a shared machine hits them alike.
+``batched`` rows call ``search_batch`` directly: ``batched4_over_batched1`` is how the encoder
+and Chroma scale from 1 to 4 queries here, the floor under ``concurrent_over_one``. All
+variants run interleaved on one persistent event loop.
 """
 
 from __future__ import annotations
@@ -84,11 +76,7 @@ def main() -> dict:
         "retrieve",
         {
             "repeats": REPEATS,
-            "one_ms": round(one, 2),
-            "four_concurrent_ms": round(conc, 2),
-            "four_sequential_ms": round(seq, 2),
-            "batched_one_ms": round(b1, 2),
-            "batched_four_ms": round(b4, 2),
+            **{f"{name}_ms": round(v, 2) for name, v in ms.items()},
             "concurrent_over_one": round(conc / one, 3),
             "sequential_over_one": round(seq / one, 3),
             "concurrent_over_batched4": round(conc / b4, 3),

@@ -2,19 +2,13 @@
 request, against the bare encoder on the same queries, and (``--official PATH``) against the
 official ParallelSearch/Search-R1 retrieval server (:mod:`_official`).
 
-Real ``parallelsearch serve-retriever`` processes on 127.0.0.1 over a store of the context
-paragraphs of the 500 HotpotQA dev questions (not the holdout), queried with those questions
-by closed-loop clients (:mod:`_raw_http` by default), interleaved round by round in this one
-process: ``batched`` (the default server), ``unbatched`` (``--max-batch 0``), the other thread
-arrangement (:data:`OTHER_ARRANGEMENT`), a no-encoder server (the HTTP path alone) and,
-each in its own child process, the bare encoders at batch 1-64 (a server has one OpenMP team,
-so its reference must too). Every load also records the CPU the server and the clients spent
-per query; :mod:`_floors` turns the measured costs into the best any server could do here.
-What each variant and figure means, and the goals: docs/performance.md, "The ``/retrieve``
-server under concurrent load".
+Real ``serve-retriever`` processes over the 500 HotpotQA dev questions' paragraphs, closed-loop
+clients, every variant interleaved round by round; each bare encoder is timed in its own child
+process (a server has one OpenMP team, so its reference must too), and :mod:`_floors` turns the
+measured costs into the best any server could do here. Variants, figures and goals:
+docs/performance.md, "The ``/retrieve`` server under concurrent load".
 
 Usage: ``python benchmarks/retrieve_server.py [--rounds 3] [--backend torch|onnx] [--official PATH]``
-(no ``--backend``: the default engine, ``auto``; figures go to ``retrieve_server.json``).
 """
 
 from __future__ import annotations
@@ -34,11 +28,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from _common import HOTPOT, ROOT, fmt, percentile, plot_bars, write
+from _common import HOTPOT, ROOT, fmt, latency, parser, plain_encoder, plot_bars, require, rounded, write
 from _floors import NO_ENCODER, floor_report
 from _official import OfficialServer, top_k_agreement
 from _raw_http import RawHttpConnection, RawHttpError
-from _server import ServerProcess
+from _server import BIN, ServerProcess, cli_env, cli_server
 from tqdm import tqdm
 
 from parallelsearch.loopback import free_port
@@ -71,37 +65,28 @@ def build_store(home: Path, backend: str) -> Path:
 
     An fp32 store is indexed with ONNX fp32, the same embeddings as torch's (to 1e-5), because
     on a shared 2-core machine torch's two spinning OpenMP threads index far slower."""
-    cmd = [str(Path(sys.executable).parent / "parallelsearch"), "index", str(HOTPOT), "--store", "hotpot500"]
-    cmd += ["--encoder-backend", backend]
-    subprocess.run(cmd, check=True, env={**os.environ, "PARALLELSEARCH_HOME": str(home)}, timeout=1800)
+    cmd = [str(BIN / "parallelsearch"), "index", str(HOTPOT), "--store", "hotpot500", "--encoder-backend"]
+    subprocess.run([*cmd, backend], check=True, env=cli_env(home), timeout=1800)
     return home
 
 
-class Server(ServerProcess):
-    """One ``serve-retriever`` process on 127.0.0.1 (stopped on exit)."""
-
-    def __init__(self, home: Path, extra: list[str], backend: str) -> None:
-        port = free_port()
-        cmd = [str(Path(sys.executable).parent / "parallelsearch"), "serve-retriever", "--store", "hotpot500"]
-        cmd += ["--port", str(port), *extra, "--encoder-backend", backend]
-        super().__init__(
-            cmd, env={**os.environ, "PARALLELSEARCH_HOME": str(home)}, port=port, start_timeout_s=300
-        )
+def server(home: Path, extra: list[str], backend: str) -> ServerProcess:
+    """One ``serve-retriever`` process on 127.0.0.1 over the store under ``home``."""
+    args = ("serve-retriever", "--store", "hotpot500", *extra, "--encoder-backend", backend)
+    return cli_server(*args, env=cli_env(home), start_timeout_s=300)
 
 
-class NoEncoderServer(ServerProcess):
+def no_encoder_server() -> ServerProcess:
     """The same ``/retrieve`` app (batching, body guard, JSON) over a stand-in searcher that
     returns three fixed passages at once: what the HTTP path costs with no encoder and no
     Chroma, i.e. the part of every request that batching cannot share."""
-
-    def __init__(self) -> None:
-        port = free_port()
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--no-encoder-server", str(port)]
-        super().__init__(cmd, env=dict(os.environ), port=port, start_timeout_s=300)
+    port = free_port()
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--no-encoder-server", str(port)]
+    return ServerProcess(cmd, env=dict(os.environ), port=port, start_timeout_s=300)
 
 
 def serve_no_encoder(port: int) -> None:
-    """Child process of :class:`NoEncoderServer` (a benchmark stand-in, never a product path)."""
+    """Child process of :func:`no_encoder_server` (a benchmark stand-in, never a product path)."""
     import uvicorn
 
     from parallelsearch.stores import create_retrieval_app
@@ -140,6 +125,23 @@ def chroma_query_ms(store, queries: list[str]) -> dict:
     return out
 
 
+class HttpxConnection:
+    """:class:`RawHttpConnection`'s shape over one shared ``httpx.AsyncClient`` (``--client httpx``)."""
+
+    def __init__(self, client: httpx.AsyncClient, url: str) -> None:
+        self.client, self.url = client, url
+
+    async def __aenter__(self) -> HttpxConnection:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        pass
+
+    async def post_json(self, path: str, body: object) -> tuple[int, object]:
+        r = await self.client.post(self.url + path, json=body)
+        return r.status_code, r.json() if r.status_code == 200 else None
+
+
 async def load(
     url: str,
     clients: int,
@@ -153,122 +155,81 @@ async def load(
     every request's latency, queries/s over the run, and the CPU the server process
     (``server_pid``) spent per query and the clients per request, so the report can tell a server
     out of CPU from one idle between batches. A request is an error unless it is a 200 with one
-    result list per query; a failed raw connection is opened again."""
+    result list per query; a failed connection is opened again."""
     import psutil
 
     server = psutil.Process(server_pid) if server_pid else None
     lat: list[float] = []
     errors = 0
 
-    def body(c: int, r: int) -> dict:
-        start = (c * requests_each + r) * per_request
-        qs = [queries[(start + j) % len(queries)] for j in range(per_request)]
-        return {"queries": qs, "topk": 3, "return_scores": True}  # as Search-R1's client sends
-
-    def check(status: int, answer: object) -> None:
+    async def one_client(c: int, shared: httpx.AsyncClient) -> None:
         nonlocal errors
-        ok = status == 200 and isinstance(answer, dict) and len(answer.get("result", ())) == per_request
-        errors += not ok
-
-    async def one_raw_client(c: int) -> None:
-        nonlocal errors
-        conn: RawHttpConnection | None = None
-        # a failed request (or connect) counts as an error, and the connection is opened again
+        conn: RawHttpConnection | HttpxConnection | None = None
         for r in range(requests_each):
-            req = body(c, r)
+            start = (c * requests_each + r) * per_request
+            qs = [queries[(start + j) % len(queries)] for j in range(per_request)]
+            body = {"queries": qs, "topk": 3, "return_scores": True}  # as Search-R1's client sends
             try:
                 if conn is None:
-                    conn = await RawHttpConnection(url).__aenter__()
+                    conn = HttpxConnection(shared, url) if client == "httpx" else RawHttpConnection(url)
+                    await conn.__aenter__()
                 t0 = time.perf_counter()
-                status, answer = await conn.post_json("/retrieve", req)
+                status, answer = await conn.post_json("/retrieve", body)
                 lat.append((time.perf_counter() - t0) * 1000)
-                check(status, answer)
-            except (RawHttpError, OSError, asyncio.TimeoutError):
+                ok = (
+                    status == 200
+                    and isinstance(answer, dict)
+                    and len(answer.get("result", ())) == per_request
+                )
+                errors += not ok
+            except (RawHttpError, httpx.HTTPError, OSError, asyncio.TimeoutError):
                 errors += 1
                 if conn is not None:
-                    await conn.__aexit__(None, None, None)
+                    await conn.__aexit__()
                 conn = None
         if conn is not None:
-            await conn.__aexit__(None, None, None)
+            await conn.__aexit__()
 
-    async def run_clients() -> None:
-        if client == "raw":
-            await asyncio.gather(*(one_raw_client(c) for c in range(clients)))
-            return
-        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-        async with httpx.AsyncClient(timeout=60, limits=limits) as shared:
-
-            async def one_httpx_client(c: int) -> None:
-                nonlocal errors
-                for r in range(requests_each):
-                    req = body(c, r)
-                    t0 = time.perf_counter()
-                    try:
-                        resp = await shared.post(url + "/retrieve", json=req)
-                    except httpx.HTTPError:
-                        errors += 1
-                        continue
-                    lat.append((time.perf_counter() - t0) * 1000)
-                    check(resp.status_code, resp.json() if resp.status_code == 200 else None)
-
-            await asyncio.gather(*(one_httpx_client(c) for c in range(clients)))
-
-    s0 = sum(server.cpu_times()[:2]) if server else 0.0
-    c0 = time.process_time()
-    t0 = time.perf_counter()
-    await run_clients()
-    wall = time.perf_counter() - t0
-    client_cpu = time.process_time() - c0
-    server_cpu = sum(server.cpu_times()[:2]) - s0 if server else float("nan")
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as shared:
+        s0 = sum(server.cpu_times()[:2]) if server else 0.0
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one_client(c, shared) for c in range(clients)))
+        wall = time.perf_counter() - t0
+        client_cpu = time.process_time() - c0
+        server_cpu = sum(server.cpu_times()[:2]) - s0 if server else float("nan")
     n = clients * requests_each
     return {
         "requests_per_s": n / wall,
         "queries_per_s": n * per_request / wall,
-        "p50_ms": percentile(lat, 0.5),
-        "p95_ms": percentile(lat, 0.95),
+        **latency(lat),
         "errors": errors,
         "server_cpu_ms_per_query": server_cpu * 1000 / (n * per_request),
         "client_cpu_ms_per_request": client_cpu * 1000 / n,
     }
 
 
-ENCODERS = ("store", "store, 2 threads x 1", "sentence-transformers")  # bare encoder kinds
-
-
-def encoder_name(kind: str, backend: str) -> str:
-    return {
-        "store": f"store encoder ({backend})",
-        "store, 2 threads x 1": f"store encoder ({backend}), {POOL[0]} threads x {POOL[1]}",
-        "sentence-transformers": "sentence-transformers encode",
-    }[kind]
+#: bare encoder kind -> its name in the figures (``{backend}`` filled in)
+ENCODERS = {
+    "store": "store encoder ({backend})",
+    "store, 2 threads x 1": f"store encoder ({{backend}}), {POOL[0]} threads x {POOL[1]}",
+    "sentence-transformers": "sentence-transformers encode",
+}
 
 
 def make_encoder(kind: str, home: Path, backend: str) -> Callable[[list[str]], object]:
-    """One bare encoder: the store's as the default server runs it (one encoder thread, torch's
-    team), the store's as ``--encoder-workers 2 --encoder-threads 1`` runs it (a batch split
-    over both threads, ``Embedder._split``),
-    or plain sentence-transformers ``encode``."""
-    from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder, resolve_model_path
+    """One bare encoder: the store's as the default server runs it (one encoder thread), the
+    store's as ``--encoder-workers 2 --encoder-threads 1`` runs it, or plain sentence-transformers."""
+    from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder
 
     if kind == "sentence-transformers":
-        from sentence_transformers import SentenceTransformer
-
-        plain = SentenceTransformer(resolve_model_path(DEFAULT_MODEL), device="cpu")
-        return lambda qs: plain.encode(
-            qs, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-        )
+        return plain_encoder()
     workers, threads = POOL if kind == "store, 2 threads x 1" else (1, None)
     embedder = Embedder(
         DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models", workers=workers, threads=threads
     )
     return embedder.encode_queries
-
-
-def bare_encoder_child(kind: str, home: Path, backend: str) -> None:
-    """Child process: one bare encoder's rows, as JSON on stdout. Each encoder runs alone in a
-    fresh process: two OpenMP teams in one process slow each other for the rest of the process
-    (docs/performance.md), and a server has one team, so its reference must too."""
-    print(json.dumps(bare_encoder_rows(make_encoder(kind, home, backend), hotpot_questions())))
 
 
 def bare_encoder_rows(fn: Callable[[list[str]], object], queries: list[str]) -> dict:
@@ -291,7 +252,8 @@ def bare_encoder_rows(fn: Callable[[list[str]], object], queries: list[str]) -> 
 
 
 def bare_encoders_in_children(home: Path, backend: str) -> dict:
-    """Every bare encoder's rows, each measured in its own child process (one after another)."""
+    """Every bare encoder's rows, each measured alone in its own child process: two OpenMP teams
+    in one process slow each other for the rest of the process, and a server has one team."""
     out = {}
     for kind in ENCODERS:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--bare-encoder", kind, "--reuse", str(home)]
@@ -300,7 +262,7 @@ def bare_encoders_in_children(home: Path, backend: str) -> dict:
         if done.returncode != 0:
             raise RuntimeError(f"bare encoder {kind!r} failed: {done.stderr[-2000:]}")
         rows = json.loads(done.stdout.strip().splitlines()[-1])
-        out[encoder_name(kind, backend)] = {int(b): r for b, r in rows.items()}
+        out[ENCODERS[kind].format(backend=backend)] = {int(b): r for b, r in rows.items()}
     return out
 
 
@@ -319,33 +281,25 @@ def median_rows(samples: list[dict]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument(
-        "--backend",
-        choices=("auto", "torch", "onnx", "onnx-int8"),
-        help="encoder backend of the servers (default: auto, the project's default engine)",
-    )
+    backends = ("auto", "torch", "onnx", "onnx-int8")
+    ap.add_argument("--backend", choices=backends, help="encoder backend of the servers (none: auto)")
     ap.add_argument("--official", type=Path, help="a ParallelSearch/Search-R1 checkout (optional column)")
     ap.add_argument("--reuse", type=Path, help="the folder a previous run printed (skips indexing)")
-    ap.add_argument(
-        "--client",
-        choices=("raw", "httpx"),
-        default="raw",
-        help="load generator: a lean raw HTTP/1.1 client (default) or httpx.AsyncClient (1-2 ms CPU/request more)",
-    )
+    clients = ("raw", "httpx")  # a lean raw HTTP/1.1 client, or httpx.AsyncClient (1-2 ms CPU/request more)
+    ap.add_argument("--client", choices=clients, default="raw", help="load generator")
     ap.add_argument("--no-encoder-server", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--bare-encoder", choices=ENCODERS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.bare_encoder:
-        bare_encoder_child(args.bare_encoder, args.reuse, engine_of(args.backend))
+    if args.bare_encoder:  # the child of bare_encoders_in_children: its rows as JSON on stdout
+        encoder = make_encoder(args.bare_encoder, args.reuse, engine_of(args.backend))
+        print(json.dumps(bare_encoder_rows(encoder, hotpot_questions())))
         return {}
     if args.no_encoder_server:
         serve_no_encoder(args.no_encoder_server)
         return {}
-    if not HOTPOT.is_file():
-        sys.exit(f"benchmark data {HOTPOT} is missing")
+    require(HOTPOT)
 
     from parallelsearch.stores import ChromaStore
     from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder, resolve_model_path
@@ -364,25 +318,23 @@ def main(argv: list[str] | None = None) -> dict:
             shutil.copytree(home / "a", home / copy)
     ours = Embedder(DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models", workers=1)
     timing_store = ChromaStore("hotpot500", path=home / "d" / "chroma", embedder=ours, create=False)
-    encoders = [encoder_name(kind, backend) for kind in ENCODERS]
+    encoders = [name.format(backend=backend) for name in ENCODERS.values()]
     other, other_flags = OTHER_ARRANGEMENT["torch" if backend == "torch" else "onnx"]
     servers = {
-        "batched": Server(home / "a", ["--max-batch", "64"], served),
-        "unbatched": Server(home / "b", ["--max-batch", "0"], served),
-        other: Server(home / "c", ["--max-batch", "64", *other_flags], served),
+        "batched": server(home / "a", ["--max-batch", "64"], served),
+        "unbatched": server(home / "b", ["--max-batch", "0"], served),
+        other: server(home / "c", ["--max-batch", "64", *other_flags], served),
+        NO_ENCODER: no_encoder_server(),
     }
-    servers[NO_ENCODER] = NoEncoderServer()
     if args.official:
         servers["official"] = OfficialServer(args.official, home / "d", resolve_model_path(DEFAULT_MODEL))
     samples: dict[str, dict[str, list[dict]]] = {v: {k: [] for k in LOADS} for v in servers}
     enc_samples: list[dict] = []
     chroma_samples: list[dict] = []
     with contextlib.ExitStack() as running:
-        for srv in servers.values():
-            if srv is not servers.get("official"):
+        for name, srv in servers.items():
+            if name != "official":  # the official server starts and stops each round
                 running.enter_context(srv)
-        for srv in servers.values():
-            if srv is not servers.get("official"):
                 asyncio.run(load(srv.url, 4, 1, 8, queries, client=args.client))  # warm-up
         agreement = None
         if "official" in servers:
@@ -393,16 +345,10 @@ def main(argv: list[str] | None = None) -> dict:
             enc_samples.append(bare_encoders_in_children(home, backend))
             chroma_samples.append(chroma_query_ms(timing_store, queries))
             for name, srv in servers.items():
-                if name == "official":
-                    srv.start()
-                try:
+                with srv if name == "official" else contextlib.nullcontext():
                     for lname, (c, per, each) in LOADS.items():
-                        samples[name][lname].append(
-                            asyncio.run(load(srv.url, c, per, each, queries, srv.proc.pid, args.client))
-                        )
-                finally:
-                    if name == "official":
-                        srv.stop()
+                        r = asyncio.run(load(srv.url, c, per, each, queries, srv.proc.pid, args.client))
+                        samples[name][lname].append(r)
     enc = {name: {b: median_rows([s[name][b] for s in enc_samples]) for b in BATCHES} for name in encoders}
     rows = {v: {lname: median_rows(s) for lname, s in per.items()} for v, per in samples.items()}
     chroma = {b: statistics.median(c[b] for c in chroma_samples) for b in chroma_samples[0]}
@@ -412,12 +358,10 @@ def main(argv: list[str] | None = None) -> dict:
 def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict, agreement: float | None) -> dict:
     store_enc = next(iter(encoders))
     for name, per_b in enc.items():
-        print(
-            f"bare {name}: "
-            + ", ".join(
-                f"batch {b} {r['queries_per_s']:.0f} q/s ({r['ms']:.1f} ms)" for b, r in per_b.items()
-            )
+        rates = ", ".join(
+            f"batch {b} {r['queries_per_s']:.0f} q/s ({r['ms']:.1f} ms)" for b, r in per_b.items()
         )
+        print(f"bare {name}: {rates}")
     for v, per in rows.items():
         for lname, r in per.items():
             print(
@@ -457,14 +401,11 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict, agree
         print(f"{v}: p95 at 8 clients {b['8c_1q']['p95_ms']:.1f} ms (goal <= 50)")
     floors = floor_report(enc, rows, encoders, chroma, best_of, overall, cores)
     b = rows["batched"]
-    for v in rows:
-        if v != "batched" and v != NO_ENCODER:
-            print(
-                f"batched / {v}: "
-                + ", ".join(
-                    f"{ln} {b[ln]['queries_per_s'] / rows[v][ln]['queries_per_s']:.2f}x" for ln in LOADS
-                )
-            )
+    for v in [v for v in rows if v not in ("batched", NO_ENCODER)]:
+        ratios = ", ".join(
+            f"{ln} {b[ln]['queries_per_s'] / rows[v][ln]['queries_per_s']:.2f}x" for ln in LOADS
+        )
+        print(f"batched / {v}: {ratios}")
     data = {
         "rounds": args.rounds,
         "backend": args.backend or "auto",
@@ -475,22 +416,14 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict, agree
             k: {"clients": c, "queries_per_request": p, "requests_per_client": e}
             for k, (c, p, e) in LOADS.items()
         },
-        "bare_encoder": {
-            n: {str(k): {kk: round(vv, 2) for kk, vv in r.items()} for k, r in per.items()}
-            for n, per in enc.items()
-        },
-        "servers": {
-            v: {ln: {k: round(x, 2) for k, x in r.items()} for ln, r in per.items()}
-            for v, per in rows.items()
-        },
+        "bare_encoder": rounded(enc, 2),
+        "servers": rounded(rows, 2),
         "best_bare_encoder": overall,
-        "chroma_query_ms": {str(k): round(x, 2) for k, x in chroma.items()},
-        "floors": {k: round(x, 3) for k, x in floors.items()},
+        "chroma_query_ms": rounded(chroma, 2),
+        "floors": rounded(floors, 3),
         "cores": cores,
-        "official_top3_agreement": None if agreement is None else round(agreement, 4),
-        "goals": {
-            v: {n: {k: round(x, 3) for k, x in g.items()} for n, g in per.items()} for v, per in goals.items()
-        },
+        "official_top3_agreement": rounded(agreement, 4),
+        "goals": rounded(goals, 3),
     }
     suffix = f"_{args.backend}" if args.backend else ""
     write(f"retrieve_server{suffix}", data)

@@ -1,16 +1,9 @@
 """What our environment costs in rollout time, with a real vLLM engine (vLLM tier: make bench-vllm).
 
-Episodes/s at 1, 8, 32 and 128 concurrent episodes of the OpenRLHF executor
-(``rl/executor.py``) on a real ``vllm.AsyncLLMEngine`` (the tiny random model of
-rl/tiny_model.py, constrained decoding so every turn is a real action) over the
-parallel graph and a real embedded Chroma store, against the SAME engine replaying the
-same requests (the same prompt token ids, the same sampling and grammar, greedy, so the
-same tokens come out) with no environment in between. Their ratio says what the
-environment (graph, search, observation tokenisation, reward) costs: goal >= 0.8 at 32.
-
-Greedy decoding makes the replay produce the episode's tokens exactly; prefix caching is
-off, so the replay gains nothing from the first run. The two run interleaved per level.
-Prints the figures and writes benchmarks/results/rollout.json.
+Episodes/s of the OpenRLHF executor on a real ``vllm.AsyncLLMEngine`` (the tiny random model,
+constrained decoding) over the parallel graph and a real Chroma store, against the SAME engine
+replaying the same requests (greedy, prefix caching off: the same tokens) with no environment,
+interleaved per level: goal ratio >= 0.8 at 32 concurrent episodes. Figures: docs/vllm.md.
 """
 
 from __future__ import annotations
@@ -26,7 +19,7 @@ import time
 import uuid
 from pathlib import Path
 
-from _common import HOTPOT, hotpot_store, write
+from _common import HOTPOT, gather_limited, hotpot_store, parser, write
 
 LEVELS = (1, 8, 32, 128)
 
@@ -68,43 +61,32 @@ class RecordingEngine:
 
 
 async def with_env(llm, env_graph, records, tok, sp, concurrency: int) -> tuple[float, list[list], int]:
+    """Every record's episode through the executor; (wall seconds, each episode's requests, tokens)."""
     from parallelsearch.rl.executor import execute_episode
 
-    sem = asyncio.Semaphore(concurrency)
     per_episode: list[list] = [[] for _ in records]
 
-    async def one(i, rec):
-        async with sem:
-            await execute_episode(
-                env_graph,
-                rec["prompt"],
-                rec["label"],
-                sp,
-                16000,
-                tok,
-                RecordingEngine(llm, per_episode[i]),
-                constrained=True,
-                think_chars=200,
-            )
+    async def one(i: int) -> None:
+        engine = RecordingEngine(llm, per_episode[i])
+        prompt, label = records[i]["prompt"], records[i]["label"]
+        await execute_episode(
+            env_graph, prompt, label, sp, 16000, tok, engine, constrained=True, think_chars=200
+        )
 
-    t0 = time.perf_counter()
-    await asyncio.gather(*(one(i, r) for i, r in enumerate(records)))
-    tokens = sum(n for reqs in per_episode for _, _, n in reqs)
-    return time.perf_counter() - t0, per_episode, tokens
+    wall = (await gather_limited(one, range(len(records)), concurrency))[2]
+    return wall, per_episode, sum(n for reqs in per_episode for _, _, n in reqs)
 
 
 async def replay(llm, per_episode: list[list], concurrency: int) -> tuple[float, int]:
-    sem = asyncio.Semaphore(concurrency)
+    """The same requests on the same engine, one episode's turns after another, no environment."""
     engine = RecordingEngine(llm)
 
-    async def one(reqs):
-        async with sem:
-            for ids, sp, _ in reqs:  # one episode's turns, one after another, as the episode ran them
-                await engine.generate(ids, sp)
+    async def one(reqs: list) -> None:
+        for ids, sp, _ in reqs:
+            await engine.generate(ids, sp)
 
-    t0 = time.perf_counter()
-    await asyncio.gather(*(one(r) for r in per_episode))
-    return time.perf_counter() - t0, sum(n for _, _, n in engine.requests)
+    wall = (await gather_limited(one, per_episode, concurrency))[2]
+    return wall, sum(n for _, _, n in engine.requests)
 
 
 async def decode_cost(llm, tok, records, batch: int, repeats: int = 3) -> dict:
@@ -118,21 +100,23 @@ async def decode_cost(llm, tok, records, batch: int, repeats: int = 3) -> dict:
     prompts = [tok(r["prompt"], add_special_tokens=False)["input_ids"] for r in records[:batch]]
     grammar = structured_regex(protocol_regex(max_subqueries=3, think_chars=200))
     engine = RecordingEngine(llm)
-    free_ms, constrained_ms = [], []
-    for _ in range(repeats):
+
+    async def ms_per_token(sp) -> tuple[float, int]:
+        """ms per generated token of every prompt at once with ``sp``, and the tokens generated."""
         engine.requests.clear()
-        sp = vllm.SamplingParams(temperature=1.0, max_tokens=400, structured_outputs=grammar, seed=None)
         t0 = time.perf_counter()
         await asyncio.gather(*(engine.generate(p, sp) for p in prompts))
-        n_c = sum(n for _, _, n in engine.requests)
-        constrained_ms.append(1000 * (time.perf_counter() - t0) / n_c)
-        per = max(1, n_c // len(prompts))
-        sp_free = vllm.SamplingParams(temperature=1.0, max_tokens=per, min_tokens=per, ignore_eos=True)
-        engine.requests.clear()
-        t0 = time.perf_counter()
-        await asyncio.gather(*(engine.generate(p, sp_free) for p in prompts))
-        n_f = sum(n for _, _, n in engine.requests)
-        free_ms.append(1000 * (time.perf_counter() - t0) / n_f)
+        n = sum(n for _, _, n in engine.requests)
+        return 1000 * (time.perf_counter() - t0) / n, n
+
+    free_ms, constrained_ms = [], []
+    for _ in range(repeats):
+        sp = vllm.SamplingParams(temperature=1.0, max_tokens=400, structured_outputs=grammar, seed=None)
+        ms, n_c = await ms_per_token(sp)
+        constrained_ms.append(ms)
+        per = max(1, n_c // len(prompts))  # the same token counts, unconstrained
+        sp = vllm.SamplingParams(temperature=1.0, max_tokens=per, min_tokens=per, ignore_eos=True)
+        free_ms.append((await ms_per_token(sp))[0])
     c, f = statistics.median(constrained_ms), statistics.median(free_ms)
     print(f"batch {batch:>2}: constrained {c:.3f} ms/token, free {f:.3f} ms/token, ratio {c / f:.2f}")
     return {
@@ -143,6 +127,7 @@ async def decode_cost(llm, tok, records, batch: int, repeats: int = 3) -> dict:
 
 
 async def run(args: argparse.Namespace) -> dict:
+    import torch
     import vllm
     from transformers import AutoTokenizer
 
@@ -150,13 +135,10 @@ async def run(args: argparse.Namespace) -> dict:
     from parallelsearch.rl.data import train_record
     from parallelsearch.rl.env import EnvGraph
     from parallelsearch.rl.tiny_model import save_tiny
+    from parallelsearch.stores import get_embedder
 
     model_dir = save_tiny(Path(tempfile.mkdtemp()) / "tiny-llama")
     tok = AutoTokenizer.from_pretrained(model_dir)
-    import torch
-
-    from parallelsearch.stores import get_embedder
-
     store, _ = hotpot_store(60)
     wide = get_embedder().run(torch.get_num_threads)  # torch's default: every core
     narrow = get_embedder(threads=args.encoder_threads)  # the OpenRLHF agent config's default is 1
@@ -179,7 +161,7 @@ async def run(args: argparse.Namespace) -> dict:
     results["constrained_decoding"] = {b: await decode_cost(llm, tok, records, b) for b in (1, 32)}
     for level in args.levels:
         n = max(args.min_episodes, 2 * level)
-        batch = records[:n] if n <= len(records) else (records * (n // len(records) + 1))[:n]
+        batch = (records * (n // len(records) + 1))[:n]
         env_rates, bare_rates, tok_env, tok_bare = [], [], [], []
         cpu = {"env_main": [], "env_engine": [], "replay_main": [], "replay_engine": []}
         for _ in range(args.repeats):
@@ -192,10 +174,9 @@ async def run(args: argparse.Namespace) -> dict:
             c2 = cpu_seconds()
             bare_rates.append(n / secs_bare)
             tok_bare.append(tokens_bare)
-            cpu["env_main"].append(1000 * (c1[0] - c0[0]) / n)
-            cpu["env_engine"].append(1000 * (c1[1] - c0[1]) / n)
-            cpu["replay_main"].append(1000 * (c2[0] - c1[0]) / n)
-            cpu["replay_engine"].append(1000 * (c2[1] - c1[1]) / n)
+            for side, (a, b) in (("env", (c0, c1)), ("replay", (c1, c2))):
+                cpu[f"{side}_main"].append(1000 * (b[0] - a[0]) / n)
+                cpu[f"{side}_engine"].append(1000 * (b[1] - a[1]) / n)
         env_eps, bare_eps = statistics.median(env_rates), statistics.median(bare_rates)
         cpu_ms = {k: round(statistics.median(v), 1) for k, v in cpu.items()}
         results["levels"][level] = {
@@ -236,19 +217,12 @@ async def run(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("--levels", type=int, nargs="+", default=list(LEVELS))
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--min-episodes", type=int, default=8)
-    p.add_argument(
-        "--encoder-threads",
-        type=int,
-        default=1,
-        help="the environment encoder's torch threads (agent default 1)",
-    )
-    p.add_argument(
-        "--compare-threads-at", type=int, default=32, help="also run this level with torch's default threads"
-    )
+    p.add_argument("--encoder-threads", type=int, default=1, help="the environment encoder's threads")
+    p.add_argument("--compare-threads-at", type=int, default=32, help="this level also with torch's threads")
     args = p.parse_args()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     try:

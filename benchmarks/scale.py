@@ -2,36 +2,15 @@
 
     python benchmarks/scale.py --sizes 10000 100000 1000000 [--scratch DIR] [--ef-search 10 20 40 80 160]
 
-The data. The 4,948 distinct context paragraphs of the HotpotQA 500-question benchmark file
-(``raw/``, never ``holdout/``) are encoded with all-MiniLM-L6-v2 (384-d, normalised): these are
-the store's first rows, real text with real embeddings. Every further row i is drawn around a
-real one: parent p = a uniformly drawn real paragraph, v = normalise(e_p + s * g), g an
-isotropic Gaussian of expected norm 1, s uniform in [0.5, 1.0], so cos(v, e_p) is 0.71-0.89
-and two children of one parent sit at cosine ~0.5-0.8 of each other: dense neighbourhoods
-around real ones, as near-duplicate and related passages of a large corpus make them. The
-row's text is its parent's (so documents, and the disk they take, are paragraph-sized); its
-id is the row number. Rows are drawn per block of 10,000 with seed (block), so every size
-is a prefix of the larger ones.
-
-The queries: the benchmark file's first ``--queries`` questions, real text. Through the store
-API they go as precomputed query vectors (``ChromaStore.search_vectors``: the store's own
-cost, no encoder); through ``/retrieve`` (``parallelsearch serve-retriever`` on 127.0.0.1) as
-text, so those figures include the server's MiniLM query encoding.
-
-Per size:
-* ingest: ``parallelsearch index --vectors`` as a child process (the project's own ingestion):
-  vectors/s, the child's peak RSS, the store's disk size;
-* recall@3 against exact search (numpy brute force, cosine, on the same vectors), for the
-  store API, ``/retrieve`` and a FAISS ``IndexFlatIP`` (the official retrieval server's engine);
-* latency p50/p95 at 1 client and at 32 concurrent clients (threads, one query each request)
-  for the store API (a child process per setting, since Chroma reads ``ef_search`` when a
-  process opens the store), ``/retrieve`` (32 = asyncio clients) and FAISS;
-* at the largest size, an ``ef_search`` sweep (recall@3 and latency per value).
-
-Builds are kept in ``--scratch`` (default ``/tmp/parallelsearch-scale``) and reused when
-complete (``home*.build.json``), so a 1M store is built once (``--build-only`` builds and stops).
-``--max-neighbors``/``--ef-construction`` build the stores with a denser HNSW graph, in their own
-folder beside the default one (``home-ef_construction200-max_neighbors32``), on the same vectors.
+The data: the 4,948 distinct context paragraphs of the HotpotQA 500-question file (``raw/``),
+encoded with all-MiniLM-L6-v2, are the first rows; every further row i is drawn around a real
+one: v = normalise(e_p + s * g), p a uniformly drawn real paragraph, g an isotropic Gaussian of
+expected norm 1, s uniform in [0.5, 1.0], so cos(v, e_p) is 0.71-0.89 and two children of one
+parent sit at cosine ~0.5-0.8 (the dense neighbourhoods of a large corpus's near-duplicates).
+A row's text is its parent's, its id the row number; rows are drawn per block of 10,000 with
+seed (block), so every size is a prefix of the larger ones. Queries: the file's first
+``--queries`` questions. What is measured per size: docs/performance.md, "Stores of 10k to 1M
+passages". Builds are kept in ``--scratch`` and reused when complete (``home*.build.json``).
 """
 
 from __future__ import annotations
@@ -44,13 +23,25 @@ import resource
 import shutil
 import subprocess
 import sys
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from _common import HOTPOT, OUT, exact_topk, latency, pyplot, recall, save, write
-from _server import ServerProcess
+from _common import (
+    HOTPOT,
+    OUT,
+    exact_topk,
+    gather_limited,
+    latency,
+    parser,
+    pyplot,
+    recall,
+    require,
+    save,
+    write,
+)
+from _server import cli_env, cli_server
 from tqdm import tqdm
 
 DIM = 384
@@ -128,12 +119,6 @@ def du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def env_for(home: Path) -> dict[str, str]:
-    env = dict(os.environ, PARALLELSEARCH_HOME=str(home), HF_HUB_OFFLINE="1")
-    env.pop("PARALLELSEARCH_CHROMA_HOST", None)
-    return env
-
-
 def run_child(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     """Run ``cmd``; (seconds, peak RSS in GiB, stdout). The child's stderr (progress) passes through."""
     t0 = time.perf_counter()
@@ -155,9 +140,6 @@ def graph_tag(hnsw: dict[str, int]) -> str:
 def build(home: Path, n: int, vec_path: Path, corpus_path: Path, hnsw: dict[str, int]) -> dict:
     """Build (or reuse) the store of ``n`` rows in ``home``, with the given HNSW build parameters."""
     info = home.with_name(home.name + ".build.json")
-    legacy = home.with_name("build.json")  # runs before the HNSW flags: the default graph's record
-    if not hnsw and not info.is_file() and legacy.is_file():
-        legacy.rename(info)
     if info.is_file():
         return json.loads(info.read_text())
     if home.exists():
@@ -165,7 +147,7 @@ def build(home: Path, n: int, vec_path: Path, corpus_path: Path, hnsw: dict[str,
     cmd = [*CLI, "index", "--store", store_name(n), "--vectors", str(vec_path), str(corpus_path)]
     for key, value in hnsw.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
-    secs, rss, out = run_child(cmd, env_for(home))
+    secs, rss, out = run_child(cmd, cli_env(home))
     print(out.strip())
     res = {
         "n": n,
@@ -186,27 +168,14 @@ def store_name(n: int) -> str:
 
 def timed_concurrent(fn, items: list, clients: int) -> tuple[list, list[float]]:
     """Every item through ``fn`` from ``clients`` threads at once; (results in order, latencies ms)."""
-    results: list = [None] * len(items)
-    lat: list[float] = [0.0] * len(items)
-    nxt = iter(range(len(items)))
-    lock = threading.Lock()
 
-    def worker() -> None:
-        while True:
-            with lock:
-                i = next(nxt, None)
-            if i is None:
-                return
-            t0 = time.perf_counter()
-            results[i] = fn(items[i])
-            lat[i] = (time.perf_counter() - t0) * 1000
+    def timed(item: object) -> tuple[object, float]:
+        t0 = time.perf_counter()
+        return fn(item), (time.perf_counter() - t0) * 1000
 
-    threads = [threading.Thread(target=worker) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results, lat
+    with ThreadPoolExecutor(clients) as pool:
+        pairs = list(pool.map(timed, items))
+    return [r for r, _ in pairs], [ms for _, ms in pairs]
 
 
 # ---------------------------------------------------------------- store API (child process)
@@ -240,7 +209,7 @@ def store_worker(home: str, name: str, qpath: str, reps: int) -> None:
 
 def measure_store(home: Path, n: int, qpath: Path, exact: np.ndarray, reps: int) -> dict:
     cmd = [PY, __file__, "--store-worker", str(home), store_name(n), str(qpath), str(reps)]
-    _, rss, out = run_child(cmd, env_for(home))
+    _, rss, out = run_child(cmd, cli_env(home))
     res = json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])
     res["recall@3"] = round(recall(res.pop("ids"), exact), 4)
     return res
@@ -248,66 +217,46 @@ def measure_store(home: Path, n: int, qpath: Path, exact: np.ndarray, reps: int)
 
 def set_ef(home: Path, n: int, ef: int) -> None:
     cmd = [*CLI, "stores", "--store", store_name(n), "--set-ef-search", str(ef)]
-    run_child(cmd, env_for(home))
+    run_child(cmd, cli_env(home))
 
 
 # ------------------------------------------------------------------------------ /retrieve
 def measure_retrieve(home: Path, n: int, questions: list[str], exact: np.ndarray, reps: int) -> dict:
     import httpx
+    import psutil
 
-    from parallelsearch.loopback import free_port
-
-    port = free_port()
-    cmd = [*CLI, "serve-retriever", "--store", store_name(n), "--port", str(port)]
-    server = ServerProcess(cmd, env=env_for(home), port=port, start_timeout_s=300).start()
-    proc, url = server.proc, server.url
-    try:
-
-        def one(client: httpx.Client, q: str) -> list[str]:
-            r = client.post(f"{url}/retrieve", json={"queries": [q], "topk": K}, timeout=900)
-            r.raise_for_status()
-            return [doc["id"] for doc in r.json()["result"][0]]
-
+    args = ("serve-retriever", "--store", store_name(n))
+    with cli_server(*args, env=cli_env(home), start_timeout_s=300) as server:
+        url = server.url + "/retrieve"
         with httpx.Client() as c:
+
+            def one(q: str) -> list[str]:
+                r = c.post(url, json={"queries": [q], "topk": K}, timeout=900)
+                r.raise_for_status()
+                return [doc["id"] for doc in r.json()["result"][0]]
+
             for q in questions[:8]:
-                one(c, q)
+                one(q)
             lat1: list[float] = []
             ids: list = []
             for _ in range(reps):
-                ids, lat = timed_concurrent(lambda q: one(c, q), questions, 1)
+                ids, lat = timed_concurrent(one, questions, 1)
                 lat1 += lat
 
         async def many() -> list[float]:
-            lat: list[float] = []
-            sem = asyncio.Semaphore(CLIENTS)
             async with httpx.AsyncClient(limits=httpx.Limits(max_connections=CLIENTS)) as ac:
 
                 async def go(q: str) -> None:
-                    async with sem:
-                        t0 = time.perf_counter()
-                        r = await ac.post(f"{url}/retrieve", json={"queries": [q], "topk": K}, timeout=900)
-                        r.raise_for_status()
-                        lat.append((time.perf_counter() - t0) * 1000)
+                    (await ac.post(url, json={"queries": [q], "topk": K}, timeout=900)).raise_for_status()
 
-                await asyncio.gather(*(go(q) for q in questions * reps))
-            return lat
+                return (await gather_limited(go, questions * reps, CLIENTS))[1]
 
-        lat32 = asyncio.run(many())
-        rss = None
-        try:
-            import psutil
-
-            rss = round(psutil.Process(proc.pid).memory_info().rss / 2**30, 2)
-        except Exception:
-            pass
         return {
             "c1": latency(lat1, 2),
-            "c32": latency(lat32, 2),
+            "c32": latency(asyncio.run(many()), 2),
             "recall@3": round(recall(ids, exact), 4),
-            "server_rss_gib": rss,
+            "server_rss_gib": round(psutil.Process(server.proc.pid).memory_info().rss / 2**30, 2),
         }
-    finally:
-        server.stop()
 
 
 # ---------------------------------------------------------------------------------- FAISS
@@ -364,7 +313,7 @@ def plot(rows: list[dict], sweep: list[dict], path: Path) -> Path | None:
 
 
 def goals_at_largest(big: dict, sweep: list[dict]) -> dict:
-    """Issue 14's goals at the largest size: at the store's own ef_search, and at the smallest
+    """The goals at the largest size: at the store's own ef_search, and at the smallest
     swept ef_search that meets recall@3 >= 0.97 with p50 <= 10 ms (what to set with
     ``parallelsearch stores --store NAME --set-ef-search V``)."""
     rss_ok = max(big["ingest_peak_rss_gib"], big["store"]["peak_rss_gib"]) < 8
@@ -387,22 +336,23 @@ def goals_at_largest(big: dict, sweep: list[dict]) -> dict:
     return goals
 
 
+def say(label: str, r: dict, extra: str = "") -> None:
+    print(f"  {label}: recall@3 {r['recall@3']}, 1 client {r['c1']}, 32 clients {r['c32']}{extra}")
+
+
 def main() -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    ap.add_argument(
-        "--scratch", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "parallelsearch-scale"
-    )
+    scratch = Path(os.environ.get("TMPDIR", "/tmp")) / "parallelsearch-scale"
+    ap.add_argument("--scratch", type=Path, default=scratch)
     ap.add_argument("--queries", type=int, default=200, help="HotpotQA questions used as queries")
     ap.add_argument("--reps", type=int, default=2, help="passes over the queries per setting")
     ap.add_argument(
         "--ef-search", type=int, nargs="*", default=[10, 20, 40, 80, 160], help="sweep at the largest size"
     )
+    ap.add_argument("--max-neighbors", type=int, help="HNSW M of the built stores (none: Chroma's 16)")
     ap.add_argument(
-        "--max-neighbors", type=int, help="HNSW M of the built stores (Chroma's default 16 when not given)"
-    )
-    ap.add_argument(
-        "--ef-construction", type=int, help="HNSW ef_construction of the built stores (Chroma's default 100)"
+        "--ef-construction", type=int, help="HNSW ef_construction of the stores (none: Chroma's 100)"
     )
     ap.add_argument("--no-retrieve", action="store_true", help="skip the /retrieve server column")
     ap.add_argument("--build-only", action="store_true", help="build the stores and stop")
@@ -412,19 +362,14 @@ def main() -> dict:
         home, name, qpath, reps = args.store_worker
         store_worker(home, name, qpath, int(reps))
         return {}
-    if not HOTPOT.is_file():
-        sys.exit(f"benchmark data {HOTPOT} is missing")
+    require(HOTPOT)
     args.scratch.mkdir(parents=True, exist_ok=True)
     base, paras, qv, questions = base_data(args.scratch, args.queries)
-    np.save(args.scratch / "base" / f"queries-{len(qv)}.npy", qv)
     qpath = args.scratch / "base" / f"queries-{len(qv)}.npy"
+    np.save(qpath, qv)
     rows: list[dict] = []
     sweep: list[dict] = []
-    hnsw = {
-        k: v
-        for k, v in (("max_neighbors", args.max_neighbors), ("ef_construction", args.ef_construction))
-        if v is not None
-    }
+    hnsw = {k: getattr(args, k) for k in ("max_neighbors", "ef_construction") if getattr(args, k) is not None}
     result_name = "scale" + graph_tag(hnsw).replace("-", "_")  # scale.json for Chroma's default graph
     for n in sorted(args.sizes):
         d = args.scratch / str(n)
@@ -439,21 +384,13 @@ def main() -> dict:
             rows.append(row)
             continue
         exact = exact_topk(np.load(vec_path, mmap_mode="r"), qv)
-        row["store"] = measure_store(home, n, qpath, exact, args.reps)
-        print(
-            f"  store API: recall@3 {row['store']['recall@3']}, 1 client {row['store']['c1']}, "
-            f"32 clients {row['store']['c32']}, load {row['store']['load_s']} s, RSS {row['store']['peak_rss_gib']} GiB"
-        )
+        row["store"] = s = measure_store(home, n, qpath, exact, args.reps)
+        say("store API", s, f", load {s['load_s']} s, RSS {s['peak_rss_gib']} GiB")
         if not args.no_retrieve:
             row["retrieve"] = measure_retrieve(home, n, questions, exact, args.reps)
-            print(
-                f"  /retrieve (text queries): recall@3 {row['retrieve']['recall@3']}, 1 client "
-                f"{row['retrieve']['c1']}, 32 clients {row['retrieve']['c32']}"
-            )
+            say("/retrieve (text queries)", row["retrieve"])
         row["faiss"] = measure_faiss(vec_path, qv, exact, args.reps)
-        print(
-            f"  FAISS flat: recall@3 {row['faiss']['recall@3']}, 1 client {row['faiss']['c1']}, 32 clients {row['faiss']['c32']}"
-        )
+        say("FAISS flat", row["faiss"])
         rows.append(row)
         if n == max(args.sizes) and args.ef_search:
             default_ef = row["store"]["hnsw"].get("ef_search", 100)
@@ -461,9 +398,7 @@ def main() -> dict:
                 set_ef(home, n, ef)
                 res = measure_store(home, n, qpath, exact, 1)
                 sweep.append({"ef_search": ef, "store": res})
-                print(
-                    f"  ef_search {ef}: recall@3 {res['recall@3']}, 1 client {res['c1']}, 32 clients {res['c32']}"
-                )
+                say(f"ef_search {ef}", res)
             set_ef(home, n, default_ef)
     result = {
         "k": K,

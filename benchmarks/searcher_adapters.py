@@ -1,24 +1,22 @@
 """What the searcher adapters cost per sub-query, side by side, interleaved in one process.
 
-1. Instant searchers (no search work): an object's ``asearch`` called as it is (what the graph
-   did before ``as_searcher`` wrapped user objects), the same object through the normalising
-   wrapper, an async function, a sync function (a worker thread per call) and a sync function
-   returning dicts. The differences are the adapters' own cost.
-2. A real embedded store of the shipped HotpotQA sample, rounds of 2 concurrent sub-queries:
-   ``StoreSearcher`` (the two queries coalesced into one encoder call) against a sync function
-   calling ``store.search`` (in threads: one encoder call each).
+1. Instant searchers: an object's ``asearch`` as it is, the same object through the wrapper,
+   async and sync functions: the differences are the adapters' own cost.
+2. A real store of the shipped HotpotQA sample, rounds of 2 concurrent sub-queries:
+   ``StoreSearcher`` (one coalesced encoder call) against a sync function over ``store.search``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import tempfile
+import json
 from pathlib import Path
 
-from _common import InstantSearcher, interleaved_ms, write
+from _common import InstantSearcher, interleaved_ms, records_store, rounded, write
 
 from parallelsearch.agents.searchers import FunctionSearcher, ObjectSearcher, StoreSearcher, guarded_search
-from parallelsearch.stores import ChromaStore, Passage, get_embedder, ingest
+from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+from parallelsearch.stores import Passage, get_embedder
 
 CALLS_PER_BLOCK = 2000
 BLOCKS = 10
@@ -56,18 +54,6 @@ def interleaved(runner, fns: dict, loop, n: int, blocks: int) -> dict[str, float
     return {name: v / n for name, v in ms.items()}
 
 
-def sample_store() -> ChromaStore:
-    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-
-    tmp = Path(tempfile.mkdtemp(prefix="bench-adapters-"))
-    lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:30]
-    src = tmp / "hotpotqa_sample_30.jsonl"
-    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    store = ChromaStore("adapters", path=tmp / "chroma", embedder=get_embedder())
-    ingest(store, [src], progress=False)
-    return store
-
-
 def main() -> Path:
     instant = {
         "object_unwrapped": InstantSearcher(),
@@ -76,7 +62,8 @@ def main() -> Path:
         "sync_function_thread": FunctionSearcher(instant_sync),
         "sync_function_dicts": FunctionSearcher(instant_dicts),
     }
-    store = sample_store()
+    recs = [json.loads(line) for line in HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:30]]
+    store, _ = records_store(recs, "adapters", embedder=get_embedder())
     real = {
         "StoreSearcher": StoreSearcher(store),
         "sync_function_store_search": FunctionSearcher(lambda q, k: store.search(q, k), name="store.search"),
@@ -96,8 +83,8 @@ def main() -> Path:
     return write(
         "searcher_adapters",
         {
-            "instant_us_per_search": {k: round(v, 2) for k, v in us.items()},
-            "store_ms_per_round_of_2": {k: round(v, 3) for k, v in ms.items()},
+            "instant_us_per_search": rounded(us, 2),
+            "store_ms_per_round_of_2": rounded(ms, 3),
             "function_over_store_ratio": round(ratio, 3),
             "encoder_calls_during_store_rounds": store.embedder.calls - before,
             "calls_per_block": CALLS_PER_BLOCK,

@@ -1,19 +1,14 @@
 """LangServe app throughput: requests/s and p50/p95 latency at concurrency 1, 8 and 32,
 scripted policy (instant), real embedded Chroma store, real HTTP on loopback.
 
-``--guard``: what the request guard costs (parallelsearch/guard.py over stores/http/asgi_guard.py:
-it reads, depth-checks, parses and replays every body, checks the graph input and takes an
-admission slot). The same app runs twice on loopback, with the guard and with it removed
-(nothing else differs), alternating rounds of invokes at concurrency 8; then in-process
-(httpx's ASGI transport) with an answer-only policy; and the body checks alone are timed on a
-small and a 0.9 MB body. Figures go to ``guard.json``.
+``--guard``: what the request guard costs, the same app with and without it, alternating
+rounds (figures in ``guard.json``; docs/performance.md, "Soak and the request guard").
 
     python benchmarks/serve.py [--guard]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
@@ -21,7 +16,7 @@ import time
 import timeit
 
 import httpx
-from _common import fmt, hotpot_store, percentile, write
+from _common import fmt, gather_limited, hotpot_store, latency, parser, write
 from tqdm import tqdm
 
 from parallelsearch.agents.policies import ScriptedPolicy
@@ -35,28 +30,18 @@ GUARD_ROUNDS, GUARD_PER_ROUND, GUARD_CONCURRENCY = 6, 48, 8
 
 
 async def level(url: str, concurrency: int, questions: list[str]) -> dict:
-    sem = asyncio.Semaphore(concurrency)
-    lat: list[float] = []
-    errors = 0
     async with httpx.AsyncClient(timeout=120) as client:
 
-        async def one(q: str) -> None:
-            nonlocal errors
-            async with sem:
-                t0 = time.perf_counter()
-                r = await client.post(url + "/parallelsearch/invoke", json={"input": {"question": q}})
-                lat.append((time.perf_counter() - t0) * 1000)
-                errors += r.status_code != 200
+        async def one(q: str) -> int:
+            r = await client.post(url + "/parallelsearch/invoke", json={"input": {"question": q}})
+            return r.status_code
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one(q) for q in questions))
-        wall = time.perf_counter() - t0
+        statuses, lat, wall = await gather_limited(one, questions, concurrency)
     return {
         "requests": len(questions),
-        "errors": errors,
+        "errors": sum(s != 200 for s in statuses),
         "requests_per_s": round(len(questions) / wall, 2),
-        "p50_ms": percentile(lat, 0.5, 2),
-        "p95_ms": percentile(lat, 0.95, 2),
+        **latency(lat, 2),
         "mean_ms": round(statistics.fmean(lat), 2),
         "latencies_ms": lat,
     }
@@ -176,7 +161,7 @@ def guard() -> dict:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--guard", action="store_true", help="the request guard's cost (guard.json)")
     if ap.parse_args().guard:
         guard()

@@ -2,32 +2,14 @@
 
     python benchmarks/shards.py [--n 100000] [--queries 300] [--scratch DIR]
 
-Three real ``chroma run`` servers on 127.0.0.1: server 0 holds one collection of all ``--n``
-vectors; servers 1 and 2 hold two collections each, a quarter of the rows per collection (4
-shards, 2 servers x 2 collections), searched through
-:class:`~parallelsearch.stores.sharded_store.ShardedStore`. Both are queried with the same
-precomputed query vectors (no encoder: the store's own cost).
-
-The data are synthetic, 384-d and normalised like MiniLM's: ``n / 50`` random centres, each row a
-centre plus Gaussian noise (cosine 0.7-0.9 to its centre), each query another noisy copy of a
-random centre, so every query has dense neighbourhoods to rank, unlike uniform random vectors.
-Figures:
-
-* recall@3 of each against exact search (numpy, cosine, on the same vectors);
-* latency p50/p95 at 1 client (single-query requests, the two interleaved query by query);
-* throughput at 32 clients: threads sending single-query requests (no coalescing), and 32 asyncio
-  clients whose queries are coalesced into batches (what the graph's searchers and ``/retrieve`` do);
-  each measured twice, alternating the two, and the better run of each kept;
-* a control: the one store searched through the sharded code path (a sharded store of one
-  shard), which separates this code's own cost from the cost of the fan-out.
-
-The servers' folders are kept in ``--scratch`` (default ``/tmp/parallelsearch-shards``) and reused
-when they hold every row, so the vectors are ingested once.
+Three real ``chroma run`` servers: server 0 holds one collection of all ``--n`` vectors, servers
+1 and 2 two collections each (4 shards, searched through ``ShardedStore``), plus a control (the
+one store through the sharded code path). Synthetic clustered 384-d vectors (:func:`make_data`),
+precomputed query vectors (no encoder). Figures: docs/scaling.md, "4 shards against one store".
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -37,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from _common import exact_topk, latency, recall, write
+from _common import exact_topk, latency, parser, recall, rounded, write
 from _server import ChromaServer
 
 DIM = 384
@@ -52,6 +34,8 @@ def unit(x: np.ndarray) -> np.ndarray:
 
 
 def make_data(n: int, n_queries: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray]:
+    """``n / 50`` random centres; each row a centre plus Gaussian noise (cosine 0.7-0.9 to it), each
+    query another noisy copy of a random centre: dense neighbourhoods to rank, unlike uniform vectors."""
     rng = np.random.default_rng(seed)
     centres = unit(rng.standard_normal((max(1, n // 50), DIM)))
     noise = rng.uniform(0.5, 1.0, (n, 1)) * rng.standard_normal((n, DIM)) / np.sqrt(DIM)
@@ -103,7 +87,7 @@ def coalesced_qps(search, queries: np.ndarray, clients: int) -> tuple[float, int
 
 
 def main() -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = parser(__doc__)
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--scratch", type=Path, default=Path("/tmp/parallelsearch-shards"))
@@ -119,9 +103,7 @@ def main() -> dict:
     exact = exact_topk(rows, queries)
     model = RecordedModel(MODEL, DIM)
     scratch = args.scratch / f"n{args.n}"
-    servers = []
-    for i in range(3):
-        servers.append(ChromaServer(scratch / f"server{i}").start())
+    servers = [ChromaServer(scratch / f"server{i}").start() for i in range(3)]
     try:
         ports = [s.port for s in servers]
         one = ChromaStore("whole", host="127.0.0.1", port=ports[0], embedder=model)
@@ -151,10 +133,8 @@ def main() -> dict:
         wrapped = ShardedStore("one", open_shards(parse_store(one_decl), lambda *_: model), model)
 
         def ids(search) -> list[list[str]]:
-            out: list[list[str]] = []
-            for a in range(0, len(queries), 100):
-                out += [[p.id for p in hits] for hits in search(queries[a : a + 100], K)]
-            return out
+            chunks = (search(queries[a : a + 100], K) for a in range(0, len(queries), 100))
+            return [[p.id for p in hits] for chunk in chunks for hits in chunk]
 
         one_ids, sharded_ids = ids(one.search_vectors), ids(sharded.search_vectors)
         r_one, r_sharded = recall(one_ids, exact), recall(sharded_ids, exact)
@@ -170,7 +150,6 @@ def main() -> dict:
                 t = time.perf_counter()
                 store.search_vectors(q[None, :], K)
                 lat[name].append((time.perf_counter() - t) * 1000)
-        lat_one, lat_sharded = lat["one"], lat["sharded"]
 
         thr: dict[str, list[float]] = {name: [] for name in stores}
         co: dict[str, list[float]] = {name: [] for name in stores}
@@ -186,14 +165,14 @@ def main() -> dict:
         for s in servers:
             s.stop()
 
-    p_one, p_sh = latency(lat_one, 3), latency(lat_sharded, 3)
+    p_one, p_sh = latency(lat["one"], 3), latency(lat["sharded"], 3)
     best = {k: {n: round(max(v), 1) for n, v in d.items()} for k, d in (("threads", thr), ("coalesced", co))}
     data = {
         "n": args.n,
         "queries": args.queries,
         "dimension": DIM,
         "shards": "4 (2 servers x 2 collections) vs 1 collection on a third server",
-        "ingest_s": {k: round(v, 1) for k, v in ingest_s.items()},
+        "ingest_s": rounded(ingest_s, 1),
         "ingest_wall_s": round(ingest_wall, 1),
         "recall_at_3": {"one": round(r_one, 4), "sharded": round(r_sharded, 4)},
         "same_top3_fraction": round(same, 4),
@@ -203,8 +182,8 @@ def main() -> dict:
         "qps_runs": {"threads": thr, "coalesced": co},
         "coalesced_batches_last_run": batches,
         "throughput_ratio_sharded_over_one": {k: round(v["sharded"] / v["one"], 3) for k, v in best.items()},
-        "loadavg_before": [round(x, 2) for x in load_before],
-        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        "loadavg_before": rounded(list(load_before), 2),
+        "loadavg_after": rounded(list(os.getloadavg()), 2),
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "threads_alive_at_end": threading.active_count(),

@@ -1,28 +1,17 @@
 """Soak: minutes of mixed load against both servers, as real processes on 127.0.0.1.
 
-``parallelsearch serve-retriever`` (the Search-R1 ``/retrieve`` server over an embedded
-Chroma store of the shipped HotpotQA sample) and ``parallelsearch serve`` (the LangServe
-app, oracle policy, searching through that ``/retrieve`` server), both started as
-subprocesses. Workers send an interleaved random mix: retrieve, invoke, config-hash invoke,
-batch, stream, bad inputs (lone surrogates, oversized bodies, deep nesting, an empty
-question, malformed JSON) and clients that disconnect mid-stream.
-
-Every request has the answers it may get: a good request 200, a bad input its 4xx (a lone
-surrogate is repaired, so 200). Anything else (a 5xx, another status, a reset, a timeout)
-is an unexpected error. Reported: requests and errors by kind, p50/p95 latency per kind,
-each server's RSS after start-up, after the warm-up and at the end, and its growth from
-the warm-up to the end (goals: 0 unexpected errors, growth < 10%). Writes
-``benchmarks/results/soak.json`` and, with matplotlib, ``soak.png`` (RSS and requests over time).
+``parallelsearch serve-retriever`` over the shipped HotpotQA sample and ``parallelsearch serve``
+(oracle policy, searching through it) get an interleaved random mix of good requests, bad inputs
+and clients leaving mid-stream (:data:`MIX`); any answer a request may not get is an unexpected
+error. Figures and goals: docs/performance.md, "Soak and the request guard".
 
     .venv/bin/python benchmarks/soak.py [--duration 600] [--concurrency 16]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import os
 import random
 import shutil
 import statistics
@@ -35,14 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import OUT, fmt, percentile, pyplot, save, write
-from _server import ServerProcess
+from _common import OUT, fmt, graph_input, latency, parser, pyplot, records_store, save, write
+from _server import ServerProcess, cli_env, cli_server
 from tqdm import tqdm
 
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-from parallelsearch.loopback import free_port
 
-BIN = Path(sys.executable).parent
 DEEP = b"[" * 50_000 + b"]" * 50_000
 JSON = {"content-type": "application/json"}
 # the app runs the oracle, which needs a question's gold answers: the repaired-surrogate questions carry them
@@ -50,7 +37,6 @@ SURROGATE_GOLD = {
     "golden_answers": ["Scott Derrickson"],
     "supporting_titles": ["Ed Wood", "Scott Derrickson"],
 }
-OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LANGSMITH_TRACING": "false"}
 #: bad inputs with one fixed body: kind -> (server, path, body, the status it may get)
 BAD = {  # a lone surrogate is repaired, then searched: 200
     "bad_retrieve_surrogate": ("retriever", "/retrieve", b'{"queries": ["Ed Wood \\ud800"]}', 200),
@@ -66,25 +52,10 @@ BAD = {  # a lone surrogate is repaired, then searched: 200
     "bad_invoke_deep": ("app", "/rag/invoke", b'{"input": ' + DEEP + b"}", 400),
     "bad_invoke_json": ("app", "/parallelsearch/invoke", b"{not json", 400),
 }
-#: (kind, weight): how often each request kind is drawn
-MIX = [
-    ("retrieve", 20),
-    ("invoke", 20),
-    ("invoke_config_hash", 5),
-    ("batch", 5),
-    ("stream", 15),
-    ("stream_disconnect", 5),
-    ("bad_retrieve_surrogate", 3),
-    ("bad_retrieve_oversized", 2),
-    ("bad_retrieve_deep", 2),
-    ("bad_retrieve_json", 2),
-    ("bad_invoke_surrogate", 3),
-    ("bad_invoke_oversized", 2),
-    ("bad_invoke_deep", 2),
-    ("bad_invoke_empty", 3),
-    ("bad_invoke_json", 2),
-    ("bad_stream_surrogate", 2),
-]
+#: kind -> weight: how often each request kind is drawn
+MIX = dict(retrieve=20, invoke=20, invoke_config_hash=5, batch=5, stream=15, stream_disconnect=5)
+MIX |= {kind: 2 for kind in BAD}
+MIX |= dict(bad_retrieve_surrogate=3, bad_invoke_surrogate=3, bad_invoke_empty=3, bad_stream_surrogate=2)
 
 
 @dataclass
@@ -94,7 +65,6 @@ class Tally:
     requests: Counter = field(default_factory=Counter)
     expected_4xx: Counter = field(default_factory=Counter)
     unexpected: Counter = field(default_factory=Counter)
-    examples: dict = field(default_factory=dict)
     latency_ms: dict = field(default_factory=lambda: defaultdict(list))
     per_second: Counter = field(default_factory=Counter)
 
@@ -105,38 +75,17 @@ def rss_mb(server: ServerProcess) -> float:
     return psutil.Process(server.proc.pid).memory_info().rss / 2**20
 
 
-def build_store(folder: Path, n_questions: int) -> tuple[Path, list[dict]]:
-    """An embedded store of the shipped HotpotQA sample's first questions' paragraphs, and those questions."""
-    from parallelsearch.data import load_questions
-    from parallelsearch.stores import ChromaStore, ingest
-
-    lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:n_questions]
-    sample = folder / "sample.jsonl"
-    sample.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    store = ChromaStore("soak", path=folder / "chroma")
-    ingest(store, [sample], progress=False)
-    return folder / "chroma", load_questions(sample, dataset="hotpotqa")
-
-
-def config_hash(config: dict) -> str:
-    from langserve.lzstring import LZString
-
-    return LZString.compressToEncodedURIComponent(json.dumps(config))
-
-
 class Load:
     """The request kinds: each sends one request and says whether its answer was what it may be."""
 
     def __init__(self, retriever: str, app: str, questions: list[dict], rng: random.Random):
         self.retriever, self.app, self.questions, self.rng = retriever, app, questions, rng
-        self.hash = config_hash({"configurable": {"top_k": 2}})
+        from langserve.lzstring import LZString
+
+        self.hash = LZString.compressToEncodedURIComponent(json.dumps({"configurable": {"top_k": 2}}))
 
     def _input(self) -> dict:
-        q = self.rng.choice(self.questions)
-        return {
-            "question": q["question"],
-            "metadata": {**q["metadata"], "golden_answers": q["golden_answers"]},
-        }
+        return graph_input(self.rng.choice(self.questions))
 
     def _titles(self) -> list[str]:
         q = self.rng.choice(self.questions)
@@ -202,7 +151,7 @@ def _answered(r: httpx.Response) -> int | str:
 
 
 async def drive(load: Load, tally: Tally, duration_s: float, concurrency: int, bar: tqdm) -> None:
-    kinds, weights = zip(*MIX, strict=True)
+    kinds, weights = list(MIX), list(MIX.values())
     t_end = time.monotonic() + duration_s
     t0 = time.monotonic()
     limits = httpx.Limits(max_connections=concurrency * 2, max_keepalive_connections=concurrency * 2)
@@ -224,7 +173,6 @@ async def drive(load: Load, tally: Tally, duration_s: float, concurrency: int, b
                 tally.expected_4xx[f"{kind}:{outcome}"] += 1
             else:
                 tally.unexpected[f"{kind}:{outcome}"] += 1
-                tally.examples.setdefault(f"{kind}:{outcome}", f"expected {sorted(allowed)}")
             bar.update(1)
 
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
@@ -250,32 +198,22 @@ def run(
     """
     tmp = Path(tempfile.mkdtemp(prefix="soak-"))
     t_setup = time.perf_counter()
-    if store_dir is None:
-        store_dir, questions = build_store(tmp, n_questions)
+    if store_dir is None:  # the shipped HotpotQA sample's first questions and their paragraphs
+        from parallelsearch.data import load_questions
+
+        lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:n_questions]
+        store_dir = tmp / "chroma"
+        _, src = records_store([json.loads(line) for line in lines], "soak", store_dir)
+        questions = load_questions(src, dataset="hotpotqa")
     elif questions is None:
         raise ValueError("questions are needed with store_dir")
-    env = {
-        **os.environ,
-        **OFFLINE,
-        "PARALLELSEARCH_HOME": str(tmp / "home"),
-        "PARALLELSEARCH_CHROMA_PATH": str(store_dir),
-    }
-    env.pop("PARALLELSEARCH_SERVER_API_KEY", None)
-    env.pop("PARALLELSEARCH_RETRIEVER_API_KEY", None)
-    cli = str(BIN / "parallelsearch")
-    rp, ap = free_port(), free_port()
-    retriever = ServerProcess(
-        [cli, "serve-retriever", "--store", store_name, "--port", str(rp)],
-        env=env,
-        port=rp,
-        log=tmp / "retriever.log",
-        name="serve-retriever",
-        start_timeout_s=300,
+    env = cli_env(tmp / "home", PARALLELSEARCH_CHROMA_PATH=str(store_dir))
+    kw = {"env": env, "start_timeout_s": 300}
+    retriever = cli_server(
+        "serve-retriever", "--store", store_name, name="serve-retriever", log=tmp / "retriever.log", **kw
     )
-    app = ServerProcess(
-        [cli, "serve", "--retriever", f"http://127.0.0.1:{rp}/retrieve", "--checkpointer", "none", "--port", str(ap)],
-        env=env, port=ap, log=tmp / "serve.log", name="serve", start_timeout_s=300,
-    )  # fmt: skip
+    app_args = ("serve", "--retriever", retriever.url + "/retrieve", "--checkpointer", "none")
+    app = cli_server(*app_args, name="serve", log=tmp / "serve.log", **kw)
     servers = (retriever, app)
     warmup_s = warmup_s if warmup_s is not None else min(60.0, duration_s / 10)
     tally = Tally()
@@ -330,15 +268,9 @@ def run(
         "expected_4xx": dict(sorted(tally.expected_4xx.items())),
         "unexpected_errors": sum(tally.unexpected.values()),
         "unexpected_by_kind": dict(sorted(tally.unexpected.items())),
-        "p50_ms": percentile(good, 0.5, 1),
-        "p95_ms": percentile(good, 0.95, 1),
+        **latency(good, 1),
         "latency_by_kind": {
-            k: {
-                "n": len(xs),
-                "p50_ms": percentile(xs, 0.5, 1),
-                "p95_ms": percentile(xs, 0.95, 1),
-                "mean_ms": round(statistics.fmean(xs), 1),
-            }
+            k: {"n": len(xs), **latency(xs, 1), "mean_ms": round(statistics.fmean(xs), 1)}
             for k, xs in sorted(tally.latency_ms.items())
         },
         "admission_at_end": health.get("admission"),
@@ -405,14 +337,12 @@ def plot(r: dict, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--duration", type=float, default=600, help="seconds of load (default 600)")
-    ap.add_argument("--concurrency", type=int, default=16, help="clients sending at once (default 16)")
-    ap.add_argument(
-        "--questions", type=int, default=60, help="HotpotQA sample questions to index (default 60)"
-    )
+    ap = parser(__doc__)
+    ap.add_argument("--duration", type=float, default=600, help="seconds of load")
+    ap.add_argument("--concurrency", type=int, default=16, help="clients sending at once")
+    ap.add_argument("--questions", type=int, default=60, help="HotpotQA sample questions to index")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--name", default="soak", help="results file name (default soak)")
+    ap.add_argument("--name", default="soak", help="results file name")
     a = ap.parse_args()
     res = run(a.duration, a.concurrency, a.questions, seed=a.seed, name=a.name)
     sys.exit(1 if res["unexpected_errors"] else 0)

@@ -1,16 +1,9 @@
 """Tool calls vs tags on the demo's 94 parallelizable questions (goal: equal rounds, policy calls
 and encoder calls per round; graph overhead per turn within 1.2x of the tags protocol).
 
-The tags side is the oracle policy (``<search> a ## b </search>``); the tools side is a
-scripted tool-calling chat model (a stand-in for an LLM: a LangChain ``BaseChatModel`` that
-binds the search tool) making the same plan as parallel ``search`` calls. Both run
-interleaved per question in one process:
-
-1. over a real Chroma store of the shipped sample: per question, search rounds, policy calls,
-   sub-queries and the store's encoder batches (one encoder call each) must be equal;
-2. over an instant searcher: graph overhead per policy turn = episode time minus the time
-   inside the policy, so what remains is the graph (state, parsing, messages, fan-out, join);
-   blocks of all 94 questions alternate between the protocols.
+The oracle (tags) against a scripted tool-calling chat model making the same plan (tools),
+interleaved per question: counts over a real Chroma store, graph overhead over an instant
+searcher. Figures: docs/performance.md, "Tool calls vs tags".
 """
 
 from __future__ import annotations
@@ -18,21 +11,20 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import OUT, InstantSearcher, write
+from _common import OUT, InstantSearcher, records_store, rounded, write
 
 from parallelsearch.agents.policies import OraclePolicy, as_policy
 from parallelsearch.agents.policies.scripted_chat import ScriptedToolChatModel
 from parallelsearch.data import load_questions
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
 from parallelsearch.graphs import build_parallel_search_graph
-from parallelsearch.stores import ChromaStore, ingest
 
 BLOCKS = 12
+PROTOCOLS = ("tags", "tools")
 
 
 def timed(policy: Any) -> list[float]:
@@ -63,7 +55,7 @@ def parallel_questions() -> tuple[list[dict], list[dict]]:
     return questions, [r for r in records if r.get("_id") in ids]
 
 
-def planners(questions: list[dict]) -> tuple[Any, Any]:
+def planners(questions: list[dict]) -> dict[str, Any]:
     """The oracle (tags) and the scripted tool-calling chat model with the same plans (tools)."""
     plans = {
         q["question"].strip(): (
@@ -72,16 +64,12 @@ def planners(questions: list[dict]) -> tuple[Any, Any]:
         )
         for q in questions
     }
-    return OraclePolicy(), as_policy(ScriptedToolChatModel.from_plans(plans), "tools")
+    return {"tags": OraclePolicy(), "tools": as_policy(ScriptedToolChatModel.from_plans(plans), "tools")}
 
 
 def counts(questions: list[dict], records: list[dict]) -> dict[str, Any]:
-    folder = OUT / "tool_calls_store"  # indexed once (minutes on 2 cores), reused by later runs
-    store = ChromaStore("toolbench", path=folder)
-    if store.count() == 0:
-        tmp = Path(tempfile.mkdtemp())
-        (tmp / "par.json").write_text(json.dumps(records))
-        ingest(store, [tmp / "par.json"], progress=False)
+    # indexed once (minutes on 2 cores), reused by later runs
+    store, _ = records_store(records, "toolbench", OUT / "tool_calls_store")
     batches: list[list[str]] = []
     original = store.search_batch
 
@@ -90,50 +78,34 @@ def counts(questions: list[dict], records: list[dict]) -> dict[str, Any]:
         return original(queries, k)
 
     store.search_batch = search_batch  # type: ignore[method-assign]
-    tags_policy, tools_policy = planners(questions)
-    graphs = {
-        "tags": build_parallel_search_graph(tags_policy, store),
-        "tools": build_parallel_search_graph(tools_policy, store),
-    }
+    graphs = {name: build_parallel_search_graph(p, store) for name, p in planners(questions).items()}
     keys = ("policy_calls", "search_rounds", "subqueries", "passages", "answer")
-    rows: dict[str, list[dict]] = {"tags": [], "tools": []}
+    rows: dict[str, list[dict]] = {name: [] for name in PROTOCOLS}
     with asyncio.Runner() as runner:
         for i, q in enumerate(questions):
-            order = ["tags", "tools"] if i % 2 == 0 else ["tools", "tags"]
-            for name in order:
+            for name in PROTOCOLS if i % 2 == 0 else PROTOCOLS[::-1]:
                 before = len(batches)
                 out = runner.run(graphs[name].ainvoke({"question": q["question"], "metadata": q["metadata"]}))
-                row = {k: out[k] for k in keys}
-                row["encoder_calls"] = len(batches) - before
-                row["protocol"] = out["protocol"]
-                rows[name].append(row)
+                extra = {"encoder_calls": len(batches) - before, "protocol": out["protocol"]}
+                rows[name].append({**{k: out[k] for k in keys}, **extra})
     equal = sum(
         all(a[k] == b[k] for k in (*keys, "encoder_calls"))
         for a, b in zip(rows["tags"], rows["tools"], strict=True)
     )
-    summary = {
-        name: {
-            "protocol": rs[0]["protocol"],
-            "policy_calls": sum(r["policy_calls"] for r in rs),
-            "search_rounds": sum(r["search_rounds"] for r in rs),
-            "subqueries": sum(r["subqueries"] for r in rs),
-            "encoder_calls": sum(r["encoder_calls"] for r in rs),
-            "encoder_calls_per_round": round(
-                sum(r["encoder_calls"] for r in rs) / max(1, sum(r["search_rounds"] for r in rs)), 3
-            ),
+    summary = {}
+    for name, rs in rows.items():
+        s = {
+            k: sum(r[k] for r in rs) for k in ("policy_calls", "search_rounds", "subqueries", "encoder_calls")
         }
-        for name, rs in rows.items()
-    }
+        per_round = round(s["encoder_calls"] / max(1, s["search_rounds"]), 3)
+        summary[name] = {"protocol": rs[0]["protocol"], **s, "encoder_calls_per_round": per_round}
     return {"questions": len(questions), "store_passages": store.count(), "equal_questions": equal, **summary}
 
 
 def overhead(questions: list[dict]) -> dict[str, Any]:
-    tags_policy, tools_policy = planners(questions)
-    spent = {"tags": timed(tags_policy), "tools": timed(tools_policy)}
-    graphs = {
-        "tags": build_parallel_search_graph(tags_policy, InstantSearcher()),
-        "tools": build_parallel_search_graph(tools_policy, InstantSearcher()),
-    }
+    policies = planners(questions)
+    spent = {name: timed(p) for name, p in policies.items()}
+    graphs = {name: build_parallel_search_graph(p, InstantSearcher()) for name, p in policies.items()}
     inputs = [{"question": q["question"], "metadata": q["metadata"]} for q in questions]
 
     async def block(g) -> tuple[float, int]:
@@ -143,13 +115,13 @@ def overhead(questions: list[dict]) -> dict[str, Any]:
             turns += (await g.ainvoke(inp))["policy_calls"]
         return time.perf_counter() - t0, turns
 
-    total: dict[str, list[float]] = {"tags": [], "tools": []}
-    graph_only: dict[str, list[float]] = {"tags": [], "tools": []}
+    total: dict[str, list[float]] = {name: [] for name in PROTOCOLS}
+    graph_only: dict[str, list[float]] = {name: [] for name in PROTOCOLS}
     with asyncio.Runner() as runner:
         for g in graphs.values():  # warm-up
             runner.run(block(g))
         for b in range(BLOCKS):
-            for name in ["tags", "tools"] if b % 2 == 0 else ["tools", "tags"]:
+            for name in PROTOCOLS if b % 2 == 0 else PROTOCOLS[::-1]:
                 spent[name][0] = 0.0
                 seconds, turns = runner.run(block(graphs[name]))
                 total[name].append(seconds * 1000 / turns)
@@ -157,13 +129,10 @@ def overhead(questions: list[dict]) -> dict[str, Any]:
     # each block pair ran back to back, so its ratio is the least disturbed by the machine's load
     paired = sorted(t / g for t, g in zip(graph_only["tools"], graph_only["tags"], strict=True))
     paired_total = sorted(t / g for t, g in zip(total["tools"], total["tags"], strict=True))
-    med = {
-        k: {"total": statistics.median(total[k]), "graph": statistics.median(graph_only[k])} for k in total
-    }
     return {
         "blocks": BLOCKS,
-        "ms_per_turn_total": {k: round(v["total"], 3) for k, v in med.items()},
-        "ms_per_turn_graph_overhead": {k: round(v["graph"], 3) for k, v in med.items()},
+        "ms_per_turn_total": rounded({k: statistics.median(v) for k, v in total.items()}, 3),
+        "ms_per_turn_graph_overhead": rounded({k: statistics.median(v) for k, v in graph_only.items()}, 3),
         "graph_overhead_ratio_tools_over_tags": round(statistics.median(paired), 3),
         "graph_overhead_ratio_range": [round(paired[0], 3), round(paired[-1], 3)],
         "total_ratio_tools_over_tags": round(statistics.median(paired_total), 3),
@@ -179,7 +148,7 @@ def main() -> dict:
         + "; ".join(
             f"{p}: {c[p]['policy_calls']} policy calls, {c[p]['search_rounds']} rounds, {c[p]['subqueries']} "
             f"sub-queries, {c[p]['encoder_calls_per_round']} encoder calls per round"
-            for p in ("tags", "tools")
+            for p in PROTOCOLS
         )
     )
     o = overhead(questions)

@@ -1,34 +1,14 @@
 """Wide questions: one search of k sub-queries, k = 1..64, on SYNTHETIC N-entity questions.
 
 Goals: graph latency of a k = 32 search within 2x of a k = 1 search (the k sub-queries meet in
-one batched encode), and recall@3 per entity within 0.02 of k = 1.
-
-k is the number of entities of a question, and the plain oracle searches them all in ONE search
-of k sub-queries (each an entity's title) on the ``parallel`` graph, then answers: two policy
-calls. k = 1 is the single-entity search: a lookup question of one entity ("When was A born?"),
-asked for every entity of the pool, so each entity's recall at k is compared with its own recall
-searched alone (an N-entity question asked one entity per turn costs N of these searches).
-Questions: ``parallelsearch.data.wide_questions`` from the non-holdout 2Wiki file (people born /
-died first or last, works that came out first or last). Store: the entities' own paragraphs in
-a real embedded Chroma store with the MiniLM encoder (ONNX on CPU, as ``encoder_backend: auto``
-runs it; ``--encoder-backend torch`` for sentence-transformers).
-
-With ``--subqueries relations`` a stand-in planner asks each entity's fact instead ("Vernon
-Sewell date of birth", from ``metadata.hops``): a harder retrieval. The component timings
-below use the titles either way.
-
-Every episode runs twice, observation budget off (``top_k`` 3 each) and on (``passage_budget``:
-``min(3, max(1, budget // k))`` each), the two in alternating order, and the episodes of all k
-are interleaved in one process. Per k: decomposition ratio (sub-queries per search), encoder
-calls per search, graph latency (one ``ainvoke``, p50/p95, and the p50 ratio to k = 1),
-per-entity recall@3 (budget off) and recall at the budgeted top_k (budget on), and the
-observation's length in characters and in MiniLM word-piece tokens (not a policy's tokenizer).
-Writes benchmarks/results/wide_questions.json (and a plot with the ``plots`` extra).
+one batched encode), and recall@3 per entity within 0.02 of k = 1. The oracle searches every
+entity (its title, or with ``--subqueries relations`` its fact) in one search on the
+``parallel`` graph, observation budget off and on, all k interleaved. Data, method and
+figures: docs/performance.md, "Wide questions".
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import tempfile
@@ -36,7 +16,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from _common import OUT, RAW, percentile, plot_bars, write
+from _common import OUT, RAW, graph_input, latency, mean, parser, plot_bars, print_table, write
 
 from parallelsearch.agents.policies import OraclePolicy
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
@@ -88,10 +68,9 @@ def _schedule(by_k: dict[int, list[dict]]) -> list[tuple[int, dict]]:
 
 
 async def _episode(graph, store: ChromaStore, q: dict) -> dict:
-    meta = {**q["metadata"], "golden_answers": q["golden_answers"]}
     before = store.coalesced_batches
     t0 = time.perf_counter()
-    out = await graph.ainvoke({"question": q["question"], "metadata": meta})
+    out = await graph.ainvoke(graph_input(q))
     ms = (time.perf_counter() - t0) * 1000
     obs = [t for t in out["trajectory"] if t["type"] == "observation"]
     rows = [r for t in obs for r in t["results"]]
@@ -163,13 +142,7 @@ def _components(store: ChromaStore, by_k: dict[int, list[dict]], reps: int) -> d
                 t1 = time.perf_counter()
                 store.search_batch(widest[:k], TOP_K)
                 t2 = time.perf_counter()
-                q = by_k[k][r % len(by_k[k])]
-                await cached.ainvoke(
-                    {
-                        "question": q["question"],
-                        "metadata": {**q["metadata"], "golden_answers": q["golden_answers"]},
-                    }
-                )
+                await cached.ainvoke(graph_input(by_k[k][r % len(by_k[k])]))
                 t3 = time.perf_counter()
                 times["encode"][k].append((t1 - t0) * 1000)
                 times["search_batch"][k].append((t2 - t1) * 1000)
@@ -181,21 +154,17 @@ def _components(store: ChromaStore, by_k: dict[int, list[dict]], reps: int) -> d
     }
 
 
-def _mean(xs: list[float]) -> float | None:
-    return round(statistics.fmean(xs), 4) if xs else None
-
-
 def run(
     per_size: int,
     seed: int,
     budget: int,
     reps: int,
-    backend: str = "onnx",
-    threads: int = 1,
+    encoder_backend: str = "onnx",
+    encoder_threads: int = 1,
     subqueries: str = "titles",
 ) -> dict:
     by_k, corpus, data_report = _episodes(per_size, seed)
-    embedder = get_embedder(backend=backend, threads=threads)
+    embedder = get_embedder(backend=encoder_backend, threads=encoder_threads)
     store = ChromaStore("wide-questions", path=Path(tempfile.mkdtemp()) / "db", embedder=embedder)
     ingest(store, [corpus], progress=False)
     print(f"{store.count()} entity paragraphs in the store; questions per k: "
@@ -236,39 +205,39 @@ def run(
             hits = [h for e in eps for h in e["hits"].values()]
             paired = [(h, base_recall[t]) for e in eps for t, h in e["hits3"].items() if t in base_recall]
             row[variant] = {
-                "p50_ms": percentile(ms, 0.5, 1),
-                "p95_ms": percentile(ms, 0.95, 1),
-                "policy_calls": _mean([e["policy_calls"] for e in eps]),
-                "decomposition_ratio": _mean([e["subqueries"] / max(1, e["searches"]) for e in eps]),
-                "encoder_calls_per_search": _mean([e["encoder_calls"] / max(1, e["searches"]) for e in eps]),
-                "passages_per_subquery": _mean([n for e in eps for n in e["passages_per_subquery"]]),
-                "recall_at_3": _mean([float(h) for h in hits3]),
-                "recall_at_top_k": _mean([float(h) for h in hits]),
-                "same_entities_recall_at_3_k1": _mean([float(b) for _, b in paired]),
-                "observation_chars": _mean([float(len(o)) for o in obs]),
-                "observation_tokens": _mean([float(len(tok(o)["input_ids"])) for o in obs]) if tok else None,
+                **latency(ms, 1),
+                "policy_calls": mean(e["policy_calls"] for e in eps),
+                "decomposition_ratio": mean(e["subqueries"] / max(1, e["searches"]) for e in eps),
+                "encoder_calls_per_search": mean(e["encoder_calls"] / max(1, e["searches"]) for e in eps),
+                "passages_per_subquery": mean(n for e in eps for n in e["passages_per_subquery"]),
+                "recall_at_3": mean(hits3),
+                "recall_at_top_k": mean(hits),
+                "same_entities_recall_at_3_k1": mean(b for _, b in paired),
+                "observation_chars": mean(len(o) for o in obs),
+                "observation_tokens": mean(len(tok(o)["input_ids"]) for o in obs) if tok else None,
                 "errors": sum(e["errors"] for e in eps),
             }
         row["latency_ratio_to_k1"] = {
             v: round(row[v]["p50_ms"] / table["1"][v]["p50_ms"], 3) if k > 1 else 1.0 for v in graphs
         }
         table[str(k)] = row
-    results = {"top_k": TOP_K, "passage_budget": budget, "encoder_backend": backend, "encoder_threads": threads, "subqueries": subqueries, "seed": seed, "per_size": per_size,
+    results = {"top_k": TOP_K, "passage_budget": budget, "encoder_backend": encoder_backend, "encoder_threads": encoder_threads, "subqueries": subqueries, "seed": seed, "per_size": per_size,
                "data": data_report, "by_k": table, "components_median_ms": components}  # fmt: skip
     print(f"\nwide questions, oracle, parallel graph, top_k {TOP_K}; budget {budget} passages per search; "
-          f"encoder {backend} ({threads} thread(s)); sub-queries: {subqueries}")  # fmt: skip
-    print(f"{'k':>3s} {'n':>4s} {'sq/search':>9s} {'enc/search':>10s} {'p50 ms':>8s} {'x k=1':>6s} "
-          f"{'r@3':>6s} {'r@3 k=1':>7s} {'chars':>7s} {'tokens':>7s} | {'budget: top_k':>13s} {'r@top_k':>7s} "
-          f"{'p50 ms':>7s} {'x k=1':>6s} {'chars':>7s} {'tokens':>7s}")  # fmt: skip
+          f"encoder {encoder_backend} ({encoder_threads} thread(s)); sub-queries: {subqueries}")  # fmt: skip
+    header = "k n sq/search enc/search p50_ms x_k=1 r@3 r@3_k=1 chars tokens | budget:top_k r@top_k p50_ms x_k=1 chars tokens"
+    rows = []
     for k, row in table.items():
-        o, b = row["off"], row["budget"]
-        print(
-            f"{k:>3s} {row['questions']:4d} {o['decomposition_ratio']:9.1f} {o['encoder_calls_per_search']:10.2f} "
-            f"{o['p50_ms']:8.1f} {row['latency_ratio_to_k1']['off']:6.2f} {o['recall_at_3']:6.3f} "
-            f"{o['same_entities_recall_at_3_k1'] or 0:7.3f} {o['observation_chars']:7.0f} {o['observation_tokens'] or 0:7.0f} | "
-            f"{b['passages_per_subquery']:13.2f} {b['recall_at_top_k']:7.3f} {b['p50_ms']:7.1f} "
-            f"{row['latency_ratio_to_k1']['budget']:6.2f} {b['observation_chars']:7.0f} {b['observation_tokens'] or 0:7.0f}"
-        )
+        o, b, x = row["off"], row["budget"], row["latency_ratio_to_k1"]
+        rows.append([
+            k, str(row["questions"]), f"{o['decomposition_ratio']:.1f}", f"{o['encoder_calls_per_search']:.2f}",
+            f"{o['p50_ms']:.1f}", f"{x['off']:.2f}", f"{o['recall_at_3']:.3f}",
+            f"{o['same_entities_recall_at_3_k1'] or 0:.3f}", f"{o['observation_chars']:.0f}",
+            f"{o['observation_tokens'] or 0:.0f}", "|", f"{b['passages_per_subquery']:.2f}",
+            f"{b['recall_at_top_k']:.3f}", f"{b['p50_ms']:.1f}", f"{x['budget']:.2f}",
+            f"{b['observation_chars']:.0f}", f"{b['observation_tokens'] or 0:.0f}",
+        ])  # fmt: skip
+    print_table(header.split(), rows)
     print("\nmedian ms per part (k titles): " + " | ".join(f"{p}" for p in components))
     for k in KS:
         parts = [components[p][str(k)] for p in components]
@@ -293,35 +262,15 @@ def run(
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--per-size", type=int, default=2, help="questions per k and relation (default 2)")
+    ap = parser(__doc__)
+    ap.add_argument("--per-size", type=int, default=2, help="questions per k and relation")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget", type=int, default=16, help="passages per search with the budget on")
+    ap.add_argument("--reps", type=int, default=10, help="repetitions of the component timings")
     ap.add_argument(
-        "--budget", type=int, default=16, help="passages per search with the budget on (default 16)"
+        "--encoder-backend", default="onnx", help="onnx (what 'auto' runs on CPU), torch or onnx-int8"
     )
-    ap.add_argument("--reps", type=int, default=10, help="repetitions of the component timings (default 10)")
-    ap.add_argument(
-        "--encoder-backend",
-        default="onnx",
-        help="onnx (default: what 'auto' runs on CPU), torch or onnx-int8",
-    )
-    ap.add_argument(
-        "--encoder-threads", type=int, default=1, help="threads of an ONNX encoder call (default 1)"
-    )
-    ap.add_argument(
-        "--subqueries",
-        choices=("titles", "relations"),
-        default="titles",
-        help="what each entity's sub-query is: its title (the plain oracle; default) or its fact "
-        "('<title> date of birth', a stand-in planner)",
-    )
-    args = ap.parse_args()
-    run(
-        args.per_size,
-        args.seed,
-        args.budget,
-        args.reps,
-        args.encoder_backend,
-        args.encoder_threads,
-        args.subqueries,
-    )
+    ap.add_argument("--encoder-threads", type=int, default=1, help="threads of an ONNX encoder call")
+    help_ = "each entity's sub-query: its title (the plain oracle) or its fact ('<title> date of birth')"
+    ap.add_argument("--subqueries", choices=("titles", "relations"), default="titles", help=help_)
+    run(**vars(ap.parse_args()))
