@@ -1,8 +1,5 @@
 """ParallelSearch rewards: the paper's equations and the official code's exact numbers.
 
-``score_trajectory(text, label, mode)`` scores one full decoded episode (prompt + every
-turn + every observation) and returns the total, every part and the facts it used.
-
 The three modes (``paper``, the default; ``dag``; ``official``, the official
 ``compute_score_em`` quirks included) and the tool-call protocol's scoring are specified in
 docs/training.md, "Reward modes"; the parity tests pin the official numbers.
