@@ -92,11 +92,6 @@ def _planner(
     return pol, protocol, answerer, cfg
 
 
-def _add(b: StateGraph, name: str, afunc: Callable[..., Coroutine[Any, Any, Any]]) -> None:
-    """A node with its async function and a sync twin (``invoke``/``stream``/``batch``)."""
-    b.add_node(name, RunnableCallable(sync_node(afunc), afunc, name=name))
-
-
 def _compile(builder: StateGraph, cfg: GraphConfig, checkpointer: Any, name: str) -> SearchGraph:
     graph = builder.compile(checkpointer=checkpointer, name=name)
     defaults: dict[str, Any] = {"recursion_limit": cfg.recursion_limit()}
@@ -106,10 +101,14 @@ def _compile(builder: StateGraph, cfg: GraphConfig, checkpointer: Any, name: str
     return graph
 
 
-def _new_builder() -> StateGraph:
-    return StateGraph(
+def _new_builder(**nodes: Callable[..., Coroutine[Any, Any, Any]]) -> StateGraph:
+    """A builder with ``nodes``, each its async function with a sync twin (``invoke``/``stream``/``batch``)."""
+    b = StateGraph(
         SearchState, context_schema=GraphContext, input_schema=GraphInput, output_schema=GraphOutput
     )
+    for name, afunc in nodes.items():
+        b.add_node(name, RunnableCallable(sync_node(afunc), afunc, name=name))
+    return b
 
 
 #: the knobs each searching kind fixes over the caller's configuration
@@ -139,12 +138,9 @@ def _search_loop(
     nodes = Nodes(pol, as_searcher(searcher), cfg, answerer, protocol=protocol, resolver=resolver)
     nodes.references = kind == "dag"
     nodes.graph_name = name = "parallelsearch" if kind == "parallel" else kind
-    b = _new_builder()
-    _add(b, "begin", nodes.begin)
-    _add(b, "planner", nodes.planner)
-    _add(b, "search", nodes.search)
-    _add(b, "join", nodes.join)
-    _add(b, "answer", nodes.answer)
+    b = _new_builder(
+        begin=nodes.begin, planner=nodes.planner, search=nodes.search, join=nodes.join, answer=nodes.answer
+    )
     b.add_edge(START, "begin")
     b.add_edge("begin", "planner")
     b.add_conditional_edges("planner", nodes.route, ["search", "planner", "answer"])
@@ -172,10 +168,11 @@ def _one_turn(
     nodes = Nodes(pol, as_searcher(searcher) if kind == "rag" else None, cfg, pinned=("max_turns",))
     nodes.graph_name = kind
     entry = "retrieve" if kind == "rag" else "begin"
-    b = _new_builder()
-    _add(b, entry, nodes.retrieve_once if kind == "rag" else nodes.begin)
-    _add(b, "planner", nodes.planner)
-    _add(b, "answer", nodes.answer)
+    b = _new_builder(
+        **{entry: nodes.retrieve_once if kind == "rag" else nodes.begin},
+        planner=nodes.planner,
+        answer=nodes.answer,
+    )
     b.add_edge(START, entry)
     b.add_edge(entry, "planner")
     b.add_edge("planner", "answer")

@@ -20,7 +20,7 @@ from typing import Any, Literal, get_args
 
 from parallelsearch.rl.agent_config import ENV_VAR
 from parallelsearch.rl.train_config import OPENRLHF_NAMES, TrainConfig
-from parallelsearch.stores.errors import UnavailableError
+from parallelsearch.stores.errors import UnavailableError, check_choice
 
 
 def agent_module_path() -> Path:
@@ -168,8 +168,7 @@ def _local(path: str | None) -> Path | None:
 
 def plan_job(cfg: TrainConfig, runner: str = "ray", environ: Mapping[str, str] | None = None) -> Job:
     """The job folder's contents for ``cfg`` (nothing written): data copied in or absolute, outputs absolute."""
-    if runner not in RUNNERS:
-        raise ValueError(f"runner must be one of {', '.join(RUNNERS)}, got {runner!r}")
+    check_choice(runner, RUNNERS, "runner")
     folder = Path(cfg.job_dir).resolve()
     copies: dict[str, Path] = {}
     updates: dict[str, Any] = {}

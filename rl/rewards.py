@@ -1,8 +1,5 @@
 """ParallelSearch rewards: the paper's equations and the official code's exact numbers.
 
-``score_trajectory(text, label, mode)`` scores one full decoded episode (prompt + every
-turn + every observation) and returns the total, every part and the facts it used.
-
 The three modes (``paper``, the default; ``dag``; ``official``, the official
 ``compute_score_em`` quirks included) and the tool-call protocol's scoring are specified in
 docs/training.md, "Reward modes"; the parity tests pin the official numbers.
@@ -13,6 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from itertools import pairwise
 from typing import Any, Literal, get_args
@@ -171,11 +169,14 @@ def state_machine(content: str) -> tuple[bool, str]:
     return True, "valid"
 
 
-def response_start(text: str, prompt: str | None = None) -> int:
-    """Where the policy's first turn begins: after ``prompt``, a chat assistant marker, or the question line."""
+def response_start(
+    text: str, prompt: str | None = None, markers: Sequence[re.Pattern[str]] = _PROMPT_END_MARKERS
+) -> int:
+    """Where the policy's first turn begins: after ``prompt``, else after the first of ``markers``
+    found (a chat assistant marker, or the question line)."""
     if prompt and text.startswith(prompt):
         return len(prompt)
-    for marker in _PROMPT_END_MARKERS:
+    for marker in markers:
         m = marker.search(text)
         if m:
             return m.end()
@@ -269,6 +270,8 @@ def _tag_facts(text: str, prompt: str | None) -> tuple[list[int], str | None, bo
 _TOOL_REPLY_RE = re.compile(
     r"(?:<\|im_end\|>)?\n<\|im_start\|>user\n.*?<\|im_end\|>\n<\|im_start\|>assistant\n", re.DOTALL
 )
+#: a text-form episode's prompt end: the ``Question:`` line and the assistant header right after it (in
+#: a raw prompt's episode the first ``<|im_start|>assistant`` is the environment's, after a search)
 _TOOL_PROMPT_END_RE = re.compile(r"Question:[^\n]*\n(?:<\|im_end\|>\n<\|im_start\|>assistant\n)?")
 #: how each corrective reply of the environment begins (one of them in a reply = a corrected turn)
 _TOOL_CORRECTIONS = (
@@ -278,16 +281,6 @@ _TOOL_CORRECTIONS = (
 )
 _TOOL_BLOCKS_RE = re.compile(r"<tool_call>.*?</tool_call>", re.DOTALL)
 _REASONING_TAG_RE = re.compile(r"</?(?:search|information|answer|tool_call|tool_response)>")
-
-
-def _tool_start(text: str, prompt: str | None) -> int:
-    """Where the policy's first text-form turn begins: after ``prompt``, else after the first
-    ``Question:`` line and a ChatML assistant header right after it (in a raw prompt's episode
-    the first ``<|im_start|>assistant`` is the environment's, after the first search)."""
-    if prompt and text.startswith(prompt):
-        return len(prompt)
-    m = _TOOL_PROMPT_END_RE.search(text)
-    return m.end() if m else 0
 
 
 def _tool_turn(turn: str, last: bool) -> tuple[int | None, str | None]:
@@ -325,8 +318,8 @@ def _tool_turn(turn: str, last: bool) -> tuple[int | None, str | None]:
 
 
 def _tool_facts(text: str, prompt: str | None) -> tuple[list[int], str | None, bool, str]:
-    """What paper mode needs of a text-form episode (see the module docstring)."""
-    body = text[_tool_start(text, prompt) :]
+    """What paper mode needs of a text-form episode (docs/training.md, "Reward modes")."""
+    body = text[response_start(text, prompt, (_TOOL_PROMPT_END_RE,)) :]
     turns = _TOOL_REPLY_RE.split(body)
     corrected = any(head in m.group(0) for m in _TOOL_REPLY_RE.finditer(body) for head in _TOOL_CORRECTIONS)
     sizes: list[int] = []
@@ -421,7 +414,7 @@ def hop_depth(label: dict[str, Any]) -> tuple[int, int]:
 
 
 def _dag(lab: dict[str, Any], w: dict[str, float], text: str, prompt: str | None) -> RewardBreakdown:
-    """The ``dag`` reward option (see the module docstring)."""
+    """The ``dag`` reward option (docs/training.md, "Reward modes")."""
     searches, answer, valid, reason = _tag_episode(text, prompt)
     plans = [plan_search(split_subqueries(s)[0], written_pieces(s)) for s in searches]
     bad = next((p for p in plans if not p.valid), None)

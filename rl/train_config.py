@@ -1,12 +1,8 @@
 """The training run's configuration: :class:`TrainConfig`, its presets, and loading it from files.
 
-``TrainConfig`` holds what a ParallelSearch run needs (model, data, algorithm, batch
-sizes, learning rates, KL, lengths, vLLM engines, colocation, async, dynamic filtering,
-checkpoints, loggers) plus the agent's own config (retriever, graph, reward), which is
-written to a YAML file that every Ray actor reads through ``PARALLELSEARCH_AGENT_CONFIG``.
-The field defaults are the official ``train_parallelsearch.sh`` PPO values; ``PRESETS["paper"]``
-adds its model, data, chat templating and agent.
-:mod:`parallelsearch.rl.launch` turns a config into OpenRLHF's command.
+The agent's own config (retriever, graph, reward) is written to a YAML file every Ray actor reads
+through ``PARALLELSEARCH_AGENT_CONFIG``. The field defaults are the official ``train_parallelsearch.sh``
+PPO values; ``PRESETS["paper"]`` adds its model, data, chat templating and agent.
 """
 
 from __future__ import annotations

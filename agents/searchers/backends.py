@@ -36,10 +36,9 @@ class RemoteSearcher:
     """Any Search-R1 ``/retrieve`` server; concurrent queries travel in one request."""
 
     def __init__(self, url_or_client: str | RetrieverClient, **client_kwargs: Any):
-        client = url_or_client
-        self.client = (
-            client if isinstance(client, RetrieverClient) else RetrieverClient(client, **client_kwargs)
-        )
+        if not isinstance(url_or_client, RetrieverClient):
+            url_or_client = RetrieverClient(url_or_client, **client_kwargs)
+        self.client = url_or_client
         self.name = self.client.name
 
     async def asearch(self, query: str, k: int = 3) -> list[Passage]:
@@ -160,9 +159,7 @@ def as_searcher(
         return obj
     if isinstance(obj, ChromaStore | ShardedStore):  # a sharded store's partial answers keep their note
         return StoreSearcher(obj)
-    if isinstance(obj, RetrieverClient):
-        return RemoteSearcher(obj)
-    if isinstance(obj, str) and obj.startswith(("http://", "https://")):
+    if isinstance(obj, RetrieverClient) or (isinstance(obj, str) and obj.startswith(("http://", "https://"))):
         return RemoteSearcher(obj)
     if isinstance(obj, str) and obj.strip():
         return _named_store(obj.strip(), open_store)

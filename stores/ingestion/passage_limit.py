@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from parallelsearch.stores.errors import check_choice
 from parallelsearch.stores.passages import Passage
 
 Mode = Literal["split", "truncate"]
@@ -92,8 +93,7 @@ class PassageLimit:
     ) -> None:
         if max_tokens < 8:
             raise ValueError(f"the passage token budget must be >= 8, got {max_tokens}")
-        if mode not in MODES:
-            raise ValueError(f"long-passage mode {mode!r} is not one of {', '.join(MODES)}")
+        check_choice(mode, MODES, "long-passage mode")
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
         self.mode = mode
