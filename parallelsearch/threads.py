@@ -1,11 +1,6 @@
-"""Persistent threads for the LangServe app: a request with a ``thread_id`` runs on a checkpointed graph.
-
-LangServe has no notion of threads, so the app adds them (docs/architecture.md, "Threads"):
-:class:`ThreadRouted` runs a request naming ``configurable.thread_id`` on the graph compiled with
-the server's checkpointer and any other on the plain graph (stateless clients write nothing);
-:func:`threads_lifespan` opens the checkpointer in the app's lifespan, since the async savers
-bind to the running loop; :func:`add_thread_routes` serves a thread's state and history.
-"""
+"""Persistent threads for the LangServe app, which has no notion of them: a request naming
+``configurable.thread_id`` runs on a checkpointed graph, any other on the plain one
+(docs/architecture.md, "Threads")."""
 
 from __future__ import annotations
 
@@ -44,9 +39,8 @@ def check_thread_id(thread_id: Any) -> str:
 class ThreadRouted(Runnable):
     """A served graph that runs on the checkpointed copy when the request names a thread.
 
-    Schemas are the plain graph's, so LangServe's validation, ``/docs`` and playground see the
-    same graph; :func:`threads_lifespan` attaches ``threaded``. ``with_config`` returns a router
-    bound to the config and sharing the root's graphs (LangServe reads schemas through it).
+    Schemas are the plain graph's, so LangServe's validation, ``/docs`` and playground see one
+    graph; ``with_config`` copies share the root's graphs (LangServe reads schemas through them).
     """
 
     def __init__(self, stateless: Any):
