@@ -1,10 +1,7 @@
-"""The question page of the LangServe app: ``GET /ui``.
-
-LangServe's playground shows a graph's output as one JSON dump; this page shows each planner turn,
-the parallel sub-queries and their passages as they arrive, and the answer. It is plain HTML over
-the route's ``/stream`` endpoint, so it passes the same guard as any client; ``GET /ui/examples``
-offers annotated sample questions, so the oracle policy shows the real flow on a fresh clone.
-"""
+"""The question page of the LangServe app, ``GET /ui``: where LangServe's playground shows one JSON
+dump, it shows each turn, the parallel sub-queries and their passages as they arrive. Plain HTML over
+the route's ``/stream`` (the same guard as any client); ``GET /ui/examples`` offers annotated sample
+questions, so the oracle policy shows the real flow on a fresh clone."""
 
 from __future__ import annotations
 
