@@ -10,12 +10,12 @@ from typing import Any
 from parallelsearch.ask_events import event_lines, run_events, stream_events
 from parallelsearch.cli_common import (
     add_graph_args,
-    add_graph_kind_arg,
     add_policy_args,
     add_retrieval_args,
     clean_text_arg,
     settings_from_args,
 )
+from parallelsearch.graphs.builders import GRAPH_KINDS
 from parallelsearch.stores.errors import json_of
 
 
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("question")
     add_retrieval_args(p)
     add_policy_args(p)
-    add_graph_kind_arg(p)
+    p.add_argument("--graph", choices=GRAPH_KINDS, default="parallel", help="which graph (default parallel)")
     add_graph_args(p)
     p.add_argument(
         "--metadata",

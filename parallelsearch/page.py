@@ -30,16 +30,12 @@ def example_questions(per_split: int = EXAMPLES_PER_SPLIT) -> list[dict[str, Any
     return out
 
 
-def page_html() -> str:
-    """The page's HTML, read from the installed package."""
-    return files("parallelsearch").joinpath(PAGE).read_text(encoding="utf-8")
-
-
 def add_page(app: Any) -> None:
     """Serve the page at ``GET /ui`` (it learns the routes, threads and API key need from ``/health``)."""
     from fastapi.responses import HTMLResponse
 
-    html = page_html()  # read once: a missing file fails when the app is built, not per request
+    # read once, from the installed package: a missing file fails when the app is built, not per request
+    html = files("parallelsearch").joinpath(PAGE).read_text(encoding="utf-8")
     examples = example_questions()
 
     @app.get("/ui", response_class=HTMLResponse, include_in_schema=False)
