@@ -62,6 +62,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from parallelsearch.server import create_app
 
-    app = create_app(s)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    uvicorn.run(create_app(s), host=args.host, port=args.port, log_level="info")
     return 0
