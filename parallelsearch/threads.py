@@ -198,19 +198,18 @@ def add_thread_routes(app: Any, routers: Mapping[str, ThreadRouted]) -> None:
     from fastapi import HTTPException, Query
     from fastapi.encoders import jsonable_encoder
 
-    def graph_of(route: str, thread_id: str) -> Any:
+    def graph_of(route: str, thread_id: str) -> tuple[Any, RunnableConfig]:
         _check_or_422(thread_id)
         graph = routers[route].threaded
         if graph is None:
             raise HTTPException(503, "threads are not open (the server is starting or stopping)")
-        return graph
+        return graph, {"configurable": {"thread_id": thread_id}}
 
     def register(route: str) -> None:
         @app.get(f"/{route}/threads/{{thread_id}}", tags=["threads"], name=f"{route}_thread_state")
         async def thread_state(thread_id: str) -> Any:
             """The thread's latest state: values (the last episode, ``history`` for all), next nodes."""
-            graph = graph_of(route, thread_id)
-            cfg = {"configurable": {"thread_id": thread_id}}
+            graph, cfg = graph_of(route, thread_id)
             snap = await asyncio.wait_for(graph.aget_state(cfg), READ_TIMEOUT_S)
             if snap.created_at is None:
                 raise HTTPException(404, f"no thread {thread_id!r} on this server")
@@ -219,8 +218,7 @@ def add_thread_routes(app: Any, routers: Mapping[str, ThreadRouted]) -> None:
         @app.get(f"/{route}/threads/{{thread_id}}/history", tags=["threads"], name=f"{route}_thread_history")
         async def thread_history(thread_id: str, limit: int = Query(20, ge=1, le=200)) -> Any:
             """The thread's checkpoints, newest first (question, status and answer of each)."""
-            graph = graph_of(route, thread_id)
-            cfg = {"configurable": {"thread_id": thread_id}}
+            graph, cfg = graph_of(route, thread_id)
 
             async def collect() -> list[dict[str, Any]]:
                 return [_summary(s) async for s in graph.aget_state_history(cfg, limit=limit)]
