@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import get_args
 
-from parallelsearch.checkpointers import CheckpointerKind
+from parallelsearch.checkpointers import CHECKPOINTERS
 from parallelsearch.cli_common import (
     add_bind_args,
     add_graph_args,
@@ -27,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_graph_args(p)
     p.add_argument(
         "--checkpointer",
-        choices=get_args(CheckpointerKind),
+        choices=CHECKPOINTERS,
         help="where threads live (requests with a thread_id; default: the settings', sqlite)",
     )
     p.add_argument(
