@@ -1,9 +1,6 @@
-"""What ``ask`` shows of a run: its steps as events (a turn, a search round, the answer),
-printed as a person reads them or as JSON lines (``--stream --json``).
-
-The events are read from the trajectory entries each node writes, so a streamed run and
-the finished run's trajectory print the same lines.
-"""
+"""What ``ask`` shows of a run: its steps as events (a turn, a search round, the answer), as lines
+or JSON lines (``--stream --json``), read from the trajectory entries each node writes, so a
+streamed run and the finished run's trajectory print the same lines."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""``parallelsearch`` command line: one sub-command per job, ``--help`` on all of them.
-
-Sub-commands are registered by small modules (``cli_*.py``), each owning one area, so
-this file only wires them together and turns expected errors into one clear line; any other
-exception is a bug and keeps its traceback (docs/architecture.md, "Errors").
-"""
+"""``parallelsearch`` command line: wires the sub-commands of the ``cli_*.py`` modules together and
+turns expected errors into one clear line; any other exception is a bug and keeps its traceback
+(docs/architecture.md, "Errors")."""
 
 from __future__ import annotations
 

@@ -10,12 +10,12 @@ from typing import Any
 from parallelsearch.ask_events import event_lines, run_events, stream_events
 from parallelsearch.cli_common import (
     add_graph_args,
-    add_graph_kind_arg,
     add_policy_args,
     add_retrieval_args,
     clean_text_arg,
     settings_from_args,
 )
+from parallelsearch.graphs.builders import GRAPH_KINDS
 from parallelsearch.stores.errors import json_of
 
 
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("question")
     add_retrieval_args(p)
     add_policy_args(p)
-    add_graph_kind_arg(p)
+    p.add_argument("--graph", choices=GRAPH_KINDS, default="parallel", help="which graph (default parallel)")
     add_graph_args(p)
     p.add_argument(
         "--metadata",
@@ -45,11 +45,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_ask)
 
 
-def parse_metadata(text: str | None) -> dict[str, Any]:
-    """``--metadata``'s JSON object; an error names the flag."""
-    return json_of(text, "--metadata") if text else {}
-
-
 def _emit(event: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print(json.dumps(event, ensure_ascii=False, default=str), flush=True)
@@ -58,7 +53,7 @@ def _emit(event: dict[str, Any], as_json: bool) -> None:
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any] | None:
-    meta = parse_metadata(args.metadata)
+    meta = json_of(args.metadata, "--metadata") if args.metadata else {}
     inp = {"question": clean_text_arg(args.question, "question"), "metadata": meta}
     graph = settings_from_args(args).graph_parts([args.graph]).graph(args.graph)
     if args.stream:

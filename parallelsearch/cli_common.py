@@ -13,7 +13,6 @@ from typing import Any, get_args
 
 from parallelsearch.agents.policies.spec import SPEC_HELP
 from parallelsearch.agents.resolvers import RESOLVER_NAMES
-from parallelsearch.graphs.builders import GRAPH_KINDS
 from parallelsearch.settings import Settings, get_settings
 from parallelsearch.stores.chroma_store import HNSW_KEYS, Space
 from parallelsearch.stores.config import EncoderBackend  # merged with 24a's Literal
@@ -194,10 +193,6 @@ def add_policy_args(p: argparse.ArgumentParser, *, answer_policy: bool = True) -
         help="generate every turn under the protocol's grammar (vLLM structured outputs: vllm:PATH, "
         "or openai:MODEL@URL against vllm serve)",
     )
-
-
-def add_graph_kind_arg(p: argparse.ArgumentParser, kinds: tuple[str, ...] = GRAPH_KINDS) -> None:
-    p.add_argument("--graph", choices=kinds, default="parallel", help="which graph (default parallel)")
 
 
 def add_graph_args(p: argparse.ArgumentParser) -> None:

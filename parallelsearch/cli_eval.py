@@ -43,12 +43,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_eval)
 
 
-def select(questions: list[dict[str, Any]], split: str | None, limit: int | None) -> list[dict[str, Any]]:
-    if split:
-        questions = [q for q in questions if (q.get("metadata") or {}).get("split") == split]
-    return questions[:limit] if limit else questions
-
-
 def parse_graphs(text: str) -> list[str]:
     graphs = [g.strip() for g in text.split(",") if g.strip()]
     if not graphs:
@@ -121,7 +115,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from parallelsearch.data import load_questions
 
     graphs = parse_graphs(args.graphs)
-    questions = select(load_questions(args.dataset, dataset=args.dataset_name), args.split, args.limit)
+    questions = load_questions(args.dataset, dataset=args.dataset_name)
+    if args.split:
+        questions = [q for q in questions if (q.get("metadata") or {}).get("split") == args.split]
+    questions = questions[: args.limit or None]
     if not questions:
         raise ValueError(
             f"{args.dataset} holds no questions{' in split ' + args.split if args.split else ''}"

@@ -235,19 +235,6 @@ def cmd_train_list_keys(preset: str | None) -> int:
     return 0
 
 
-def cmd_train_check(cfg: object, probe: bool) -> int:
-    from parallelsearch.rl.preflight import PreflightError, preflight
-
-    try:
-        lines = preflight(cfg, probe=probe)  # type: ignore[arg-type]
-    except PreflightError as e:
-        print(f"check failed: {e}")
-        return 1
-    for line in lines:
-        print(f"ok: {line}")
-    return 0
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     from parallelsearch.rl.launch import launch
     from parallelsearch.rl.train_config import load_train_config
@@ -263,7 +250,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ValueError("train needs --config FILE or --preset NAME (or --list-keys, or --smoke)")
     cfg = load_train_config(args.config, args.preset, args.set)
     if args.check:
-        return cmd_train_check(cfg, probe=not args.skip_probe)
+        from parallelsearch.rl.preflight import PreflightError, preflight
+
+        try:
+            lines = preflight(cfg, probe=not args.skip_probe)
+        except PreflightError as e:
+            print(f"check failed: {e}")
+            return 1
+        for line in lines:
+            print(f"ok: {line}")
+        return 0
     return launch(cfg, dry_run=args.dry_run, runner=args.runner, probe=not args.skip_probe)
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import get_args
 
-from parallelsearch.checkpointers import CheckpointerKind
+from parallelsearch.checkpointers import CHECKPOINTERS
 from parallelsearch.cli_common import (
     add_bind_args,
     add_graph_args,
@@ -27,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_graph_args(p)
     p.add_argument(
         "--checkpointer",
-        choices=get_args(CheckpointerKind),
+        choices=CHECKPOINTERS,
         help="where threads live (requests with a thread_id; default: the settings', sqlite)",
     )
     p.add_argument(
@@ -62,6 +61,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from parallelsearch.server import create_app
 
-    app = create_app(s)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    uvicorn.run(create_app(s), host=args.host, port=args.port, log_level="info")
     return 0

@@ -148,11 +148,9 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     out = prepare(args.src, dataset=args.dataset, skip_bad=args.skip_bad, report=report)
     for name, ds in sorted(out.items()):
         qpath, cpath = write_prepared(ds, args.out)
-        types = ", ".join(f"{t}={n}" for t, n in sorted(ds.type_counts().items()))
-        splits = ", ".join(f"{t}={n}" for t, n in sorted(ds.split_counts().items()))
         print(f"{name}: {len(ds.questions)} questions ({ds.duplicates} duplicates dropped) -> {qpath}")
-        print(f"  types: {types}")
-        print(f"  splits: {splits}")
+        for label, counts in (("types", ds.type_counts()), ("splits", ds.split_counts())):
+            print(f"  {label}: " + ", ".join(f"{t}={n}" for t, n in sorted(counts.items())))
         print(f"  corpus: {len(ds.passages)} passages -> {cpath if cpath else '(no context in these files)'}")
     if report.count or args.skip_bad:
         print(report.summary(), file=sys.stderr)

@@ -1,10 +1,7 @@
-"""The question page of the LangServe app: ``GET /ui``.
-
-LangServe's playground shows a graph's output as one JSON dump; this page shows each planner turn,
-the parallel sub-queries and their passages as they arrive, and the answer. It is plain HTML over
-the route's ``/stream`` endpoint, so it passes the same guard as any client; ``GET /ui/examples``
-offers annotated sample questions, so the oracle policy shows the real flow on a fresh clone.
-"""
+"""The question page of the LangServe app, ``GET /ui``: where LangServe's playground shows one JSON
+dump, it shows each turn, the parallel sub-queries and their passages as they arrive. Plain HTML over
+the route's ``/stream`` (the same guard as any client); ``GET /ui/examples`` offers annotated sample
+questions, so the oracle policy shows the real flow on a fresh clone."""
 
 from __future__ import annotations
 
@@ -33,16 +30,12 @@ def example_questions(per_split: int = EXAMPLES_PER_SPLIT) -> list[dict[str, Any
     return out
 
 
-def page_html() -> str:
-    """The page's HTML, read from the installed package."""
-    return files("parallelsearch").joinpath(PAGE).read_text(encoding="utf-8")
-
-
 def add_page(app: Any) -> None:
     """Serve the page at ``GET /ui`` (it learns the routes, threads and API key need from ``/health``)."""
     from fastapi.responses import HTMLResponse
 
-    html = page_html()  # read once: a missing file fails when the app is built, not per request
+    # read once, from the installed package: a missing file fails when the app is built, not per request
+    html = files("parallelsearch").joinpath(PAGE).read_text(encoding="utf-8")
     examples = example_questions()
 
     @app.get("/ui", response_class=HTMLResponse, include_in_schema=False)

@@ -1,11 +1,6 @@
-"""Settings: environment (``PARALLELSEARCH_*``), an optional YAML/TOML config file, defaults.
-
-Precedence (docs/architecture.md, "Configuration"): an explicit CLI flag or argument >
-environment > config file (``$PARALLELSEARCH_CONFIG``, else ``./parallelsearch.yaml|.toml``) >
-the defaults, which live in the config models and nowhere else. ``graph_config`` keeps its
-earlier public spelling ``graph`` (``PARALLELSEARCH_GRAPH__TOP_K=5``, ``graph:`` in the file).
-This module is also the one place that says where stores live: under ``home``.
-"""
+"""Settings: a CLI flag > environment (``PARALLELSEARCH_*``) > a YAML/TOML config file > the config
+models' defaults (docs/architecture.md, "Configuration"). It is the one place that says where stores
+live: under ``home``. ``graph_config`` keeps its public spelling ``graph`` (env and file)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Persistent threads for the LangServe app: a request with a ``thread_id`` runs on a checkpointed graph.
-
-LangServe has no notion of threads, so the app adds them (docs/architecture.md, "Threads"):
-:class:`ThreadRouted` runs a request naming ``configurable.thread_id`` on the graph compiled with
-the server's checkpointer and any other on the plain graph (stateless clients write nothing);
-:func:`threads_lifespan` opens the checkpointer in the app's lifespan, since the async savers
-bind to the running loop; :func:`add_thread_routes` serves a thread's state and history.
-"""
+"""Persistent threads for the LangServe app, which has no notion of them: a request naming
+``configurable.thread_id`` runs on a checkpointed graph, any other on the plain one
+(docs/architecture.md, "Threads")."""
 
 from __future__ import annotations
 
@@ -44,9 +39,8 @@ def check_thread_id(thread_id: Any) -> str:
 class ThreadRouted(Runnable):
     """A served graph that runs on the checkpointed copy when the request names a thread.
 
-    Schemas are the plain graph's, so LangServe's validation, ``/docs`` and playground see the
-    same graph; :func:`threads_lifespan` attaches ``threaded``. ``with_config`` returns a router
-    bound to the config and sharing the root's graphs (LangServe reads schemas through it).
+    Schemas are the plain graph's, so LangServe's validation, ``/docs`` and playground see one
+    graph; ``with_config`` copies share the root's graphs (LangServe reads schemas through them).
     """
 
     def __init__(self, stateless: Any):
@@ -205,19 +199,18 @@ def add_thread_routes(app: Any, routers: Mapping[str, ThreadRouted]) -> None:
     from fastapi import HTTPException, Query
     from fastapi.encoders import jsonable_encoder
 
-    def graph_of(route: str, thread_id: str) -> Any:
+    def graph_of(route: str, thread_id: str) -> tuple[Any, RunnableConfig]:
         _check_or_422(thread_id)
         graph = routers[route].threaded
         if graph is None:
             raise HTTPException(503, "threads are not open (the server is starting or stopping)")
-        return graph
+        return graph, {"configurable": {"thread_id": thread_id}}
 
     def register(route: str) -> None:
         @app.get(f"/{route}/threads/{{thread_id}}", tags=["threads"], name=f"{route}_thread_state")
         async def thread_state(thread_id: str) -> Any:
             """The thread's latest state: values (the last episode, ``history`` for all), next nodes."""
-            graph = graph_of(route, thread_id)
-            cfg = {"configurable": {"thread_id": thread_id}}
+            graph, cfg = graph_of(route, thread_id)
             snap = await asyncio.wait_for(graph.aget_state(cfg), READ_TIMEOUT_S)
             if snap.created_at is None:
                 raise HTTPException(404, f"no thread {thread_id!r} on this server")
@@ -226,8 +219,7 @@ def add_thread_routes(app: Any, routers: Mapping[str, ThreadRouted]) -> None:
         @app.get(f"/{route}/threads/{{thread_id}}/history", tags=["threads"], name=f"{route}_thread_history")
         async def thread_history(thread_id: str, limit: int = Query(20, ge=1, le=200)) -> Any:
             """The thread's checkpoints, newest first (question, status and answer of each)."""
-            graph = graph_of(route, thread_id)
-            cfg = {"configurable": {"thread_id": thread_id}}
+            graph, cfg = graph_of(route, thread_id)
 
             async def collect() -> list[dict[str, Any]]:
                 return [_summary(s) async for s in graph.aget_state_history(cfg, limit=limit)]

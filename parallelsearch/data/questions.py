@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from parallelsearch.stores.errors import BadInputError
-from parallelsearch.stores.ingestion.jsonfiles import SkipReport, iter_json_records
+from parallelsearch.stores.ingestion.jsonfiles import SkipReport, iter_json_records, skip_or_raise
 from parallelsearch.stores.ingestion.readers import passage_pairs
 from parallelsearch.stores.passages import Passage
 
@@ -211,12 +211,8 @@ def _records_with_ground_truth(path: Path, skip_bad: bool, report: SkipReport) -
         if truth:
             g = truth.get(str(rec.get("id")))
             if g is None:
-                err = BadInputError(
-                    str(path), line, f"query id {rec.get('id')!r} has no entry in {gt_path.name}"
-                )
-                if not skip_bad:
-                    raise err
-                report.add(err)
+                reason = f"query id {rec.get('id')!r} has no entry in {gt_path.name}"
+                skip_or_raise(path, line, reason, skip_bad, report)
                 continue
             rec = {**rec, "answer": g.get("answer"), "evidence_list": g.get("evidence_list", [])}
         yield line, rec
@@ -275,10 +271,7 @@ def prepare(
                 q = question_record(rec, name, f"{path}:{line}")
             except (KeyError, ValueError, TypeError) as e:
                 reason = f"missing field {e}" if isinstance(e, KeyError) else str(e)
-                err = BadInputError(str(path), line, reason)
-                if not skip_bad:
-                    raise err from e
-                report.add(err)
+                skip_or_raise(path, line, reason, skip_bad, report)
                 continue
             key = _norm_q(q["question"])
             if key in keys:
