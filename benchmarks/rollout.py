@@ -62,16 +62,15 @@ class RecordingEngine:
 
 async def with_env(llm, env_graph, records, tok, sp, concurrency: int) -> tuple[float, list[list], int]:
     """Every record's episode through the executor; (wall seconds, each episode's requests, tokens)."""
-    from parallelsearch.rl.executor import execute_episode
+    from parallelsearch.rl.executor import EpisodeExecutor
 
     per_episode: list[list] = [[] for _ in records]
+    executor = EpisodeExecutor(env_graph, constrained=True, think_chars=200)
 
     async def one(i: int) -> None:
         engine = RecordingEngine(llm, per_episode[i])
         prompt, label = records[i]["prompt"], records[i]["label"]
-        await execute_episode(
-            env_graph, prompt, label, sp, 16000, tok, engine, constrained=True, think_chars=200
-        )
+        await executor.execute(prompt, label, sp, 16000, tok, engine)
 
     wall = (await gather_limited(one, range(len(records)), concurrency))[2]
     return wall, per_episode, sum(n for reqs in per_episode for _, _, n in reqs)

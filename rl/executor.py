@@ -124,117 +124,144 @@ def extra_logs(
     return {k: torch.tensor(float(v)) for k, v in values.items()}
 
 
-async def execute_episode(
-    env_graph: EnvGraph,
-    prompt: str,
-    label: Any,
-    sampling_params: Any,
-    max_length: int,
-    hf_tokenizer: Any,
-    llm_engine: Any,
-    *,
-    max_new_tokens_per_turn: int | None = None,
-    constrained: bool = False,
-    think_chars: int = 600,
-    search_guard: SearchFailureGuard | None = None,
-) -> dict[str, Any]:
-    """Run one episode and return OpenRLHF's sample dict.
+class EpisodeExecutor:
+    """Runs OpenRLHF samples as episodes of ``env_graph``, with OpenRLHF's ``execute`` signature:
+    the agent module's executor is this class with the agent config's knobs."""
 
-    The environment gets each turn as the decoded generated ids, not the engine's ``text``:
-    vLLM cuts ``text`` right after a stop string but keeps the whole token that completed it
-    (Qwen's ``>\n\n``). So ``decode_tokens(observation_tokens)`` is exactly the episode the
-    environment and the reward saw. ``constrained`` decodes every turn under the protocol's
-    grammar (its log-probs are then off-policy: docs/vllm.md); ``search_guard`` stops the run
-    past its limits of failed searches instead of training on ``Search failed`` observations.
-    """
-    lab = parse_label(label)
-    # a prompt with lone surrogates (a dataset's "\ud800" escape) cannot be tokenized
-    clean_prompt, replaced = scrub_text(prompt) if isinstance(prompt, str) else (prompt, 0)
-    if replaced:
-        log.warning("replaced %d invalid character(s) (lone surrogates) in a prompt with U+FFFD", replaced)
-    env = env_graph.new_episode()
-    await env.reset(question_from(clean_prompt, lab), lab)
-    turn_cap = max_new_tokens_per_turn or (env.turn or {}).get("max_tokens") or 500
-    outer_cap = getattr(sampling_params, "max_tokens", None)
-    if outer_cap:
-        turn_cap = min(turn_cap, int(outer_cap))
+    def __init__(
+        self,
+        env_graph: EnvGraph,
+        *,
+        max_new_tokens_per_turn: int | None = None,
+        constrained: bool = False,
+        think_chars: int = 600,
+        search_guard: SearchFailureGuard | None = None,
+    ) -> None:
+        self.env_graph = env_graph
+        self.max_new_tokens_per_turn = max_new_tokens_per_turn
+        self.constrained = constrained
+        self.think_chars = think_chars
+        self.search_guard = search_guard
 
-    tokens: list[int] = list(hf_tokenizer(clean_prompt, add_special_tokens=False)["input_ids"])
-    if len(tokens) > max_length - 1:
-        log.warning("prompt of %d tokens exceeds max_length %d; keeping its tail", len(tokens), max_length)
-        tokens = tokens[-(max_length - 1) :]
-    prompt_len = len(tokens)
-    want_lp = getattr(sampling_params, "logprobs", None) is not None
-    rollout_lp: list[float] | None = [0.0] * len(tokens) if want_lp else None
-    ranges: list[tuple[int, int]] = []
-    truncated = False
-    final_state: dict[str, Any] = {}
-    turns = 0
-    try:
-        while True:
-            budget = max_length - len(tokens)
-            if budget <= 0:
-                truncated = True
-                break
-            turn = env.turn  # the pending turn the graph asked for (never None while the episode runs)
-            regex = None
-            if constrained:
-                regex = protocol_regex(
-                    final=bool(turn.get("final")),
-                    split=bool(turn.get("allow_split", True)),
-                    max_subqueries=int(turn.get("max_subqueries") or 8),
-                    think_chars=think_chars,
-                    protocol=env_graph.protocol,
-                )
-            stop = tuple(turn["stop"])  # the protocol's: the tags' or the tool-call text form's
-            params = turn_params(sampling_params, stop=stop, max_tokens=min(turn_cap, budget), regex=regex)
-            out = (await llm_engine.generate(tokens, params)).outputs[0]
-            ids = list(out.token_ids)
-            ranges.append((len(tokens), len(tokens) + len(ids)))
-            tokens.extend(ids)
-            turns += 1
-            if rollout_lp is not None:
-                rollout_lp.extend(_logprobs(out, ids))
-            if out.finish_reason == "length" and len(tokens) >= max_length:
-                truncated = True
-            step = await env.step(decode_tokens(hf_tokenizer, ids))
-            observation, bad = scrub_text(step.observation or "")  # the protocol already scrubs passages
-            replaced += bad
-            obs_ids = (
-                list(hf_tokenizer(observation, add_special_tokens=False)["input_ids"]) if observation else []
+    async def execute(
+        self,
+        prompt: str,
+        label: Any,
+        sampling_params: Any,
+        max_length: int,
+        hf_tokenizer: Any,
+        llm_engine: Any,
+        images: Any = None,
+    ) -> dict[str, Any]:
+        """One episode; OpenRLHF's sample dict (a sample with images is refused: text only).
+
+        The environment gets each turn as the decoded generated ids, not the engine's ``text``:
+        vLLM cuts ``text`` right after a stop string but keeps the whole token that completed it
+        (Qwen's ``>\n\n``). So ``decode_tokens(observation_tokens)`` is exactly the episode the
+        environment and the reward saw. ``constrained`` decodes every turn under the protocol's
+        grammar (its log-probs are then off-policy: docs/vllm.md); ``search_guard`` stops the run
+        past its limits of failed searches instead of training on ``Search failed`` observations.
+        """
+        if images:
+            raise ValueError("the ParallelSearch agent is text-only; this sample carries images")
+        lab = parse_label(label)
+        # a prompt with lone surrogates (a dataset's "\ud800" escape) cannot be tokenized
+        clean_prompt, replaced = scrub_text(prompt) if isinstance(prompt, str) else (prompt, 0)
+        if replaced:
+            log.warning(
+                "replaced %d invalid character(s) (lone surrogates) in a prompt with U+FFFD", replaced
             )
-            room = max_length - len(tokens)
-            if len(obs_ids) > room:
-                obs_ids, truncated = obs_ids[:room], True
-            tokens.extend(obs_ids)
-            if rollout_lp is not None:
-                rollout_lp.extend([0.0] * len(obs_ids))
-            if step.done:
-                final_state = step.output
-                break
-            if truncated:
-                break
-        if not final_state:  # cut short: the counts so far (searches, failures) still count
-            final_state = await env.values()
-    finally:
-        env.close()
-    if search_guard is not None:
-        search_guard.record(final_state)
+        env = self.env_graph.new_episode()
+        await env.reset(question_from(clean_prompt, lab), lab)
+        turn_cap = self.max_new_tokens_per_turn or (env.turn or {}).get("max_tokens") or 500
+        outer_cap = getattr(sampling_params, "max_tokens", None)
+        if outer_cap:
+            turn_cap = min(turn_cap, int(outer_cap))
 
-    text = decode_tokens(hf_tokenizer, tokens)
-    prompt_text = decode_tokens(hf_tokenizer, tokens[:prompt_len])
-    mode, weights = env_graph.reward_mode, env_graph.reward_weights
-    breakdown = score_trajectory(text, lab, mode, prompt=prompt_text, protocol=env_graph.protocol, **weights)
-    return {
-        "prompt": prompt,
-        "label": label,
-        "images": None,
-        "mm_train_inputs": None,
-        "reward": float(breakdown.total),
-        "scores": float(breakdown.outcome),
-        "observation_tokens": tokens,
-        "action_ranges": ranges,
-        "rollout_log_probs": rollout_lp,
-        "truncated": truncated,
-        "extra_logs": extra_logs(breakdown, final_state, turns, replaced),
-    }
+        tokens: list[int] = list(hf_tokenizer(clean_prompt, add_special_tokens=False)["input_ids"])
+        if len(tokens) > max_length - 1:
+            log.warning(
+                "prompt of %d tokens exceeds max_length %d; keeping its tail", len(tokens), max_length
+            )
+            tokens = tokens[-(max_length - 1) :]
+        prompt_len = len(tokens)
+        want_lp = getattr(sampling_params, "logprobs", None) is not None
+        rollout_lp: list[float] | None = [0.0] * len(tokens) if want_lp else None
+        ranges: list[tuple[int, int]] = []
+        truncated = False
+        final_state: dict[str, Any] = {}
+        turns = 0
+        try:
+            while True:
+                budget = max_length - len(tokens)
+                if budget <= 0:
+                    truncated = True
+                    break
+                turn = env.turn  # the pending turn the graph asked for (never None while the episode runs)
+                regex = None
+                if self.constrained:
+                    regex = protocol_regex(
+                        final=bool(turn.get("final")),
+                        split=bool(turn.get("allow_split", True)),
+                        max_subqueries=int(turn.get("max_subqueries") or 8),
+                        think_chars=self.think_chars,
+                        protocol=self.env_graph.protocol,
+                    )
+                stop = tuple(turn["stop"])  # the protocol's: the tags' or the tool-call text form's
+                params = turn_params(
+                    sampling_params, stop=stop, max_tokens=min(turn_cap, budget), regex=regex
+                )
+                out = (await llm_engine.generate(tokens, params)).outputs[0]
+                ids = list(out.token_ids)
+                ranges.append((len(tokens), len(tokens) + len(ids)))
+                tokens.extend(ids)
+                turns += 1
+                if rollout_lp is not None:
+                    rollout_lp.extend(_logprobs(out, ids))
+                if out.finish_reason == "length" and len(tokens) >= max_length:
+                    truncated = True
+                step = await env.step(decode_tokens(hf_tokenizer, ids))
+                observation, bad = scrub_text(step.observation or "")  # the protocol already scrubs passages
+                replaced += bad
+                obs_ids = (
+                    list(hf_tokenizer(observation, add_special_tokens=False)["input_ids"])
+                    if observation
+                    else []
+                )
+                room = max_length - len(tokens)
+                if len(obs_ids) > room:
+                    obs_ids, truncated = obs_ids[:room], True
+                tokens.extend(obs_ids)
+                if rollout_lp is not None:
+                    rollout_lp.extend([0.0] * len(obs_ids))
+                if step.done:
+                    final_state = step.output
+                    break
+                if truncated:
+                    break
+            if not final_state:  # cut short: the counts so far (searches, failures) still count
+                final_state = await env.values()
+        finally:
+            env.close()
+        if self.search_guard is not None:
+            self.search_guard.record(final_state)
+
+        text = decode_tokens(hf_tokenizer, tokens)
+        prompt_text = decode_tokens(hf_tokenizer, tokens[:prompt_len])
+        mode, weights = self.env_graph.reward_mode, self.env_graph.reward_weights
+        breakdown = score_trajectory(
+            text, lab, mode, prompt=prompt_text, protocol=self.env_graph.protocol, **weights
+        )
+        return {
+            "prompt": prompt,
+            "label": label,
+            "images": None,
+            "mm_train_inputs": None,
+            "reward": float(breakdown.total),
+            "scores": float(breakdown.outcome),
+            "observation_tokens": tokens,
+            "action_ranges": ranges,
+            "rollout_log_probs": rollout_lp,
+            "truncated": truncated,
+            "extra_logs": extra_logs(breakdown, final_state, turns, replaced),
+        }

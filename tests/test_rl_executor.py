@@ -24,7 +24,7 @@ from parallelsearch.agents.protocol import render_prompt
 from parallelsearch.rl import EnvGraph, score_trajectory
 from parallelsearch.rl.agent_config import ENV_VAR, AgentConfigError, load_agent_config
 from parallelsearch.rl.data import train_record
-from parallelsearch.rl.executor import decode_tokens, execute_episode
+from parallelsearch.rl.executor import EpisodeExecutor, decode_tokens
 
 pytestmark = needs_data
 
@@ -168,7 +168,7 @@ def test_tiny_hf_model_as_engine(hotpot_store, hotpot_questions, tiny_lm):
     engine = TransformersEngine(model, tok)
     g = EnvGraph(hotpot_store, max_turns=2, max_new_tokens=12)
     greedy = SamplingParamsStandIn(logprobs=1, temperature=0)
-    result = asyncio.run(execute_episode(g, rec["prompt"], rec["label"], greedy, 2048, tok, engine))
+    result = asyncio.run(EpisodeExecutor(g).execute(rec["prompt"], rec["label"], greedy, 2048, tok, engine))
     prompt_ids = tok(rec["prompt"], add_special_tokens=False)["input_ids"]
     check_bookkeeping(result, prompt_ids, engine, tok, json.loads(rec["label"]))
     assert len(result["action_ranges"]) == 3  # garbage text: 2 invalid turns + the final turn
@@ -192,7 +192,9 @@ def test_official_mode_with_chat_template(hotpot_store, hotpot_questions, tiny_l
         )
         g = EnvGraph(hotpot_store, reward_mode="official", prompt_template="official")
         result = asyncio.run(
-            execute_episode(g, rec["prompt"], rec["label"], SamplingParamsStandIn(), 4096, base, engine)
+            EpisodeExecutor(g).execute(
+                rec["prompt"], rec["label"], SamplingParamsStandIn(), 4096, base, engine
+            )
         )
         prompt_ids = base(rec["prompt"], add_special_tokens=False)["input_ids"]
         expected = check_bookkeeping(
@@ -254,7 +256,7 @@ def test_chat_template_episode_scores_like_the_environment(
     )
     g = EnvGraph(hotpot_store, reward_mode="paper", prompt_template=template)
     result = asyncio.run(
-        execute_episode(g, rec["prompt"], rec["label"], SamplingParamsStandIn(), 4096, tok, engine)
+        EpisodeExecutor(g).execute(rec["prompt"], rec["label"], SamplingParamsStandIn(), 4096, tok, engine)
     )
     env = episodes[0]
     label = json.loads(rec["label"])
@@ -284,7 +286,9 @@ def test_tokens_and_text_never_drift_after_a_stop_string(hotpot_store, hotpot_qu
     )
     executor_cfg = EnvGraph(hotpot_store)
     result = asyncio.run(
-        execute_episode(executor_cfg, rec["prompt"], rec["label"], SamplingParamsStandIn(), 4096, tok, engine)
+        EpisodeExecutor(executor_cfg).execute(
+            rec["prompt"], rec["label"], SamplingParamsStandIn(), 4096, tok, engine
+        )
     )
     # the engine's text stops at the stop string, its ids carry the newlines past it
     assert engine.texts[0].endswith("</search>") and tok.decode(engine.outputs[0]).endswith("</search>\n\n")
@@ -329,7 +333,9 @@ def test_lone_surrogates_in_prompt_and_observations_are_replaced(hotpot_question
     with UvicornThread(app) as srv:
         env_graph = EnvGraph(RemoteSearcher(RetrieverClient(f"{srv.url}/retrieve")), max_turns=2)
         result = asyncio.run(
-            execute_episode(env_graph, prompt, rec["label"], SamplingParamsStandIn(), 4096, tok, engine)
+            EpisodeExecutor(env_graph).execute(
+                prompt, rec["label"], SamplingParamsStandIn(), 4096, tok, engine
+            )
         )
     text = decode_tokens(tok, result["observation_tokens"])
     assert "\ud800" not in text and "Bad \ufffd title" in text and "text \ufffd here" in text

@@ -38,7 +38,7 @@ from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.rl import EnvGraph, score_trajectory
 from parallelsearch.rl.agent_config import ENV_VAR
 from parallelsearch.rl.data import train_record
-from parallelsearch.rl.executor import decode_tokens, execute_episode
+from parallelsearch.rl.executor import EpisodeExecutor, decode_tokens
 
 QUESTION = "Were Scott Derrickson and Ed Wood of the same nationality?"
 LABEL = {"golden_answers": ["yes"], "type": "comparison", "question": QUESTION}
@@ -378,7 +378,9 @@ def test_scripted_episode_is_token_exact_and_ends_turns_at_the_end_of_turn(tiny_
     )
     g = EnvGraph(Library(), config=GraphConfig(protocol="tools", top_k=1, max_turns=3))
     result = run(
-        execute_episode(g, rec["prompt"], rec["label"], SamplingParamsStandIn(logprobs=1), 4096, tok, engine)
+        EpisodeExecutor(g).execute(
+            rec["prompt"], rec["label"], SamplingParamsStandIn(logprobs=1), 4096, tok, engine
+        )
     )
     # each turn asked for the text form's stop strings, kept in the output
     assert all(p.stop == list(TOOL_STOP_STRINGS) and p.include_stop_str_in_output for p in engine.params)
@@ -401,7 +403,7 @@ def test_the_tiny_random_model_under_the_text_form(tiny_lm, episodes):
     engine = TransformersEngine(model, tok)
     g = EnvGraph(Library(), config=GraphConfig(protocol="tools", max_turns=2, max_new_tokens=12))
     greedy = SamplingParamsStandIn(logprobs=1, temperature=0)
-    result = run(execute_episode(g, rec["prompt"], rec["label"], greedy, 4096, tok, engine))
+    result = run(EpisodeExecutor(g).execute(rec["prompt"], rec["label"], greedy, 4096, tok, engine))
     prompt_ids = tok(rec["prompt"], add_special_tokens=False)["input_ids"]
     check_tokens(result, prompt_ids, engine.outputs, tok, episodes[0])
     assert len(result["action_ranges"]) == 3  # 2 invalid turns + the final turn
