@@ -12,6 +12,7 @@ import copy
 import dataclasses
 import logging
 import re
+import warnings
 from typing import Any
 
 from parallelsearch.agents.protocol import protocol_regex
@@ -265,3 +266,13 @@ class EpisodeExecutor:
             "truncated": truncated,
             "extra_logs": extra_logs(breakdown, final_state, turns, replaced),
         }
+
+
+async def execute_episode(env_graph: EnvGraph, *sample: Any, **knobs: Any) -> dict[str, Any]:
+    """Deprecated in 0.3 (removed in 0.4): ``EpisodeExecutor(env_graph, **knobs).execute(*sample)``."""
+    warnings.warn(
+        "execute_episode is deprecated; use EpisodeExecutor(env_graph, **knobs).execute(...)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return await EpisodeExecutor(env_graph, **knobs).execute(*sample)
