@@ -539,6 +539,27 @@ def format_observation(
 _SPACE = "".join(f"\\u{i:04x}" for i in range(0x3001) if chr(i).isspace())
 
 
+def _subquery_regex(earlier: int, chars: int, bad: str) -> str:
+    """One sub-query of about ``chars`` characters (``bad`` ones never), starting and ending with a
+    non-space. The one after ``earlier`` others may name their results as ``#1`` .. ``#earlier``,
+    never followed by a digit: so decoding under the grammar writes no reference the plan refuses."""
+    q = max(chars - 2, 0)
+    edge, mid = rf"[^{bad}{_SPACE}]", rf"[^{bad}]"
+    if earlier == 0:
+        return rf"{edge}({mid}{{0,{q}}}{edge})?"
+    ref = rf"#[1-{min(earlier, 9)}]"
+    glued, glued_end = rf"{ref}[^{bad}0-9]", rf"{ref}[^{bad}0-9{_SPACE}]"
+    return rf"({ref}|{edge}|{glued_end}|({edge}|{glued})({mid}|{glued}){{0,{q}}}({edge}|{glued_end}|{ref}))"
+
+
+def _in_order(parts: list[str], separator: str) -> str:
+    """The first of ``parts``, then optionally the next after ``separator``, and so on."""
+    regex = parts[-1]
+    for part in reversed(parts[:-1]):
+        regex = rf"{part}({separator}{regex})?"
+    return regex
+
+
 def protocol_regex(
     *,
     final: bool = False,
@@ -551,23 +572,25 @@ def protocol_regex(
 ) -> str:
     """A regular expression of one valid turn (think, then a search or an answer; the final turn
     only answers), for constrained decoding. Every part is bounded, so even a model that never saw
-    the protocol ends its turn with a valid action instead of running to the token cap."""
+    the protocol ends its turn with a valid action instead of running to the token cap. A ``#k``
+    names only an earlier sub-query (k <= 9); a chain deeper than the plan's ``max_stages`` is the
+    one invalid plan it can still write (it needs more than ``max_stages`` sub-queries)."""
     if max_subqueries < 1:
         raise ValueError(f"max_subqueries must be >= 1, got {max_subqueries}")
     check_protocol(protocol)
     think = rf"<think>[^<]{{1,{think_chars}}}</think>\n"
-    word = rf"[^<#{_SPACE}]([^<#\n]{{0,{max(query_chars - 2, 0)}}}[^<#{_SPACE}])?"
-    if split and max_subqueries > 1:  # a sub-query may name an earlier one's result: #k, never a lone #
-        edge, mid = rf"([^<#{_SPACE}]|#[0-9])", r"([^<#\n]|#[0-9])"
-        word = rf"{edge}({mid}{{0,{max(query_chars - 2, 0)}}}{edge})?"
     answer = rf"<answer> [^<{_SPACE}]([^<\n]{{0,{max(answer_chars - 2, 0)}}}[^<{_SPACE}])? </answer>"
     if final:
         return think + answer
+    n = max_subqueries if split else 1
     if protocol == "tools":
-        q = rf'[^"\\<\x00-\x1f{_SPACE}]([^"\\<\x00-\x1f]{{0,{max(query_chars - 2, 0)}}}[^"\\<\x00-\x1f{_SPACE}])?'
-        call = r'<tool_call>\n\{"name": "search", "arguments": \{"query": "' + q + r'"\}\}\n</tool_call>'
-        n = max_subqueries if split else 1
-        calls = rf"{call}(\n{call}){{0,{n - 1}}}" if n > 1 else call
-        return think + rf"({calls}|{answer})"
-    parts = rf"{word}( ## {word}){{0,{max_subqueries - 1}}}" if split and max_subqueries > 1 else word
+        calls = [
+            r'<tool_call>\n\{"name": "search", "arguments": \{"query": "'
+            + _subquery_regex(i, query_chars, r'"\\<\x00-\x1f#')
+            + r'"\}\}\n</tool_call>'
+            for i in range(n)
+        ]
+        searches = _in_order(calls, r"\n")
+        return think + rf"({searches}|{answer})"
+    parts = _in_order([_subquery_regex(i, query_chars, r"<#\n") for i in range(n)], " ## ")
     return think + rf"(<search> {parts} </search>|{answer})"
