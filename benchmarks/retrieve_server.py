@@ -176,12 +176,8 @@ async def load(
                 t0 = time.perf_counter()
                 status, answer = await conn.post_json("/retrieve", body)
                 lat.append((time.perf_counter() - t0) * 1000)
-                ok = (
-                    status == 200
-                    and isinstance(answer, dict)
-                    and len(answer.get("result", ())) == per_request
-                )
-                errors += not ok
+                result = answer.get("result", ()) if isinstance(answer, dict) else ()
+                errors += status != 200 or len(result) != per_request
             except (RawHttpError, httpx.HTTPError, OSError, asyncio.TimeoutError):
                 errors += 1
                 if conn is not None:

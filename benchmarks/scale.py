@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -178,6 +179,20 @@ def timed_concurrent(fn, items: list, clients: int) -> tuple[list, list[float]]:
     return [r for r, _ in pairs], [ms for _, ms in pairs]
 
 
+def one_then_many(
+    fn: Callable, items: list, reps: int, many: Callable[[list], list[float]] | None = None
+) -> tuple[list, dict]:
+    """``reps`` passes over ``items`` from 1 client, then all the passes at once from ``CLIENTS``
+    (threads calling ``fn``, or ``many(items)`` returning latencies): (the last pass's results,
+    ``{"c1", "c32"}`` latencies)."""
+    results, lat1 = [], []
+    for _ in range(reps):
+        results, lat = timed_concurrent(fn, items, 1)
+        lat1 += lat
+    lat32 = many(items * reps) if many else timed_concurrent(fn, items * reps, CLIENTS)[1]
+    return results, {"c1": latency(lat1, 2), "c32": latency(lat32, 2)}
+
+
 # ---------------------------------------------------------------- store API (child process)
 def store_worker(home: str, name: str, qpath: str, reps: int) -> None:
     """Child: open the store (fresh process, so its recorded ef_search applies), time queries."""
@@ -194,15 +209,9 @@ def store_worker(home: str, name: str, qpath: str, reps: int) -> None:
     load_s = time.perf_counter() - t0
     items = [qv[i : i + 1] for i in range(len(qv))]
     store.search_vectors(qv[:8], K)  # warm
-    out: dict = {"load_s": round(load_s, 2), "hnsw": hnsw_of(store.collection)}
-    ids, lat = [], []
-    for _ in range(reps):
-        ids, lat1 = timed_concurrent(lambda q: store.search_vectors(q, K)[0], items, 1)
-        lat += lat1
-    out["c1"] = latency(lat, 2)
+    ids, columns = one_then_many(lambda q: store.search_vectors(q, K)[0], items, reps)
+    out = {"load_s": round(load_s, 2), "hnsw": hnsw_of(store.collection), **columns}
     out["ids"] = [[p.id for p in hits] for hits in ids]
-    _, lat32 = timed_concurrent(lambda q: store.search_vectors(q, K)[0], items * reps, CLIENTS)
-    out["c32"] = latency(lat32, 2)
     out["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     print("RESULT " + json.dumps(out))
 
@@ -237,23 +246,18 @@ def measure_retrieve(home: Path, n: int, questions: list[str], exact: np.ndarray
 
             for q in questions[:8]:
                 one(q)
-            lat1: list[float] = []
-            ids: list = []
-            for _ in range(reps):
-                ids, lat = timed_concurrent(one, questions, 1)
-                lat1 += lat
 
-        async def many() -> list[float]:
-            async with httpx.AsyncClient(limits=httpx.Limits(max_connections=CLIENTS)) as ac:
+            async def many(qs: list[str]) -> list[float]:
+                async with httpx.AsyncClient(limits=httpx.Limits(max_connections=CLIENTS)) as ac:
 
-                async def go(q: str) -> None:
-                    (await ac.post(url, json={"queries": [q], "topk": K}, timeout=900)).raise_for_status()
+                    async def go(q: str) -> None:
+                        (await ac.post(url, json={"queries": [q], "topk": K}, timeout=900)).raise_for_status()
 
-                return (await gather_limited(go, questions * reps, CLIENTS))[1]
+                    return (await gather_limited(go, qs, CLIENTS))[1]
 
+            ids, columns = one_then_many(one, questions, reps, lambda qs: asyncio.run(many(qs)))
         return {
-            "c1": latency(lat1, 2),
-            "c32": latency(asyncio.run(many()), 2),
+            **columns,
             "recall@3": round(recall(ids, exact), 4),
             "server_rss_gib": round(psutil.Process(server.proc.pid).memory_info().rss / 2**30, 2),
         }
@@ -271,15 +275,10 @@ def measure_faiss(vec_path: Path, qv: np.ndarray, exact: np.ndarray, reps: int) 
     q = np.ascontiguousarray(qv / np.linalg.norm(qv, axis=1, keepdims=True), dtype=np.float32)
     items = [q[i : i + 1] for i in range(len(q))]
     index.search(q[:8], K)
-    lat1: list[float] = []
-    res: list = []
-    for _ in range(reps):
-        res, lat = timed_concurrent(lambda x: index.search(x, K)[1][0], items, 1)
-        lat1 += lat
-    _, lat32 = timed_concurrent(lambda x: index.search(x, K)[1][0], items * reps, CLIENTS)
+    res, columns = one_then_many(lambda x: index.search(x, K)[1][0], items, reps)
     got = [[str(i) for i in r] for r in res]
     index.reset()  # frees the vectors before the next size
-    return {"c1": latency(lat1, 2), "c32": latency(lat32, 2), "recall@3": round(recall(got, exact), 4)}
+    return {**columns, "recall@3": round(recall(got, exact), 4)}
 
 
 # ----------------------------------------------------------------------------------- main
