@@ -36,12 +36,13 @@ def parser(doc: str) -> argparse.ArgumentParser:
     )
 
 
-def write(name: str, data: dict) -> Path:
+def write(name: str, data: dict) -> dict:
+    """``data`` written to ``results/<name>.json`` (the path said on stdout), and returned."""
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{name}.json"
     path.write_text(json.dumps(data, indent=2))
     print(f"wrote {path}")
-    return path
+    return data
 
 
 def require(path: Path) -> Path:

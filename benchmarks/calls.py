@@ -55,8 +55,7 @@ def run() -> dict:
             f"gold recall {p['gold_recall']} vs {q['gold_recall']}"
         )
     shutil.rmtree(tmp, ignore_errors=True)
-    write("calls", results)
-    return results
+    return write("calls", results)
 
 
 if __name__ == "__main__":

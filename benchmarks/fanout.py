@@ -108,8 +108,7 @@ def run() -> dict:
                 line += f", one batched encoder+Chroma call {rows['ratio_k4_over_k1_batched']}x (floor)"
             print(line)
             results["backends"][backend] = rows
-    write("fanout", results)
-    return results
+    return write("fanout", results)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,6 @@
 The CLI in a fresh process per run into a fresh store, engines alternating round by round:
 the CLI's own passages/s and the whole command's wall time, and whether both stores answer the
 same top-3 for 50 questions. Queries are measured by ``retrieve_server.py``.
-
-Usage: ``python benchmarks/index_engines.py [--rounds 2] [--passages 1000]``.
 """
 
 from __future__ import annotations

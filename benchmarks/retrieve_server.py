@@ -7,8 +7,6 @@ clients, every variant interleaved round by round; each bare encoder is timed in
 process (a server has one OpenMP team, so its reference must too), and :mod:`_floors` turns the
 measured costs into the best any server could do here. Variants, figures and goals:
 docs/performance.md, "The ``/retrieve`` server under concurrent load".
-
-Usage: ``python benchmarks/retrieve_server.py [--rounds 3] [--backend torch|onnx] [--official PATH]``
 """
 
 from __future__ import annotations

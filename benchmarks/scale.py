@@ -1,7 +1,5 @@
 """Stores of 10k, 100k and 1M passages built from precomputed vectors, measured.
 
-    python benchmarks/scale.py --sizes 10000 100000 1000000 [--scratch DIR] [--ef-search 10 20 40 80 160]
-
 The data: the 4,948 distinct context paragraphs of the HotpotQA 500-question file (``raw/``),
 encoded with all-MiniLM-L6-v2, are the first rows; every further row i is drawn around a real
 one: v = normalise(e_p + s * g), p a uniformly drawn real paragraph, g an isotropic Gaussian of
@@ -167,30 +165,28 @@ def store_name(n: int) -> str:
     return f"scale-{n}"
 
 
-def timed_concurrent(fn, items: list, clients: int) -> tuple[list, list[float]]:
-    """Every item through ``fn`` from ``clients`` threads at once; (results in order, latencies ms)."""
-
-    def timed(item: object) -> tuple[object, float]:
-        t0 = time.perf_counter()
-        return fn(item), (time.perf_counter() - t0) * 1000
-
-    with ThreadPoolExecutor(clients) as pool:
-        pairs = list(pool.map(timed, items))
-    return [r for r, _ in pairs], [ms for _, ms in pairs]
-
-
 def one_then_many(
     fn: Callable, items: list, reps: int, many: Callable[[list], list[float]] | None = None
 ) -> tuple[list, dict]:
     """``reps`` passes over ``items`` from 1 client, then all the passes at once from ``CLIENTS``
     (threads calling ``fn``, or ``many(items)`` returning latencies): (the last pass's results,
-    ``{"c1", "c32"}`` latencies)."""
-    results, lat1 = [], []
+    ``{"c1", "c32"}`` latencies in ms)."""
+
+    def timed(item: object) -> tuple[object, float]:
+        t0 = time.perf_counter()
+        return fn(item), (time.perf_counter() - t0) * 1000
+
+    lat1: list[float] = []
     for _ in range(reps):
-        results, lat = timed_concurrent(fn, items, 1)
-        lat1 += lat
-    lat32 = many(items * reps) if many else timed_concurrent(fn, items * reps, CLIENTS)[1]
-    return results, {"c1": latency(lat1, 2), "c32": latency(lat32, 2)}
+        with ThreadPoolExecutor(1) as pool:
+            pairs = list(pool.map(timed, items))
+        lat1 += [ms for _, ms in pairs]
+    if many is None:
+        with ThreadPoolExecutor(CLIENTS) as pool:
+            lat32 = [ms for _, ms in pool.map(timed, items * reps)]
+    else:
+        lat32 = many(items * reps)
+    return [r for r, _ in pairs], {"c1": latency(lat1, 2), "c32": latency(lat32, 2)}
 
 
 # ---------------------------------------------------------------- store API (child process)
@@ -411,8 +407,7 @@ def main() -> dict:
         result["plot"] = str(plot(rows, sweep, OUT / f"{result_name}.png"))
         result["goals_at_largest"] = goals_at_largest(rows[-1], sweep)
         print(json.dumps(result["goals_at_largest"]))
-    write(result_name, result)
-    return result
+    return write(result_name, result)
 
 
 if __name__ == "__main__":

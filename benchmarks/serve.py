@@ -3,8 +3,6 @@ scripted policy (instant), real embedded Chroma store, real HTTP on loopback.
 
 ``--guard``: what the request guard costs, the same app with and without it, alternating
 rounds (figures in ``guard.json``; docs/performance.md, "Soak and the request guard").
-
-    python benchmarks/serve.py [--guard]
 """
 
 from __future__ import annotations
@@ -71,8 +69,7 @@ def run() -> dict:
             tqdm.write(
                 f"concurrency {c:2d}: {row['requests_per_s']:6.2f} req/s, p50 {fmt(row['p50_ms'], '7.1f')} ms, p95 {fmt(row['p95_ms'], '7.1f')} ms, errors {row['errors']}"
             )
-    write("serve", results)
-    return results
+    return write("serve", results)
 
 
 def guarded_and_bare(settings: Settings, policy, store) -> dict:
@@ -157,8 +154,7 @@ def guard() -> dict:
     print(f"  in-process ms per answer-only invoke: {result['in_process_ms_per_invoke']}")
     for name, row in result["body_checks"].items():
         print(f"  body checks {name}: {row['guard_us']} us (json.loads alone {row['json_loads_us']} us)")
-    write("guard", result)
-    return result
+    return write("guard", result)
 
 
 if __name__ == "__main__":

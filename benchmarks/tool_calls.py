@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import OUT, InstantSearcher, alternating, records_store, rounded, write
+from _common import OUT, InstantSearcher, alternating, graph_input, records_store, rounded, write
 
 from parallelsearch.agents.policies import OraclePolicy, as_policy
 from parallelsearch.agents.policies.scripted_chat import ScriptedToolChatModel
@@ -44,15 +44,11 @@ def timed(policy: Any) -> list[float]:
 
 
 def parallel_questions() -> tuple[list[dict], list[dict]]:
-    """The sample's parallelizable (comparison) questions and their HotpotQA records."""
-    questions = [
-        {**q, "metadata": {**q["metadata"], "golden_answers": q["golden_answers"]}}  # the oracle reads these
-        for q in load_questions(HOTPOTQA_SAMPLE)
-        if q["metadata"].get("split") == "parallel"
-    ]
+    """The sample's parallelizable (comparison) questions as graph input, and their HotpotQA records."""
+    questions = [q for q in load_questions(HOTPOTQA_SAMPLE) if q["metadata"].get("split") == "parallel"]
     ids = {q["id"] for q in questions}
     records = [json.loads(line) for line in Path(HOTPOTQA_SAMPLE).read_text().splitlines() if line.strip()]
-    return questions, [r for r in records if r.get("_id") in ids]
+    return [graph_input(q) for q in questions], [r for r in records if r.get("_id") in ids]
 
 
 def planners(questions: list[dict]) -> dict[str, Any]:
@@ -60,7 +56,7 @@ def planners(questions: list[dict]) -> dict[str, Any]:
     plans = {
         q["question"].strip(): (
             [OraclePolicy.plan(q["question"], q["metadata"])],
-            q["golden_answers"][0],
+            q["metadata"]["golden_answers"][0],
         )
         for q in questions
     }
@@ -84,7 +80,7 @@ def counts(questions: list[dict], records: list[dict]) -> dict[str, Any]:
 
         def row(name: str, i: int) -> dict:
             before = len(batches)
-            out = runner.run(graphs[name].ainvoke({k: questions[i][k] for k in ("question", "metadata")}))
+            out = runner.run(graphs[name].ainvoke(questions[i]))
             extra = {"encoder_calls": len(batches) - before, "protocol": out["protocol"]}
             return {**{k: out[k] for k in keys}, **extra}
 
@@ -107,14 +103,13 @@ def overhead(questions: list[dict]) -> dict[str, Any]:
     policies = planners(questions)
     spent = {name: timed(p) for name, p in policies.items()}
     graphs = {name: build_parallel_search_graph(p, InstantSearcher()) for name, p in policies.items()}
-    inputs = [{"question": q["question"], "metadata": q["metadata"]} for q in questions]
 
     async def block(name: str) -> tuple[float, float]:
         """(total, graph only) ms per policy turn over all the questions."""
         spent[name][0] = 0.0
         t0 = time.perf_counter()
         turns = 0
-        for inp in inputs:
+        for inp in questions:
             turns += (await graphs[name].ainvoke(inp))["policy_calls"]
         seconds = time.perf_counter() - t0
         return seconds * 1000 / turns, (seconds - spent[name][0]) * 1000 / turns
