@@ -51,7 +51,6 @@ PY = sys.executable
 CLI = [PY, "-m", "parallelsearch.cli"]
 
 
-# ---------------------------------------------------------------------------------- data
 def base_data(scratch: Path, n_queries: int) -> tuple[np.ndarray, list[dict], np.ndarray, list[str]]:
     """Real paragraph embeddings and query embeddings (cached in scratch)."""
     d = scratch / "base"
@@ -114,10 +113,6 @@ def make_data(d: Path, n: int, base: np.ndarray, paras: list[dict]) -> tuple[Pat
     return vec_path, corpus_path
 
 
-def du(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
 def run_child(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     """Run ``cmd``; (seconds, peak RSS in GiB, stdout). The child's stderr (progress) passes through."""
     t0 = time.perf_counter()
@@ -148,13 +143,14 @@ def build(home: Path, n: int, vec_path: Path, corpus_path: Path, hnsw: dict[str,
         cmd += [f"--{key.replace('_', '-')}", str(value)]
     secs, rss, out = run_child(cmd, cli_env(home))
     print(out.strip())
+    disk = sum(f.stat().st_size for f in (home / "chroma").rglob("*") if f.is_file())
     res = {
         "n": n,
         "hnsw_build": hnsw,
         "ingest_s": round(secs, 1),
         "ingest_vectors_per_s": round(n / secs, 1),
         "ingest_peak_rss_gib": round(rss, 2),
-        "disk_gib": round(du(home / "chroma") / 2**30, 3),
+        "disk_gib": round(disk / 2**30, 3),
         "cli_summary": out.strip(),
     }
     info.write_text(json.dumps(res, indent=2))
@@ -189,7 +185,6 @@ def one_then_many(
     return [r for r, _ in pairs], {"c1": latency(lat1, 2), "c32": latency(lat32, 2)}
 
 
-# ---------------------------------------------------------------- store API (child process)
 def store_worker(home: str, name: str, qpath: str, reps: int) -> None:
     """Child: open the store (fresh process, so its recorded ef_search applies), time queries."""
     from parallelsearch.stores import ChromaStore
@@ -225,7 +220,6 @@ def set_ef(home: Path, n: int, ef: int) -> None:
     run_child(cmd, cli_env(home))
 
 
-# ------------------------------------------------------------------------------ /retrieve
 def measure_retrieve(home: Path, n: int, questions: list[str], exact: np.ndarray, reps: int) -> dict:
     import httpx
     import psutil
@@ -259,7 +253,6 @@ def measure_retrieve(home: Path, n: int, questions: list[str], exact: np.ndarray
         }
 
 
-# ---------------------------------------------------------------------------------- FAISS
 def measure_faiss(vec_path: Path, qv: np.ndarray, exact: np.ndarray, reps: int) -> dict:
     from parallelsearch.stores.ingestion.vector_files import import_faiss
 
@@ -277,7 +270,6 @@ def measure_faiss(vec_path: Path, qv: np.ndarray, exact: np.ndarray, reps: int) 
     return {**columns, "recall@3": round(recall(got, exact), 4)}
 
 
-# ----------------------------------------------------------------------------------- main
 def plot(rows: list[dict], sweep: list[dict], path: Path) -> Path | None:
     if (plt := pyplot()) is None:
         return None
