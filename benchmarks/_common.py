@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -24,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RAW = Path(os.environ.get("PARALLELSEARCH_SHARED_DATA", ROOT.parent / "shared" / "data")) / "raw"
 OUT = ROOT / "benchmarks" / "results"
 HOTPOT = RAW / "hotpotqa" / "hahahajw_Agentic-RAG" / "HotpotQA_500_benchmark.json"
+K = TypeVar("K")
+T = TypeVar("T")
 
 
 def parser(doc: str) -> argparse.ArgumentParser:
@@ -33,12 +36,13 @@ def parser(doc: str) -> argparse.ArgumentParser:
     )
 
 
-def write(name: str, data: dict) -> Path:
+def write(name: str, data: dict) -> dict:
+    """``data`` written to ``results/<name>.json`` (the path said on stdout), and returned."""
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / f"{name}.json"
     path.write_text(json.dumps(data, indent=2))
     print(f"wrote {path}")
-    return path
+    return data
 
 
 def require(path: Path) -> Path:
@@ -135,6 +139,18 @@ def interleaved_ms(variants: dict[str, Callable[[], object]], rounds: int) -> di
             fn()
             samples[name].append((time.perf_counter() - t0) * 1000)
     return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def alternating(
+    variants: Iterable[K], rounds: Iterable[int], sample: Callable[[K, int], T]
+) -> dict[K, list[T]]:
+    """Each variant's ``sample(variant, r)`` over the rounds, side by side in one process: in
+    order on even rounds, in reverse on odd ones, so no variant always runs first (or warmer)."""
+    samples: dict[K, list[T]] = {v: [] for v in variants}
+    for r in rounds:
+        for v in list(samples) if r % 2 == 0 else list(reversed(samples)):
+            samples[v].append(sample(v, r))
+    return samples
 
 
 def records_store(records: list[dict], name: str, path: Path | None = None, embedder=None):

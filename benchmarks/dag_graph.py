@@ -98,8 +98,7 @@ def run(limit: int | None, concurrency: int, turn_ms: float) -> dict:
             ["type", "n", "resolver", "calls", "stages", "p50_ms", "gold_recall", "calls_ratio", "p50_ratio"],
             cells,
         )
-    write("dag_graph", results)
-    return results
+    return write("dag_graph", results)
 
 
 if __name__ == "__main__":

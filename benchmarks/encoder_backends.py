@@ -4,8 +4,6 @@ Encoders alternate round by round on the same HotpotQA questions; recall@3 (``--
 skips it) is one query per gold supporting title of every comparison question, one store per
 embedding family. The rule: int8 may be the default only if its recall@3 is less than 0.005
 below torch's. Figures: docs/performance.md, "Encoder backends".
-
-    python benchmarks/encoder_backends.py [--encoders torch onnx onnx-int8] [--batches 1 8 32] [--no-recall]
 """
 
 from __future__ import annotations

@@ -80,8 +80,7 @@ def run() -> dict:
             rows["speedup_32_over_1"] = round(rows[32]["episodes_per_s"] / rows[1]["episodes_per_s"], 2)
             results["backends"][name] = rows
         bar.close()
-    write("env", results)
-    return results
+    return write("env", results)
 
 
 if __name__ == "__main__":

@@ -22,12 +22,6 @@ REPEATS = 11
 KS = (1, 2, 4, 8)
 
 
-def scripts(queries: list[str]) -> tuple[list[str], list[str]]:
-    par = ["<search> " + " ## ".join(queries) + " </search>", "<answer> x </answer>"]
-    seq = [f"<search> {q} </search>" for q in queries] + ["<answer> x </answer>"]
-    return par, seq
-
-
 def wall_search_ms(graph, runner: asyncio.Runner) -> float:
     """Wall time of the search stage: total minus planner/join/answer node time."""
     t0 = time.perf_counter()
@@ -57,7 +51,8 @@ def delayed_retrieve_app(store, delay_s: float = 0.05):
 def measure(searcher, titles: list[str], runner: asyncio.Runner, direct=None) -> dict:
     graphs = {}
     for k in KS:
-        par, seq = scripts(titles[:k])
+        par = ["<search> " + " ## ".join(titles[:k]) + " </search>", "<answer> x </answer>"]
+        seq = [f"<search> {q} </search>" for q in titles[:k]] + ["<answer> x </answer>"]
         graphs[k] = (
             build_parallel_search_graph(ScriptedPolicy(par), searcher),
             build_sequential_graph(ScriptedPolicy(seq), searcher),
@@ -108,8 +103,7 @@ def run() -> dict:
                 line += f", one batched encoder+Chroma call {rows['ratio_k4_over_k1_batched']}x (floor)"
             print(line)
             results["backends"][backend] = rows
-    write("fanout", results)
-    return results
+    return write("fanout", results)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,6 @@
 The CLI in a fresh process per run into a fresh store, engines alternating round by round:
 the CLI's own passages/s and the whole command's wall time, and whether both stores answer the
 same top-3 for 50 questions. Queries are measured by ``retrieve_server.py``.
-
-Usage: ``python benchmarks/index_engines.py [--rounds 2] [--passages 1000]``.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import HOTPOT, RAW, parser, require, write
+from _common import HOTPOT, RAW, alternating, parser, require, write
 from tqdm import tqdm
 
 CORPUS = RAW / "wiki_corpus" / "RUC-NLPIR_FlashRAG" / "sample_data.jsonl"
@@ -63,15 +61,14 @@ def main(argv: list[str] | None = None) -> dict:
     with require(CORPUS).open(encoding="utf-8") as src:
         corpus.write_text("".join(itertools.islice(src, args.passages)), encoding="utf-8")
     index_once(corpus, root / "warm", ENGINES["default (auto)"])  # the ONNX export, once, untimed
-    runs: dict[str, list[dict]] = {name: [] for name in ENGINES}
-    homes: dict[str, Path] = {}
-    for r in tqdm(range(args.rounds), desc="rounds"):
-        order = list(ENGINES) if r % 2 == 0 else list(reversed(ENGINES))
-        for name in order:
-            homes[name] = root / f"{name.split()[0]}-{r}"
-            runs[name].append(index_once(corpus, homes[name], ENGINES[name]))
+    homes = {name: [root / f"{name.split()[0]}-{r}" for r in range(args.rounds)] for name in ENGINES}
+    runs = alternating(
+        ENGINES,
+        tqdm(range(args.rounds), desc="rounds"),
+        lambda name, r: index_once(corpus, homes[name][r], ENGINES[name]),
+    )
     questions = [q["question"] for q in json.loads(HOTPOT.read_text())[:50]] if HOTPOT.is_file() else []
-    answers = {name: top3(home, questions) for name, home in homes.items()}
+    answers = {name: top3(home[-1], questions) for name, home in homes.items()}
     agree = statistics.mean(a == b for a, b in zip(*answers.values(), strict=True)) if questions else None
     rows = {
         name: {k: statistics.median(run[k] for run in rs) for k in ("passages_per_s", "wall_s")}

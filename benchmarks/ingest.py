@@ -12,7 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import RAW, write
+from _common import RAW, alternating, write
 from tqdm import tqdm
 
 from parallelsearch.stores import ChromaStore, get_embedder, ingest, read_passages
@@ -34,21 +34,20 @@ def main() -> dict:
 
     raw_encode([p.text for p in passages[:64]])  # warm-up
     store = ChromaStore("ingest-bench", path=Path(tempfile.mkdtemp()), embedder=emb)
-    raw_s = ingest_s = 0.0
     size = -(-len(passages) // PARTS)
-    for i in tqdm(range(PARTS), desc="ingest benchmark"):
-        part = passages[i * size : (i + 1) * size]
-        for side in ("raw", "ingest") if i % 2 == 0 else ("ingest", "raw"):
-            t0 = time.perf_counter()
-            if side == "raw":
-                raw_encode([p.text for p in part])
-                raw_s += time.perf_counter() - t0
-            else:
-                rep = ingest(store, passages=part, batch_size=BATCH, progress=False)
-                ingest_s += time.perf_counter() - t0
-                if rep.added != len(part):
-                    raise RuntimeError(f"ingest added {rep.added} of {len(part)} passages")
-    if store.count() != len(passages):
+    parts = [passages[i * size : (i + 1) * size] for i in range(PARTS)]
+
+    def seconds(side: str, i: int) -> float:
+        t0 = time.perf_counter()
+        if side == "raw":
+            raw_encode([p.text for p in parts[i]])
+        else:
+            ingest(store, passages=parts[i], batch_size=BATCH, progress=False)
+        return time.perf_counter() - t0
+
+    secs = alternating(("raw", "ingest"), tqdm(range(PARTS), desc="ingest benchmark"), seconds)
+    raw_s, ingest_s = sum(secs["raw"]), sum(secs["ingest"])
+    if store.count() != len(passages):  # every part added all its passages
         raise RuntimeError(f"the store holds {store.count()} passages, expected {len(passages)}")
     raw_ps, ing_ps = len(passages) / raw_s, len(passages) / ingest_s
     print(

@@ -7,8 +7,6 @@ clients, every variant interleaved round by round; each bare encoder is timed in
 process (a server has one OpenMP team, so its reference must too), and :mod:`_floors` turns the
 measured costs into the best any server could do here. Variants, figures and goals:
 docs/performance.md, "The ``/retrieve`` server under concurrent load".
-
-Usage: ``python benchmarks/retrieve_server.py [--rounds 3] [--backend torch|onnx] [--official PATH]``
 """
 
 from __future__ import annotations
@@ -176,12 +174,8 @@ async def load(
                 t0 = time.perf_counter()
                 status, answer = await conn.post_json("/retrieve", body)
                 lat.append((time.perf_counter() - t0) * 1000)
-                ok = (
-                    status == 200
-                    and isinstance(answer, dict)
-                    and len(answer.get("result", ())) == per_request
-                )
-                errors += not ok
+                result = answer.get("result", ()) if isinstance(answer, dict) else ()
+                errors += status != 200 or len(result) != per_request
             except (RawHttpError, httpx.HTTPError, OSError, asyncio.TimeoutError):
                 errors += 1
                 if conn is not None:

@@ -1,7 +1,5 @@
 """Stores of 10k, 100k and 1M passages built from precomputed vectors, measured.
 
-    python benchmarks/scale.py --sizes 10000 100000 1000000 [--scratch DIR] [--ef-search 10 20 40 80 160]
-
 The data: the 4,948 distinct context paragraphs of the HotpotQA 500-question file (``raw/``),
 encoded with all-MiniLM-L6-v2, are the first rows; every further row i is drawn around a real
 one: v = normalise(e_p + s * g), p a uniformly drawn real paragraph, g an isotropic Gaussian of
@@ -24,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -52,7 +51,6 @@ PY = sys.executable
 CLI = [PY, "-m", "parallelsearch.cli"]
 
 
-# ---------------------------------------------------------------------------------- data
 def base_data(scratch: Path, n_queries: int) -> tuple[np.ndarray, list[dict], np.ndarray, list[str]]:
     """Real paragraph embeddings and query embeddings (cached in scratch)."""
     d = scratch / "base"
@@ -115,10 +113,6 @@ def make_data(d: Path, n: int, base: np.ndarray, paras: list[dict]) -> tuple[Pat
     return vec_path, corpus_path
 
 
-def du(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-
-
 def run_child(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     """Run ``cmd``; (seconds, peak RSS in GiB, stdout). The child's stderr (progress) passes through."""
     t0 = time.perf_counter()
@@ -149,13 +143,14 @@ def build(home: Path, n: int, vec_path: Path, corpus_path: Path, hnsw: dict[str,
         cmd += [f"--{key.replace('_', '-')}", str(value)]
     secs, rss, out = run_child(cmd, cli_env(home))
     print(out.strip())
+    disk = sum(f.stat().st_size for f in (home / "chroma").rglob("*") if f.is_file())
     res = {
         "n": n,
         "hnsw_build": hnsw,
         "ingest_s": round(secs, 1),
         "ingest_vectors_per_s": round(n / secs, 1),
         "ingest_peak_rss_gib": round(rss, 2),
-        "disk_gib": round(du(home / "chroma") / 2**30, 3),
+        "disk_gib": round(disk / 2**30, 3),
         "cli_summary": out.strip(),
     }
     info.write_text(json.dumps(res, indent=2))
@@ -166,19 +161,30 @@ def store_name(n: int) -> str:
     return f"scale-{n}"
 
 
-def timed_concurrent(fn, items: list, clients: int) -> tuple[list, list[float]]:
-    """Every item through ``fn`` from ``clients`` threads at once; (results in order, latencies ms)."""
+def one_then_many(
+    fn: Callable, items: list, reps: int, many: Callable[[list], list[float]] | None = None
+) -> tuple[list, dict]:
+    """``reps`` passes over ``items`` from 1 client, then all the passes at once from ``CLIENTS``
+    (threads calling ``fn``, or ``many(items)`` returning latencies): (the last pass's results,
+    ``{"c1", "c32"}`` latencies in ms)."""
 
     def timed(item: object) -> tuple[object, float]:
         t0 = time.perf_counter()
         return fn(item), (time.perf_counter() - t0) * 1000
 
-    with ThreadPoolExecutor(clients) as pool:
-        pairs = list(pool.map(timed, items))
-    return [r for r, _ in pairs], [ms for _, ms in pairs]
+    lat1: list[float] = []
+    for _ in range(reps):
+        with ThreadPoolExecutor(1) as pool:
+            pairs = list(pool.map(timed, items))
+        lat1 += [ms for _, ms in pairs]
+    if many is None:
+        with ThreadPoolExecutor(CLIENTS) as pool:
+            lat32 = [ms for _, ms in pool.map(timed, items * reps)]
+    else:
+        lat32 = many(items * reps)
+    return [r for r, _ in pairs], {"c1": latency(lat1, 2), "c32": latency(lat32, 2)}
 
 
-# ---------------------------------------------------------------- store API (child process)
 def store_worker(home: str, name: str, qpath: str, reps: int) -> None:
     """Child: open the store (fresh process, so its recorded ef_search applies), time queries."""
     from parallelsearch.stores import ChromaStore
@@ -194,15 +200,9 @@ def store_worker(home: str, name: str, qpath: str, reps: int) -> None:
     load_s = time.perf_counter() - t0
     items = [qv[i : i + 1] for i in range(len(qv))]
     store.search_vectors(qv[:8], K)  # warm
-    out: dict = {"load_s": round(load_s, 2), "hnsw": hnsw_of(store.collection)}
-    ids, lat = [], []
-    for _ in range(reps):
-        ids, lat1 = timed_concurrent(lambda q: store.search_vectors(q, K)[0], items, 1)
-        lat += lat1
-    out["c1"] = latency(lat, 2)
+    ids, columns = one_then_many(lambda q: store.search_vectors(q, K)[0], items, reps)
+    out = {"load_s": round(load_s, 2), "hnsw": hnsw_of(store.collection), **columns}
     out["ids"] = [[p.id for p in hits] for hits in ids]
-    _, lat32 = timed_concurrent(lambda q: store.search_vectors(q, K)[0], items * reps, CLIENTS)
-    out["c32"] = latency(lat32, 2)
     out["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
     print("RESULT " + json.dumps(out))
 
@@ -220,7 +220,6 @@ def set_ef(home: Path, n: int, ef: int) -> None:
     run_child(cmd, cli_env(home))
 
 
-# ------------------------------------------------------------------------------ /retrieve
 def measure_retrieve(home: Path, n: int, questions: list[str], exact: np.ndarray, reps: int) -> dict:
     import httpx
     import psutil
@@ -237,29 +236,23 @@ def measure_retrieve(home: Path, n: int, questions: list[str], exact: np.ndarray
 
             for q in questions[:8]:
                 one(q)
-            lat1: list[float] = []
-            ids: list = []
-            for _ in range(reps):
-                ids, lat = timed_concurrent(one, questions, 1)
-                lat1 += lat
 
-        async def many() -> list[float]:
-            async with httpx.AsyncClient(limits=httpx.Limits(max_connections=CLIENTS)) as ac:
+            async def many(qs: list[str]) -> list[float]:
+                async with httpx.AsyncClient(limits=httpx.Limits(max_connections=CLIENTS)) as ac:
 
-                async def go(q: str) -> None:
-                    (await ac.post(url, json={"queries": [q], "topk": K}, timeout=900)).raise_for_status()
+                    async def go(q: str) -> None:
+                        (await ac.post(url, json={"queries": [q], "topk": K}, timeout=900)).raise_for_status()
 
-                return (await gather_limited(go, questions * reps, CLIENTS))[1]
+                    return (await gather_limited(go, qs, CLIENTS))[1]
 
+            ids, columns = one_then_many(one, questions, reps, lambda qs: asyncio.run(many(qs)))
         return {
-            "c1": latency(lat1, 2),
-            "c32": latency(asyncio.run(many()), 2),
+            **columns,
             "recall@3": round(recall(ids, exact), 4),
             "server_rss_gib": round(psutil.Process(server.proc.pid).memory_info().rss / 2**30, 2),
         }
 
 
-# ---------------------------------------------------------------------------------- FAISS
 def measure_faiss(vec_path: Path, qv: np.ndarray, exact: np.ndarray, reps: int) -> dict:
     from parallelsearch.stores.ingestion.vector_files import import_faiss
 
@@ -271,18 +264,12 @@ def measure_faiss(vec_path: Path, qv: np.ndarray, exact: np.ndarray, reps: int) 
     q = np.ascontiguousarray(qv / np.linalg.norm(qv, axis=1, keepdims=True), dtype=np.float32)
     items = [q[i : i + 1] for i in range(len(q))]
     index.search(q[:8], K)
-    lat1: list[float] = []
-    res: list = []
-    for _ in range(reps):
-        res, lat = timed_concurrent(lambda x: index.search(x, K)[1][0], items, 1)
-        lat1 += lat
-    _, lat32 = timed_concurrent(lambda x: index.search(x, K)[1][0], items * reps, CLIENTS)
+    res, columns = one_then_many(lambda x: index.search(x, K)[1][0], items, reps)
     got = [[str(i) for i in r] for r in res]
     index.reset()  # frees the vectors before the next size
-    return {"c1": latency(lat1, 2), "c32": latency(lat32, 2), "recall@3": round(recall(got, exact), 4)}
+    return {**columns, "recall@3": round(recall(got, exact), 4)}
 
 
-# ----------------------------------------------------------------------------------- main
 def plot(rows: list[dict], sweep: list[dict], path: Path) -> Path | None:
     if (plt := pyplot()) is None:
         return None
@@ -412,8 +399,7 @@ def main() -> dict:
         result["plot"] = str(plot(rows, sweep, OUT / f"{result_name}.png"))
         result["goals_at_largest"] = goals_at_largest(rows[-1], sweep)
         print(json.dumps(result["goals_at_largest"]))
-    write(result_name, result)
-    return result
+    return write(result_name, result)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 from _common import InstantSearcher, interleaved_ms, records_store, rounded, write
 
@@ -54,7 +53,7 @@ def interleaved(runner, fns: dict, loop, n: int, blocks: int) -> dict[str, float
     return {name: v / n for name, v in ms.items()}
 
 
-def main() -> Path:
+def main() -> dict:
     instant = {
         "object_unwrapped": InstantSearcher(),
         "object_wrapped": ObjectSearcher(InstantSearcher()),

@@ -3,8 +3,6 @@ scripted policy (instant), real embedded Chroma store, real HTTP on loopback.
 
 ``--guard``: what the request guard costs, the same app with and without it, alternating
 rounds (figures in ``guard.json``; docs/performance.md, "Soak and the request guard").
-
-    python benchmarks/serve.py [--guard]
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import time
 import timeit
 
 import httpx
-from _common import fmt, gather_limited, hotpot_store, latency, parser, write
+from _common import alternating, fmt, gather_limited, hotpot_store, latency, parser, write
 from tqdm import tqdm
 
 from parallelsearch.agents.policies import ScriptedPolicy
@@ -71,8 +69,7 @@ def run() -> dict:
             tqdm.write(
                 f"concurrency {c:2d}: {row['requests_per_s']:6.2f} req/s, p50 {fmt(row['p50_ms'], '7.1f')} ms, p95 {fmt(row['p95_ms'], '7.1f')} ms, errors {row['errors']}"
             )
-    write("serve", results)
-    return results
+    return write("serve", results)
 
 
 def guarded_and_bare(settings: Settings, policy, store) -> dict:
@@ -84,22 +81,24 @@ def guarded_and_bare(settings: Settings, policy, store) -> dict:
     return apps
 
 
-async def in_process(apps: dict, rounds: int = 12, per_round: int = 40) -> dict:
+def in_process(apps: dict, rounds: int = 12, per_round: int = 40) -> dict:
     """ms per invoke through each app in-process (httpx's ASGI transport: no sockets, less noise)."""
-    times: dict[str, list[float]] = {name: [] for name in apps}
     clients = {
         name: httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://in-process")
         for name, app in apps.items()
     }
-    for i in range(rounds):
-        for name in list(apps) if i % 2 == 0 else list(apps)[::-1]:
-            t0 = time.perf_counter()
-            for j in range(per_round):
-                r = await clients[name].post("/parallelsearch/invoke", json={"input": {"question": f"q{j}?"}})
-                r.raise_for_status()
-            times[name].append((time.perf_counter() - t0) / per_round * 1000)
-    for c in clients.values():
-        await c.aclose()
+
+    async def ms_per_invoke(client: httpx.AsyncClient) -> float:
+        t0 = time.perf_counter()
+        for j in range(per_round):
+            r = await client.post("/parallelsearch/invoke", json={"input": {"question": f"q{j}?"}})
+            r.raise_for_status()
+        return (time.perf_counter() - t0) / per_round * 1000
+
+    with asyncio.Runner() as runner:
+        times = alternating(clients, range(rounds), lambda name, _: runner.run(ms_per_invoke(clients[name])))
+        for c in clients.values():
+            runner.run(c.aclose())
     return {name: round(statistics.median(ts[2:]), 2) for name, ts in times.items()}
 
 
@@ -123,14 +122,15 @@ def guard() -> dict:
     settings = Settings(server_checkpointer="none")
     apps = guarded_and_bare(settings, two_searches(recs), store)
     questions = [r["question"] for r in recs][:GUARD_PER_ROUND]
-    rows: dict[str, list[dict]] = {name: [] for name in apps}
     with LoopbackServer(apps["guarded"]) as g, LoopbackServer(apps["bare"]) as n:
         urls = {"guarded": g.url, "bare": n.url}
         for url in urls.values():
             asyncio.run(level(url, GUARD_CONCURRENCY, questions[:8]))  # warm-up
-        for i in tqdm(range(GUARD_ROUNDS), desc="guard benchmark"):
-            for name in ("guarded", "bare") if i % 2 == 0 else ("bare", "guarded"):
-                rows[name].append(asyncio.run(level(urls[name], GUARD_CONCURRENCY, questions)))
+        rows = alternating(
+            urls,
+            tqdm(range(GUARD_ROUNDS), desc="guard benchmark"),
+            lambda name, _: asyncio.run(level(urls[name], GUARD_CONCURRENCY, questions)),
+        )
     result: dict = {
         name: {
             "requests_per_s_median": round(statistics.median(r["requests_per_s"] for r in rs), 2),
@@ -143,9 +143,7 @@ def guard() -> dict:
         result["guarded"]["requests_per_s_median"] / result["bare"]["requests_per_s_median"], 3
     )
     answer_only = ScriptedPolicy(["<think> t </think><answer> x </answer>"])
-    result["in_process_ms_per_invoke"] = asyncio.run(
-        in_process(guarded_and_bare(settings, answer_only, store))
-    )
+    result["in_process_ms_per_invoke"] = in_process(guarded_and_bare(settings, answer_only, store))
     result["body_checks"] = body_checks()
     result.update(concurrency=GUARD_CONCURRENCY, rounds=GUARD_ROUNDS, per_round=GUARD_PER_ROUND)
     print(
@@ -156,8 +154,7 @@ def guard() -> dict:
     print(f"  in-process ms per answer-only invoke: {result['in_process_ms_per_invoke']}")
     for name, row in result["body_checks"].items():
         print(f"  body checks {name}: {row['guard_us']} us (json.loads alone {row['json_loads_us']} us)")
-    write("guard", result)
-    return result
+    return write("guard", result)
 
 
 if __name__ == "__main__":

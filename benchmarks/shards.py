@@ -1,7 +1,5 @@
 """A sharded store against one store holding the same vectors, side by side in one process.
 
-    python benchmarks/shards.py [--n 100000] [--queries 300] [--scratch DIR]
-
 Three real ``chroma run`` servers: server 0 holds one collection of all ``--n`` vectors, servers
 1 and 2 two collections each (4 shards, searched through ``ShardedStore``), plus a control (the
 one store through the sharded code path). Synthetic clustered 384-d vectors (:func:`make_data`),
@@ -200,8 +198,7 @@ def main() -> dict:
         f"{best['coalesced']['one_via_sharded_path']}\n"
         f"load average before {data['loadavg_before']} after {data['loadavg_after']}"
     )
-    write("shards", data)
-    return data
+    return write("shards", data)
 
 
 if __name__ == "__main__":

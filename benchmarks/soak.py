@@ -4,8 +4,6 @@
 (oracle policy, searching through it) get an interleaved random mix of good requests, bad inputs
 and clients leaving mid-stream (:data:`MIX`); any answer a request may not get is an unexpected
 error. Figures and goals: docs/performance.md, "Soak and the request guard".
-
-    .venv/bin/python benchmarks/soak.py [--duration 600] [--concurrency 16]
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import OUT, InstantSearcher, records_store, rounded, write
+from _common import OUT, InstantSearcher, alternating, graph_input, records_store, rounded, write
 
 from parallelsearch.agents.policies import OraclePolicy, as_policy
 from parallelsearch.agents.policies.scripted_chat import ScriptedToolChatModel
@@ -44,15 +44,11 @@ def timed(policy: Any) -> list[float]:
 
 
 def parallel_questions() -> tuple[list[dict], list[dict]]:
-    """The sample's parallelizable (comparison) questions and their HotpotQA records."""
-    questions = [
-        {**q, "metadata": {**q["metadata"], "golden_answers": q["golden_answers"]}}  # the oracle reads these
-        for q in load_questions(HOTPOTQA_SAMPLE)
-        if q["metadata"].get("split") == "parallel"
-    ]
+    """The sample's parallelizable (comparison) questions as graph input, and their HotpotQA records."""
+    questions = [q for q in load_questions(HOTPOTQA_SAMPLE) if q["metadata"].get("split") == "parallel"]
     ids = {q["id"] for q in questions}
     records = [json.loads(line) for line in Path(HOTPOTQA_SAMPLE).read_text().splitlines() if line.strip()]
-    return questions, [r for r in records if r.get("_id") in ids]
+    return [graph_input(q) for q in questions], [r for r in records if r.get("_id") in ids]
 
 
 def planners(questions: list[dict]) -> dict[str, Any]:
@@ -60,7 +56,7 @@ def planners(questions: list[dict]) -> dict[str, Any]:
     plans = {
         q["question"].strip(): (
             [OraclePolicy.plan(q["question"], q["metadata"])],
-            q["golden_answers"][0],
+            q["metadata"]["golden_answers"][0],
         )
         for q in questions
     }
@@ -80,14 +76,15 @@ def counts(questions: list[dict], records: list[dict]) -> dict[str, Any]:
     store.search_batch = search_batch  # type: ignore[method-assign]
     graphs = {name: build_parallel_search_graph(p, store) for name, p in planners(questions).items()}
     keys = ("policy_calls", "search_rounds", "subqueries", "passages", "answer")
-    rows: dict[str, list[dict]] = {name: [] for name in PROTOCOLS}
     with asyncio.Runner() as runner:
-        for i, q in enumerate(questions):
-            for name in PROTOCOLS if i % 2 == 0 else PROTOCOLS[::-1]:
-                before = len(batches)
-                out = runner.run(graphs[name].ainvoke({"question": q["question"], "metadata": q["metadata"]}))
-                extra = {"encoder_calls": len(batches) - before, "protocol": out["protocol"]}
-                rows[name].append({**{k: out[k] for k in keys}, **extra})
+
+        def row(name: str, i: int) -> dict:
+            before = len(batches)
+            out = runner.run(graphs[name].ainvoke(questions[i]))
+            extra = {"encoder_calls": len(batches) - before, "protocol": out["protocol"]}
+            return {**{k: out[k] for k in keys}, **extra}
+
+        rows = alternating(PROTOCOLS, range(len(questions)), row)
     equal = sum(
         all(a[k] == b[k] for k in (*keys, "encoder_calls"))
         for a, b in zip(rows["tags"], rows["tools"], strict=True)
@@ -106,26 +103,22 @@ def overhead(questions: list[dict]) -> dict[str, Any]:
     policies = planners(questions)
     spent = {name: timed(p) for name, p in policies.items()}
     graphs = {name: build_parallel_search_graph(p, InstantSearcher()) for name, p in policies.items()}
-    inputs = [{"question": q["question"], "metadata": q["metadata"]} for q in questions]
 
-    async def block(g) -> tuple[float, int]:
+    async def block(name: str) -> tuple[float, float]:
+        """(total, graph only) ms per policy turn over all the questions."""
+        spent[name][0] = 0.0
         t0 = time.perf_counter()
         turns = 0
-        for inp in inputs:
-            turns += (await g.ainvoke(inp))["policy_calls"]
-        return time.perf_counter() - t0, turns
+        for inp in questions:
+            turns += (await graphs[name].ainvoke(inp))["policy_calls"]
+        seconds = time.perf_counter() - t0
+        return seconds * 1000 / turns, (seconds - spent[name][0]) * 1000 / turns
 
-    total: dict[str, list[float]] = {name: [] for name in PROTOCOLS}
-    graph_only: dict[str, list[float]] = {name: [] for name in PROTOCOLS}
     with asyncio.Runner() as runner:
-        for g in graphs.values():  # warm-up
-            runner.run(block(g))
-        for b in range(BLOCKS):
-            for name in PROTOCOLS if b % 2 == 0 else PROTOCOLS[::-1]:
-                spent[name][0] = 0.0
-                seconds, turns = runner.run(block(graphs[name]))
-                total[name].append(seconds * 1000 / turns)
-                graph_only[name].append((seconds - spent[name][0]) * 1000 / turns)
+        for name in graphs:  # warm-up
+            runner.run(block(name))
+        blocks = alternating(PROTOCOLS, range(BLOCKS), lambda name, _: runner.run(block(name)))
+    total, graph_only = ({name: [b[j] for b in bs] for name, bs in blocks.items()} for j in (0, 1))
     # each block pair ran back to back, so its ratio is the least disturbed by the machine's load
     paired = sorted(t / g for t, g in zip(graph_only["tools"], graph_only["tags"], strict=True))
     paired_total = sorted(t / g for t, g in zip(total["tools"], total["tags"], strict=True))

@@ -16,7 +16,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from _common import OUT, RAW, graph_input, latency, mean, parser, plot_bars, print_table, write
+from _common import OUT, RAW, alternating, graph_input, latency, mean, parser, plot_bars, print_table, write
+from tqdm import tqdm
 
 from parallelsearch.agents.policies import OraclePolicy
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
@@ -130,27 +131,26 @@ def _components(store: ChromaStore, by_k: dict[int, list[dict]], reps: int) -> d
     cached = build_parallel_search_graph(
         OraclePolicy(), CachedSearcher(store, queries, TOP_K), top_k=TOP_K, max_subqueries=max(KS)
     )
-    times: dict[str, dict[int, list[float]]] = {
-        p: defaultdict(list) for p in ("encode", "search_batch", "graph_cached")
-    }
 
-    async def go() -> None:
-        for r in range(reps):
-            for k in KS if r % 2 == 0 else tuple(reversed(KS)):
-                t0 = time.perf_counter()
-                store.embedder.encode_queries(widest[:k])
-                t1 = time.perf_counter()
-                store.search_batch(widest[:k], TOP_K)
-                t2 = time.perf_counter()
-                await cached.ainvoke(graph_input(by_k[k][r % len(by_k[k])]))
-                t3 = time.perf_counter()
-                times["encode"][k].append((t1 - t0) * 1000)
-                times["search_batch"][k].append((t2 - t1) * 1000)
-                times["graph_cached"][k].append((t3 - t2) * 1000)
+    async def graph_ms(q: dict) -> float:
+        t0 = time.perf_counter()
+        await cached.ainvoke(graph_input(q))
+        return (time.perf_counter() - t0) * 1000
 
-    asyncio.run(go())
+    with asyncio.Runner() as runner:
+
+        def parts_ms(k: int, r: int) -> tuple[float, float, float]:
+            t0 = time.perf_counter()
+            store.embedder.encode_queries(widest[:k])
+            t1 = time.perf_counter()
+            store.search_batch(widest[:k], TOP_K)
+            t2 = time.perf_counter()
+            return (t1 - t0) * 1000, (t2 - t1) * 1000, runner.run(graph_ms(by_k[k][r % len(by_k[k])]))
+
+        times = alternating(KS, range(reps), parts_ms)
     return {
-        part: {str(k): round(statistics.median(v), 1) for k, v in by.items()} for part, by in times.items()
+        part: {str(k): round(statistics.median(ms[j] for ms in samples), 1) for k, samples in times.items()}
+        for j, part in enumerate(("encode", "search_batch", "graph_cached"))
     }
 
 
@@ -178,20 +178,19 @@ def run(
     }
     tok = _tokenizer()
     schedule = _schedule(by_k)
-    got: dict[str, dict[int, list[dict]]] = {v: defaultdict(list) for v in graphs}
-
-    async def go() -> None:
-        from tqdm import tqdm
-
+    with asyncio.Runner() as runner:
         for k in KS:  # warm-up: one untimed episode per graph and k (first-call costs)
             for g in graphs.values():
-                await _episode(g, store, by_k[k][0])
-        for i, (k, q) in enumerate(tqdm(schedule, desc="episodes", unit="q")):
-            order = list(graphs) if i % 2 == 0 else list(reversed(graphs))
-            for variant in order:
-                got[variant][k].append(await _episode(graphs[variant], store, q))
-
-    asyncio.run(go())
+                runner.run(_episode(g, store, by_k[k][0]))
+        episodes = alternating(
+            graphs,
+            tqdm(range(len(schedule)), desc="episodes", unit="q"),
+            lambda v, i: runner.run(_episode(graphs[v], store, schedule[i][1])),
+        )
+    got: dict[str, dict[int, list[dict]]] = {v: defaultdict(list) for v in graphs}
+    for v, eps in episodes.items():
+        for (k, _), e in zip(schedule, eps, strict=True):
+            got[v][k].append(e)
     print(f"components: {reps} interleaved repetitions per k")
     components = _components(store, by_k, reps)
     base_recall = {t: h for e in got["off"][1] for t, h in e["hits3"].items()}
