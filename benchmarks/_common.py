@@ -153,16 +153,21 @@ def alternating(
     return samples
 
 
-def records_store(records: list[dict], name: str, path: Path | None = None, embedder=None):
+def records_store(
+    records: list[dict], name: str, path: Path | None = None, embedder=None, progress: bool = False
+):
     """A real embedded store of the context paragraphs of raw HotpotQA records at ``path`` (a new
-    temporary folder by default; a store already filled there is reused), and the records' file."""
+    temporary folder by default; a store already filled there is reused), and the records' file
+    (beside the store's folder)."""
     from parallelsearch.stores import ChromaStore, ingest
 
-    src = Path(tempfile.mkdtemp()) / "records.json"
+    db = Path(path) if path else Path(tempfile.mkdtemp()) / "db"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    src = db.parent / f"{name}-records.json"
     src.write_text(json.dumps(records))
-    store = ChromaStore(name, path=path or src.parent / "db", embedder=embedder)
+    store = ChromaStore(name, path=db, embedder=embedder)
     if store.count() == 0:
-        ingest(store, [src], progress=False)
+        ingest(store, [src], progress=progress)
     return store, src
 
 

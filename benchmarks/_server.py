@@ -23,14 +23,21 @@ import httpx
 from parallelsearch.loopback import free_port
 
 BIN = Path(sys.executable).parent
-#: what a ``parallelsearch`` child must not inherit: the user's API keys and remote Chroma
-NOT_INHERITED = {f"PARALLELSEARCH_{n}" for n in ("SERVER_API_KEY", "RETRIEVER_API_KEY", "CHROMA_HOST")}
+#: what a ``parallelsearch`` child must not inherit: the user's API keys, config file and Chroma
+NOT_INHERITED = {
+    f"PARALLELSEARCH_{n}"
+    for n in ("SERVER_API_KEY", "RETRIEVER_API_KEY", "CHROMA_HOST", "CHROMA_PATH", "CONFIG")
+}
+#: how a ``parallelsearch`` child is started (the console script may not sit beside this Python)
+CLI = [sys.executable, "-m", "parallelsearch.cli"]
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "LANGSMITH_TRACING": "false"}
 
 
 def cli_env(home: Path, **extra: str) -> dict[str, str]:
     """This process's environment, offline and without :data:`NOT_INHERITED`, for a
-    ``parallelsearch`` child whose ``PARALLELSEARCH_HOME`` is ``home``."""
+    ``parallelsearch`` child whose ``PARALLELSEARCH_HOME`` is ``home`` (created; run the child
+    there, so no ``parallelsearch.yaml`` of the caller's folder is read)."""
+    home.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     return {**env, **OFFLINE, "PARALLELSEARCH_HOME": str(home), **extra}
 
@@ -156,6 +163,8 @@ class ChromaServer(ServerProcess):
 
 
 def cli_server(*args: str, env: dict[str, str], **kw) -> ServerProcess:
-    """``parallelsearch ARGS --port P`` on a free port P (``kw``: :class:`ServerProcess`'s)."""
+    """``parallelsearch ARGS --port P`` on a free port P, run in its home (``kw``: :class:`ServerProcess`'s)."""
     port = free_port()
-    return ServerProcess([str(BIN / "parallelsearch"), *args, "--port", str(port)], env=env, port=port, **kw)
+    kw.setdefault("cwd", Path(env["PARALLELSEARCH_HOME"]))
+    kw.setdefault("name", f"parallelsearch {args[0]}")
+    return ServerProcess([*CLI, *args, "--port", str(port)], env=env, port=port, **kw)

@@ -23,7 +23,7 @@ TURN_MS = 200.0
 
 def run() -> dict:
     recs = [r for r in json.loads(HOTPOT.read_text()) if r["type"] == "comparison"]
-    store, src = records_store(recs, "calls-bench")
+    store, src = records_store(recs, "calls-bench", progress=True)
     tmp = src.parent
     questions = load_questions(src, dataset="hotpotqa")
     print(f"{len(questions)} comparison questions, {store.count()} passages")

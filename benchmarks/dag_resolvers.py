@@ -73,6 +73,20 @@ def dropped(sub_query: str, parents: Sequence[ParentResult]) -> str:
     return substitute(sub_query, {p.k: "" for p in parents})
 
 
+#: the resolvers compared, in the order :func:`methods` gives them
+METHODS = (
+    "gold",
+    "dropped",
+    "title",
+    "text",
+    "spans-merged",
+    "passage-no-cue",
+    "passage-no-title",
+    "passage",
+    "ceiling",
+)
+
+
 def methods(store: ChromaStore) -> dict[str, Resolve]:
     gold = GoldResolver()
 
@@ -269,7 +283,7 @@ def _cells(recall: dict[str, float], gold: dict[str, float], groups: list[str]) 
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--datasets", nargs="+", default=list(FILES), choices=list(FILES))
-    p.add_argument("--methods", nargs="*", help="only these methods (none given: all)")
+    p.add_argument("--methods", nargs="*", choices=METHODS, help="only these methods (none given: all)")
     p.add_argument("--limit", type=int, default=0, help="only the first N questions with dependent hops")
     p.add_argument("--store-dir", help="keep the encoded stores here and reuse them (none: a temporary one)")
     args = p.parse_args()

@@ -30,7 +30,7 @@ from _common import HOTPOT, ROOT, fmt, latency, parser, plain_encoder, plot_bars
 from _floors import NO_ENCODER, floor_report
 from _official import OfficialServer, top_k_agreement
 from _raw_http import RawHttpConnection, RawHttpError
-from _server import BIN, ServerProcess, cli_env, cli_server
+from _server import CLI, ServerProcess, cli_env, cli_server
 from tqdm import tqdm
 
 from parallelsearch.loopback import free_port
@@ -63,8 +63,8 @@ def build_store(home: Path, backend: str) -> Path:
 
     An fp32 store is indexed with ONNX fp32, the same embeddings as torch's (to 1e-5), because
     on a shared 2-core machine torch's two spinning OpenMP threads index far slower."""
-    cmd = [str(BIN / "parallelsearch"), "index", str(HOTPOT), "--store", "hotpot500", "--encoder-backend"]
-    subprocess.run([*cmd, backend], check=True, env=cli_env(home), timeout=1800)
+    cmd = [*CLI, "index", str(HOTPOT), "--store", "hotpot500", "--encoder-backend", backend]
+    subprocess.run(cmd, check=True, env=cli_env(home), cwd=home, timeout=1800)
     return home
 
 
@@ -136,8 +136,9 @@ class HttpxConnection:
         pass
 
     async def post_json(self, path: str, body: object) -> tuple[int, object]:
+        """(status, the response): read it after the clock stops, as the old httpx loop did."""
         r = await self.client.post(self.url + path, json=body)
-        return r.status_code, r.json() if r.status_code == 200 else None
+        return r.status_code, r
 
 
 async def load(
@@ -174,6 +175,8 @@ async def load(
                 t0 = time.perf_counter()
                 status, answer = await conn.post_json("/retrieve", body)
                 lat.append((time.perf_counter() - t0) * 1000)
+                if isinstance(answer, httpx.Response):
+                    answer = answer.json() if status == 200 else None
                 result = answer.get("result", ()) if isinstance(answer, dict) else ()
                 errors += status != 200 or len(result) != per_request
             except (RawHttpError, httpx.HTTPError, OSError, asyncio.TimeoutError):

@@ -40,7 +40,7 @@ from _common import (
     save,
     write,
 )
-from _server import cli_env, cli_server
+from _server import CLI, cli_env, cli_server
 from tqdm import tqdm
 
 DIM = 384
@@ -48,7 +48,6 @@ BLOCK = 10_000
 K = 3
 CLIENTS = 32
 PY = sys.executable
-CLI = [PY, "-m", "parallelsearch.cli"]
 
 
 def base_data(scratch: Path, n_queries: int) -> tuple[np.ndarray, list[dict], np.ndarray, list[str]]:
@@ -116,7 +115,7 @@ def make_data(d: Path, n: int, base: np.ndarray, paras: list[dict]) -> tuple[Pat
 def run_child(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     """Run ``cmd``; (seconds, peak RSS in GiB, stdout). The child's stderr (progress) passes through."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=env["PARALLELSEARCH_HOME"], stdout=subprocess.PIPE, text=True)
     out = proc.stdout.read() if proc.stdout else ""
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -134,6 +133,9 @@ def graph_tag(hnsw: dict[str, int]) -> str:
 def build(home: Path, n: int, vec_path: Path, corpus_path: Path, hnsw: dict[str, int]) -> dict:
     """Build (or reuse) the store of ``n`` rows in ``home``, with the given HNSW build parameters."""
     info = home.with_name(home.name + ".build.json")
+    legacy = home.with_name("build.json")  # scratch from before the HNSW flags: the default graph's record
+    if not hnsw and not info.is_file() and legacy.is_file():
+        legacy.rename(info)
     if info.is_file():
         return json.loads(info.read_text())
     if home.exists():
@@ -222,7 +224,6 @@ def set_ef(home: Path, n: int, ef: int) -> None:
 
 def measure_retrieve(home: Path, n: int, questions: list[str], exact: np.ndarray, reps: int) -> dict:
     import httpx
-    import psutil
 
     args = ("serve-retriever", "--store", store_name(n))
     with cli_server(*args, env=cli_env(home), start_timeout_s=300) as server:
@@ -246,11 +247,13 @@ def measure_retrieve(home: Path, n: int, questions: list[str], exact: np.ndarray
                     return (await gather_limited(go, qs, CLIENTS))[1]
 
             ids, columns = one_then_many(one, questions, reps, lambda qs: asyncio.run(many(qs)))
-        return {
-            **columns,
-            "recall@3": round(recall(ids, exact), 4),
-            "server_rss_gib": round(psutil.Process(server.proc.pid).memory_info().rss / 2**30, 2),
-        }
+        try:  # psutil is not a dependency of ours: without it the RSS is not known
+            import psutil
+
+            rss = round(psutil.Process(server.proc.pid).memory_info().rss / 2**30, 2)
+        except ImportError:
+            rss = None
+        return {**columns, "recall@3": round(recall(ids, exact), 4), "server_rss_gib": rss}
 
 
 def measure_faiss(vec_path: Path, qv: np.ndarray, exact: np.ndarray, reps: int) -> dict:
@@ -331,7 +334,13 @@ def main() -> dict:
     ap = parser(__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     scratch = Path(os.environ.get("TMPDIR", "/tmp")) / "parallelsearch-scale"
-    ap.add_argument("--scratch", type=Path, default=scratch)
+    ap.add_argument(
+        "--scratch",
+        type=Path,
+        default=scratch,
+        help="where vectors and stores are built and kept; a complete build (home*.build.json) is reused, "
+        "and stores with --max-neighbors/--ef-construction get their own folder beside the default one",
+    )
     ap.add_argument("--queries", type=int, default=200, help="HotpotQA questions used as queries")
     ap.add_argument("--reps", type=int, default=2, help="passes over the queries per setting")
     ap.add_argument(

@@ -88,7 +88,12 @@ def main() -> dict:
     ap = parser(__doc__)
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=300)
-    ap.add_argument("--scratch", type=Path, default=Path("/tmp/parallelsearch-shards"))
+    ap.add_argument(
+        "--scratch",
+        type=Path,
+        default=Path("/tmp/parallelsearch-shards"),
+        help="the Chroma servers' folders (n<N>/server<i>), reused when they hold every row",
+    )
     args = ap.parse_args()
 
     from parallelsearch.stores.chroma_store import ChromaStore

@@ -51,9 +51,24 @@ BAD = {  # a lone surrogate is repaired, then searched: 200
     "bad_invoke_json": ("app", "/parallelsearch/invoke", b"{not json", 400),
 }
 #: kind -> weight: how often each request kind is drawn
-MIX = dict(retrieve=20, invoke=20, invoke_config_hash=5, batch=5, stream=15, stream_disconnect=5)
-MIX |= {kind: 2 for kind in BAD}
-MIX |= dict(bad_retrieve_surrogate=3, bad_invoke_surrogate=3, bad_invoke_empty=3, bad_stream_surrogate=2)
+MIX = {
+    "retrieve": 20,
+    "invoke": 20,
+    "invoke_config_hash": 5,
+    "batch": 5,
+    "stream": 15,
+    "stream_disconnect": 5,
+    "bad_retrieve_surrogate": 3,
+    "bad_retrieve_oversized": 2,
+    "bad_retrieve_deep": 2,
+    "bad_retrieve_json": 2,
+    "bad_invoke_surrogate": 3,
+    "bad_invoke_oversized": 2,
+    "bad_invoke_deep": 2,
+    "bad_invoke_empty": 3,
+    "bad_invoke_json": 2,
+    "bad_stream_surrogate": 2,
+}
 
 
 @dataclass
