@@ -84,6 +84,8 @@ def check_protocol(protocol: object, where: str = "") -> Protocol:
 
 
 SEARCH_TOOL_NAME = "search"
+#: how many stages one search may take by default (MuSiQue's longest chains have four hops)
+DEFAULT_MAX_STAGES = 4
 
 #: The one tool of the tools protocol, in the OpenAI function format every ``bind_tools`` accepts.
 SEARCH_TOOL: dict = {
@@ -540,23 +542,28 @@ _SPACE = "".join(f"\\u{i:04x}" for i in range(0x3001) if chr(i).isspace())
 
 
 def _subquery_regex(earlier: int, chars: int, bad: str) -> str:
-    """One sub-query of about ``chars`` characters (``bad`` ones never), starting and ending with a
-    non-space. The one after ``earlier`` others may name their results as ``#1`` .. ``#earlier``,
-    never followed by a digit: so decoding under the grammar writes no reference the plan refuses."""
+    """One sub-query (``bad`` characters never) starting and ending with a non-space, of at most
+    ``chars`` characters, or three times that when it names earlier results as ``#1`` ..
+    ``#earlier``: a reference is never followed by a digit, so none reads as one nobody made."""
     q = max(chars - 2, 0)
     edge, mid = rf"[^{bad}{_SPACE}]", rf"[^{bad}]"
     if earlier == 0:
         return rf"{edge}({mid}{{0,{q}}}{edge})?"
-    ref = rf"#[1-{min(earlier, 9)}]"
+    ref = rf"#[1-{earlier}]"
     glued, glued_end = rf"{ref}[^{bad}0-9]", rf"{ref}[^{bad}0-9{_SPACE}]"
     return rf"({ref}|{edge}|{glued_end}|({edge}|{glued})({mid}|{glued}){{0,{q}}}({edge}|{glued_end}|{ref}))"
 
 
-def _in_order(parts: list[str], separator: str) -> str:
-    """The first of ``parts``, then optionally the next after ``separator``, and so on."""
-    regex = parts[-1]
+def _search_regex(n: int, max_stages: int, chars: int, bad: str, wrap: tuple[str, str], sep: str) -> str:
+    """Up to ``n`` sub-queries (each ``wrap``-ped) joined by ``sep``, the k-th naming only
+    ``#1`` .. ``#min(k-1, max_stages-1, 9)``: so every plan it allows fits in ``max_stages`` stages.
+    Sub-queries past the last distinct one repeat it, so the size does not grow with ``n``."""
+    cap = min(max_stages - 1, 9)
+    parts = [wrap[0] + _subquery_regex(i, chars, bad) + wrap[1] for i in range(min(n, cap + 1))]
+    more = n - len(parts)
+    regex = parts[-1] + (rf"({sep}{parts[-1]}){{0,{more}}}" if more else "")
     for part in reversed(parts[:-1]):
-        regex = rf"{part}({separator}{regex})?"
+        regex = rf"{part}({sep}{regex})?"
     return regex
 
 
@@ -565,6 +572,7 @@ def protocol_regex(
     final: bool = False,
     split: bool = True,
     max_subqueries: int = 8,
+    max_stages: int = DEFAULT_MAX_STAGES,
     think_chars: int = 600,
     query_chars: int = 100,
     answer_chars: int = 100,
@@ -572,11 +580,10 @@ def protocol_regex(
 ) -> str:
     """A regular expression of one valid turn (think, then a search or an answer; the final turn
     only answers), for constrained decoding. Every part is bounded, so even a model that never saw
-    the protocol ends its turn with a valid action instead of running to the token cap. A ``#k``
-    names only an earlier sub-query (k <= 9); a chain deeper than the plan's ``max_stages`` is the
-    one invalid plan it can still write (it needs more than ``max_stages`` sub-queries)."""
-    if max_subqueries < 1:
-        raise ValueError(f"max_subqueries must be >= 1, got {max_subqueries}")
+    the protocol ends its turn with a valid action instead of running to the token cap; a search
+    names only earlier sub-queries with ``#k``, within ``max_stages``: the plan refuses none of it."""
+    if max_subqueries < 1 or max_stages < 1:
+        raise ValueError(f"max_subqueries and max_stages must be >= 1, got {max_subqueries}, {max_stages}")
     check_protocol(protocol)
     think = rf"<think>[^<]{{1,{think_chars}}}</think>\n"
     answer = rf"<answer> [^<{_SPACE}]([^<\n]{{0,{max(answer_chars - 2, 0)}}}[^<{_SPACE}])? </answer>"
@@ -584,13 +591,8 @@ def protocol_regex(
         return think + answer
     n = max_subqueries if split else 1
     if protocol == "tools":
-        calls = [
-            r'<tool_call>\n\{"name": "search", "arguments": \{"query": "'
-            + _subquery_regex(i, query_chars, r'"\\<\x00-\x1f#')
-            + r'"\}\}\n</tool_call>'
-            for i in range(n)
-        ]
-        searches = _in_order(calls, r"\n")
+        call = (r'<tool_call>\n\{"name": "search", "arguments": \{"query": "', r'"\}\}\n</tool_call>')
+        searches = _search_regex(n, max_stages, query_chars, r'"\\<\x00-\x1f#', call, r"\n")
         return think + rf"({searches}|{answer})"
-    parts = _in_order([_subquery_regex(i, query_chars, r"<#\n") for i in range(n)], " ## ")
+    parts = _search_regex(n, max_stages, query_chars, r"<#\n", ("", ""), " ## ")
     return think + rf"(<search> {parts} </search>|{answer})"

@@ -9,10 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from parallelsearch.agents.protocol import SUBQUERY_SEPARATOR, Action
-
-#: how many stages one search may take by default (MuSiQue's longest chains have four hops)
-DEFAULT_MAX_STAGES = 4
+from parallelsearch.agents.protocol import DEFAULT_MAX_STAGES, SUBQUERY_SEPARATOR, Action
 
 #: a ``#k`` token; longer digit runs are matched too, so ``#123456789`` is out of range, not text
 REFERENCE_RE = re.compile(r"(?<![\w#])#([0-9]+)(?!\w)")

@@ -14,12 +14,12 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from _common import HOTPOT, RAW, alternating, parser, require, write
+from _server import CLI, cli_env
 from tqdm import tqdm
 
 CORPUS = RAW / "wiki_corpus" / "RUC-NLPIR_FlashRAG" / "sample_data.jsonl"
@@ -28,12 +28,12 @@ ENGINES = {"default (auto)": [], "torch": ["--encoder-backend", "torch"]}
 
 def index_once(corpus: Path, home: Path, flags: list[str]) -> dict:
     """One ``index`` run in a fresh process: the CLI's passages/s and the command's wall time."""
-    cmd = [str(Path(sys.executable).parent / "parallelsearch"), "index", str(corpus), "--store", "bench"]
-    env = {**os.environ, "PARALLELSEARCH_HOME": str(home)}
+    cmd = [*CLI, "index", str(corpus), "--store", "bench"]
+    env = cli_env(home)
     env.setdefault("PARALLELSEARCH_MODEL_CACHE_DIR", str(home.parent / "models"))  # export once
     t0 = time.perf_counter()
     done = subprocess.run(
-        [*cmd, *flags, "--no-progress"], env=env, capture_output=True, text=True, timeout=3600
+        [*cmd, *flags, "--no-progress"], env=env, cwd=home, capture_output=True, text=True, timeout=3600
     )
     wall = time.perf_counter() - t0
     if done.returncode != 0:

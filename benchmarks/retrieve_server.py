@@ -179,7 +179,7 @@ async def load(
                     answer = answer.json() if status == 200 else None
                 result = answer.get("result", ()) if isinstance(answer, dict) else ()
                 errors += status != 200 or len(result) != per_request
-            except (RawHttpError, httpx.HTTPError, OSError, asyncio.TimeoutError):
+            except (RawHttpError, httpx.HTTPError, OSError, asyncio.TimeoutError, ValueError):
                 errors += 1
                 if conn is not None:
                     await conn.__aexit__()

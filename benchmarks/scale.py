@@ -354,6 +354,8 @@ def main() -> dict:
     ap.add_argument("--build-only", action="store_true", help="build the stores and stop")
     ap.add_argument("--store-worker", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.reps < 1:
+        ap.error(f"--reps must be >= 1, got {args.reps}")
     if args.store_worker:
         home, name, qpath, reps = args.store_worker
         store_worker(home, name, qpath, int(reps))

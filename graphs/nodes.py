@@ -264,6 +264,7 @@ class Nodes:
             allow_split=cfg.split_subqueries,
             references=self.references and cfg.split_subqueries,
             max_subqueries=cfg.max_subqueries,
+            max_stages=cfg.max_stages,
             question=st.get("question", ""),
             metadata=meta,
             role=role,

@@ -13,9 +13,10 @@ import dataclasses
 import logging
 import re
 import warnings
+from collections.abc import Coroutine
 from typing import Any
 
-from parallelsearch.agents.protocol import protocol_regex
+from parallelsearch.agents.protocol import DEFAULT_MAX_STAGES, protocol_regex
 from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.rewards import RewardBreakdown, parse_label, score_trajectory
 from parallelsearch.rl.search_failures import SearchFailureGuard
@@ -205,6 +206,7 @@ class EpisodeExecutor:
                         final=bool(turn.get("final")),
                         split=bool(turn.get("allow_split", True)),
                         max_subqueries=int(turn.get("max_subqueries") or 8),
+                        max_stages=int(turn.get("max_stages") or DEFAULT_MAX_STAGES),
                         think_chars=self.think_chars,
                         protocol=self.env_graph.protocol,
                     )
@@ -268,11 +270,17 @@ class EpisodeExecutor:
         }
 
 
-async def execute_episode(env_graph: EnvGraph, *sample: Any, **knobs: Any) -> dict[str, Any]:
-    """Deprecated in 0.3 (removed in 0.4): ``EpisodeExecutor(env_graph, **knobs).execute(*sample)``."""
+def execute_episode(env_graph: EnvGraph, *sample: Any, **named: Any) -> Coroutine[Any, Any, dict[str, Any]]:
+    """Deprecated in 0.3 (removed in 0.4): ``EpisodeExecutor(env_graph, **knobs).execute(*sample)``;
+    the sample by position or by name, as before."""
     warnings.warn(
         "execute_episode is deprecated; use EpisodeExecutor(env_graph, **knobs).execute(...)",
         DeprecationWarning,
         stacklevel=2,
     )
-    return await EpisodeExecutor(env_graph, **knobs).execute(*sample)
+    knobs = {
+        k: named.pop(k)
+        for k in ("max_new_tokens_per_turn", "constrained", "think_chars", "search_guard")
+        if k in named
+    }
+    return EpisodeExecutor(env_graph, **knobs).execute(*sample, **named)

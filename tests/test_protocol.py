@@ -183,7 +183,8 @@ def test_the_grammar_accepts_k_references_and_still_rejects_a_lone_hash():
 
 def test_what_the_grammar_accepts_is_a_valid_plan_in_both_forms():
     """Random pieces of text, #, digits and separators: every search the grammar lets a model write
-    parses and plans (a random model decoding under it writes no reference the plan refuses)."""
+    parses and plans within its max_stages (a random model decoding under it writes no reference
+    the plan refuses), for few and many sub-queries."""
     import random
     import re
 
@@ -191,24 +192,36 @@ def test_what_the_grammar_accepts_is_a_valid_plan_in_both_forms():
     from parallelsearch.agents.subquery_plan import plan_action
 
     rng = random.Random(7)
-    tags, tools = (re.compile(protocol_regex(max_subqueries=3, protocol=p)) for p in ("tags", "tools"))
-    accepted = {"tags": 0, "tools": 0}
-    for _ in range(4000):
-        pieces = [
-            "".join(rng.choice("ab #12('_") for _ in range(rng.randint(1, 5)))
-            for _ in range(rng.randint(1, 3))
-        ]
-        text = f"<think>x</think>\n<search> {' ## '.join(pieces)} </search>"
-        if tags.fullmatch(text):
-            accepted["tags"] += 1
-            assert plan_action(parse_action(text, max_subqueries=3)).valid, text
-        calls = [
-            f'<tool_call>\n{{"name": "search", "arguments": {{"query": "{q}"}}}}\n</tool_call>'
-            for q in pieces
-        ]
-        text = "<think>x</think>\n" + "\n".join(calls)
-        if tools.fullmatch(text):
-            accepted["tools"] += 1
-            action = parse_tool_text(text, max_subqueries=3)
-            assert action.kind == "search" and plan_action(action).valid, text
-    assert min(accepted.values()) > 500, accepted  # the property was tried on many turns of each form
+    for n, stages in ((3, 4), (8, 4), (8, 2), (6, 1)):
+        tags, tools = (
+            re.compile(protocol_regex(max_subqueries=n, max_stages=stages, protocol=p))
+            for p in ("tags", "tools")
+        )
+        accepted = {"tags": 0, "tools": 0}
+        for _ in range(2000):
+            pieces = [
+                "".join(rng.choice("ab #1234('_") for _ in range(rng.randint(1, 5)))
+                for _ in range(rng.randint(1, n))
+            ]
+            text = f"<think>x</think>\n<search> {' ## '.join(pieces)} </search>"
+            if tags.fullmatch(text):
+                accepted["tags"] += 1
+                plan = plan_action(parse_action(text, max_subqueries=n), max_stages=stages)
+                assert plan.valid, (text, plan.error)
+            calls = [
+                f'<tool_call>\n{{"name": "search", "arguments": {{"query": "{q}"}}}}\n</tool_call>'
+                for q in pieces
+            ]
+            text = "<think>x</think>\n" + "\n".join(calls)
+            if tools.fullmatch(text):
+                accepted["tools"] += 1
+                action = parse_tool_text(text, max_subqueries=n)
+                assert action.kind == "search" and plan_action(action, max_stages=stages).valid, text
+        assert min(accepted.values()) > 200, (n, stages, accepted)  # the property was tried on many turns
+    # a chain one stage too deep for max_stages is not in the grammar; one within it is
+    chain = protocol_regex(max_subqueries=8, max_stages=4)
+    turn = "<think>x</think>\n<search> {} </search>"
+    assert re.fullmatch(chain, turn.format("a ## #1 b ## #2 c ## #3 d"))
+    assert not re.fullmatch(chain, turn.format("a ## #1 b ## #2 c ## #3 d ## #4 e"))
+    # its size does not grow with max_subqueries past the distinct sub-queries
+    assert len(protocol_regex(max_subqueries=256)) < 2 * len(protocol_regex(max_subqueries=8))

@@ -6,7 +6,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from parallelsearch.agents.protocol import STOP_STRINGS, protocol_regex
+from parallelsearch.agents.protocol import DEFAULT_MAX_STAGES, STOP_STRINGS, protocol_regex
 
 #: True while a graph runs a sync call (``invoke``/``stream``/``batch``) on a background loop: a
 #: backend whose async client is bound to the loop that first used it then takes its sync path.
@@ -33,6 +33,7 @@ class TurnRequest:
     #: the graph's prompt teaches ``#k`` (the ``dag`` graph): a search may name earlier sub-queries
     references: bool = False
     max_subqueries: int = 8
+    max_stages: int = DEFAULT_MAX_STAGES
     question: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     role: str = "planner"
@@ -70,6 +71,7 @@ def request_regex(request: TurnRequest, think_chars: int) -> str:
         final=request.final,
         split=request.allow_split,
         max_subqueries=request.max_subqueries,
+        max_stages=request.max_stages,
         think_chars=think_chars,
     )
 

@@ -23,7 +23,7 @@ class ExternalPolicy:
     async def agenerate(self, request: TurnRequest) -> TurnResult:
         from langgraph.types import interrupt
 
-        settings = ("max_tokens", "turn_index", "final", "allow_split", "max_subqueries")
+        settings = ("max_tokens", "turn_index", "final", "allow_split", "max_subqueries", "max_stages")
         value: Any = interrupt(
             {
                 "transcript": request.transcript,
