@@ -581,7 +581,9 @@ def protocol_regex(
     """A regular expression of one valid turn (think, then a search or an answer; the final turn
     only answers), for constrained decoding. Every part is bounded, so even a model that never saw
     the protocol ends its turn with a valid action instead of running to the token cap; a search
-    names only earlier sub-queries with ``#k``, within ``max_stages``: the plan refuses none of it."""
+    names only earlier sub-queries with ``#k``, within ``max_stages``: the plan refuses none of it.
+    The tools text form ends after its last ``<tool_call>`` block, so the engine ends the turn with
+    its end-of-turn token (:data:`TOOL_TURN_END` for ChatML models)."""
     if max_subqueries < 1 or max_stages < 1:
         raise ValueError(f"max_subqueries and max_stages must be >= 1, got {max_subqueries}, {max_stages}")
     check_protocol(protocol)
