@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from itertools import product
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
-from parallelsearch.agents.protocol import format_passages
+from parallelsearch.agents.protocol import TurnRequest, format_passages
 from parallelsearch.agents.subquery_plan import REFERENCE_RE, substitute
 from parallelsearch.stores.errors import ParallelSearchError
 from parallelsearch.stores.passages import Passage
@@ -279,20 +278,11 @@ class PolicyResolver:
     name: str = field(default="policy", init=False)
 
     async def _answer(self, parent: ParentResult) -> str:
-        from parallelsearch.agents.policies.base import TurnRequest
-
         docs = format_passages(parent.passages[: self.passages]).removesuffix("\n")
         prompt = EXTRACTION_PROMPT.format(passages=docs, question=parent.searched)
         self.calls += 1
-        result = await self.policy.agenerate(
-            TurnRequest(
-                transcript=prompt,
-                segments=[("user", prompt)],
-                stop=("\n",),
-                max_tokens=self.max_tokens,
-                role="resolver",
-            )
-        )
+        request = TurnRequest.for_prompt(prompt, stop=("\n",), max_tokens=self.max_tokens, role="resolver")
+        result = await self.policy.agenerate(request)
         return clean_answer(getattr(result, "text", "") or "")
 
     async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
@@ -354,24 +344,6 @@ def searcher_encoder(searcher: Any) -> Any:
     """The encoder of the local store behind ``searcher`` (None for a remote one), which the
     passage resolver scores lead-ins with."""
     return getattr(searcher, "embedder", None) or getattr(getattr(searcher, "store", None), "embedder", None)
-
-
-class DelayedResolver:
-    """Wraps a resolver and adds a fixed simulated time per call (latency comparisons: a resolver
-    call stands for a short model call, as the policy resolver makes)."""
-
-    def __init__(self, resolver: Resolver, delay_s: float) -> None:
-        self.inner = resolver
-        self.delay_s = delay_s
-        self.name = getattr(resolver, "name", type(resolver).__name__)
-
-    def __call__(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
-        time.sleep(self.delay_s)
-        return self.inner(sub_query, parents)
-
-    async def aresolve(self, sub_query: str, parents: Sequence[ParentResult]) -> str:
-        await asyncio.sleep(self.delay_s)
-        return await self.inner.aresolve(sub_query, parents)
 
 
 def as_resolver(spec: object, *, searcher: Any = None, policy: Any = None, embedder: Any = None) -> Resolver:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from parallelsearch.agents.protocol import DEFAULT_MAX_STAGES, SUBQUERY_SEPARATOR, Action
 
@@ -121,6 +121,17 @@ def plan_action(action: Action, *, max_stages: int = DEFAULT_MAX_STAGES) -> Plan
     else:
         written = written_pieces(action.raw_query or "")
     return plan_search(subs, written, max_stages=max_stages)
+
+
+def plan_turn(action: Action, *, max_stages: int, final: bool = False) -> tuple[Action, Plan | None]:
+    """A search turn's ``#k`` plan, or None for a turn without one (no ``#``, one stage, the
+    final turn): a bad plan makes the turn invalid, with the plan's reason."""
+    if action.kind != "search" or final or not any("#" in q for q in action.subqueries):
+        return action, None
+    plan = plan_action(action, max_stages=max_stages)
+    if not plan.valid:
+        return replace(action, kind="invalid", reason=f"invalid #k reference: {plan.error}"), None
+    return action, plan if plan.dependent else None
 
 
 def written_pieces(body: str) -> list[str]:

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.loopback import LoopbackServer
 from parallelsearch.rl import EnvGraph
-from parallelsearch.rl.rollout import run_episode
+from parallelsearch.rl.rollout import rollout_episode
 
 EPISODES = 64
 LEVELS = (1, 8, 32)
@@ -43,7 +43,7 @@ def policy_for(recs: list[dict]) -> ScriptedPolicy:
 
 
 async def measure(env_graph: EnvGraph, policy, qs: list[dict], concurrency: int) -> dict:
-    recs, _, wall = await gather_limited(lambda q: run_episode(env_graph, policy, q), qs, concurrency)
+    recs, _, wall = await gather_limited(lambda q: rollout_episode(env_graph, policy, q), qs, concurrency)
     return {
         "episodes": len(recs),
         "failures": sum(1 for r in recs if r.get("error")),

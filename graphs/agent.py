@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from typing_extensions import Unpack
 
-from parallelsearch.agents.policies.coerce import PROTOCOLS, ProtocolChoice
+from parallelsearch.agents.policies.coerce import as_policy, protocol_choices, resolve_protocol
 from parallelsearch.agents.protocol import (
     PAPER_TEMPLATE,
     SEARCH_R1_TEMPLATE,
@@ -78,7 +78,7 @@ def create_parallel_search_agent(
     model: Planner,
     searchers: Any,
     *,
-    protocol: ProtocolChoice = "auto",
+    protocol: str = "auto",
     prompt: str | None = None,
     graph: Literal["parallel", "sequential"] = "parallel",
     answer_model: Planner | None = None,
@@ -111,16 +111,14 @@ def create_parallel_search_agent(
 
     Example: README.md, "A chat model and your searcher".
     """
-    check_choice(protocol, PROTOCOLS, "protocol")
+    check_choice(protocol, protocol_choices(), "protocol")
     check_graph_kind(graph, ("parallel", "sequential"))
     build = build_parallel_search_graph if graph == "parallel" else build_sequential_graph
     opts: dict[str, Any] = {**options, "protocol": protocol}
     if prompt is not None:
-        from parallelsearch.agents.policies.coerce import as_policy, policy_protocol
-
-        planner = as_policy(model, protocol)
+        planner = as_policy(model)
         model = planner
-        opts["prompt_template"] = _prompt(prompt, policy_protocol(planner), graph)
+        opts["prompt_template"] = _prompt(prompt, resolve_protocol(protocol, planner).name, graph)
     out = build(
         model,
         _searcher(searchers, retrieval),

@@ -19,10 +19,12 @@ from langgraph.graph.state import CompiledStateGraph
 from typing_extensions import Unpack
 
 from parallelsearch.agents.policies.base import Policy
-from parallelsearch.agents.policies.coerce import as_policy, policy_protocol
+from parallelsearch.agents.policies.coerce import as_policy, resolve_protocol
+from parallelsearch.agents.protocol import SearchProtocol
 from parallelsearch.agents.searchers.backends import as_searcher
 from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
-from parallelsearch.graphs.nodes import Nodes
+from parallelsearch.graphs.engine import EpisodeEngine
+from parallelsearch.graphs.nodes import after_join, bound_nodes, route
 from parallelsearch.graphs.state import GraphInput, GraphOutput, SearchState
 from parallelsearch.graphs.sync_bridge import sync_node
 from parallelsearch.stores.errors import check_choice
@@ -47,6 +49,12 @@ def check_graph_kind(kind: str, allowed: tuple[str, ...] = GRAPH_KINDS) -> str:
     return check_choice(kind, allowed, "graph")
 
 
+def _protocol_option(options: dict[str, Any]) -> SearchProtocol | None:
+    """Take a protocol object out of ``options`` (a name stays: it is a :class:`GraphConfig` field)."""
+    given = options.get("protocol")
+    return options.pop("protocol") if isinstance(given, SearchProtocol) else None
+
+
 def _resolver_option(options: dict[str, Any]) -> Any:
     """Take a resolver function or object out of ``options`` (a name stays: it is a
     :class:`GraphConfig` field); the graph's nodes use it when no name is configured."""
@@ -69,27 +77,42 @@ def _config(config: GraphConfig | None, options: dict[str, Any], **fixed: Any) -
     return cfg.model_copy(update=defaults)
 
 
-def _planner(
-    policy: Any, cfg: GraphConfig, kind: str, answer_policy: Any = None
-) -> tuple[Any, str, Any, GraphConfig]:
-    """The planner as a policy, the protocol it speaks (``auto`` resolved, logged), the answer
-    policy, and ``cfg`` with the protocol's default prompt (``tools`` when none was given)."""
-    searching = kind in SEARCHING_KINDS
-    if not searching and cfg.protocol == "tools":
+def _parts(
+    policy: Any, cfg: GraphConfig, kind: str, answer_policy: Any = None, protocol: Any = None
+) -> tuple[Any, SearchProtocol, Any]:
+    """The planner as a policy, the protocol it speaks (``auto`` resolved, logged) and the answer
+    policy. ``protocol``: a protocol object given to the builder (else ``cfg.protocol`` names one)."""
+    pol = as_policy(policy)
+    choice = protocol if protocol is not None else cfg.protocol
+    if kind not in SEARCHING_KINDS:
+        if choice not in ("auto", "tags"):
+            raise ValueError(
+                f"the {kind} graph has one answer-only turn and speaks tags; protocol={getattr(choice, 'name', choice)!r} "
+                "needs a searching graph"
+            )
+        choice = "tags"
+    spoken = resolve_protocol(choice, pol)
+    if spoken.chat and answer_policy is not None:
         raise ValueError(
-            f"the {kind} graph has one answer-only turn and speaks tags; protocol='tools' needs a searching graph"
+            f"answer_policy is for text protocols; under protocol={spoken.name!r} the planner answers"
         )
-    pol = as_policy(policy, cfg.protocol if searching else "tags")
-    protocol = policy_protocol(pol)
-    if protocol == "tools" and answer_policy is not None:
-        raise ValueError("answer_policy is for the tags protocol; under protocol='tools' the planner answers")
-    answerer = as_policy(answer_policy, "tags") if answer_policy is not None else None
-    if protocol == "tools" and not cfg.prompt_template:
-        text_form = getattr(pol, "tool_text", False)  # the trainer's policy writes <tool_call> blocks
-        cfg = cfg.model_copy(update={"prompt_template": "tool_text" if text_form else "tools"})
-    name = getattr(pol, "name", type(pol).__name__)
-    log.info("%s graph: planner %s speaks the %s protocol", kind, name, protocol)
-    return pol, protocol, answerer, cfg
+    answerer = as_policy(answer_policy) if answer_policy is not None else None
+    log.info(
+        "%s graph: planner %s speaks the %s protocol",
+        kind,
+        getattr(pol, "name", type(pol).__name__),
+        spoken.name,
+    )
+    return pol, spoken, answerer
+
+
+def _template(cfg: GraphConfig, protocol: SearchProtocol, kind: str) -> GraphConfig:
+    """``cfg`` with the prompt the graph uses when none is configured: the kind's own for the
+    tags protocol (paper, dag, search_r1), else the protocol's."""
+    if cfg.prompt_template:
+        return cfg
+    template = _KIND_TEMPLATES.get(kind, "paper") if protocol.name == "tags" else protocol.default_template
+    return _config(cfg, {}, prompt_template=template)
 
 
 def _compile(builder: StateGraph, cfg: GraphConfig, checkpointer: Any, name: str) -> SearchGraph:
@@ -101,7 +124,7 @@ def _compile(builder: StateGraph, cfg: GraphConfig, checkpointer: Any, name: str
     return graph
 
 
-def _new_builder(**nodes: Callable[..., Coroutine[Any, Any, Any]]) -> StateGraph:
+def _new_builder(nodes: dict[str, Callable[..., Coroutine[Any, Any, Any]]]) -> StateGraph:
     """A builder with ``nodes``, each its async function with a sync twin (``invoke``/``stream``/``batch``)."""
     b = StateGraph(
         SearchState, context_schema=GraphContext, input_schema=GraphInput, output_schema=GraphOutput
@@ -111,12 +134,8 @@ def _new_builder(**nodes: Callable[..., Coroutine[Any, Any, Any]]) -> StateGraph
     return b
 
 
-#: the knobs each searching kind fixes over the caller's configuration
-_PINNED: dict[str, dict[str, Any]] = {
-    "parallel": {"prompt_template": "paper"},
-    "dag": {"prompt_template": "dag"},
-    "sequential": {"prompt_template": "search_r1", "split_subqueries": False},
-}
+#: the tags prompt of each graph kind (a configured prompt wins; other protocols use their own)
+_KIND_TEMPLATES: dict[str, str] = {"parallel": "paper", "dag": "dag", "sequential": "search_r1"}
 
 
 def _search_loop(
@@ -129,24 +148,30 @@ def _search_loop(
     options: dict[str, Any],
 ) -> SearchGraph:
     """The searching graphs' one shape: begin -> planner -> ``Send`` searchers -> join -> planner
-    ... -> answer; what differs by kind is what :data:`_PINNED` fixes and, for dag, ``references``."""
+    ... -> answer; what differs by kind is the tags prompt, splitting (sequential) and ``references`` (dag)."""
     opts = dict(options)
-    resolver = _resolver_option(opts)
-    cfg = _config(config, opts)
-    pol, protocol, answerer, cfg = _planner(policy, cfg, kind, answer_policy)
-    cfg = _config(cfg, {}, **_PINNED[kind])
-    nodes = Nodes(pol, as_searcher(searcher), cfg, answerer, protocol=protocol, resolver=resolver)
-    nodes.references = kind == "dag"
-    nodes.graph_name = name = "parallelsearch" if kind == "parallel" else kind
-    b = _new_builder(
-        begin=nodes.begin, planner=nodes.planner, search=nodes.search, join=nodes.join, answer=nodes.answer
+    resolver, protocol = _resolver_option(opts), _protocol_option(opts)
+    cfg = _config(config, opts, **({"split_subqueries": False} if kind == "sequential" else {}))
+    pol, spoken, answerer = _parts(policy, cfg, kind, answer_policy, protocol)
+    cfg = _template(cfg, spoken, kind)
+    name = "parallelsearch" if kind == "parallel" else kind
+    engine = EpisodeEngine(
+        pol,
+        spoken,
+        as_searcher(searcher),
+        cfg,
+        answerer,
+        references=kind == "dag",
+        graph_name=name,
+        resolver=resolver,
     )
+    b = _new_builder(bound_nodes(engine, "begin", "planner", "search", "join", "answer"))
     b.add_edge(START, "begin")
     b.add_edge("begin", "planner")
-    b.add_conditional_edges("planner", nodes.route, ["search", "planner", "answer"])
+    b.add_conditional_edges("planner", route, ["search", "planner", "answer"])
     b.add_edge("search", "join")
     # a search with #k goes back from the join to the searchers for its next stage
-    b.add_conditional_edges("join", nodes.after_join, ["search", "planner"])
+    b.add_conditional_edges("join", after_join, ["search", "planner"])
     b.add_edge("answer", END)
     return _compile(b, cfg, checkpointer, name)
 
@@ -163,16 +188,20 @@ def _one_turn(
     then one answer-only turn."""
     opts = dict(options)
     _resolver_option(opts)  # one answer-only turn: nothing to resolve
-    cfg = _config(config, opts, prompt_template="paper", max_turns=0)
-    pol, _, _, cfg = _planner(policy, cfg, kind)
-    nodes = Nodes(pol, as_searcher(searcher) if kind == "rag" else None, cfg, pinned=("max_turns",))
-    nodes.graph_name = kind
-    entry = "retrieve" if kind == "rag" else "begin"
-    b = _new_builder(
-        **{entry: nodes.retrieve_once if kind == "rag" else nodes.begin},
-        planner=nodes.planner,
-        answer=nodes.answer,
+    protocol = _protocol_option(opts)
+    cfg = _config(config, opts, max_turns=0)
+    pol, spoken, _ = _parts(policy, cfg, kind, protocol=protocol)
+    cfg = _template(cfg, spoken, kind)
+    engine = EpisodeEngine(
+        pol,
+        spoken,
+        as_searcher(searcher) if kind == "rag" else None,
+        cfg,
+        pinned=frozenset({"max_turns"}),
+        graph_name=kind,
     )
+    entry = "retrieve" if kind == "rag" else "begin"
+    b = _new_builder(bound_nodes(engine, entry, "planner", "answer"))
     b.add_edge(START, entry)
     b.add_edge(entry, "planner")
     b.add_edge("planner", "answer")

@@ -8,14 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, with_config
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, with_config
 from typing_extensions import TypedDict
 
-from parallelsearch.agents.policies.coerce import ProtocolChoice
+from parallelsearch.agents.policies.coerce import protocol_choices
 from parallelsearch.agents.protocol import TitleStyle
 from parallelsearch.agents.resolvers import ResolverName
 from parallelsearch.agents.subquery_plan import DEFAULT_MAX_STAGES
-from parallelsearch.stores.errors import describe_validation_error
+from parallelsearch.stores.errors import check_choice, describe_validation_error
 
 #: the most policy turns any request may ask for; the graphs' recursion limit is sized for it
 MAX_TURNS_LIMIT = 64
@@ -82,7 +82,7 @@ MaxStages = Annotated[
         "(#k); more is an invalid action",
     ),
 ]
-Resolver = Annotated[
+ResolverKnob = Annotated[
     ResolverName | None,
     Field(
         description="what a #k stands for when its sub-query is searched: 'passage' (a name from the "
@@ -91,13 +91,14 @@ Resolver = Annotated[
         "planner model); None = the function given to the builder, else 'passage'"
     ),
 ]
-Protocol = Annotated[
-    ProtocolChoice,
+ProtocolName = Annotated[
+    str,
     Field(
         description="how the planner searches: 'tags' = <search> a ## b </search> text, 'tools' = parallel "
-        "calls of a search tool (a chat model with bind_tools); 'auto' = tools for such a chat model, tags "
-        "otherwise (the trained checkpoints behind openai:/vllm:/hf: speak tags). In training (the RL "
-        "environment) 'tools' is the protocol's text form: <tool_call> blocks and <tool_response> replies"
+        "calls of a search tool (a chat model with bind_tools), 'tool_text' = those calls written as text "
+        "(<tool_call> blocks, <tool_response> replies; what training uses for 'tools'); 'auto' = tools for "
+        "a chat model with bind_tools, tags otherwise (the trained checkpoints behind openai:/vllm:/hf: "
+        "speak tags); or the name of a registered protocol"
     ),
 ]
 
@@ -122,8 +123,13 @@ class GraphConfig(BaseModel):
     top_p: TopP = 1.0
     split_subqueries: SplitSubqueries = True
     max_stages: MaxStages = DEFAULT_MAX_STAGES
-    resolver: Resolver = None
-    protocol: Protocol = "auto"
+    resolver: ResolverKnob = None
+    protocol: ProtocolName = "auto"
+
+    @field_validator("protocol")
+    @classmethod
+    def _known_protocol(cls, value: str) -> str:
+        return check_choice(value, protocol_choices(), "protocol")
 
     def search_top_k(self, subqueries: int) -> int:
         """Passages per sub-query in a search of ``subqueries``: ``top_k``, shrunk by the
@@ -170,7 +176,7 @@ class GraphOptions(_RequestKnobs, total=False):
     observation_titles: ObservationTitles
     split_subqueries: SplitSubqueries
     resolver: ResolverChoice  # a builder also takes a function or an object with aresolve
-    protocol: Protocol
+    protocol: ProtocolName | Any  # a name, or a SearchProtocol object (a builder only)
 
 
 @with_config(ConfigDict(extra="allow"))
@@ -179,11 +185,36 @@ class GraphContext(_RequestKnobs, total=False):
     runtime ``context={"top_k": 5}``; with :class:`GraphConfig`'s types, so the bounds are the same.
     Other ``configurable`` keys (``thread_id``, ...) pass through untouched."""
 
-    resolver: Resolver
+    resolver: ResolverKnob
 
 
 #: the keys a request may set (the rest of GraphConfig is fixed when the graph is built)
 PER_REQUEST_KEYS: tuple[str, ...] = tuple(GraphContext.__annotations__)
+
+#: the knobs the command line sets, by flag (its type, choices, help and default come from the field)
+CLI_FLAGS: dict[str, str] = {
+    "top_k": "--top-k",
+    "passage_budget": "--passage-budget",
+    "max_turns": "--max-turns",
+    "max_subqueries": "--max-subqueries",
+    "max_stages": "--max-stages",
+    "prompt_template": "--template",
+    "resolver": "--resolver",
+}
+
+
+def knob_bounds(keys: tuple[str, ...] = PER_REQUEST_KEYS) -> dict[str, dict[str, Any]]:
+    """Each knob's default and JSON-schema bounds, as a form shows them (the page's inputs)."""
+    props = GraphConfig.model_json_schema()["properties"]
+    out: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        prop = props[key]
+        kinds = [prop, *prop.get("anyOf", [])]
+        bounds = {b: k[b] for k in kinds for b in ("minimum", "maximum", "exclusiveMinimum") if b in k}
+        out[key] = {"default": prop.get("default"), "description": prop.get("description"), **bounds}
+    return out
+
+
 _CONTEXT = TypeAdapter(GraphContext)
 
 

@@ -29,6 +29,7 @@ from parallelsearch.stores.chroma_store import (
 )
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.encoding.embedder import Embedder, make_embedder
+from parallelsearch.stores.errors import check_choice
 from parallelsearch.stores.http.retrieval_client import RetrieverClient
 from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, StoreLocation, list_stores
 from parallelsearch.stores.shard_spec import StoreSpec
@@ -168,14 +169,20 @@ def describe_stores(
     return [dict(row, location=location) for row in list_stores(store_location(cfg), timeout_s=timeout_s)]
 
 
-def make_searcher(cfg: RetrievalConfig) -> Searcher:
-    """What the graphs search: a ``/retrieve`` server, one store, or several with routing."""
-    if cfg.searcher_kind() == "remote":
-        assert cfg.retriever_url is not None
-        client = RetrieverClient(
-            cfg.retriever_url, timeout_s=cfg.retriever_timeout_s, api_key=cfg.retriever_api_key
+def _remote_searcher(cfg: RetrievalConfig) -> Searcher:
+    """A Search-R1 ``/retrieve`` server at ``retriever_url``."""
+    if cfg.retriever_url is None:
+        raise ValueError(
+            "searcher 'remote' needs retriever_url (--retriever URL, PARALLELSEARCH_RETRIEVER_URL)"
         )
-        return RemoteSearcher(client)
+    client = RetrieverClient(
+        cfg.retriever_url, timeout_s=cfg.retriever_timeout_s, api_key=cfg.retriever_api_key
+    )
+    return RemoteSearcher(client)
+
+
+def _store_searcher(cfg: RetrievalConfig) -> Searcher:
+    """The ``stores`` (sharded ones opened shard by shard); several are routed by ``name: query``."""
     specs = [cfg.store_spec(entry) for entry in cfg.stores]
     plain = [spec.name for spec in specs if not spec.sharded]
     client = make_chroma_client(cfg) if plain else None
@@ -188,6 +195,19 @@ def make_searcher(cfg: RetrievalConfig) -> Searcher:
         for spec in specs
     }
     return next(iter(searchers.values())) if len(searchers) == 1 else MultiStoreSearcher(searchers)
+
+
+#: every searcher kind a configuration can name (``RetrievalConfig.searcher``): one entry per kind
+SEARCHER_KINDS: dict[str, Callable[[RetrievalConfig], Searcher]] = {
+    "remote": _remote_searcher,
+    "stores": _store_searcher,
+}
+
+
+def make_searcher(cfg: RetrievalConfig) -> Searcher:
+    """What the graphs search: the searcher kind the configuration names (``SEARCHER_KINDS``)."""
+    kind = check_choice(cfg.searcher_kind(), tuple(SEARCHER_KINDS), "searcher")
+    return SEARCHER_KINDS[kind](cfg)
 
 
 def make_policy(cfg: PolicyConfig | str, *, answer: bool = False) -> Policy:

@@ -8,11 +8,13 @@ channels and ``history`` keeps one record per episode (docs/architecture.md, "Th
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 from typing_extensions import NotRequired, TypedDict
+
+from parallelsearch.graphs.record import TrajectoryRecord
 
 
 def sum_ms(left: dict[str, float] | None, right: dict[str, float] | None) -> dict[str, float]:
@@ -45,60 +47,10 @@ class GraphInput(TypedDict):
     messages: NotRequired[Annotated[list[AnyMessage], add_messages]]
 
 
-class PassageRecord(TypedDict):
-    """A passage as the trajectory keeps it (the text is in the observation)."""
-
-    title: str
-    score: float | None
-    id: str
-    store: str | None
-
-
-class SearchRecord(TypedDict):
-    """One sub-query's search in an observation record (``note``: how a ``#k`` was resolved)."""
-
-    query: str
-    error: str | None
-    ms: float | None
-    passages: list[PassageRecord]
-    note: NotRequired[str]
-
-
-class TurnRecord(TypedDict):
-    """One policy turn in ``trajectory``: what the CLI prints, eval scores and the page shows."""
-
-    type: Literal["turn"]
-    index: int  # policy calls before this one
-    final: bool
-    text: str
-    action: str  # "search" | "answer" | "invalid"
-    subqueries: list[str]
-    answer: str | None
-    reason: str | None  # why the turn is invalid
-    finish_reason: str
-    ms: float
-    labels: list[str]
-    role: NotRequired[Literal["answer"]]  # the answer policy's turn (a planner's has no role)
-    stages: NotRequired[list[list[int]]]  # a search with #k: the sub-queries of each stage
-
-
-class ObservationRecord(TypedDict):
-    """One search round in ``trajectory``: the ``<information>`` text and each sub-query's search."""
-
-    type: Literal["observation"]
-    round: int
-    text: str
-    results: list[SearchRecord]
-    stages: NotRequired[int]  # a search with #k: how many stages it took
-
-
-TrajectoryRecord: TypeAlias = TurnRecord | ObservationRecord
-
-
 class _Outcome(TypedDict, total=False):
     """What an episode ends with: the keys the output and the state share."""
 
-    protocol: str  # "tags" | "tools"
+    protocol: str  # the protocol's registry name: "tags", "tools", "tool_text", ...
     answer: str | None
     status: str  # "answered" | "unanswered"
     transcript: str
@@ -139,7 +91,7 @@ class SearchState(_Outcome, total=False):
     stage: int
     next_stage: list[dict[str, Any]] | None
     started_at: float
-    # the tools protocol's episode as chat messages (AI tool calls, one ToolMessage per call)
+    # a chat protocol's episode as messages (AI tool calls, one ToolMessage per call)
     chat: list[AnyMessage]
     node_ms: Annotated[dict[str, float], sum_ms]
 
@@ -152,5 +104,5 @@ class SearchTask(TypedDict):
     index: int
     round: int
     error: NotRequired[str]
-    #: sub-queries in the whole search (an observation budget divides among them); not in results
-    width: NotRequired[int]
+    #: passages to fetch (``top_k``, or the observation budget's share); not in results
+    top_k: NotRequired[int | None]

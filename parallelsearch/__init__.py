@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 _LAZY = {
     "Settings": "parallelsearch.settings",

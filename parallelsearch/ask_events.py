@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from parallelsearch.graphs.state import TrajectoryRecord
+from parallelsearch.graphs.record import TrajectoryRecord
 
 #: the counts the closing ``answer`` event carries
 ANSWER_FIELDS = tuple(

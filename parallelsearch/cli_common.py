@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import typing
 from typing import Any, get_args
 
 from parallelsearch.agents.policies.spec import SPEC_HELP
-from parallelsearch.agents.resolvers import RESOLVER_NAMES
 from parallelsearch.settings import Settings, get_settings
 from parallelsearch.stores.chroma_store import HNSW_KEYS, Space
-from parallelsearch.stores.config import EncoderBackend  # merged with 24a's Literal
+from parallelsearch.stores.config import EncoderBackend
 
 
 def clean_text_arg(text: str, what: str) -> str:
@@ -195,32 +195,28 @@ def add_policy_args(p: argparse.ArgumentParser, *, answer_policy: bool = True) -
     )
 
 
+def _flag_type(field: Any) -> tuple[type, tuple[str, ...] | None]:
+    """The argparse type and choices of a knob: its Literal's values, else int, float or str."""
+    args = [a for a in typing.get_args(field.annotation) or (field.annotation,) if a is not type(None)]
+    literal = next((a for a in args if typing.get_origin(a) is typing.Literal), None)
+    if literal is not None:
+        return str, typing.get_args(literal)
+    kind = next((a for a in args if a in (int, float)), str)
+    return kind, None
+
+
 def add_graph_args(p: argparse.ArgumentParser) -> None:
-    """The graph knobs; unset flags leave the settings' (or GraphConfig's) values."""
-    add_typed_flags(
-        p,
-        int,
-        {
-            "--top-k": "passages per sub-query (default 3)",
-            "--passage-budget": "passages one search may show in all: k sub-queries get max(1, budget // k) "
-            "each, at most --top-k (default: off, --top-k each)",
-            "--max-turns": "policy turns before the answer-only turn (default 4)",
-            "--max-subqueries": "sub-queries allowed in one search (default 8)",
-            "--max-stages": "search stages one search may take through #k references (default 4)",
-        },
-    )
-    p.add_argument(
-        "--template",
-        help="prompt template: paper | official | search_r1 | dag (teaches #k) | a format string with {question} "
-        "(default: each graph's own)",
-    )
-    p.add_argument(
-        "--resolver",
-        choices=RESOLVER_NAMES,
-        help="what a #k in a dependent sub-query ('seat of #1') stands for: passage (a name from the "
-        "referenced sub-query's top passage, no model call; the default), policy (one short extraction call "
-        "to the answer or planner model), gold (the question's gold intermediate answers; oracle runs)",
-    )
+    """The graph knobs of ``CLI_FLAGS``, each with its field's type, choices, help and default;
+    unset flags leave the settings' (or GraphConfig's) values."""
+    from parallelsearch.graphs.config import CLI_FLAGS, GraphConfig
+
+    for name, flag in CLI_FLAGS.items():
+        field = GraphConfig.model_fields[name]
+        kind, choices = _flag_type(field)
+        metavar = None if choices else flag[2:].upper().replace("-", "_")
+        # a knob whose default is None says in its description what None means
+        help_text = field.description + ("" if field.default is None else f" (default {field.default})")
+        p.add_argument(flag, dest=name, type=kind, choices=choices, metavar=metavar, help=help_text)
 
 
 def _declared(declared: list[str], names: list[str]) -> list[str]:
@@ -266,13 +262,9 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
     ):
         if v.get(flag) is not None:
             update[field] = v[flag]
-    graph = s.graph_config.updated(
-        **{
-            k: v.get(k)
-            for k in ("top_k", "passage_budget", "max_turns", "max_subqueries", "resolver", "max_stages")
-        },
-        prompt_template=v.get("template"),
-    )
+    from parallelsearch.graphs.config import CLI_FLAGS
+
+    graph = s.graph_config.updated(**{name: v.get(name) for name in CLI_FLAGS})
     if graph is not s.graph_config:
         update["graph_config"] = graph
     if not update:

@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from parallelsearch import __version__
 from parallelsearch.admission import AdmissionQueue
 from parallelsearch.agents.policies.scripted import OraclePolicy
-from parallelsearch.graphs.config import PER_REQUEST_KEYS
+from parallelsearch.graphs.config import PER_REQUEST_KEYS, knob_bounds
 from parallelsearch.guard import RequestGuard
 from parallelsearch.settings import Settings, get_settings
 
@@ -114,6 +114,7 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
             "routes": [f"/{r}" for r in ROUTES],
             "graph": parts.config.model_dump(),
             "per_request": list(PER_REQUEST_KEYS),
+            "knobs": knob_bounds(),
             "threads": s.server_checkpointer,
             "api_key_required": bool(s.server_api_key),
             "admission": admission.stats(),

@@ -1,6 +1,6 @@
 """Settings: a CLI flag > environment (``PARALLELSEARCH_*``) > a YAML/TOML config file > the config
 models' defaults (docs/architecture.md, "Configuration"). It is the one place that says where stores
-live: under ``home``. ``graph_config`` keeps its public spelling ``graph`` (env and file)."""
+live: under ``home``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, model_validator
 from pydantic_settings import (
     BaseSettings,
-    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -117,6 +116,23 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
 
     @model_validator(mode="before")
     @classmethod
+    def _no_removed_graph_spelling(cls, data: Any) -> Any:
+        """The graph knobs are ``graph_config``: a ``graph`` key or ``PARALLELSEARCH_GRAPH*`` variable
+        (the spelling removed in 0.4) is refused by name instead of being ignored."""
+        stale = [
+            k for k in os.environ if k == "PARALLELSEARCH_GRAPH" or k.startswith("PARALLELSEARCH_GRAPH__")
+        ]
+        if isinstance(data, dict) and isinstance(data.get("graph"), dict):
+            stale.append("graph (a settings or config-file key)")
+        if stale:
+            raise ValueError(
+                f"{', '.join(sorted(stale))}: the graph knobs are graph_config now "
+                "(PARALLELSEARCH_GRAPH_CONFIG__TOP_K=5, graph_config: {top_k: 5}); 'graph' names a graph kind"
+            )
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _openai_key_fallback(cls, data: Any) -> Any:
         """``OPENAI_API_KEY`` is the key when ``PARALLELSEARCH_OPENAI_API_KEY`` is not set."""
         if isinstance(data, dict) and not data.get("openai_api_key") and os.environ.get("OPENAI_API_KEY"):
@@ -140,39 +156,14 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        legacy_env = EnvSettingsSource(_GraphEnv, env_prefix="PARALLELSEARCH_", env_nested_delimiter="__")
-        sources = [init_settings, env_settings, legacy_env]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         cfg = _config_file()
         if cfg is not None:
             if cfg.suffix == ".toml":
                 sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cfg))
             else:
                 sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=cfg))
-        return tuple(_GraphKey(settings_cls, source) for source in sources)
-
-
-class _GraphEnv(BaseSettings):
-    """``PARALLELSEARCH_GRAPH`` / ``PARALLELSEARCH_GRAPH__*``: the environment's public name of
-    ``graph_config`` (read after ``PARALLELSEARCH_GRAPH_CONFIG*``)."""
-
-    graph: dict[str, Any] = Field(default_factory=dict)
-
-
-class _GraphKey(PydanticBaseSettingsSource):
-    """A source whose ``graph`` key (a config file's, a caller's, the variable's) is ``graph_config``."""
-
-    def __init__(self, settings_cls: type[BaseSettings], source: PydanticBaseSettingsSource):
-        super().__init__(settings_cls)
-        self.source = source
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        data = dict(self.source())
-        if data.get("graph"):
-            data.setdefault("graph_config", data.pop("graph"))
-        return data
+        return tuple(sources)
 
 
 def get_settings(**overrides: Any) -> Settings:

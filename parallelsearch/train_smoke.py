@@ -109,7 +109,7 @@ def _spans(ranges: Sequence[Sequence[int]], prompt_len: int, total: int) -> list
 
 def episode_view(result: dict[str, Any], experience: Any, tokenizer: Any, question: str) -> SmokeEpisode:
     """What the trainer gets for one episode: reward terms, and each span with its mask."""
-    from parallelsearch.rl.executor import decode_tokens
+    from parallelsearch.rl.episode import decode_tokens
 
     seq = experience.sequences[0].tolist()
     ranges = [tuple(r) for r in result["action_ranges"]]

@@ -13,6 +13,8 @@ from parallelsearch.rl.rewards import (
     RewardMode,
     check_reward_mode,
     question_class,
+    read_episode,
+    score_episode,
     score_trajectory,
 )
 
@@ -30,5 +32,7 @@ __all__ = [
     "f1_score",
     "normalize_answer",
     "question_class",
+    "read_episode",
+    "score_episode",
     "score_trajectory",
 ]

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import (
-    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -104,10 +103,7 @@ class AgentConfig(RetrievalConfig):
         description="encoder calls at once: 1 by default, so the encoder takes one core of the node "
         "(unset = the engine's default: ONNX fills the cores)",
     )
-    # the settings' and CLI's name; files written for earlier releases say constrained_decoding
-    constrained: Constrained = Field(
-        False, validation_alias=AliasChoices("constrained", "constrained_decoding")
-    )
+    constrained: Constrained = False
     constrained_think_chars: ConstrainedThinkChars = 600
 
     @model_validator(mode="before")

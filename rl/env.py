@@ -1,9 +1,11 @@
 """The training environment: the compiled graph, driven one policy turn at a time.
 
 The planner node runs the :class:`ExternalPolicy`, which pauses the graph with LangGraph
-``interrupt``; :meth:`SearchEnv.step` resumes it with ``Command(resume=...)``, so search, join,
-routing and counting are the graph's own code, as in serving. ``EnvGraph`` is built once per
-process and shared; each episode is a cheap :class:`SearchEnv` on its own checkpoint thread.
+``interrupt`` and the whole turn request; :meth:`SearchEnv.step` resumes it with
+``Command(resume=...)``, so search, join, routing and counting are the graph's own code, as in
+serving. ``EnvGraph`` is built once per process and shared; each episode is a cheap
+:class:`SearchEnv` on its own checkpoint thread. The environment scores nothing: whoever drives
+it scores the finished episode's record once (``parallelsearch.rl.episode``).
 """
 
 from __future__ import annotations
@@ -15,31 +17,38 @@ from typing import Any
 from typing_extensions import Unpack
 
 from parallelsearch.agents.policies.external import ExternalPolicy
-from parallelsearch.agents.protocol import Protocol
+from parallelsearch.agents.protocol import TurnRequest
 from parallelsearch.graphs.builders import SEARCHING_KINDS, build_graph, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig, GraphOptions
+from parallelsearch.graphs.record import Episode
 from parallelsearch.rl.rewards import (
     RewardBreakdown,
     check_reward_mode,
     check_reward_protocol,
+    check_reward_weights,
     parse_label,
-    score_trajectory,
+    score_episode,
 )
 
 
 @dataclass
 class StepResult:
-    """What one ``step`` returns: the text to append after the action, and the outcome."""
+    """What one ``step`` returns: the text to append after the action, and whether it ended."""
 
     observation: str
     done: bool
-    reward: RewardBreakdown | None = None
     next_final: bool = False  # the next turn is the answer-only turn
     output: dict[str, Any] = field(default_factory=dict)  # the graph's final state, when done
 
+    @property
+    def episode(self) -> Episode:
+        """The finished episode's record (empty before it is done)."""
+        return Episode.from_state(self.output)
+
 
 class EnvGraph:
-    """One compiled graph with the external policy and an in-memory checkpointer, shared by episodes."""
+    """One compiled graph with the external policy and an in-memory checkpointer, shared by
+    episodes; the reward mode and weights its episodes are scored with."""
 
     def __init__(
         self,
@@ -56,27 +65,35 @@ class EnvGraph:
         self.kind = check_graph_kind(graph, SEARCHING_KINDS)
         self.reward_mode = check_reward_mode(reward_mode)
         self.reward_weights = dict(reward_weights or {})
+        check_reward_weights(self.reward_mode, self.reward_weights)
         self.checkpointer = InMemorySaver()
         self.config = (config or GraphConfig()).updated(**options)
-        # the policy writes text: ``tools`` is the tools protocol's text form (<tool_call> blocks)
-        self.protocol: Protocol = "tools" if self.config.protocol == "tools" else "tags"
+        # the trainer's policy writes text: training's "tools" is the tool calls' text form
+        chosen = self.config.protocol
+        self.protocol = {"tools": "tool_text", "auto": "tags"}.get(chosen, chosen)
         check_reward_protocol(self.reward_mode, self.protocol)
         self.graph = build_graph(
             graph,
-            ExternalPolicy(self.protocol),
+            ExternalPolicy(),
             searcher,
             checkpointer=self.checkpointer,
-            config=self.config,
+            config=self.config.model_copy(update={"protocol": self.protocol}),
         )
 
     def new_episode(self) -> SearchEnv:
         return SearchEnv(self)
 
+    def score(self, episode: Episode, label: Any, text: str | None = None) -> RewardBreakdown:
+        """The episode's reward in this environment's mode (``text``: the decoded episode, which
+        only the official mode reads)."""
+        return score_episode(episode, label, self.reward_mode, text=text, **self.reward_weights)
 
-def _interrupt_value(snapshot: Any) -> dict[str, Any] | None:
+
+def _pending_turn(snapshot: Any) -> TurnRequest | None:
+    """The turn request the paused graph waits on, if it waits on one."""
     for intr in getattr(snapshot, "interrupts", ()) or ():
         if isinstance(intr.value, dict) and "transcript" in intr.value:
-            return intr.value
+            return TurnRequest.from_payload(intr.value)
     return None
 
 
@@ -88,9 +105,9 @@ class SearchEnv:
         self._config: dict[str, Any] | None = None
         self._transcript = ""
         self._prompt = ""
-        self._label: dict[str, Any] = {}
         self.done = False
-        self.turn = None  # the pending interrupt: transcript, stop, max_tokens, turn_index, final
+        self.turn: TurnRequest | None = None  # the pending turn the graph asked for
+        self.last_output: dict[str, Any] = {}  # the graph's final state, once done
 
     @property
     def transcript(self) -> str:
@@ -104,29 +121,28 @@ class SearchEnv:
         graph = self._g.graph
         await graph.ainvoke(payload, self._config)
         snapshot = await graph.aget_state(self._config)
-        value = _interrupt_value(snapshot)
-        if value is None and snapshot.next:
+        turn = _pending_turn(snapshot)
+        if turn is None and snapshot.next:
             raise RuntimeError(f"the graph stopped at {snapshot.next} without asking for a policy turn")
-        self.turn = value
-        return None if value is not None else dict(snapshot.values)
+        self.turn = turn
+        return None if turn is not None else dict(snapshot.values)
 
     async def reset(self, question: str, label: Any = None, metadata: dict[str, Any] | None = None) -> str:
         """Start an episode; returns the prompt (the transcript before the first turn).
-
-        ``label`` (golden answers, type/split) is what the reward needs; ``metadata`` is any
-        further question metadata the graph's policies may read (the oracle does).
-        """
+        ``label`` (golden answers, type/split) and ``metadata`` become the episode's metadata,
+        which the graph's policies may read (the oracle does)."""
         if not isinstance(question, str) or not question.strip():
             raise ValueError("reset needs a non-empty question string")
         self.close()
-        self._label = parse_label(label) if label is not None else {"golden_answers": []}
         self._config = {"configurable": {"thread_id": f"env-{uuid.uuid4().hex}"}}
-        self.done = False
-        meta = {**(metadata or {}), **{k: v for k, v in self._label.items() if k != "question"}}
+        self.done, self.last_output = False, {}
+        lab = parse_label(label) if label is not None else {}
+        # the question's own metadata wins: a label carries a reward's digest of it (hops' refs only)
+        meta = {**{k: v for k, v in lab.items() if k != "question"}, **(metadata or {})}
         final = await self._advance({"question": question, "metadata": meta})
         if final is not None or self.turn is None:
             raise RuntimeError("the graph ended before the first policy turn")
-        self._prompt = self._transcript = self.turn["transcript"]
+        self._prompt = self._transcript = self.turn.transcript
         return self._prompt
 
     async def step(self, action_text: str) -> StepResult:
@@ -141,26 +157,16 @@ class SearchEnv:
 
         before = self._transcript + action_text
         final_state = await self._advance(Command(resume={"text": action_text}))
-        after = final_state["transcript"] if final_state is not None else self.turn["transcript"]
+        after = final_state["transcript"] if final_state is not None else self.turn.transcript  # type: ignore[union-attr]
         if not after.startswith(before):
             raise RuntimeError("the graph's transcript does not continue the action text (state was altered)")
         self._transcript = after
         observation = after[len(before) :]
         if final_state is None:
-            return StepResult(observation, False, next_final=bool(self.turn.get("final")))
-        self.done = True
-        reward = None
-        if self._label.get("golden_answers"):
-            reward = score_trajectory(
-                after,
-                self._label,
-                self._g.reward_mode,
-                prompt=self._prompt,
-                protocol=self._g.protocol,
-                **self._g.reward_weights,
-            )
+            return StepResult(observation, False, next_final=bool(self.turn and self.turn.final))
+        self.done, self.last_output = True, final_state
         self.close()
-        return StepResult(observation, True, reward=reward, output=final_state)
+        return StepResult(observation, True, output=final_state)
 
     async def values(self) -> dict[str, Any]:
         """The graph's state so far (counts of searches, failures, turns); empty before ``reset``."""

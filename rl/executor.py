@@ -1,9 +1,7 @@
-"""One OpenRLHF episode over the graph environment, with exact token bookkeeping.
-
-The loop is docs/architecture.md's "A training episode": ``action_ranges`` are exactly the
-generated spans, so retrieved text never enters the loss, and the reward is
-:func:`score_trajectory` on the decoded episode. No OpenRLHF import here:
-``openrlhf_agent.py`` wraps it, and tests call it with engine stand-ins too.
+"""One OpenRLHF episode over the graph environment: OpenRLHF's engine generates each turn of
+the one episode loop (``parallelsearch.rl.episode``), whose ledger gives ``action_ranges`` that
+are exactly the generated spans, so retrieved text never enters the loss. No OpenRLHF import
+here: ``openrlhf_agent.py`` wraps it, and tests call it with engine stand-ins too.
 """
 
 from __future__ import annotations
@@ -12,13 +10,18 @@ import copy
 import dataclasses
 import logging
 import re
-import warnings
-from collections.abc import Coroutine
 from typing import Any
 
-from parallelsearch.agents.protocol import DEFAULT_MAX_STAGES, protocol_regex
+from parallelsearch.agents.protocol import TurnRequest, get_protocol
 from parallelsearch.rl.env import EnvGraph
-from parallelsearch.rl.rewards import RewardBreakdown, parse_label, score_trajectory
+from parallelsearch.rl.episode import (
+    EpisodeRun,
+    Generated,
+    TokenLedger,
+    TurnGenerator,
+    run_episode,
+)
+from parallelsearch.rl.rewards import RewardBreakdown, parse_label
 from parallelsearch.rl.search_failures import SearchFailureGuard
 from parallelsearch.stores.text import scrub_text
 
@@ -90,33 +93,26 @@ def _logprobs(out: Any, ids: list[int]) -> list[float]:
     return vals
 
 
-def decode_tokens(tokenizer: Any, tokens: list[int]) -> str:
-    """Token ids -> text, exactly: special tokens kept, no clean-up of spaces.
-
-    The episode's one decoding. Everything the environment, the reward and the next turn
-    see is decoded this way from the ids the policy is trained on, so text and tokens never
-    drift apart (for byte-level BPE tokenizers such as Qwen's, decoding is then exactly
-    additive: ``decode(a + b) == decode(a) + decode(b)``).
-    """
-    return tokenizer.decode(tokens, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-
-
-def extra_logs(
-    breakdown: RewardBreakdown, state: dict[str, Any], turns: int, replaced_chars: int = 0
-) -> dict[str, Any]:
-    """One scalar tensor per reward part and per count (OpenRLHF logs each key)."""
+def extra_logs(run: EpisodeRun, breakdown: RewardBreakdown, replaced_chars: int = 0) -> dict[str, Any]:
+    """One scalar tensor per reward part and per count (OpenRLHF averages each key over a step).
+    The counts are the record's: only what the policy did (never the prompt's own tags). The
+    decomposition rate on parallelizable questions is ``parallel_decomposed / parallel_questions``."""
+    ep, state = run.episode, run.state
+    parallel = breakdown.question_class == "parallel"
     values = {
         "reward_outcome": breakdown.outcome,
         "reward_decomposition": breakdown.decomposition,
         "reward_search_count": breakdown.search_count,
         "reward_format": breakdown.format,
         "format_valid": float(breakdown.format_valid),
-        "decomposed": float(breakdown.decomposed),
-        "answered": float(breakdown.answer is not None),
-        "searches": float(breakdown.searches),
-        "policy_calls": float(state.get("policy_calls", turns)),
+        "decomposed": float(ep.decomposed),
+        "answered": float(ep.answered),
+        "searches": float(len(ep.searches)),
+        "subqueries": float(sum(ep.subqueries_per_search)),
+        "parallel_questions": float(parallel),
+        "parallel_decomposed": float(parallel and ep.decomposed),
+        "policy_calls": float(state.get("policy_calls", len(run.turns))),
         "search_rounds": float(state.get("search_rounds", 0)),
-        "subqueries": float(state.get("subqueries", 0)),
         "search_errors": float(state.get("errors", 0)),
         "search_failed_share": float(state.get("errors", 0)) / max(float(state.get("subqueries", 0)), 1.0),
         "invalid_chars_replaced": float(replaced_chars),
@@ -144,6 +140,34 @@ class EpisodeExecutor:
         self.constrained = constrained
         self.think_chars = think_chars
         self.search_guard = search_guard
+
+    def _engine_turns(
+        self, sampling_params: Any, llm_engine: Any, turn_cap: int, want_lp: bool
+    ) -> TurnGenerator:
+        """Turns from OpenRLHF's engine: the ledger's ids in, the turn's ids (and log-probs) out,
+        under the request's stop strings, a per-turn cap and, constrained, its grammar."""
+
+        async def generate(request: TurnRequest, ledger: TokenLedger | None) -> Generated:
+            assert ledger is not None
+            regex = None
+            if self.constrained:
+                regex = get_protocol(request.protocol).grammar(
+                    final=request.final,
+                    split=request.allow_split,
+                    max_subqueries=request.max_subqueries,
+                    max_stages=request.max_stages,
+                    think_chars=self.think_chars,
+                )
+            room = ledger.room() or turn_cap
+            params = turn_params(
+                sampling_params, stop=request.stop, max_tokens=min(turn_cap, room), regex=regex
+            )
+            out = (await llm_engine.generate(ledger.ids, params)).outputs[0]
+            ids = list(out.token_ids)
+            lps = _logprobs(out, ids) if want_lp else None
+            return Generated("", ids, lps, out.finish_reason)
+
+        return generate
 
     async def execute(
         self,
@@ -173,114 +197,32 @@ class EpisodeExecutor:
             log.warning(
                 "replaced %d invalid character(s) (lone surrogates) in a prompt with U+FFFD", replaced
             )
-        env = self.env_graph.new_episode()
-        await env.reset(question_from(clean_prompt, lab), lab)
-        turn_cap = self.max_new_tokens_per_turn or (env.turn or {}).get("max_tokens") or 500
+        turn_cap = self.max_new_tokens_per_turn or self.env_graph.config.max_new_tokens
         outer_cap = getattr(sampling_params, "max_tokens", None)
         if outer_cap:
             turn_cap = min(turn_cap, int(outer_cap))
-
-        tokens: list[int] = list(hf_tokenizer(clean_prompt, add_special_tokens=False)["input_ids"])
-        if len(tokens) > max_length - 1:
-            log.warning(
-                "prompt of %d tokens exceeds max_length %d; keeping its tail", len(tokens), max_length
-            )
-            tokens = tokens[-(max_length - 1) :]
-        prompt_len = len(tokens)
         want_lp = getattr(sampling_params, "logprobs", None) is not None
-        rollout_lp: list[float] | None = [0.0] * len(tokens) if want_lp else None
-        ranges: list[tuple[int, int]] = []
-        truncated = False
-        final_state: dict[str, Any] = {}
-        turns = 0
-        try:
-            while True:
-                budget = max_length - len(tokens)
-                if budget <= 0:
-                    truncated = True
-                    break
-                turn = env.turn  # the pending turn the graph asked for (never None while the episode runs)
-                regex = None
-                if self.constrained:
-                    regex = protocol_regex(
-                        final=bool(turn.get("final")),
-                        split=bool(turn.get("allow_split", True)),
-                        max_subqueries=int(turn.get("max_subqueries") or 8),
-                        max_stages=int(turn.get("max_stages") or DEFAULT_MAX_STAGES),
-                        think_chars=self.think_chars,
-                        protocol=self.env_graph.protocol,
-                    )
-                stop = tuple(turn["stop"])  # the protocol's: the tags' or the tool-call text form's
-                params = turn_params(
-                    sampling_params, stop=stop, max_tokens=min(turn_cap, budget), regex=regex
-                )
-                out = (await llm_engine.generate(tokens, params)).outputs[0]
-                ids = list(out.token_ids)
-                ranges.append((len(tokens), len(tokens) + len(ids)))
-                tokens.extend(ids)
-                turns += 1
-                if rollout_lp is not None:
-                    rollout_lp.extend(_logprobs(out, ids))
-                if out.finish_reason == "length" and len(tokens) >= max_length:
-                    truncated = True
-                step = await env.step(decode_tokens(hf_tokenizer, ids))
-                observation, bad = scrub_text(step.observation or "")  # the protocol already scrubs passages
-                replaced += bad
-                obs_ids = (
-                    list(hf_tokenizer(observation, add_special_tokens=False)["input_ids"])
-                    if observation
-                    else []
-                )
-                room = max_length - len(tokens)
-                if len(obs_ids) > room:
-                    obs_ids, truncated = obs_ids[:room], True
-                tokens.extend(obs_ids)
-                if rollout_lp is not None:
-                    rollout_lp.extend([0.0] * len(obs_ids))
-                if step.done:
-                    final_state = step.output
-                    break
-                if truncated:
-                    break
-            if not final_state:  # cut short: the counts so far (searches, failures) still count
-                final_state = await env.values()
-        finally:
-            env.close()
-        if self.search_guard is not None:
-            self.search_guard.record(final_state)
-
-        text = decode_tokens(hf_tokenizer, tokens)
-        prompt_text = decode_tokens(hf_tokenizer, tokens[:prompt_len])
-        mode, weights = self.env_graph.reward_mode, self.env_graph.reward_weights
-        breakdown = score_trajectory(
-            text, lab, mode, prompt=prompt_text, protocol=self.env_graph.protocol, **weights
+        run = await run_episode(
+            self.env_graph,
+            question_from(clean_prompt, lab),
+            lab,
+            self._engine_turns(sampling_params, llm_engine, turn_cap, want_lp),
+            ledger_for=lambda _: TokenLedger(hf_tokenizer, clean_prompt, max_length),
         )
+        if self.search_guard is not None:
+            self.search_guard.record(run.state)
+        assert run.ledger is not None and run.reward is not None
+        ledger = run.ledger
         return {
             "prompt": prompt,
             "label": label,
             "images": None,
             "mm_train_inputs": None,
-            "reward": float(breakdown.total),
-            "scores": float(breakdown.outcome),
-            "observation_tokens": tokens,
-            "action_ranges": ranges,
-            "rollout_log_probs": rollout_lp,
-            "truncated": truncated,
-            "extra_logs": extra_logs(breakdown, final_state, turns, replaced),
+            "reward": float(run.reward.total),
+            "scores": float(run.reward.outcome),
+            "observation_tokens": ledger.ids,
+            "action_ranges": ledger.ranges,
+            "rollout_log_probs": [lp or 0.0 for lp in ledger.logprobs] if want_lp else None,
+            "truncated": ledger.overflowed,
+            "extra_logs": extra_logs(run, run.reward, replaced),
         }
-
-
-def execute_episode(env_graph: EnvGraph, *sample: Any, **named: Any) -> Coroutine[Any, Any, dict[str, Any]]:
-    """Deprecated in 0.3 (removed in 0.4): ``EpisodeExecutor(env_graph, **knobs).execute(*sample)``;
-    the sample by position or by name, as before."""
-    warnings.warn(
-        "execute_episode is deprecated; use EpisodeExecutor(env_graph, **knobs).execute(...)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    knobs = {
-        k: named.pop(k)
-        for k in ("max_new_tokens_per_turn", "constrained", "think_chars", "search_guard")
-        if k in named
-    }
-    return EpisodeExecutor(env_graph, **knobs).execute(*sample, **named)

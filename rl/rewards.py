@@ -10,24 +10,20 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from itertools import pairwise
 from typing import Any, Literal, get_args
 
 from parallelsearch.agents.protocol import (
-    INVALID_FEEDBACK,
-    TOOL_CALL_FEEDBACK,
-    TOOL_CALL_NOT_RUN,
-    TOOL_TEXT_RETRY,
-    TOOL_TURN_END,
-    Protocol,
-    check_protocol,
-    parse_tool_text,
+    DEFAULT_MAX_STAGES,
+    Limits,
+    TurnResult,
+    get_protocol,
     split_subqueries,
 )
-from parallelsearch.agents.subquery_plan import plan_search, written_pieces
+from parallelsearch.agents.protocol.tags import tag_sequence_problem
+from parallelsearch.agents.subquery_plan import plan_turn
 from parallelsearch.data.metrics import exact_match
+from parallelsearch.graphs.record import Episode, TurnRecord, turn_record
 from parallelsearch.stores.errors import check_choice
 
 RewardMode = Literal["paper", "official", "dag"]
@@ -52,16 +48,9 @@ _PAPER_TO_OFFICIAL = {
 PARALLEL_TYPES = {"comparison", "comparison_query"}
 SINGLE_TYPES = {"", "na", "none"}
 
-_TAG_RE = re.compile(r"(</?(?:think|search|information|answer)>)")
 _SEARCH_RE = re.compile(r"<search>(.*?)</search>", re.DOTALL)
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-_INFO_RE = re.compile(r"<information>.*?</information>", re.DOTALL)
 _ASSISTANT_RE = re.compile(r"<\|im_start\|>assistant\s*")
-_PROMPT_END_MARKERS = (
-    _ASSISTANT_RE,
-    re.compile(r"<\|start_header_id\|>assistant<\|end_header_id\|>\s*"),
-    re.compile(r"Question:[^\n]*\n"),
-)
 
 
 @dataclass
@@ -137,50 +126,10 @@ def official_is_comp(label: dict[str, Any]) -> int:
 
 
 def state_machine(content: str) -> tuple[bool, str]:
-    """The official format check: think -> (search -> information -> think)* -> answer, nothing outside tags."""
-    for tag in ("think", "search", "information", "answer"):
-        opened, closed = content.count(f"<{tag}>"), content.count(f"</{tag}>")
-        if opened != closed:
-            return False, f"unbalanced <{tag}>: {opened} opening vs {closed} closing"
-    transitions = {
-        ("<think>", "start"): "in_think",
-        ("<think>", "information"): "in_think",
-        ("</think>", "in_think"): "after_think",
-        ("<search>", "after_think"): "in_search",
-        ("</search>", "in_search"): "after_search",
-        ("<information>", "after_search"): "in_information",
-        ("</information>", "in_information"): "information",
-        ("<answer>", "after_think"): "in_answer",
-        ("</answer>", "in_answer"): "end",
-    }
-    state = "start"
-    for part in _TAG_RE.split(content):
-        if not part.strip():
-            continue
-        if _TAG_RE.fullmatch(part):
-            nxt = transitions.get((part, state))
-            if nxt is None:
-                return False, f"unexpected {part} in state {state}"
-            state = nxt
-        elif state not in ("in_think", "in_search", "in_information", "in_answer"):
-            return False, f"text outside tags in state {state}: {part.strip()[:40]!r}"
-    if state != "end":
-        return False, f"incomplete: ended in state {state}"
-    return True, "valid"
-
-
-def response_start(
-    text: str, prompt: str | None = None, markers: Sequence[re.Pattern[str]] = _PROMPT_END_MARKERS
-) -> int:
-    """Where the policy's first turn begins: after ``prompt``, else after the first of ``markers``
-    found (a chat assistant marker, or the question line)."""
-    if prompt and text.startswith(prompt):
-        return len(prompt)
-    for marker in markers:
-        m = marker.search(text)
-        if m:
-            return m.end()
-    return 0
+    """The official format check over a whole response: think -> (search -> information -> think)*
+    -> answer, nothing outside tags."""
+    problem = tag_sequence_problem(content)
+    return problem is None, problem or "valid"
 
 
 def check_reward_weights(mode: str, weights: dict[str, float]) -> dict[str, float]:
@@ -204,139 +153,73 @@ def check_reward_mode(mode: str) -> str:
     return check_choice(mode, MODES, "reward mode")
 
 
+def check_reward_protocol(mode: str, protocol: str) -> None:
+    """A ValueError when ``mode`` cannot score ``protocol``: the official mode reads the tags text."""
+    if mode == "official" and protocol != "tags":
+        raise ValueError(
+            f"reward mode 'official' scores the tags text as the official code does; protocol {protocol!r} "
+            "needs mode 'paper' or 'dag'"
+        )
+
+
+def score_episode(
+    episode: Episode, label: Any, mode: str = "paper", *, text: str | None = None, **weights: float
+) -> RewardBreakdown:
+    """Score one episode's record. ``label`` holds ``golden_answers`` and ``type`` or ``split``.
+
+    The ``paper`` and ``dag`` modes read the record: the searches that ran (sub-queries, stages),
+    the answer, each turn's validity and format. ``official`` reproduces the official code, which
+    reads the decoded episode ``text`` (prompt included) for parity with its published runs.
+    Weight names: ``lambda_d``, ``lambda_s``, ``alpha``, ``lambda_f`` (every mode), and in official
+    mode also ``structure_format_score``, ``final_format_score``, ``count_score``, ``comp_score``,
+    ``score``.
+    """
+    w = check_reward_weights(mode, weights)
+    lab = parse_label(label)
+    check_reward_protocol(mode, episode.protocol)
+    if mode == "official":
+        if not isinstance(text, str):
+            raise ValueError("reward mode 'official' reads the decoded episode: pass its text")
+        return _official(text, lab, w)
+    if mode == "dag":
+        return _dag(lab, w, episode)
+    return _paper(lab, w, episode)
+
+
+def read_episode(text: str, protocol: str = "tags", prompt: str | None = None) -> Episode:
+    """The record of a decoded episode made elsewhere (an official rollout, a saved transcript):
+    the protocol reads its turns back; a turn the environment corrected is an invalid action."""
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a string, got {type(text).__name__}")
+    proto = get_protocol(protocol)
+    turns: list[TurnRecord] = []
+    for i, written in enumerate(proto.read_turns(text, prompt)):
+        res = TurnResult(written.text)
+        action = proto.parse(res, Limits(max_subqueries=1 << 30))
+        action, plan = plan_turn(action, max_stages=DEFAULT_MAX_STAGES)
+        if written.corrected and action.kind != "invalid":
+            action = replace(action, kind="invalid", reason="the environment corrected this turn")
+        problem = proto.format_problem(written.text, action) if action.kind != "invalid" else None
+        turns.append(turn_record(res, action, index=i, final=False, ms=0.0, plan=plan, format_error=problem))
+    answer = turns[-1]["answer"] if turns and turns[-1]["action"] == "answer" else None
+    return Episode(tuple(turns), answer=answer, protocol=proto.name)
+
+
 def score_trajectory(
     text: str,
     label: Any,
     mode: str = "paper",
     *,
     prompt: str | None = None,
-    protocol: Protocol = "tags",
+    protocol: str = "tags",
     **weights: float,
 ) -> RewardBreakdown:
-    """Score one decoded episode. ``label`` holds ``golden_answers`` and ``type`` or ``split``.
-
-    ``prompt`` (optional) marks where the policy's turns start in paper mode; without it
-    the end of the prompt is found from the chat assistant marker or the ``Question:`` line.
-    ``protocol``: ``tags`` (the default) or ``tools``, the tool-call protocol's text form
-    (paper mode only: the official code never saw it, so there are no official numbers to match).
-    Weight names: ``lambda_d``, ``lambda_s``, ``alpha``, ``lambda_f`` (both modes), and in
-    official mode also ``structure_format_score``, ``final_format_score``, ``count_score``,
-    ``comp_score``, ``score``.
-    """
-    w = check_reward_weights(mode, weights)
-    check_protocol(protocol, " for the reward")
-    if not isinstance(text, str):
-        raise ValueError(f"text must be a string, got {type(text).__name__}")
-    lab = parse_label(label)
-    check_reward_protocol(mode, protocol)
-    if mode == "official":
-        return _official(text, lab, w)
-    if mode == "dag":
-        return _dag(lab, w, text, prompt)
-    return _paper(lab, w, *(_tool_facts if protocol == "tools" else _tag_facts)(text, prompt))
-
-
-def check_reward_protocol(mode: str, protocol: str) -> None:
-    """A ValueError when ``mode`` cannot score ``protocol``: official and dag read the tags only."""
-    if protocol == "tools" and mode in ("official", "dag"):
-        raise ValueError(
-            f"reward mode {mode!r} scores the tags (official: as the official code does; dag: their #k "
-            "plans); protocol 'tools' (the tool-call text form) needs mode 'paper'"
-        )
-
-
-def _tag_episode(text: str, prompt: str | None) -> tuple[list[str], str | None, bool, str]:
-    """A tags episode's policy turns: each search's text, the last answer and the format."""
-    body = text[response_start(text, prompt) :]  # the policy's own turns, without the env's feedback
-    had_feedback = INVALID_FEEDBACK.strip() in body
-    body = body.replace(INVALID_FEEDBACK, "").replace(INVALID_FEEDBACK.strip(), "")
-    own = _INFO_RE.sub("<information></information>", body)
-    answers = _ANSWER_RE.findall(own)
-    valid, reason = state_machine(body)
-    if had_feedback:
-        valid, reason = False, "the episode had an invalid action"
-    searches = [m.group(1) for m in _SEARCH_RE.finditer(own)]
-    return searches, answers[-1].strip() if answers else None, valid, reason
-
-
-def _tag_facts(text: str, prompt: str | None) -> tuple[list[int], str | None, bool, str]:
-    """What paper mode needs of a tags episode: sub-queries per search, the answer, the format."""
-    searches, answer, valid, reason = _tag_episode(text, prompt)
-    return [len(split_subqueries(s)[0]) for s in searches], answer, valid, reason
-
-
-#: the environment's reply to a text-form turn (``tool_text_observation``): a ChatML user turn,
-#: then the next assistant header; it starts with the end-of-turn when it closed a cut turn
-_TOOL_REPLY_RE = re.compile(
-    r"(?:<\|im_end\|>)?\n<\|im_start\|>user\n.*?<\|im_end\|>\n<\|im_start\|>assistant\n", re.DOTALL
-)
-#: a text-form episode's prompt end: the ``Question:`` line and the assistant header right after it (in
-#: a raw prompt's episode the first ``<|im_start|>assistant`` is the environment's, after a search)
-_TOOL_PROMPT_END_RE = re.compile(r"Question:[^\n]*\n(?:<\|im_end\|>\n<\|im_start\|>assistant\n)?")
-#: how each corrective reply of the environment begins (one of them in a reply = a corrected turn)
-_TOOL_CORRECTIONS = (
-    "\n<|im_start|>user\n" + TOOL_TEXT_RETRY.split("{reason}")[0],
-    "<tool_response>\n" + TOOL_CALL_FEEDBACK.split("{reason}")[0],
-    "<tool_response>\n" + TOOL_CALL_NOT_RUN.split("{reason}")[0],
-)
-_TOOL_BLOCKS_RE = re.compile(r"<tool_call>.*?</tool_call>", re.DOTALL)
-_REASONING_TAG_RE = re.compile(r"</?(?:search|information|answer|tool_call|tool_response)>")
-
-
-def _tool_turn(turn: str, last: bool) -> tuple[int | None, str | None]:
-    """One text-form turn: the sub-queries it searched (None for a turn without calls) and why
-    it breaks the format (None when it is well-formed).
-
-    A turn's calls are one round; its sub-queries are the distinct readable queries, and each
-    unreadable call (bad JSON, another tool, no query) on its own.
-    """
-    action = parse_tool_text(turn, max_subqueries=1 << 30)  # the graph's own limits show as corrections
-    size: int | None = None
-    if "<tool_call>" in turn:
-        readable = {c.index for c in action.calls if c.index is not None}
-        unreadable = sum(1 for c in action.calls if c.error)
-        size = len(readable) + unreadable if action.calls else turn.count("<tool_call>")
-    if action.kind == "invalid":
-        return size, action.reason or "invalid turn"
-    if action.kind != ("answer" if last else "search"):
-        return size, "the last turn does not answer" if last else "an answer before the last turn"
-    acts = list(_TOOL_BLOCKS_RE.finditer(turn)) or list(_ANSWER_RE.finditer(turn))
-    what = "calls" if action.kind == "search" else "answer"
-    if action.kind == "answer" and len(acts) > 1:
-        return size, "more than one <answer>"
-    between = "".join(turn[x.end() : y.start()] for x, y in pairwise(acts))
-    after = turn[acts[-1].end() :].strip()
-    if between.strip() or after not in ("", TOOL_TURN_END):
-        return size, f"text after the {what}: {(between.strip() or after)[:40]!r}"
-    reasoning = turn[: acts[0].start()]
-    tag = _REASONING_TAG_RE.search(reasoning)
-    if tag:
-        return size, f"{tag.group(0)} in the reasoning before the {what}"
-    if reasoning.count("<think>") != reasoning.count("</think>"):
-        return size, "unbalanced <think> in the reasoning"
-    return size, None
-
-
-def _tool_facts(text: str, prompt: str | None) -> tuple[list[int], str | None, bool, str]:
-    """What paper mode needs of a text-form episode (docs/training.md, "Reward modes")."""
-    body = text[response_start(text, prompt, (_TOOL_PROMPT_END_RE,)) :]
-    turns = _TOOL_REPLY_RE.split(body)
-    corrected = any(head in m.group(0) for m in _TOOL_REPLY_RE.finditer(body) for head in _TOOL_CORRECTIONS)
-    sizes: list[int] = []
-    problems: list[str] = []
-    for i, turn in enumerate(turns):
-        size, problem = _tool_turn(turn, last=i == len(turns) - 1)
-        if size is not None:
-            sizes.append(size)
-        if problem is not None:
-            problems.append(f"turn {i + 1}: {problem}")
-    answers = _ANSWER_RE.findall("".join(turns))
-    answer = answers[-1].strip() if answers else None
-    if corrected:
-        return sizes, answer, False, "the episode had an invalid action"
-    if problems:
-        return sizes, answer, False, problems[0]
-    return sizes, answer, True, "valid"
+    """Score a decoded episode made elsewhere: :func:`read_episode`, then :func:`score_episode`.
+    ``prompt`` (optional) marks where the policy's turns start; without it the end of the prompt
+    is found from the chat assistant marker or the ``Question:`` line."""
+    check_reward_weights(mode, weights)
+    episode = read_episode(text, protocol, prompt)
+    return score_episode(episode, label, mode, text=text, **weights)
 
 
 def _breakdown(parts: tuple[float, float, float, float], **facts: Any) -> RewardBreakdown:
@@ -354,17 +237,20 @@ def _breakdown(parts: tuple[float, float, float, float], **facts: Any) -> Reward
     )
 
 
-def _paper(
-    lab: dict[str, Any],
-    w: dict[str, float],
-    sizes: list[int],
-    answer: str | None,
-    valid: bool,
-    reason: str,
-) -> RewardBreakdown:
+def _search_count(qclass: str, n: int, w: dict[str, float]) -> float:
+    """The search-count term for ``n`` searches: at least two on a sequential question, else one."""
+    if qclass == "sequential":
+        return w["lambda_s"] * (1 - max(0, 2 - n))
+    return w["lambda_s"] * (1 - abs(n - 1))
+
+
+def _paper(lab: dict[str, Any], w: dict[str, float], episode: Episode) -> RewardBreakdown:
+    """The paper's Eqs. 3-7 (docs/training.md, "Reward modes")."""
     qclass = question_class(lab)
-    decomposed = any(n >= 2 for n in sizes)
-    correct = bool(exact_match(answer, lab["golden_answers"]))
+    sizes = episode.subqueries_per_search
+    decomposed = episode.decomposed
+    valid, reason = episode.format_check()
+    correct = bool(exact_match(episode.answer, lab["golden_answers"]))
 
     outcome = 1.0 if correct else 0.0
     if qclass == "parallel":
@@ -372,10 +258,7 @@ def _paper(
     else:
         decomposition = w["lambda_d"] if not decomposed else 0.0
     n = len(sizes)
-    if qclass == "sequential":
-        search_count = w["lambda_s"] * (1 - max(0, 2 - n))
-    else:
-        search_count = w["lambda_s"] * (1 - abs(n - 1))
+    search_count = _search_count(qclass, n, w)
     if valid and not correct:
         fmt = w["lambda_f"]
     elif correct and not valid:
@@ -387,7 +270,7 @@ def _paper(
         parts,
         mode="paper",
         question_class=qclass,
-        answer=answer,
+        answer=episode.answer,
         correct=correct,
         searches=n,
         subqueries_per_search=sizes,
@@ -413,26 +296,23 @@ def hop_depth(label: dict[str, Any]) -> tuple[int, int]:
     return len(levels), max(levels, default=0)
 
 
-def _dag(lab: dict[str, Any], w: dict[str, float], text: str, prompt: str | None) -> RewardBreakdown:
-    """The ``dag`` reward option (docs/training.md, "Reward modes")."""
-    searches, answer, valid, reason = _tag_episode(text, prompt)
-    plans = [plan_search(split_subqueries(s)[0], written_pieces(s)) for s in searches]
-    bad = next((p for p in plans if not p.valid), None)
-    if valid and bad is not None:
-        valid, reason = False, f"invalid #k plan: {bad.error}"
-    sizes = [len(p.subqueries) for p in plans]
-    stages = [max(len(p.stages), 1) for p in plans]
-    base = _paper(lab, w, sizes, answer, valid, reason)
+def _dag(lab: dict[str, Any], w: dict[str, float], episode: Episode) -> RewardBreakdown:
+    """The ``dag`` reward option (docs/training.md, "Reward modes"): the plans are the record's."""
+    base = _paper(lab, w, episode)
+    stages = episode.stages_per_search
     hops, depth = hop_depth(lab)
     n = sum(stages)
     if hops >= 2:
-        decomposed = any(p.valid and len(p.subqueries) >= 2 and len(p.stages) == depth for p in plans)
+        decomposed = any(
+            len(t["subqueries"]) >= 2 and len(t.get("stages") or [t["subqueries"]]) == depth
+            for t in episode.searches
+        )
         decomposition = w["alpha"] * w["lambda_d"] if decomposed else 0.0
         search_count = w["lambda_s"] * (1 - abs(n - depth))
     else:
         decomposition = base.decomposition
-        search_count = _paper(lab, w, [1] * n, answer, valid, reason).search_count
-    if valid:
+        search_count = _search_count(base.question_class, n, w)
+    if base.format_valid:
         fmt = w["lambda_f"] if not base.correct else 0.0
     else:  # the gate: nothing for the process, and the format part takes the outcome back
         decomposition = search_count = 0.0

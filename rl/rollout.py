@@ -1,9 +1,9 @@
 """Rollouts: run the environment with any policy over a question file and record every episode.
 
-Each episode goes through :class:`SearchEnv` exactly as a training episode does (the policy
-stands where the trainer's engine stands), written as one jsonl line (with a tokenizer also the
-tokens, action mask and log-probs the executor would hand OpenRLHF), with a printed summary and
-optionally the correct episodes as an OpenRLHF multi-turn SFT dataset (:func:`sft_record`).
+Each episode is driven by the one episode loop training uses (``parallelsearch.rl.episode``; the
+policy stands where the trainer's engine stands), written as one jsonl line (with a tokenizer
+also the tokens, action mask and log-probs the executor would hand OpenRLHF), with a printed
+summary and optionally the correct episodes as an OpenRLHF multi-turn SFT dataset (:func:`sft_record`).
 """
 
 from __future__ import annotations
@@ -15,146 +15,96 @@ import re
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.agents.policies.base import TurnRequest
+from parallelsearch.agents.protocol import TurnRequest
 from parallelsearch.rl.data import label_of
 from parallelsearch.rl.env import EnvGraph
+from parallelsearch.rl.episode import EpisodeRun, Generated, TokenLedger, TurnGenerator, run_episode
 
 
-class EpisodeTokens:
-    """An episode's token ids, action mask (1 on tokens the policy generated) and log-probs.
+def _policy_turns(policy: Any) -> TurnGenerator:
+    """Turns from a policy: the request as the graph built it, with the ledger's ids when tokens
+    are kept (token-in/token-out backends return the turn's ids and log-probs)."""
 
-    The training executor's bookkeeping for a rollout: the prompt and each observation are
-    tokenised with ``tokenizer``; a turn keeps the ids the policy returned (token-in/token-out
-    backends) or, for a text policy, the turn's text tokenised (``retokenized`` counts those
-    turns). Log-probs are the policy's on its tokens, ``None`` elsewhere or when it gave none.
-    """
-
-    def __init__(self, tokenizer: Any, prompt: str):
-        self.tokenizer = tokenizer
-        self.ids: list[int] = self.encode(prompt)
-        self.mask: list[int] = [0] * len(self.ids)
-        self.logprobs: list[float | None] = [None] * len(self.ids)
-        self.retokenized = 0
-
-    def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
-
-    def action(self, result: Any) -> str:
-        """Append the turn; returns its text as decoded from the ids (what the environment gets)."""
-        from parallelsearch.rl.executor import decode_tokens
-
-        ids = list(result.token_ids) if result.token_ids else None
-        if ids is None:
-            ids = self.encode(result.text if isinstance(result.text, str) else "")
-            self.retokenized += 1
-        lps = result.logprobs if result.logprobs is not None and len(result.logprobs) == len(ids) else None
-        self.ids += ids
-        self.mask += [1] * len(ids)
-        self.logprobs += list(lps) if lps is not None else [None] * len(ids)
-        return decode_tokens(self.tokenizer, ids)
-
-    def observation(self, text: str) -> None:
-        ids = self.encode(text)
-        self.ids += ids
-        self.mask += [0] * len(ids)
-        self.logprobs += [None] * len(ids)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "token_ids": self.ids,
-            "action_mask": self.mask,
-            "logprobs": self.logprobs if any(lp is not None for lp in self.logprobs) else None,
-            "retokenized_turns": self.retokenized,
+    async def generate(request: TurnRequest, ledger: TokenLedger | None) -> Generated:
+        if ledger is not None:
+            request = replace(request, token_ids=list(ledger.ids), logprobs=True)
+        res = await policy.agenerate(request)
+        info = {
+            "prompt_tokens": res.prompt_tokens,
+            "completion_tokens": res.completion_tokens,
+            "finish_reason": res.finish_reason,
+            "labels": list(res.labels),
         }
+        text = res.text if isinstance(res.text, str) else ""
+        return Generated(text, res.token_ids or None, res.logprobs, res.finish_reason, info)
+
+    return generate
 
 
-async def run_episode(
+def _token_fields(ledger: TokenLedger) -> dict[str, Any]:
+    return {
+        "token_ids": ledger.ids,
+        "action_mask": ledger.mask(),
+        "logprobs": ledger.logprobs if any(lp is not None for lp in ledger.logprobs) else None,
+        "retokenized_turns": ledger.retokenized,
+    }
+
+
+async def rollout_episode(
     env_graph: EnvGraph, policy: Any, q: dict[str, Any], *, tokenizer: Any = None
 ) -> dict[str, Any]:
-    """One episode of ``policy`` in the environment; failures become an ``error`` field, never a crash.
-
-    With ``tokenizer`` the record carries the episode's tokens (:class:`EpisodeTokens`) and the
-    environment gets each turn decoded from the policy's ids, as in training.
+    """One episode of ``policy`` in the environment as one record; a failure becomes an ``error``
+    field, never a crash. With ``tokenizer`` the record carries the episode's tokens, action mask
+    and log-probs, and the environment gets each turn decoded from the policy's ids, as in training.
     """
     t0 = time.perf_counter()
     label = label_of(q)
-    env = env_graph.new_episode()
-    turns: list[dict[str, Any]] = []
-    tokens: EpisodeTokens | None = None
     rec: dict[str, Any] = {
         "id": q.get("id"),
         "question": q.get("question"),
         **{k: label[k] for k in ("type", "split", "golden_answers")},
     }
     try:
-        prompt = await env.reset(q["question"], label, q.get("metadata") or {})
-        if tokenizer is not None:
-            tokens = EpisodeTokens(tokenizer, prompt)
-        step = None
-        while step is None or not step.done:
-            turn = env.turn or {}
-            request = TurnRequest(
-                transcript=env.transcript,
-                segments=[tuple(s) for s in turn.get("segments") or []],
-                stop=tuple(turn.get("stop") or ("</search>", "</answer>")),
-                max_tokens=int(turn.get("max_tokens") or 500),
-                turn_index=int(turn.get("turn_index") or 0),
-                final=bool(turn.get("final")),
-                allow_split=bool(turn.get("allow_split", True)),
-                max_subqueries=int(turn.get("max_subqueries") or 8),
-                question=q["question"],
-                metadata={**(q.get("metadata") or {}), **label},
-                token_ids=list(tokens.ids) if tokens is not None else None,
-                logprobs=tokens is not None,
-            )
-            res = await policy.agenerate(request)
-            text = res.text if isinstance(res.text, str) else ""
-            if tokens is not None:
-                text = tokens.action(res)
-            step = await env.step(text)
-            if tokens is not None:
-                tokens.observation(step.observation or "")
-            turns.append(
-                {
-                    "text": text,
-                    "observation": step.observation,
-                    "prompt_tokens": res.prompt_tokens,
-                    "completion_tokens": res.completion_tokens,
-                    "finish_reason": res.finish_reason,
-                    "labels": list(res.labels),
-                }
-            )
-        out = step.output
-        reward = step.reward
-        rec.update(
-            prompt=prompt,
-            text=env.transcript,
-            answer=out.get("answer"),
-            status=out.get("status"),
-            turns=turns,
-            policy_calls=out.get("policy_calls"),
-            search_rounds=out.get("search_rounds"),
-            subqueries=out.get("subqueries"),
-            passages=out.get("passages"),
-            search_errors=out.get("errors"),
-            completion_tokens=sum(t["completion_tokens"] or 0 for t in turns)
-            if any(t["completion_tokens"] is not None for t in turns)
-            else None,
-            reward=reward.to_dict() if reward else None,
-            error=None,
+        run = await run_episode(
+            env_graph,
+            q["question"],
+            label,
+            _policy_turns(policy),
+            metadata=q.get("metadata") or {},
+            ledger_for=lambda prompt: TokenLedger(tokenizer, prompt) if tokenizer is not None else None,
         )
-        if tokens is not None:
-            rec.update(tokens.to_dict())
+        rec.update(_record_fields(run))
     except Exception as e:  # noqa: BLE001 - one bad episode is reported, the rollout goes on
-        env.close()
-        rec.update(turns=turns, error=f"{type(e).__name__}: {e}"[:500], reward=None)
-    rec["labels"] = sorted({lab for t in turns for lab in t.get("labels") or []})
+        rec.update(turns=[], error=f"{type(e).__name__}: {e}"[:500], reward=None)
+    rec["labels"] = sorted({lab for t in rec["turns"] for lab in t.get("labels") or []})
     rec["ms"] = round((time.perf_counter() - t0) * 1000, 3)
     return rec
+
+
+def _record_fields(run: EpisodeRun) -> dict[str, Any]:
+    """What a rollout record keeps of a driven episode."""
+    out, turns = run.state, run.turns
+    tokens = [t["completion_tokens"] for t in turns if t.get("completion_tokens") is not None]
+    return {
+        "prompt": run.prompt,
+        "text": run.text,
+        "answer": out.get("answer"),
+        "status": out.get("status"),
+        "turns": turns,
+        "policy_calls": out.get("policy_calls"),
+        "search_rounds": out.get("search_rounds"),
+        "subqueries": out.get("subqueries"),
+        "passages": out.get("passages"),
+        "search_errors": out.get("errors"),
+        "completion_tokens": sum(tokens) if tokens else None,
+        "reward": run.reward.to_dict() if run.reward else None,
+        "error": None,
+        **(_token_fields(run.ledger) if run.ledger is not None else {}),
+    }
 
 
 @dataclass
@@ -313,7 +263,7 @@ async def rollout(
 
     async def one(q: dict[str, Any]) -> dict[str, Any]:
         async with sem:
-            return await run_episode(env_graph, policy, q, tokenizer=tokenizer)
+            return await rollout_episode(env_graph, policy, q, tokenizer=tokenizer)
 
     with (
         out.open("w", encoding="utf-8") as f,

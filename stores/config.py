@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -72,6 +72,11 @@ class RetrievalConfig(BaseModel):
     )
     query_prefix: str = Field("", description="prepended to every query (e.g. 'query: ' for E5)")
     passage_prefix: str = Field("", description="prepended to every passage (e.g. 'passage: ' for E5)")
+    searcher: str | None = Field(
+        None,
+        description="the searcher kind, by name (graphs.factory.SEARCHER_KINDS: remote, stores, or one "
+        "added there); unset = remote with retriever_url, else stores",
+    )
     retriever_timeout_s: float = Field(30.0, gt=0, description="per-request timeout of /retrieve calls")
     store_lock_timeout_s: float = Field(
         600.0,
@@ -133,8 +138,11 @@ class RetrievalConfig(BaseModel):
         """Store ``name``'s sharded declaration among ``stores``, else a plain store."""
         return find_store(self.stores, name)
 
-    def searcher_kind(self) -> Literal["remote", "stores"]:
-        """Which searcher this configuration names; a clear error when it names none or two."""
+    def searcher_kind(self) -> str:
+        """Which searcher this configuration names (``searcher``, else what ``retriever_url`` or
+        ``stores`` say); a clear error when it names none or two."""
+        if self.searcher:
+            return self.searcher
         if self.retriever_url and self.stores:
             raise ValueError(
                 f"both a retriever URL ({self.retriever_url}) and stores ({', '.join(self.stores)}) are "

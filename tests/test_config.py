@@ -47,7 +47,7 @@ SEARCH = ["<think> t </think><search> Scott Derrickson ## Ed Wood </search>", "<
 def test_settings_share_the_config_models_and_graph_is_a_graph_config(monkeypatch):
     assert issubclass(Settings, RetrievalConfig) and issubclass(Settings, PolicyConfig)
     assert issubclass(AgentConfig, RetrievalConfig)
-    monkeypatch.setenv("PARALLELSEARCH_GRAPH__TOP_K", "5")
+    monkeypatch.setenv("PARALLELSEARCH_GRAPH_CONFIG__TOP_K", "5")
     monkeypatch.setenv("PARALLELSEARCH_STORES", "wiki, news")
     s = get_settings()
     assert isinstance(s.graph_config, GraphConfig) and (s.graph_config.top_k, s.graph_config.max_turns) == (
@@ -56,31 +56,39 @@ def test_settings_share_the_config_models_and_graph_is_a_graph_config(monkeypatc
     )
     assert s.graph_config.model_fields_set == {"top_k"} and s.stores == ["wiki", "news"]
     assert s.chroma_path == s.home / "chroma" and s.policy == "oracle"
-    monkeypatch.delenv("PARALLELSEARCH_GRAPH__TOP_K")
-    monkeypatch.setenv("PARALLELSEARCH_GRAPH", '{"max_turns": 2}')
+    monkeypatch.delenv("PARALLELSEARCH_GRAPH_CONFIG__TOP_K")
+    monkeypatch.setenv("PARALLELSEARCH_GRAPH_CONFIG", '{"max_turns": 2}')
     monkeypatch.setenv("PARALLELSEARCH_STORES", '["a"]')
     s = get_settings()
     assert (s.graph_config.top_k, s.graph_config.max_turns, s.stores) == (3, 2, ["a"])
-    monkeypatch.setenv("PARALLELSEARCH_GRAPH", '{"top_k": 0}')
+    monkeypatch.setenv("PARALLELSEARCH_GRAPH_CONFIG", '{"top_k": 0}')
     with pytest.raises(ValueError, match="top_k"):
         get_settings()
 
 
-def test_graph_config_keeps_its_public_spellings(monkeypatch, tmp_path):
-    """``graph_config`` in Python, as in the agent config; the environment's PARALLELSEARCH_GRAPH(__*)
-    and a config file's ``graph:`` still work, and an unrelated GRAPH variable is not read."""
+def test_graph_config_has_one_spelling_and_the_removed_one_is_refused(monkeypatch, tmp_path):
+    """``graph_config`` in Python, the environment and a config file; the spelling ``graph``
+    (removed in 0.4; ``graph`` is a graph kind) is refused by name, never silently ignored, and an
+    unrelated GRAPH variable is not read."""
     monkeypatch.setenv("GRAPH", '{"top_k": 9}')
     assert get_settings().graph_config.top_k == 3
     monkeypatch.setenv("PARALLELSEARCH_GRAPH_CONFIG__TOP_K", "6")
     assert get_settings().graph_config.top_k == 6
-    assert get_settings(graph={"top_k": 7}).graph_config.top_k == 7
     assert get_settings(graph_config=GraphConfig(top_k=8)).graph_config.top_k == 8
     monkeypatch.delenv("PARALLELSEARCH_GRAPH_CONFIG__TOP_K")
-    (tmp_path / "old.yaml").write_text("graph: {top_k: 4, max_turns: 1}\n")
+    with pytest.raises(ValueError, match="graph .*the graph knobs are graph_config"):
+        get_settings(graph={"top_k": 7})
     (tmp_path / "new.toml").write_text("[graph_config]\ntop_k = 5\n")
-    for name, top_k in (("old.yaml", 4), ("new.toml", 5)):
-        monkeypatch.setenv("PARALLELSEARCH_CONFIG", str(tmp_path / name))
-        assert get_settings().graph_config.top_k == top_k
+    monkeypatch.setenv("PARALLELSEARCH_CONFIG", str(tmp_path / "new.toml"))
+    assert get_settings().graph_config.top_k == 5
+    (tmp_path / "old.yaml").write_text("graph: {top_k: 4, max_turns: 1}\n")
+    monkeypatch.setenv("PARALLELSEARCH_CONFIG", str(tmp_path / "old.yaml"))
+    with pytest.raises(ValueError, match="graph_config"):
+        get_settings()
+    monkeypatch.delenv("PARALLELSEARCH_CONFIG")
+    monkeypatch.setenv("PARALLELSEARCH_GRAPH__TOP_K", "4")
+    with pytest.raises(ValueError, match="PARALLELSEARCH_GRAPH__TOP_K: the graph knobs are graph_config"):
+        get_settings()
 
 
 def test_openai_key_from_settings_only(monkeypatch):
@@ -102,7 +110,7 @@ def test_openai_key_from_settings_only(monkeypatch):
 def test_graph_parts_build_what_the_kinds_need(tmp_path):
     """An answer policy only when one is configured; no store opened for the direct graph alone
     (the store named here does not exist, so opening it would fail)."""
-    s = Settings(home=tmp_path, stores=["missing"], answer_policy="oracle", graph={"top_k": 2})
+    s = Settings(home=tmp_path, stores=["missing"], answer_policy="oracle", graph_config={"top_k": 2})
     parts = s.graph_parts(["direct"])
     assert parts.searcher is None and parts.answer_policy is not None and parts.config.top_k == 2
     assert parts.graph("direct").name == "direct"
@@ -146,8 +154,9 @@ def test_agent_config_uses_the_same_factory(hotpot_store):
     # constrained decoding has the settings' name and bounds; files of earlier releases still load
     url = "http://x/retrieve"
     assert AgentConfig(retriever_url=url, constrained=True).constrained
-    assert AgentConfig(retriever_url=url, constrained_decoding=True).constrained
     assert not AgentConfig(retriever_url=url).constrained
+    with pytest.raises(ValueError, match="constrained_decoding"):  # the spelling removed in 0.4
+        AgentConfig(retriever_url=url, constrained_decoding=True)
     with pytest.raises(ValueError, match="constrained_think_chars"):
         AgentConfig(retriever_url=url, constrained_think_chars=100_001)
 
@@ -288,9 +297,9 @@ def configured(monkeypatch, hotpot_store):
 
 def _set_env_top_k(monkeypatch, env):
     if env is None:
-        monkeypatch.delenv("PARALLELSEARCH_GRAPH__TOP_K", raising=False)
+        monkeypatch.delenv("PARALLELSEARCH_GRAPH_CONFIG__TOP_K", raising=False)
     else:
-        monkeypatch.setenv("PARALLELSEARCH_GRAPH__TOP_K", env)
+        monkeypatch.setenv("PARALLELSEARCH_GRAPH_CONFIG__TOP_K", env)
 
 
 def _flag(flag):
@@ -436,3 +445,25 @@ def test_encoder_threads_size_the_encoder_team_and_rollout_actors_default_to_one
     monkeypatch.setenv("PARALLELSEARCH_ENCODER_THREADS", "2")
     assert settings_from_args(p.parse_args([])).encoder_threads == 2
     assert settings_from_args(p.parse_args(["--encoder-threads", "1"])).encoder_threads == 1
+
+
+def test_a_searcher_kind_is_one_registry_entry_selectable_from_config(monkeypatch):
+    """``RetrievalConfig.searcher`` names a kind of ``factory.SEARCHER_KINDS``: a new kind is one
+    entry there (and its module), chosen by the settings like the built-in ones."""
+    from parallelsearch.stores.passages import Passage
+
+    class Echo:
+        name = "echo"
+
+        async def asearch(self, query: str, k: int) -> list[Passage]:
+            return [Passage(id=query, title=query.title(), text=f"about {query}")]
+
+    monkeypatch.setitem(factory.SEARCHER_KINDS, "echo", lambda cfg: Echo())
+    monkeypatch.setenv("PARALLELSEARCH_SEARCHER", "echo")
+    parts = get_settings().graph_parts(["parallel"])
+    meta = {"golden_answers": ["Greyia"], "supporting_titles": ["greyia", "calibanus"], "split": "parallel"}
+    out = parts.graph("parallel").invoke({"question": "Which genus has more species?", "metadata": meta})
+    assert out["answer"] == "Greyia" and "Doc 1(Title: Calibanus) about calibanus" in out["transcript"]
+    monkeypatch.setenv("PARALLELSEARCH_SEARCHER", "ehco")
+    with pytest.raises(ValueError, match="unknown searcher 'ehco'.*remote, stores, echo"):
+        get_settings().graph_parts(["parallel"])

@@ -336,7 +336,7 @@ def test_the_rl_environment_runs_both_stages_in_one_step(hotpot_store, monkeypat
     assert batches[0] == [FIRST] and len(batches) == 3
 
 
-# ---- the CLI and the settings: --resolver, --max-stages, PARALLELSEARCH_GRAPH__RESOLVER ----------
+# ---- the CLI and the settings: --resolver, --max-stages, PARALLELSEARCH_GRAPH_CONFIG__RESOLVER ----------
 
 
 @pytest.fixture
@@ -380,14 +380,14 @@ def test_the_resolver_setting_comes_from_the_environment_and_the_flag_wins(
 ):
     from parallelsearch.cli import main
 
-    monkeypatch.setenv("PARALLELSEARCH_GRAPH__RESOLVER", "gold")
+    monkeypatch.setenv("PARALLELSEARCH_GRAPH_CONFIG__RESOLVER", "gold")
     out = _ask(sample_store, tmp_path, capsys)
     assert _observations(out)[0]["results"][1]["query"] == "Greyia genus species"
     out = _ask(sample_store, tmp_path, capsys, "--resolver", "passage")
     assert _observations(out)[0]["results"][1]["query"] != "Greyia genus species"
     with pytest.raises(SystemExit):
         main(["ask", "q?", "--resolver", "psychic"])
-    monkeypatch.setenv("PARALLELSEARCH_GRAPH__RESOLVER", "psychic")
+    monkeypatch.setenv("PARALLELSEARCH_GRAPH_CONFIG__RESOLVER", "psychic")
     assert main(["ask", "q?", "--store", sample_store]) == 2
     assert "resolver" in capsys.readouterr().err
 
@@ -568,3 +568,41 @@ def test_sync_invoke_and_a_thread_run_the_stages_like_ainvoke(hotpot_store, monk
         ("Doctor Strange?", "answered"),
         ("Again?", "answered"),
     ]
+
+
+def test_a_dag_rollout_writes_and_runs_k_within_the_turns_constrained_grammar(musique_first, tmp_path):
+    """A rollout drives the graph's own turn request: a policy sees the dag graph's invitation to
+    write #k, its max_stages and sampling settings, and its turns fit the grammar a constrained
+    backend decodes that request under; the #k search then runs in two stages."""
+    import json
+    import re
+
+    from parallelsearch.agents.policies import OraclePolicy
+    from parallelsearch.agents.policies.base import request_regex
+    from parallelsearch.rl import EnvGraph
+    from parallelsearch.rl.rollout import rollout
+
+    class GrammarChecked:
+        """The oracle, each turn checked against the request's constrained-decoding grammar."""
+
+        name = "oracle"
+
+        def __init__(self) -> None:
+            self.inner, self.requests = OraclePolicy(), []
+
+        async def agenerate(self, request):
+            self.requests.append(request)
+            res = await self.inner.agenerate(request)
+            assert re.fullmatch(request_regex(request, 600), res.text), res.text
+            return res
+
+    q, store = musique_first
+    policy = GrammarChecked()
+    env_graph = EnvGraph(store, graph="dag", top_k=2, max_stages=3, temperature=0.7, top_p=0.9)
+    summary = asyncio.run(rollout([q], env_graph, policy, tmp_path / "ep.jsonl", progress=False))
+    assert summary.failures == 0
+    first = policy.requests[0]
+    assert first.references and first.max_stages == 3 and (first.temperature, first.top_p) == (0.7, 0.9)
+    (row,) = [json.loads(x) for x in (tmp_path / "ep.jsonl").read_text().splitlines()]
+    assert "## #1 capital </search>" in row["turns"][0]["text"]  # the hops as one search with #k
+    assert (row["policy_calls"], row["search_rounds"], row["subqueries"]) == (2, 2, 2)

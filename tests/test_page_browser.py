@@ -16,7 +16,8 @@ import pytest
 from conftest import UvicornThread, needs_data
 from serving import ARTIFACT_FILES, ARTIFACTS, CHROMIUM, SCRIPT, chromium_missing, record
 
-from parallelsearch.agents.policies import DelayedPolicy, ScriptedPolicy
+from parallelsearch.agents.policies import ScriptedPolicy
+from parallelsearch.eval import DelayedPolicy
 from parallelsearch.server import create_app
 from parallelsearch.settings import Settings
 

@@ -195,7 +195,7 @@ def test_what_the_grammar_accepts_is_a_valid_plan_in_both_forms():
     for n, stages in ((3, 4), (8, 4), (8, 2), (6, 1)):
         tags, tools = (
             re.compile(protocol_regex(max_subqueries=n, max_stages=stages, protocol=p))
-            for p in ("tags", "tools")
+            for p in ("tags", "tool_text")
         )
         accepted = {"tags": 0, "tools": 0}
         for _ in range(2000):

@@ -67,7 +67,9 @@ def test_a_chain_planned_in_one_search_gets_the_decomposition_credit():
 def test_an_invalid_plan_or_format_is_a_gate_to_zero():
     for bad in ("a ## seat of #2", "a ## seat of #3", "#2 x ## b"):  # itself, out of range, later
         r = score_trajectory(episode(bad), CHAIN, "dag", prompt=PROMPT)
-        assert r.total == 0.0 and r.correct and not r.format_valid and "#k plan" in r.format_reason
+        assert (
+            r.total == 0.0 and r.correct and not r.format_valid and "invalid #k reference" in r.format_reason
+        )
     stray = episode("county of Van Hook Township ## seat of #1").replace("<answer>", "stray <answer>")
     assert parts(stray, CHAIN) == (0.0, 1.0, 0.0, 0.0, -1.0)
 
@@ -87,13 +89,39 @@ def test_without_hops_or_k_a_valid_episode_scores_as_in_the_paper_mode(label, se
     )
 
 
-def test_the_tool_call_form_is_refused_by_name():
+def test_the_tool_call_form_scores_its_plan_from_the_record_like_the_tags():
+    """The dag reward reads the plans the engine made, so a #k between tool calls counts as the
+    same #k between ## pieces."""
+    import asyncio
+
+    from parallelsearch.agents.protocol import TOOL_TURN_END
     from parallelsearch.rl import EnvGraph
 
-    with pytest.raises(ValueError, match="mode 'dag'"):
-        score_trajectory("x", CHAIN, "dag", protocol="tools")
-    with pytest.raises(ValueError, match="'dag' scores the tags.*needs mode 'paper'"):
-        EnvGraph(lambda query: [{"title": "t", "text": query}], reward_mode="dag", protocol="tools")
+    def call(q: str) -> str:
+        return f'<tool_call>\n{{"name": "search", "arguments": {{"query": "{q}"}}}}\n</tool_call>\n'
+
+    def search(query: str) -> list[dict]:
+        return [{"title": "Mountrail County", "text": f"{query}: its seat is Stanley"}]
+
+    async def drive(protocol: str, turns: list[str]) -> tuple[float, ...]:
+        g = EnvGraph(search, reward_mode="dag", protocol=protocol, top_k=1)
+        env = g.new_episode()
+        await env.reset("Which city is the seat of the county where Van Hook Township is?", CHAIN)
+        for turn in turns:
+            step = await env.step(turn)
+        r = g.score(step.episode, CHAIN)
+        return (r.total, r.decomposition, r.search_count, r.format, tuple(r.stages_per_search))
+
+    tags = [
+        "<think> s </think><search> county of Van Hook Township ## seat of #1 </search>",
+        "<think> a </think><answer> Stanley </answer>",
+    ]
+    tools = [
+        "<think> s </think>\n" + call("county of Van Hook Township") + call("seat of #1") + TOOL_TURN_END,
+        "<think> a </think>\n<answer> Stanley </answer>",
+    ]
+    a, b = asyncio.run(drive("tags", tags)), asyncio.run(drive("tools", tools))
+    assert a == b and a[0] == pytest.approx(1.8) and a[-1] == (2,)
 
 
 @settings(max_examples=200, deadline=None)

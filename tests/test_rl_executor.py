@@ -24,7 +24,8 @@ from parallelsearch.agents.protocol import render_prompt
 from parallelsearch.rl import EnvGraph, score_trajectory
 from parallelsearch.rl.agent_config import ENV_VAR, AgentConfigError, load_agent_config
 from parallelsearch.rl.data import train_record
-from parallelsearch.rl.executor import EpisodeExecutor, decode_tokens, execute_episode
+from parallelsearch.rl.episode import decode_tokens
+from parallelsearch.rl.executor import EpisodeExecutor
 
 pytestmark = needs_data
 
@@ -171,11 +172,6 @@ def test_tiny_hf_model_as_engine(hotpot_store, hotpot_questions, tiny_lm):
     result = asyncio.run(EpisodeExecutor(g).execute(rec["prompt"], rec["label"], greedy, 2048, tok, engine))
     prompt_ids = tok(rec["prompt"], add_special_tokens=False)["input_ids"]
     check_bookkeeping(result, prompt_ids, engine, tok, json.loads(rec["label"]))
-    with pytest.warns(DeprecationWarning, match="EpisodeExecutor"):  # the 0.2 function, for one release
-        again = asyncio.run(
-            execute_episode(g, rec["prompt"], rec["label"], greedy, 2048, tok, TransformersEngine(model, tok))
-        )
-    assert again["observation_tokens"] == result["observation_tokens"]
     assert len(result["action_ranges"]) == 3  # garbage text: 2 invalid turns + the final turn
     lps = result["rollout_log_probs"]
     assert all(lps[i] < 0 for a, b in result["action_ranges"] for i in range(a, b))

@@ -19,7 +19,7 @@ from conftest import needs_data
 from parallelsearch.cli import main
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.rl import EnvGraph
-from parallelsearch.rl.executor import decode_tokens
+from parallelsearch.rl.episode import decode_tokens
 from parallelsearch.rl.rollout import SFT_CHAT_TEMPLATE, rollout, sft_record
 
 pytestmark = needs_data

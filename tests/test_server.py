@@ -11,7 +11,8 @@ import pytest
 from conftest import ROOT, UvicornThread, needs_data
 from engines import FailingPolicy
 
-from parallelsearch.agents.policies import DelayedPolicy, ScriptedPolicy
+from parallelsearch.agents.policies import ScriptedPolicy
+from parallelsearch.eval import DelayedPolicy
 from parallelsearch.server import create_app
 from parallelsearch.settings import Settings
 

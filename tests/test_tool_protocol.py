@@ -72,17 +72,20 @@ def test_a_chat_model_is_wrapped_and_anything_else_is_refused_by_name():
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
     from parallelsearch.agents.policies import ChatModelPolicy, OraclePolicy, ScriptedToolChatModel, as_policy
+    from parallelsearch.agents.policies.coerce import resolve_protocol
 
-    plain = as_policy(FakeListChatModel(responses=["<answer> x </answer>"]), "auto")
-    assert isinstance(plain, ChatModelPolicy) and plain.protocol == "tags"  # no bind_tools: tags
-    assert as_policy(ScriptedToolChatModel(turns=["x"]), "auto").protocol == "tools"
-    assert isinstance(as_policy("oracle", "auto"), OraclePolicy)
+    plain = as_policy(FakeListChatModel(responses=["<answer> x </answer>"]))
+    assert (
+        isinstance(plain, ChatModelPolicy) and resolve_protocol("auto", plain).name == "tags"
+    )  # no bind_tools
+    assert resolve_protocol("auto", as_policy(ScriptedToolChatModel(turns=["x"]))).name == "tools"
+    assert isinstance(as_policy("oracle"), OraclePolicy)
     with pytest.raises(TypeError, match=r"cannot use int '42' as the planner; pass a LangChain chat model"):
         as_policy(42)
-    with pytest.raises(ValueError, match="protocol='tools' needs a LangChain chat model with bind_tools"):
-        as_policy("oracle", "tools")
-    with pytest.raises(ValueError, match="the tools protocol needs a chat model with bind_tools"):
-        as_policy(FakeListChatModel(responses=["x"]), "tools")
+    with pytest.raises(ValueError, match="protocol 'tools' needs a LangChain chat model with bind_tools"):
+        resolve_protocol("tools", as_policy("oracle"))
+    with pytest.raises(ValueError, match="protocol 'tools' needs a LangChain chat model with bind_tools"):
+        resolve_protocol("tools", as_policy(FakeListChatModel(responses=["x"])))
 
 
 class ToySearcher:
@@ -335,7 +338,7 @@ def test_a_planner_that_never_speaks_the_protocol_is_warned_about_once(caplog):
     agent = create_parallel_search_agent(
         FakeListChatModel(responses=["Paris, I think."]), ToySearcher(), max_turns=1
     )
-    with caplog.at_level("WARNING", logger="parallelsearch.graphs.nodes"):
+    with caplog.at_level("WARNING", logger="parallelsearch.graphs.engine"):
         outs = [agent.invoke({"question": "capital of France?"}) for _ in range(2)]
     assert [o["status"] for o in outs] == ["unanswered"] * 2 and outs[0]["protocol"] == "tags"
     assert outs[0]["messages"][-1].content.startswith("No answer")

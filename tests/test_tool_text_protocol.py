@@ -38,7 +38,8 @@ from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.rl import EnvGraph, score_trajectory
 from parallelsearch.rl.agent_config import ENV_VAR
 from parallelsearch.rl.data import train_record
-from parallelsearch.rl.executor import EpisodeExecutor, decode_tokens
+from parallelsearch.rl.episode import decode_tokens
+from parallelsearch.rl.executor import EpisodeExecutor
 
 QUESTION = "Were Scott Derrickson and Ed Wood of the same nationality?"
 LABEL = {"golden_answers": ["yes"], "type": "comparison", "question": QUESTION}
@@ -145,9 +146,9 @@ def test_the_parser_never_raises(junk):
 
 
 def test_protocol_regex_of_the_text_form_matches_valid_turns_and_rejects_junk():
-    grammar = protocol_regex(protocol="tools", max_subqueries=2)
-    final = protocol_regex(protocol="tools", final=True)
-    one = protocol_regex(protocol="tools", split=False)
+    grammar = protocol_regex(protocol="tool_text", max_subqueries=2)
+    final = protocol_regex(protocol="tool_text", final=True)
+    one = protocol_regex(protocol="tool_text", split=False)
     assert re.fullmatch(grammar, TWO_CALLS) and re.fullmatch(grammar, ANSWER)
     assert re.fullmatch(final, ANSWER) and not re.fullmatch(final, TWO_CALLS)
     assert re.fullmatch(one, f"<think> x </think>\n{call('a')}") and not re.fullmatch(one, TWO_CALLS)
@@ -173,11 +174,11 @@ def test_protocol_regex_of_the_text_form_matches_valid_turns_and_rejects_junk():
 def test_two_calls_in_one_turn_are_one_round_and_the_reward_counts_them():
     library = Library()
     g = EnvGraph(library, config=GraphConfig(protocol="tools", top_k=1, max_turns=3))
-    assert g.protocol == "tools"
+    assert g.protocol == "tool_text"  # training's tools protocol is its text form
     env = g.new_episode()
     prompt = run(env.reset(QUESTION, LABEL))
     assert prompt == TOOL_TEXT_TEMPLATE.replace("{question}", QUESTION)
-    assert env.turn["stop"] == list(TOOL_STOP_STRINGS)  # what the executor passes to the engine
+    assert env.turn.stop == TOOL_STOP_STRINGS  # what the executor passes to the engine
     turn = f"<think> two people </think>\n{call('Ed Wood')}\n{call('Scott Derrickson')}{TOOL_TURN_END}"
     step = run(env.step(turn))
     assert sorted(library.queries) == ["Ed Wood", "Scott Derrickson"]  # both searched, at the same time
@@ -190,18 +191,18 @@ def test_two_calls_in_one_turn_are_one_round_and_the_reward_counts_them():
     )
     assert step.observation.count("<tool_response>") == 2
     assert step.observation.index("Ed Wood page") < step.observation.index("Scott Derrickson page")
-    assert not step.done and env.turn["stop"] == list(TOOL_STOP_STRINGS)
+    assert not step.done and env.turn.stop == TOOL_STOP_STRINGS
     end = run(env.step(ANSWER))
     assert end.done and end.output["status"] == "answered" and end.output["answer"] == "yes"
     assert (end.output["search_rounds"], end.output["subqueries"], end.output["policy_calls"]) == (1, 2, 2)
-    r = end.reward
+    r = g.score(end.episode, LABEL)
     assert r.searches == 1 and r.subqueries_per_search == [2] and r.decomposed
     assert r.format_valid, r.format_reason
     # right answer, valid format, decomposed parallelizable question, one round: 1 + 3 * 0.15 + 0.35
     assert r.total == pytest.approx(1.8)
-    # the reward is what score_trajectory says of the transcript, under the tools protocol
+    # the record's reward is what score_trajectory reads back from the transcript
     again = score_trajectory(
-        prompt + turn + step.observation + ANSWER, LABEL, prompt=prompt, protocol="tools"
+        prompt + turn + step.observation + ANSWER, LABEL, prompt=prompt, protocol="tool_text"
     )
     assert again.to_dict() == r.to_dict()
 
@@ -209,13 +210,14 @@ def test_two_calls_in_one_turn_are_one_round_and_the_reward_counts_them():
 def test_the_tags_environment_keeps_its_stop_strings():
     env = EnvGraph(Library()).new_episode()
     run(env.reset(QUESTION, LABEL))
-    assert env.turn["stop"] == list(STOP_STRINGS)
+    assert env.turn.stop == STOP_STRINGS
     env.close()
 
 
 def test_invalid_turns_are_corrected_and_cost_the_format():
     library = Library()
-    env = EnvGraph(library, config=GraphConfig(protocol="tools", top_k=1, max_turns=4)).new_episode()
+    g = EnvGraph(library, config=GraphConfig(protocol="tools", top_k=1, max_turns=4))
+    env = g.new_episode()
     run(env.reset(QUESTION, LABEL))
     # no call and no answer: one retry note in the environment's user turn
     nothing = run(env.step("I would rather not say." + TOOL_TURN_END))
@@ -234,17 +236,21 @@ def test_invalid_turns_are_corrected_and_cost_the_format():
     assert cut.observation.startswith(TOOL_TURN_END + "\n<|im_start|>user\n<tool_response>")
     end = run(env.step(ANSWER))
     assert end.done and end.output["search_rounds"] == 1 and end.output["policy_calls"] == 4
-    r = end.reward
-    assert r.correct and not r.format_valid and r.format_reason == "the episode had an invalid action"
-    assert r.format == pytest.approx(-0.1) and r.searches == 2 and r.subqueries_per_search == [2, 1]
+    r = g.score(end.episode, LABEL)
+    assert r.correct and not r.format_valid
+    assert r.format_reason.startswith(
+        "the episode had an invalid action (turn 1: no <tool_call> and no <answer>"
+    )
+    # the searches that ran: the invalid turns searched nothing
+    assert r.format == pytest.approx(-0.1) and r.searches == 1 and r.subqueries_per_search == [1]
 
 
 def test_official_reward_with_the_text_form_is_refused():
     with pytest.raises(ValueError, match="official.*needs mode 'paper'"):
         EnvGraph(Library(), reward_mode="official", protocol="tools")
-    with pytest.raises(ValueError, match="protocol 'tools'.*mode 'paper'"):
-        score_trajectory("Question: q\n" + ANSWER, LABEL, "official", protocol="tools")
-    with pytest.raises(ValueError, match="unknown protocol 'hermes' for the reward"):
+    with pytest.raises(ValueError, match="protocol 'tool_text'.*mode 'paper'"):
+        score_trajectory("Question: q\n" + ANSWER, LABEL, "official", protocol="tool_text")
+    with pytest.raises(ValueError, match="unknown protocol 'hermes'"):
         score_trajectory("Question: q\n" + ANSWER, LABEL, protocol="hermes")
 
 
@@ -252,15 +258,16 @@ def test_official_reward_with_the_text_form_is_refused():
 
 
 def _episode(protocol: str, turns: list[str], label: dict, **options) -> tuple[str, str, object]:
-    """Drive an EnvGraph through ``turns``; returns (prompt, transcript, reward)."""
-    env = EnvGraph(Library(), config=GraphConfig(protocol=protocol, top_k=1, **options)).new_episode()
+    """Drive an EnvGraph through ``turns``; returns (prompt, transcript, reward of the record)."""
+    g = EnvGraph(Library(), config=GraphConfig(protocol=protocol, top_k=1, **options))
+    env = g.new_episode()
     prompt = run(env.reset(QUESTION, label))
     result = None
     for t in turns:
         result = run(env.step(t))
         if result.done:
             break
-    return prompt, env.transcript, result.reward
+    return prompt, env.transcript, g.score(result.episode, label, env.transcript)
 
 
 @pytest.mark.parametrize("qtype", ["comparison", "bridge", "na"])
@@ -312,12 +319,14 @@ def test_an_episode_cut_before_its_answer_has_no_valid_format():
     prompt = run(env.reset(QUESTION, LABEL))
     step = run(env.step(TWO_CALLS + TOOL_TURN_END))
     cut = prompt + TWO_CALLS + TOOL_TURN_END + step.observation + "<think> both Amer"
-    r = score_trajectory(cut, LABEL, prompt=prompt, protocol="tools")
-    assert not r.format_valid and r.format_reason == "turn 2: no <tool_call> and no <answer>"
+    r = score_trajectory(cut, LABEL, prompt=prompt, protocol="tool_text")
+    assert not r.format_valid and r.format_reason == (
+        "the episode had an invalid action (turn 2: no <tool_call> and no <answer>)"
+    )
     assert r.answer is None and r.searches == 1 and r.subqueries_per_search == [2]
     # cut right after a search turn (max_length reached before the observation)
-    r = score_trajectory(prompt + TWO_CALLS + TOOL_TURN_END, LABEL, prompt=prompt, protocol="tools")
-    assert not r.format_valid and r.format_reason == "turn 1: the last turn does not answer"
+    r = score_trajectory(prompt + TWO_CALLS + TOOL_TURN_END, LABEL, prompt=prompt, protocol="tool_text")
+    assert not r.format_valid and r.format_reason == "incomplete: the episode ended without an answer"
     env.close()
 
 
@@ -325,12 +334,12 @@ def test_the_prompt_end_is_found_without_the_prompt_raw_or_chat_templated(tiny_l
     _, tok = tiny_lm
     raw, transcript, r = _episode("tools", [TWO_CALLS + TOOL_TURN_END, ANSWER], LABEL)
     rest = transcript[len(raw) :]
-    assert score_trajectory(transcript, LABEL, protocol="tools").to_dict() == r.to_dict()
+    assert score_trajectory(transcript, LABEL, protocol="tool_text").to_dict() == r.to_dict()
     chat = tok.apply_chat_template(
         [{"role": "user", "content": raw}], tokenize=False, add_generation_prompt=True
     )
     assert chat.endswith("<|im_start|>assistant\n")
-    assert score_trajectory(chat + rest, LABEL, protocol="tools").to_dict() == r.to_dict()
+    assert score_trajectory(chat + rest, LABEL, protocol="tool_text").to_dict() == r.to_dict()
 
 
 # -- the executor: token-exact episodes under the tools protocol ------------------------------------
@@ -350,7 +359,7 @@ def check_tokens(result: dict, prompt_ids: list[int], outputs: list[list[int]], 
     text = decode_tokens(tok, toks)
     prompt_text = decode_tokens(tok, prompt_ids)
     assert text == prompt_text + env.transcript[len(env.prompt) :]
-    expected = score_trajectory(text, result["label"], prompt=prompt_text, protocol="tools")
+    expected = score_trajectory(text, result["label"], prompt=prompt_text, protocol="tool_text")
     assert result["reward"] == pytest.approx(expected.total) and result["scores"] == expected.outcome
     lps = result["rollout_log_probs"]
     if lps is not None:
@@ -441,7 +450,7 @@ def test_protocol_tools_in_the_agent_config_reaches_openrlhf_s_executor(
         )
         monkeypatch.setenv(ENV_VAR, str(path))
         executor = load_like_openrlhf()
-        assert executor.env_graph.protocol == "tools"
+        assert executor.env_graph.protocol == "tool_text"
         rec = train_record(RECORD, template="tool_text", tokenizer=tok)
         engine = ScriptedEngine(tok, [TWO_CALLS + TOOL_TURN_END, ANSWER])
         result = run(

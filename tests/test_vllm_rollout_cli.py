@@ -23,7 +23,7 @@ def test_rollout_cli_vllm_policy_with_engine_flags_records_tokens(
 ):
     from transformers import AutoTokenizer
 
-    from parallelsearch.rl.executor import decode_tokens
+    from parallelsearch.rl.episode import decode_tokens
     from parallelsearch.stores import create_retrieval_app
 
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)

@@ -31,7 +31,7 @@ from parallelsearch.agents.protocol import (  # noqa: E402
 )
 from parallelsearch.rl import score_trajectory  # noqa: E402
 from parallelsearch.rl.data import train_record  # noqa: E402
-from parallelsearch.rl.executor import decode_tokens  # noqa: E402
+from parallelsearch.rl.episode import decode_tokens  # noqa: E402
 
 #: a random model answers at once more often than it calls the tool (about 4 in 5 first turns under
 #: the grammar: '<answer' is one token of the tiny vocabulary, '<tool_call>' is seven), so enough
@@ -72,7 +72,7 @@ def actor(tiny_model_dir, module_loop, monkeypatch_module, tmp_path_factory):
     with UvicornThread(_retrieve_app()) as srv:
         config = tmp_path_factory.mktemp("agent") / "agent.yaml"
         config.write_text(
-            f"retriever_url: {srv.url}/retrieve\nconstrained_decoding: true\nconstrained_think_chars: 40\n"
+            f"retriever_url: {srv.url}/retrieve\nconstrained: true\nconstrained_think_chars: 40\n"
             f"graph_config:\n  protocol: tools\n  top_k: 1\n  max_turns: 2\n  max_subqueries: {MAX_SUBQUERIES}\n"
             f"  max_new_tokens: {TURN_CAP}\n"
         )
@@ -113,9 +113,9 @@ def _turns(result, tokenizer):
 def test_the_rollout_actor_runs_text_form_episodes_with_valid_turns(actor, rollouts, tokenizer):
     results, envs = rollouts
     assert type(actor.executor).__module__ == "agent_module"  # loaded by OpenRLHF's _load_agent_executor
-    assert actor.executor.env_graph.protocol == "tools"
+    assert actor.executor.env_graph.protocol == "tool_text"
     assert len(results) == len(envs) == len(QUESTIONS) * SAMPLES
-    grammar = protocol_regex(protocol="tools", max_subqueries=MAX_SUBQUERIES, think_chars=40)
+    grammar = protocol_regex(protocol="tool_text", max_subqueries=MAX_SUBQUERIES, think_chars=40)
     for result, env in zip(results, envs, strict=True):
         turns = _turns(result, tokenizer)
         for ids, text, cut in turns:
@@ -142,7 +142,7 @@ def test_the_rollout_actor_runs_text_form_episodes_with_valid_turns(actor, rollo
             decode_tokens(tokenizer, toks),
             json.loads(result["label"]),
             prompt=decode_tokens(tokenizer, toks[:prompt_len]),
-            protocol="tools",
+            protocol="tool_text",
         )
         assert result["reward"] == pytest.approx(want.total)
     rounds = sum(float(r["extra_logs"]["search_rounds"]) for r in results)
@@ -197,7 +197,7 @@ def test_xgrammar_reads_the_text_form_grammar_like_python():
     import xgrammar
     from xgrammar.testing import _is_grammar_accept_string as accepts  # xgrammar's own test helper
 
-    regex = protocol_regex(protocol="tools", max_subqueries=2)
+    regex = protocol_regex(protocol="tool_text", max_subqueries=2)
     control = call("a\x1f")  # a control character ends the query: JSON would need it escaped
     grammar = xgrammar.Grammar.from_regex(regex)
     for text in (

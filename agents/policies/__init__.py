@@ -9,7 +9,7 @@ from parallelsearch.agents.policies.config import DEFAULT_POLICY, PolicyConfig
 from parallelsearch.agents.policies.external import ExternalPolicy
 from parallelsearch.agents.policies.hf import HFPolicy
 from parallelsearch.agents.policies.openai_compat import OpenAICompletionsPolicy
-from parallelsearch.agents.policies.scripted import DelayedPolicy, OraclePolicy, ScriptedPolicy
+from parallelsearch.agents.policies.scripted import OraclePolicy, ScriptedPolicy
 from parallelsearch.agents.policies.spec import SPEC_HELP, policy_from_spec
 from parallelsearch.agents.policies.vllm_engine import VLLMPolicy
 
@@ -17,7 +17,6 @@ __all__ = [
     "DEFAULT_POLICY",
     "SPEC_HELP",
     "ChatModelPolicy",
-    "DelayedPolicy",
     "ExternalPolicy",
     "HFPolicy",
     "OpenAICompletionsPolicy",

@@ -1,5 +1,5 @@
-"""Any LangChain chat model as a policy (an instance, or an ``init_chat_model`` spec), speaking the
-``tags`` or the ``tools`` protocol (docs/architecture.md, "The protocol")."""
+"""Any LangChain chat model as a policy (an instance, or an ``init_chat_model`` spec), for a text
+protocol or a tool-calling one (docs/architecture.md, "The protocol")."""
 
 from __future__ import annotations
 
@@ -8,14 +8,7 @@ import json
 from typing import Any
 
 from parallelsearch.agents.policies.base import SYNC_RUN, TurnRequest, TurnResult, close_unfinished_tag
-from parallelsearch.agents.protocol import (
-    SEARCH_TOOL,
-    SEARCH_TOOL_NAME,
-    Protocol,
-    check_protocol,
-    content_text,
-    truncate_at_stop,
-)
+from parallelsearch.agents.protocol import SEARCH_TOOL_NAME, content_text, truncate_at_stop
 from parallelsearch.stores.errors import UnavailableError
 
 
@@ -92,9 +85,11 @@ def finish_reason(msg: Any) -> str:
 
 
 class ChatModelPolicy:
-    """A LangChain chat model speaking the ``tags`` or the ``tools`` protocol."""
+    """A LangChain chat model as a policy. A request that carries ``messages`` and ``tools`` (a chat
+    protocol) gets a tool-calling reply from the model bound to those tools; any other gets text
+    up to the request's stop strings."""
 
-    def __init__(self, model: Any, protocol: Protocol = "tags", **init_kwargs: Any):
+    def __init__(self, model: Any, **init_kwargs: Any):
         if isinstance(model, str):
             try:
                 from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]
@@ -109,15 +104,8 @@ class ChatModelPolicy:
         else:
             self.name = f"chat:{type(model).__name__}"
         self.model = model
-        self.protocol: Protocol = check_protocol(protocol)
-        self.bound: Any = None
-        if protocol == "tools":
-            if not supports_tools(model):
-                raise ValueError(
-                    f"the tools protocol needs a chat model with bind_tools; {type(model).__name__} has none "
-                    "(use protocol='tags')"
-                )
-            self.bound = model.bind_tools([SEARCH_TOOL])
+        self.calls_tools = supports_tools(model)
+        self._bound: dict[str, Any] = {}  # the model bound to each set of tools, made once
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
         if request.messages is None:
@@ -140,11 +128,21 @@ class ChatModelPolicy:
         result.prompt_tokens, result.completion_tokens = usage.get("input_tokens"), usage.get("output_tokens")
         return result
 
+    def _with_tools(self, tools: tuple[dict[str, Any], ...]) -> Any:
+        if not tools:
+            return self.model
+        if not self.calls_tools:
+            raise ValueError(
+                f"{self.name} has no bind_tools, and the graph's protocol calls tools (use protocol='tags')"
+            )
+        key = json.dumps(tools, sort_keys=True, default=str)
+        if key not in self._bound:
+            self._bound[key] = self.model.bind_tools(list(tools))
+        return self._bound[key]
+
     async def _tool_message(self, request: TurnRequest) -> Any:
-        if self.bound is None:
-            raise RuntimeError(f"{self.name} speaks the tags protocol; the graph asked for tool calls")
         try:
-            return await _call(self.bound, request.messages)
+            return await _call(self._with_tools(request.tools), request.messages)
         except Exception as e:
             broken = unreadable_calls(e, request.turn_index)
             if broken is None:

@@ -7,31 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
-from parallelsearch.agents.protocol import Protocol, check_protocol, truncate_at_stop
+from parallelsearch.agents.protocol import truncate_at_stop
 
 
 class ExternalPolicy:
-    """``protocol="tools"``: the trainer's policy writes the tools protocol's text form
-    (``<tool_call>`` blocks, read by the graph with ``parse_tool_text``) instead of tags."""
+    """The trainer's policy: each turn pauses the graph with the whole :class:`TurnRequest` as the
+    interrupt's value (``TurnRequest.from_payload`` reads it back) and resumes with the turn."""
 
     name = "external"
-
-    def __init__(self, protocol: Protocol = "tags"):
-        self.protocol = check_protocol(protocol, " for the external policy")
-        self.tool_text = protocol == "tools"
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
         from langgraph.types import interrupt
 
-        settings = ("max_tokens", "turn_index", "final", "allow_split", "max_subqueries", "max_stages")
-        value: Any = interrupt(
-            {
-                "transcript": request.transcript,
-                "segments": [list(seg) for seg in request.segments],
-                "stop": list(request.stop),
-                **{name: getattr(request, name) for name in settings},
-            }
-        )
+        value: Any = interrupt(request.to_payload())
         if isinstance(value, dict):
             text = value.get("text")
             if not isinstance(text, str):

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult
 from parallelsearch.agents.protocol import truncate_at_stop
@@ -40,19 +38,6 @@ class ScriptedPolicy:
         return TurnResult(
             text=text, finish_reason="stop", completion_tokens=len(text.split()), labels=("scripted",)
         )
-
-
-class DelayedPolicy:
-    """Wraps a policy and adds a fixed simulated generation time per turn (latency comparisons, load tests)."""
-
-    def __init__(self, policy: Any, delay_s: float):
-        self.inner = policy
-        self.delay_s = delay_s
-        self.name = getattr(policy, "name", type(policy).__name__)
-
-    async def agenerate(self, request: TurnRequest) -> TurnResult:
-        await asyncio.sleep(self.delay_s)
-        return await self.inner.agenerate(request)
 
 
 def _evidence_queries(evidences: list) -> list[str]:

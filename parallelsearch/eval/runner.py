@@ -17,10 +17,10 @@ from typing import Any
 
 from typing_extensions import Unpack
 
-from parallelsearch.agents.policies.scripted import DelayedPolicy
-from parallelsearch.agents.resolvers import DelayedResolver, as_resolver, searcher_encoder
+from parallelsearch.agents.resolvers import as_resolver, searcher_encoder
 from parallelsearch.agents.searchers.backends import as_searcher
 from parallelsearch.eval.scoring import error_row, score_output
+from parallelsearch.eval.simulated_latency import DelayedPolicy, DelayedResolver
 from parallelsearch.eval.summary import is_oracle_run
 from parallelsearch.graphs.builders import build_graph, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig, GraphOptions

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from parallelsearch.data.metrics import answer_in_text, cover_match, exact_match, f1_score, normalize_answer
-from parallelsearch.graphs.state import ObservationRecord, TrajectoryRecord, TurnRecord
+from parallelsearch.graphs.record import Episode
 
 
 def hop_recall(hops: object, titles: set[str], *, dependent: bool = False) -> float | None:
@@ -27,11 +27,9 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
     meta = q.get("metadata") or {}
     golds = list(q.get("golden_answers") or [])
     answer = out.get("answer")
-    trajectory: list[TrajectoryRecord] = out.get("trajectory") or []
-    searches: list[TurnRecord] = [t for t in trajectory if t["type"] == "turn" and t["action"] == "search"]  # type: ignore[misc]
-    observations: list[ObservationRecord] = [t for t in trajectory if t["type"] == "observation"]  # type: ignore[misc]
-    titles = {p["title"] for o in observations for r in o["results"] for p in r["passages"]}
-    retrieved = "\n".join(o["text"] for o in observations)
+    episode = Episode.from_state(out)
+    titles = {p["title"] for o in episode.observations for r in o["results"] for p in r["passages"]}
+    retrieved = "\n".join(o["text"] for o in episode.observations)
     supporting = set(meta.get("supporting_titles") or [])
     searched = variant != "direct"
     gold_recall = round(len(supporting & titles) / len(supporting), 4) if supporting and searched else None
@@ -51,7 +49,7 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
         "subqueries": out.get("subqueries"),
         "resolver_calls": out.get("resolver_calls", 0),
         "passages": out.get("passages"),
-        "decomposed": any(len(t["subqueries"]) >= 2 for t in searches),
+        "decomposed": episode.decomposed,
         "latency_ms": round(latency_ms, 3),
         "tokens_in": out.get("tokens_in"),
         "tokens_out": out.get("tokens_out"),

@@ -1,0 +1,74 @@
+"""One sub-query's result as every protocol shows it: ``Doc i(Title: t) text`` lines, the line of a
+failed search, the line of a resolved ``#k``, and the word cap."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from parallelsearch.stores.errors import check_choice
+from parallelsearch.stores.passages import Passage
+
+#: how ``Doc i(Title: t)`` shows a title: ``official`` = the corpus entry's first line verbatim, quotes
+#: kept (``Title: "Aaron"``), as released checkpoints saw it; ``stripped`` = the bare title
+TitleStyle = Literal["official", "stripped"]
+TITLE_STYLES: tuple[str, ...] = get_args(TitleStyle)
+
+
+@dataclass(frozen=True)
+class SubqueryResult:
+    """What a search of one sub-query found: ``query`` as searched, its passages or the error, and
+    for a dependent sub-query the text its ``#k`` was resolved to (shown before its passages)."""
+
+    query: str
+    passages: Sequence[Passage] = ()
+    error: str | None = None
+    searched_as: str | None = None
+
+
+@dataclass(frozen=True)
+class ObservationStyle:
+    """How results are shown: the title style and an optional whitespace-token cap."""
+
+    titles: TitleStyle = "stripped"
+    max_words: int | None = None
+
+    def __post_init__(self) -> None:
+        check_choice(self.titles, TITLE_STYLES, "title style")
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the environment adds after a turn: its text form (appended to the transcript a text
+    policy reads) and its messages (appended to the conversation a chat policy reads)."""
+
+    text: str = ""
+    messages: tuple[object, ...] = field(default=())
+
+
+def format_passages(passages: Sequence[Passage], titles: TitleStyle = "stripped") -> str:
+    """One sub-query's results: ``Doc i(Title: t) text`` lines, numbering from 1."""
+    return "".join(
+        f"Doc {i}(Title: {p.first_line if titles == 'official' else p.title}) {p.text}\n"
+        for i, p in enumerate(passages, 1)
+    )
+
+
+def failure_line(query: str, error: str) -> str:
+    """What a failed search shows instead of passages."""
+    return f"Search failed for '{query}': {error}"
+
+
+def searched_as_line(text: str) -> str:
+    """The line that shows what a dependent sub-query was searched with, once its ``#k`` was
+    resolved: the policy reads which name the environment put in, in every protocol."""
+    return f"Searched as: {' '.join(text.split())}\n"
+
+
+def cap_words(text: str, max_words: int | None) -> str:
+    """``text`` cut to ``max_words`` space-separated tokens (then `` ...``); None = no cap."""
+    if max_words is None:
+        return text
+    words = text.split(" ")
+    return text if len(words) <= max_words else " ".join(words[:max_words]) + " ..."

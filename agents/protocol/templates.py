@@ -1,0 +1,121 @@
+"""What the policy is told: the prompt templates of every protocol and the search tool's schema.
+
+The tags templates are byte-for-byte the official code's (released checkpoints were trained on
+them); the tool-calling ones say the same for a model that calls a ``search`` tool.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from parallelsearch.stores.text import scrub_text
+
+#: The official ParallelSearch code's prompt (scripts/data_process/qa_search_train_merge.py),
+#: which released checkpoints were trained on.
+OFFICIAL_TEMPLATE = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
+    "get new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
+    "<search> query </search> and it will return the top searched results between <information> and "
+    "</information>. If the original query is complex or involves multiple parts, you are encouraged to "
+    "decompose it into smaller sub-questions, separated by ##. For example: <search> sub-question 1 ## "
+    "sub-question 2 </search>. You can search as many times as your want. If you find no further external "
+    "knowledge needed, you can directly provide the answer inside <answer> and </answer>, without detailed "
+    "illustrations. For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+
+#: The paper's Table 1 template (its wording is not available offline; it describes the official
+#: code's instructions, so this is that text with the typo fixed).
+PAPER_TEMPLATE = OFFICIAL_TEMPLATE.replace("as many times as your want", "as many times as you want")
+
+#: Search-R1's prompt (one query per search; used by the sequential baseline): the official one
+#: without its sentences on decomposing.
+SEARCH_R1_TEMPLATE = OFFICIAL_TEMPLATE.replace(
+    "If the original query is complex or involves multiple parts, you are encouraged to decompose it into "
+    "smaller sub-questions, separated by ##. "
+    "For example: <search> sub-question 1 ## sub-question 2 </search>. ",
+    "",
+)
+
+#: The ``dag`` graph's prompt: the paper's plus one sentence teaching ``#k``, so a dependent chain
+#: costs one turn, not one per hop.
+DAG_TEMPLATE = PAPER_TEMPLATE.replace(
+    "sub-question 2 </search>. ",
+    "sub-question 2 </search>. If a sub-question needs the answer of an earlier one, refer to that answer "
+    "as #k, where k is the earlier sub-question's position in the same search (#1 is the first); it is "
+    "searched once #k is known. For example: <search> county of Van Hook Township ## seat of #1 </search>. ",
+    1,
+)
+
+TEMPLATES = {
+    "paper": PAPER_TEMPLATE,
+    "official": OFFICIAL_TEMPLATE,
+    "search_r1": SEARCH_R1_TEMPLATE,
+    "dag": DAG_TEMPLATE,
+}
+
+#: The tools protocol's prompt: the same instructions for a chat model that calls a ``search`` tool.
+TOOLS_TEMPLATE = (
+    "Answer the given question. Think first every time you get new information. If you lack some "
+    "knowledge, call the search tool; it returns the top searched results. If the question is complex or "
+    "involves multiple parts, decompose it into smaller sub-questions and call search once per sub-question "
+    "in the same message: the calls run in parallel. You can search as many times as you want. If you find no "
+    "further external knowledge needed, reply with the answer only, without a tool call and without detailed "
+    "illustrations. For example: Beijing. Question: {question}\n"
+)
+
+SEARCH_TOOL_NAME = "search"
+#: The one tool of the tools protocol, in the OpenAI function format every ``bind_tools`` accepts.
+SEARCH_TOOL: dict = {
+    "type": "function",
+    "function": {
+        "name": SEARCH_TOOL_NAME,
+        "description": (
+            "Search the knowledge store for one self-contained query; returns the top passages as "
+            "'Doc i(Title: t) text' lines. Call it several times in one message for independent sub-questions."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string", "description": "one self-contained search query"}},
+            "required": ["query"],
+        },
+    },
+}
+
+#: The tools protocol's TEXT form, for training a policy that writes text (the Hermes/Qwen form
+#: vLLM's ``hermes`` tool parser reads): ``<tool_call>`` JSON blocks, the answer in ``<answer>``.
+TOOL_TEXT_TEMPLATE = (
+    "Answer the given question. You may think first every time you get new information. If you lack some "
+    "knowledge, call the search tool; it returns the top searched results in <tool_response> and "
+    "</tool_response>. You are provided with the tool signature within <tools></tools>:\n<tools>\n"
+    + json.dumps(SEARCH_TOOL, ensure_ascii=False)
+    + "\n</tools>\nFor each call, write a JSON object with the function name and arguments within "
+    '<tool_call></tool_call>: <tool_call>\n{"name": "search", "arguments": {"query": "..."}}\n</tool_call>. '
+    "If the question is complex or involves multiple parts, decompose it into smaller sub-questions and write "
+    "one call per sub-question in the same turn: the calls run in parallel. You can search as many times as "
+    "you want. If you find no further external knowledge needed, give the answer inside <answer> and "
+    "</answer>, without detailed illustrations. For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+
+#: prompt templates of the tools protocol (kept apart from :data:`TEMPLATES`, the tags protocol's)
+TOOL_TEMPLATES = {"tools": TOOLS_TEMPLATE, "tool_text": TOOL_TEXT_TEMPLATE}
+
+
+def render_prompt(question: str, template: str = "paper", stores: Sequence[str] = ()) -> str:
+    """The initial prompt. ``template`` is a name from :data:`TEMPLATES` or a format string with ``{question}``."""
+    text = TEMPLATES.get(template) or TOOL_TEMPLATES.get(template, template)
+    if "{question}" not in text:
+        names = ", ".join([*TEMPLATES, *TOOL_TEMPLATES])
+        raise ValueError(
+            f"prompt template {template[:60]!r} is neither a known name ({names}) nor has {{question}}"
+        )
+    q, _ = scrub_text(question.strip())
+    prompt = text.replace("{question}", q)
+    if len(stores) > 1:  # the store hint goes before the question (or first, in a template without one)
+        hint = (
+            f"Available knowledge stores: {', '.join(stores)}. Write 'store: query' to search one store only; "
+            "a query without a store name searches all of them. "
+        )
+        at = max(prompt.find("Question: "), 0)
+        prompt = prompt[:at] + hint + prompt[at:]
+    return prompt

@@ -1,0 +1,112 @@
+"""The episode engine: the parts one compiled graph runs with (policy, protocol, searcher,
+configuration, resolver) and the per-run configuration its nodes read. The nodes themselves are
+functions of the engine in ``parallelsearch.graphs.nodes``; the builders bind them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from parallelsearch.agents.policies.base import Policy
+from parallelsearch.agents.protocol import ObservationStyle, SearchProtocol
+from parallelsearch.agents.resolvers import Resolver, ResolverError, as_resolver, searcher_encoder
+from parallelsearch.agents.searchers.base import Searcher, store_names
+from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig, request_overrides
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EpisodeEngine:
+    """What every node of one graph shares. ``pinned``: per-request keys this graph kind does not
+    let a request change; ``references``: the turns tell the policy ``#k`` is welcome (dag)."""
+
+    policy: Policy
+    protocol: SearchProtocol
+    searcher: Searcher | None
+    cfg: GraphConfig
+    answer_policy: Policy | None = None
+    pinned: frozenset[str] = frozenset()
+    references: bool = False
+    graph_name: str = "parallelsearch"
+    resolver: Any = None  # the builder's resolver function or object, if any
+    stores: list[str] = field(init=False)
+    warned: bool = field(default=False, init=False)  # the all-invalid warning, once per graph
+    _sems: dict[int, asyncio.Semaphore] = field(default_factory=dict, init=False)
+    _resolvers: dict[str, Resolver] = field(default_factory=dict, init=False)
+    _per_request: dict[tuple[tuple[str, Any], ...], GraphConfig] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.stores = store_names(self.searcher) if self.searcher is not None else []
+        if self.resolver is not None:
+            self.resolver = as_resolver(self.resolver)
+
+    def configured(self, config: RunnableConfig | None, runtime: Runtime | None) -> GraphConfig:
+        """This run's configuration: the graph's, with the request's overrides from
+        ``configurable`` and LangGraph's runtime ``context`` (which wins), but the pinned keys."""
+        configurable = (config or {}).get("configurable") or {}
+        context = getattr(runtime, "context", None)
+        if context is None and not any(k in configurable for k in PER_REQUEST_KEYS):
+            return self.cfg  # most runs set none: nothing is validated or copied
+        overrides = request_overrides(configurable, context)
+        given = tuple(sorted((k, v) for k, v in overrides.items() if k not in self.pinned))
+        if given not in self._per_request:  # validated once per distinct request: nodes ask often
+            if len(self._per_request) >= 256:
+                self._per_request.clear()
+            self._per_request[given] = self.cfg.updated(**dict(given))
+        return self._per_request[given]
+
+    def style(self) -> ObservationStyle:
+        return ObservationStyle(self.cfg.observation_titles or "stripped", self.cfg.max_observation_words)
+
+    def semaphore(self) -> asyncio.Semaphore | None:
+        """This loop's limit on searcher nodes running at once (``max_concurrency``), if any."""
+        if not self.cfg.max_concurrency:
+            return None
+        loop = id(asyncio.get_running_loop())  # a semaphore belongs to the loop it is first awaited on
+        if loop not in self._sems:
+            self._sems[loop] = asyncio.Semaphore(self.cfg.max_concurrency)
+        return self._sems[loop]
+
+    def resolver_for(self, cfg: GraphConfig) -> Resolver:
+        """The run's resolver: the request's or the config's name, else the builder's, else
+        ``passage``; each named one is made once per graph."""
+        name = cfg.resolver
+        if name is None and self.resolver is not None:
+            return self.resolver
+        name = name or "passage"
+        if name not in self._resolvers:
+            extractor = self.answer_policy if self.answer_policy is not None else self.policy
+            if name == "policy" and getattr(extractor, "name", None) == "external":
+                raise ResolverError(
+                    "resolver 'policy' asks the model for each #k, but this graph's policy is supplied by a "
+                    "trainer turn by turn; use resolver 'passage' (or a function) in the RL environment"
+                )
+            self._resolvers[name] = as_resolver(
+                name, searcher=self.searcher, policy=extractor, embedder=searcher_encoder(self.searcher)
+            )
+        return self._resolvers[name]
+
+    def warn_unanswered(self, turns: Sequence[Mapping[str, Any]]) -> None:
+        """Say once per graph when every turn of an unanswered episode was invalid: a planner that
+        never speaks the protocol (a chat model under tags) would otherwise fail silently."""
+        if self.warned or not turns or any(t.get("action") != "invalid" for t in turns):
+            return
+        self.warned = True
+        log.warning(
+            "%s: every one of %d planner turns was invalid (first: %s); the episode ended unanswered. "
+            "Does the planner speak the %s protocol?%s",
+            getattr(self.policy, "name", type(self.policy).__name__),
+            len(turns),
+            turns[0].get("reason"),
+            self.protocol.name,
+            " A chat model that supports bind_tools can use protocol='tools'."
+            if not self.protocol.tools
+            else "",
+        )

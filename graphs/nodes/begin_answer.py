@@ -1,0 +1,174 @@
+"""Opening and closing an episode: ``begin`` reads the question and resets a thread's episode
+channels; ``answer`` (with a separate answer policy, one more turn) writes the reply and
+completes the thread's history record (docs/architecture.md, "Threads")."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+from langgraph.types import Overwrite
+
+from parallelsearch.agents.protocol import Limits, content_text
+from parallelsearch.graphs.engine import EpisodeEngine
+from parallelsearch.graphs.nodes.common import ms_since, usage_update
+from parallelsearch.graphs.record import turn_record
+from parallelsearch.graphs.state import SearchState
+from parallelsearch.graphs.turns import turn_request
+
+#: an episode's counts as it begins
+ZERO_COUNTS = dict.fromkeys(
+    ("policy_calls", "search_rounds", "subqueries", "resolver_calls", "passages", "errors"), 0
+)
+#: the AI message of an episode that ended without an answer
+NO_ANSWER = "No answer: the planner did not give one within its turns."
+#: the channels an episode owns, written again when a thread's next episode begins
+_EPISODE_CHANNELS = ("answer", "status", "total_ms", "last_action", "next_stage")
+
+
+def _question(state: Mapping[str, Any]) -> tuple[str, HumanMessage | None]:
+    """The question and its message: the last message when it is a human message no earlier
+    episode answered, else the ``question`` input."""
+    history = state.get("history") or []
+    last = (state.get("messages") or [None])[-1]
+    consumed = history[-1].get("asked") if history else None
+    asked = last if isinstance(last, HumanMessage) and (last.id is None or last.id != consumed) else None
+    q = content_text(asked.content) if asked is not None else state.get("question")
+    if not isinstance(q, str) or not q.strip():
+        raise ValueError(
+            "the graph input needs a non-empty 'question' string or 'messages' ending in a new human message"
+        )
+    meta = state.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise ValueError(f"the graph input's 'metadata' must be an object, got {type(meta).__name__}")
+    return q, asked
+
+
+def _history_records(history: list[dict[str, Any]], q: str, meta: Any, asked_id: Any, started: float) -> list:
+    """The thread's records this episode adds: an abandoned predecessor's, then its own."""
+    episode = history[-1]["episode"] + 1 if history else 0
+    records: list[dict[str, Any]] = []
+    if history and history[-1].get("status") == "running":
+        # the previous episode never reached its answer (an error, or new input while it waited)
+        records.append({"episode": episode - 1, "status": "abandoned"})
+    records.append(
+        {
+            "episode": episode,
+            "question": q,
+            "metadata": dict(meta or {}),
+            "status": "running",
+            "started_at": started,
+            "asked": asked_id,
+        }
+    )
+    return records
+
+
+async def begin(
+    engine: EpisodeEngine, state: SearchState, config: RunnableConfig, runtime: Runtime
+) -> dict[str, Any]:
+    """Open an episode: every run with input passes here once (a resumed run does not). On a
+    thread that holds one, the episode's channels are reset; the earlier stays in ``history``."""
+    cfg = engine.configured(config, runtime)
+    q, asked = _question(state)
+    last = (state.get("messages") or [None])[-1]
+    meta = state.get("metadata")
+    prompt = engine.protocol.prompt(q, cfg.prompt_template, engine.stores)
+    started = time.time()
+    if asked is None:  # a {"question"} input: the question joins the conversation
+        asked = HumanMessage(content=q, id=str(uuid.uuid4()))
+    update: dict[str, Any] = {
+        "history": _history_records(state.get("history") or [], q, meta, asked.id, started),
+        "protocol": engine.protocol.name,
+        "transcript": prompt,
+        "segments": [("prompt", prompt)],
+        "round": 0,
+        "started_at": started,
+        **ZERO_COUNTS,
+        "labels": [],
+        "tokens_in": None,
+        "tokens_out": None,
+        "policy": getattr(engine.policy, "name", type(engine.policy).__name__),
+    }
+    if state.get("question") != q:
+        update["question"] = q
+    if asked is not last:
+        update["messages"] = [asked]
+    opening = engine.protocol.opening(prompt)
+    if opening or state.get("chat"):
+        update["chat"] = list(opening)
+    if meta:
+        update["metadata"] = {}  # consumed: a later question on the thread does not inherit it
+    if state.get("transcript"):
+        # the thread holds an earlier episode: its reducer channels start empty again
+        update.update(
+            dict.fromkeys(_EPISODE_CHANNELS),
+            stage=0,
+            trajectory=Overwrite([]),
+            results=Overwrite([]),
+            node_ms=Overwrite({}),
+        )
+    return update
+
+
+async def _answer_turn(
+    engine: EpisodeEngine, state: SearchState, config: RunnableConfig, runtime: Runtime, t0: float
+) -> tuple[str | None, dict[str, Any]]:
+    """The answer policy's turn, on the transcript before the planner's own answer (if any)."""
+    cfg = engine.configured(config, runtime)
+    answer = state.get("answer")
+    st = dict(state)
+    last = (st.get("segments") or [])[-1:]
+    if answer is not None and last and last[0][0] == "policy":
+        st["transcript"] = st["transcript"][: len(st["transcript"]) - len(last[0][1])]
+        st["segments"] = st["segments"][:-1]
+    request = turn_request(st, cfg, engine.protocol, final=True, role="answer")
+    assert engine.answer_policy is not None
+    res = await engine.answer_policy.agenerate(request)
+    act = engine.protocol.parse(res, Limits(cfg.max_subqueries, cfg.split_subqueries))
+    calls = state.get("policy_calls", 0)
+    turn = turn_record(res, act, index=calls, final=True, ms=ms_since(t0)) | {"role": "answer"}
+    update = {"policy_calls": calls + 1, "trajectory": [turn], **usage_update(state, res)}
+    return (act.answer if act.kind == "answer" else answer), update
+
+
+async def answer(
+    engine: EpisodeEngine, state: SearchState, config: RunnableConfig, runtime: Runtime
+) -> dict[str, Any]:
+    """Close the episode: the reply as an AIMessage, the status, the thread's history record."""
+    t0 = time.perf_counter()
+    given, update = state.get("answer"), {}
+    if engine.answer_policy is not None:
+        given, update = await _answer_turn(engine, state, config, runtime, t0)
+    status = "answered" if given is not None else "unanswered"
+    if given is None:
+        engine.warn_unanswered([t for t in state.get("trajectory") or [] if t.get("type") == "turn"])
+    total_ms = round((time.time() - (state.get("started_at") or time.time())) * 1000, 3)
+    history = state.get("history") or [{"episode": 0}]
+    reply = AIMessage(
+        content=given if given is not None else NO_ANSWER,
+        name=engine.graph_name,
+        response_metadata={"status": status},
+    )
+    record = {
+        "episode": history[-1]["episode"],
+        "status": status,
+        "answer": given,
+        "policy_calls": update.get("policy_calls", state.get("policy_calls", 0)),
+        **{k: state.get(k, 0) for k in ("search_rounds", "subqueries", "resolver_calls")},
+        "total_ms": total_ms,
+    }
+    update.update(
+        messages=[reply],
+        answer=given,
+        status=status,
+        total_ms=total_ms,
+        node_ms={"answer": ms_since(t0)},
+        history=[record],
+    )
+    return update

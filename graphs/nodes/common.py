@@ -1,0 +1,32 @@
+"""Small helpers more than one node needs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from parallelsearch.agents.protocol import TurnResult
+from parallelsearch.stores.passages import Passage
+
+
+def ms_since(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)
+
+
+def usage_update(state: Mapping[str, Any], res: TurnResult) -> dict[str, Any]:
+    """Labels and token counts after turn ``res``, written only when changed (a write costs time)."""
+    update: dict[str, Any] = {}
+    labels = state.get("labels") or []
+    if not set(res.labels) <= set(labels):
+        update["labels"] = sorted(set(labels) | set(res.labels))
+    if res.prompt_tokens is not None:
+        update["tokens_in"] = (state.get("tokens_in") or 0) + res.prompt_tokens
+    if res.completion_tokens is not None:
+        update["tokens_out"] = (state.get("tokens_out") or 0) + res.completion_tokens
+    return update
+
+
+def passages_of(row: Mapping[str, Any]) -> list[Passage]:
+    """A searcher node's result row's passages as objects again (the row's dicts carry a ``source``)."""
+    return [Passage(**{k: v for k, v in p.items() if k != "source"}) for p in row["passages"]]

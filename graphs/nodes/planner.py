@@ -1,0 +1,93 @@
+"""The planner node: one policy turn, read by the graph's protocol into an action, planned (a
+search with ``#k`` gets its stages), recorded, and written into the transcript with the
+corrective note an invalid turn gets."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from parallelsearch.agents.protocol import Action, Limits, Observation, TurnResult
+from parallelsearch.agents.subquery_plan import Plan, plan_turn
+from parallelsearch.graphs.config import GraphConfig
+from parallelsearch.graphs.engine import EpisodeEngine
+from parallelsearch.graphs.nodes.common import ms_since, usage_update
+from parallelsearch.graphs.record import TurnRecord, turn_record
+from parallelsearch.graphs.state import SearchState
+from parallelsearch.graphs.turns import is_final_turn, turn_request
+
+
+def next_action(turn: TurnRecord, action: Action, plan: Plan | None, cfg: GraphConfig) -> dict[str, Any]:
+    """What routing and the searcher nodes read of the turn (``last_action``): the action, its
+    tool calls, a ``#k`` plan's stages and references, and the passages each sub-query fetches."""
+    act: dict[str, Any] = {
+        "kind": turn["action"],
+        "subqueries": list(action.subqueries),
+        "answer": action.answer,
+        "final": turn["final"],
+        "calls": [[c.id, c.index] for c in action.calls],
+        "top_k": cfg.search_top_k(len(action.subqueries)),
+    }
+    if plan is not None:  # only a search with #k carries a plan: any other is as it always was
+        act["stages"] = [list(s) for s in plan.stages]
+        act["refs"] = [[[r.k, r.target] for r in refs] for refs in plan.references]
+    return act
+
+
+def _said(
+    engine: EpisodeEngine, res: TurnResult, action: Action, final: bool
+) -> tuple[Observation, Observation]:
+    """The turn as the transcript keeps it, and the corrective note it gets (empty when valid;
+    the final turn gets none: the episode ends there)."""
+    said = engine.protocol.written(res)
+    if action.kind == "invalid" and not final:
+        return said, engine.protocol.feedback(res, action)
+    return said, Observation()
+
+
+async def planner(
+    engine: EpisodeEngine, state: SearchState, config: RunnableConfig, runtime: Runtime
+) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    cfg = engine.configured(config, runtime)
+    st: dict[str, Any] = state  # type: ignore[assignment]
+    if not st.get("transcript"):
+        raise RuntimeError("the planner ran before an episode began (wire START -> begin -> planner)")
+    final = is_final_turn(st["policy_calls"], cfg)
+    request = turn_request(st, cfg, engine.protocol, final=final, references=engine.references)
+    res = await engine.policy.agenerate(request)
+    action = engine.protocol.parse(res, Limits(cfg.max_subqueries, cfg.split_subqueries))
+    action, plan = plan_turn(action, max_stages=cfg.max_stages, final=final)
+    said, note = _said(engine, res, action, final)
+    problem = engine.protocol.format_problem(said.text, action) if action.kind != "invalid" else None
+    turn = turn_record(
+        res,
+        action,
+        index=st["policy_calls"],
+        final=final,
+        ms=ms_since(t0),
+        plan=plan,
+        format_error=problem,
+        feedback=note.text,
+    )
+    update: dict[str, Any] = {
+        "transcript": st["transcript"] + said.text + note.text,
+        "segments": [
+            *st["segments"],
+            ("policy", said.text),
+            *([("feedback", note.text)] if note.text else []),
+        ],
+        "policy_calls": st["policy_calls"] + 1,
+        "last_action": next_action(turn, action, plan, cfg),
+        "trajectory": [turn],
+        "node_ms": {"planner": turn["ms"]},
+        **usage_update(st, res),
+    }
+    if said.messages or note.messages:
+        update["chat"] = [*(st.get("chat") or []), *said.messages, *note.messages]
+    if action.kind == "answer":
+        update["answer"] = action.answer
+    return update
