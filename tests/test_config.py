@@ -223,7 +223,8 @@ def test_every_knob_has_one_declaration_and_the_same_bounds_per_request():
     options = typing.get_type_hints(GraphOptions, include_extras=True)
     context = typing.get_type_hints(GraphContext, include_extras=True)
     assert set(options) == set(GraphConfig.model_fields) and set(context) == set(PER_REQUEST_KEYS)
-    assert {k for k in options if options[k] != config[k]} == {"resolver"}  # + functions, objects
+    # a builder also takes a resolver function or object and a protocol object
+    assert {k for k in options if options[k] != config[k]} == {"resolver", "protocol"}
     assert all(context[k] == config[k] for k in context)
     built = GraphConfig.model_json_schema()["properties"]
     per_request = TypeAdapter(GraphContext).json_schema()["properties"]
