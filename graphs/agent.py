@@ -1,33 +1,37 @@
 """The front door: one call from a chat model (or any policy) and searchers to a compiled
-ParallelSearch graph, in the style of LangGraph's ``create_react_agent``, over the builders.
+ParallelSearch graph. It takes what LangChain 1.x ``create_agent`` takes where it applies (the
+model, the searchers as ``tools``, ``system_prompt``, ``middleware``, ``checkpointer``, ``store``,
+``context_schema``, ``name``, ``debug``, ``interrupt_before``/``interrupt_after``) plus this
+project's knobs (``graph``, ``top_k``, ``max_turns``, ...).
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from typing_extensions import Unpack
 
-from parallelsearch.agents.policies.coerce import as_policy, protocol_choices, resolve_protocol
-from parallelsearch.agents.protocol import (
-    PAPER_TEMPLATE,
-    SEARCH_R1_TEMPLATE,
-    TEMPLATES,
-    TOOL_TEMPLATES,
-    TOOLS_TEMPLATE,
-)
+from parallelsearch.agents.policies.coerce import protocol_choices
+from parallelsearch.agents.protocol import content_text
 from parallelsearch.agents.searchers.backends import as_searcher
-from parallelsearch.graphs.builders import (
-    Planner,
-    SearchGraph,
-    build_parallel_search_graph,
-    build_sequential_graph,
-    check_graph_kind,
-)
-from parallelsearch.graphs.config import GraphConfig, GraphOptions
+from parallelsearch.graphs.builders import GraphBuild, Planner, SearchGraph, build_graph, check_graph_kind
+from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.errors import check_choice
+
+#: the graph kinds the front door builds (the one-turn baselines are eval's)
+AgentGraph = Literal["parallel", "sequential", "dag"]
+#: create_agent's node names, as this graph calls them
+_NODE_ALIASES = {"model": "planner", "tools": "search"}
+_NODES = ("begin", "planner", "search", "join", "answer")
+#: create_agent keywords this agent does not take, and why
+_NOT_TAKEN = {
+    "response_format": "the answer is the model's text; structured output of the answer is not supported",
+    "state_schema": "the graph's state is its own; middleware add their state with their state_schema",
+    "prompt": "give instructions as system_prompt=, or a prompt template as prompt_template=",
+}
 
 
 def _is_store_name(given: Any) -> bool:
@@ -58,75 +62,148 @@ def _searcher(searchers: Any, retrieval: RetrievalConfig | None) -> Any:
         return make_searcher(
             RetrievalConfig.model_validate({**base.model_dump(exclude_unset=True), "stores": names})
         )
-    if searchers is None:
-        raise TypeError(
-            "create_parallel_search_agent needs searchers (a store name, a searcher, a list or a mapping)"
-        )
     return as_searcher(searchers)
 
 
-def _prompt(prompt: str | None, protocol: str, graph: str) -> str | None:
-    """A template name or a text with ``{question}`` is the prompt; any other text is put in
-    front of the protocol's own prompt, as instructions."""
-    if prompt is None or prompt in TEMPLATES or prompt in TOOL_TEMPLATES or "{question}" in prompt:
-        return prompt
-    tags = SEARCH_R1_TEMPLATE if graph == "sequential" else PAPER_TEMPLATE
-    return f"{prompt.strip()}\n\n{TOOLS_TEMPLATE if protocol == 'tools' else tags}"
+def closest(key: str, names: Sequence[str]) -> str | None:
+    """The name ``key`` most likely meant: one it is a word of (``k`` -> ``top_k``), else the closest."""
+    words = [n for n in names if key in n.split("_")]
+    if words:
+        return words[0]
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def check_options(options: dict[str, Any]) -> None:
+    """Every keyword is a knob (a :class:`GraphConfig` field); else a TypeError naming it, why
+    it is not taken, or the closest knob."""
+    known = set(GraphConfig.model_fields)
+    for key in options:
+        if key in known:
+            continue
+        if key in _NOT_TAKEN:
+            raise TypeError(f"create_parallel_search_agent() does not take {key}=: {_NOT_TAKEN[key]}")
+        close = closest(key, [*sorted(known), "tools", "system_prompt", "middleware"])
+        hint = f" (did you mean {close!r}?)" if close else ""
+        raise TypeError(
+            f"create_parallel_search_agent() got an unexpected keyword {key!r}{hint}; its knobs are "
+            f"GraphConfig's: {', '.join(sorted(known))}"
+        )
+
+
+def _nodes(given: Sequence[str] | None, middleware: Sequence[Any]) -> tuple[str, ...] | None:
+    """``interrupt_before``/``_after`` as this graph's node names (``model`` and ``tools`` as
+    ``create_agent`` calls them mean the planner and the search)."""
+    if not given:
+        return None
+    hooks = {
+        f"{m.name}.{h}"
+        for m in middleware
+        for h in ("before_agent", "before_model", "after_model", "after_agent")
+    }
+    out = []
+    for node in given:
+        node = _NODE_ALIASES.get(node, node)
+        if node not in _NODES and node not in hooks:  # refused with the choices
+            check_choice(node, (*_NODES, *_NODE_ALIASES, *sorted(hooks)), "node to interrupt at")
+        out.append(node)
+    return tuple(out)
+
+
+def _context(schema: type | None) -> type | None:
+    """A caller's context schema (a TypedDict) with the per-request knobs' fields beside its own."""
+    if schema is None:
+        return None
+    from typing import get_type_hints
+
+    from typing_extensions import TypedDict, is_typeddict
+
+    if not is_typeddict(schema):
+        raise TypeError(
+            f"context_schema must be a TypedDict (its keys join the per-request knobs'), got {schema!r}"
+        )
+    fields = {
+        **get_type_hints(GraphContext, include_extras=True),
+        **get_type_hints(schema, include_extras=True),
+    }
+    return TypedDict(schema.__name__, fields, total=False)  # type: ignore[operator]
 
 
 def create_parallel_search_agent(
     model: Planner,
-    searchers: Any,
+    tools: Any = None,
     *,
+    searchers: Any = None,
+    system_prompt: Any = None,
+    middleware: Sequence[Any] = (),
+    checkpointer: Any = None,
+    store: Any = None,
+    context_schema: type | None = None,
+    name: str | None = None,
+    debug: bool = False,
+    interrupt_before: Sequence[str] | None = None,
+    interrupt_after: Sequence[str] | None = None,
+    graph: AgentGraph = "parallel",
     protocol: str = "auto",
-    prompt: str | None = None,
-    graph: Literal["parallel", "sequential"] = "parallel",
     answer_model: Planner | None = None,
     retrieval: RetrievalConfig | None = None,
-    checkpointer: Any = None,
     config: GraphConfig | None = None,
-    name: str | None = None,
     **options: Unpack[GraphOptions],
 ) -> SearchGraph:
-    """A compiled ParallelSearch graph: the planner decomposes, searchers run in parallel.
+    """A compiled ParallelSearch agent: the model decomposes, the searchers run in parallel.
 
     Args:
-        model: the planner: a LangChain chat model, a policy, a policy spec (``"oracle"``,
-            ``"openai:MODEL@URL"`` = a completions endpoint serving a trained checkpoint,
-            ``"vllm:PATH"``, ``"chat:openai:gpt-4o"`` ...) or any other ``init_chat_model`` string.
-        searchers: a store name or list of them (opened with ``retrieval``, routed by
-            ``name: query`` when several), a ``/retrieve`` URL, anything ``as_searcher`` accepts,
-            a list of them (routed by their ``name``) or a ``{name: searcher}`` mapping.
-        protocol: ``tools`` (the model calls a ``search`` tool; several calls per message run as
-            one parallel round), ``tags`` (``<search> a ## b </search>`` text, what trained
-            checkpoints speak) or ``auto``: tools for a chat model with ``bind_tools``.
-        prompt: a template name (``paper``, ``official``, ``search_r1``, ``tools``), a text with
-            ``{question}``, or instructions put in front of the protocol's own prompt.
-        graph: ``parallel`` (ParallelSearch) or ``sequential`` (Search-R1: one query per turn).
-        answer_model: a separate model for the final answer turn (tags protocol only).
-        checkpointer: a LangGraph checkpointer (threads: one episode per question).
+        model: a LangChain chat model, an ``init_chat_model`` string (``"openai:gpt-4o-mini"``), a
+            policy spec of this project (``"oracle"``, ``"openai:MODEL@URL"`` = a completions
+            endpoint serving a trained checkpoint, ``"vllm:PATH"``, ...) or a policy.
+        tools (or ``searchers=``): a store name or list of them (opened with ``retrieval``, routed
+            by ``name: query`` when several), a ``/retrieve`` URL, a LangChain retriever or vector
+            store, a tool, a function, a list of them (routed by their ``name``) or a mapping.
+        system_prompt: instructions (text or a SystemMessage) before the protocol's own.
+        middleware: LangChain ``AgentMiddleware`` objects, run where ``create_agent`` runs them
+            (``HumanInTheLoopMiddleware(interrupt_on={"search": True})`` reviews each search).
+        checkpointer, store, debug, interrupt_before, interrupt_after: LangGraph's, as
+            ``create_agent`` takes them (``"model"``/``"tools"`` name the planner and the search).
+        context_schema: a TypedDict of your runtime context keys (the knobs' are added).
+        name: the graph's name and its answers' ``name``.
+        graph: ``parallel`` (ParallelSearch), ``sequential`` (Search-R1) or ``dag`` (``#k`` plans).
+        protocol: ``tools`` (the model calls a ``search`` tool; several calls per message are one
+            parallel round), ``tags`` (``<search> a ## b </search>`` text) or ``auto``.
+        answer_model: a separate model for the answer turn (text protocols).
         config / options: :class:`GraphConfig` and/or its fields as keywords (``top_k``,
-            ``max_turns``, ``max_subqueries``, ...); keywords win.
-        name: the compiled graph's name (as a subgraph or in Studio).
+            ``max_turns``, ``max_history_messages``, ...); keywords win.
 
-    Example: README.md, "A chat model and your searcher".
+    Example: README.md, "A chat agent".
     """
     check_choice(protocol, protocol_choices(), "protocol")
-    check_graph_kind(graph, ("parallel", "sequential"))
-    build = build_parallel_search_graph if graph == "parallel" else build_sequential_graph
-    opts: dict[str, Any] = {**options, "protocol": protocol}
-    if prompt is not None:
-        planner = as_policy(model)
-        model = planner
-        opts["prompt_template"] = _prompt(prompt, resolve_protocol(protocol, planner).name, graph)
-    out = build(
+    check_graph_kind(graph, ("parallel", "sequential", "dag"))
+    check_options(options)
+    if tools is not None and searchers is not None:
+        raise TypeError("give the searchers once: as tools= (create_agent's name) or searchers=, not both")
+    given = tools if tools is not None else searchers
+    if given is None:
+        raise TypeError(
+            "create_parallel_search_agent needs searchers (tools=: a store name, a searcher, a list or a mapping)"
+        )
+    if system_prompt is not None:
+        options = {**options, "system_prompt": content_text(getattr(system_prompt, "content", system_prompt))}
+    build = GraphBuild(
+        middleware=tuple(middleware),
+        name=name,
+        context_schema=_context(context_schema),
+        store=store,
+        debug=debug,
+        interrupt_before=_nodes(interrupt_before, middleware),
+        interrupt_after=_nodes(interrupt_after, middleware),
+    )
+    return build_graph(
+        graph,
         model,
-        _searcher(searchers, retrieval),
+        _searcher(given, retrieval),
         answer_policy=answer_model,
         checkpointer=checkpointer,
         config=config,
-        **opts,
+        build=build,
+        protocol=protocol,
+        **options,
     )
-    if name:
-        out.name = name
-    return out

@@ -8,8 +8,10 @@ keywords or ``config=``, and some may change per request (docs/architecture.md, 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, get_args
 
 from langchain_core.language_models import BaseChatModel
@@ -24,9 +26,11 @@ from parallelsearch.agents.protocol import SearchProtocol
 from parallelsearch.agents.searchers.backends import as_searcher
 from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
 from parallelsearch.graphs.engine import EpisodeEngine
+from parallelsearch.graphs.middleware import Middleware
 from parallelsearch.graphs.nodes import after_join, bound_nodes, route
-from parallelsearch.graphs.state import GraphInput, GraphOutput, SearchState
+from parallelsearch.graphs.state import GraphInput, GraphOutput, SearchState, state_with
 from parallelsearch.graphs.sync_bridge import sync_node
+from parallelsearch.graphs.wiring import add_hook_nodes, wire_search_loop
 from parallelsearch.stores.errors import check_choice
 
 log = logging.getLogger(__name__)
@@ -115,8 +119,10 @@ def _template(cfg: GraphConfig, protocol: SearchProtocol, kind: str) -> GraphCon
     return _config(cfg, {}, prompt_template=template)
 
 
-def _compile(builder: StateGraph, cfg: GraphConfig, checkpointer: Any, name: str) -> SearchGraph:
-    graph = builder.compile(checkpointer=checkpointer, name=name)
+def _compile(
+    builder: StateGraph, cfg: GraphConfig, checkpointer: Any, name: str, **compile_options: Any
+) -> SearchGraph:
+    graph = builder.compile(checkpointer=checkpointer, name=name, **compile_options)
     defaults: dict[str, Any] = {"recursion_limit": cfg.recursion_limit()}
     if cfg.max_concurrency:
         defaults["max_concurrency"] = cfg.max_concurrency
@@ -124,14 +130,44 @@ def _compile(builder: StateGraph, cfg: GraphConfig, checkpointer: Any, name: str
     return graph
 
 
-def _new_builder(nodes: dict[str, Callable[..., Coroutine[Any, Any, Any]]]) -> StateGraph:
+def _new_builder(
+    nodes: dict[str, Callable[..., Coroutine[Any, Any, Any]]],
+    state: type = SearchState,
+    context: type = GraphContext,
+) -> StateGraph:
     """A builder with ``nodes``, each its async function with a sync twin (``invoke``/``stream``/``batch``)."""
-    b = StateGraph(
-        SearchState, context_schema=GraphContext, input_schema=GraphInput, output_schema=GraphOutput
-    )
+    b = StateGraph(state, context_schema=context, input_schema=GraphInput, output_schema=GraphOutput)
     for name, afunc in nodes.items():
-        b.add_node(name, RunnableCallable(sync_node(afunc), afunc, name=name))
+        _add_node(b, name, afunc)
     return b
+
+
+def _add_node(b: StateGraph, name: str, afunc: Callable[..., Coroutine[Any, Any, Any]]) -> None:
+    """``afunc`` as node ``name``, with its sync twin (``invoke``/``stream``/``batch``)."""
+    b.add_node(name, RunnableCallable(sync_node(afunc), afunc, name=name))
+
+
+@dataclass(frozen=True)
+class GraphBuild:
+    """How a graph is compiled beyond its knobs (what ``create_agent`` also takes): the middleware,
+    the graph's name (also its answers' ``name``), a context schema merged with the knobs', and
+    LangGraph's compile options."""
+
+    middleware: tuple[Any, ...] = ()
+    name: str | None = None
+    context_schema: type | None = None
+    store: Any = None
+    debug: bool = False
+    interrupt_before: tuple[str, ...] | None = None
+    interrupt_after: tuple[str, ...] | None = None
+
+    def compile_options(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"store": self.store, "debug": self.debug}
+        if self.interrupt_before:
+            out["interrupt_before"] = list(self.interrupt_before)
+        if self.interrupt_after:
+            out["interrupt_after"] = list(self.interrupt_after)
+        return out
 
 
 #: the tags prompt of each graph kind (a configured prompt wins; other protocols use their own)
@@ -146,15 +182,19 @@ def _search_loop(
     checkpointer: Any,
     config: GraphConfig | None,
     options: dict[str, Any],
+    build: GraphBuild | None = None,
 ) -> SearchGraph:
     """The searching graphs' one shape: begin -> planner -> ``Send`` searchers -> join -> planner
-    ... -> answer; what differs by kind is the tags prompt, splitting (sequential) and ``references`` (dag)."""
+    ... -> answer (with middleware hook nodes where ``create_agent`` puts them); what differs by
+    kind is the tags prompt, splitting (sequential) and ``references`` (dag)."""
+    build = build or GraphBuild()
     opts = dict(options)
     resolver, protocol = _resolver_option(opts), _protocol_option(opts)
     cfg = _config(config, opts, **({"split_subqueries": False} if kind == "sequential" else {}))
     pol, spoken, answerer = _parts(policy, cfg, kind, answer_policy, protocol)
     cfg = _template(cfg, spoken, kind)
-    name = "parallelsearch" if kind == "parallel" else kind
+    name = build.name or ("parallelsearch" if kind == "parallel" else kind)
+    mw = Middleware.of(build.middleware)
     engine = EpisodeEngine(
         pol,
         spoken,
@@ -164,16 +204,14 @@ def _search_loop(
         references=kind == "dag",
         graph_name=name,
         resolver=resolver,
+        middleware=mw,
     )
-    b = _new_builder(bound_nodes(engine, "begin", "planner", "search", "join", "answer"))
-    b.add_edge(START, "begin")
-    b.add_edge("begin", "planner")
-    b.add_conditional_edges("planner", route, ["search", "planner", "answer"])
-    b.add_edge("search", "join")
-    # a search with #k goes back from the join to the searchers for its next stage
-    b.add_conditional_edges("join", after_join, ["search", "planner"])
-    b.add_edge("answer", END)
-    return _compile(b, cfg, checkpointer, name)
+    nodes = bound_nodes(engine, "begin", "planner", "search", "join", "answer")
+    b = _new_builder(nodes, state_with(mw.state_fields() if mw else {}), build.context_schema or GraphContext)
+    add_hook_nodes(b, mw)
+    if wire_search_loop(b, mw, functools.partial(route, engine), after_join):
+        _add_node(b, "review", bound_nodes(engine, "review")["review"])
+    return _compile(b, cfg, checkpointer, name, **build.compile_options())
 
 
 def _one_turn(
@@ -183,9 +221,15 @@ def _one_turn(
     checkpointer: Any,
     config: GraphConfig | None,
     options: dict[str, Any],
+    build: GraphBuild | None = None,
 ) -> SearchGraph:
     """The baselines' shape: an entry node (``retrieve`` once with the question, or ``begin``),
     then one answer-only turn."""
+    build = build or GraphBuild()
+    if build.middleware:
+        raise ValueError(
+            f"middleware needs a searching graph ({', '.join(SEARCHING_KINDS)}); {kind} has none"
+        )
     opts = dict(options)
     _resolver_option(opts)  # one answer-only turn: nothing to resolve
     protocol = _protocol_option(opts)
@@ -198,15 +242,17 @@ def _one_turn(
         as_searcher(searcher) if kind == "rag" else None,
         cfg,
         pinned=frozenset({"max_turns"}),
-        graph_name=kind,
+        graph_name=build.name or kind,
     )
     entry = "retrieve" if kind == "rag" else "begin"
-    b = _new_builder(bound_nodes(engine, entry, "planner", "answer"))
+    b = _new_builder(
+        bound_nodes(engine, entry, "planner", "answer"), context=build.context_schema or GraphContext
+    )
     b.add_edge(START, entry)
     b.add_edge(entry, "planner")
     b.add_edge("planner", "answer")
     b.add_edge("answer", END)
-    return _compile(b, cfg, checkpointer, kind)
+    return _compile(b, cfg, checkpointer, build.name or kind, **build.compile_options())
 
 
 def build_parallel_search_graph(
@@ -292,13 +338,14 @@ def build_graph(
     answer_policy: Planner | None = None,
     checkpointer: Any = None,
     config: GraphConfig | None = None,
+    build: GraphBuild | None = None,
     **options: Unpack[GraphOptions],
 ) -> SearchGraph:
     """Any graph by name: ``parallel``, ``sequential``, ``rag``, ``direct`` or ``dag``.
 
     ``answer_policy`` applies to the searching graphs; the one-turn baselines have no
-    separate answer turn, so it is not used there.
+    separate answer turn, so it is not used there. ``build``: middleware, name, compile options.
     """
     if check_graph_kind(kind) in SEARCHING_KINDS:
-        return _search_loop(kind, policy, searcher, answer_policy, checkpointer, config, options)
-    return _one_turn(kind, policy, searcher, checkpointer, config, options)
+        return _search_loop(kind, policy, searcher, answer_policy, checkpointer, config, options, build)
+    return _one_turn(kind, policy, searcher, checkpointer, config, options, build)

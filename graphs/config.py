@@ -91,6 +91,30 @@ ResolverKnob = Annotated[
         "planner model); None = the function given to the builder, else 'passage'"
     ),
 ]
+SystemPrompt = Annotated[
+    str | None,
+    Field(
+        description="instructions for the model before the protocol's own: a chat protocol's system "
+        "message (with the protocol's instructions and any system messages of the input), a text "
+        "protocol's text before its prompt; None = the protocol's alone"
+    ),
+]
+MaxHistoryMessages = Annotated[
+    int | None,
+    Field(
+        ge=0,
+        description="earlier messages of the thread a chat protocol's planner sees (the last ones, "
+        "starting at a question); None = all",
+    ),
+]
+MaxHistoryTokens = Annotated[
+    int | None,
+    Field(
+        ge=0,
+        description="the same bound in approximate tokens (LangChain's count_tokens_approximately); "
+        "None = no token bound",
+    ),
+]
 ProtocolName = Annotated[
     str,
     Field(
@@ -125,6 +149,9 @@ class GraphConfig(BaseModel):
     max_stages: MaxStages = DEFAULT_MAX_STAGES
     resolver: ResolverKnob = None
     protocol: ProtocolName = "auto"
+    system_prompt: SystemPrompt = None
+    max_history_messages: MaxHistoryMessages = None
+    max_history_tokens: MaxHistoryTokens = None
 
     @field_validator("protocol")
     @classmethod
@@ -162,6 +189,8 @@ class _RequestKnobs(TypedDict, total=False):
     temperature: Temperature
     top_p: TopP
     max_stages: MaxStages
+    max_history_messages: MaxHistoryMessages
+    max_history_tokens: MaxHistoryTokens
 
 
 class GraphOptions(_RequestKnobs, total=False):
@@ -177,6 +206,7 @@ class GraphOptions(_RequestKnobs, total=False):
     split_subqueries: SplitSubqueries
     resolver: ResolverChoice  # a builder also takes a function or an object with aresolve
     protocol: ProtocolName | Any  # a name, or a SearchProtocol object (a builder only)
+    system_prompt: SystemPrompt
 
 
 @with_config(ConfigDict(extra="allow"))

@@ -5,6 +5,7 @@ functions of the engine in ``parallelsearch.graphs.nodes``; the builders bind th
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from parallelsearch.agents.protocol import ObservationStyle, SearchProtocol
 from parallelsearch.agents.resolvers import Resolver, ResolverError, as_resolver, searcher_encoder
 from parallelsearch.agents.searchers.base import Searcher, store_names
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig, request_overrides
+from parallelsearch.graphs.middleware import Middleware
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ class EpisodeEngine:
     references: bool = False
     graph_name: str = "parallelsearch"
     resolver: Any = None  # the builder's resolver function or object, if any
+    middleware: Middleware | None = None  # LangChain agent middleware, hooks in create_agent's places
     stores: list[str] = field(init=False)
     warned: bool = field(default=False, init=False)  # the all-invalid warning, once per graph
     _sems: dict[int, asyncio.Semaphore] = field(default_factory=dict, init=False)
@@ -61,6 +64,16 @@ class EpisodeEngine:
                 self._per_request.clear()
             self._per_request[given] = self.cfg.updated(**dict(given))
         return self._per_request[given]
+
+    @functools.cached_property
+    def search_tool(self) -> Any:
+        """The search tool as a LangChain tool, for middleware that inspect tool calls."""
+        from parallelsearch.graphs.nodes.wrapped import search_tool
+
+        return search_tool(self)
+
+    def wraps_tools(self) -> bool:
+        return bool(self.middleware and self.middleware.with_hook("wrap_tool_call"))
 
     def style(self) -> ObservationStyle:
         return ObservationStyle(self.cfg.observation_titles or "stripped", self.cfg.max_observation_words)

@@ -54,6 +54,7 @@ class TurnRecord(TypedDict):
     calls: NotRequired[list[list[Any]]]  # tool calls: [tool_call_id, sub-query index or None]
     format_error: NotRequired[str]  # why a valid turn breaks the protocol's strict format
     feedback: NotRequired[str]  # the corrective note of an invalid turn, as the policy read it
+    message_id: NotRequired[str]  # a chat model's reply's id (the id of its streamed chunks)
 
 
 class ObservationRecord(TypedDict):
@@ -109,6 +110,8 @@ def turn_record(
         rec["format_error"] = format_error
     if feedback:
         rec["feedback"] = feedback
+    if getattr(res.message, "id", None):
+        rec["message_id"] = res.message.id
     return rec
 
 

@@ -91,8 +91,6 @@ class SearchState(_Outcome, total=False):
     stage: int
     next_stage: list[dict[str, Any]] | None
     started_at: float
-    # a chat protocol's episode as messages (AI tool calls, one ToolMessage per call)
-    chat: list[AnyMessage]
     node_ms: Annotated[dict[str, float], sum_ms]
 
 
@@ -106,3 +104,18 @@ class SearchTask(TypedDict):
     error: NotRequired[str]
     #: passages to fetch (``top_k``, or the observation budget's share); not in results
     top_k: NotRequired[int | None]
+
+
+def state_with(fields: dict[str, Any]) -> type:
+    """:class:`SearchState` with more fields (middleware state, and LangChain's ``jump_to``)."""
+    from typing import get_type_hints
+
+    from langgraph.channels.ephemeral_value import EphemeralValue
+
+    if not fields:
+        return SearchState
+    own = get_type_hints(SearchState, include_extras=True)
+    extra = {k: v for k, v in fields.items() if k not in own}
+    return TypedDict(  # type: ignore[operator]
+        "SearchState", {**own, **extra, "jump_to": Annotated[Any, EphemeralValue]}, total=False
+    )

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from parallelsearch.agents.protocol import SearchProtocol, TurnRequest
 from parallelsearch.graphs.config import GraphConfig
+from parallelsearch.graphs.conversation import chat_messages
 
 
 def is_final_turn(policy_calls: int, cfg: GraphConfig) -> bool:
@@ -34,13 +35,14 @@ def turn_request(
     references: bool = False,
     role: str = "planner",
 ) -> TurnRequest:
-    """The request for the episode's next turn: the transcript (and a chat protocol's messages,
-    with its final-turn note), the protocol's stop strings and tools, and the run's limits."""
+    """The request for the episode's next turn: the transcript (and a chat protocol's messages:
+    the system message, the thread's bounded history, the episode, its final-turn note), the
+    protocol's stop strings and tools, and the run's limits."""
     history = state.get("history") or [{}]
     messages = None
     if protocol.chat:
         note = protocol.final_note() if final else None
-        messages = list(state.get("chat") or []) + list(note.messages if note else ())
+        messages = chat_messages(state, cfg, protocol) + list(note.messages if note else ())
     return TurnRequest(
         transcript=state["transcript"],
         segments=list(state.get("segments") or []),

@@ -40,15 +40,67 @@ def make_openai_test_server(script: list[str] = SCRIPT) -> FastAPI:
 CHAT_SCRIPT: list[list[str] | str] = [["Scott Derrickson", "Ed Wood"], "yes"]
 
 
+def _chat_turn(messages: list[dict]) -> int:
+    """The assistant messages since the user's last question (a note the graph adds, named, is not one)."""
+    asked = [i for i, m in enumerate(messages) if m.get("role") == "user" and not m.get("name")]
+    start = asked[-1] if asked else 0
+    return sum(1 for m in messages[start:] if m.get("role") == "assistant")
+
+
+def _chat_message(step: list[str | dict] | str, turn: int) -> tuple[dict, str]:
+    """The assistant message of one script step, and its finish reason."""
+    import json
+
+    if isinstance(step, str):
+        return {"role": "assistant", "content": step}, "stop"
+    calls = [
+        {
+            "id": f"call_{turn}_{j}",
+            "type": "function",
+            "function": {
+                "name": "search",
+                "arguments": q["arguments"] if isinstance(q, dict) else json.dumps({"query": q}),
+            },
+        }
+        for j, q in enumerate(step)
+    ]
+    return {"role": "assistant", "content": None, "tool_calls": calls}, "tool_calls"
+
+
+def _sse_chunks(body: dict, message: dict, finish: str, rid: str) -> list[str]:
+    """The reply as OpenAI streams it: the content word by word, each call whole, then the end."""
+    import json
+
+    def chunk(delta: dict, reason: str | None = None, usage: dict | None = None) -> str:
+        out = {"id": rid, "object": "chat.completion.chunk", "created": 0, "model": body.get("model", "m"),
+               "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}  # fmt: skip
+        if usage is not None:
+            out["usage"] = usage
+        return f"data: {json.dumps(out)}\n\n"
+
+    parts = [chunk({"role": "assistant", "content": ""})]
+    words = (message.get("content") or "").split(" ")
+    parts += [
+        chunk({"content": w if i == 0 else " " + w}) for i, w in enumerate(words) if message.get("content")
+    ]
+    for j, call in enumerate(message.get("tool_calls") or []):
+        parts.append(chunk({"tool_calls": [{"index": j, **call}]}))
+    usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    parts.append(
+        chunk({}, finish, usage if (body.get("stream_options") or {}).get("include_usage") else None)
+    )
+    return [*parts, "data: [DONE]\n\n"]
+
+
 def make_openai_chat_test_server(script: list[list[str | dict] | str] = CHAT_SCRIPT) -> FastAPI:
     """A TEST SERVER implementing the OpenAI /v1/chat/completions shape with parallel tool calls.
 
-    Stand-in for a provider's chat API (no LLM runs here): turn i (the number of assistant
-    messages in the request) answers ``script[i]``, as ``tool_calls`` (arguments as JSON text,
-    as OpenAI sends them; a dict gives a call's raw ``arguments``) or as content. Every request
-    body is kept in ``app.state.requests``.
+    Stand-in for a provider's chat API (no LLM runs here): turn i (the assistant messages since
+    the user's last question) answers ``script[i]``, as ``tool_calls`` (arguments as JSON text,
+    as OpenAI sends them; a dict gives a call's raw ``arguments``) or as content, streamed when
+    asked (``stream: true``). Every request body is kept in ``app.state.requests``.
     """
-    import json
+    from fastapi.responses import StreamingResponse
 
     app = FastAPI()
     app.state.requests = []
@@ -57,27 +109,15 @@ def make_openai_chat_test_server(script: list[list[str | dict] | str] = CHAT_SCR
     async def chat(req: Request):
         body = await req.json()
         app.state.requests.append(body)
-        turn = sum(1 for m in body["messages"] if m.get("role") == "assistant")
-        step = script[min(turn, len(script) - 1)]
-        if isinstance(step, str):
-            message = {"role": "assistant", "content": step}
-            finish = "stop"
-        else:
-            calls = [
-                {
-                    "id": f"call_{turn}_{j}",
-                    "type": "function",
-                    "function": {
-                        "name": "search",
-                        "arguments": q["arguments"] if isinstance(q, dict) else json.dumps({"query": q}),
-                    },
-                }
-                for j, q in enumerate(step)
-            ]
-            message = {"role": "assistant", "content": None, "tool_calls": calls}
-            finish = "tool_calls"
+        turn = _chat_turn(body["messages"])
+        message, finish = _chat_message(script[min(turn, len(script) - 1)], turn)
+        rid = f"chatcmpl-{len(app.state.requests)}"
+        if body.get("stream"):
+            return StreamingResponse(
+                iter(_sse_chunks(body, message, finish, rid)), media_type="text/event-stream"
+            )
         return {
-            "id": f"chatcmpl-{len(app.state.requests)}",
+            "id": rid,
             "object": "chat.completion",
             "created": 0,
             "model": body.get("model", "test-model"),

@@ -136,7 +136,7 @@ def test_invalid_calls_cost_a_turn_and_are_answered_by_tool_messages():
         and "unknown tool 'lookup'" in out["trajectory"][0]["reason"]
     )
     states = list(graph.stream({"question": "q?"}, stream_mode="values"))
-    msgs = states[-1]["chat"]
+    msgs = states[-1]["messages"]
     tools = [m for m in msgs if isinstance(m, ToolMessage)]
     assert [m.tool_call_id for m in tools] == ["c1", "c2", "call_1_0"]
     assert "unknown tool 'lookup'" in tools[0].content and tools[1].content.startswith("Not searched")
@@ -162,7 +162,7 @@ def test_a_reply_cut_at_the_token_limit_is_not_taken_as_the_answer(meta):
     )
     assert (out["answer"], out["policy_calls"], out["search_rounds"]) == ("x", 3, 1)
     states = list(graph.stream({"question": "q?"}, stream_mode="values"))
-    notes = [m.content for m in states[-1]["chat"] if isinstance(m, HumanMessage)][1:]
+    notes = [m.content for m in states[-1]["messages"] if isinstance(m, HumanMessage)][1:]
     assert notes[0].startswith("Your reply was cut at the token limit")
     assert parse_tool_calls([], "x", cut=False).kind == "answer"
     assert parse_tool_calls([call("a", "c1")], "", cut=True).kind == "search"  # complete calls still run
@@ -177,7 +177,9 @@ def test_messages_in_and_out_and_a_messages_state_parent():
         ScriptedToolChatModel(turns=[["a", "b"], "x"]), ToySearcher(), name="researcher"
     )
     out = agent.invoke({"messages": [HumanMessage("Who are a and b?")]})
-    assert [m.type for m in out["messages"]] == ["human", "ai"] and out["messages"][-1].content == "x"
+    # the conversation is the record: the question, the calls, one tool message per call, the answer
+    assert [m.type for m in out["messages"]] == ["human", "ai", "tool", "tool", "ai"]
+    assert out["messages"][-1].content == "x" and out["messages"][-1].name == "researcher"
     assert out["subqueries"] == 2 and agent.name == "researcher"
 
     parent = StateGraph(MessagesState)
@@ -185,9 +187,10 @@ def test_messages_in_and_out_and_a_messages_state_parent():
     parent.add_edge(START, "research")
     app = parent.compile()
     res = app.invoke({"messages": [("user", "Who are a and b?")]})
-    assert [m.type for m in res["messages"]] == ["human", "ai"] and res["messages"][-1].content == "x"
+    assert [m.type for m in res["messages"]] == ["human", "ai", "tool", "tool", "ai"]
+    assert res["messages"][-1].content == "x"
     res2 = asyncio.run(app.ainvoke({"messages": [*res["messages"], ("user", "And c?")]}))
-    assert [m.type for m in res2["messages"]] == ["human", "ai", "human", "ai"]
+    assert [m.type for m in res2["messages"]][5:] == ["human", "ai", "tool", "tool", "ai"]
 
 
 def test_no_question_is_one_clear_error():
@@ -297,7 +300,8 @@ def test_chat_openai_arguments_that_are_not_an_object_cost_a_turn_not_the_episod
     assert "true is not an object" in turns[0]["reason"] and "bad arguments {}" in turns[1]["reason"]
     second, third = app.state.requests[1:3]
     # the refused calls go back to the server as the calls they were, each answered by its note
-    assert [c["function"]["arguments"] for c in second["messages"][1]["tool_calls"]] == ["true", "true"]
+    assert second["messages"][0]["role"] == "system" and second["messages"][1]["content"] == "q?"
+    assert [c["function"]["arguments"] for c in second["messages"][2]["tool_calls"]] == ["true", "true"]
     notes = [m for m in third["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in notes] == ["call_0_0", "call_0_1", "call_1_0"]
     assert "true is not an object" in notes[0]["content"] and '{"query": string}' in notes[2]["content"]
@@ -414,14 +418,9 @@ def test_a_thread_is_a_conversation_one_episode_per_new_human_message():
     agent.invoke({"messages": [("user", "first?")]}, cfg)
     agent.invoke({"question": "second?"}, cfg)
     out = agent.invoke({"messages": [("user", "third?")]}, cfg)
-    assert [(m.type, m.content) for m in out["messages"]] == [
-        ("human", "first?"),
-        ("ai", "x"),
-        ("human", "second?"),
-        ("ai", "x"),
-        ("human", "third?"),
-        ("ai", "x"),
-    ]
+    assert [m.type for m in out["messages"]] == ["human", "ai", "tool", "ai"] * 3
+    assert [m.content for m in out["messages"] if m.type == "human"] == ["first?", "second?", "third?"]
+    assert [m.content for m in out["messages"][3::4]] == ["x", "x", "x"]
     history = agent.get_state(cfg).values["history"]
     assert [h["question"] for h in history] == ["first?", "second?", "third?"]
     assert out["policy_calls"] == 2 and out["search_rounds"] == 1  # the episode's own counts

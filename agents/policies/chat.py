@@ -14,12 +14,14 @@ from parallelsearch.stores.errors import UnavailableError
 
 def to_messages(request: TurnRequest) -> list[Any]:
     """The transcript as chat messages: earlier turns as AI messages, the rest as human ones."""
-    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
     segs = request.segments or [("prompt", request.transcript)]
     msgs: list[Any] = []
     for role, text in segs:
-        if role == "policy":
+        if role == "system":
+            msgs.append(SystemMessage(content=text.strip()))
+        elif role == "policy":
             msgs.append(AIMessage(content=text))
         elif msgs and isinstance(msgs[-1], HumanMessage):
             msgs[-1] = HumanMessage(content=msgs[-1].content + text)
@@ -85,9 +87,9 @@ def finish_reason(msg: Any) -> str:
 
 
 class ChatModelPolicy:
-    """A LangChain chat model as a policy. A request that carries ``messages`` and ``tools`` (a chat
-    protocol) gets a tool-calling reply from the model bound to those tools; any other gets text
-    up to the request's stop strings."""
+    """A LangChain chat model as a policy. A request that names ``tools`` (a chat protocol) gets a
+    tool-calling reply from the model bound to those tools; any other gets text up to the
+    request's stop strings. The messages are the request's, else its transcript's segments."""
 
     def __init__(self, model: Any, **init_kwargs: Any):
         if isinstance(model, str):
@@ -108,11 +110,12 @@ class ChatModelPolicy:
         self._bound: dict[str, Any] = {}  # the model bound to each set of tools, made once
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
-        if request.messages is None:
-            msg = await _call(self.model, to_messages(request), stop=list(request.stop))
+        if not request.tools:  # a text protocol: text up to the stop strings
+            messages = request.messages if request.messages is not None else to_messages(request)
+            msg = await _call(self.model, messages, stop=list(request.stop))
             text = truncate_at_stop(content_text(msg.content), request.stop)
             result = TurnResult(
-                close_unfinished_tag(text, request.stop), finish_reason="stop", labels=("chat",)
+                close_unfinished_tag(text, request.stop), finish_reason="stop", labels=("chat",), message=msg
             )
         else:
             msg = await self._tool_message(request)
@@ -141,8 +144,9 @@ class ChatModelPolicy:
         return self._bound[key]
 
     async def _tool_message(self, request: TurnRequest) -> Any:
+        messages = request.messages if request.messages is not None else to_messages(request)
         try:
-            return await _call(self._with_tools(request.tools), request.messages)
+            return await _call(self._with_tools(request.tools), messages)
         except Exception as e:
             broken = unreadable_calls(e, request.turn_index)
             if broken is None:

@@ -9,15 +9,28 @@ from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 
 from parallelsearch.agents.protocol import SEARCH_TOOL_NAME, content_text
+from parallelsearch.agents.protocol.tools import NOTE_NAME
+
+
+def _asked_at(messages: Sequence[BaseMessage]) -> int:
+    """Where the current question starts: the last human message that is not the environment's note."""
+    asked = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage) and m.name != NOTE_NAME]
+    return asked[-1] if asked else 0
+
+
+def _question(messages: Sequence[BaseMessage]) -> str:
+    """The current question (after a prompt's last "Question:" when it carries one)."""
+    text = content_text(messages[_asked_at(messages)].content) if messages else ""
+    return text.rpartition("Question:")[2].strip()
 
 
 class ScriptedToolChatModel(BaseChatModel):
-    """Replays scripted turns (turn i is the i-th AI message of the episode): a list of strings is
+    """Replays scripted turns (turn i is the i-th AI message since the current question): a list of strings is
     one message of parallel ``search`` calls, a string the answer, an ``AIMessage`` is sent as it
     is (``by_question``: a script per question)."""
 
@@ -33,8 +46,7 @@ class ScriptedToolChatModel(BaseChatModel):
 
     def _script(self, messages: Sequence[BaseMessage]) -> list[Any]:
         if self.by_question:
-            first = content_text(messages[0].content) if messages else ""
-            q = first.rpartition("Question:")[2].strip()  # the question: after the prompt's last "Question:"
+            q = _question(messages)
             if q not in self.by_question:
                 raise KeyError(f"ScriptedToolChatModel has no script for the question {q[:80]!r}")
             return self.by_question[q]
@@ -50,7 +62,7 @@ class ScriptedToolChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         script = self._script(messages)
-        i = sum(1 for m in messages if isinstance(m, AIMessage))
+        i = sum(1 for m in messages[_asked_at(messages) :] if isinstance(m, AIMessage))
         turn = script[min(i, len(script) - 1)]
         if isinstance(turn, AIMessage):
             msg = turn

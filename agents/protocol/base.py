@@ -20,7 +20,7 @@ from parallelsearch.agents.protocol.grammar import (
     think_regex,
 )
 from parallelsearch.agents.protocol.observation import Observation, ObservationStyle, SubqueryResult
-from parallelsearch.agents.protocol.templates import render_prompt
+from parallelsearch.agents.protocol.templates import TEMPLATES, TOOL_TEMPLATES, render_prompt
 from parallelsearch.agents.protocol.turn import STOP_STRINGS, TurnResult
 
 
@@ -58,9 +58,13 @@ class SearchProtocol(ABC):
         """The episode's first text: the template (name or format string) with the question."""
         return render_prompt(question, template or self.default_template, stores)
 
-    def opening(self, prompt: str) -> tuple[Any, ...]:
-        """The conversation a chat policy starts from (text protocols: none)."""
-        return ()
+    def instructions(self, template: str | None = None) -> str:
+        """A chat protocol's instructions, for the system message: the template without its
+        question (a chat model reads the question as the user's own message)."""
+        text = TEMPLATES.get(template or "") or TOOL_TEMPLATES.get(
+            template or self.default_template, template or ""
+        )
+        return text.split("Question: {question}")[0].split("{question}")[0].strip()
 
     @abstractmethod
     def parse(self, result: TurnResult, limits: Limits) -> Action:

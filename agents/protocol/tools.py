@@ -186,6 +186,8 @@ def call_replies(
     return out
 
 
+#: the name of the environment's own human messages (a corrective note), apart from the user's
+NOTE_NAME = "parallelsearch"
 #: what a reply with neither a tool call nor an answer is told
 TOOLS_RETRY = "Your reply had no tool call and no answer. Call search, or reply with the answer only."
 #: what a reply cut at the token limit without a call is told
@@ -201,11 +203,6 @@ class Tools(SearchProtocol):
     default_template = "tools"
     tools = (SEARCH_TOOL,)
     chat = True
-
-    def opening(self, prompt: str) -> tuple[Any, ...]:
-        from langchain_core.messages import HumanMessage
-
-        return (HumanMessage(content=prompt),)
 
     def parse(self, result: TurnResult, limits: Limits) -> Action:
         return parse_tool_calls(
@@ -233,7 +230,7 @@ class Tools(SearchProtocol):
             msgs = tuple(ToolMessage(content=n, tool_call_id=cid, status="error") for cid, n in notes)
             return Observation("".join(format_tool_response(n) for _, n in notes), msgs)
         note = TOOLS_CUT if result.finish_reason == "length" else TOOLS_RETRY
-        return Observation(f"\n{note}\n", (HumanMessage(content=note),))
+        return Observation(f"\n{note}\n", (HumanMessage(content=note, name=NOTE_NAME),))
 
     def read_turns(self, text: str, prompt: str | None = None) -> list:
         raise ValueError(
@@ -244,7 +241,7 @@ class Tools(SearchProtocol):
     def final_note(self) -> Observation | None:
         from langchain_core.messages import HumanMessage
 
-        return Observation(messages=(HumanMessage(content=TOOLS_FINAL),))
+        return Observation(messages=(HumanMessage(content=TOOLS_FINAL, name=NOTE_NAME),))
 
     def render(
         self,

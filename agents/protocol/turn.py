@@ -80,6 +80,7 @@ class TurnResult:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     labels: tuple[str, ...] = ()
+    #: a chat model's reply itself (its id is the id of its streamed chunks)
     message: Any = None
     tool_calls: list[dict[str, Any]] | None = None
     invalid_tool_calls: list[dict[str, Any]] = field(default_factory=list)

@@ -11,7 +11,7 @@ from typing import Any
 
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.begin_answer import answer, begin
-from parallelsearch.graphs.nodes.planner import planner
+from parallelsearch.graphs.nodes.planner import planner, review
 from parallelsearch.graphs.nodes.search import after_join, join, retrieve_once, route, search
 
 __all__ = [
@@ -30,6 +30,7 @@ _NODES: dict[str, Callable[..., Any]] = {
     "begin": begin,
     "retrieve": retrieve_once,
     "planner": planner,
+    "review": review,
     "search": search,
     "join": join,
     "answer": answer,

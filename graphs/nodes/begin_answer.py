@@ -15,6 +15,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from parallelsearch.agents.protocol import Limits, content_text
+from parallelsearch.graphs.conversation import system_text
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.common import ms_since, usage_update
 from parallelsearch.graphs.record import turn_record
@@ -79,14 +80,18 @@ async def begin(
     last = (state.get("messages") or [None])[-1]
     meta = state.get("metadata")
     prompt = engine.protocol.prompt(q, cfg.prompt_template, engine.stores)
+    segments = [("prompt", prompt)]
+    system = system_text(state.get("messages") or [], cfg, None) if not engine.protocol.chat else ""
+    if system:  # a text protocol's policy reads the system prompt first (a chat model as a system message)
+        segments.insert(0, ("system", system + "\n\n"))
     started = time.time()
     if asked is None:  # a {"question"} input: the question joins the conversation
         asked = HumanMessage(content=q, id=str(uuid.uuid4()))
     update: dict[str, Any] = {
         "history": _history_records(state.get("history") or [], q, meta, asked.id, started),
         "protocol": engine.protocol.name,
-        "transcript": prompt,
-        "segments": [("prompt", prompt)],
+        "transcript": "".join(text for _, text in segments),
+        "segments": segments,
         "round": 0,
         "started_at": started,
         **ZERO_COUNTS,
@@ -99,9 +104,6 @@ async def begin(
         update["question"] = q
     if asked is not last:
         update["messages"] = [asked]
-    opening = engine.protocol.opening(prompt)
-    if opening or state.get("chat"):
-        update["chat"] = list(opening)
     if meta:
         update["metadata"] = {}  # consumed: a later question on the thread does not inherit it
     if state.get("transcript"):
@@ -137,6 +139,33 @@ async def _answer_turn(
     return (act.answer if act.kind == "answer" else answer), update
 
 
+def _reply(
+    engine: EpisodeEngine, state: SearchState, update: dict[str, Any], given: str | None, status: str
+) -> AIMessage:
+    """The episode's final AI message. A chat protocol's answer is the model's own reply (named,
+    its metadata kept, the status added: written again under its id); any other is a new message,
+    under the id of the answering model reply when there is one, so a UI that streamed that
+    reply replaces it instead of showing the answer twice."""
+    meta = {"status": status}
+    last = (state.get("messages") or [None])[-1]
+    turns = [
+        t for t in [*(state.get("trajectory") or []), *update.get("trajectory", [])] if t["type"] == "turn"
+    ]
+    planned = {t.get("message_id") for t in turns}
+    # a chat protocol's answer, or the reply a middleware ended the run with (a call limit's)
+    if engine.protocol.chat and isinstance(last, AIMessage) and not last.tool_calls:
+        if given is not None or (last.id not in planned and content_text(last.content).strip()):
+            merged = {**(last.response_metadata or {}), **meta}
+            return last.model_copy(update={"name": engine.graph_name, "response_metadata": merged})
+    answered_by = turns[-1].get("message_id") if turns and given is not None else None
+    return AIMessage(
+        content=given if given is not None else NO_ANSWER,
+        name=engine.graph_name,
+        response_metadata=meta,
+        **({"id": answered_by} if answered_by else {}),
+    )
+
+
 async def answer(
     engine: EpisodeEngine, state: SearchState, config: RunnableConfig, runtime: Runtime
 ) -> dict[str, Any]:
@@ -150,11 +179,7 @@ async def answer(
         engine.warn_unanswered([t for t in state.get("trajectory") or [] if t.get("type") == "turn"])
     total_ms = round((time.time() - (state.get("started_at") or time.time())) * 1000, 3)
     history = state.get("history") or [{"episode": 0}]
-    reply = AIMessage(
-        content=given if given is not None else NO_ANSWER,
-        name=engine.graph_name,
-        response_metadata={"status": status},
-    )
+    reply = _reply(engine, state, update, given, status)
     record = {
         "episode": history[-1]["episode"],
         "status": status,

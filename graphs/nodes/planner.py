@@ -10,11 +10,12 @@ from typing import Any
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
-from parallelsearch.agents.protocol import Action, Limits, Observation, TurnResult
+from parallelsearch.agents.protocol import Action, Limits, Observation, TurnResult, content_text
 from parallelsearch.agents.subquery_plan import Plan, plan_turn
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.common import ms_since, usage_update
+from parallelsearch.graphs.nodes.wrapped import model_turn
 from parallelsearch.graphs.record import TurnRecord, turn_record
 from parallelsearch.graphs.state import SearchState
 from parallelsearch.graphs.turns import is_final_turn, turn_request
@@ -35,6 +36,13 @@ def next_action(turn: TurnRecord, action: Action, plan: Plan | None, cfg: GraphC
         act["stages"] = [list(s) for s in plan.stages]
         act["refs"] = [[[r.k, r.target] for r in refs] for refs in plan.references]
     return act
+
+
+def _named(message: Any, name: str) -> Any:
+    """An AI message with the graph's name, as ``create_agent`` names its model's replies."""
+    from langchain_core.messages import AIMessage
+
+    return message.model_copy(update={"name": name}) if isinstance(message, AIMessage) else message
 
 
 def _said(
@@ -58,7 +66,7 @@ async def planner(
         raise RuntimeError("the planner ran before an episode began (wire START -> begin -> planner)")
     final = is_final_turn(st["policy_calls"], cfg)
     request = turn_request(st, cfg, engine.protocol, final=final, references=engine.references)
-    res = await engine.policy.agenerate(request)
+    res = await model_turn(engine, request, st, runtime)
     action = engine.protocol.parse(res, Limits(cfg.max_subqueries, cfg.split_subqueries))
     action, plan = plan_turn(action, max_stages=cfg.max_stages, final=final)
     said, note = _said(engine, res, action, final)
@@ -86,8 +94,37 @@ async def planner(
         "node_ms": {"planner": turn["ms"]},
         **usage_update(st, res),
     }
-    if said.messages or note.messages:
-        update["chat"] = [*(st.get("chat") or []), *said.messages, *note.messages]
+    if said.messages or note.messages:  # a chat protocol: the conversation is the record
+        named = [_named(m, engine.graph_name) for m in said.messages]
+        update["messages"] = [*named, *note.messages]
     if action.kind == "answer":
         update["answer"] = action.answer
     return update
+
+
+async def review(
+    engine: EpisodeEngine, state: SearchState, config: RunnableConfig, runtime: Runtime
+) -> dict[str, Any]:
+    """After ``after_model`` middleware: the search runs the calls a reviewer left without an
+    answer (``HumanInTheLoopMiddleware`` answers a rejected call with its tool message); when
+    none is left, the planner goes on with the reviewer's answers."""
+    from langchain_core.messages import AIMessage, ToolMessage
+
+    act = state.get("last_action") or {}
+    messages = state.get("messages") or []
+    at = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
+    if act.get("kind") != "search" or not engine.protocol.chat or at is None:
+        return {}
+    ai = messages[at]
+    answered = {m.tool_call_id for m in messages[at + 1 :] if isinstance(m, ToolMessage)}
+    pending = [c for c in ai.tool_calls if c.get("id") not in answered]
+    if [c.get("id") for c in pending] == [cid for cid, _ in act.get("calls") or []]:
+        return {}
+    if not pending:
+        return {"last_action": {**act, "kind": "reviewed", "subqueries": [], "calls": []}}
+    cfg = engine.configured(config, runtime)
+    res = TurnResult(text=content_text(ai.content), tool_calls=pending, message=ai)
+    action = engine.protocol.parse(res, Limits(cfg.max_subqueries, cfg.split_subqueries))
+    action, plan = plan_turn(action, max_stages=cfg.max_stages)
+    turn: Any = {"action": action.kind, "final": act.get("final", False)}
+    return {"last_action": next_action(turn, action, plan, cfg)}

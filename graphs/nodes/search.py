@@ -9,22 +9,24 @@ import contextlib
 import time
 from typing import Any
 
+from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite, Send
 
-from parallelsearch.agents.protocol import SubqueryResult
+from parallelsearch.agents.protocol import Observation, SubqueryResult, content_text, format_tool_response
 from parallelsearch.agents.searchers.base import guarded_search
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.begin_answer import begin
 from parallelsearch.graphs.nodes.common import ms_since, passages_of
 from parallelsearch.graphs.nodes.stages import next_stage
+from parallelsearch.graphs.nodes.wrapped import tool_call
 from parallelsearch.graphs.record import ObservationRecord, SearchRecord
 from parallelsearch.graphs.state import SearchState, SearchTask
 from parallelsearch.graphs.turns import after_turn
 
 
-def route(state: SearchState) -> Any:
+def route(engine: EpisodeEngine, state: SearchState) -> Any:
     """After a turn: the answer node, the planner again, or one ``Send`` per sub-query of the
     search's first stage (a search with ``#k`` sends its later stages from the join)."""
     act = state.get("last_action") or {}
@@ -32,9 +34,11 @@ def route(state: SearchState) -> Any:
     if where != "search":
         return where
     first = act["stages"][0] if act.get("stages") else range(len(act["subqueries"]))
-    r, top_k = state.get("round", 0), act.get("top_k")
+    base = {"round": state.get("round", 0), "top_k": act.get("top_k")}
+    calls = call_context(engine, state) if engine.wraps_tools() else None
     return [
-        Send("search", {"query": act["subqueries"][i], "index": i, "round": r, "top_k": top_k}) for i in first
+        Send("search", {"query": act["subqueries"][i], "index": i, **base, **(calls(i) if calls else {})})
+        for i in first
     ]
 
 
@@ -47,12 +51,35 @@ def after_join(state: SearchState) -> Any:
     return "planner"
 
 
-async def search(engine: EpisodeEngine, task: SearchTask) -> dict[str, Any]:
-    """One sub-query through the searcher (timeout, retry); a failure is the row's ``error``."""
-    t0 = time.perf_counter()
-    row: dict[str, Any] = {k: v for k, v in task.items() if k != "top_k"}
-    top_k = task.get("top_k") or engine.cfg.top_k
-    if task.get("error"):  # a dependent sub-query whose #k could not be resolved
+def call_context(engine: EpisodeEngine, state: SearchState) -> Any:
+    """For ``wrap_tool_call`` middleware: sub-query i's tool call (the first call that searched
+    it; a text protocol's sub-query gets one made for it) and the state the middleware read."""
+    act = state.get("last_action") or {}
+    ai = next((m for m in reversed(state.get("messages") or []) if isinstance(m, AIMessage)), None)
+    by_id = {c.get("id"): c for c in (ai.tool_calls if ai is not None else [])}
+    first = {}
+    for cid, i in act.get("calls") or []:
+        if i is not None and i not in first and cid in by_id:
+            first[i] = by_id[cid]
+    keys = {"messages", *(engine.middleware.state_fields() if engine.middleware else {})}
+    view = {k: state[k] for k in keys if k in state}  # type: ignore[literal-required]
+
+    def context(i: int) -> dict[str, Any]:
+        made = {
+            "name": "search",
+            "args": {"query": act["subqueries"][i]},
+            "id": f"search_{state.get('round', 0)}_{i}",
+            "type": "tool_call",
+        }
+        return {"call": first.get(i, made), "view": view}
+
+    return context
+
+
+async def _searched(engine: EpisodeEngine, row: dict[str, Any], top_k: int) -> dict[str, Any]:
+    """``row`` with its query's passages, or the error that stood in for them."""
+    row = dict(row)
+    if row.get("error"):  # a dependent sub-query whose #k could not be resolved
         row.update(passages=[], attempts=0)
     elif engine.searcher is None:
         row.update(passages=[], error="no searcher configured")
@@ -60,7 +87,7 @@ async def search(engine: EpisodeEngine, task: SearchTask) -> dict[str, Any]:
         async with engine.semaphore() or contextlib.nullcontext():
             outcome = await guarded_search(
                 engine.searcher,
-                task["query"],
+                row["query"],
                 top_k,
                 timeout_s=engine.cfg.search_timeout_s,
                 retries=engine.cfg.search_retries,
@@ -70,6 +97,26 @@ async def search(engine: EpisodeEngine, task: SearchTask) -> dict[str, Any]:
         )
         if outcome.note:
             row["note"] = outcome.note
+    return row
+
+
+async def search(
+    engine: EpisodeEngine, task: SearchTask, config: RunnableConfig, runtime: Runtime
+) -> dict[str, Any]:
+    """One sub-query through the searcher (timeout, retry; inside ``wrap_tool_call`` middleware
+    when the graph has some); a failure is the row's ``error``."""
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {k: v for k, v in task.items() if k not in ("top_k", "call", "view")}
+    top_k = task.get("top_k") or engine.cfg.top_k
+    if task.get("call") and not task.get("error") and engine.searcher is not None:
+
+        async def run(query: str) -> dict[str, Any]:
+            return await _searched(engine, {**row, "query": query}, top_k)
+
+        row = await tool_call(engine, dict(task), run, config, runtime)
+        row = {k: v for k, v in row.items() if k not in ("top_k", "call", "view")}
+    else:
+        row = await _searched(engine, row, top_k)
     row["ms"] = ms_since(t0)
     # the join adds the round's searcher milliseconds to node_ms in its own single write
     return {"results": [row]}
@@ -100,6 +147,22 @@ def _results(act: dict[str, Any], rows: list[dict[str, Any]], staged: bool) -> l
     ]
 
 
+def _wrapped_observation(calls: list[tuple[str, int | None]], rows: list[dict[str, Any]]) -> Observation:
+    """The tool messages ``wrap_tool_call`` middleware answered the calls with, one per call (a
+    duplicate call gets its sub-query's), and their text form."""
+    from langchain_core.messages import ToolMessage
+
+    by_index = {row["index"]: row.get("message") for row in rows}
+    messages = []
+    for cid, i in calls:
+        msg = by_index.get(i)
+        if not isinstance(msg, ToolMessage):
+            msg = ToolMessage(content="Not searched.", tool_call_id=cid, status="error")
+        messages.append(msg.model_copy(update={"tool_call_id": cid}) if msg.tool_call_id != cid else msg)
+    text = "".join(format_tool_response(content_text(m.content)) for m in messages) + "\n"
+    return Observation(text, tuple(messages))
+
+
 async def join(
     engine: EpisodeEngine, state: SearchState, config: RunnableConfig, runtime: Runtime
 ) -> dict[str, Any]:
@@ -111,9 +174,12 @@ async def join(
     if state.get("stage", 0) + 1 < len(stages):
         return await next_stage(state, engine.resolver_for(engine.configured(config, runtime)), rows, t0)
     calls = [(cid, i) for cid, i in act.get("calls") or []]
-    obs = engine.protocol.render(
-        _results(act, rows, bool(stages)), calls, engine.style(), state["transcript"]
-    )
+    if engine.protocol.chat and any("message" in row for row in rows):
+        obs = _wrapped_observation(calls, rows)
+    else:
+        obs = engine.protocol.render(
+            _results(act, rows, bool(stages)), calls, engine.style(), state["transcript"]
+        )
     entry: ObservationRecord = {
         "type": "observation",
         "round": r,
@@ -122,7 +188,7 @@ async def join(
     }
     update: dict[str, Any] = {}
     if obs.messages:
-        update["chat"] = [*(state.get("chat") or []), *obs.messages]
+        update["messages"] = list(obs.messages)
     if stages:  # the round of a search with #k: how many stages it took, and no stage pending
         entry["stages"] = len(stages)
         update.update(stage=0, next_stage=None)

@@ -1,0 +1,66 @@
+"""What a chat protocol's planner reads: one system message (the graph's system prompt, the
+input's system messages, the protocol's instructions), the thread's earlier messages (bounded,
+complete exchanges only), then the episode's own messages, as ``create_agent`` sends them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, AnyMessage, SystemMessage, ToolMessage
+
+from parallelsearch.agents.protocol import SearchProtocol, content_text
+from parallelsearch.graphs.config import GraphConfig
+
+
+def system_text(messages: Sequence[AnyMessage], cfg: GraphConfig, protocol: SearchProtocol | None) -> str:
+    """The system prompt, then the input's system messages, then the protocol's instructions."""
+    parts = [cfg.system_prompt or ""]
+    parts += [content_text(m.content) for m in messages if isinstance(m, SystemMessage)]
+    if protocol is not None:
+        parts.append(protocol.instructions(cfg.prompt_template))
+    return "\n\n".join(p.strip() for p in parts if p and p.strip())
+
+
+def _complete(history: Sequence[AnyMessage]) -> list[AnyMessage]:
+    """``history`` without tool calls that never got their tool messages (an abandoned search):
+    chat APIs refuse a call without its answer."""
+    answered = {m.tool_call_id for m in history if isinstance(m, ToolMessage)}
+    out: list[AnyMessage] = []
+    for m in history:
+        calls = getattr(m, "tool_calls", None) if isinstance(m, AIMessage) else None
+        if calls and not all(c.get("id") in answered for c in calls):
+            ids = {c.get("id") for c in calls}
+            out = [x for x in out if not (isinstance(x, ToolMessage) and x.tool_call_id in ids)]
+            continue
+        out.append(m)
+    return out
+
+
+def bounded_history(history: Sequence[AnyMessage], cfg: GraphConfig) -> list[AnyMessage]:
+    """The last of ``history`` within ``max_history_messages`` and ``max_history_tokens``,
+    starting at a human message so no tool message loses its call."""
+    from langchain_core.messages import trim_messages
+    from langchain_core.messages.utils import count_tokens_approximately
+
+    kept = _complete(history)
+    if cfg.max_history_messages is not None:
+        kept = trim_messages(kept, max_tokens=cfg.max_history_messages, token_counter=len, start_on="human")
+    if cfg.max_history_tokens is not None:
+        kept = trim_messages(
+            kept,
+            max_tokens=cfg.max_history_tokens,
+            token_counter=count_tokens_approximately,
+            start_on="human",
+        )
+    return list(kept)
+
+
+def chat_messages(state: Mapping[str, Any], cfg: GraphConfig, protocol: SearchProtocol) -> list[AnyMessage]:
+    """The planner's messages: the system message, the bounded history, the episode so far."""
+    messages = [m for m in state.get("messages") or [] if not isinstance(m, SystemMessage)]
+    asked = ((state.get("history") or [{}])[-1]).get("asked")
+    start = next((i for i, m in enumerate(messages) if m.id is not None and m.id == asked), len(messages))
+    system = system_text(state.get("messages") or [], cfg, protocol)
+    head = [SystemMessage(content=system)] if system else []
+    return [*head, *bounded_history(messages[:start], cfg), *messages[start:]]

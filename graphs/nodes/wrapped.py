@@ -1,0 +1,147 @@
+"""The model call and the search calls as middleware see them: ``wrap_model_call`` gets LangChain's
+``ModelRequest`` (the chat model, the system message, the messages, the tools) around the policy's
+turn; ``wrap_tool_call`` gets a ``ToolCallRequest`` around each search call, whose handler searches
+the call's (possibly edited) query and answers with its tool message."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.runtime import Runtime
+
+from parallelsearch.agents.policies.chat import ChatModelPolicy, finish_reason, to_messages
+from parallelsearch.agents.protocol import SEARCH_TOOL, SubqueryResult, TurnRequest, TurnResult, content_text
+from parallelsearch.agents.protocol.tools import call_replies
+from parallelsearch.graphs.engine import EpisodeEngine
+from parallelsearch.graphs.middleware import wrapped
+
+
+def _result_message(out: Any) -> AIMessage:
+    """The AI message a ``wrap_model_call`` chain ended with (a response, a message, or an
+    extended response: its command is not applied here, and says so)."""
+    from langchain.agents.middleware.types import ExtendedModelResponse, ModelResponse
+
+    if isinstance(out, ExtendedModelResponse):
+        if out.command is not None:
+            raise NotImplementedError(
+                "a wrap_model_call Command is not applied by this graph; return the response"
+            )
+        out = out.model_response
+    if isinstance(out, ModelResponse):
+        out = next((m for m in reversed(out.result) if isinstance(m, AIMessage)), None)
+    if not isinstance(out, AIMessage):
+        raise TypeError(f"wrap_model_call middleware returned {type(out).__name__}, not a model response")
+    return out
+
+
+def _turn_of(msg: AIMessage) -> TurnResult:
+    """A reply a middleware made itself, as a turn."""
+    return TurnResult(
+        text=content_text(msg.content),
+        finish_reason=finish_reason(msg),
+        labels=("middleware",),
+        message=msg,
+        tool_calls=list(msg.tool_calls or []),
+        invalid_tool_calls=list(msg.invalid_tool_calls or []),
+    )
+
+
+async def model_turn(
+    engine: EpisodeEngine, request: TurnRequest, state: Any, runtime: Runtime | None
+) -> TurnResult:
+    """The policy's turn for ``request``, inside the graph's ``wrap_model_call`` middleware."""
+    wraps = engine.middleware.with_hook("wrap_model_call") if engine.middleware else []
+    if not wraps:
+        return await engine.policy.agenerate(request)
+    from langchain.agents.middleware import ModelRequest, ModelResponse
+
+    model = getattr(engine.policy, "model", None)
+    messages = request.messages if request.messages is not None else to_messages(request)
+    system = messages[0] if messages and isinstance(messages[0], SystemMessage) else None
+    turns: list[TurnResult] = []
+
+    async def handler(req: Any) -> Any:
+        policy = engine.policy if req.model is model else ChatModelPolicy(req.model)
+        given = [req.system_message, *req.messages] if req.system_message else list(req.messages)
+        asked = replace(
+            request, messages=given if model is not None else request.messages, tools=tuple(req.tools)
+        )
+        res = await policy.agenerate(asked)
+        turns.append(res)
+        return ModelResponse(result=[res.message if res.message is not None else AIMessage(content=res.text)])
+
+    req = ModelRequest(
+        model=model,
+        messages=messages[1:] if system else messages,
+        system_message=system,
+        tools=list(request.tools),
+        state=state,
+        runtime=runtime,
+    )
+    msg = _result_message(await wrapped(wraps, "wrap_model_call", req, handler))
+    last = turns[-1] if turns else None
+    if last is not None and (last.message is msg or getattr(last.message, "id", None) == msg.id):
+        return last
+    return _turn_of(msg)
+
+
+def search_tool(engine: EpisodeEngine) -> Any:
+    """The search tool as a LangChain tool (what ``ToolCallRequest.tool`` names)."""
+    from langchain_core.tools import StructuredTool
+
+    async def search(query: str) -> str:
+        from parallelsearch.agents.searchers.base import guarded_search
+
+        out = await guarded_search(
+            engine.searcher, query, engine.cfg.top_k, timeout_s=engine.cfg.search_timeout_s
+        )
+        return out.error or "\n".join(p.text for p in out.passages)
+
+    spec = SEARCH_TOOL["function"]
+    return StructuredTool.from_function(coroutine=search, name=spec["name"], description=spec["description"])
+
+
+async def tool_call(
+    engine: EpisodeEngine, task: dict[str, Any], run: Any, config: RunnableConfig, runtime: Runtime | None
+) -> dict[str, Any]:
+    """One search call inside the graph's ``wrap_tool_call`` middleware: ``run(query)`` searches
+    the query the call holds when it runs; the row keeps the call's final tool message."""
+    from langgraph.prebuilt.tool_node import ToolCallRequest, ToolRuntime
+
+    rows: list[dict[str, Any]] = []
+
+    async def handler(req: Any) -> ToolMessage:
+        query = " ".join(str((req.tool_call.get("args") or {}).get("query", "")).split())
+        row = await run(query or task["query"])
+        rows.append(row)
+        found = SubqueryResult(row["query"], _passages(row), row.get("error"))
+        _, text, failed = call_replies([found], [(req.tool_call["id"], 0)], engine.style())[0]
+        return ToolMessage(
+            content=text, tool_call_id=req.tool_call["id"], status="error" if failed else "success"
+        )
+
+    call = task["call"]
+    tool_runtime = ToolRuntime(
+        state=task.get("view") or {},
+        context=getattr(runtime, "context", None),
+        config=config,
+        stream_writer=getattr(runtime, "stream_writer", lambda _: None),
+        tool_call_id=call.get("id"),
+        store=getattr(runtime, "store", None),
+        tools=[engine.search_tool],
+    )
+    req = ToolCallRequest(
+        tool_call=call, tool=engine.search_tool, state=task.get("view") or {}, runtime=tool_runtime
+    )
+    message = await wrapped(engine.middleware.with_hook("wrap_tool_call"), "wrap_tool_call", req, handler)
+    row = rows[-1] if rows else {**task, "passages": [], "attempts": 0}
+    return {**row, "message": message}
+
+
+def _passages(row: dict[str, Any]) -> list[Any]:
+    from parallelsearch.graphs.nodes.common import passages_of
+
+    return passages_of(row)

@@ -1,0 +1,65 @@
+"""The edges of a searching graph, with its middleware's hook nodes where ``create_agent`` puts
+them: ``begin -> before_agent* -> before_model* -> planner -> after_model* (last first) -> review ->
+route``, the search loop back to the first ``before_model``, and ``answer -> after_agent* -> END``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from langgraph._internal._runnable import RunnableCallable
+from langgraph.graph import END, START, StateGraph
+
+from parallelsearch.graphs.middleware import NODE_HOOKS, Middleware, can_jump_to, hook_node
+
+
+def add_hook_nodes(b: StateGraph, mw: Middleware | None) -> None:
+    for hook in NODE_HOOKS:
+        for m in mw.with_hook(hook) if mw else []:
+            b.add_node(f"{m.name}.{hook}", hook_node(m, hook))
+
+
+def _chain(
+    b: StateGraph, names: list[str], last: str, jumps: dict[str, str], mw: Middleware | None, hook: str
+) -> None:
+    """``names`` in a row, then ``last``; a hook that may jump gets its ``jump_to`` edge."""
+    hooks = {f"{m.name}.{hook}": m for m in (mw.with_hook(hook) if mw else [])}
+    for here, there in zip(names, [*names[1:], last], strict=True):
+        allowed = [j for j in can_jump_to(hooks[here], hook) if j in jumps] if here in hooks else []
+        if not allowed:
+            b.add_edge(here, there)
+            continue
+
+        def jump(state: dict[str, Any], default: str = there) -> str:
+            return jumps.get(state.get("jump_to") or "", default)
+
+        destinations = sorted({there, *(jumps[j] for j in allowed)})
+        b.add_conditional_edges(here, RunnableCallable(jump, trace=False), destinations)
+
+
+def wire_search_loop(
+    b: StateGraph, mw: Middleware | None, route: Callable[..., Any], after_join: Callable[..., Any]
+) -> bool:
+    """The searching graphs' edges, middleware hooks included (none: begin -> planner -> route).
+    Returns whether the graph needs its ``review`` node (after ``after_model`` hooks)."""
+    names = {hook: mw.node_names(hook) if mw else [] for hook in NODE_HOOKS}
+    before_model, after_model = names["before_model"], names["after_model"][::-1]
+    loop = before_model[0] if before_model else "planner"
+    review = bool(after_model)
+    jumps = {"model": loop, "end": "answer", **({"tools": "review"} if review else {})}
+    b.add_edge(START, "begin")
+    _chain(b, ["begin", *names["before_agent"]], loop, jumps, mw, "before_agent")
+    if before_model:
+        _chain(b, before_model, "planner", jumps, mw, "before_model")
+    if review:
+        b.add_edge("planner", after_model[0])
+        _chain(b, after_model, "review", jumps, mw, "after_model")
+    decide = "review" if review else "planner"
+    b.add_conditional_edges(decide, route, {"search": "search", "planner": loop, "answer": "answer"})
+    b.add_edge("search", "join")
+    b.add_conditional_edges("join", after_join, {"search": "search", "planner": loop})
+    after_agent = names["after_agent"][::-1]
+    b.add_edge("answer", after_agent[0] if after_agent else END)
+    if after_agent:
+        _chain(b, after_agent, END, {}, mw, "after_agent")
+    return review

@@ -1,0 +1,219 @@
+"""The agent in a chat UI: the conversation is the record, the stream is clean, system prompts
+and the thread's history reach the model, LangChain's own middleware run where ``create_agent``
+runs them. A real ``ChatOpenAI`` talks to a local OpenAI-compatible TEST SERVER (tests/servers.py:
+no LLM runs here) that answers with scripted parallel tool calls and records every request."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from conftest import UvicornThread
+from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
+
+from parallelsearch import create_parallel_search_agent
+from parallelsearch.stores import Passage
+
+pytest.importorskip("langchain_openai", reason="langchain-openai is in the dev extra")
+
+
+class Films:
+    """A searcher of one made-up passage per query (the agent, not retrieval, is tested)."""
+
+    name = "films"
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
+        self.queries.append(query)
+        return [Passage(f"id-{query}", query.title(), f"all about {query}", 0.9, self.name)]
+
+
+@pytest.fixture
+def chat():
+    """A ChatOpenAI against the local test server of ``script``; the server's recorded requests."""
+    from langchain_openai import ChatOpenAI
+    from servers import make_openai_chat_test_server
+
+    threads: list[UvicornThread] = []
+
+    def make(script):
+        app = make_openai_chat_test_server(script)
+        srv = UvicornThread(app).__enter__()
+        threads.append(srv)
+        model = ChatOpenAI(model="m", base_url=srv.url + "/v1", api_key="sk-test", timeout=10, max_retries=0)
+        return model, app.state.requests
+
+    yield make
+    for srv in threads:
+        srv.__exit__(None, None, None)
+
+
+def test_the_thread_is_the_conversation_and_follow_ups_see_it(chat):
+    model, requests = chat([["Inception director"], "Christopher Nolan"])
+    agent = create_parallel_search_agent(model, Films(), checkpointer=InMemorySaver(), name="researcher")
+    thread = {"configurable": {"thread_id": "t"}}
+    first = agent.invoke({"messages": [("user", "Who directed Inception?")]}, thread)
+    types = [m.type for m in first["messages"]]
+    assert types == ["human", "ai", "tool", "ai"]
+    ai, tool, final = first["messages"][1:]
+    assert (
+        ai.tool_calls[0]["args"] == {"query": "Inception director"}
+        and tool.tool_call_id == ai.tool_calls[0]["id"]
+    )
+    assert tool.content.startswith("Doc 1(Title: Inception Director) all about Inception director")
+    assert final.content == "Christopher Nolan" and final.name == "researcher"
+    assert final.usage_metadata and final.response_metadata["status"] == "answered"
+    agent.invoke({"messages": [("user", "Where was he born?")]}, thread)
+    asked = [r for r in requests if r["messages"][-1].get("content") == "Where was he born?"][0]
+    roles = [m["role"] for m in asked["messages"]]
+    # the system message, then the whole first exchange, then the follow-up question
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert asked["messages"][1]["content"] == "Who directed Inception?"
+
+
+def test_history_is_bounded_by_messages_or_tokens(chat):
+    model, requests = chat([["q"], "a"])
+    agent = create_parallel_search_agent(model, Films(), checkpointer=InMemorySaver(), max_history_messages=4)
+    thread = {"configurable": {"thread_id": "t"}}
+    for q in ("one?", "two?", "three?"):
+        agent.invoke({"messages": [("user", q)]}, thread)
+    last = [r for r in requests if r["messages"][-1].get("content") == "three?"][0]
+    # four earlier messages at most, starting at a question: the second exchange only
+    assert [m.get("content") for m in last["messages"] if m["role"] == "user"] == ["two?", "three?"]
+    per_request = {"configurable": {"thread_id": "t", "max_history_messages": 0}}
+    agent.invoke({"messages": [("user", "four?")]}, per_request)
+    assert [m["role"] for m in requests[-2]["messages"]] == ["system", "user"]
+
+
+def test_system_prompts_reach_the_model_as_one_system_message_with_the_protocol(chat):
+    model, requests = chat([["x"], "y"])
+    agent = create_parallel_search_agent(model, Films(), system_prompt=SystemMessage("You answer in French."))
+    agent.invoke({"messages": [SystemMessage("Be brief."), HumanMessage("Who?")]})
+    system = requests[0]["messages"][0]
+    assert system["role"] == "system" and [m["role"] for m in requests[0]["messages"]].count("system") == 1
+    assert system["content"].startswith("You answer in French.\n\nBe brief.\n\nAnswer the given question.")
+    assert "Question:" not in system["content"] and requests[0]["messages"][1]["content"] == "Who?"
+
+
+def test_the_messages_stream_is_the_models_chunks_and_the_tool_messages(chat):
+    model, _ = chat([["Inception director", "Inception year"], "Christopher Nolan in 2010"])
+    agent = create_parallel_search_agent(model, Films())
+
+    async def run() -> tuple[list, dict]:
+        got, final = [], {}
+        async for mode, chunk in agent.astream(
+            {"messages": [("user", "Who directed Inception, and when?")]}, stream_mode=["messages", "values"]
+        ):
+            if mode == "messages":
+                got.append(chunk[0])
+            else:
+                final = chunk
+        return got, final
+
+    got, final = asyncio.run(run())
+    assert {type(m) for m in got} <= {AIMessageChunk, ToolMessage}
+    assert not any("Answer the given question" in str(m.content) for m in got)  # no internal prompt
+    tools = [m for m in got if isinstance(m, ToolMessage)]
+    assert len(tools) == 2
+    answer = final["messages"][-1]
+    streamed = "".join(str(m.content) for m in got if isinstance(m, AIMessageChunk) and m.id == answer.id)
+    assert streamed == answer.content == "Christopher Nolan in 2010"  # one id: no second copy
+
+
+def test_updates_show_the_plan_before_the_search(chat):
+    model, _ = chat([["a", "b"], "done"])
+    agent = create_parallel_search_agent(model, Films())
+    nodes = []
+    for update in agent.stream({"messages": [("user", "a and b?")]}, stream_mode="updates"):
+        nodes += list(update)
+    planned = nodes.index("planner")
+    assert nodes[planned + 1] == "search" and nodes.count("search") == 2
+
+
+def test_human_review_approves_edits_and_rejects_sub_queries(chat):
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    model, requests = chat([["Inception director", "Inception budget", "Inception year"], "Nolan, 2010"])
+    films = Films()
+    agent = create_parallel_search_agent(
+        model,
+        films,
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"search": True})],
+        checkpointer=InMemorySaver(),
+    )
+    thread = {"configurable": {"thread_id": "review"}}
+    paused = agent.invoke({"messages": [("user", "Who directed Inception, and when?")]}, thread)
+    (request,) = paused["__interrupt__"]
+    actions = request.value["action_requests"]
+    assert [a["name"] for a in actions] == ["search"] * 3 and films.queries == []  # nothing searched yet
+    assert actions[0]["args"] == {"query": "Inception director"}
+    decisions = [
+        {"type": "approve"},
+        {"type": "reject", "message": "not needed"},
+        {"type": "edit", "edited_action": {"name": "search", "args": {"query": "Inception release date"}}},
+    ]
+    out = agent.invoke(Command(resume={"decisions": decisions}), thread)
+    assert sorted(films.queries) == ["Inception director", "Inception release date"]  # what really ran
+    tools = {m.tool_call_id: m for m in out["messages"] if isinstance(m, ToolMessage)}
+    ai = next(m for m in out["messages"] if isinstance(m, AIMessage) and m.tool_calls)
+    rejected, edited = tools[ai.tool_calls[1]["id"]], tools[ai.tool_calls[2]["id"]]
+    assert "not needed" in str(rejected.content)
+    assert "Inception release date" in str(edited.content) and "All About Inception" not in str(
+        edited.content
+    )
+    assert out["messages"][-1].content == "Nolan, 2010" and out["subqueries"] == 2
+    # the model's next request carries one tool message per call, as the API requires
+    assert sum(1 for m in requests[-1]["messages"] if m["role"] == "tool") == 3
+
+
+def test_model_call_limit_and_retry_middleware_work_unchanged(chat):
+    from langchain.agents.middleware import ModelCallLimitMiddleware, ModelRetryMiddleware
+
+    model, requests = chat([["a"], ["b"], ["c"], "never"])
+    limited = create_parallel_search_agent(
+        model, Films(), middleware=[ModelCallLimitMiddleware(run_limit=2, exit_behavior="end")]
+    )
+    out = limited.invoke({"messages": [("user", "q?")]})
+    assert out["policy_calls"] == 2 and out["status"] == "unanswered"
+    assert "limit" in str(out["messages"][-1].content).lower() and out["messages"][-1].type == "ai"
+
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    class FailOnce(FakeListChatModel):
+        failed: bool = False
+
+        async def _agenerate(self, *args, **kwargs):
+            if not self.failed:
+                self.failed = True
+                raise RuntimeError("provider hiccup")
+            return await super()._agenerate(*args, **kwargs)
+
+    retried = create_parallel_search_agent(
+        FailOnce(responses=["<answer> fine </answer>"]),
+        Films(),
+        protocol="tags",
+        middleware=[ModelRetryMiddleware(max_retries=2, initial_delay=0.0, jitter=False)],
+    )
+    assert asyncio.run(retried.ainvoke({"question": "q?"}))["answer"] == "fine"
+
+
+def test_front_door_mistakes_get_did_you_mean_and_reasons():
+    with pytest.raises(TypeError, match="unexpected keyword 'k'.*did you mean 'top_k'"):
+        create_parallel_search_agent("oracle", Films(), k=3)
+    with pytest.raises(TypeError, match="does not take response_format=: the answer is the model's text"):
+        create_parallel_search_agent("oracle", Films(), response_format=dict)
+    with pytest.raises(ValueError, match="unknown node to interrupt at 'tool'"):
+        create_parallel_search_agent("oracle", Films(), interrupt_before=["tool"])
+    with pytest.raises(TypeError, match="AgentMiddleware objects"):
+        create_parallel_search_agent("oracle", Films(), middleware=[object()])
+    agent = create_parallel_search_agent(
+        "oracle", Films(), interrupt_before=["tools"], checkpointer=InMemorySaver()
+    )
+    thread = {"configurable": {"thread_id": "i"}}
+    meta = {"golden_answers": ["x"], "supporting_titles": ["a", "b"], "split": "parallel"}
+    agent.invoke({"question": "a or b?", "metadata": meta}, thread)
+    assert agent.get_state(thread).next == ("search", "search")  # paused before the searches
