@@ -1,4 +1,7 @@
-"""Agents: the ParallelSearch protocol, policies (text generation backends) and searchers."""
+"""Agents: the ParallelSearch protocol, policies (text generation backends) and searchers.
+
+Internal: the building blocks behind the public API in ``parallelsearch`` (docs/api.md); names here may change without notice.
+"""
 
 from parallelsearch.agents.protocol import (
     INVALID_FEEDBACK,

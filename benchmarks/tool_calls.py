@@ -17,11 +17,11 @@ from typing import Any
 
 from _common import OUT, InstantSearcher, alternating, graph_input, records_store, rounded, write
 
-from parallelsearch.agents.policies import OraclePolicy, as_policy
+from parallelsearch.agents.policies import ChatModelPolicy, OraclePolicy
 from parallelsearch.agents.policies.scripted_chat import ScriptedToolChatModel
 from parallelsearch.data import load_questions
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-from parallelsearch.graphs import build_parallel_search_graph
+from parallelsearch.graphs.builders import build_parallel_search_graph
 
 BLOCKS = 12
 PROTOCOLS = ("tags", "tools")
@@ -60,7 +60,7 @@ def planners(questions: list[dict]) -> dict[str, Any]:
         )
         for q in questions
     }
-    return {"tags": OraclePolicy(), "tools": as_policy(ScriptedToolChatModel.from_plans(plans), "tools")}
+    return {"tags": OraclePolicy(), "tools": ChatModelPolicy(ScriptedToolChatModel.from_plans(plans))}
 
 
 def counts(questions: list[dict], records: list[dict]) -> dict[str, Any]:
@@ -74,7 +74,9 @@ def counts(questions: list[dict], records: list[dict]) -> dict[str, Any]:
         return original(queries, k)
 
     store.search_batch = search_batch  # type: ignore[method-assign]
-    graphs = {name: build_parallel_search_graph(p, store) for name, p in planners(questions).items()}
+    graphs = {
+        name: build_parallel_search_graph(p, store, protocol=name) for name, p in planners(questions).items()
+    }
     keys = ("policy_calls", "search_rounds", "subqueries", "passages", "answer")
     with asyncio.Runner() as runner:
 
@@ -102,7 +104,9 @@ def counts(questions: list[dict], records: list[dict]) -> dict[str, Any]:
 def overhead(questions: list[dict]) -> dict[str, Any]:
     policies = planners(questions)
     spent = {name: timed(p) for name, p in policies.items()}
-    graphs = {name: build_parallel_search_graph(p, InstantSearcher()) for name, p in policies.items()}
+    graphs = {
+        name: build_parallel_search_graph(p, InstantSearcher(), protocol=name) for name, p in policies.items()
+    }
 
     async def block(name: str) -> tuple[float, float]:
         """(total, graph only) ms per policy turn over all the questions."""

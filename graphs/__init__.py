@@ -1,5 +1,7 @@
 """LangGraph graphs: ParallelSearch, its dag variant and the sequential, rag and direct baselines,
 from already built parts (``parallelsearch.graphs.factory`` builds them from configuration).
+
+Internal: the building blocks behind the public API in ``parallelsearch`` (docs/api.md); names here may change without notice.
 """
 
 from parallelsearch.graphs.agent import create_parallel_search_agent

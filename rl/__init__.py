@@ -2,6 +2,8 @@
 
 Light parts import eagerly; OpenRLHF, Ray and vLLM are imported only inside the
 functions (and the ``openrlhf_agent`` module) that need them.
+
+Internal: the building blocks behind the public API in ``parallelsearch`` (docs/api.md); names here may change without notice.
 """
 
 from parallelsearch.data.metrics import cover_match, exact_match, f1_score, normalize_answer

@@ -1,5 +1,8 @@
 """Corpus readers, embedders, Chroma stores, ingestion and the Search-R1 ``/retrieve`` server.
-Names resolve lazily, so importing a light module does not import Chroma, torch or FastAPI."""
+Names resolve lazily, so importing a light module does not import Chroma, torch or FastAPI.
+
+Internal: the building blocks behind the public API in ``parallelsearch`` (docs/api.md); names here may change without notice.
+"""
 
 from __future__ import annotations
 

@@ -217,3 +217,56 @@ def test_front_door_mistakes_get_did_you_mean_and_reasons():
     meta = {"golden_answers": ["x"], "supporting_titles": ["a", "b"], "split": "parallel"}
     agent.invoke({"question": "a or b?", "metadata": meta}, thread)
     assert agent.get_state(thread).next == ("search", "search")  # paused before the searches
+
+
+def test_the_readme_chat_script_runs_verbatim(monkeypatch, capsys):
+    """README's chat example (memory, a system prompt, human review, streaming; at most 20
+    lines), unchanged: ChatOpenAI finds the local test server through OPENAI_BASE_URL."""
+    import re
+
+    from conftest import ROOT
+    from servers import make_openai_chat_test_server
+
+    section = (ROOT / "README.md").read_text().split("## A chat agent (LangGraph users start here)", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert len([line for line in code.splitlines() if line.strip()]) <= 20, code
+    app = make_openai_chat_test_server(
+        [["Inception director", "Inception release"], "Christopher Nolan, in 2010."]
+    )
+    with UvicornThread(app) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    printed = capsys.readouterr().out
+    assert printed.count("searching: ['Inception director', 'Inception release']") == 2
+    assert printed.count("Christopher Nolan, in 2010.") == 2  # streamed, token by token, twice
+    second = [r for r in app.state.requests if r["messages"][-1].get("content") == "Where was he born?"][0]
+    assert second["messages"][0]["content"].startswith("Answer in one short sentence.")
+    assert [m["role"] for m in second["messages"]].count("tool") == 2  # the first exchange, remembered
+
+
+def test_under_tags_messages_hold_the_question_and_the_answer_under_the_streamed_id():
+    """A chat model speaking the paper's tags: the policy reads the paper's text, the thread's
+    messages show the question and the answer, and the answer replaces the streamed turn by id."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    model = FakeListChatModel(
+        responses=["<think> t </think><search> a ## b </search>", "<think> t </think><answer> yes </answer>"]
+    )
+    agent = create_parallel_search_agent(model, Films(), protocol="tags")
+
+    async def run() -> tuple[list, dict]:
+        got, final = [], {}
+        async for mode, chunk in agent.astream(
+            {"messages": [("user", "a and b?")]}, stream_mode=["messages", "values"]
+        ):
+            got.append(chunk[0]) if mode == "messages" else final.update(chunk)
+        return got, final
+
+    got, final = asyncio.run(run())
+    assert [m.type for m in final["messages"]] == ["human", "ai"] and final["messages"][-1].content == "yes"
+    assert "<search> a ## b </search>" in final["transcript"]  # the paper's text is what the policy read
+    answer_id = final["messages"][-1].id
+    streamed = [m for m in got if isinstance(m, AIMessageChunk)]
+    assert streamed and streamed[-1].id == answer_id  # a UI merging by id shows the answer once
+    assert not any(isinstance(m, HumanMessage) for m in got)  # the internal prompt is never a message

@@ -275,7 +275,7 @@ def test_chat_openai_with_parallel_tool_calls_from_a_local_server(hotpot_store, 
     replies = [m for m in second["messages"] if m["role"] == "tool"]
     assert [m["tool_call_id"] for m in replies] == ["call_0_0", "call_0_1"]
     assert all(m["content"].startswith("Doc 1(Title: ") for m in replies)
-    assert second["messages"][1]["tool_calls"][1]["function"]["arguments"] == '{"query": "Ed Wood"}'
+    assert second["messages"][2]["tool_calls"][1]["function"]["arguments"] == '{"query": "Ed Wood"}'
 
 
 def test_chat_openai_arguments_that_are_not_an_object_cost_a_turn_not_the_episode():

@@ -213,7 +213,7 @@ async def retrieve_once(
     update = await begin(engine, state, config, runtime)
     question = str(update.get("question") or state.get("question") or "").strip()
     top_k = engine.configured(config, runtime).search_top_k(1)
-    found = await search(engine, {"query": question, "index": 0, "round": 0, "top_k": top_k})
+    found = await search(engine, {"query": question, "index": 0, "round": 0, "top_k": top_k}, config, runtime)
     merged = {**state, **update, "results": found["results"]}
     joined = await join(engine, merged, config, runtime)  # type: ignore[arg-type]
     joined["results"] = found["results"]

@@ -2,6 +2,8 @@
 
 Both ``parallelsearch.eval`` and ``parallelsearch.rl`` import from here, and this package
 imports neither (docs/architecture.md, "Layers"); it reads benchmark context with ``stores``.
+
+Internal: the building blocks behind the public API in ``parallelsearch`` (docs/api.md); names here may change without notice.
 """
 
 from parallelsearch.data.metrics import answer_in_text, cover_match, exact_match, f1_score, normalize_answer

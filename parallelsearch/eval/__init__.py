@@ -1,4 +1,7 @@
-"""Evaluation: run graph variants over FlashRAG-format questions, score, summarise, report."""
+"""Evaluation: run graph variants over FlashRAG-format questions, score, summarise, report.
+
+Internal: the building blocks behind the public API in ``parallelsearch`` (docs/api.md); names here may change without notice.
+"""
 
 from parallelsearch.eval.report import comparison_lines, write_report
 from parallelsearch.eval.runner import EvalRun, evaluate, read_results
