@@ -18,6 +18,7 @@ _LAZY = {
     "PolicyConfig": "parallelsearch.agents.policies.config",
     "GraphConfig": "parallelsearch.graphs.config",
     "make_embedder": "parallelsearch.stores.encoding.embedder",
+    "ParallelSearchEmbeddings": "parallelsearch.stores",
     "make_store": "parallelsearch.graphs.factory",
     "make_searcher": "parallelsearch.graphs.factory",
     "make_policy": "parallelsearch.graphs.factory",
