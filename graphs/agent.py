@@ -4,6 +4,8 @@ ParallelSearch graph, in the style of LangGraph's ``create_react_agent``, over t
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -28,6 +30,52 @@ from parallelsearch.graphs.builders import (
 from parallelsearch.graphs.config import GraphConfig, GraphOptions
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.errors import check_choice
+
+#: names other search APIs give a knob of this graph (a retriever's ``k`` is the graph's ``top_k``)
+_ALIASES = {
+    "k": "top_k",
+    "n": "top_k",
+    "limit": "top_k",
+    "num_results": "top_k",
+    "max_results": "top_k",
+    "search_kwargs": "top_k",
+    "max_iterations": "max_turns",
+    "max_steps": "max_turns",
+}
+#: keywords of LangChain's ``create_agent`` (and LangGraph's ``create_react_agent``), with what does
+#: the same job here where something does
+_AGENT_KEYWORDS = {
+    "system_prompt": "prompt= puts instructions in front of the protocol's prompt",
+    "tools": "the searchers are the second argument",
+    "debug": "invoke/stream take debug=True",
+    "interrupt_before": "invoke/stream take interrupt_before=[node], with a checkpointer",
+    "interrupt_after": "invoke/stream take interrupt_after=[node], with a checkpointer",
+    "middleware": "",
+    "store": "",
+    "context_schema": "",
+    "response_format": "",
+    "state_schema": "",
+    "pre_model_hook": "",
+    "post_model_hook": "",
+}
+
+
+def _check_keywords(options: dict[str, Any]) -> None:
+    """A TypeError naming the first keyword that is neither this function's nor a :class:`GraphConfig`
+    field, with the closest known one, instead of pydantic's "Extra inputs are not permitted"."""
+    params = [p for p in inspect.signature(create_parallel_search_agent).parameters if p != "options"]
+    known = list(dict.fromkeys([*params[2:], *GraphConfig.model_fields]))
+    for key in options:
+        if key in GraphConfig.model_fields:
+            continue
+        said = f"create_parallel_search_agent() got an unexpected keyword argument {key!r}"
+        if key in _AGENT_KEYWORDS:
+            how = _AGENT_KEYWORDS[key]
+            said += f" (a keyword of LangChain's create_agent{'; here ' + how if how else ''})"
+        else:
+            close = _ALIASES.get(key) or next(iter(difflib.get_close_matches(key, known, n=1)), None)
+            said += f" (did you mean {close!r}?)" if close else ""
+        raise TypeError(f"{said}; it takes {', '.join(known)}")
 
 
 def _is_store_name(given: Any) -> bool:
@@ -91,9 +139,11 @@ def create_parallel_search_agent(
     """A compiled ParallelSearch graph: the planner decomposes, searchers run in parallel.
 
     Args:
-        model: the planner: a LangChain chat model, a policy, a policy spec (``"oracle"``,
-            ``"openai:MODEL@URL"`` = a completions endpoint serving a trained checkpoint,
-            ``"vllm:PATH"``, ``"chat:openai:gpt-4o"`` ...) or any other ``init_chat_model`` string.
+        model: the planner: a LangChain chat model (not pre-bound: the graph binds its ``search``
+            tool), a policy, an ``init_chat_model`` string (``"openai:gpt-4o-mini"``) or one of this
+            project's specs (``"openai:MODEL@URL"`` = a completions endpoint serving a trained
+            checkpoint, ``"vllm:PATH"``, ``"hf:PATH"``, ``"oracle"``, ``"scripted:FILE"``,
+            ``"chat:PROVIDER:MODEL"``, ``"external"``); an ambiguous string is refused.
         searchers: a store name or list of them (opened with ``retrieval``, routed by
             ``name: query`` when several), a ``/retrieve`` URL, anything ``as_searcher`` accepts,
             a list of them (routed by their ``name``) or a ``{name: searcher}`` mapping.
@@ -106,11 +156,13 @@ def create_parallel_search_agent(
         answer_model: a separate model for the final answer turn (tags protocol only).
         checkpointer: a LangGraph checkpointer (threads: one episode per question).
         config / options: :class:`GraphConfig` and/or its fields as keywords (``top_k``,
-            ``max_turns``, ``max_subqueries``, ...); keywords win.
+            ``max_turns``, ``max_subqueries``, ...); keywords win. Any other keyword is a
+            TypeError naming the closest known one.
         name: the compiled graph's name (as a subgraph or in Studio).
 
     Example: README.md, "A chat model and your searcher".
     """
+    _check_keywords(options)
     check_choice(protocol, PROTOCOLS, "protocol")
     check_graph_kind(graph, ("parallel", "sequential"))
     build = build_parallel_search_graph if graph == "parallel" else build_sequential_graph

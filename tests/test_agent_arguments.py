@@ -116,3 +116,41 @@ def test_both_readings_of_openai_run_against_their_servers(monkeypatch):
     assert chat_app.state.requests[0]["model"] == "test-model" and chat_app.state.requests[0]["tools"]
     assert (tags["answer"], tags["protocol"], tags["subqueries"]) == ("yes", "tags", 2)
     assert completions_app.state.requests[0]["model"] == "ps-7b"
+
+
+@pytest.mark.parametrize(
+    "keyword,hint",
+    [
+        ("k", "(did you mean 'top_k'?)"),
+        ("topk", "(did you mean 'top_k'?)"),
+        ("max_turn", "(did you mean 'max_turns'?)"),
+        ("promt", "(did you mean 'prompt'?)"),
+        ("search_kwargs", "(did you mean 'top_k'?)"),
+        ("debug", "(a keyword of LangChain's create_agent; here invoke/stream take debug=True)"),
+        ("system_prompt", "(a keyword of LangChain's create_agent; here prompt= puts instructions"),
+        ("middleware", "(a keyword of LangChain's create_agent);"),
+        ("store", "(a keyword of LangChain's create_agent);"),
+        ("response_format", "(a keyword of LangChain's create_agent);"),
+        ("interrupt_before", "here invoke/stream take interrupt_before=[node], with a checkpointer"),
+    ],
+)
+def test_an_unknown_keyword_is_a_type_error_naming_it_and_the_closest_known_one(keyword, hint):
+    with pytest.raises(TypeError) as err:
+        create_parallel_search_agent("oracle", wiki, **{keyword: 3})
+    msg = str(err.value)
+    assert msg.startswith(f"create_parallel_search_agent() got an unexpected keyword argument {keyword!r} ")
+    assert hint in msg and "Extra inputs" not in msg
+    assert "; it takes protocol, prompt, graph," in msg and "top_k, passage_budget, max_turns" in msg
+
+
+def test_known_keywords_still_reach_the_graph():
+    ks = []
+
+    async def counting(query: str, k: int) -> list[Passage]:
+        ks.append(k)
+        return await wiki(query)
+
+    agent = create_parallel_search_agent("oracle", counting, top_k=2, max_turns=2, protocol="tags")
+    meta = {"golden_answers": ["yes"], "supporting_titles": ["Scott Derrickson", "Ed Wood"]}
+    out = agent.invoke({"question": Q, "metadata": meta})
+    assert out["status"] == "answered" and out["subqueries"] == 2 and ks == [2, 2]
