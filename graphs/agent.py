@@ -65,8 +65,24 @@ def _searcher(searchers: Any, retrieval: RetrievalConfig | None) -> Any:
     return as_searcher(searchers)
 
 
+#: names other search APIs give a knob of this graph (a retriever's ``k`` is the graph's ``top_k``)
+_ALIASES = {
+    "k": "top_k",
+    "n": "top_k",
+    "limit": "top_k",
+    "num_results": "top_k",
+    "max_results": "top_k",
+    "search_kwargs": "top_k",
+    "max_iterations": "max_turns",
+    "max_steps": "max_turns",
+}
+
+
 def closest(key: str, names: Sequence[str]) -> str | None:
-    """The name ``key`` most likely meant: one it is a word of (``k`` -> ``top_k``), else the closest."""
+    """The name ``key`` most likely meant: its alias (``k`` -> ``top_k``), one it is a word of,
+    else the closest spelling."""
+    if key in _ALIASES:
+        return _ALIASES[key]
     words = [n for n in names if key in n.split("_")]
     if words:
         return words[0]

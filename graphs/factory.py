@@ -18,6 +18,7 @@ from parallelsearch.agents.policies.config import PolicyConfig
 from parallelsearch.agents.policies.spec import policy_from_spec
 from parallelsearch.agents.searchers.backends import MultiStoreSearcher, RemoteSearcher, StoreSearcher
 from parallelsearch.agents.searchers.base import Searcher
+from parallelsearch.agents.searchers.deferred import DeferredSearcher
 from parallelsearch.graphs.builders import SearchGraph, build_graph, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.stores.chroma_store import (
@@ -251,15 +252,27 @@ class GraphParts:
         )
 
 
+def deferred_searcher(cfg: RetrievalConfig) -> Searcher:
+    """:func:`make_searcher`'s searcher, opened at its first search (Chroma, torch and the encoder
+    load then, in a worker thread): graphs built at import stay quick to import. A ``/retrieve``
+    client holds no heavy state and is made at once."""
+    if cfg.searcher_kind() == "remote":
+        return make_searcher(cfg)
+    names = [cfg.store_spec(entry).name for entry in cfg.stores]
+    return DeferredSearcher(lambda: make_searcher(cfg), names, what=f"the stores {names} at {cfg.location()}")
+
+
 def make_parts(
     kinds: Iterable[str],
     *,
     policy: PolicyConfig | Policy,
     retrieval: RetrievalConfig | Searcher | None,
     graph_config: GraphConfig | None = None,
+    defer_stores: bool = False,
 ) -> GraphParts:
     """The parts for graphs of ``kinds``: the one path from configuration to graphs. ``policy`` and
-    ``retrieval`` may be configuration or built objects; no searcher is opened for ``direct`` only."""
+    ``retrieval`` may be configuration or built objects; no searcher is opened for ``direct`` only.
+    ``defer_stores``: the stores open at the first search (:func:`deferred_searcher`)."""
     kinds = [check_graph_kind(k) for k in kinds]
     answer_policy = None
     if isinstance(policy, PolicyConfig):
@@ -267,7 +280,8 @@ def make_parts(
         policy = make_policy(policy)
     searcher = retrieval
     if isinstance(retrieval, RetrievalConfig):
-        searcher = make_searcher(retrieval) if any(k != "direct" for k in kinds) else None
+        opener = deferred_searcher if defer_stores else make_searcher
+        searcher = opener(retrieval) if any(k != "direct" for k in kinds) else None
     return GraphParts(
         policy, searcher, answer_policy, graph_config if graph_config is not None else GraphConfig()
     )

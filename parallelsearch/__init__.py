@@ -31,6 +31,7 @@ _LAZY = {
     "make_searcher": "parallelsearch.graphs.factory",
     "ingest": "parallelsearch.stores.ingestion.pipeline",
     "Passage": "parallelsearch.stores.passages",
+    "ParallelSearchEmbeddings": "parallelsearch.stores.encoding.langchain_embeddings",
     "ChromaStore": "parallelsearch.stores.chroma_store",
     "RetrieverClient": "parallelsearch.stores.http.retrieval_client",
     "load_questions": "parallelsearch.data.questions",

@@ -101,10 +101,13 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
             return str(Path(self.home) / "threads.sqlite")
         return None
 
-    def graph_parts(self, kinds: Iterable[str], *, policy: Any = None, searcher: Any = None) -> GraphParts:
+    def graph_parts(
+        self, kinds: Iterable[str], *, policy: Any = None, searcher: Any = None, defer_stores: bool = False
+    ) -> GraphParts:
         """The parts of graphs of ``kinds`` as these settings say (built by the factory): the one
         path from settings to graphs for the CLI, the server, ``langgraph_app`` and eval.
-        ``policy`` and ``searcher``: objects already built (tests, notebooks) used instead."""
+        ``policy`` and ``searcher``: objects already built (tests, notebooks) used instead;
+        ``defer_stores``: the stores open at the first search (``langgraph_app``)."""
         from parallelsearch.graphs.factory import make_parts
 
         return make_parts(
@@ -112,6 +115,7 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
             policy=self.policy_config() if policy is None else policy,
             retrieval=self.retrieval() if searcher is None else searcher,
             graph_config=self.graph_config,
+            defer_stores=defer_stores,
         )
 
     @model_validator(mode="before")

@@ -12,6 +12,7 @@ from typing import Any
 #: the public names, by the module (under ``parallelsearch.stores``) that defines them
 _NAMES_BY_MODULE = {
     "encoding.embedder": ("DEFAULT_MODEL", "Embedder", "get_embedder"),
+    "encoding.langchain_embeddings": ("ParallelSearchEmbeddings",),
     "errors": ("BadInputError", "ModelMismatchError", "StoreNotFoundError"),
     "chroma_store": ("ChromaStore", "list_stores", "make_client"),
     "sharded_store": ("ShardedStore", "ShardError", "ShardHits"),

@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import re
 import typing
 
 import httpx
 import pytest
-from conftest import UvicornThread, needs_data
+from conftest import ROOT, UvicornThread, needs_data
 from pydantic import TypeAdapter
 from servers import make_openai_test_server
 
@@ -468,3 +469,28 @@ def test_a_searcher_kind_is_one_registry_entry_selectable_from_config(monkeypatc
     monkeypatch.setenv("PARALLELSEARCH_SEARCHER", "ehco")
     with pytest.raises(ValueError, match="unknown searcher 'ehco'.*remote, stores, echo"):
         get_settings().graph_parts(["parallel"])
+
+
+def test_env_example_names_the_store_make_demo_builds(monkeypatch, tmp_path):
+    """``.env.example`` (what ``langgraph dev`` reads once copied to ``.env``) searches the store
+    ``make demo`` builds, where it builds it, and its policy spec reads as a policy."""
+    from parallelsearch.demo import DEMO_STORE
+    from parallelsearch.settings import Settings
+
+    values = dict(
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    make_home = re.search(
+        r"PARALLELSEARCH_HOME=\$\$\{PARALLELSEARCH_HOME:-([^}]+)\}", (ROOT / "Makefile").read_text()
+    )
+    assert make_home and values["PARALLELSEARCH_HOME"] == make_home.group(1)
+    monkeypatch.chdir(tmp_path)
+    for key, value in values.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()
+    assert settings.retrieval().stores == [DEMO_STORE]
+    where = (tmp_path / make_home.group(1) / "chroma").resolve()
+    assert settings.retrieval().chroma_path.resolve() == where  # relative: from where the server runs
+    assert isinstance(factory.make_policy(settings.policy_config()), OpenAICompletionsPolicy)

@@ -3,7 +3,8 @@
 ``langgraph dev --no-browser --no-reload`` runs as a subprocess (its own process group)
 on 127.0.0.1, offline (no analytics, no version check, no LangSmith), from a temporary
 working directory (it writes ``.langgraph_api/`` there), with the scripted policy and a
-copy of a real Chroma store. The SDK creates a thread, streams ``updates``, ``values``
+copy of a real Chroma store. The graph module's import loads neither Chroma nor torch (the
+first search does). The SDK creates a thread, streams ``updates``, ``values``
 and ``events``, reads the thread's state and history, runs a second question on the same
 thread, and sets ``top_k`` per run through the context; the schemas come from
 ``assistants.get_schemas``. The module stops the server's process group at the end.
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, free_port, needs_data
@@ -60,6 +63,44 @@ def client(dev_server):
     from langgraph_sdk import get_sync_client
 
     return get_sync_client(url=dev_server.url, api_key=None, timeout=120)
+
+
+#: shared libraries that say Chroma, torch or ONNX Runtime is loaded in a process
+HEAVY_LIBRARIES = ("libtorch", "chromadb_rust_bindings", "onnxruntime")
+
+
+def heavy_libraries(group: int) -> set[str]:
+    """Which of :data:`HEAVY_LIBRARIES` any process of process group ``group`` has mapped."""
+    found: set[str] = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rpartition(")")[2].split()[2]) != group:
+                continue
+            maps = (stat.parent / "maps").read_text()
+        except (OSError, ValueError, IndexError):  # a process that ended meanwhile
+            continue
+        found |= {lib for lib in HEAVY_LIBRARIES if lib in maps}
+    return found
+
+
+def import_seconds(log: str) -> float | None:
+    """The Agent Server's own figure for importing the graph module (its slow-import warning fires at 3 s)."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", log)
+    found = re.search(r"elapsed_seconds=([0-9.e-]+) graph_id=parallelsearch ", plain)
+    return float(found.group(1)) if found else None
+
+
+def test_the_graph_import_leaves_the_stores_to_the_first_search(dev_server, client):
+    """The module langgraph.json names builds the graphs without Chroma, torch or the encoder (the
+    server warns about an import over 3 s); they load when a run first searches."""
+    log = dev_server.tail(200_000)
+    seconds = import_seconds(log)
+    assert seconds is not None, log[-2000:]
+    record("langgraph dev: importing parallelsearch.langgraph_app (the server's figure)", seconds)
+    assert heavy_libraries(dev_server.proc.pid) == set()
+    out = client.runs.wait(None, GRAPH, input={"question": Q1})
+    assert out["answer"] == "yes" and out["passages"] == 6 and out["errors"] == 0
+    assert {"libtorch", "chromadb_rust_bindings"} <= heavy_libraries(dev_server.proc.pid)
 
 
 def test_langgraph_json_is_complete_for_the_cli():

@@ -8,8 +8,9 @@ import importlib
 import json
 import re
 
-import parallelsearch
 from conftest import ROOT
+
+import parallelsearch
 
 SUBPACKAGES = ("agents", "graphs", "rl", "stores", "data", "eval")
 

@@ -1,5 +1,5 @@
 """What LangGraph users already have, as searchers, through real graph runs: LangChain's
-InMemoryVectorStore over the packaged MiniLM, real BaseRetriever subclasses, @tool functions,
+InMemoryVectorStore over the packaged MiniLM (``ParallelSearchEmbeddings``), real BaseRetriever subclasses, @tool functions,
 plain and async functions, and the errors for what cannot be searched.
 
 The corpus is the context paragraphs of the first shipped HotpotQA sample questions; the
@@ -10,6 +10,7 @@ supporting titles, searched in one round.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import warnings
@@ -17,7 +18,6 @@ import warnings
 import pytest
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.tools import create_retriever_tool, tool
 from langchain_core.vectorstores import InMemoryVectorStore
@@ -32,23 +32,10 @@ from parallelsearch.agents.searchers import (
 from parallelsearch.data import load_questions
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
 from parallelsearch.graphs import build_parallel_search_graph, build_sequential_graph
-from parallelsearch.stores import Passage
+from parallelsearch.stores import ParallelSearchEmbeddings, Passage
 from parallelsearch.stores.ingestion.readers import read_passages
 
 N_RECORDS = 4
-
-
-class MiniLMEmbeddings(Embeddings):
-    """LangChain's embeddings interface over the packaged all-MiniLM-L6-v2 (the project's embedder)."""
-
-    def __init__(self, embedder):
-        self.embedder = embedder
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.embedder.encode_passages(list(texts)).tolist()
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.embedder.encode_queries([text])[0].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +65,7 @@ def documents(sample):
 
 @pytest.fixture(scope="module")
 def vectorstore(embedder, documents):
-    vs = InMemoryVectorStore(embedding=MiniLMEmbeddings(embedder))
+    vs = InMemoryVectorStore(embedding=ParallelSearchEmbeddings(embedder=embedder))
     vs.add_documents(documents)
     return vs
 
@@ -143,33 +130,56 @@ def test_a_vectorstore_is_searched_with_the_graphs_top_k(vectorstore, question):
     assert {p["store"] for r in observation(out) for p in r["passages"]} == {"InMemoryVectorStore"}
 
 
-def test_a_vectorstore_retriever_gets_top_k_over_its_own_k(vectorstore, question):
-    retriever = vectorstore.as_retriever(search_kwargs={"k": 1})
+def test_a_vectorstore_retriever_without_k_gets_top_k(vectorstore, question):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # k is passed: nothing to warn about
-        out = run(build_parallel_search_graph(OraclePolicy(), retriever, top_k=4), question)
+        out = run(build_parallel_search_graph(OraclePolicy(), vectorstore.as_retriever(), top_k=4), question)
     assert_found_both(out, 4)
 
 
-def test_a_retriever_whose_k_caps_top_k_is_warned_about_once(documents, question):
-    retriever = KeywordRetriever(docs=documents, k=2)
-    graph = build_parallel_search_graph(OraclePolicy(), retriever, top_k=3)
+def test_a_retrievers_own_k_is_respected_and_warned_about_once(vectorstore, question):
+    retriever = vectorstore.as_retriever(search_kwargs={"k": 1})
+    graph = build_parallel_search_graph(OraclePolicy(), retriever, top_k=4)
     with pytest.warns(UserWarning) as caught:
         out = run(graph, question)
         out2 = run(graph, question)  # a second episode: still one warning
-    ours = [w for w in caught if "KeywordRetriever" in str(w.message)]
-    assert len(ours) == 1
-    assert "at most 2 documents" in str(ours[0].message) and "top_k=3" in str(ours[0].message)
-    assert titles(out) == titles(out2) and [len(t) for t in titles(out)] == [2, 2]
+    ours = [str(w.message) for w in caught if "VectorStoreRetriever" in str(w.message)]
+    assert ours == [
+        "retriever 'VectorStoreRetriever' keeps the k=1 it was given (the graph does not override it); "
+        "with the graph's top_k=4 a search gives at most 1 passage"
+    ]
+    assert titles(out) == titles(out2) == [["Greyia"], ["Calibanus"]]
+    assert retriever.search_kwargs == {"k": 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # its k equals top_k: nothing to say
+        out = run(build_parallel_search_graph(OraclePolicy(), retriever, top_k=1), question)
+    assert titles(out) == [["Greyia"], ["Calibanus"]]
+
+
+def test_a_retriever_given_k_keeps_it_and_one_with_a_default_k_is_warned_about(documents, question):
+    graph = build_parallel_search_graph(OraclePolicy(), KeywordRetriever(docs=documents, k=2), top_k=3)
+    with pytest.warns(
+        UserWarning, match=r"'KeywordRetriever' keeps the k=2 it was given.*top_k=3.*at most 2"
+    ):
+        out = run(graph, question)
+    assert [len(t) for t in titles(out)] == [2, 2]
     assert titles(out)[0][0] == "Greyia" and titles(out)[1][0] == "Calibanus"
+    graph = build_parallel_search_graph(OraclePolicy(), KeywordRetriever(docs=documents), top_k=3)
+    with pytest.warns(UserWarning, match=r"takes no k per search and returns its own k=2 documents"):
+        out = run(graph, question)
+    assert [len(t) for t in titles(out)] == [2, 2]
 
 
-def test_a_retriever_whose_search_takes_k_gets_top_k(documents, question):
-    retriever = KeywordRetrieverTakingK(docs=documents, k=1)
+def test_a_retriever_whose_search_takes_k_gets_top_k_unless_given_its_own(documents, question):
+    taking_k = KeywordRetrieverTakingK(docs=documents)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        out = run(build_parallel_search_graph(OraclePolicy(), retriever, top_k=3), question)
+        out = run(build_parallel_search_graph(OraclePolicy(), taking_k, top_k=3), question)
     assert_found_both(out, 3)
+    given = KeywordRetrieverTakingK(docs=documents, k=1)
+    with pytest.warns(UserWarning, match="keeps the k=1 it was given"):
+        out = run(build_parallel_search_graph(OraclePolicy(), given, top_k=3), question)
+    assert titles(out) == [["Greyia"], ["Calibanus"]]
 
 
 def test_a_tool_returning_dicts_and_one_returning_text(vectorstore, question):
@@ -333,7 +343,9 @@ def test_unusable_searchers_are_refused_at_build_time():
     def three(query, k, region):
         return []
 
-    with pytest.raises(TypeError, match=r"'three' needs 3 arguments \(query, k, region\)"):
+    with pytest.raises(
+        TypeError, match=r"'three' takes \(query, k, region\) and needs region: .*a parameter named k, top_k"
+    ):
         as_searcher(three)
     with pytest.raises(TypeError, match="takes no positional argument"):
         as_searcher(lambda: [])
@@ -374,7 +386,7 @@ def test_the_normaliser_reads_each_accepted_form():
         "mine",
     )
     assert [(p.title, p.text, p.store) for p in got] == [
-        ("", "plain text", "mine"),
+        ("plain text", "", "mine"),
         ("Title A", "text a", "mine"),
         ("B", "text b", "mine"),
         ("C", "text c", "mine"),
@@ -425,11 +437,68 @@ def test_which_functions_get_k():
         seen["keyword_limit"] = limit
         return ["a"] * limit
 
-    def star_args(*args):
-        seen["star_args"] = args
+    def star_args(*args, **kwargs):  # no parameter named like k: the query only
+        seen["star_args"] = (args, kwargs)
         return ["a"]
 
-    for fn in (query_only, named_top_k, keyword_limit, star_args):
+    def positional_n(query, n, /):
+        seen["positional_n"] = n
+        return ["a"] * n
+
+    def filter_then_k(query, filter="all", k=10):
+        seen["filter_then_k"] = (filter, k)
+        return ["a"] * k
+
+    for fn in (query_only, named_top_k, keyword_limit, star_args, positional_n, filter_then_k):
         got = asyncio.run(as_searcher(fn).asearch("q", 2))
         assert len(got) <= 2
-    assert seen == {"query_only": None, "named_top_k": 2, "keyword_limit": 2, "star_args": ("q", 2)}
+    assert seen == {
+        "query_only": None,
+        "named_top_k": 2,
+        "keyword_limit": 2,
+        "star_args": (("q",), {}),
+        "positional_n": 2,
+        "filter_then_k": ("all", 2),
+    }
+
+
+def test_a_required_argument_not_named_like_k_is_refused_at_build_time():
+    def search(query: str, filter: str) -> list[str]:
+        raise AssertionError(f"called with filter={filter!r}")
+
+    def keyword_only(query: str, *, index: str) -> list[str]:
+        raise AssertionError("called")
+
+    with pytest.raises(
+        TypeError,
+        match=r"'search' takes \(query, filter\) and needs filter: .*give filter a default or bind it",
+    ):
+        build_parallel_search_graph(OraclePolicy(), search)
+    with pytest.raises(TypeError, match=r"'keyword_only' takes \(query, index\) and needs index"):
+        as_searcher(keyword_only)
+    bound = as_searcher(functools.partial(search, filter="wiki"))  # bound: the query only
+    with pytest.raises(AssertionError, match="called with filter='wiki'"):
+        asyncio.run(bound.asearch("q", 3))
+
+
+def test_strings_are_search_r1_corpus_entries_their_first_line_the_title(question):
+    def wiki(query: str) -> list[str]:
+        return [f"{query}\n{query} is a genus of plants.", f'"{query} (disambiguation)"\nOther uses.', query]
+
+    out = run(build_parallel_search_graph(OraclePolicy(), wiki, top_k=3), question)
+    assert out["errors"] == 0 and "Title: )" not in out["transcript"]
+    assert titles(out) == [
+        ["Greyia", "Greyia (disambiguation)", "Greyia"],
+        ["Calibanus", "Calibanus (disambiguation)", "Calibanus"],
+    ]
+    assert (
+        "Doc 1(Title: Greyia) Greyia is a genus of plants.\nDoc 2(Title: Greyia (disambiguation)) Other uses.\nDoc 3(Title: Greyia) \n"
+        in out["transcript"]
+    )
+    official = run(
+        build_parallel_search_graph(OraclePolicy(), wiki, top_k=3, prompt_template="official"), question
+    )
+    assert (
+        'Doc 1(Title: Greyia) Greyia is a genus of plants.\nDoc 2(Title: "Greyia (disambiguation)") Other uses.'
+        in official["transcript"]
+    )

@@ -1,4 +1,5 @@
-"""CLI spec strings (:data:`SPEC_HELP`) -> policies."""
+"""Spec strings (:data:`SPEC_HELP`) -> policies, and how a builder's model string reads:
+one of these specs, or ``init_chat_model``'s (:func:`model_string_reading`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,48 @@ SPEC_HELP = (
     "policy spec: oracle | scripted:FILE.json | hf:PATH | vllm:PATH | openai:MODEL[@BASE_URL] | "
     "chat:PROVIDER:MODEL | external | oracle:dag (the oracle planning a question's hops as one search)"
 )
+
+
+#: the spec forms a model string of the front door may take (any other string is init_chat_model's)
+SPEC_FORMS = (
+    "'openai:MODEL@URL', 'vllm:PATH', 'hf:PATH', 'oracle', 'scripted:FILE', 'chat:PROVIDER:MODEL', 'external'"
+)
+
+
+def _is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
+
+
+def model_string_reading(model: str, *, base_url: str | None = None) -> Literal["spec", "chat"]:
+    """How a model string given to a builder reads: ``spec`` (one of :data:`SPEC_FORMS`, or close
+    to one of its kinds, so the spec parser names the typo) or ``chat`` (``init_chat_model``'s, such
+    as ``"openai:gpt-4o-mini"``). ``openai:MODEL`` is a spec only with a URL (in the string, or
+    ``base_url``); a checkpoint-like MODEL (a ``/`` in it) without one reads both ways and is refused
+    with both readings, as is an ``@`` that is followed by no URL."""
+    text = model.strip()
+    kind, sep, rest = text.partition(":")
+    if kind != "openai":
+        if kind in POLICY_KINDS and (sep or kind in ("oracle", "external")):
+            return "spec"
+        close = difflib.get_close_matches(kind, POLICY_KINDS, n=1, cutoff=0.8)
+        return "spec" if close else "chat"
+    name, at, url = rest.rpartition("@") if "@" in rest else (rest, "", "")
+    if at and not _is_url(url):
+        raise ValueError(
+            f"model {model!r}: after '@' comes the base URL of an OpenAI-compatible completions server "
+            f"(openai:MODEL@http://HOST:PORT/v1); for init_chat_model's ChatOpenAI leave the '@' out"
+        )
+    if at or base_url or not name:
+        return "spec"
+    if "/" in name:
+        raise ValueError(
+            f"model {model!r} reads two ways: (1) this project's spec, a completions endpoint (vllm serve) "
+            f"serving the trained checkpoint {name!r} and speaking the tags protocol: write "
+            f"'openai:{name}@{DEFAULT_OPENAI_BASE_URL}' with your server's URL; (2) init_chat_model({text!r}), a ChatOpenAI "
+            f"chat model at OPENAI_BASE_URL (else api.openai.com) calling the search tool: write "
+            f"'chat:{text}', or pass ChatOpenAI(model={name!r}, base_url=...)"
+        )
+    return "chat"
 
 
 def policy_from_spec(

@@ -13,8 +13,9 @@ from parallelsearch.agents.searchers.base import describe_searcher, store_names
 from parallelsearch.agents.searchers.normalise import to_passages
 from parallelsearch.stores.passages import Passage
 
-#: a tool argument, or a function's optional second argument, of one of these names receives top_k
-K_NAMES = ("k", "top_k", "n", "limit", "num_results", "max_results")
+#: the parameter names that receive the graph's ``top_k``: a function's or a tool's parameter of
+#: one of these names gets it, any other parameter never does (it keeps its default)
+K_NAMES = ("k", "top_k", "topk", "top_n", "n", "n_results", "num_results", "max_results", "limit")
 
 
 def _name_of(obj: Any) -> str:
@@ -28,47 +29,57 @@ def is_async_callable(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
 
 
-def _k_style(fn: Callable[..., Any], name: str) -> tuple[str, str | None]:
-    """How ``fn`` takes k: ``("positional", None)`` (query, k), ``("keyword", NAME)`` (a keyword-only
-    ``k``/``top_k``/...), or ``("none", None)`` (the query only)."""
+def _k_param(fn: Callable[..., Any], name: str) -> inspect.Parameter | None:
+    """The parameter of ``fn`` that receives k (the first after the query named in :data:`K_NAMES`),
+    or None; a function that cannot be called with the query (and k) alone is refused, naming the
+    parameter it would need."""
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):  # a builtin without a signature: give it the query only
-        return "none", None
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    required = [p for p in positional if p.default is p.empty]
-    var_positional = any(p.kind == p.VAR_POSITIONAL for p in params)
-    if not positional and not var_positional:
+        return None
+    takes_query = params and params[0].kind in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.VAR_POSITIONAL,
+    )
+    if not takes_query:
         raise TypeError(
             f"searcher function {name!r} takes no positional argument; it must take (query) or (query, k)"
         )
-    if len(required) > 2:
+    rest = params[1:] if params[0].kind != inspect.Parameter.VAR_POSITIONAL else []
+    k = next((p for p in rest if p.name in K_NAMES and p.kind != p.VAR_KEYWORD), None)
+    if k is not None and k.kind == k.POSITIONAL_ONLY and k is not params[1]:
+        k = None  # a positional-only k after other parameters cannot be reached by name
+    needed = [
+        p
+        for p in rest
+        if p is not k and p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if needed:
+        shown = ", ".join(p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
         raise TypeError(
-            f"searcher function {name!r} needs {len(required)} arguments "
-            f"({', '.join(p.name for p in required)}); it must take (query) or (query, k)"
+            f"searcher function {name!r} takes ({shown}) and needs {', '.join(p.name for p in needed)}: the "
+            f"graph passes the query, and top_k only to a parameter named {', '.join(K_NAMES)}; give "
+            f"{', '.join(p.name for p in needed)} a default or bind it (functools.partial)"
         )
-    if len(required) == 2 or (len(positional) >= 2 and positional[1].name in K_NAMES):
-        return "positional", None
-    keyword = next((p.name for p in params if p.kind == p.KEYWORD_ONLY and p.name in K_NAMES), None)
-    if keyword:
-        return "keyword", keyword
-    if var_positional and len(positional) <= 1:
-        return "positional", None
-    # e.g. (query, filters=None): an optional second argument that is not k keeps its default
-    return "none", None
+    return k
 
 
 class FunctionSearcher:
-    """Any callable ``query -> list`` or ``(query, k) -> list``, sync (run in a thread) or async."""
+    """Any callable ``query -> list`` or ``(query, k) -> list``, sync (run in a thread) or async.
+    Only a parameter named like k (:data:`K_NAMES`) receives ``top_k``: ``(query, filter)`` is
+    never called with ``filter=3``."""
 
     def __init__(self, fn: Callable[..., Any], name: str | None = None):
         self.fn = fn
         self.name = name or _name_of(fn)
-        self._k, self._k_keyword = _k_style(fn, self.name)
+        k = _k_param(fn, self.name)
+        self._k_positional = k is not None and k.kind == k.POSITIONAL_ONLY
+        self._k_keyword = k.name if k is not None and not self._k_positional else None
         self._async = is_async_callable(fn)
 
     async def asearch(self, query: str, k: int = 3) -> list[Passage]:
-        args: tuple[Any, ...] = (query, k) if self._k == "positional" else (query,)
+        args: tuple[Any, ...] = (query, k) if self._k_positional else (query,)
         kwargs = {self._k_keyword: k} if self._k_keyword else {}
         if self._async:
             result = await self.fn(*args, **kwargs)
@@ -102,22 +113,34 @@ def _retriever_k_path(retriever: Any) -> str | None:
     return None
 
 
-def _retriever_own_k(retriever: Any) -> int | None:
-    """The retriever's own result count: ``search_kwargs['k']`` or a ``k`` attribute (BM25, TF-IDF...)."""
+def _retriever_k(retriever: Any) -> tuple[int | None, bool]:
+    """The retriever's own result count and whether its user set it: ``search_kwargs['k']`` (set
+    when present), or a ``k`` field (BM25, TF-IDF...; set when given at construction)."""
     kwargs = getattr(retriever, "search_kwargs", None)
-    own = kwargs.get("k") if isinstance(kwargs, dict) else getattr(retriever, "k", None)
-    return own if isinstance(own, int) and not isinstance(own, bool) else None
+    if isinstance(kwargs, dict):
+        own, explicit = kwargs.get("k"), "k" in kwargs
+    else:
+        own, explicit = (
+            getattr(retriever, "k", None),
+            "k" in (getattr(retriever, "model_fields_set", None) or ()),
+        )
+    if not isinstance(own, int) or isinstance(own, bool):
+        return None, False
+    return own, explicit
 
 
 class LangChainRetrieverSearcher:
-    """Any LangChain ``BaseRetriever`` (e.g. ``vectorstore.as_retriever()``). The graph's ``top_k``
-    is passed as ``k`` where the retriever takes it; otherwise its own ``k`` caps the passages
-    (warned about once when it is below ``top_k``)."""
+    """Any LangChain ``BaseRetriever`` (e.g. ``vectorstore.as_retriever()``). A ``k`` its user set
+    (``search_kwargs={"k": 1}``, ``BM25Retriever(k=2)``) is respected; otherwise the graph's
+    ``top_k`` is passed as ``k`` where the retriever takes it. Where ``top_k`` does not reach the
+    retriever, one warning says how many passages a search gives instead."""
 
     def __init__(self, retriever: Any, name: str | None = None):
         self.retriever = retriever
         self.name = name or _name_of(retriever)
-        self._k_path = _retriever_k_path(retriever)
+        self._own_k, explicit = _retriever_k(retriever)
+        self._k_path = None if explicit else _retriever_k_path(retriever)
+        self._explicit = explicit
         self._warned = False
 
     async def asearch(self, query: str, k: int = 3) -> list[Passage]:
@@ -126,17 +149,28 @@ class LangChainRetrieverSearcher:
         elif self._k_path == "sync":
             docs = await asyncio.to_thread(self.retriever.invoke, query, k=k)
         else:
-            own = _retriever_own_k(self.retriever)
-            if own is not None and own < k and not self._warned:
-                self._warned = True
-                warnings.warn(
-                    f"retriever {self.name!r} returns at most {own} documents (its k) but the graph asks for "
-                    f"top_k={k}; its k caps every search: set its k to at least {k}",
-                    UserWarning,
-                    stacklevel=2,
-                )
+            self._warn_once(k)
             docs = await self.retriever.ainvoke(query)
         return to_passages(docs, self.name, k)
+
+    def _warn_once(self, top_k: int) -> None:
+        own = self._own_k
+        if self._warned or own == top_k:
+            return
+        self._warned = True
+        if self._explicit:
+            what = f"keeps the k={own} it was given (the graph does not override it)"
+        elif own is not None:
+            what = f"takes no k per search and returns its own k={own} documents"
+        else:
+            what = "takes no k per search: its own settings decide how many documents it returns"
+        cap = min(own, top_k) if own is not None else top_k
+        warnings.warn(
+            f"retriever {self.name!r} {what}; with the graph's top_k={top_k} a search gives at most "
+            f"{cap} passage{'s' if cap != 1 else ''}",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 class VectorStoreSearcher:

@@ -10,6 +10,7 @@ from typing import Any
 
 from parallelsearch.agents.searchers import adapters as ad
 from parallelsearch.agents.searchers.base import Searcher, describe_searcher
+from parallelsearch.agents.searchers.deferred import DeferredSearcher
 from parallelsearch.agents.searchers.normalise import shown
 from parallelsearch.stores.chroma_store import ChromaStore
 from parallelsearch.stores.http.retrieval_client import RetrieverClient
@@ -101,6 +102,7 @@ ACCEPTED_SEARCHERS = (
 )
 #: our own searchers return passages already: they pass through unwrapped
 _OWN = (
+    DeferredSearcher,
     StoreSearcher,
     RemoteSearcher,
     MultiStoreSearcher,

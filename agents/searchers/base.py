@@ -11,8 +11,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from parallelsearch.agents.searchers.normalise import SearcherOutputError
+from parallelsearch.stores.errors import ParallelSearchError
 from parallelsearch.stores.http.retrieval_client import RetrieverAuthError
 from parallelsearch.stores.passages import Passage
+
+
+class SearcherOpenError(ParallelSearchError, RuntimeError):
+    """A searcher opened at its first search could not be opened: misconfiguration (a missing
+    store, an unreachable Chroma server), so the guard lets it stop the run, as a failed open at
+    build time would, instead of retrying it for every sub-query."""
 
 
 @runtime_checkable
@@ -47,15 +54,19 @@ async def guarded_search(
     backoff_s: float = 0.05,
 ) -> SearchOutcome:
     """Search with a per-attempt timeout and ``retries`` extra attempts. Never raises, but on
-    cancellation and a refused retriever key (misconfigured, not broken: the run stops on it)."""
+    cancellation, a refused retriever key and a searcher that cannot be opened (misconfigured, not
+    broken: the run stops on them)."""
     err = "unknown error"
+    aopen = getattr(searcher, "aopen", None)
+    if aopen is not None:  # a searcher opened at its first search: opening is not searching
+        await aopen()
     for attempt in range(1, retries + 2):
         try:
             res = await _with_timeout(searcher.asearch(query, k), timeout_s)
             return SearchOutcome(list(res)[:k], None, attempt, getattr(res, "note", None))
         except asyncio.TimeoutError:
             err = f"timed out after {timeout_s:g} s"
-        except (asyncio.CancelledError, RetrieverAuthError):
+        except (asyncio.CancelledError, RetrieverAuthError, SearcherOpenError):
             raise
         except SearcherOutputError as e:  # the searcher's own mistake: a retry returns the same
             return SearchOutcome([], f"{type(e).__name__}: {e}"[:500], attempt)

@@ -3,6 +3,7 @@ one error naming the searcher and the item, not an ``AttributeError`` deep insid
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -13,7 +14,7 @@ from parallelsearch.stores.passages import Passage, passage_id, split_contents
 TEXT_KEYS = ("text", "page_content", "content", "snippet", "contents")
 #: what a searcher's result may hold, as the error messages name it
 ACCEPTED_ITEMS = (
-    "str (a quoted first line is the title, Search-R1 style), "
+    "str (its first line is the title, as in the Search-R1 corpus), "
     f"dict with a text key ({', '.join(TEXT_KEYS)}) and optional title, id, score, "
     "langchain_core Document (title from metadata['title']), or Passage"
 )
@@ -24,24 +25,24 @@ class SearcherOutputError(ParallelSearchError, ValueError):
     so the search guard reports it at once instead of retrying)."""
 
 
-def _title_and_text(text: str, title: Any) -> tuple[str, str]:
-    if title is not None:
-        return str(title).strip(), text.strip()
-    first = text.partition("\n")[0].strip()
-    if len(first) >= 2 and first[0] == first[-1] == '"':  # Search-R1 / FlashRAG "Title"\ntext
-        return split_contents(text)
-    return "", text.strip()
-
-
-def _passage(text: str, title: Any, pid: Any, score: Any, store: str) -> Passage:
-    title, text = _title_and_text(text, title)
+def _passage(text: str, title: Any, pid: Any, score: Any, store: str, heading: str | None = None) -> Passage:
+    title, text = str(title).strip(), text.strip()
     return Passage(
         id=str(pid) if pid not in (None, "") else passage_id(title, text),
         title=title,
         text=text,
         score=float(score) if isinstance(score, int | float) and not isinstance(score, bool) else None,
         store=store,
+        heading=heading,
     )
+
+
+def _from_contents(contents: str, pid: Any, score: Any, store: str) -> Passage:
+    """A Search-R1 corpus entry: its first line is the title (surrounding quotes stripped, the line
+    kept verbatim for the official rendering), the rest the text; one line is a title alone, as
+    the official retriever renders it."""
+    title, text = split_contents(contents)
+    return _passage(text, title, pid, score, store, heading=contents.partition("\n")[0])
 
 
 def _from_mapping(item: Mapping[str, Any], store: str) -> Passage | None:
@@ -50,9 +51,10 @@ def _from_mapping(item: Mapping[str, Any], store: str) -> Passage | None:
         text = item.get(key)
         if isinstance(text, str):
             title = item.get("title", meta.get("title"))
+            pid, score = item.get("id", meta.get("id")), item.get("score")
             if key == "contents" and title is None:  # Search-R1: the first line is the title
-                title, text = split_contents(text)
-            return _passage(text, title, item.get("id", meta.get("id")), item.get("score"), store)
+                return _from_contents(text, pid, score, store)
+            return _passage(text, "" if title is None else title, pid, score, store)
     return None
 
 
@@ -60,16 +62,17 @@ def to_passage(item: Any, store: str) -> Passage | None:
     """One result item as a passage (``store`` = the searcher's name), or None when it is not one
     of :data:`ACCEPTED_ITEMS`."""
     if isinstance(item, Passage):
-        return item if item.store is not None else Passage(item.id, item.title, item.text, item.score, store)
+        return item if item.store is not None else dataclasses.replace(item, store=store)
     if isinstance(item, str):
-        return _passage(item, None, None, None, store)
+        return _from_contents(item, None, None, store)
     if isinstance(item, Mapping):
         return _from_mapping(item, store)
     text = getattr(item, "page_content", None)  # a langchain_core Document, without importing it
     if isinstance(text, str):
         meta = getattr(item, "metadata", None) or {}
         pid = meta.get("id") or getattr(item, "id", None)
-        return _passage(text, meta.get("title"), pid, meta.get("score"), store)
+        title = meta.get("title")
+        return _passage(text, "" if title is None else title, pid, meta.get("score"), store)
     return None
 
 
