@@ -37,32 +37,34 @@ def openai_env(monkeypatch):
 def test_openai_model_without_url_is_init_chat_models_chat_openai(openai_env):
     from langchain_openai import ChatOpenAI
 
-    pol = as_policy("openai:gpt-4o-mini", "auto")
+    pol = as_policy("openai:gpt-4o-mini")
     assert isinstance(pol, ChatModelPolicy) and isinstance(pol.model, ChatOpenAI)
-    assert (pol.model.model_name, pol.protocol, pol.name) == (
+    from parallelsearch.agents.policies.coerce import resolve_protocol
+
+    assert (pol.model.model_name, resolve_protocol("auto", pol).name, pol.name) == (
         "gpt-4o-mini",
         "tools",
         "chat:openai:gpt-4o-mini",
     )
-    bare = as_policy("gpt-4o-mini", "auto")  # init_chat_model infers the provider
+    bare = as_policy("gpt-4o-mini")  # init_chat_model infers the provider
     assert isinstance(bare.model, ChatOpenAI) and bare.model.model_name == "gpt-4o-mini"
 
 
 def test_our_spec_forms_stay_ours(openai_env, tmp_path):
-    pol = as_policy("openai:ps-7b@http://127.0.0.1:9/v1", "auto")
+    pol = as_policy("openai:ps-7b@http://127.0.0.1:9/v1")
     assert isinstance(pol, OpenAICompletionsPolicy) and (pol.model, pol.base_url) == (
         "ps-7b",
         "http://127.0.0.1:9/v1",
     )
-    assert isinstance(as_policy("oracle", "auto"), OraclePolicy)
-    chat = as_policy("chat:openai:gpt-4o-mini", "auto")
+    assert isinstance(as_policy("oracle"), OraclePolicy)
+    chat = as_policy("chat:openai:gpt-4o-mini")
     assert isinstance(chat, ChatModelPolicy) and chat.model.model_name == "gpt-4o-mini"
     script = tmp_path / "turns.json"
     script.write_text('["<answer> x </answer>"]')
-    assert type(as_policy(f"scripted:{script}", "auto")).__name__ == "ScriptedPolicy"
+    assert type(as_policy(f"scripted:{script}")).__name__ == "ScriptedPolicy"
     # a configured base URL makes openai:MODEL the completions endpoint (the CLI's settings path)
     assert isinstance(
-        as_policy("openai:ps-7b", "auto", base_url="http://127.0.0.1:9/v1"), OpenAICompletionsPolicy
+        as_policy("openai:ps-7b", base_url="http://127.0.0.1:9/v1"), OpenAICompletionsPolicy
     )
 
 
