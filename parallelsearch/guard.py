@@ -8,6 +8,7 @@ with an ``error_id`` for an unhandled error (docs/architecture.md, "Guarding the
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from parallelsearch.admission import AdmissionQueue, ClientGone, Refused
@@ -29,6 +30,8 @@ log = logging.getLogger("parallelsearch.server")
 #: LangServe's operations that run the graph (each also under ``/c/{config_hash}/``)
 GRAPH_OPS = frozenset({"invoke", "batch", "stream", "stream_events", "stream_log"})
 OPEN_PATHS = frozenset({"/health", "/ui", "/ui/examples"})
+#: a graph call outside LangServe (``POST`` to an exact path): its body's check, (status, message) or None
+PayloadCheck = Callable[[Any], "tuple[int, str] | None"]
 
 
 def graph_call(method: str, path: str, routes: frozenset[str] | set[str]) -> str | None:
@@ -105,7 +108,9 @@ ORACLE_NEEDS_GOLD_SERVED = (
 
 
 class RequestGuard:
-    """API key, body limits, input checks, admission and error ids (see the module docstring)."""
+    """API key, body limits, input checks, admission and error ids (see the module docstring).
+    ``calls``: graph calls outside LangServe (the OpenAI-compatible endpoint) by path, each
+    with its own body check."""
 
     def __init__(
         self,
@@ -114,12 +119,14 @@ class RequestGuard:
         admission: AdmissionQueue,
         routes: set[str],
         needs_gold: bool = False,
+        calls: Mapping[str, PayloadCheck] | None = None,
     ):
         self.app = app
         self.s = settings
         self.admission = admission
         self.routes = frozenset(routes)
         self.needs_gold = needs_gold
+        self.calls = dict(calls or {})
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -134,6 +141,8 @@ class RequestGuard:
             if problem:
                 return await refuse(send, problem)
         op = graph_call(scope["method"], path, self.routes)
+        check = self.calls.get(path) if scope["method"] == "POST" else None
+        op = path if check is not None else op
         if scope["method"] in BODY_METHODS:
             try:
                 body = await read_body(scope, receive, max_bytes=self.s.server_max_body_bytes)
@@ -143,7 +152,10 @@ class RequestGuard:
             if op is not None:
                 if parsed.error or not body:
                     return await json_reply(send, 400, parsed.error or "malformed JSON: the body is empty")
-                problem = check_payload(op, parsed.value, self.s, needs_gold=self.needs_gold)
+                if check is not None:
+                    problem = check(parsed.value)
+                else:
+                    problem = check_payload(op, parsed.value, self.s, needs_gold=self.needs_gold)
                 if problem:
                     return await json_reply(send, *problem)
             scope, receive = replaying(scope, parsed.raw, receive)

@@ -1,6 +1,7 @@
 """The LangServe deployment: the parallel graph and its baselines behind one FastAPI app.
 
-Routes: one LangServe route per graph (``ROUTES``), ``GET /health``, ``GET /stores``, the page
+Routes: one LangServe route per graph (``ROUTES``), the OpenAI-compatible ``/v1/chat/completions``
+and ``/v1/models`` (:mod:`parallelsearch.openai_api`), ``GET /health``, ``GET /stores``, the page
 ``GET /ui`` (:mod:`parallelsearch.page`) and, when the server keeps threads, the thread routes
 (:mod:`parallelsearch.threads`); :class:`~parallelsearch.guard.RequestGuard` guards them all.
 """
@@ -54,6 +55,8 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
     from langserve import add_routes
 
     from parallelsearch.agents.searchers import describe_searcher
+    from parallelsearch.openai_api import CHAT_PATH, ChatCompletions, RequestRules
+    from parallelsearch.openai_errors import OpenAIErrors
     from parallelsearch.page import add_page
     from parallelsearch.threads import (
         ThreadRouted,
@@ -81,9 +84,9 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
         else None,
     )
     serializer = _graph_serializer()
-    for route in ROUTES:
+    served = {route: routers[route] if keeps_threads else build(route) for route in ROUTES}
+    for route, runnable in served.items():
         # the graph's context schema becomes the route's config schema (the per-request knobs)
-        runnable = routers[route] if keeps_threads else build(route)
         add_routes(
             app,
             runnable,
@@ -93,6 +96,11 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
         )
     add_thread_routes(app, routers)
     add_page(app)
+    needs_gold = isinstance(parts.policy, OraclePolicy)
+    chat = ChatCompletions(
+        served, RequestRules(tuple(ROUTES), s.server_max_question_chars, keeps_threads, needs_gold)
+    )
+    chat.add_routes(app)
 
     # inside Starlette's ServerErrorMiddleware, so an unhandled error reaches the guard first
     # and is answered and logged once (no app-level exception handler: it would log again)
@@ -103,8 +111,10 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
         settings=s,
         admission=admission,
         routes=set(ROUTES),
-        needs_gold=isinstance(parts.policy, OraclePolicy),
+        needs_gold=needs_gold,
+        calls={CHAT_PATH: chat.check},
     )
+    app.add_middleware(OpenAIErrors)  # outside the guard: its refusals under /v1/ in OpenAI's shape
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import FastAPI, Request
 
 SCRIPT = ["<think>two</think><search> Scott Derrickson ## Ed Wood </search>", "<answer> yes </answer>"]
@@ -92,13 +94,16 @@ def _sse_chunks(body: dict, message: dict, finish: str, rid: str) -> list[str]:
     return [*parts, "data: [DONE]\n\n"]
 
 
-def make_openai_chat_test_server(script: list[list[str | dict] | str] = CHAT_SCRIPT) -> FastAPI:
+def make_openai_chat_test_server(
+    script: list[list[str | dict] | str] = CHAT_SCRIPT, turn_of: Callable[[list[dict]], int] | None = None
+) -> FastAPI:
     """A TEST SERVER implementing the OpenAI /v1/chat/completions shape with parallel tool calls.
 
     Stand-in for a provider's chat API (no LLM runs here): turn i (the assistant messages since
     the user's last question) answers ``script[i]``, as ``tool_calls`` (arguments as JSON text,
     as OpenAI sends them; a dict gives a call's raw ``arguments``) or as content, streamed when
-    asked (``stream: true``). Every request body is kept in ``app.state.requests``.
+    asked (``stream: true``). ``turn_of`` counts the turn another way (under a text protocol the
+    observations come back as user messages). Every request body is kept in ``app.state.requests``.
     """
     from fastapi.responses import StreamingResponse
 
@@ -109,7 +114,7 @@ def make_openai_chat_test_server(script: list[list[str | dict] | str] = CHAT_SCR
     async def chat(req: Request):
         body = await req.json()
         app.state.requests.append(body)
-        turn = _chat_turn(body["messages"])
+        turn = (turn_of or _chat_turn)(body["messages"])
         message, finish = _chat_message(script[min(turn, len(script) - 1)], turn)
         rid = f"chatcmpl-{len(app.state.requests)}"
         if body.get("stream"):
