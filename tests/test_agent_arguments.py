@@ -63,9 +63,7 @@ def test_our_spec_forms_stay_ours(openai_env, tmp_path):
     script.write_text('["<answer> x </answer>"]')
     assert type(as_policy(f"scripted:{script}")).__name__ == "ScriptedPolicy"
     # a configured base URL makes openai:MODEL the completions endpoint (the CLI's settings path)
-    assert isinstance(
-        as_policy("openai:ps-7b", base_url="http://127.0.0.1:9/v1"), OpenAICompletionsPolicy
-    )
+    assert isinstance(as_policy("openai:ps-7b", base_url="http://127.0.0.1:9/v1"), OpenAICompletionsPolicy)
 
 
 def test_an_ambiguous_string_is_refused_at_build_time_with_both_readings(openai_env):

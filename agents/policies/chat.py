@@ -107,7 +107,7 @@ class ChatModelPolicy:
             self.name = f"chat:{type(model).__name__}"
         self.model = model
         self.calls_tools = supports_tools(model)
-        self._bound: dict[str, Any] = {}  # the model bound to each set of tools, made once
+        self._bound: dict[int, Any] = {}  # the model bound to each set of tools, made once
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
         if not request.tools:  # a text protocol: text up to the stop strings
@@ -138,7 +138,7 @@ class ChatModelPolicy:
             raise ValueError(
                 f"{self.name} has no bind_tools, and the graph's protocol calls tools (use protocol='tags')"
             )
-        key = json.dumps(tools, sort_keys=True, default=str)
+        key = id(tools)  # a protocol's tools are one constant tuple: no need to serialise them per turn
         if key not in self._bound:
             self._bound[key] = self.model.bind_tools(list(tools))
         return self._bound[key]

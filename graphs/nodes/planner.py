@@ -39,10 +39,13 @@ def next_action(turn: TurnRecord, action: Action, plan: Plan | None, cfg: GraphC
 
 
 def _named(message: Any, name: str) -> Any:
-    """An AI message with the graph's name, as ``create_agent`` names its model's replies."""
+    """An AI message with the graph's name, as ``create_agent`` names its model's replies (the
+    reply is the model's own new object: named in place, not copied)."""
     from langchain_core.messages import AIMessage
 
-    return message.model_copy(update={"name": name}) if isinstance(message, AIMessage) else message
+    if isinstance(message, AIMessage):
+        message.name = name
+    return message
 
 
 def _said(
