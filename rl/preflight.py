@@ -93,10 +93,14 @@ def check_resources(cfg: TrainConfig) -> str:
     need, how = gpu_demand(cfg)
     have = cfg.nodes * cfg.gpus_per_node
     if need > have:
+        fix = (
+            "set async_train=false (async mode colocates only the DeepSpeed models), or fewer vllm_num_engines"
+            if cfg.colocate_all
+            else "set colocate_all=true, or fewer vllm_num_engines"
+        )
         raise PreflightError(
             f"GPUs: the run needs {how} -> {need} GPUs at once but nodes x gpus_per_node = "
-            f"{cfg.nodes} x {cfg.gpus_per_node} = {have}; Ray would wait for them forever "
-            "(set colocate_all=true, or fewer vllm_num_engines)"
+            f"{cfg.nodes} x {cfg.gpus_per_node} = {have}; Ray would wait for them forever ({fix})"
         )
     if cfg.vllm_tensor_parallel_size > cfg.gpus_per_node:
         raise PreflightError(

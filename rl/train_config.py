@@ -288,12 +288,10 @@ def loopback_endpoint(agent: AgentConfig) -> str | None:
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``key.sub=value`` strings -> a nested dict; values are parsed as YAML scalars.
+    """``key.sub=value`` strings -> a nested dict; values as :func:`override_value` reads them.
 
     OpenRLHF's dotted flag names (:data:`OPENRLHF_NAMES`) are accepted for the fields they set.
     """
-    import yaml
-
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -307,8 +305,22 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             raise ValueError(f"--set {key}: unknown key{did_you_mean(key, known)}; {LIST_KEYS}")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(raw)
+        node[parts[-1]] = override_value(raw)
     return out
+
+
+def override_value(raw: str) -> Any:
+    """A ``--set`` value: a YAML scalar (``3``, ``true``, ``'x'``) or a flow list/mapping (``[1, 2]``);
+    any other text is the string as typed, so ``query: `` (E5's prefix) stays a string, spaces kept."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, dict | list) and not raw.strip().startswith(("[", "{")):
+        return raw
+    return raw if value is None and raw.strip() not in ("null", "~", "") else value
 
 
 def load_train_config(
