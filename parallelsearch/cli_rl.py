@@ -32,6 +32,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="keep at most N prompts (after shuffling)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip-bad", action="store_true", help="skip bad records and report them")
+    p.add_argument(
+        "--eval",
+        action="store_true",
+        help="write OpenRLHF eval records (train's eval_data): their reward is exact match alone, so "
+        "OpenRLHF's eval_*_pass1 is EM",
+    )
+    p.add_argument(
+        "--allow-eval-questions",
+        action="store_true",
+        help="train on questions from evaluation files (test/dev/benchmark in the file name), refused by "
+        "default: only for a run whose model is never evaluated on them (a smoke run)",
+    )
     p.set_defaults(func=cmd_make_train_data)
 
     p = sub.add_parser(
@@ -187,6 +199,8 @@ def cmd_make_train_data(args: argparse.Namespace) -> int:
         limit=args.limit,
         seed=args.seed,
         skip_bad=args.skip_bad,
+        eval_set=args.eval,
+        allow_eval_questions=args.allow_eval_questions,
     )
     print("\n".join(report.lines()))
     return 0

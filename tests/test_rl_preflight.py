@@ -254,7 +254,7 @@ def test_protocol_reward_mode_and_prompts_must_agree(tmp_path, capsys):
 @needs_data
 def test_check_passes_against_a_real_retriever(retriever, hotpot_comparison_file, tmp_path, capsys):
     data = tmp_path / "train.jsonl"
-    make_train_data([hotpot_comparison_file], data, template="official", limit=4)
+    make_train_data([hotpot_comparison_file], data, template="official", limit=4, allow_eval_questions=True)
     code = train_check(f"agent.retriever_url={retriever.url}/retrieve", f"prompt_data={data}")
     out = capsys.readouterr().out
     assert code == 0, out
@@ -361,7 +361,7 @@ def test_submission_runs_the_checks_first(retriever, hotpot_comparison_file, tmp
     monkeypatch.setenv("STANDIN_LOG", str(log))
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     data = tmp_path / "train.jsonl"
-    make_train_data([hotpot_comparison_file], data, template="official", limit=4)
+    make_train_data([hotpot_comparison_file], data, template="official", limit=4, allow_eval_questions=True)
     argv = [
         "train",
         "--preset",
