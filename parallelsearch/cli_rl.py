@@ -264,7 +264,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ValueError("train needs --config FILE or --preset NAME (or --list-keys, or --smoke)")
     cfg = load_train_config(args.config, args.preset, args.set)
     if args.check:
-        from parallelsearch.rl.preflight import PreflightError, preflight
+        from parallelsearch.rl.preflight import NOT_CHECKED, PreflightError, preflight
 
         try:
             lines = preflight(cfg, probe=not args.skip_probe)
@@ -272,7 +272,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"check failed: {e}")
             return 1
         for line in lines:
-            print(f"ok: {line}")
+            print(line if line.startswith(NOT_CHECKED) else f"ok: {line}")
         return 0
     return launch(cfg, dry_run=args.dry_run, runner=args.runner, probe=not args.skip_probe)
 

@@ -90,6 +90,11 @@ class AgentConfig(RetrievalConfig):
         description="the graph's knobs; observations render titles as the official code does unless set",
     )
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    retriever_fingerprint: str | None = Field(
+        None,
+        description="the corpus fingerprint the retriever's /health must report (train --check prints it); "
+        "with retriever_url, embedding_model and query_prefix set here are checked against /health too",
+    )
     search_failures: SearchFailureLimits = Field(default_factory=SearchFailureLimits)
     encoder_threads: int | None = Field(
         1,
@@ -152,6 +157,19 @@ class AgentConfig(RetrievalConfig):
         if kinds[0] != "retriever_url" and not self.stores:
             raise ValueError(f"{kinds[0]} needs 'store' (the collection name)")
         return self
+
+    def file_dump(self) -> dict[str, Any]:
+        """What the file every actor reads holds: never the retriever's key (actors read
+        ``PARALLELSEARCH_RETRIEVER_API_KEY``); with ``retriever_url``, the encoder settings only when
+        set, since they are then the retriever's identity to check, not settings of this process."""
+        exclude = {"retriever_api_key"}
+        if self.retriever_url:
+            exclude |= {
+                f
+                for f in ("embedding_model", "query_prefix", "passage_prefix")
+                if f not in self.model_fields_set
+            }
+        return self.model_dump(mode="json", exclude_none=True, exclude=exclude)
 
     def make_searcher(self) -> Any:
         """The shared retriever this configuration names (built by the one factory)."""

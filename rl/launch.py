@@ -237,7 +237,9 @@ def static_checks(cfg: TrainConfig) -> str:
         check_resources,
         check_reward_prompts,
         first_record,
+        first_records,
     )
+    from parallelsearch.rl.preflight_data import check_template_reward
 
     try:
         status = "checked against OpenRLHF's own parser, argument checks and train() assertions; " + (
@@ -250,6 +252,12 @@ def static_checks(cfg: TrainConfig) -> str:
     record = first_record(cfg.prompt_data)
     check_protocol(cfg, record)
     check_reward_prompts(cfg, record)
+    records = first_records(cfg.prompt_data)
+    if records:
+        try:
+            check_template_reward(cfg.agent.reward.mode, records, cfg.input_key, cfg.label_key)
+        except ValueError as e:
+            raise PreflightError(str(e)) from e
     return status
 
 

@@ -156,10 +156,7 @@ class TrainConfig(BaseModel):
 
         # the retriever's key is never written (the dump would hold '**********', a wrong key):
         # the actors read PARALLELSEARCH_RETRIEVER_API_KEY from their environment
-        text = yaml.safe_dump(
-            self.agent.model_dump(mode="json", exclude_none=True, exclude={"retriever_api_key"}),
-            sort_keys=False,
-        )
+        text = yaml.safe_dump(self.agent.file_dump(), sort_keys=False)
         if self.agent.retriever_api_key is not None:
             text += "# retriever_api_key: not written here; set PARALLELSEARCH_RETRIEVER_API_KEY for every actor\n"
         return text

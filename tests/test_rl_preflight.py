@@ -92,7 +92,8 @@ def train_check(*settings: str) -> int:
 def test_unreachable_retriever_is_refused_by_check_and_by_the_executor(tmp_path, monkeypatch, capsys):
     url = closed_url()
     data = tmp_path / "train.jsonl"
-    data.write_text(json.dumps({"prompt": "Question: q?\n", "label": "{}"}) + "\n")
+    q = {"id": "1", "question": "q", "golden_answers": ["a"]}
+    data.write_text(json.dumps(train_record(q, template="official")) + "\n")
     code = train_check(f"agent.retriever_url={url}", f"prompt_data={data}")
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 1

@@ -14,12 +14,39 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from conftest import RAW, needs_data
+from conftest import RAW, UvicornThread, free_port, needs_data
 
 from parallelsearch.cli import main
-from parallelsearch.rl.data import make_train_data
+from parallelsearch.rl.data import make_train_data, train_record
 from parallelsearch.rl.preflight import PreflightError, check_resources
 from parallelsearch.rl.train_config import load_train_config, paper_preset
+
+QUESTIONS = [
+    {"id": "c1", "question": "Who is older, Ann or Bob", "golden_answers": ["Ann"], "metadata": {"type": "comparison"}},
+    {"id": "b1", "question": "Where was the author of Hamlet born", "golden_answers": ["Stratford"], "metadata": {"type": "bridge"}},
+    {"id": "n1", "question": "who wrote hamlet", "golden_answers": ["Shakespeare"]},
+]  # fmt: skip
+
+
+def write_data(path, template: str = "official", questions=QUESTIONS, **record_args):
+    """A prompt file as make-train-data writes it (hand-written questions: no file of a split)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "".join(json.dumps(train_record(q, template=template, **record_args)) + "\n" for q in questions)
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def retriever(hotpot_store):
+    from parallelsearch.stores import create_retrieval_app
+
+    with UvicornThread(create_retrieval_app(hotpot_store)) as srv:
+        yield f"{srv.url}/retrieve"
+
+
+def check_lines(capsys) -> list[str]:
+    return capsys.readouterr().out.strip().splitlines()
 
 
 def train_check(*settings: str, preset: str = "paper") -> int:
@@ -122,3 +149,212 @@ def test_records_name_their_datasource_as_openrlhf_reads_it(tmp_path):
     logs = compute_eval_metrics(batches, samples, 1)
     assert logs["eval_nq_pass1"] == 1.0 and logs["eval_hotpotqa_pass1"] == 0.0
     assert not any("default" in k for k in logs)
+
+
+# -- the five caught before stay caught, each by one line naming the key -------------------------
+
+
+@pytest.mark.parametrize(
+    "settings,needle",
+    [
+        (["agent.reward.weights.lamda_d=0.3"], "did you mean 'lambda_d'"),
+        (["gpus_per_node=4"], "vllm_num_engines * vllm_tensor_parallel_size, got 4 and 8"),
+        (
+            ["nodes=2", "vllm_num_engines=16", "agent.retriever_url=http://[::1]:8000/retrieve"],
+            "is a loopback",
+        ),
+        (["algorithm=grpo"], "n_samples_per_prompt: algorithm group_norm needs >= 2"),
+    ],
+)
+def test_the_mistakes_caught_before_are_still_caught(settings, needle, tmp_path, capsys):
+    data = write_data(tmp_path / "train.jsonl")
+    code = train_check(f"prompt_data={data}", "agent.retriever_url=http://10.0.0.5:8000/retrieve", *settings)
+    captured = capsys.readouterr()
+    lines = (captured.out + captured.err).strip().splitlines()
+    assert code != 0 and len(lines) == 1 and needle in lines[0], lines
+
+
+def test_a_closed_port_is_still_caught(tmp_path, capsys):
+    url = f"http://127.0.0.1:{free_port()}/retrieve"
+    code = train_check(f"prompt_data={write_data(tmp_path / 'train.jsonl')}", f"agent.retriever_url={url}")
+    lines = check_lines(capsys)
+    assert code == 1 and lines[-1].startswith(f"check failed: the retriever {url} does not answer")
+    assert sum(x.startswith("check failed") for x in lines) == 1
+
+
+# -- 2. a reward that inverts the paper's objective ----------------------------------------------
+
+
+@pytest.mark.parametrize("template", ["search_r1", "dag"])
+def test_official_reward_refuses_prompts_of_another_template(template, tmp_path, capsys):
+    """The official reward counts the prompt's own <search> examples: Search-R1's prompt (one) made a
+    second search score 1.35 over one search's 1.00, the dag prompt (three) shifted it the other way."""
+    from parallelsearch.rl.rewards import score_trajectory
+
+    q = QUESTIONS[2]
+    rec = train_record(q, template=template)
+    chat = "<|im_start|>user\n" + rec["prompt"] + "<|im_end|>\n<|im_start|>assistant\n"
+    one = (
+        chat
+        + "<think> t </think><search> hamlet </search><information>x</information><think> t </think><answer> Shakespeare </answer>"
+    )
+    two = one.replace(
+        "<answer>", "<search> more </search><information>y</information><think> t </think><answer>", 1
+    )
+    scores = [score_trajectory(t, rec["label"], "official").total for t in (one, two)]
+    if template == "search_r1":
+        assert scores[1] > scores[0]  # the inversion the check exists for
+    data = write_data(tmp_path / "train.jsonl", template)
+    code = main(["train", "--preset", "paper", "--check", "--skip-probe", "--set", f"prompt_data={data}"])
+    lines = check_lines(capsys)
+    assert code == 1 and lines[-1].startswith("check failed: reward mode official counts the prompt's own")
+    assert f"template {template}" in lines[-1] and "--template official" in lines[-1]
+    # the launcher refuses it too, before writing anything
+    assert main(["train", "--preset", "paper", "--dry-run", "--set", f"prompt_data={data}"]) == 2
+    # the same data with the paper reward passes that check
+    ok = main(["train", "--preset", "paper", "--check", "--skip-probe", "--set", f"prompt_data={data}",
+               "--set", "agent.reward.mode=paper"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert (
+        ok == 0 and f"ok: prompts in template {template} (of the first 3), scored by reward mode paper" in out
+    )
+
+
+# -- 3. context overflow ---------------------------------------------------------------------------
+
+
+def test_max_len_too_small_for_a_full_episode_is_refused(tmp_path, capsys, tiny_model_dir):
+    data = write_data(tmp_path / "train.jsonl")
+    argv = ["train", "--preset", "paper", "--check", "--skip-probe", "--set", f"prompt_data={data}"]
+    assert main([*argv, "--set", "max_len=64"]) == 1
+    line = check_lines(capsys)[-1]
+    assert (
+        line.startswith("check failed: max_len 64 < the ")
+        and "max_turns 4 x (turn 500 + top_k 3 x passage 160)" in line
+    )
+    assert "estimated at 4 characters a token" in line and "cut inside <information>" in line
+    # with the model's tokenizer on this machine the prompt is counted in its tokens
+    assert main([*argv, "--set", f"model={tiny_model_dir}"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"tokens counted with the tokenizer of {tiny_model_dir}" in out
+        and "ok: max_len 6196 >= prompt " in out
+    )
+
+
+# -- 4. the chat template --------------------------------------------------------------------------
+
+
+def test_a_tokenizer_without_chat_template_or_without_chatml_is_refused(tmp_path, capsys, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    data = write_data(tmp_path / "train.jsonl")
+    argv = ["train", "--preset", "paper", "--check", "--skip-probe", "--set", f"prompt_data={data}"]
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    bare, llama = tmp_path / "bare", tmp_path / "llama3"
+    tok.chat_template = None
+    tok.save_pretrained(bare)
+    tok.chat_template = (
+        "{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n{{ m['content'] }}"
+        "<|eot_id|>{% endfor %}<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    tok.save_pretrained(llama)
+    assert main([*argv, "--set", f"model={bare}"]) == 1
+    assert f"the tokenizer of {bare} has no chat template" in check_lines(capsys)[-1]
+    assert main([*argv, "--set", f"model={llama}"]) == 1
+    line = check_lines(capsys)[-1]
+    assert "reward mode official scores what follows '<|im_start|>assistant'" in line and "1.70" in line
+    assert main([*argv, "--set", f"model={llama}", "--set", "agent.reward.mode=paper"]) == 0
+    assert main([*argv, "--set", f"model={tiny_model_dir}"]) == 0  # the tiny tokenizer carries ChatML
+    assert f"ok: chat template of {tiny_model_dir}: renders the prompts with '<|im_start|>assistant'" in (
+        capsys.readouterr().out
+    )
+
+
+# -- 5. contamination (the check) -----------------------------------------------------------------
+
+
+def test_check_refuses_evaluation_data_in_training(tmp_path, capsys):
+    argv = ["train", "--preset", "paper", "--check", "--skip-probe"]
+    flashrag = [{**q, "id": f"test_{i}"} for i, q in enumerate(QUESTIONS)]
+    ids = write_data(tmp_path / "ids" / "train.jsonl", questions=flashrag)
+    assert main([*argv, "--set", f"prompt_data={ids}"]) == 1
+    assert "line 1 is evaluation data (id 'test_0')" in check_lines(capsys)[-1]
+    train = write_data(tmp_path / "train.jsonl")
+    assert main([*argv, "--set", f"prompt_data={train}", "--set", f"eval_data={train}"]) == 1
+    assert "is the same data as prompt_data" in check_lines(capsys)[-1]
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(train.read_bytes())
+    assert main([*argv, "--set", f"prompt_data={train}", "--set", f"eval_data={copy}"]) == 1
+    assert "is the same data as prompt_data" in check_lines(capsys)[-1]
+    shared = write_data(tmp_path / "eval.jsonl", questions=QUESTIONS[1:2], score="em")
+    assert main([*argv, "--set", f"prompt_data={train}", "--set", f"eval_data={shared}"]) == 1
+    assert "1 question(s) are also in prompt_data" in check_lines(capsys)[-1]
+    assert main([*argv, "--set", f"prompt_data={shared}"]) == 1  # eval records are not training data
+    assert "an eval record (make-train-data --eval)" in check_lines(capsys)[-1]
+    held = write_data(
+        tmp_path / "held.jsonl", questions=[{"id": "x", "question": "q", "golden_answers": ["a"]}], score="em"
+    )
+    assert main([*argv, "--set", f"prompt_data={train}", "--set", f"eval_data={held}"]) == 0
+    assert "eval_data shares no question with it" in capsys.readouterr().out
+
+
+# -- 6. the retriever's identity -------------------------------------------------------------------
+
+
+@needs_data
+def test_a_retriever_of_another_model_or_corpus_is_refused(retriever, hotpot_store, tmp_path, capsys):
+    data = write_data(tmp_path / "train.jsonl")
+    argv = [
+        "train",
+        "--preset",
+        "paper",
+        "--check",
+        "--set",
+        f"prompt_data={data}",
+        "--set",
+        f"agent.retriever_url={retriever}",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    fingerprint = hotpot_store.fingerprint()
+    assert f"ok: retriever {retriever} serves store hotpot: model all-MiniLM-L6-v2 (dimension 384), " in out
+    assert f"corpus fingerprint {fingerprint}" in out
+    # the config names e5 (and its prefix): the retriever serving MiniLM is refused, not ignored
+    assert main([*argv, "--set", "agent.embedding_model=intfloat/e5-base-v2"]) == 1
+    line = check_lines(capsys)[-1]
+    assert "serves model 'all-MiniLM-L6-v2' but agent.embedding_model is 'intfloat/e5-base-v2'" in line
+    assert main([*argv, "--set", "agent.query_prefix=query: "]) == 1
+    assert "serves query_prefix '' but agent.query_prefix is 'query: '" in check_lines(capsys)[-1]
+    assert main([*argv, "--set", "agent.retriever_fingerprint=sha256:0000000000000000"]) == 1
+    assert f"serves fingerprint '{fingerprint}'" in check_lines(capsys)[-1]
+    assert main([*argv, "--set", f"agent.retriever_fingerprint={fingerprint}"]) == 0
+    assert "checked against fingerprint" in capsys.readouterr().out
+    # the executor repeats it when it starts (its file holds only what was set)
+    cfg = paper_preset(agent={"retriever_url": retriever, "embedding_model": "intfloat/e5-base-v2"})
+    assert "embedding_model: intfloat/e5-base-v2" in cfg.agent_config_yaml()
+    assert "embedding_model" not in paper_preset(agent={"retriever_url": retriever}).agent_config_yaml()
+    from parallelsearch.rl.preflight import executor_startup
+
+    with pytest.raises(PreflightError, match="agent.embedding_model is 'intfloat/e5-base-v2'"):
+        executor_startup(cfg.agent)
+
+
+# -- 7. the retriever's key ----------------------------------------------------------------------
+
+
+@needs_data
+def test_a_keyed_retriever_without_a_key_is_refused(hotpot_store, tmp_path, capsys, monkeypatch):
+    from parallelsearch.stores import create_retrieval_app
+
+    data = write_data(tmp_path / "train.jsonl")
+    monkeypatch.delenv("PARALLELSEARCH_RETRIEVER_API_KEY", raising=False)
+    with UvicornThread(create_retrieval_app(hotpot_store, api_key="rk-test-key")) as srv:
+        argv = ["train", "--preset", "paper", "--check", "--set", f"prompt_data={data}",
+                "--set", f"agent.retriever_url={srv.url}/retrieve"]  # fmt: skip
+        assert main(argv) == 1
+        line = check_lines(capsys)[-1]
+        assert "requires an API key and none is set: export PARALLELSEARCH_RETRIEVER_API_KEY" in line
+        monkeypatch.setenv("PARALLELSEARCH_RETRIEVER_API_KEY", "rk-test-key")
+        assert main(argv) == 0
+        assert "rk-test-key" not in capsys.readouterr().out
