@@ -11,9 +11,14 @@ Chroma store, the tiny tokenizer this package builds (rl/tiny_model.py), real be
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from conftest import RAW, UvicornThread, free_port, needs_data
 
 from parallelsearch.cli import main
@@ -358,3 +363,105 @@ def test_a_keyed_retriever_without_a_key_is_refused(hotpot_store, tmp_path, caps
         monkeypatch.setenv("PARALLELSEARCH_RETRIEVER_API_KEY", "rk-test-key")
         assert main(argv) == 0
         assert "rk-test-key" not in capsys.readouterr().out
+
+
+# -- 7. the keys reach every actor, through Ray's runtime env, never a command line -----------------
+
+
+def test_the_retriever_key_travels_in_the_runtime_env(tmp_path, monkeypatch, capsys):
+    from test_rl_job import flag, run_script, standins
+
+    key = "rk-'secret-42"
+    monkeypatch.setenv("PARALLELSEARCH_RETRIEVER_API_KEY", key)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    data = write_data(tmp_path / "train.jsonl")
+    job = tmp_path / "job"
+    argv = [
+        "train",
+        "--preset",
+        "paper",
+        "--runner",
+        "print",
+        "--set",
+        f"job_dir={job}",
+        "--set",
+        f"prompt_data={data}",
+    ]
+    assert main(argv) == 0
+    assert "runtime env (command.sh writes it from its environment when it runs): " in capsys.readouterr().out
+    for path in job.rglob("*"):
+        assert path.is_dir() or "secret-42" not in path.read_text(errors="replace"), path
+    cwd, _, args = run_script(
+        job / "command.sh", tmp_path, standins(tmp_path), PARALLELSEARCH_RETRIEVER_API_KEY=key
+    )
+    assert not any("secret-42" in a for a in args) and flag(args, "--runtime-env").startswith("/")
+    runtime = yaml.safe_load((tmp_path / "standin.log.runtime_env").read_text())
+    assert runtime["env_vars"] == {
+        "PARALLELSEARCH_AGENT_CONFIG": "parallelsearch_agent.yaml",
+        "PARALLELSEARCH_RETRIEVER_API_KEY": key,
+    }
+    assert not Path(flag(args, "--runtime-env")).exists()  # removed when command.sh ends
+    # each actor reads it from its environment into the agent config it builds
+    monkeypatch.setenv("PARALLELSEARCH_AGENT_CONFIG", str(job / "parallelsearch_agent.yaml"))
+    from parallelsearch.rl.agent_config import load_agent_config
+
+    assert load_agent_config().retriever_api_key.get_secret_value() == key
+    # without the key, command.sh stops before submitting
+    env = {k: v for k, v in os.environ.items() if k != "PARALLELSEARCH_RETRIEVER_API_KEY"}
+    res = subprocess.run(
+        ["bash", str(job / "command.sh")], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert res.returncode != 0 and "export PARALLELSEARCH_RETRIEVER_API_KEY" in res.stderr
+
+
+# -- 9. a job folder that moves and reads back -------------------------------------------------------
+
+
+def test_relative_outputs_are_the_job_folders_and_its_config_reads_back(tmp_path, monkeypatch, capsys):
+    from test_rl_job import flag, run_script, standins
+
+    from parallelsearch.rl.openrlhf_cli import check_command
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    data = write_data(tmp_path / "made" / "train.jsonl")
+    job = tmp_path / "job"
+    argv = [
+        "train",
+        "--preset",
+        "paper",
+        "--runner",
+        "print",
+        "--set",
+        f"job_dir={job}",
+        "--set",
+        f"prompt_data={data}",
+    ]
+    assert main(argv) == 0  # save_path is the preset's relative ./checkpoints/parallelsearch
+    capsys.readouterr()
+    assert str(tmp_path) not in (job / "command.sh").read_text().replace(str(job), "")
+    moved = tmp_path / "cluster" / "job"
+    shutil.copytree(job, moved)
+    shutil.rmtree(job)
+    bin_dir = standins(tmp_path)
+    _, _, args = run_script(moved / "command.sh", tmp_path, bin_dir)
+    ppo = args[args.index("openrlhf.cli.train_ppo_ray") + 1 :]
+    assert flag(ppo, "--ckpt.output_dir") == str(moved / "checkpoints" / "parallelsearch")
+    assert flag(ppo, "--ckpt.path") == str(moved / "checkpoints" / "parallelsearch" / "ckpt")
+    check_command(ppo)
+    # the folder's config reads back from any directory (it used to resolve against the current one,
+    # or copy the data onto itself: "... are the same file"), and writes the same command
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--config", str(moved / "train_config.yaml"), "--runner", "print"]) == 0
+    assert f"run it as: bash {moved / 'command.sh'}" in capsys.readouterr().out
+    _, _, again = run_script(moved / "command.sh", tmp_path, bin_dir)
+    tmp_file = args.index("--runtime-env") + 1  # mktemp's name differs per run
+    assert again[:tmp_file] + again[tmp_file + 1 :] == args[:tmp_file] + args[tmp_file + 1 :]
+    # with several nodes a relative output would land on one node: refused, naming the fix
+    with pytest.raises(ValueError, match=r"save_path \./checkpoints/parallelsearch is relative with nodes=2"):
+        from parallelsearch.rl.launch import plan_job
+
+        plan_job(
+            paper_preset(
+                nodes=2, vllm_num_engines=16, agent={"retriever_url": "http://10.0.0.5:8000/retrieve"}
+            )
+        )
