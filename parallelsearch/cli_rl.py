@@ -9,7 +9,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.cli_common import add_graph_args, add_policy_args, add_retrieval_args, settings_from_args
+from parallelsearch.cli_common import (
+    add_failed_share_arg,
+    add_graph_args,
+    add_policy_args,
+    add_retrieval_args,
+    retrieval_source,
+    settings_from_args,
+)
 from parallelsearch.graphs.builders import SEARCHING_KINDS
 from parallelsearch.rl.launch import RUNNERS
 from parallelsearch.rl.rewards import MODES
@@ -101,6 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=8)
     add_graph_args(p)
     p.add_argument("--summary-json", help="also write the summary as JSON here")
+    add_failed_share_arg(p)
     p.set_defaults(func=cmd_rollout)
 
 
@@ -334,4 +342,12 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         print(f"SFT: openrlhf.cli.train_sft --data.dataset {args.sft_out} {SFT_FLAGS}")
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary.to_dict(), indent=2))
+    from parallelsearch.rl.search_failures import SearchFailuresError, failed_share_error
+
+    share = args.max_failed_search_share
+    why = failed_share_error(
+        summary.failed_searches, summary.searches, share, "--max-failed-search-share", retrieval_source(s)
+    )
+    if why:
+        raise SearchFailuresError(f"rollout: {why}")
     return 0 if summary.failures < summary.episodes else 1

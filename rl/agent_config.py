@@ -30,6 +30,7 @@ from parallelsearch.graphs.builders import SEARCHING_KINDS, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.factory import make_searcher
 from parallelsearch.rl.rewards import RewardMode, check_reward_weights
+from parallelsearch.rl.search_failures import DEFAULT_MAX_SHARE
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.errors import ParallelSearchError, describe_validation_error
 
@@ -67,7 +68,10 @@ class SearchFailureLimits(BaseModel):
         32, ge=0, description="any failed search in the actor's first N episodes stops the run"
     )
     max_share: float = Field(
-        0.01, ge=0, le=1, description="after those, stop when more than this share of searches failed"
+        DEFAULT_MAX_SHARE,
+        ge=0,
+        le=1,
+        description="after those, stop when more than this share of searches failed",
     )
     probe: bool = Field(True, description="send one probe query when the executor starts")
 

@@ -465,3 +465,38 @@ def test_relative_outputs_are_the_job_folders_and_its_config_reads_back(tmp_path
                 nodes=2, vllm_num_engines=16, agent={"retriever_url": "http://10.0.0.5:8000/retrieve"}
             )
         )
+
+
+# -- 10. rollout and eval do not pass when their searches failed ------------------------------------
+
+
+@needs_data
+@pytest.mark.parametrize("command", ["rollout", "eval"])
+def test_rollout_and_eval_exit_non_zero_when_searches_failed(
+    command, hotpot_comparison_file, tmp_path, capsys
+):
+    """Every search failed (a closed port), the oracle still answered: rollout printed
+    ``failed searches 2 of 2`` and a mean reward of 1.35, and exited 0."""
+    url = f"http://127.0.0.1:{free_port()}/retrieve"
+    common = ["--retriever", url, "--policy", "oracle", "--limit", "2"]
+    if command == "rollout":
+        argv = [
+            "rollout",
+            "--data",
+            str(hotpot_comparison_file),
+            "--out",
+            str(tmp_path / "ep.jsonl"),
+            *common,
+        ]
+    else:
+        argv = ["eval", "--dataset", str(hotpot_comparison_file), "--graphs", "parallel", "--no-plots",
+                "--out", str(tmp_path / "run"), *common]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (
+        err.startswith(f"error: {command}: ")
+        and " searches failed (100.0% > --max-failed-search-share 0.01)" in err
+    )
+    assert f"against retriever {url}" in err
+    # a share the user accepts passes (the scores still say how many failed)
+    assert main([*argv, "--max-failed-search-share", "1"]) == 0
