@@ -102,10 +102,19 @@ def decode_tokens(tokenizer: Any, tokens: list[int]) -> str:
 
 
 def extra_logs(
-    breakdown: RewardBreakdown, state: dict[str, Any], turns: int, replaced_chars: int = 0
+    breakdown: RewardBreakdown,
+    state: dict[str, Any],
+    turns: int,
+    replaced_chars: int = 0,
+    *,
+    truncated: bool = False,
+    overflowed: bool = False,
 ) -> dict[str, Any]:
-    """One scalar tensor per reward part and per count (OpenRLHF logs each key)."""
+    """One scalar tensor per reward part and per count (OpenRLHF logs each key, averaged over a
+    step's samples: a flag's mean is its share)."""
     values = {
+        "truncated": float(truncated),
+        "overflowed": float(overflowed),
         "reward_outcome": breakdown.outcome,
         "reward_decomposition": breakdown.decomposition,
         "reward_search_count": breakdown.search_count,
@@ -190,14 +199,15 @@ class EpisodeExecutor:
         want_lp = getattr(sampling_params, "logprobs", None) is not None
         rollout_lp: list[float] | None = [0.0] * len(tokens) if want_lp else None
         ranges: list[tuple[int, int]] = []
-        truncated = False
+        truncated = False  # OpenRLHF's meaning: the last turn stopped on length (its token cap)
+        overflowed = False  # the context (max_length) ran out: a turn or an observation was cut
         final_state: dict[str, Any] = {}
         turns = 0
         try:
             while True:
                 budget = max_length - len(tokens)
                 if budget <= 0:
-                    truncated = True
+                    overflowed = True
                     break
                 turn = env.turn  # the pending turn the graph asked for (never None while the episode runs)
                 regex = None
@@ -221,8 +231,8 @@ class EpisodeExecutor:
                 turns += 1
                 if rollout_lp is not None:
                     rollout_lp.extend(_logprobs(out, ids))
-                if out.finish_reason == "length" and len(tokens) >= max_length:
-                    truncated = True
+                truncated = out.finish_reason == "length"
+                overflowed = truncated and len(tokens) >= max_length
                 step = await env.step(decode_tokens(hf_tokenizer, ids))
                 observation, bad = scrub_text(step.observation or "")  # the protocol already scrubs passages
                 replaced += bad
@@ -233,14 +243,14 @@ class EpisodeExecutor:
                 )
                 room = max_length - len(tokens)
                 if len(obs_ids) > room:
-                    obs_ids, truncated = obs_ids[:room], True
+                    obs_ids, overflowed = obs_ids[:room], True
                 tokens.extend(obs_ids)
                 if rollout_lp is not None:
                     rollout_lp.extend([0.0] * len(obs_ids))
                 if step.done:
                     final_state = step.output
                     break
-                if truncated:
+                if overflowed:
                     break
             if not final_state:  # cut short: the counts so far (searches, failures) still count
                 final_state = await env.values()
@@ -266,7 +276,9 @@ class EpisodeExecutor:
             "action_ranges": ranges,
             "rollout_log_probs": rollout_lp,
             "truncated": truncated,
-            "extra_logs": extra_logs(breakdown, final_state, turns, replaced),
+            "extra_logs": extra_logs(
+                breakdown, final_state, turns, replaced, truncated=truncated, overflowed=overflowed
+            ),
         }
 
 

@@ -1,0 +1,63 @@
+"""The executor's side of OpenRLHF 0.11.2's agent contract, through its public interface
+(``EpisodeExecutor(...).execute``) with the engine stand-ins of tests/engines.py and OpenRLHF's
+own classes where they read the output: ``truncated`` as OpenRLHF means it and a separate
+overflow count, the reward of an episode cut before its answer, log-prob misses, room for a
+turn after the prompt, eval records scored by EM, and the per-step health signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from conftest import needs_data
+from engines import SamplingParamsStandIn, ScriptedEngine
+
+from parallelsearch.rl import EnvGraph
+from parallelsearch.rl.data import train_record
+from parallelsearch.rl.executor import EpisodeExecutor
+
+pytestmark = needs_data
+
+COMPARISON = {
+    "id": "c1",
+    "question": "Were Scott Derrickson and Ed Wood of the same nationality",
+    "golden_answers": ["yes"],
+    "metadata": {"type": "comparison"},
+}
+
+
+def run(env_graph, turns, tok, *, max_length=4096, params=None, record=None, **knobs):
+    rec = record or train_record(COMPARISON)
+    engine = ScriptedEngine(tok, turns)
+    executor = EpisodeExecutor(env_graph, **knobs)
+    result = asyncio.run(
+        executor.execute(
+            rec["prompt"], rec["label"], params or SamplingParamsStandIn(), max_length, tok, engine
+        )
+    )
+    return result, engine
+
+
+def prompt_len(tok, record=None) -> int:
+    rec = record or train_record(COMPARISON)
+    return len(tok(rec["prompt"], add_special_tokens=False)["input_ids"])
+
+
+def test_truncated_means_the_last_turn_stopped_on_length(hotpot_store, tiny_lm):
+    """OpenRLHF's ``truncated`` is ``finish_reason == "length"`` of the last turn (its own
+    MultiTurnAgentExecutor sets it so; ``rollout/truncated_rate`` averages it). The executor's used
+    to mean "the context is full", so a final turn cut at its token cap was not flagged."""
+    _, tok = tiny_lm
+    g = EnvGraph(hotpot_store, max_turns=1, max_new_tokens=16)
+    turns = ["<think> a </think><search> Scott Derrickson ## Ed Wood </search>", "<think> " + "hmm " * 80]
+    result, engine = run(g, turns, tok)
+    assert engine.outputs and len(engine.outputs[-1]) == 16  # the final turn hit its cap
+    assert result["truncated"] is True
+    logs = result["extra_logs"]
+    assert logs["truncated"].item() == 1.0 and logs["overflowed"].item() == 0.0
+    # a context overflow is its own count: the observation cut inside <information>, the last
+    # turn itself stopped on its stop string (not truncated, as OpenRLHF means it)
+    room = prompt_len(tok) + len(tok(turns[0], add_special_tokens=False)["input_ids"]) + 12
+    cut, _ = run(EnvGraph(hotpot_store, max_turns=1, max_new_tokens=64), turns[:1], tok, max_length=room)
+    assert cut["truncated"] is False and cut["extra_logs"]["overflowed"].item() == 1.0
+    assert len(cut["observation_tokens"]) == room
