@@ -12,7 +12,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     AliasChoices,
@@ -49,6 +49,11 @@ class RewardConfig(BaseModel):
 
     mode: RewardMode = "paper"
     weights: dict[str, float] = Field(default_factory=dict, description="overrides of the mode's weights")
+    cut_episodes: Literal["unshaped", "shaped"] = Field(
+        "unshaped",
+        description="an episode cut before its answer (context full, or its last turn at the token cap): "
+        "unshaped = its positive shaped terms dropped; shaped = scored as any episode",
+    )
 
     @field_validator("weights")
     @classmethod

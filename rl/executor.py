@@ -18,7 +18,7 @@ from typing import Any
 
 from parallelsearch.agents.protocol import DEFAULT_MAX_STAGES, protocol_regex
 from parallelsearch.rl.env import EnvGraph
-from parallelsearch.rl.rewards import RewardBreakdown, parse_label, score_trajectory
+from parallelsearch.rl.rewards import RewardBreakdown, parse_label, score_trajectory, unshaped
 from parallelsearch.rl.search_failures import SearchFailureGuard
 from parallelsearch.stores.text import scrub_text
 
@@ -147,8 +147,10 @@ class EpisodeExecutor:
         constrained: bool = False,
         think_chars: int = 600,
         search_guard: SearchFailureGuard | None = None,
+        cut_episodes: str = "unshaped",
     ) -> None:
         self.env_graph = env_graph
+        self.cut_episodes = cut_episodes
         self.max_new_tokens_per_turn = max_new_tokens_per_turn
         self.constrained = constrained
         self.think_chars = think_chars
@@ -265,6 +267,8 @@ class EpisodeExecutor:
         breakdown = score_trajectory(
             text, lab, mode, prompt=prompt_text, protocol=self.env_graph.protocol, **weights
         )
+        if (overflowed or truncated) and not final_state.get("answer") and self.cut_episodes == "unshaped":
+            breakdown = unshaped(breakdown)  # cut before its answer: no positive shaped terms
         return {
             "prompt": prompt,
             "label": label,
@@ -292,7 +296,7 @@ def execute_episode(env_graph: EnvGraph, *sample: Any, **named: Any) -> Coroutin
     )
     knobs = {
         k: named.pop(k)
-        for k in ("max_new_tokens_per_turn", "constrained", "think_chars", "search_guard")
+        for k in ("max_new_tokens_per_turn", "constrained", "think_chars", "search_guard", "cut_episodes")
         if k in named
     }
     return EpisodeExecutor(env_graph, **knobs).execute(*sample, **named)

@@ -44,6 +44,7 @@ class AgentExecutor(EpisodeExecutor, AgentExecutorBase):
             max_new_tokens_per_turn=cfg.graph_config.max_new_tokens,
             constrained=cfg.constrained,
             think_chars=cfg.constrained_think_chars,
+            cut_episodes=cfg.reward.cut_episodes,
             search_guard=SearchFailureGuard(
                 first_episodes=limits.first_episodes, max_share=limits.max_share, source=retriever_name(cfg)
             ),

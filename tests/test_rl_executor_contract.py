@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from conftest import needs_data
 from engines import SamplingParamsStandIn, ScriptedEngine
 
@@ -61,3 +62,20 @@ def test_truncated_means_the_last_turn_stopped_on_length(hotpot_store, tiny_lm):
     cut, _ = run(EnvGraph(hotpot_store, max_turns=1, max_new_tokens=64), turns[:1], tok, max_length=room)
     assert cut["truncated"] is False and cut["extra_logs"]["overflowed"].item() == 1.0
     assert len(cut["observation_tokens"]) == room
+
+
+def test_an_episode_cut_before_its_answer_earns_no_shaped_terms(hotpot_store, tiny_lm):
+    """Context overflow used to pay: the observation cut, no answer, and 0.80 for a comparison
+    question (decomposition 0.45 + search count 0.35) against 0.10 for a wrong answer."""
+    _, tok = tiny_lm
+    g = EnvGraph(hotpot_store, max_turns=2, max_new_tokens=64)
+    turns = ["<think> a </think><search> Scott Derrickson ## Ed Wood </search>"]
+    room = prompt_len(tok) + len(tok(turns[0], add_special_tokens=False)["input_ids"]) + 12
+    cut, _ = run(g, turns, tok, max_length=room)
+    shaped, _ = run(g, turns, tok, max_length=room, cut_episodes="shaped")
+    assert cut["extra_logs"]["overflowed"].item() == 1.0
+    assert shaped["reward"] == pytest.approx(0.8) and cut["reward"] == 0.0
+    assert cut["extra_logs"]["reward_decomposition"].item() == 0.0
+    # an answered episode is scored as always
+    done, _ = run(g, [*turns, "<think> b </think><answer> yes </answer>"], tok)
+    assert done["reward"] == pytest.approx(1.8)
