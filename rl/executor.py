@@ -73,15 +73,20 @@ def turn_params(params: Any, *, stop: tuple[str, ...], max_tokens: int, regex: s
 
 
 def _logprobs(out: Any, ids: list[int]) -> list[float]:
+    """The sampled tokens' log-probs. A token missing from its entry raises, as OpenRLHF's own
+    executor does (``logprob[token]``): another token's value would bias the importance ratio."""
     lps = getattr(out, "logprobs", None)
     if lps is None:
         raise ValueError("logprobs were requested but the engine returned none")
     vals: list[float] = []
-    for tok, entry in zip(ids, lps, strict=False):
+    for i, (tok, entry) in enumerate(zip(ids, lps, strict=False)):
         if isinstance(entry, dict):
             item = entry.get(tok)
-            if item is None:  # the sampled token must be in the dict; fall back to the best entry
-                item = next(iter(entry.values()))
+            if item is None:
+                raise ValueError(
+                    f"the engine's log-probs of generated token {i} lack the sampled token {tok} "
+                    f"(it gave {sorted(entry)[:5]}): the engine must return the sampled token's log-prob"
+                )
             vals.append(float(getattr(item, "logprob", item)))
         else:
             vals.append(float(entry))

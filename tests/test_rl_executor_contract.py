@@ -79,3 +79,33 @@ def test_an_episode_cut_before_its_answer_earns_no_shaped_terms(hotpot_store, ti
     # an answered episode is scored as always
     done, _ = run(g, [*turns, "<think> b </think><answer> yes </answer>"], tok)
     assert done["reward"] == pytest.approx(1.8)
+
+
+class MissingLogprobEngine(ScriptedEngine):
+    """Returns log-prob entries that lack the sampled token (each keyed by another id), as a
+    misconfigured engine (or a logprobs mode OpenRLHF does not expect) can."""
+
+    async def generate(self, token_ids, sampling_params, multi_modal_data=None):
+        out = await super().generate(token_ids, sampling_params, multi_modal_data)
+        first = out.outputs[0]
+        first.logprobs = [
+            {t + 1: lp}
+            for t, entry in zip(first.token_ids, first.logprobs, strict=True)
+            for lp in entry.values()
+        ]
+        return out
+
+
+def test_a_missing_log_prob_raises_instead_of_borrowing_another_tokens(hotpot_store, tiny_lm):
+    """The executor used to take the entry's first value (another token's log-prob) where
+    OpenRLHF's own executor raises: a silent bias in the importance ratio."""
+    _, tok = tiny_lm
+    g = EnvGraph(hotpot_store, max_turns=1, max_new_tokens=32)
+    rec = train_record(COMPARISON)
+    engine = MissingLogprobEngine(tok, ["<think> a </think><answer> yes </answer>"])
+    with pytest.raises(ValueError, match=r"lack the sampled token \d+"):
+        asyncio.run(
+            EpisodeExecutor(g).execute(
+                rec["prompt"], rec["label"], SamplingParamsStandIn(logprobs=1), 4096, tok, engine
+            )
+        )
