@@ -197,11 +197,18 @@ class EpisodeExecutor:
             turn_cap = min(turn_cap, int(outer_cap))
 
         tokens: list[int] = list(hf_tokenizer(clean_prompt, add_special_tokens=False)["input_ids"])
-        if len(tokens) > max_length - 1:
-            log.warning(
-                "prompt of %d tokens exceeds max_length %d; keeping its tail", len(tokens), max_length
+        prompt_room = max_length - turn_cap  # room for one whole turn after it, as OpenRLHF's executor leaves
+        if prompt_room < 1:
+            raise ValueError(
+                f"max_length {max_length} leaves no room for a turn of {turn_cap} tokens after a prompt"
             )
-            tokens = tokens[-(max_length - 1) :]
+        prompt_cut = len(tokens) > prompt_room  # the context ran out before the first turn
+        if prompt_cut:
+            log.warning(
+                "prompt of %d tokens leaves no room for a turn of %d in max_length %d; keeping its last %d",
+                len(tokens), turn_cap, max_length, prompt_room,
+            )  # fmt: skip
+            tokens = tokens[-prompt_room:]
         prompt_len = len(tokens)
         want_lp = getattr(sampling_params, "logprobs", None) is not None
         rollout_lp: list[float] | None = [0.0] * len(tokens) if want_lp else None
@@ -272,6 +279,7 @@ class EpisodeExecutor:
         breakdown = score_trajectory(
             text, lab, mode, prompt=prompt_text, protocol=self.env_graph.protocol, **weights
         )
+        overflowed = overflowed or prompt_cut
         if (overflowed or truncated) and not final_state.get("answer") and self.cut_episodes == "unshaped":
             breakdown = unshaped(breakdown)  # cut before its answer: no positive shaped terms
         return {

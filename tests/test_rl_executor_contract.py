@@ -109,3 +109,17 @@ def test_a_missing_log_prob_raises_instead_of_borrowing_another_tokens(hotpot_st
                 rec["prompt"], rec["label"], SamplingParamsStandIn(logprobs=1), 4096, tok, engine
             )
         )
+
+
+def test_a_long_prompt_is_cut_to_leave_room_for_a_whole_turn(hotpot_store, tiny_lm):
+    """A prompt over max_length was cut to max_length - 1 tokens, leaving the first turn one token;
+    OpenRLHF's executors keep ``max_length - max_tokens``. The cut counts as an overflow."""
+    _, tok = tiny_lm
+    g = EnvGraph(hotpot_store, max_turns=1, max_new_tokens=24)
+    max_length = prompt_len(tok) - 10
+    result, engine = run(g, ["<think> a </think><answer> yes </answer>"], tok, max_length=max_length)
+    (start, end), *_ = result["action_ranges"]
+    assert start == max_length - 24 and end - start == len(engine.outputs[0]) > 1
+    assert result["extra_logs"]["overflowed"].item() == 1.0
+    with pytest.raises(ValueError, match="leaves no room for a turn of 24 tokens"):
+        run(g, ["<answer> yes </answer>"], tok, max_length=24)
