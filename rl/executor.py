@@ -17,6 +17,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from parallelsearch.agents.protocol import DEFAULT_MAX_STAGES, protocol_regex
+from parallelsearch.rl.data import SCORE_EM
 from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.rewards import RewardBreakdown, parse_label, score_trajectory, unshaped
 from parallelsearch.rl.search_failures import SearchFailureGuard
@@ -282,12 +283,14 @@ class EpisodeExecutor:
         overflowed = overflowed or prompt_cut
         if (overflowed or truncated) and not final_state.get("answer") and self.cut_episodes == "unshaped":
             breakdown = unshaped(breakdown)  # cut before its answer: no positive shaped terms
+        # an eval record (make-train-data --eval) is scored by EM alone: OpenRLHF's eval pass@1 is then EM
+        reward = breakdown.outcome if lab.get("score") == SCORE_EM else breakdown.total
         return {
             "prompt": prompt,
             "label": label,
             "images": None,
             "mm_train_inputs": None,
-            "reward": float(breakdown.total),
+            "reward": float(reward),
             "scores": float(breakdown.outcome),
             "observation_tokens": tokens,
             "action_ranges": ranges,

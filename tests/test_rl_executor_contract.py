@@ -123,3 +123,37 @@ def test_a_long_prompt_is_cut_to_leave_room_for_a_whole_turn(hotpot_store, tiny_
     assert result["extra_logs"]["overflowed"].item() == 1.0
     with pytest.raises(ValueError, match="leaves no room for a turn of 24 tokens"):
         run(g, ["<answer> yes </answer>"], tok, max_length=24)
+
+
+def test_eval_records_are_scored_by_exact_match_so_openrlhf_pass1_is_em(hotpot_store, tiny_lm):
+    """OpenRLHF's eval_<datasource>_pass1 is the mean reward of eval samples: with the shaped
+    reward it ran up to 1.8. Records made with ``make-train-data --eval`` are scored by EM alone."""
+    from types import SimpleNamespace
+
+    import torch
+    from engines import openrlhf_function, openrlhf_prompt_dataset
+
+    _, tok = tiny_lm
+    g = EnvGraph(hotpot_store, max_turns=2, max_new_tokens=64)
+    search = "<think> a </think><search> Scott Derrickson ## Ed Wood </search>"
+    records = [
+        train_record(COMPARISON, score="em"),
+        train_record({**COMPARISON, "id": "c2", "question": "Q2"}, score="em"),
+    ]
+    right, _ = run(g, [search, "<think> b </think><answer> yes </answer>"], tok, record=records[0])
+    wrong, _ = run(g, [search, "<think> b </think><answer> no </answer>"], tok, record=records[1])
+    assert (right["reward"], right["scores"]) == (1.0, 1.0) and (wrong["reward"], wrong["scores"]) == (
+        0.0,
+        0.0,
+    )
+    assert right["extra_logs"]["reward_decomposition"].item() == pytest.approx(0.45)  # still logged
+    trained, _ = run(g, [search, "<think> b </think><answer> yes </answer>"], tok)  # a training record
+    assert trained["reward"] == pytest.approx(1.8)
+    dataset = openrlhf_prompt_dataset(records, tokenizer=None)
+    batches = [dataset.collate_fn([dataset[i]]) for i in range(len(dataset))]
+    samples = [
+        SimpleNamespace(prompts=[r["prompt"]], rewards=r["reward"], response_length=None, truncated=torch.tensor(r["truncated"]))
+        for r in (right, wrong)
+    ]  # fmt: skip
+    logs = openrlhf_function("trainer/ppo_trainer.py", "compute_eval_metrics")(batches, samples, 1)
+    assert logs["eval_default_pass1"] == 0.5 and logs["eval_default_truncated_rate"] == 0.0  # EM: 1 of 2
