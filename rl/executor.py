@@ -135,10 +135,30 @@ def extra_logs(
         "search_errors": float(state.get("errors", 0)),
         "search_failed_share": float(state.get("errors", 0)) / max(float(state.get("subqueries", 0)), 1.0),
         "invalid_chars_replaced": float(replaced_chars),
+        **health_signals(breakdown, state),
     }
     import torch
 
     return {k: torch.tensor(float(v)) for k, v in values.items()}
+
+
+def health_signals(breakdown: RewardBreakdown, state: dict[str, Any]) -> dict[str, float]:
+    """Per-sample flags whose step means tell a run's health: the shares of episodes with an
+    invalid turn and without an answer, and per question class (parallelizable, sequential) the
+    class's share, its decomposed episodes and its searches: OpenRLHF averages every key over the
+    step's samples, so the decomposition rate of a class is ``decomposed_<class> / class_<class>``
+    and its searches per question ``searches_<class> / class_<class>``."""
+    turns = [e for e in state.get("trajectory") or () if e.get("type") == "turn"]
+    out = {
+        "invalid": float(any(t.get("action") == "invalid" for t in turns)),
+        "unanswered": float(not state.get("answer")),
+    }
+    for qclass in ("parallel", "sequential"):
+        mine = breakdown.question_class == qclass
+        out[f"class_{qclass}"] = float(mine)
+        out[f"decomposed_{qclass}"] = float(mine and breakdown.decomposed)
+        out[f"searches_{qclass}"] = float(breakdown.searches) if mine else 0.0
+    return out
 
 
 class EpisodeExecutor:

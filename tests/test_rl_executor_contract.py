@@ -157,3 +157,39 @@ def test_eval_records_are_scored_by_exact_match_so_openrlhf_pass1_is_em(hotpot_s
     ]  # fmt: skip
     logs = openrlhf_function("trainer/ppo_trainer.py", "compute_eval_metrics")(batches, samples, 1)
     assert logs["eval_default_pass1"] == 0.5 and logs["eval_default_truncated_rate"] == 0.0  # EM: 1 of 2
+
+
+def test_health_signals_per_step_split_by_question_class(hotpot_store, tiny_lm):
+    """Each sample's flags, averaged by OpenRLHF's own step aggregation (sample-weighted means of
+    ``extra_logs``), give the decomposition rate and searches per question class and the shares
+    of truncated, overflowed, invalid and unanswered episodes."""
+    _, tok = tiny_lm
+    g = EnvGraph(hotpot_store, max_turns=2, max_new_tokens=64)
+    bridge = {"id": "b1", "question": "Where was the director of Doctor Strange born", "golden_answers": ["Denver"],
+              "metadata": {"type": "bridge"}}  # fmt: skip
+    split = "<think> a </think><search> Scott Derrickson ## Ed Wood </search>"
+    answer = "<think> b </think><answer> yes </answer>"
+    episodes = [
+        run(g, [split, answer], tok)[0],  # parallelizable, decomposed, answered
+        run(g, ["<think> a </think><search> Scott Derrickson </search>", answer], tok)[0],  # not decomposed
+        run(g, ["no tags at all", answer], tok, record=train_record(bridge))[
+            0
+        ],  # sequential, an invalid turn
+        run(
+            g,
+            ["<think> a </think><search> Doctor Strange director </search>", "<think> " + "x " * 90],
+            tok,
+            record=train_record(bridge),
+        )[0],  # fmt: skip  # sequential, final turn cut at its cap: unanswered
+    ]
+    keys = ["class_parallel", "decomposed_parallel", "searches_parallel", "class_sequential", "decomposed_sequential",
+            "searches_sequential", "truncated", "overflowed", "invalid", "unanswered"]  # fmt: skip
+    # OpenRLHF's train loop: one value per sample, weighted by samples (ppo_actor.ppo_train)
+    mean = {k: sum(e["extra_logs"][k].item() for e in episodes) / len(episodes) for k in keys}
+    assert mean["decomposed_parallel"] / mean["class_parallel"] == 0.5  # 1 of the 2 parallelizable
+    assert mean["searches_parallel"] / mean["class_parallel"] == 1.0
+    assert mean["decomposed_sequential"] == 0.0 and mean["class_sequential"] == 0.5
+    assert mean["searches_sequential"] / mean["class_sequential"] == 0.5  # 0 and 1 searches
+    # the cut final turn is invalid too (it neither answers nor may search)
+    assert mean["invalid"] == 0.5 and mean["unanswered"] == 0.25
+    assert mean["truncated"] == 0.25 and mean["overflowed"] == 0.0
