@@ -177,6 +177,7 @@ class EpisodeExecutor:
     ) -> None:
         self.env_graph = env_graph
         self.cut_episodes = cut_episodes
+        self.prompt_checked = False  # the first prompt is checked against the reward mode
         self.max_new_tokens_per_turn = max_new_tokens_per_turn
         self.constrained = constrained
         self.think_chars = think_chars
@@ -204,6 +205,11 @@ class EpisodeExecutor:
         if images:
             raise ValueError("the ParallelSearch agent is text-only; this sample carries images")
         lab = parse_label(label)
+        if not self.prompt_checked:
+            from parallelsearch.rl.preflight import check_episode_prompt
+
+            check_episode_prompt(self.env_graph.reward_mode, prompt)
+            self.prompt_checked = True
         # a prompt with lone surrogates (a dataset's "\ud800" escape) cannot be tokenized
         clean_prompt, replaced = scrub_text(prompt) if isinstance(prompt, str) else (prompt, 0)
         if replaced:

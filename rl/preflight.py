@@ -389,3 +389,18 @@ def executor_startup(agent: AgentConfig) -> list[str]:
     retriever's identity and key against its ``/health``, then one probe query."""
     lines = [check_retriever_identity(agent)] if agent.retriever_url else []
     return [*lines, probe_retriever(agent)]
+
+
+def check_episode_prompt(mode: str, prompt: str) -> None:
+    """What each executor checks on its first prompt, as OpenRLHF hands it over (chat-templated or
+    not): the ``official`` reward needs ChatML's assistant marker and the official template's own
+    ``<search>``/``<answer>`` counts. Raises :class:`PreflightError` naming the fix."""
+    if mode != "official":
+        return
+    if ASSISTANT_MARKER not in prompt:
+        raise PreflightError(
+            f"reward mode official scores what follows '{ASSISTANT_MARKER}', which the prompts lack (a chat "
+            "template other than ChatML, or apply_chat_template off): every episode would fail the format; "
+            "set agent.reward.mode=paper"
+        )
+    _checked(check_template_reward, mode, [{"prompt": prompt, "label": "{}"}], "prompt", "label")

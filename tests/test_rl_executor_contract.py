@@ -193,3 +193,26 @@ def test_health_signals_per_step_split_by_question_class(hotpot_store, tiny_lm):
     # the cut final turn is invalid too (it neither answers nor may search)
     assert mean["invalid"] == 0.5 and mean["unanswered"] == 0.25
     assert mean["truncated"] == 0.25 and mean["overflowed"] == 0.0
+
+
+def test_the_first_prompt_is_checked_against_the_official_reward(hotpot_store, tiny_lm):
+    """The executor repeats train --check's cheap prompt checks on the prompts OpenRLHF really
+    hands it: a Llama-3 chat template (no ChatML marker) or Search-R1's prompt under the official
+    reward stop the run at its first episode instead of training on a wrong reward."""
+    from parallelsearch.rl.preflight import PreflightError
+
+    _, tok = tiny_lm
+    g = EnvGraph(
+        hotpot_store, reward_mode="official", prompt_template="official", max_turns=1, max_new_tokens=32
+    )
+    turn = ["<think> a </think><answer> yes </answer>"]
+    llama = "<|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+    raw = train_record(COMPARISON, template="official")
+    with pytest.raises(PreflightError, match="lack"):
+        run(g, turn, tok, record={**raw, "prompt": llama.format(raw["prompt"])})
+    search_r1 = train_record(COMPARISON, template="search_r1", tokenizer=tok)
+    with pytest.raises(PreflightError, match="hold 1 <search>"):
+        run(g, turn, tok, record=search_r1)
+    result, _ = run(g, turn, tok, record=train_record(COMPARISON, template="official", tokenizer=tok))
+    # the official score of a right answer without a search: outcome 1, nothing for decomposition or count
+    assert result["reward"] == pytest.approx(1.0) and result["extra_logs"]["format_valid"].item() == 1.0
