@@ -354,7 +354,9 @@ def tokenizer_checks(
         top_k=gc.top_k,
     )
     how += (
-        "; the longest probe passage" if passages else "; passages assumed at " + str(DEFAULT_PASSAGE_TOKENS)
+        "; passages as long as the probe's (mean)"
+        if passages
+        else "; passages assumed at " + str(DEFAULT_PASSAGE_TOKENS)
     )
     lines.append(_checked(check_budget, cfg.max_len, budget, how))
     return lines

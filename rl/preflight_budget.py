@@ -87,9 +87,12 @@ class EpisodeBudget:
 
 
 def passage_tokens(passages: Sequence[Any], tokenizer: Any) -> int:
-    """The longest of ``passages`` as the observation renders it (``Doc i(Title: t) text``), in tokens."""
+    """The mean of ``passages`` as the observation renders them (``Doc i(Title: t) text``), in tokens:
+    the probe's answer stands for a typical observation."""
     lines = [f"Doc {i}(Title: {p.title}) {p.text}\n" for i, p in enumerate(passages, 1)]
-    return max((count_tokens(line, tokenizer) for line in lines), default=DEFAULT_PASSAGE_TOKENS)
+    if not lines:
+        return DEFAULT_PASSAGE_TOKENS
+    return math.ceil(sum(count_tokens(line, tokenizer) for line in lines) / len(lines))
 
 
 def check_budget(max_len: int, budget: EpisodeBudget, how: str) -> str:
@@ -101,4 +104,5 @@ def check_budget(max_len: int, budget: EpisodeBudget, how: str) -> str:
             f"max_len >= {budget.need}, or fewer agent.graph_config.max_turns / top_k"
         )
     room = (max_len - budget.need) // max(budget.max_turns * budget.observation, 1) + 1
-    return f"max_len {max_len} >= {budget.spelled()} ({how}; room for about {room} sub-queries per search)"
+    queries = "sub-query" if room == 1 else "sub-queries"
+    return f"max_len {max_len} >= {budget.spelled()} ({how}; room for about {room} {queries} per search)"
