@@ -224,11 +224,9 @@ class EpisodeExecutor:
             turn_cap = min(turn_cap, int(outer_cap))
 
         tokens: list[int] = list(hf_tokenizer(clean_prompt, add_special_tokens=False)["input_ids"])
-        prompt_room = max_length - turn_cap  # room for one whole turn after it, as OpenRLHF's executor leaves
-        if prompt_room < 1:
-            raise ValueError(
-                f"max_length {max_length} leaves no room for a turn of {turn_cap} tokens after a prompt"
-            )
+        # room for one whole turn after it, as OpenRLHF's executors leave (a turn cap at least the
+        # whole context cannot be honoured: then one token, as before)
+        prompt_room = max_length - turn_cap if turn_cap < max_length else max_length - 1
         prompt_cut = len(tokens) > prompt_room  # the context ran out before the first turn
         if prompt_cut:
             log.warning(
