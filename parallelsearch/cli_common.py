@@ -271,3 +271,23 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         return s
     # validate the merged values (a bad flag is an error naming the field, not a crash later)
     return Settings.model_validate({**s.model_dump(exclude_unset=True), **update, "home": s.home})
+
+
+def add_failed_share_arg(p: argparse.ArgumentParser) -> None:
+    """``--max-failed-search-share``: past it the command exits non-zero (``rollout``, ``eval``)."""
+    from parallelsearch.rl.search_failures import DEFAULT_MAX_SHARE
+
+    p.add_argument(
+        "--max-failed-search-share",
+        type=float,
+        default=DEFAULT_MAX_SHARE,
+        metavar="SHARE",
+        help="exit non-zero when more than this share of searches failed (default "
+        f"{DEFAULT_MAX_SHARE:g}, the training executor's limit): the scores would count error observations",
+    )
+
+
+def retrieval_source(settings: Any) -> str:
+    """The retriever or stores a command searched, as its errors name them."""
+    cfg = settings.retrieval()
+    return f"retriever {cfg.retriever_url}" if cfg.retriever_url else f"stores {', '.join(cfg.stores)}"

@@ -8,7 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.cli_common import add_graph_args, add_policy_args, add_retrieval_args, settings_from_args
+from parallelsearch.cli_common import (
+    add_failed_share_arg,
+    add_graph_args,
+    add_policy_args,
+    add_retrieval_args,
+    retrieval_source,
+    settings_from_args,
+)
 from parallelsearch.graphs.builders import GRAPH_KINDS, check_graph_kind
 from parallelsearch.settings import Settings
 from parallelsearch.stores.errors import ParallelSearchError
@@ -40,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="simulated time per #k resolver call in ms (default 0)",
     )
     p.add_argument("--no-plots", action="store_true")
+    add_failed_share_arg(p)
     p.set_defaults(func=cmd_eval)
 
 
@@ -66,8 +74,10 @@ def run_and_report(
     plots: bool,
     resolver_delay_ms: float = 0.0,
     searcher: Any = None,
+    max_failed_search_share: float | None = None,
 ) -> dict[str, Any]:
-    """Evaluate ``graphs`` with the settings' policy, searcher (or ``searcher``) and graph config."""
+    """Evaluate ``graphs`` with the settings' policy, searcher (or ``searcher``) and graph config;
+    past ``max_failed_search_share`` of failed searches it raises after writing the report."""
     from parallelsearch.eval import comparison_lines, evaluate, write_report
 
     parts = settings.graph_parts(graphs, searcher=searcher)
@@ -108,6 +118,15 @@ def run_and_report(
         )
     print("\n".join(comparison_lines(summary, run.oracle)))
     print(f"\nreport: {out / 'report.md'}  (summary.json, results.jsonl, PNG plots beside it)")
+    if max_failed_search_share is not None:
+        from parallelsearch.rl.search_failures import SearchFailuresError, failed_share_error
+
+        source = retrieval_source(settings) if searcher is None else "the given searcher"
+        why = failed_share_error(
+            run.failed_searches, run.searches, max_failed_search_share, "--max-failed-search-share", source
+        )
+        if why:
+            raise SearchFailuresError(f"eval: {why} (see search_errors in {out / 'results.jsonl'})")
     return summary
 
 
@@ -133,5 +152,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         turn_delay_ms=args.turn_delay_ms,
         resolver_delay_ms=args.resolver_delay_ms,
         plots=not args.no_plots,
+        max_failed_search_share=args.max_failed_search_share,
     )
     return 0

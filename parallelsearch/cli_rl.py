@@ -9,7 +9,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.cli_common import add_graph_args, add_policy_args, add_retrieval_args, settings_from_args
+from parallelsearch.cli_common import (
+    add_failed_share_arg,
+    add_graph_args,
+    add_policy_args,
+    add_retrieval_args,
+    retrieval_source,
+    settings_from_args,
+)
 from parallelsearch.graphs.builders import SEARCHING_KINDS
 from parallelsearch.rl.launch import RUNNERS
 from parallelsearch.rl.rewards import MODES
@@ -32,6 +39,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, help="keep at most N prompts (after shuffling)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--skip-bad", action="store_true", help="skip bad records and report them")
+    p.add_argument(
+        "--eval",
+        action="store_true",
+        help="write OpenRLHF eval records (train's eval_data): their reward is exact match alone, so "
+        "OpenRLHF's eval_*_pass1 is EM",
+    )
+    p.add_argument(
+        "--allow-eval-questions",
+        action="store_true",
+        help="train on questions from evaluation files (test/dev/benchmark in the file name), refused by "
+        "default: only for a run whose model is never evaluated on them (a smoke run)",
+    )
     p.set_defaults(func=cmd_make_train_data)
 
     p = sub.add_parser(
@@ -89,6 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrency", type=int, default=8)
     add_graph_args(p)
     p.add_argument("--summary-json", help="also write the summary as JSON here")
+    add_failed_share_arg(p)
     p.set_defaults(func=cmd_rollout)
 
 
@@ -187,6 +207,8 @@ def cmd_make_train_data(args: argparse.Namespace) -> int:
         limit=args.limit,
         seed=args.seed,
         skip_bad=args.skip_bad,
+        eval_set=args.eval,
+        allow_eval_questions=args.allow_eval_questions,
     )
     print("\n".join(report.lines()))
     return 0
@@ -250,7 +272,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ValueError("train needs --config FILE or --preset NAME (or --list-keys, or --smoke)")
     cfg = load_train_config(args.config, args.preset, args.set)
     if args.check:
-        from parallelsearch.rl.preflight import PreflightError, preflight
+        from parallelsearch.rl.preflight import NOT_CHECKED, PreflightError, preflight
 
         try:
             lines = preflight(cfg, probe=not args.skip_probe)
@@ -258,7 +280,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"check failed: {e}")
             return 1
         for line in lines:
-            print(f"ok: {line}")
+            print(line if line.startswith(NOT_CHECKED) else f"ok: {line}")
         return 0
     return launch(cfg, dry_run=args.dry_run, runner=args.runner, probe=not args.skip_probe)
 
@@ -320,4 +342,12 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         print(f"SFT: openrlhf.cli.train_sft --data.dataset {args.sft_out} {SFT_FLAGS}")
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary.to_dict(), indent=2))
+    from parallelsearch.rl.search_failures import SearchFailuresError, failed_share_error
+
+    share = args.max_failed_search_share
+    why = failed_share_error(
+        summary.failed_searches, summary.searches, share, "--max-failed-search-share", retrieval_source(s)
+    )
+    if why:
+        raise SearchFailuresError(f"rollout: {why}")
     return 0 if summary.failures < summary.episodes else 1

@@ -12,7 +12,7 @@ import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -29,6 +29,7 @@ from parallelsearch.graphs.builders import SEARCHING_KINDS, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.factory import make_searcher
 from parallelsearch.rl.rewards import RewardMode, check_reward_weights
+from parallelsearch.rl.search_failures import DEFAULT_MAX_SHARE
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.errors import ParallelSearchError, describe_validation_error
 
@@ -47,6 +48,11 @@ class RewardConfig(BaseModel):
 
     mode: RewardMode = "paper"
     weights: dict[str, float] = Field(default_factory=dict, description="overrides of the mode's weights")
+    cut_episodes: Literal["unshaped", "shaped"] = Field(
+        "unshaped",
+        description="an episode cut before its answer (context full, or its last turn at the token cap): "
+        "unshaped = its positive shaped terms dropped; shaped = scored as any episode",
+    )
 
     @field_validator("weights")
     @classmethod
@@ -66,7 +72,10 @@ class SearchFailureLimits(BaseModel):
         32, ge=0, description="any failed search in the actor's first N episodes stops the run"
     )
     max_share: float = Field(
-        0.01, ge=0, le=1, description="after those, stop when more than this share of searches failed"
+        DEFAULT_MAX_SHARE,
+        ge=0,
+        le=1,
+        description="after those, stop when more than this share of searches failed",
     )
     probe: bool = Field(True, description="send one probe query when the executor starts")
 
@@ -89,6 +98,11 @@ class AgentConfig(RetrievalConfig):
         description="the graph's knobs; observations render titles as the official code does unless set",
     )
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    retriever_fingerprint: str | None = Field(
+        None,
+        description="the corpus fingerprint the retriever's /health must report (train --check prints it); "
+        "with retriever_url, embedding_model and query_prefix set here are checked against /health too",
+    )
     search_failures: SearchFailureLimits = Field(default_factory=SearchFailureLimits)
     encoder_threads: int | None = Field(
         1,
@@ -148,6 +162,19 @@ class AgentConfig(RetrievalConfig):
         if kinds[0] != "retriever_url" and not self.stores:
             raise ValueError(f"{kinds[0]} needs 'store' (the collection name)")
         return self
+
+    def file_dump(self) -> dict[str, Any]:
+        """What the file every actor reads holds: never the retriever's key (actors read
+        ``PARALLELSEARCH_RETRIEVER_API_KEY``); with ``retriever_url``, the encoder settings only when
+        set, since they are then the retriever's identity to check, not settings of this process."""
+        exclude = {"retriever_api_key"}
+        if self.retriever_url:
+            exclude |= {
+                f
+                for f in ("embedding_model", "query_prefix", "passage_prefix")
+                if f not in self.model_fields_set
+            }
+        return self.model_dump(mode="json", exclude_none=True, exclude=exclude)
 
     def make_searcher(self) -> Any:
         """The shared retriever this configuration names (built by the one factory)."""

@@ -1,13 +1,16 @@
 """Training data: FlashRAG question files -> OpenRLHF prompt jsonl (``prompt``, ``label``, ``id``,
-``data_source``). The prompt is the protocol's template around the question, raw or
-chat-templated; the label is a JSON string (OpenRLHF passes ``--data.label_key`` through as is)
-holding what the reward and the environment need.
+``datasource``, the key OpenRLHF's PromptDataset groups eval metrics by). The prompt is the
+protocol's template around the question, raw or chat-templated; the label is a JSON string
+(OpenRLHF passes ``--data.label_key`` through as is) holding what the reward and the environment
+need. Evaluation files are refused as training data; ``eval_set`` writes them as OpenRLHF eval
+records, which the executor scores by exact match alone.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +22,13 @@ from parallelsearch.data.questions import load_questions
 
 #: recipe -> datasets it mixes (the paper trains on NQ + HotpotQA, merged and shuffled)
 RECIPES: dict[str, tuple[str, ...]] = {"paper": ("nq", "hotpotqa")}
+#: a label's ``score`` for an evaluation record: the executor's reward is the outcome (EM) alone
+SCORE_EM = "em"
+#: words of a file name that mark an evaluation split (FlashRAG's test.jsonl / dev.jsonl, HotpotQA's
+#: hotpot_dev_distractor_v1.json, benchmark files)
+EVAL_SPLIT_WORDS = frozenset({"test", "dev", "val", "valid", "validation", "eval", "benchmark", "holdout"})
+#: positional ids of an evaluation split, as FlashRAG writes them (test_17, dev_3)
+EVAL_ID_RE = re.compile(r"(?:test|dev|val|validation)_\d+")
 
 
 @dataclass
@@ -67,21 +77,49 @@ def label_of(q: dict[str, Any]) -> dict[str, Any]:
     return label
 
 
-def train_record(q: dict[str, Any], *, template: str = "paper", tokenizer: Any = None) -> dict[str, Any]:
-    """One OpenRLHF prompt record from one FlashRAG question record."""
+def train_record(
+    q: dict[str, Any], *, template: str = "paper", tokenizer: Any = None, score: str | None = None
+) -> dict[str, Any]:
+    """One OpenRLHF prompt record from one FlashRAG question record; ``score="em"`` marks an
+    evaluation record (the executor's reward is then exact match, so OpenRLHF's pass@1 is EM)."""
     question = prompt_question(q["question"])
     text = render_prompt(question, template)
     if tokenizer is not None:
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
         )
-    label = {**label_of(q), "question": question}
+    label = {**label_of(q), "question": question, **({"score": score} if score else {})}
     return {
         "prompt": text,
         "label": json.dumps(label, ensure_ascii=False),
         "id": q.get("id"),
-        "data_source": label["dataset"],
+        "datasource": label["dataset"] or "default",
     }
+
+
+def eval_split_word(path: str | Path) -> str | None:
+    """The word of ``path``'s file name that marks an evaluation split (``test`` of test.jsonl), or
+    None. A ``source`` of prepare-data (``file:line``) is read as its file."""
+    name = Path(str(path).rsplit(":", 1)[0] if re.search(r":\d+$", str(path)) else str(path)).name
+    words = re.split(r"[^a-z]+", name.lower())
+    return next((w for w in words if w in EVAL_SPLIT_WORDS), None)
+
+
+def refuse_eval_question(q: dict[str, Any], path: str | Path) -> None:
+    """A ValueError when ``q`` comes from an evaluation file (its own or its prepare-data source's
+    name says test/dev/...), naming the file and the fix."""
+    meta = q.get("metadata") or {}
+    source = meta.get("source") or str(path)
+    word = eval_split_word(source) or eval_split_word(path)
+    qid = next((i for i in (q.get("id"), meta.get("source_id")) if EVAL_ID_RE.fullmatch(str(i))), None)
+    if word is None and qid is None:
+        return
+    what = f"its file name says {word!r}" if word else f"its id {qid!r} is an evaluation split's"
+    raise ValueError(
+        f"{path}: question {q.get('id')!r} comes from an evaluation file ({source}; {what}): training on it "
+        "contaminates every later evaluation. Use the train split (FlashRAG's train.jsonl), make eval "
+        "records with --eval, or pass --allow-eval-questions for a run whose model is never evaluated"
+    )
 
 
 def make_train_data(
@@ -94,8 +132,14 @@ def make_train_data(
     limit: int | None = None,
     seed: int = 0,
     skip_bad: bool = False,
+    eval_set: bool = False,
+    allow_eval_questions: bool = False,
 ) -> TrainDataReport:
-    """Write an OpenRLHF prompt jsonl from question files; ``recipe='paper'`` keeps NQ + HotpotQA."""
+    """Write an OpenRLHF prompt jsonl from question files; ``recipe='paper'`` keeps NQ + HotpotQA.
+
+    Questions from evaluation files are refused (:func:`refuse_eval_question`) unless
+    ``allow_eval_questions``; ``eval_set`` writes OpenRLHF eval records instead (scored as EM).
+    """
     if not paths:
         raise ValueError("make-train-data needs at least one question file")
     for p in paths:
@@ -113,6 +157,8 @@ def make_train_data(
             if recipe and ds not in RECIPES[recipe]:
                 report.left_out[ds] = report.left_out.get(ds, 0) + 1
                 continue
+            if not (eval_set or allow_eval_questions):
+                refuse_eval_question(q, path)
             qid = str(q.get("id"))
             if qid in seen:
                 report.duplicates += 1
@@ -130,7 +176,9 @@ def make_train_data(
     tmp = out.with_suffix(out.suffix + ".tmp")
     with tmp.open("w", encoding="utf-8") as f:
         for q in chosen:
-            rec = train_record(q, template=template, tokenizer=tokenizer)
+            rec = train_record(
+                q, template=template, tokenizer=tokenizer, score=SCORE_EM if eval_set else None
+            )
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
             meta = q.get("metadata") or {}
             report.written += 1

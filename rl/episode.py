@@ -46,19 +46,35 @@ class TokenLedger:
     their log-probs (None elsewhere), and whether the context overflowed. A turn without ids
     (a text policy) is tokenised from its text and counted in ``retokenized``."""
 
-    def __init__(self, tokenizer: Any, prompt: str, max_length: int | None = None):
+    def __init__(
+        self, tokenizer: Any, prompt: str, max_length: int | None = None, turn_cap: int | None = None
+    ):
         self.tokenizer = tokenizer
         self.max_length = max_length
+        self.context_full = False  # a turn or an observation was cut at max_length: the episode stops
+        self.prompt_cut = False  # the prompt was cut to leave room for a turn
+        self.truncated = False  # OpenRLHF's meaning: the last turn stopped on length (its token cap)
         ids = self.encode(prompt)
-        if max_length is not None and len(ids) > max_length - 1:
-            log.warning("prompt of %d tokens exceeds max_length %d; keeping its tail", len(ids), max_length)
-            ids = ids[-(max_length - 1) :]
+        if max_length is not None:
+            # room for one whole turn after the prompt, as OpenRLHF's executors leave (a cap of the
+            # whole context cannot be honoured: then one token)
+            room = max_length - turn_cap if turn_cap is not None and turn_cap < max_length else max_length - 1
+            if len(ids) > room:
+                log.warning(
+                    "prompt of %d tokens leaves no room for a turn of %s in max_length %d; keeping its last %d",
+                    len(ids), turn_cap, max_length, room,
+                )  # fmt: skip
+                ids, self.prompt_cut = ids[-room:], True
         self.ids: list[int] = ids
         self.prompt_len = len(ids)
         self.ranges: list[tuple[int, int]] = []
         self.logprobs: list[float | None] = [None] * len(ids)
         self.retokenized = 0
-        self.overflowed = False  # an observation (or a turn) did not fit in max_length
+
+    @property
+    def overflowed(self) -> bool:
+        """The context ran out: the prompt, a turn or an observation was cut."""
+        return self.context_full or self.prompt_cut
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) if text else []
@@ -77,9 +93,10 @@ class TokenLedger:
         self.ranges.append((len(self.ids), len(self.ids) + len(ids)))
         self.ids += ids
         self.logprobs += list(lps) if lps is not None else [None] * len(ids)
+        self.truncated = turn.finish_reason == "length"
         room = self.room()
-        if room is not None and room <= 0 and turn.finish_reason == "length":
-            self.overflowed = True
+        if room is not None and room <= 0 and self.truncated:
+            self.context_full = True
         return decode_tokens(self.tokenizer, ids)
 
     def add_observation(self, text: str) -> None:
@@ -87,7 +104,7 @@ class TokenLedger:
         ids = self.encode(text)
         room = self.room()
         if room is not None and len(ids) > room:
-            ids, self.overflowed = ids[: max(room, 0)], True
+            ids, self.context_full = ids[: max(room, 0)], True
         self.ids += ids
         self.logprobs += [None] * len(ids)
 
@@ -126,7 +143,7 @@ async def _turns(env: SearchEnv, generate: TurnGenerator, ledger: TokenLedger | 
         room = ledger.room() if ledger is not None else None
         if env.turn is None or (room is not None and room <= 0):
             if ledger is not None:
-                ledger.overflowed = True
+                ledger.context_full = True
             break
         gen = await generate(env.turn, ledger)
         text = ledger.add_turn(gen) if ledger is not None else gen.text
@@ -134,7 +151,7 @@ async def _turns(env: SearchEnv, generate: TurnGenerator, ledger: TokenLedger | 
         if ledger is not None:
             ledger.add_observation(step.observation or "")
         turns.append({"text": text, "observation": step.observation, **gen.info})
-        if ledger is not None and ledger.overflowed:
+        if ledger is not None and ledger.context_full:
             break
     return turns
 

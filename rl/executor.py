@@ -13,6 +13,8 @@ import re
 from typing import Any
 
 from parallelsearch.agents.protocol import TurnRequest, get_protocol
+from parallelsearch.graphs.record import Episode
+from parallelsearch.rl.data import SCORE_EM
 from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.episode import (
     EpisodeRun,
@@ -21,7 +23,7 @@ from parallelsearch.rl.episode import (
     TurnGenerator,
     run_episode,
 )
-from parallelsearch.rl.rewards import RewardBreakdown, parse_label
+from parallelsearch.rl.rewards import RewardBreakdown, parse_label, unshaped
 from parallelsearch.rl.search_failures import SearchFailureGuard
 from parallelsearch.stores.text import scrub_text
 
@@ -76,15 +78,20 @@ def turn_params(params: Any, *, stop: tuple[str, ...], max_tokens: int, regex: s
 
 
 def _logprobs(out: Any, ids: list[int]) -> list[float]:
+    """The sampled tokens' log-probs. A token missing from its entry raises, as OpenRLHF's own
+    executor does (``logprob[token]``): another token's value would bias the importance ratio."""
     lps = getattr(out, "logprobs", None)
     if lps is None:
         raise ValueError("logprobs were requested but the engine returned none")
     vals: list[float] = []
-    for tok, entry in zip(ids, lps, strict=False):
+    for i, (tok, entry) in enumerate(zip(ids, lps, strict=False)):
         if isinstance(entry, dict):
             item = entry.get(tok)
-            if item is None:  # the sampled token must be in the dict; fall back to the best entry
-                item = next(iter(entry.values()))
+            if item is None:
+                raise ValueError(
+                    f"the engine's log-probs of generated token {i} lack the sampled token {tok} "
+                    f"(it gave {sorted(entry)[:5]}): the engine must return the sampled token's log-prob"
+                )
             vals.append(float(getattr(item, "logprob", item)))
         else:
             vals.append(float(entry))
@@ -94,12 +101,13 @@ def _logprobs(out: Any, ids: list[int]) -> list[float]:
 
 
 def extra_logs(run: EpisodeRun, breakdown: RewardBreakdown, replaced_chars: int = 0) -> dict[str, Any]:
-    """One scalar tensor per reward part and per count (OpenRLHF averages each key over a step).
-    The counts are the record's: only what the policy did (never the prompt's own tags). The
-    decomposition rate on parallelizable questions is ``parallel_decomposed / parallel_questions``."""
-    ep, state = run.episode, run.state
-    parallel = breakdown.question_class == "parallel"
+    """One scalar tensor per reward part, count and health flag (OpenRLHF averages each key over a
+    step's samples: a flag's mean is its share). The counts are the record's: only what the policy
+    did, never the prompt's own tags."""
+    ep, state, ledger = run.episode, run.state, run.ledger
     values = {
+        "truncated": float(bool(ledger and ledger.truncated)),
+        "overflowed": float(bool(ledger and ledger.overflowed)),
         "reward_outcome": breakdown.outcome,
         "reward_decomposition": breakdown.decomposition,
         "reward_search_count": breakdown.search_count,
@@ -109,17 +117,48 @@ def extra_logs(run: EpisodeRun, breakdown: RewardBreakdown, replaced_chars: int 
         "answered": float(ep.answered),
         "searches": float(len(ep.searches)),
         "subqueries": float(sum(ep.subqueries_per_search)),
-        "parallel_questions": float(parallel),
-        "parallel_decomposed": float(parallel and ep.decomposed),
         "policy_calls": float(state.get("policy_calls", len(run.turns))),
         "search_rounds": float(state.get("search_rounds", 0)),
         "search_errors": float(state.get("errors", 0)),
         "search_failed_share": float(state.get("errors", 0)) / max(float(state.get("subqueries", 0)), 1.0),
         "invalid_chars_replaced": float(replaced_chars),
+        **health_signals(ep, breakdown.question_class),
     }
     import torch
 
     return {k: torch.tensor(float(v)) for k, v in values.items()}
+
+
+def health_signals(ep: Episode, question_class: str) -> dict[str, float]:
+    """Per-sample flags whose step means tell a run's health: the shares of episodes with an
+    invalid turn and without an answer, and per question class (parallelizable, sequential) the
+    class's share, its decomposed episodes and its searches: the decomposition rate of a class is
+    ``decomposed_<class> / class_<class>`` and its searches per question ``searches_<class> /
+    class_<class>`` (the paper's Table 3 figures)."""
+    out = {
+        "invalid": float(any(t["action"] == "invalid" for t in ep.turns)),
+        "unanswered": float(not ep.answered),
+    }
+    for qclass in ("parallel", "sequential"):
+        mine = question_class == qclass
+        out[f"class_{qclass}"] = float(mine)
+        out[f"decomposed_{qclass}"] = float(mine and ep.decomposed)
+        out[f"searches_{qclass}"] = float(len(ep.searches)) if mine else 0.0
+    return out
+
+
+def episode_reward(
+    run: EpisodeRun, label: dict[str, Any], cut_episodes: str
+) -> tuple[float, RewardBreakdown]:
+    """The sample's reward: an episode cut before its answer (the context ran out, or its last
+    turn hit its cap) keeps no positive shaped terms (``cut_episodes="unshaped"``); an eval record
+    (``make-train-data --eval``) is scored by exact match alone, so OpenRLHF's eval pass@1 is EM."""
+    assert run.reward is not None and run.ledger is not None
+    breakdown = run.reward
+    cut = run.ledger.overflowed or run.ledger.truncated
+    if cut and not run.episode.answered and cut_episodes == "unshaped":
+        breakdown = unshaped(breakdown)
+    return (breakdown.outcome if label.get("score") == SCORE_EM else breakdown.total), breakdown
 
 
 class EpisodeExecutor:
@@ -134,8 +173,11 @@ class EpisodeExecutor:
         constrained: bool = False,
         think_chars: int = 600,
         search_guard: SearchFailureGuard | None = None,
+        cut_episodes: str = "unshaped",
     ) -> None:
         self.env_graph = env_graph
+        self.cut_episodes = cut_episodes
+        self.prompt_checked = False  # the first prompt is checked against the reward mode
         self.max_new_tokens_per_turn = max_new_tokens_per_turn
         self.constrained = constrained
         self.think_chars = think_chars
@@ -191,6 +233,11 @@ class EpisodeExecutor:
         if images:
             raise ValueError("the ParallelSearch agent is text-only; this sample carries images")
         lab = parse_label(label)
+        if not self.prompt_checked:
+            from parallelsearch.rl.preflight import check_episode_prompt
+
+            check_episode_prompt(self.env_graph.reward_mode, prompt)
+            self.prompt_checked = True
         # a prompt with lone surrogates (a dataset's "\ud800" escape) cannot be tokenized
         clean_prompt, replaced = scrub_text(prompt) if isinstance(prompt, str) else (prompt, 0)
         if replaced:
@@ -207,22 +254,23 @@ class EpisodeExecutor:
             question_from(clean_prompt, lab),
             lab,
             self._engine_turns(sampling_params, llm_engine, turn_cap, want_lp),
-            ledger_for=lambda _: TokenLedger(hf_tokenizer, clean_prompt, max_length),
+            ledger_for=lambda _: TokenLedger(hf_tokenizer, clean_prompt, max_length, turn_cap=turn_cap),
         )
         if self.search_guard is not None:
             self.search_guard.record(run.state)
-        assert run.ledger is not None and run.reward is not None
+        assert run.ledger is not None
         ledger = run.ledger
+        reward, breakdown = episode_reward(run, lab, self.cut_episodes)
         return {
             "prompt": prompt,
             "label": label,
             "images": None,
             "mm_train_inputs": None,
-            "reward": float(run.reward.total),
-            "scores": float(run.reward.outcome),
+            "reward": float(reward),
+            "scores": float(breakdown.outcome),
             "observation_tokens": ledger.ids,
             "action_ranges": ledger.ranges,
             "rollout_log_probs": [lp or 0.0 for lp in ledger.logprobs] if want_lp else None,
-            "truncated": ledger.overflowed,
-            "extra_logs": extra_logs(run, run.reward, replaced),
+            "truncated": ledger.truncated,  # OpenRLHF's meaning: the last turn stopped on length
+            "extra_logs": extra_logs(run, breakdown, replaced),
         }

@@ -2,8 +2,11 @@
 ``train_ppo_ray`` flags, a job folder holding every file the job reads, and the run itself.
 
 The command names the folder's files relative to it and ships it as Ray's ``working_dir``, so
-nothing depends on this checkout's path and the folder can be moved. Every command is checked
-by OpenRLHF's own parser and assertions (:mod:`parallelsearch.rl.openrlhf_cli`) first.
+nothing depends on this checkout's path and the folder can be moved; relative outputs are the
+folder's, expanded where ``command.sh`` runs. Keys (the retriever's, wandb's) travel in Ray's
+runtime env, written by ``command.sh`` from its environment, never on a command line or in a file
+of the folder. Every command is checked by OpenRLHF's own parser and assertions
+(:mod:`parallelsearch.rl.openrlhf_cli`) first.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from parallelsearch.rl.agent_config import ENV_VAR
+from parallelsearch.rl.agent_config import ENV_VAR, KEY_ENV_VAR
 from parallelsearch.rl.train_config import OPENRLHF_NAMES, TrainConfig
 from parallelsearch.stores.errors import UnavailableError, check_choice
 
@@ -37,23 +40,26 @@ COMMAND_FILE = "command.sh"
 COPY_LIMIT_BYTES = 400 * 2**20
 Runner = Literal["ray", "python", "print"]
 RUNNERS: tuple[str, ...] = get_args(Runner)
+#: the value of ``--logger.wandb.key`` that turns OpenRLHF's wandb logger on without the key: its
+#: WandbLogger logs in with the flag only when wandb finds no WANDB_API_KEY in the environment
+WANDB_FROM_ENV = "from-env:WANDB_API_KEY"
+#: the shell variable holding the runtime env file ``command.sh`` writes for ``ray job submit``
+RUNTIME_ENV_VAR = "$runtime_env"
 
 
 def wandb_key_source(cfg: TrainConfig, environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
     """The value for ``--logger.wandb.key`` (None: wandb off) and a line saying why.
 
-    A key from the environment is passed as ``"$WANDB_API_KEY"`` in the written shell script,
-    never as a literal ``$VAR`` to a process without a shell.
+    The key itself is never on the command: it is :data:`WANDB_FROM_ENV`, and ``command.sh`` puts
+    WANDB_API_KEY in the runtime env of every Ray worker, where wandb reads it.
     """
     env = os.environ if environ is None else environ
     if cfg.wandb == "off" or not cfg.wandb_project:
         return None, "wandb: off" + ("" if cfg.wandb_project else " (no wandb_project)")
-    if cfg.wandb_key:
-        return cfg.wandb_key, "wandb: on (wandb_key from the config)"
     if env.get("WANDB_API_KEY"):
-        return "$WANDB_API_KEY", "wandb: on (WANDB_API_KEY from the environment)"
+        return WANDB_FROM_ENV, "wandb: on (WANDB_API_KEY from the environment, shipped in Ray's runtime env)"
     if cfg.wandb == "on":
-        raise ValueError("wandb=on but no key: export WANDB_API_KEY (or set wandb_key, or wandb=off)")
+        raise ValueError("wandb=on but no key: export WANDB_API_KEY (or set wandb=off)")
     return None, "wandb: off (WANDB_API_KEY is not set; export it to log to wandb, or set wandb=off)"
 
 
@@ -100,17 +106,28 @@ def runtime_env(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def ray_submit_command(
-    cfg: TrainConfig, *, env: dict[str, Any] | None = None, working_dir: str | None = None, **kwargs: Any
+    cfg: TrainConfig,
+    *,
+    env: dict[str, Any] | None = None,
+    working_dir: str | None = None,
+    runtime_env_file: str | None = None,
+    **kwargs: Any,
 ) -> list[str]:
     """``ray job submit`` of :func:`python_command` (``kwargs`` go to it), by default with
-    :func:`runtime_env`; the job folder's command ships itself as ``working_dir``."""
+    :func:`runtime_env`; the job folder's command ships itself as ``working_dir`` and its runtime
+    env as ``runtime_env_file`` (written when it runs: it holds the keys)."""
+    runtime = (
+        ["--runtime-env", runtime_env_file]
+        if runtime_env_file
+        else [f"--runtime-env-json={json.dumps(runtime_env(cfg) if env is None else env)}"]
+    )
     return [
         "ray",
         "job",
         "submit",
         f"--address={cfg.ray_address}",
         *(["--working-dir", working_dir] if working_dir else []),
-        f"--runtime-env-json={json.dumps(runtime_env(cfg) if env is None else env)}",
+        *runtime,
         "--",
         *python_command(cfg, **kwargs),
     ]
@@ -144,22 +161,46 @@ class Job:
     wandb: str
     copies: dict[str, Path] = field(default_factory=dict)  # name in the folder -> source file
 
+    def keys(self) -> dict[str, str]:
+        """Environment variables the job's actors need from ``command.sh``'s environment -> why."""
+        keys = {}
+        if self.config.agent.retriever_api_key is not None:
+            keys[KEY_ENV_VAR] = f"the retriever requires a key: export {KEY_ENV_VAR}"
+        if WANDB_FROM_ENV in self.command:
+            keys["WANDB_API_KEY"] = "wandb is on: export WANDB_API_KEY (or train --set wandb=off)"
+        return keys
+
     def script(self) -> str:
-        """``command.sh``: runs from any directory, with paths relative to the folder it sits in."""
+        """``command.sh``: runs from any directory, with paths relative to the folder it sits in;
+        the keys come from its environment into Ray's runtime env (a file outside the folder,
+        removed on exit), never onto a command line."""
         lines = [
             "#!/usr/bin/env bash",
             "# written by `parallelsearch train`; run it as: bash command.sh (from any directory)",
             "set -euo pipefail",
             'cd "$(dirname "${BASH_SOURCE[0]}")"',
         ]
-        if "$WANDB_API_KEY" in self.command:
-            lines.append(': "${WANDB_API_KEY:?wandb is on: export WANDB_API_KEY (or train --set wandb=off)}"')
-        if self.runner == "python":
+        lines += [f': "${{{var}:?{why}}}"' for var, why in self.keys().items()]
+        if self.runner == "python":  # OpenRLHF starts Ray here: its workers inherit this environment
             lines.append(f'export {ENV_VAR}="$PWD/{AGENT_FILE}"')
+        else:
+            lines += runtime_env_lines(self.keys())
         return "\n".join(lines) + "\n" + shell(self.command) + "\n"
 
     def files(self) -> list[str]:
         return [AGENT_FILE, CONFIG_FILE, AGENT_MODULE_FILE, *self.copies, COMMAND_FILE]
+
+
+def runtime_env_lines(keys: dict[str, str]) -> list[str]:
+    """Shell lines writing Ray's runtime env (YAML) to a private temporary file: the agent config's
+    name and each key's value, single-quoted (a quote doubled)."""
+    put = "".join(f"\n    printf \"  {var}: '%s'\\n\" \"${{{var}//\\'/\\'\\'}}\"" for var in keys)
+    return [
+        "umask 077",
+        f'{RUNTIME_ENV_VAR[1:]}="$(mktemp)"',
+        f"trap 'rm -f \"{RUNTIME_ENV_VAR}\"' EXIT",
+        f'{{\n    echo "env_vars:"\n    echo "  {ENV_VAR}: {AGENT_FILE}"{put}\n}} > "{RUNTIME_ENV_VAR}"',
+    ]
 
 
 def _local(path: str | None) -> Path | None:
@@ -189,22 +230,42 @@ def plan_job(cfg: TrainConfig, runner: str = "ray", environ: Mapping[str, str] |
             "this job folder may ship (Ray refuses a working_dir over 500 MiB): put them on storage every "
             "node mounts and set copy_data=false"
         )
-    # outputs must not land in Ray's temporary working_dir; a local model is named absolutely too
-    for key in ("save_path", "ckpt_path", "tensorboard_dir", "model", "critic_model"):
-        value = getattr(cfg, key)
-        output = key not in ("model", "critic_model")
-        if value and not Path(value).is_absolute() and (output or Path(value).exists()):
-            updates[key] = str(Path(value).resolve())
+    updates.update(output_paths(cfg))
     job_cfg = cfg.model_copy(update=updates)
     _, note = wandb_key_source(job_cfg, environ)
     if runner == "python":
         command = python_command(job_cfg, agent_func_path=f"$PWD/{AGENT_MODULE_FILE}", environ=environ)
     else:
-        env = {"env_vars": {ENV_VAR: AGENT_FILE}}
         command = ray_submit_command(
-            job_cfg, env=env, working_dir=".", agent_func_path=AGENT_MODULE_FILE, environ=environ
+            job_cfg,
+            working_dir=".",
+            runtime_env_file=RUNTIME_ENV_VAR,
+            agent_func_path=AGENT_MODULE_FILE,
+            environ=environ,
         )
     return Job(folder, job_cfg, command, runner if runner != "print" else "ray", note, copies)
+
+
+def output_paths(cfg: TrainConfig) -> dict[str, str]:
+    """Where the job writes, as its command names it: an absolute path as given, a relative one
+    the job folder's (``$PWD/...``, expanded where ``command.sh`` runs: not Ray's temporary
+    working_dir); a local model, absolute. With several nodes outputs must be named absolutely,
+    on storage every node writes (DeepSpeed writes checkpoint shards from every rank)."""
+    out: dict[str, str] = {}
+    for key in ("save_path", "ckpt_path", "tensorboard_dir"):
+        value = getattr(cfg, key)
+        if value and not Path(value).is_absolute():
+            if cfg.nodes > 1:
+                raise ValueError(
+                    f"{key} {value} is relative with nodes={cfg.nodes}: name an absolute path on storage every "
+                    "node can write (DeepSpeed writes checkpoint shards from every rank)"
+                )
+            out[key] = "$PWD/" + Path(value).as_posix().removeprefix("./")
+    for key in ("model", "critic_model"):
+        value = getattr(cfg, key)
+        if value and not Path(value).is_absolute() and Path(value).exists():
+            out[key] = str(Path(value).resolve())
+    return out
 
 
 def write_job(job: Job) -> Path:
@@ -214,13 +275,19 @@ def write_job(job: Job) -> Path:
     folder = job.folder
     folder.mkdir(parents=True, exist_ok=True)
     (folder / AGENT_FILE).write_text(job.config.agent_config_yaml(), encoding="utf-8")
-    resolved = job.config.model_dump(mode="json", exclude_none=True)
-    resolved["job_dir"] = "."
+    resolved = job.config.model_dump(mode="json", exclude_none=True, exclude={"agent"})
+    resolved["agent"] = job.config.agent.file_dump()
+    resolved["job_dir"] = "."  # paths relative to this folder (load_train_config reads them so)
+    for key in ("save_path", "ckpt_path", "tensorboard_dir"):
+        if isinstance(resolved.get(key), str):
+            resolved[key] = resolved[key].removeprefix("$PWD/")
     (folder / CONFIG_FILE).write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
     shutil.copyfile(agent_module_path(), folder / AGENT_MODULE_FILE)
     for name, src in job.copies.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, folder / name)
+        dest = folder / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if not (dest.exists() and dest.samefile(src)):  # a job re-run from its own folder's config
+            shutil.copyfile(src, dest)
     script = folder / COMMAND_FILE
     script.write_text(job.script(), encoding="utf-8")
     script.chmod(0o755)
@@ -237,7 +304,9 @@ def static_checks(cfg: TrainConfig) -> str:
         check_resources,
         check_reward_prompts,
         first_record,
+        first_records,
     )
+    from parallelsearch.rl.preflight_data import check_template_reward
 
     try:
         status = "checked against OpenRLHF's own parser, argument checks and train() assertions; " + (
@@ -250,6 +319,12 @@ def static_checks(cfg: TrainConfig) -> str:
     record = first_record(cfg.prompt_data)
     check_protocol(cfg, record)
     check_reward_prompts(cfg, record)
+    records = first_records(cfg.prompt_data)
+    if records:
+        try:
+            check_template_reward(cfg.agent.reward.mode, records, cfg.input_key, cfg.label_key)
+        except ValueError as e:
+            raise PreflightError(str(e)) from e
     return status
 
 
@@ -275,6 +350,12 @@ def launch(
     print(f"# {AGENT_FILE} ({ENV_VAR}):", file=out)
     print(job.config.agent_config_yaml(), file=out)
     print(f"# {job.wandb}", file=out)
+    if job.runner == "ray":
+        shipped = ", ".join([ENV_VAR, *job.keys()])
+        print(
+            f"# Ray's runtime env (command.sh writes it from its environment when it runs): {shipped}",
+            file=out,
+        )
     if dry_run or runner == "print":
         print(f"# {retriever_name(cfg.agent)}: not probed here (train --check probes it)", file=out)
     if not Path(cfg.prompt_data).is_file():

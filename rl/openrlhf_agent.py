@@ -2,19 +2,24 @@
 
 OpenRLHF (0.11.2) loads it in every Ray rollout actor and calls ``AgentExecutor()`` with no
 arguments, so the configuration comes from the file named by ``PARALLELSEARCH_AGENT_CONFIG``
-(:mod:`parallelsearch.rl.agent_config`). A missing or invalid file, or a retriever that does
-not answer a probe query, stops the actor at construction with a clear message.
+(:mod:`parallelsearch.rl.agent_config`). A missing or invalid file, a retriever that serves
+another model or corpus than the config names, wants a key the actor lacks, or does not answer
+a probe query, stops the actor at construction with a clear message.
 """
 
 from __future__ import annotations
+
+import logging
 
 from openrlhf.utils.agent import AgentExecutorBase
 
 from parallelsearch.rl.agent_config import load_agent_config
 from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.executor import EpisodeExecutor
-from parallelsearch.rl.preflight import probe_retriever, retriever_name
+from parallelsearch.rl.preflight import executor_startup, retriever_name
 from parallelsearch.rl.search_failures import SearchFailureGuard
+
+log = logging.getLogger(__name__)
 
 
 class AgentExecutor(EpisodeExecutor, AgentExecutorBase):
@@ -25,7 +30,8 @@ class AgentExecutor(EpisodeExecutor, AgentExecutorBase):
         cfg = self.config = load_agent_config()
         limits = cfg.search_failures
         if limits.probe:
-            probe_retriever(cfg)
+            for line in executor_startup(cfg):
+                log.info("start-up check: %s", line)
         env_graph = EnvGraph(
             cfg.make_searcher(),
             graph=cfg.graph,
@@ -38,6 +44,7 @@ class AgentExecutor(EpisodeExecutor, AgentExecutorBase):
             max_new_tokens_per_turn=cfg.graph_config.max_new_tokens,
             constrained=cfg.constrained,
             think_chars=cfg.constrained_think_chars,
+            cut_episodes=cfg.reward.cut_episodes,
             search_guard=SearchFailureGuard(
                 first_episodes=limits.first_episodes, max_share=limits.max_share, source=retriever_name(cfg)
             ),

@@ -1,8 +1,11 @@
 """Checks a training run passes before it is submitted (``train --check``) and before an
-executor's first episode, each failure one line naming its cause: the retriever answers, the
-GPUs add up (OpenRLHF's own assertions, and its placement rules where Ray would wait forever),
-the protocol, reward mode and prompts agree, the data holds the configured keys. Config typos
-and a loopback retriever on several nodes are refused earlier, when the config is built.
+executor's first episode, each failure one line naming its cause and the fix: the retriever
+answers and serves what the agent expects (its ``/health``: model, dimension, corpus fingerprint,
+key), the GPUs add up (OpenRLHF's own assertions, and its placement rules where Ray would wait
+forever), the protocol, reward mode, prompt template and chat template agree, no evaluation data
+leaked into training, ``max_len`` holds a full episode. Config typos and a loopback retriever on
+several nodes are refused earlier, when the config is built. A check that cannot run here says
+``not checked:`` and why (:data:`NOT_CHECKED`).
 """
 
 from __future__ import annotations
@@ -13,12 +16,25 @@ from pathlib import Path
 from typing import Any
 
 from parallelsearch.rl.agent_config import AgentConfig
+from parallelsearch.rl.preflight_budget import (
+    ASSISTANT_MARKER,
+    CHARS_PER_TOKEN,
+    DEFAULT_PASSAGE_TOKENS,
+    EpisodeBudget,
+    check_budget,
+    check_chat_template,
+    count_tokens,
+    local_tokenizer,
+    passage_tokens,
+)
+from parallelsearch.rl.preflight_data import TEMPLATE_SAMPLE, check_contamination, check_template_reward
 from parallelsearch.rl.train_config import TrainConfig
 from parallelsearch.stores.errors import ParallelSearchError, json_of
 
-#: what ``official`` reward mode looks for in an episode (the official code's assistant marker)
-ASSISTANT_MARKER = "<|im_start|>assistant"
+__all__ = ["ASSISTANT_MARKER", "NOT_CHECKED", "PreflightError", "preflight"]
 _TEMPLATED = ("<|im_start|>", "<|start_header_id|>")
+#: how a line of a check that could not run here begins (the CLI prints it as is, not as ``ok:``)
+NOT_CHECKED = "not checked: "
 
 
 class PreflightError(ParallelSearchError, RuntimeError):
@@ -33,13 +49,15 @@ def retriever_name(agent: AgentConfig) -> str:
     return f"store {', '.join(agent.stores)} at {agent.chroma_path}"
 
 
-def probe_retriever(agent: AgentConfig, query: str = "who wrote hamlet", timeout_s: float = 15.0) -> str:
-    """Send one query through the searcher the executor would use; a line saying what answered."""
+def probe_passages(
+    agent: AgentConfig, query: str = "who wrote hamlet", k: int = 1, timeout_s: float = 15.0
+) -> list[Any]:
+    """Send one query through the searcher the executor would use; its passages (at least one)."""
     name = retriever_name(agent)
 
-    async def once() -> int:
+    async def once() -> list[Any]:
         searcher = agent.make_searcher()
-        return len(await asyncio.wait_for(searcher.asearch(query, 1), timeout_s))
+        return list(await asyncio.wait_for(searcher.asearch(query, k), timeout_s))
 
     # a thread of its own: the executor may be built inside a running event loop
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -51,9 +69,79 @@ def probe_retriever(agent: AgentConfig, query: str = "who wrote hamlet", timeout
             raise PreflightError(
                 f"the {name} does not answer a probe query: {type(e).__name__}: {e}"[:400]
             ) from e
-    if hits == 0:
+    if not hits:
         raise PreflightError(f"the {name} answered a probe query with no passages (an empty index?)")
-    return f"{name} answered a probe query ({hits} passage)"
+    return hits
+
+
+def probe_retriever(agent: AgentConfig, query: str = "who wrote hamlet", timeout_s: float = 15.0) -> str:
+    """:func:`probe_passages` with one passage; a line saying what answered."""
+    hits = probe_passages(agent, query, 1, timeout_s)
+    return f"{retriever_name(agent)} answered a probe query ({len(hits)} passage)"
+
+
+def retriever_health(agent: AgentConfig) -> dict[str, Any] | None:
+    """The ``/health`` of ``agent.retriever_url`` (None: it has none, as Search-R1's server);
+    a transport error propagates (the probe then names it)."""
+    import httpx
+
+    from parallelsearch.stores.http.retrieval_client import RetrieverClient
+
+    client = RetrieverClient(
+        agent.retriever_url, api_key=agent.retriever_api_key, timeout_s=min(agent.retriever_timeout_s, 15.0)
+    )
+    try:
+        return client.health()
+    except httpx.HTTPStatusError as e:
+        if e.response.status_code in (404, 405):
+            return None
+        raise
+
+
+def expected_identity(agent: AgentConfig) -> dict[str, Any]:
+    """What the agent config says its retriever must serve: ``embedding_model`` and ``query_prefix``
+    when set explicitly (with ``retriever_url`` they describe the server), ``retriever_fingerprint``."""
+    fields = {"embedding_model": "model", "query_prefix": "query_prefix"}
+    want = {key: getattr(agent, f) for f, key in fields.items() if f in agent.model_fields_set}
+    if agent.retriever_fingerprint:
+        want["fingerprint"] = agent.retriever_fingerprint
+    return want
+
+
+def check_retriever_identity(agent: AgentConfig) -> str:
+    """The retriever's ``/health`` agrees with :func:`expected_identity`, and it gets a key when it
+    requires one; a line naming what it serves (model, dimension, passages, corpus fingerprint)."""
+    name = retriever_name(agent)
+    try:
+        health = retriever_health(agent)
+    except Exception as e:  # noqa: BLE001 - the probe that follows names the cause
+        return f"{NOT_CHECKED}the {name}'s /health did not answer ({type(e).__name__}); the probe follows"
+    want = expected_identity(agent)
+    if health is None:
+        if want:
+            raise PreflightError(
+                f"the {name} has no /health (Search-R1's server?), so {', '.join(want)} cannot be checked: "
+                "serve it with `parallelsearch serve-retriever`, or unset them in the agent config"
+            )
+        return f"{NOT_CHECKED}the {name} has no /health (Search-R1's server?): model and corpus unverified"
+    if health.get("api_key_required") and agent.retriever_api_key is None:
+        raise PreflightError(
+            f"the {name} requires an API key and none is set: export PARALLELSEARCH_RETRIEVER_API_KEY "
+            "before `train` (command.sh ships it to every actor in Ray's runtime env, never on a command line)"
+        )
+    for key, value in want.items():
+        if health.get(key) != value:
+            setting = {"model": "embedding_model", "fingerprint": "retriever_fingerprint"}.get(key, key)
+            raise PreflightError(
+                f"the {name} serves {key} {health.get(key)!r} but agent.{setting} is {value!r}: point "
+                f"agent.retriever_url at a retriever of {value!r}, or set agent.{setting}={health.get(key)!r}"
+            )
+    prefix = f", query prefix {health['query_prefix']!r}" if health.get("query_prefix") else ""
+    return (
+        f"{name} serves store {health.get('store')}: model {health.get('model')} (dimension "
+        f"{health.get('dimension')}{prefix}), {health.get('passages')} passages, corpus fingerprint "
+        f"{health.get('fingerprint')}" + (f"; checked against {', '.join(want)}" if want else "")
+    )
 
 
 def gpu_demand(cfg: TrainConfig) -> tuple[int, str]:
@@ -93,10 +181,14 @@ def check_resources(cfg: TrainConfig) -> str:
     need, how = gpu_demand(cfg)
     have = cfg.nodes * cfg.gpus_per_node
     if need > have:
+        fix = (
+            "set async_train=false (async mode colocates only the DeepSpeed models), or fewer vllm_num_engines"
+            if cfg.colocate_all
+            else "set colocate_all=true, or fewer vllm_num_engines"
+        )
         raise PreflightError(
             f"GPUs: the run needs {how} -> {need} GPUs at once but nodes x gpus_per_node = "
-            f"{cfg.nodes} x {cfg.gpus_per_node} = {have}; Ray would wait for them forever "
-            "(set colocate_all=true, or fewer vllm_num_engines)"
+            f"{cfg.nodes} x {cfg.gpus_per_node} = {have}; Ray would wait for them forever ({fix})"
         )
     if cfg.vllm_tensor_parallel_size > cfg.gpus_per_node:
         raise PreflightError(
@@ -194,13 +286,123 @@ def check_data(cfg: TrainConfig) -> tuple[str, dict[str, Any] | None]:
     return f"prompt_data {cfg.prompt_data}: keys {cfg.input_key}, {cfg.label_key} present", record
 
 
+def first_records(path: str | Path, n: int = TEMPLATE_SAMPLE) -> list[dict[str, Any]]:
+    """Up to ``n`` first records of a local jsonl file ([] when it is not a local file)."""
+    from parallelsearch.rl.preflight_data import iter_records
+
+    if not Path(path).is_file():
+        return []
+    out: list[dict[str, Any]] = []
+    try:
+        for _, rec in iter_records(path):
+            out.append(rec)
+            if len(out) >= n:
+                break
+    except ValueError as e:
+        raise PreflightError(str(e)) from e
+    return out
+
+
+def _checked(check: Any, *args: Any) -> str:
+    """``check(*args)``, its ValueError as a :class:`PreflightError` (the data and budget checks raise those)."""
+    try:
+        return check(*args)
+    except ValueError as e:
+        raise PreflightError(str(e)) from e
+
+
+def data_checks(cfg: TrainConfig, records: list[dict[str, Any]]) -> list[str]:
+    """The prompt template against the reward mode, and contamination (local files only)."""
+    if not records:
+        return [f"{NOT_CHECKED}prompt_data {cfg.prompt_data} is not a local file: template and contamination"]
+    mode = cfg.agent.reward.mode
+    return [
+        _checked(check_template_reward, mode, records, cfg.input_key, cfg.label_key),
+        _checked(check_contamination, cfg.prompt_data, cfg.eval_data, cfg.input_key, cfg.label_key),
+    ]
+
+
+def tokenizer_checks(
+    cfg: TrainConfig, records: list[dict[str, Any]], passages: list[Any] | None
+) -> list[str]:
+    """The chat template OpenRLHF applies, and ``max_len`` against a full episode, counted with the
+    model's tokenizer when this machine has it (else estimated)."""
+    tokenizer, said = local_tokenizer(cfg.model)
+    prompts = [str(r.get(cfg.input_key, "")) for r in records] or ["Question: q?\n" * 60]
+    lines = []
+    if cfg.apply_chat_template and tokenizer is None:
+        lines.append(f"{NOT_CHECKED}{said}: its chat template is checked by the executor's first episode")
+    elif cfg.apply_chat_template:
+        lines.append(_checked(check_chat_template, tokenizer, cfg.model, prompts[0], cfg.agent.reward.mode))
+        prompts = [
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+            )
+            for p in prompts
+        ]
+    how = (
+        f"tokens counted with {said}"
+        if tokenizer is not None
+        else f"estimated at {CHARS_PER_TOKEN} characters a token"
+    )
+    gc = cfg.agent.graph_config
+    budget = EpisodeBudget(
+        prompt=max(count_tokens(p, tokenizer) for p in prompts),
+        turn=cfg.max_new_tokens_per_turn,
+        passage=passage_tokens(passages, tokenizer) if passages else DEFAULT_PASSAGE_TOKENS,
+        max_turns=gc.max_turns,
+        top_k=gc.top_k,
+    )
+    how += (
+        "; passages as long as the probe's (mean)"
+        if passages
+        else "; passages assumed at " + str(DEFAULT_PASSAGE_TOKENS)
+    )
+    lines.append(_checked(check_budget, cfg.max_len, budget, how))
+    return lines
+
+
 def preflight(cfg: TrainConfig, *, probe: bool = True) -> list[str]:
-    """Every check, in order; returns one line per check passed, raises on the first failure."""
+    """Every check, in order; returns one line per check passed (or ``not checked: ...``), raises on the
+    first failure."""
     lines = [check_resources(cfg)]
     data_line, record = check_data(cfg)
     lines.append(data_line)
     lines.append(check_protocol(cfg, record))
     lines.append(check_reward_prompts(cfg, record))
+    records = first_records(cfg.prompt_data)
+    lines.extend(data_checks(cfg, records))
+    passages = None
     if probe:
-        lines.append(probe_retriever(cfg.agent))
+        if cfg.agent.retriever_url:
+            lines.append(check_retriever_identity(cfg.agent))
+        passages = probe_passages(cfg.agent, k=cfg.agent.graph_config.top_k)
+        lines.append(f"{retriever_name(cfg.agent)} answered a probe query ({len(passages)} passages)")
+    else:
+        lines.append(
+            f"{NOT_CHECKED}{retriever_name(cfg.agent)} (--skip-probe): the executor probes it at start"
+        )
+    lines.extend(tokenizer_checks(cfg, records, passages))
     return lines
+
+
+def executor_startup(agent: AgentConfig) -> list[str]:
+    """What each executor checks when it starts (the cheap half of :func:`preflight`): the
+    retriever's identity and key against its ``/health``, then one probe query."""
+    lines = [check_retriever_identity(agent)] if agent.retriever_url else []
+    return [*lines, probe_retriever(agent)]
+
+
+def check_episode_prompt(mode: str, prompt: str) -> None:
+    """What each executor checks on its first prompt, as OpenRLHF hands it over (chat-templated or
+    not): the ``official`` reward needs ChatML's assistant marker and the official template's own
+    ``<search>``/``<answer>`` counts. Raises :class:`PreflightError` naming the fix."""
+    if mode != "official":
+        return
+    if ASSISTANT_MARKER not in prompt:
+        raise PreflightError(
+            f"reward mode official scores what follows '{ASSISTANT_MARKER}', which the prompts lack (a chat "
+            "template other than ChatML, or apply_chat_template off): every episode would fail the format; "
+            "set agent.reward.mode=paper"
+        )
+    _checked(check_template_reward, mode, [{"prompt": prompt, "label": "{}"}], "prompt", "label")

@@ -281,6 +281,26 @@ def _paper(lab: dict[str, Any], w: dict[str, float], episode: Episode) -> Reward
     )
 
 
+def unshaped(breakdown: RewardBreakdown) -> RewardBreakdown:
+    """The reward of an episode cut before its answer (the context ran out, or its last turn hit
+    its token cap): the positive shaped terms (decomposition, search count, format) are dropped,
+    negative ones kept, so an episode that never answers cannot earn more than one that answers
+    wrongly (docs/training.md, "Episodes cut before their answer")."""
+    parts = (
+        breakdown.outcome,
+        min(breakdown.decomposition, 0.0),
+        min(breakdown.search_count, 0.0),
+        min(breakdown.format, 0.0),
+    )
+    return replace(
+        breakdown,
+        total=sum(parts),
+        decomposition=parts[1],
+        search_count=parts[2],
+        format=parts[3],
+    )
+
+
 def hop_depth(label: dict[str, Any]) -> tuple[int, int]:
     """(H, D) of a label's ``hops`` (or ``metadata.hops``): the hop count and the dependency
     levels, from each hop's 1-based ``refs`` (a hop may be a dict with ``refs`` or the list of

@@ -13,9 +13,24 @@ from typing import Any
 
 from parallelsearch.stores.errors import ParallelSearchError
 
+#: the share of failed searches a run tolerates (the executor's guard after its first episodes,
+#: and ``rollout`` / ``eval``'s exit code)
+DEFAULT_MAX_SHARE = 0.01
+
 
 class SearchFailuresError(ParallelSearchError, RuntimeError):
     """Too many searches failed; the run stops instead of training on the error observations."""
+
+
+def failed_share_error(failed: int, searches: int, max_share: float, setting: str, source: str) -> str | None:
+    """Why a finished run (``rollout``, ``eval``) must not pass for a good one: more than
+    ``max_share`` of its searches failed, so its scores count error observations; None otherwise."""
+    if failed == 0 or failed <= max_share * searches:
+        return None
+    return (
+        f"{failed} of {searches} searches failed ({failed / max(searches, 1):.1%} > {setting} {max_share:g}) "
+        f"against {source}: the scores above count 'Search failed' observations; fix the retriever and run again"
+    )
 
 
 def first_search_error(state: dict[str, Any]) -> str | None:
@@ -34,7 +49,7 @@ class SearchFailureGuard:
     """Per-actor counts; :meth:`record` raises :class:`SearchFailuresError` past the limits."""
 
     first_episodes: int = 32
-    max_share: float = 0.01
+    max_share: float = DEFAULT_MAX_SHARE
     source: str = "the retriever"
     episodes: int = 0
     searches: int = 0

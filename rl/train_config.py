@@ -88,11 +88,10 @@ class TrainConfig(BaseModel):
     resume: bool = Field(False, description="load the latest checkpoint in ckpt_path")
     save_hf: bool = True
     wandb: Literal["auto", "on", "off"] = Field(
-        "auto", description="auto: on when wandb_project is set and a key is (wandb_key or WANDB_API_KEY)"
+        "auto", description="auto: on when wandb_project is set and WANDB_API_KEY is in the environment"
     )
     wandb_project: str | None = None
     wandb_run_name: str | None = None
-    wandb_key: str | None = Field(None, description="API key; prefer the WANDB_API_KEY environment variable")
     tensorboard_dir: str | None = None
     logging_steps: int = 1
     # the agent (written to the file named by PARALLELSEARCH_AGENT_CONFIG)
@@ -107,6 +106,17 @@ class TrainConfig(BaseModel):
     copy_data: bool = Field(
         True, description="copy local prompt/eval files into the job folder (else give paths every node has)"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_key_in_files(cls, data: Any) -> Any:
+        """wandb's key in a config would be written to the job folder and reach a command line."""
+        if isinstance(data, dict) and data.get("wandb_key"):
+            raise ValueError(
+                "wandb_key: a key in a config ends up in files and on the Ray job's command line; export "
+                "WANDB_API_KEY instead (command.sh ships it in Ray's runtime env)"
+            )
+        return data
 
     @field_validator("algorithm", mode="before")
     @classmethod
@@ -156,10 +166,7 @@ class TrainConfig(BaseModel):
 
         # the retriever's key is never written (the dump would hold '**********', a wrong key):
         # the actors read PARALLELSEARCH_RETRIEVER_API_KEY from their environment
-        text = yaml.safe_dump(
-            self.agent.model_dump(mode="json", exclude_none=True, exclude={"retriever_api_key"}),
-            sort_keys=False,
-        )
+        text = yaml.safe_dump(self.agent.file_dump(), sort_keys=False)
         if self.agent.retriever_api_key is not None:
             text += "# retriever_api_key: not written here; set PARALLELSEARCH_RETRIEVER_API_KEY for every actor\n"
         return text
@@ -260,7 +267,6 @@ OPENRLHF_NAMES: dict[str, str] = {
     "logger.logging_steps": "logging_steps",
     "logger.wandb.project": "wandb_project",
     "logger.wandb.run_name": "wandb_run_name",
-    "logger.wandb.key": "wandb_key",
     "logger.tensorboard_dir": "tensorboard_dir",
 }
 
@@ -288,12 +294,10 @@ def loopback_endpoint(agent: AgentConfig) -> str | None:
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """``key.sub=value`` strings -> a nested dict; values are parsed as YAML scalars.
+    """``key.sub=value`` strings -> a nested dict; values as :func:`override_value` reads them.
 
     OpenRLHF's dotted flag names (:data:`OPENRLHF_NAMES`) are accepted for the fields they set.
     """
-    import yaml
-
     out: dict[str, Any] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -307,8 +311,22 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             raise ValueError(f"--set {key}: unknown key{did_you_mean(key, known)}; {LIST_KEYS}")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
-        node[parts[-1]] = yaml.safe_load(raw)
+        node[parts[-1]] = override_value(raw)
     return out
+
+
+def override_value(raw: str) -> Any:
+    """A ``--set`` value: a YAML scalar (``3``, ``true``, ``'x'``) or a flow list/mapping (``[1, 2]``);
+    any other text is the string as typed, so ``query: `` (E5's prefix) stays a string, spaces kept."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+    if isinstance(value, dict | list) and not raw.strip().startswith(("[", "{")):
+        return raw
+    return raw if value is None and raw.strip() not in ("null", "~", "") else value
 
 
 def load_train_config(
@@ -327,12 +345,32 @@ def load_train_config(
             if preset not in PRESETS:
                 raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
             return PRESETS[preset](**extra)
-        return TrainConfig(**_deep_merge(read_config_file(path), extra))
+        return TrainConfig(**_deep_merge(job_relative(read_config_file(path), Path(path)), extra))
     except ValidationError as e:
         where = f"config {path}" if path else f"preset {preset}"
         raise ValueError(
             f"{where} is invalid: {describe_validation_error(e, TrainConfig, keys_hint=LIST_KEYS)}"
         ) from e
+
+
+#: the fields a job folder's config names relative to the folder
+JOB_PATHS = ("prompt_data", "eval_data", "save_path", "ckpt_path", "tensorboard_dir")
+
+
+def job_relative(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """A job folder's config (``job_dir: .``, as ``train`` writes it) with its relative paths made
+    the folder's, so ``train --config JOB/train_config.yaml`` reads it back from any directory;
+    any other config is returned as it is (its paths are the current directory's)."""
+    if data.get("job_dir") != ".":
+        return data
+    folder = path.resolve().parent
+    out = {**data, "job_dir": str(folder)}
+    for key in JOB_PATHS:
+        value = data.get(key)
+        if isinstance(value, str) and value and not Path(value).is_absolute() and "://" not in value:
+            local = folder / value
+            out[key] = str(local) if key not in ("prompt_data", "eval_data") or local.exists() else value
+    return out
 
 
 def flat_keys(

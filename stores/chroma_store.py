@@ -24,9 +24,23 @@ from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.shard_spec import validate_store_name
 
+#: passages hashed into a store's fingerprint (with its count)
+FINGERPRINT_PASSAGES = 64
 _META_MODEL = "ps_embedding_model"
 META_DIM = "ps_dimension"
 _META_BACKEND = "ps_encoder_backend"  # absent in stores built before it existed: torch
+
+
+def corpus_fingerprint(count: int, ids: Sequence[str], texts: Sequence[str | None]) -> str:
+    """``sha256:`` and 16 hex digits of the count, ids and texts (see :meth:`ChromaStore.fingerprint`)."""
+    import hashlib
+
+    h = hashlib.sha256(str(count).encode())
+    for pid, text in zip(ids, texts, strict=False):
+        h.update(
+            b"\0" + str(pid).encode("utf-8", "replace") + b"\0" + (text or "").encode("utf-8", "replace")
+        )
+    return "sha256:" + h.hexdigest()[:16]
 
 
 def store_backend(client: Any, name: str) -> str | None:
@@ -273,6 +287,13 @@ class ChromaStore(VectorSearch):
 
     def info(self) -> dict[str, Any]:
         return {**_describe(self.collection, self.name), "location": self.location}
+
+    def fingerprint(self) -> str:
+        """The corpus's fingerprint: a hash of the passage count and the first
+        :data:`FINGERPRINT_PASSAGES` passages (ids and text) in the store's order. Cheap at any size;
+        it tells two corpora apart, it does not prove two stores equal passage by passage."""
+        got = self.collection.get(limit=FINGERPRINT_PASSAGES, include=["documents"])
+        return corpus_fingerprint(self.count(), got["ids"], got["documents"] or [])
 
 
 @dataclass

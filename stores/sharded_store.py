@@ -267,6 +267,13 @@ class ShardedStore(VectorSearch):
     def count(self) -> int:
         return sum(store.count() for _, store in self.shards)
 
+    def fingerprint(self) -> str:
+        """A hash of the shards' fingerprints, in their declared order."""
+        import hashlib
+
+        parts = "\0".join(f"{label}={store.fingerprint()}" for label, store in self.shards)
+        return "sha256:" + hashlib.sha256(parts.encode()).hexdigest()[:16]
+
     def info(self) -> dict[str, Any]:
         rows = [dict(store.info(), shard=label) for label, store in self.shards]
         first = rows[0]

@@ -216,3 +216,44 @@ def recording_episodes() -> Iterator[list[Any]]:
         yield opened
     finally:
         EnvGraph.new_episode = real
+
+
+def openrlhf_function(relpath: str, name: str) -> Any:
+    """A top-level function of the installed OpenRLHF, compiled from its own source file.
+
+    Modules such as ``openrlhf.trainer.ppo_trainer`` import Ray and DeepSpeed at the top, which
+    the main tier lacks; the function itself (e.g. ``compute_eval_metrics``) needs only torch,
+    so it is taken from the file as it is, not copied.
+    """
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    import torch
+
+    spec = importlib.util.find_spec("openrlhf")
+    path = Path(next(iter(spec.submodule_search_locations))) / relpath
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == name)
+    namespace: dict[str, Any] = {"torch": torch, "__name__": f"openrlhf_source_{name}"}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
+    return namespace[name]
+
+
+def openrlhf_prompt_dataset(records: list[dict[str, Any]], tokenizer: Any, **data_args: Any) -> Any:
+    """OpenRLHF 0.11.2's ``PromptDataset`` over ``records``, loaded from its file (the package's
+    ``openrlhf.datasets`` imports Hugging Face ``datasets``, absent in the main tier)."""
+    import importlib.util
+    import types
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("openrlhf")
+    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "prompts_dataset.py"
+    module_spec = importlib.util.spec_from_file_location("openrlhf_prompts_dataset", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    data = types.SimpleNamespace(input_key="prompt", label_key="label", apply_chat_template=False)
+    for k, v in data_args.items():
+        setattr(data, k, v)
+    strategy = types.SimpleNamespace(args=types.SimpleNamespace(data=data), is_rank_0=lambda: False)
+    return module.PromptDataset(records, tokenizer, strategy)

@@ -36,9 +36,13 @@ def test_without_scores_returns_bare_documents(server):
     assert set(body["result"][0][0]) == {"id", "contents"}
 
 
-def test_health(server):
+def test_health(server, hotpot_store):
     body = httpx.get(server.url + "/health", timeout=10).json()
     assert body["status"] == "ok" and body["passages"] > 100
+    # what the server searches, for a trainer to check before it trusts it (train --check)
+    assert body["model"] == hotpot_store.embedder.model_name and body["dimension"] == 384
+    assert body["query_prefix"] == "" and body["fingerprint"] == hotpot_store.fingerprint()
+    assert body["fingerprint"].startswith("sha256:") and len(body["fingerprint"]) == 23
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from parallelsearch.cli import main
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
@@ -27,8 +28,9 @@ from parallelsearch.rl.openrlhf_cli import check_command
 from parallelsearch.rl.train_config import OPENRLHF_NAMES, TrainConfig, load_train_config, paper_preset
 
 STANDIN = """#!/usr/bin/env bash
-# stand-in for the {name} executable: records where and how it was called
+# stand-in for the {name} executable: records where and how it was called, and the runtime env file
 {{ echo "cwd=$PWD"; echo "env=${{{env}:-}}"; printf 'arg=%s\\n' "$@"; }} > "$STANDIN_LOG"
+prev=""; for a in "$@"; do [ "$prev" = --runtime-env ] && cp "$a" "$STANDIN_LOG.runtime_env"; prev="$a"; done
 """
 
 
@@ -60,7 +62,10 @@ def flag(args: list[str], name: str) -> str:
 @pytest.fixture()
 def train_data(tmp_path):
     data = tmp_path / "made" / "train.jsonl"
-    make_train_data([HOTPOTQA_SAMPLE], data, recipe="paper", template="official", limit=8)
+    # HotpotQA dev questions stand in for the train split here (no train split on this machine)
+    make_train_data(
+        [HOTPOTQA_SAMPLE], data, recipe="paper", template="official", limit=8, allow_eval_questions=True
+    )
     return data
 
 
@@ -82,7 +87,9 @@ def test_job_folder_moved_elsewhere_runs_as_printed(tmp_path, train_data, monkey
     assert cwd == moved  # the script runs from its own folder, wherever it is
     assert args[:3] == ["job", "submit", "--address=http://127.0.0.1:8265"]
     assert flag(args, "--working-dir") == "."
-    runtime = json.loads(next(a for a in args if a.startswith("--runtime-env-json=")).split("=", 1)[1])
+    assert not any(a.startswith("--runtime-env-json") for a in args)
+    runtime = yaml.safe_load((tmp_path / "standin.log.runtime_env").read_text())
+    assert runtime == {"env_vars": {ENV_VAR: "parallelsearch_agent.yaml"}}  # no key was needed
     agent_file = runtime["env_vars"][ENV_VAR]
     ppo = args[args.index("openrlhf.cli.train_ppo_ray") + 1 :]
     # every file the command names resolves inside the moved folder (Ray's working_dir)
@@ -95,7 +102,9 @@ def test_job_folder_moved_elsewhere_runs_as_printed(tmp_path, train_data, monkey
     agent = load_agent_config(moved / agent_file)
     assert agent.reward.mode == "official" and agent.graph_config.prompt_template == "official"
     resolved = load_train_config(moved / "train_config.yaml")
-    assert isinstance(resolved, TrainConfig) and resolved.prompt_data == flag(ppo, "--data.prompt_dataset")
+    # a job folder's config names its paths relative to the folder; read back, they are the folder's
+    assert isinstance(resolved, TrainConfig) and resolved.job_dir == str(moved)
+    assert resolved.prompt_data == str(moved / flag(ppo, "--data.prompt_dataset"))
     spec = importlib.util.spec_from_file_location(
         "agent_module", str(moved / flag(ppo, "--train.agent_func_path"))
     )
@@ -109,14 +118,20 @@ def test_wandb_key_comes_from_the_environment_never_a_literal(tmp_path, train_da
     job = tmp_path / "job"
     argv = ["train", "--preset", "paper", "--runner", "print", "--set", f"job_dir={job}"]
     assert main([*argv, "--set", f"prompt_data={train_data}", "--set", f"save_path={tmp_path / 'ckpt'}"]) == 0
-    assert "wandb: on (WANDB_API_KEY from the environment)" in capsys.readouterr().out
-    script = (job / "command.sh").read_text()
-    assert '--logger.wandb.key "$WANDB_API_KEY"' in script and "k-123" not in script
-    _, _, args = run_script(job / "command.sh", tmp_path, standins(tmp_path), WANDB_API_KEY="k-456")
+    out = capsys.readouterr().out
+    assert "wandb: on (WANDB_API_KEY from the environment, shipped in Ray's runtime env)" in out
     assert (
-        flag(args, "--logger.wandb.key") == "k-456"
-        and flag(args, "--logger.wandb.project") == "ParallelSearch"
+        "runtime env (command.sh writes it from its environment when it runs): PARALLELSEARCH_AGENT_CONFIG, WANDB_API_KEY"
+        in out
     )
+    script = (job / "command.sh").read_text()
+    assert "--logger.wandb.key from-env:WANDB_API_KEY" in script and "k-123" not in script
+    _, _, args = run_script(job / "command.sh", tmp_path, standins(tmp_path), WANDB_API_KEY="k-'456")
+    # the key is in the runtime env (quoted as YAML), never on the Ray job's command line
+    assert flag(args, "--logger.wandb.key") == "from-env:WANDB_API_KEY" and not any("456" in a for a in args)
+    assert flag(args, "--logger.wandb.project") == "ParallelSearch"
+    runtime = yaml.safe_load((tmp_path / "standin.log.runtime_env").read_text())
+    assert runtime["env_vars"]["WANDB_API_KEY"] == "k-'456"
     # run without the key, the script stops with the fix instead of passing an empty key
     env = {k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}
     res = subprocess.run(
@@ -212,8 +227,9 @@ def _flag_values(args: list[str]) -> dict[str, list[str]]:
     return out
 
 
-def test_openrlhf_dotted_names_set_exactly_their_flag():
+def test_openrlhf_dotted_names_set_exactly_their_flag(monkeypatch):
     """Each accepted OpenRLHF name, set through --set, comes out as that flag with that value."""
+    monkeypatch.setenv("WANDB_API_KEY", "k")  # wandb on: its project and run name are flags
     values = {
         "str": "/x/y",
         "int": 7,
@@ -223,7 +239,6 @@ def test_openrlhf_dotted_names_set_exactly_their_flag():
     bases = [
         {
             "eval_data": "e.jsonl",
-            "wandb_key": "k",
             "critic_model": "c",
             "max_samples": 100,
             "tensorboard_dir": "/tb",

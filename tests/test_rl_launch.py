@@ -116,7 +116,10 @@ def test_make_train_data_cli(tmp_path, capsys):
     hp = RAW / "hotpotqa" / "hahahajw_Agentic-RAG" / "HotpotQA_500_benchmark.json"
     bam = RAW / "bamboogle" / "GaurisankarJ_reason_over_search" / "test.jsonl"
     out = tmp_path / "train.jsonl"
-    assert main(["make-train-data", str(nq), str(hp), str(bam), "--recipe", "paper", "--out", str(out)]) == 0
+    # test and dev files stand in for the train splits here (none on this machine): allowed explicitly
+    argv = ["make-train-data", str(nq), str(hp), str(bam), "--recipe", "paper", "--out", str(out)]
+    assert main(argv) == 2 and "comes from an evaluation file" in capsys.readouterr().err
+    assert main([*argv, "--allow-eval-questions"]) == 0
     text = capsys.readouterr().out
     assert "by dataset: hotpotqa 500, nq 1000" in text and "left out 125 bamboogle" in text
     rows = [json.loads(x) for x in out.read_text().splitlines()]

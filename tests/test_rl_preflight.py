@@ -92,7 +92,8 @@ def train_check(*settings: str) -> int:
 def test_unreachable_retriever_is_refused_by_check_and_by_the_executor(tmp_path, monkeypatch, capsys):
     url = closed_url()
     data = tmp_path / "train.jsonl"
-    data.write_text(json.dumps({"prompt": "Question: q?\n", "label": "{}"}) + "\n")
+    q = {"id": "1", "question": "q", "golden_answers": ["a"]}
+    data.write_text(json.dumps(train_record(q, template="official")) + "\n")
     code = train_check(f"agent.retriever_url={url}", f"prompt_data={data}")
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 1
@@ -254,7 +255,7 @@ def test_protocol_reward_mode_and_prompts_must_agree(tmp_path, capsys):
 @needs_data
 def test_check_passes_against_a_real_retriever(retriever, hotpot_comparison_file, tmp_path, capsys):
     data = tmp_path / "train.jsonl"
-    make_train_data([hotpot_comparison_file], data, template="official", limit=4)
+    make_train_data([hotpot_comparison_file], data, template="official", limit=4, allow_eval_questions=True)
     code = train_check(f"agent.retriever_url={retriever.url}/retrieve", f"prompt_data={data}")
     out = capsys.readouterr().out
     assert code == 0, out
@@ -361,7 +362,7 @@ def test_submission_runs_the_checks_first(retriever, hotpot_comparison_file, tmp
     monkeypatch.setenv("STANDIN_LOG", str(log))
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     data = tmp_path / "train.jsonl"
-    make_train_data([hotpot_comparison_file], data, template="official", limit=4)
+    make_train_data([hotpot_comparison_file], data, template="official", limit=4, allow_eval_questions=True)
     argv = [
         "train",
         "--preset",

@@ -195,7 +195,10 @@ def question_record(rec: dict, dataset: str, source: str) -> dict:
         meta["level"] = rec["level"]
     rid = rec.get("_id") or rec.get("id")
     if rid is None or re.fullmatch(r"(dev|test|train)_\d+|\d+", str(rid)):
-        # positional ids collide between files: derive one from the question text
+        # positional ids collide between files: derive one from the question text (the original
+        # stays as ``source_id``: FlashRAG's "test_17" tells make-train-data it is an evaluation question)
+        if rid is not None:
+            meta["source_id"] = str(rid)
         rid = f"{dataset}-{hashlib.sha1(_norm_q(q).encode()).hexdigest()[:12]}"
     return {"id": str(rid), "question": q.strip(), "golden_answers": _answers(rec), "metadata": meta}
 

@@ -42,6 +42,7 @@ class EvalRun:
     first_errors: dict[str, str] = field(default_factory=dict)  # error kind -> first message
     error_counts: dict[str, int] = field(default_factory=dict)  # error kind -> rows
     failed_searches: int = 0  # sub-queries whose search failed (their observation says so)
+    searches: int = 0  # sub-queries searched (the failed ones included)
 
 
 def read_results(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
@@ -211,6 +212,7 @@ async def evaluate(
             f.flush()
             run.ran += 1
             run.failed_searches += int(row.get("search_errors") or 0)
+            run.searches += int(row.get("subqueries") or 0)
             if row.get("error"):
                 run.failures += 1
                 kind = row["error"].split(":", 1)[0]

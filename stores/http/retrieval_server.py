@@ -2,7 +2,8 @@
 
 Protocol (Search-R1 ``search_r1/search/retrieval_server.py``): request ``{"queries": [...],
 "topk": 3, "return_scores": true}``; response ``{"result": [[{"document": {"id", "contents"},
-"score"}, ...], ...]}`` (without scores: ``[[{"id", "contents"}, ...], ...]``). Plus ``GET /health``.
+"score"}, ...], ...]}`` (without scores: ``[[{"id", "contents"}, ...], ...]``). Plus ``GET /health``,
+which also names what the server searches (model, dimension, query prefix, corpus fingerprint).
 With an API key every route but ``/health`` needs it, which Search-R1's own clients cannot send.
 """
 
@@ -40,6 +41,19 @@ class RetrieveRequest(BaseModel):
 
 def passage_to_document(p: Passage) -> dict[str, Any]:
     return {"id": p.id, "contents": p.contents}
+
+
+def searcher_identity(searcher: object) -> dict[str, Any]:
+    """What a trainer checks before it trusts this server (``train --check``): the query encoder's
+    model, dimension and query prefix, and the corpus's fingerprint; None where the searcher has none."""
+    embedder = getattr(searcher, "embedder", None)
+    fingerprint = getattr(searcher, "fingerprint", None)
+    return {
+        "model": getattr(embedder, "model_name", None),
+        "dimension": getattr(embedder, "dimension", None) if embedder is not None else None,
+        "query_prefix": getattr(embedder, "query_prefix", None),
+        "fingerprint": fingerprint() if callable(fingerprint) else None,
+    }
 
 
 def default_concurrent_batches(searcher: object) -> int:
@@ -98,6 +112,7 @@ def create_retrieval_app(
             "store": getattr(searcher, "name", None),
             "passages": count,
             "api_key_required": api_key is not None,
+            **await asyncio.to_thread(searcher_identity, searcher),
         }
 
     @app.post("/retrieve")

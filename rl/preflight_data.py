@@ -1,0 +1,152 @@
+"""The pre-flight checks of a run's data (``train --check``): which prompt template the prompts
+were made with and whether the reward mode can score it, and whether evaluation questions leaked
+into the training file. Each raises a ValueError naming the file, the cause and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from parallelsearch.agents.protocol import TEMPLATES, TOOL_TEMPLATES, render_prompt
+from parallelsearch.rl.data import EVAL_ID_RE, SCORE_EM
+from parallelsearch.stores.errors import json_of
+
+#: prompts read to tell the data's template (the first ones; make-train-data writes one template)
+TEMPLATE_SAMPLE = 16
+_SEARCH_OPEN = "<search>"
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def iter_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every non-empty line of a local jsonl file; errors name the line."""
+    p = Path(path)
+    with p.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                yield n, json_of(line, f"{p}: line {n}")
+
+
+def label_dict(record: dict[str, Any], label_key: str) -> dict[str, Any]:
+    """The record's label as a dict (make-train-data writes a JSON string); {} when it is not one."""
+    label = record.get(label_key)
+    if isinstance(label, str):
+        try:
+            label = json.loads(label)
+        except json.JSONDecodeError:
+            return {}
+    return label if isinstance(label, dict) else {}
+
+
+def detect_template(records: list[dict[str, Any]], input_key: str, label_key: str) -> str | None:
+    """The name of the template every sampled prompt was rendered with around its label's question
+    (raw or chat-templated), or None when no known template fits them all."""
+    names = [*TEMPLATES, *TOOL_TEMPLATES]
+    for name in names:
+        fits = 0
+        for rec in records:
+            question = label_dict(rec, label_key).get("question")
+            prompt = rec.get(input_key)
+            if not isinstance(question, str) or not isinstance(prompt, str):
+                return None
+            fits += render_prompt(question, name).rstrip("\n") in prompt
+        if records and fits == len(records):
+            return name
+    return None
+
+
+def official_offsets(text: str) -> tuple[int, int]:
+    """What the official reward counts over the whole episode, prompt included: ``<search>`` tags
+    and ``<answer>...</answer>`` matches (its search-count target and answer index assume the
+    official prompt's numbers)."""
+    return text.count(_SEARCH_OPEN), len(_ANSWER_RE.findall(text))
+
+
+def check_template_reward(mode: str, records: list[dict[str, Any]], input_key: str, label_key: str) -> str:
+    """The data's template (detected) can be scored by ``mode``: the official reward counts the
+    prompt's own ``<search>`` and ``<answer>`` examples, so any prompt but the official template's
+    shifts its targets (Search-R1's prompt makes two searches score more than one)."""
+    template = detect_template(records, input_key, label_key)
+    said = f"template {template}" if template else "an unknown template"
+    if mode == "official":
+        want = official_offsets(render_prompt("q", "official"))
+        for rec in records:
+            have = official_offsets(str(rec.get(input_key, "")))
+            if have != want:
+                raise ValueError(
+                    f"reward mode official counts the prompt's own <search> and <answer> tags, but the "
+                    f"prompts ({said}) hold {have[0]} <search> and {have[1]} <answer> where the official "
+                    f"template holds {want[0]} and {want[1]}: its search-count target would move (a second "
+                    "search would score more than one); make the data with `make-train-data --template "
+                    "official`, or set agent.reward.mode=paper"
+                )
+    if mode == "dag" and template not in ("dag", None):
+        raise ValueError(
+            f"reward mode dag rewards #k plans but the prompts ({said}) never teach #k: make the data with "
+            "`make-train-data --template dag`, or set agent.reward.mode=paper"
+        )
+    return f"prompts in {said} (of the first {len(records)}), scored by reward mode {mode}"
+
+
+def question_key(rec: dict[str, Any], input_key: str, label_key: str) -> str:
+    """A record's question, normalised (the label's, else the prompt's last ``Question:`` line)."""
+    question = label_dict(rec, label_key).get("question")
+    if not isinstance(question, str):
+        found = re.findall(r"Question:\s*(.+)", str(rec.get(input_key, "")))
+        question = found[-1] if found else str(rec.get(input_key, ""))
+    return " ".join(re.sub(r"[^\w\s]", " ", question.lower()).split())
+
+
+def _eval_marks(path: str, records: Iterator[tuple[int, dict[str, Any]]], label_key: str) -> None:
+    """A ValueError at the first training record that is an evaluation record or has an eval id."""
+    for n, rec in records:
+        label = label_dict(rec, label_key)
+        ids = [rec.get("id"), label.get("id")]
+        bad = next((str(i) for i in ids if i is not None and EVAL_ID_RE.fullmatch(str(i))), None)
+        if label.get("score") == SCORE_EM:
+            bad = "an eval record (make-train-data --eval)"
+        if bad is not None:
+            raise ValueError(
+                f"prompt_data {path}: line {n} is evaluation data ({bad if ' ' in bad else 'id ' + repr(bad)}): "
+                "training on it contaminates every later evaluation; make the training file from train "
+                "splits (`make-train-data` refuses evaluation files)"
+            )
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_contamination(prompt_data: str, eval_data: str | None, input_key: str, label_key: str) -> str:
+    """Evaluation data kept out of training: no eval record or evaluation id in ``prompt_data``,
+    and ``eval_data`` neither the same file nor sharing a question with it (local files only)."""
+    train = Path(prompt_data)
+    _eval_marks(prompt_data, iter_records(train), label_key)
+    if not eval_data or not Path(eval_data).is_file():
+        return f"prompt_data {prompt_data}: no evaluation ids or eval records"
+    held = Path(eval_data)
+    if held.resolve() == train.resolve() or _digest(held) == _digest(train):
+        raise ValueError(
+            f"eval_data {eval_data} is the same data as prompt_data {prompt_data}: the run would be evaluated "
+            "on its training questions; make eval_data with `make-train-data --eval` from dev/test files"
+        )
+    seen = {question_key(r, input_key, label_key) for _, r in iter_records(train)}
+    shared = [(n, r) for n, r in iter_records(held) if question_key(r, input_key, label_key) in seen]
+    if shared:
+        n, rec = shared[0]
+        raise ValueError(
+            f"eval_data {eval_data}: {len(shared)} question(s) are also in prompt_data {prompt_data} "
+            f"(first: line {n}, {question_key(rec, input_key, label_key)[:80]!r}); keep evaluation "
+            "questions out of the training file"
+        )
+    return (
+        f"prompt_data {prompt_data}: no evaluation ids or eval records; eval_data shares no question with it"
+    )
