@@ -12,10 +12,10 @@ from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.conversation import chat_messages
 
 
-def is_final_turn(policy_calls: int, cfg: GraphConfig) -> bool:
+def is_final_turn(state: Mapping[str, Any], cfg: GraphConfig) -> bool:
     """The stop condition: after ``max_turns`` policy turns comes one answer-only turn (searching
     is disabled there); an answer ends the episode, and after the final turn it ends anyway."""
-    return policy_calls >= cfg.max_turns
+    return state.get("policy_calls", 0) >= cfg.max_turns
 
 
 def after_turn(last_action: Mapping[str, Any]) -> Literal["answer", "search", "planner"]:

@@ -67,7 +67,7 @@ async def planner(
     st: dict[str, Any] = state  # type: ignore[assignment]
     if not st.get("transcript"):
         raise RuntimeError("the planner ran before an episode began (wire START -> begin -> planner)")
-    final = is_final_turn(st["policy_calls"], cfg)
+    final = is_final_turn(st, cfg)
     request = turn_request(st, cfg, engine.protocol, final=final, references=engine.references)
     res = await model_turn(engine, request, st, runtime)
     action = engine.protocol.parse(res, Limits(cfg.max_subqueries, cfg.split_subqueries))
