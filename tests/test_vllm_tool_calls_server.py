@@ -165,8 +165,14 @@ def calls_in(m: AIMessage) -> list[dict]:
     return [*m.tool_calls, *m.invalid_tool_calls]
 
 
+def model_replies(state) -> list[AIMessage]:
+    """The model's AI messages in the conversation (an unanswered episode's closing note is the graph's)."""
+    ais = [m for m in state["messages"] if isinstance(m, AIMessage)]
+    return ais[:-1] if state["status"] == "unanswered" and not ais[-1].tool_calls else ais
+
+
 def calls_of(state) -> list[dict]:
-    return [c for m in state["chat"] if isinstance(m, AIMessage) for c in calls_in(m)]
+    return [c for m in model_replies(state) for c in calls_in(m)]
 
 
 def is_valid(call) -> bool:
@@ -179,7 +185,7 @@ def figures(label, outs) -> None:
     valid = sum(map(is_valid, calls))
     secs = [round(s, 1) for _, s in outs]
     rounds = [st["search_rounds"] for st, _ in outs]
-    per_msg = [len(calls_in(m)) for st, _ in outs for m in st["chat"] if isinstance(m, AIMessage)]
+    per_msg = [len(calls_in(m)) for st, _ in outs for m in model_replies(st)]
     print(
         f"\n{label}: episodes {secs} s, calls valid {valid} / invalid {len(calls) - valid} "
         f"(per message {per_msg}), rounds {rounds}"
@@ -197,7 +203,7 @@ def test_required_calls_at_the_default_strict_level_have_free_arguments(
     outs = run_episodes(agent, hotpot_questions[:QUESTIONS])
     figures("required, --tool-strict-level auto", outs)
     for st, _ in outs:
-        ais = [m for m in st["chat"] if isinstance(m, AIMessage)]
+        ais = model_replies(st)
         assert st["protocol"] == "tools" and st["policy_calls"] == len(ais) == MAX_TURNS + 1
         assert (st["search_rounds"], st["subqueries"], st["passages"]) == (0, 0, 0)
         assert st["status"] == "unanswered" and st["messages"][-1].response_metadata["status"] == "unanswered"
@@ -206,9 +212,9 @@ def test_required_calls_at_the_default_strict_level_have_free_arguments(
         turns = [t for t in st["trajectory"] if t["type"] == "turn"]
         assert all(t["action"] == "invalid" and NO_QUERY.search(t["reason"]) for t in turns)
         # each non-final turn's calls are answered, in order, by error ToolMessages with the note
-        chat = st["chat"]
+        chat = st["messages"]
         for i, m in enumerate(chat):
-            if isinstance(m, AIMessage) and i + 1 < len(chat):
+            if isinstance(m, AIMessage) and i + 1 < len(chat) and isinstance(chat[i + 1], ToolMessage):
                 replies = chat[i + 1 : i + 1 + len(calls_in(m))]
                 assert [r.tool_call_id for r in replies] == [c["id"] for c in calls_in(m)]
                 assert all(
@@ -225,7 +231,7 @@ def test_auto_tool_choice_a_random_model_answers_in_text(served, hotpot_store, h
     st, _ = outs[0]
     assert st["protocol"] == "tools" and not calls_of(st)  # auto: the protocol the chat model got
     assert (st["policy_calls"], st["search_rounds"], st["status"]) == (1, 0, "answered")
-    assert st["answer"] == st["chat"][-1].content.strip() and st["messages"][-1].content == st["answer"]
+    assert st["answer"] == st["messages"][-1].content.strip() == st["messages"][-1].content
 
 
 @pytest.mark.parametrize("served", ["parameter"], indirect=True)
@@ -267,15 +273,16 @@ def test_strict_parameters_give_valid_parallel_calls_searched_in_rounds(
         calls = calls_of(st)
         valid += sum(map(is_valid, calls))
         invalid += sum(not is_valid(c) for c in calls)
-        ais = [m for m in st["chat"] if isinstance(m, AIMessage)]
+        ais = model_replies(st)
         assert st["policy_calls"] == len(ais) == MAX_TURNS + 1
         rounds = [t for t in st["trajectory"] if t["type"] == "observation"]
         assert st["search_rounds"] == len(rounds)
         assert st["subqueries"] == sum(len(r["results"]) for r in rounds)
         assert st["passages"] == 2 * st["subqueries"] and st["errors"] == 0
-        chat = st["chat"]
+        chat = st["messages"]
         for i, m in enumerate(chat[:-1]):  # a searched turn: one ToolMessage of passages per call, in order
-            if isinstance(m, AIMessage) and m.tool_calls and all(map(is_valid, m.tool_calls)):
+            answered = isinstance(chat[i + 1], ToolMessage)  # the final turn's calls are not searched
+            if isinstance(m, AIMessage) and m.tool_calls and all(map(is_valid, m.tool_calls)) and answered:
                 replies = chat[i + 1 : i + 1 + len(m.tool_calls)]
                 assert [r.tool_call_id for r in replies] == [c["id"] for c in m.tool_calls]
                 assert all(r.status == "success" and r.content.startswith("Doc 1(Title: ") for r in replies)
@@ -286,5 +293,5 @@ def test_strict_parameters_give_valid_parallel_calls_searched_in_rounds(
             )
     assert invalid == 0 and valid > 0 and sum(st["search_rounds"] for st, _ in outs) > 0
     assert len(searched) == sum(st["subqueries"] for st, _ in outs)  # each sub-query reached the store once
-    widest = max(len(m.tool_calls) for st, _ in outs for m in st["chat"] if isinstance(m, AIMessage))
+    widest = max(len(m.tool_calls) for st, _ in outs for m in model_replies(st))
     assert widest >= 2  # parallel calls in one message (what SEED draws)
