@@ -173,7 +173,10 @@ def make_searcher(cfg: RetrievalConfig) -> Searcher:
     if cfg.searcher_kind() == "remote":
         assert cfg.retriever_url is not None
         client = RetrieverClient(
-            cfg.retriever_url, timeout_s=cfg.retriever_timeout_s, api_key=cfg.retriever_api_key
+            cfg.retriever_url,
+            timeout_s=cfg.retriever_timeout_s,
+            api_key=cfg.retriever_api_key,
+            ca_bundle=cfg.retriever_ca_bundle,
         )
         return RemoteSearcher(client)
     specs = [cfg.store_spec(entry) for entry in cfg.stores]

@@ -16,9 +16,11 @@ from parallelsearch.cli_common import (
     add_shard_args,
     add_typed_flags,
     bind_refused,
+    bind_settings,
     clean_text_arg,
     hnsw_from_args,
     settings_from_args,
+    ssl_options,
     to_stderr,
 )
 from parallelsearch.cli_index import add_index_scale_args, cmd_index_vectors, index_embedder_for, index_pool
@@ -279,21 +281,31 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
         raise ValueError(
             "--concurrent-batches needs batching; --max-batch 0 searches each request on its own"
         )
-    cfg = settings_from_args(args).retrieval()
+    s = bind_settings(args, settings_from_args(args))
+    cfg = s.retrieval()
     if bind_refused(args, cfg.retriever_api_key is not None, RETRIEVER_KEY_SETTING):
         return 2
+    tls = ssl_options(s)
     spin = let_idle_threads_sleep()  # before torch loads
     from parallelsearch.graphs.factory import make_named_store
+    from parallelsearch.stores.http.api_key import KeyFailures
     from parallelsearch.stores.http.retrieval_server import create_retrieval_app, run_server
 
     store = make_named_store(cfg, args.store)
     batching = {k: v for k in ("max_batch", "concurrent_batches") if (v := getattr(args, k)) is not None}
     key = cfg.retriever_api_key.get_secret_value() if cfg.retriever_api_key is not None else None
-    app = create_retrieval_app(store, default_topk=args.topk, api_key=key, **batching)
+    hosts = frozenset(s.server_allowed_hosts) if s.server_allowed_hosts is not None else None
+    failures = KeyFailures(s.server_key_failure_limit, s.server_key_failure_window_s)
+    app = create_retrieval_app(
+        store, default_topk=args.topk, api_key=key, key_failures=failures, allowed_hosts=hosts, **batching
+    )
     batcher = app.state.batcher
     encoder = store.embedder
     threads = (encoder.team or "all cores") if encoder.backend == "torch" else (cfg.encoder_threads or 1)
-    print(f"serving store {store.name} ({store.count()} passages) on http://{args.host}:{args.port}/retrieve")
+    scheme = "https" if tls else "http"
+    print(
+        f"serving store {store.name} ({store.count()} passages) on {scheme}://{args.host}:{args.port}/retrieve"
+    )
     batches = (
         f"batches of up to {batcher.max_batch} queries, {batcher.concurrent_batches} at once"
         if batcher is not None
@@ -302,7 +314,8 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     print(f"encoder: {encoder.backend}, {encoder.workers} encoder thread(s) x {threads}; {batches}")
     print(f"OpenMP: {spin}")
     print(
-        f"API key: {'required on every route but /health' if key else 'none (anyone who reaches the port)'}"
+        f"API key: {'required on every route but /health' if key else 'none (anyone who reaches the port)'}; "
+        f"Host names: {', '.join(sorted(hosts)) if hosts else 'any'}"
     )
-    run_server(app, args.host, args.port)
+    run_server(app, args.host, args.port, **tls)
     return 0

@@ -73,6 +73,11 @@ class RetrievalConfig(BaseModel):
     query_prefix: str = Field("", description="prepended to every query (e.g. 'query: ' for E5)")
     passage_prefix: str = Field("", description="prepended to every passage (e.g. 'passage: ' for E5)")
     retriever_timeout_s: float = Field(30.0, gt=0, description="per-request timeout of /retrieve calls")
+    retriever_ca_bundle: Path | None = Field(
+        None,
+        description="the CA certificates (PEM) an https:// retriever's certificate is verified against, "
+        "e.g. a private CA's or a self-signed certificate (default: certifi's bundle, or SSL_CERT_FILE)",
+    )
     store_lock_timeout_s: float = Field(
         600.0,
         ge=0,

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 class ShardError(ParallelSearchError, RuntimeError):
     """A shard of a sharded store is missing, disagrees with the others, or failed a query."""
 
+    http_status = 502
+
 
 class ShardHits(list):
     """The passages of one query (a ``list[Passage]``) and the shards that did not answer it
