@@ -336,9 +336,12 @@ class ThreadLocks:
         if self.shared is None:
             return
         loop = asyncio.get_running_loop()
+        first = True
         while not await self.shared.try_lock(thread_id):
             if self.strategy == "reject":
                 raise self._refusal(thread_id, waited=False)
+            self.waited += first  # held by another process
+            first = False
             if loop.time() > deadline:
                 raise self._refusal(thread_id, waited=True)
             await asyncio.sleep(self.POLL_S)

@@ -32,6 +32,12 @@ class UnavailableError(ParallelSearchError, RuntimeError):
     http_status = 503
 
 
+class UpstreamError(UnavailableError):
+    """A server this one depends on (a model server, a retriever) answered with an error."""
+
+    http_status = 502
+
+
 class BadInputError(ParallelSearchError, ValueError):
     """A record of an input file cannot be used. Names the file and the line (1-based)."""
 

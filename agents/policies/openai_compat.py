@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag, request_regex
-from parallelsearch.stores.errors import UnavailableError
+from parallelsearch.stores.errors import UnavailableError, UpstreamError
 from parallelsearch.stores.http.tls import tls_context
 from parallelsearch.stores.redact import redact_url, split_credentials
 
@@ -96,7 +96,7 @@ class OpenAICompletionsPolicy:
                         ) from e
                 await asyncio.sleep(0.2 * 2**attempt)
         if resp.status_code >= 400:
-            raise UnavailableError(
+            raise UpstreamError(
                 f"{self.base_url}/completions answered {resp.status_code}: {resp.text[:300]} ({last})"
             )
         body = resp.json()
