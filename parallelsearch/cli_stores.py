@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from parallelsearch.cli_common import (
@@ -26,6 +27,7 @@ from parallelsearch.cli_common import (
 from parallelsearch.cli_index import add_index_scale_args, cmd_index_vectors, index_embedder_for, index_pool
 from parallelsearch.stores.errors import StoreNotFoundError
 from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, check_store
+from parallelsearch.stores.store_files import read_only_message
 
 if TYPE_CHECKING:
     from parallelsearch.stores.chroma_store import StoreCheck
@@ -139,6 +141,8 @@ def report_check(check: StoreCheck, *, as_json: bool = False, note: str = "") ->
         print(check.summary())
     if not check.ok:
         print(f"store {check.store} is corrupt: {note}{check.repair()}", file=sys.stderr)
+    elif check.duplicates:
+        print(f"warning: store {check.store} holds passages stored twice; {check.repair()}", file=sys.stderr)
     return 0 if check.ok else 1
 
 
@@ -189,9 +193,8 @@ def cmd_index(args: argparse.Namespace) -> int:
             check = check_store(
                 store_location(cfg), store.name, timeout_s=args.read_timeout, progress=not args.no_progress
             )
-            if not check.ok:
-                return report_check(check, note="nothing was added. ")
-            print(check.summary())
+            if report_check(check, note="nothing was added. "):
+                return 1
             if not files:
                 return 0
         rep = ingest(
@@ -245,6 +248,9 @@ def cmd_stores(args: argparse.Namespace) -> int:
             if r.get("error"):
                 print(f"{r['name']}\tCORRUPT: {r['error']}\t{r['location']}")
                 continue
+            if r.get("read_only"):
+                print(f"{r['name']}\t{r['count']}\tREAD-ONLY: {r['read_only']}\t{r['location']}")
+                continue
             hnsw = " ".join(f"{k}={v}" for k, v in (r.get("hnsw") or {}).items())
             print(
                 f"{r['name']}\t{r['count']}\t{r['model']} ({r['encoder_backend']})\t{hnsw}\t{r['location']}"
@@ -254,6 +260,9 @@ def cmd_stores(args: argparse.Namespace) -> int:
         print(
             f"store {r['name']} is corrupt: {StoreCheck(store=r['name'], count=-1).repair()}", file=sys.stderr
         )
+    for r in rows:
+        if r.get("read_only") and not r.get("error"):
+            print(read_only_message(Path(r["location"]), r["name"], r["read_only"]), file=sys.stderr)
     return 1 if broken else 0
 
 
