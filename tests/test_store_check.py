@@ -125,15 +125,28 @@ def two_stores(tmp_path_factory) -> Path:
     return home
 
 
-def _with_blocking_index(two_stores: Path, tmp_path: Path) -> tuple[Path, Path]:
-    """A copy of the two stores where ``broken``'s vector index is a FIFO no one writes: Chroma's
-    reader blocks opening it, as it would on a file that never delivers its bytes."""
+def _with_blocking_index(
+    two_stores: Path, tmp_path: Path, name: str = "index_metadata.pickle"
+) -> tuple[Path, Path]:
+    """A copy of the two stores where a file of ``broken``'s vector index is a FIFO no one writes:
+    Chroma's reader blocks opening it, as it would on a file that never delivers its bytes. The id
+    map (the pickle) is the file only Chroma reads; the others are looked at before Chroma opens
+    the store (``store_files.py``), which refuses a data file that is no file without reading it."""
     home = tmp_path / "home"
     shutil.copytree(two_stores, home)
-    fifo = _segment(home, "broken") / "data_level0.bin"
+    fifo = _segment(home, "broken") / name
     fifo.unlink()
     os.mkfifo(fifo)
     return home, fifo
+
+
+def test_an_index_data_file_that_is_no_file_is_refused_before_any_reader(two_stores, tmp_path):
+    home, _ = _with_blocking_index(two_stores, tmp_path, "data_level0.bin")
+    env = _env(home)
+    check = _run(env, "stores", "--check", "broken", "--read-timeout", "30", timeout=120)
+    assert check.returncode == 1 and "lacks data_level0.bin" in check.stdout, check
+    search = _run(env, "search", "Ed Wood", "--store", "broken", timeout=120)
+    assert search.returncode == 2 and "does not add up" in search.stderr and "Traceback" not in search.stderr
 
 
 def _pids_reading(path: Path) -> list[int]:
