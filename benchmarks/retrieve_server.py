@@ -125,8 +125,20 @@ def compare_with_baseline(args: argparse.Namespace, home: Path, served: str, que
                 f"{v:24s} {lname:6s}: {r['queries_per_s']:6.1f} queries/s, p50 {fmt(r['p50_ms'], '6.1f')} ms, "
                 f"p95 {fmt(r['p95_ms'], '6.1f')} ms, errors {r['errors']:.0f}"
             )
+    paired = {  # each round's two runs back to back: their ratio is less exposed to the machine's drift
+        k: [
+            a["queries_per_s"] / b["queries_per_s"]
+            for a, b in zip(
+                samples["batched (this checkout)"][k], samples["batched (baseline)"][k], strict=True
+            )
+        ]
+        for k in loads
+    }
+    for lname, ratios in paired.items():
         print(
-            f"this checkout / baseline at {lname}: {new[lname]['queries_per_s'] / old[lname]['queries_per_s']:.3f}x"
+            f"this checkout / baseline at {lname}: {new[lname]['queries_per_s'] / old[lname]['queries_per_s']:.3f}x "
+            f"of the medians; round by round {statistics.median(ratios):.3f}x median "
+            f"({min(ratios):.3f}..{max(ratios):.3f})"
         )
     data = {
         "rounds": args.rounds,
@@ -134,6 +146,7 @@ def compare_with_baseline(args: argparse.Namespace, home: Path, served: str, que
         "client": args.client,
         "servers": rounded(rows, 2),
         "ratio": {k: round(new[k]["queries_per_s"] / old[k]["queries_per_s"], 4) for k in loads},
+        "round_ratios": rounded(paired, 4),
     }
     write("retrieve_server_baseline", data)
     return data

@@ -32,6 +32,7 @@ from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.encoding.embedder import Embedder, make_embedder
 from parallelsearch.stores.http.retrieval_client import RetrieverClient
 from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, StoreLocation, list_stores
+from parallelsearch.stores.redact import redact_url
 from parallelsearch.stores.shard_spec import StoreSpec
 from parallelsearch.stores.store_files import (
     StoreDamagedError,
@@ -201,7 +202,7 @@ def describe_stores(
     it; its files are still checked)."""
     if not cfg.chroma_host and (cfg.chroma_path is None or not cfg.chroma_path.exists()):
         return []
-    location = cfg.location()
+    location = redact_url(cfg.location())
     if cfg.chroma_host:
         rows = list_stores(store_location(cfg), timeout_s=timeout_s)
         return [dict(row, location=location) for row in rows]

@@ -254,6 +254,12 @@ def _health(srv) -> dict:
     return httpx.get(f"{srv.url}/health", timeout=10).json()
 
 
+def _in(srv) -> int:
+    """Runs the server holds: in flight, or waiting for their thread."""
+    health = _health(srv)
+    return health["admission"]["in_flight"] + health.get("threads_waited", 0)
+
+
 def _ask_in_thread(url, question, thread_id, results):
     import threading
 
@@ -276,9 +282,8 @@ def _ten_questions_on_one_thread(servers, gate) -> list:
         _ask_in_thread(servers[i % len(servers)].url, q, "busy", results)
         for i, q in enumerate(questions[1:], 1)
     ]
-    _wait_for(
-        lambda: sum(_health(s)["threads_waited"] for s in servers) == 9, "nine runs waiting for the thread"
-    )
+    # all ten are in: one in the graph and nine waiting for the thread (before the fix: ten in the graph)
+    _wait_for(lambda: sum(_in(s) for s in servers) == 10, "ten runs in the server")
     gate.set()
     for t in [first, *rest]:
         t.join(120)
