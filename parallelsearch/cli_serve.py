@@ -74,7 +74,5 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"serving on {'https' if tls else 'http'}://{args.host}:{args.port} (Host names: {hosts})")
     # keep-alive as long as serve-retriever's: a client's pooled connection that the server closes
     # as it is reused is a reset request (seen under a 150-client burst with uvicorn's 5 s)
-    uvicorn.run(
-        create_app(s), host=args.host, port=args.port, log_level="info", timeout_keep_alive=30, **tls
-    )
+    uvicorn.run(create_app(s), host=args.host, port=args.port, log_level="info", timeout_keep_alive=30, **tls)
     return 0
