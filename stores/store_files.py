@@ -285,7 +285,9 @@ def require_sound_store(chroma_path: str | Path, name: str) -> StoreFiles:
     up (naming it and the repair), before Chroma touches its files."""
     chroma_path = Path(chroma_path)
     if not chroma_path.is_dir():
-        raise StoreNotFoundError(f"no store named {name!r} at {chroma_path}: there are no stores there yet")
+        from parallelsearch.stores.chroma_store import missing_store_error
+
+        raise missing_store_error(name, str(chroma_path), [])
     reason = read_only_reason(chroma_path)
     if reason:
         raise StoreReadOnlyError(read_only_message(chroma_path, name, reason))
