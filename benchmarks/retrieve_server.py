@@ -74,6 +74,84 @@ def server(home: Path, extra: list[str], backend: str) -> ServerProcess:
     return cli_server(*args, env=cli_env(home), start_timeout_s=300)
 
 
+def baseline_overlay(src: Path, dest: Path) -> Path:
+    """An import root under which ``parallelsearch`` is the checkout ``src`` (its folders mapped as
+    pyproject.toml maps them), for a server of the code before a change: put it first on
+    ``PYTHONPATH`` and run the child outside this checkout."""
+    pkg = dest / "parallelsearch"
+    if not pkg.exists():
+        shutil.copytree(src / "parallelsearch", pkg)
+        for folder in ("agents", "graphs", "rl", "stores"):
+            (pkg / folder).symlink_to((src / folder).resolve())
+    return dest
+
+
+def baseline_server(home: Path, extra: list[str], backend: str, overlay: Path) -> ServerProcess:
+    """:func:`server` running the code of :func:`baseline_overlay` (cwd: ``home``, outside this checkout)."""
+    args = ("serve-retriever", "--store", "hotpot500", *extra, "--encoder-backend", backend)
+    env = cli_env(home, PYTHONPATH=str(overlay))
+    return cli_server(*args, env=env, start_timeout_s=300)
+
+
+def compare_with_baseline(args: argparse.Namespace, home: Path, served: str, queries: list[str]) -> dict:
+    """``--baseline SRC``: the batched server of this checkout and of ``SRC`` (the code before),
+    over copies of one store, loads interleaved round by round; queries/s at each load and ratios."""
+    overlay = baseline_overlay(args.baseline, home / "baseline-src")
+    for copy in ("e",):
+        if not (home / copy).exists():
+            shutil.copytree(home / "a", home / copy)
+    servers = {
+        "batched (this checkout)": server(home / "a", ["--max-batch", "64"], served),
+        "batched (baseline)": baseline_server(home / "e", ["--max-batch", "64"], served, overlay),
+    }
+    loads = {k: LOADS[k] for k in args.loads}
+    samples: dict[str, dict[str, list[dict]]] = {v: {k: [] for k in loads} for v in servers}
+    with contextlib.ExitStack() as running:
+        for srv in servers.values():
+            running.enter_context(srv)
+            asyncio.run(load(srv.url, 4, 1, 8, queries, client=args.client))  # warm-up
+        for _ in tqdm(range(args.rounds), desc="rounds"):
+            for lname, (c, per, each) in loads.items():
+                for name, srv in servers.items():  # alternate within a load: drift hits both alike
+                    samples[name][lname].append(
+                        asyncio.run(load(srv.url, c, per, each, queries, srv.proc.pid, args.client))
+                    )
+    rows = {v: {lname: median_rows(s) for lname, s in per.items()} for v, per in samples.items()}
+    new, old = rows["batched (this checkout)"], rows["batched (baseline)"]
+    for lname in loads:
+        for v in rows:
+            r = rows[v][lname]
+            print(
+                f"{v:24s} {lname:6s}: {r['queries_per_s']:6.1f} queries/s, p50 {fmt(r['p50_ms'], '6.1f')} ms, "
+                f"p95 {fmt(r['p95_ms'], '6.1f')} ms, errors {r['errors']:.0f}"
+            )
+    paired = {  # each round's two runs back to back: their ratio is less exposed to the machine's drift
+        k: [
+            a["queries_per_s"] / b["queries_per_s"]
+            for a, b in zip(
+                samples["batched (this checkout)"][k], samples["batched (baseline)"][k], strict=True
+            )
+        ]
+        for k in loads
+    }
+    for lname, ratios in paired.items():
+        print(
+            f"this checkout / baseline at {lname}: {new[lname]['queries_per_s'] / old[lname]['queries_per_s']:.3f}x "
+            f"of the medians; round by round {statistics.median(ratios):.3f}x median "
+            f"({min(ratios):.3f}..{max(ratios):.3f})"
+        )
+    data = {
+        "rounds": args.rounds,
+        "baseline": str(args.baseline),
+        "client": args.client,
+        "servers": rounded(rows, 2),
+        "ratio": {k: round(new[k]["queries_per_s"] / old[k]["queries_per_s"], 4) for k in loads},
+        "round_ratios": rounded(paired, 4),
+    }
+    write("retrieve_server_baseline", data)
+    return data
+
+
 def no_encoder_server() -> ServerProcess:
     """The same ``/retrieve`` app (batching, body guard, JSON) over a stand-in searcher that
     returns three fixed passages at once: what the HTTP path costs with no encoder and no
@@ -286,6 +364,18 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--reuse", type=Path, help="the folder a previous run printed (skips indexing)")
     clients = ("raw", "httpx")  # a lean raw HTTP/1.1 client, or httpx.AsyncClient (1-2 ms CPU/request more)
     ap.add_argument("--client", choices=clients, default="raw", help="load generator")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        help="a checkout of the code before a change (git archive COMMIT | tar -x -C DIR): compare its "
+        "batched server with this one's, nothing else",
+    )
+    ap.add_argument(
+        "--loads",
+        type=lambda s: s.split(","),
+        default=list(LOADS),
+        help=f"with --baseline: of {', '.join(LOADS)}",
+    )
     ap.add_argument("--no-encoder-server", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--bare-encoder", choices=ENCODERS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -310,6 +400,8 @@ def main(argv: list[str] | None = None) -> dict:
         home = Path(tempfile.mkdtemp(prefix="retrieve-server-"))
         print(f"indexing {HOTPOT.name} into {home} ...")
         build_store(home / "a", "onnx-int8" if backend == "onnx-int8" else "onnx")
+    if args.baseline:
+        return compare_with_baseline(args, home, served, queries)
     for copy in ("b", "c", "d"):  # an embedded store is one process's: one copy each
         if not (home / copy).exists():
             shutil.copytree(home / "a", home / copy)

@@ -40,7 +40,7 @@ BAD = {  # a lone surrogate is repaired, then searched: 200
     "bad_retrieve_surrogate": ("retriever", "/retrieve", b'{"queries": ["Ed Wood \\ud800"]}', 200),
     "bad_retrieve_oversized": ("retriever", "/retrieve", b'{"queries": ["%s"]}' % (b"x" * 5_000_000), 413),
     "bad_retrieve_deep": ("retriever", "/retrieve", DEEP, 400),
-    "bad_retrieve_json": ("retriever", "/retrieve", b'{"queries": [', 422),
+    "bad_retrieve_json": ("retriever", "/retrieve", b'{"queries": [', 400),
     "bad_invoke_oversized": (
         "app",
         "/parallelsearch/invoke",

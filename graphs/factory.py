@@ -23,6 +23,7 @@ from parallelsearch.graphs.builders import SearchGraph, build_graph, check_graph
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.stores.chroma_store import (
     ChromaStore,
+    is_chroma_error,
     make_client,
     require_stores,
     store_backend,
@@ -33,7 +34,15 @@ from parallelsearch.stores.encoding.embedder import Embedder, make_embedder
 from parallelsearch.stores.errors import check_choice
 from parallelsearch.stores.http.retrieval_client import RetrieverClient
 from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, StoreLocation, list_stores
+from parallelsearch.stores.redact import redact_url
 from parallelsearch.stores.shard_spec import StoreSpec
+from parallelsearch.stores.store_files import (
+    StoreDamagedError,
+    inspect_store,
+    read_only_reason,
+    require_sound_store,
+    sqlite_store_names,
+)
 from parallelsearch.stores.store_lock import StoreWriteLock
 
 if TYPE_CHECKING:
@@ -58,6 +67,27 @@ def make_chroma_client(cfg: RetrievalConfig) -> Any:
     return make_client(path=where.path, host=where.host, port=where.port)
 
 
+def reading_client(cfg: RetrievalConfig, names: list[str]) -> Any:
+    """The client to read stores ``names`` with: each embedded store's files are looked at first
+    (``stores/store_files.py``: a store that does not add up, or is read-only here, is refused
+    naming it before Chroma touches its files); Chroma's own failure to open is named too."""
+    where = store_location(cfg)
+    if not where.host:
+        assert where.path is not None
+        for name in names:
+            require_sound_store(where.path, name)
+    try:
+        client = make_client(path=where.path, host=where.host, port=where.port, create=False)
+    except Exception as e:  # noqa: BLE001 - Chroma's error classes differ by client and version
+        if where.host or not is_chroma_error(e):
+            raise
+        raise StoreDamagedError(
+            f"the stores at {cfg.location()} cannot be opened ({type(e).__name__}: {e}"[:400] + ")"
+        ) from e
+    require_stores(client, names, cfg.location())  # a typo fails before an encoder loads
+    return client
+
+
 def make_store(
     cfg: RetrievalConfig,
     name: str,
@@ -68,9 +98,12 @@ def make_store(
     client: Any = None,
 ) -> ChromaStore:
     """The store ``name`` where ``cfg`` says stores live; a missing one is an error unless ``create``.
-    ``hnsw``: Chroma's HNSW parameters (``stores/chroma_store.py``); ``client``: one already open."""
-    client = client or make_chroma_client(cfg)
-    return ChromaStore(
+    ``hnsw``: Chroma's HNSW parameters (``stores/chroma_store.py``); ``client``: one already open.
+    Opened for reading (not ``create``), its files are checked first and Chroma reads it once
+    (:meth:`ChromaStore.probe`), so a store that cannot answer fails here, naming it."""
+    if client is None:
+        client = make_chroma_client(cfg) if create else reading_client(cfg, [name])
+    store = ChromaStore(
         name,
         client=client,
         embedder=embedder or store_embedder(cfg, client, name),
@@ -78,6 +111,9 @@ def make_store(
         location=cfg.location(),
         hnsw=hnsw,
     )
+    if not create:
+        store.probe()
+    return store
 
 
 def make_sharded_store(
@@ -163,11 +199,32 @@ def describe_stores(
     cfg: RetrievalConfig, *, timeout_s: float = DEFAULT_READ_TIMEOUT_S
 ) -> list[dict[str, Any]]:
     """Name, count, model and location of every store where ``cfg`` says stores live, read in a
-    child process: a store that crashes or hangs Chroma is listed with an ``error``."""
+    child process: a store that crashes or hangs Chroma, or whose files do not add up, is listed
+    with an ``error``; a store this process may not write, with ``read_only`` (Chroma cannot open
+    it; its files are still checked)."""
     if not cfg.chroma_host and (cfg.chroma_path is None or not cfg.chroma_path.exists()):
         return []
-    location = cfg.location()
-    return [dict(row, location=location) for row in list_stores(store_location(cfg), timeout_s=timeout_s)]
+    location = redact_url(cfg.location())
+    if cfg.chroma_host:
+        rows = list_stores(store_location(cfg), timeout_s=timeout_s)
+        return [dict(row, location=location) for row in rows]
+    assert cfg.chroma_path is not None
+    reason = read_only_reason(cfg.chroma_path)
+    known: dict[str, dict[str, Any]] = {}  # stores Chroma must not open: read-only, or broken files
+    for name in sqlite_store_names(cfg.chroma_path):
+        files = inspect_store(cfg.chroma_path, name)
+        row: dict[str, Any] = {"name": name, "count": files.passages}
+        if not files.ok:
+            row["error"] = files.describe()
+        if reason:
+            row["read_only"] = reason
+        if reason or not files.ok:
+            known[name] = row
+    if reason:
+        rows = list(known.values())
+    else:
+        rows = list_stores(store_location(cfg), timeout_s=timeout_s, known=known)
+    return [dict(row, location=location) for row in sorted(rows, key=lambda r: r["name"])]
 
 
 def _remote_searcher(cfg: RetrievalConfig) -> Searcher:
@@ -177,7 +234,10 @@ def _remote_searcher(cfg: RetrievalConfig) -> Searcher:
             "searcher 'remote' needs retriever_url (--retriever URL, PARALLELSEARCH_RETRIEVER_URL)"
         )
     client = RetrieverClient(
-        cfg.retriever_url, timeout_s=cfg.retriever_timeout_s, api_key=cfg.retriever_api_key
+        cfg.retriever_url,
+        timeout_s=cfg.retriever_timeout_s,
+        api_key=cfg.retriever_api_key,
+        ca_bundle=cfg.retriever_ca_bundle,
     )
     return RemoteSearcher(client)
 
@@ -186,9 +246,7 @@ def _store_searcher(cfg: RetrievalConfig) -> Searcher:
     """The ``stores`` (sharded ones opened shard by shard); several are routed by ``name: query``."""
     specs = [cfg.store_spec(entry) for entry in cfg.stores]
     plain = [spec.name for spec in specs if not spec.sharded]
-    client = make_chroma_client(cfg) if plain else None
-    if plain:
-        require_stores(client, plain, cfg.location())  # a typo fails before an encoder loads
+    client = reading_client(cfg, plain) if plain else None
     searchers: dict[str, Searcher] = {
         spec.name: StoreSearcher(
             make_sharded_store(cfg, spec) if spec.sharded else make_store(cfg, spec.name, client=client)

@@ -7,28 +7,22 @@ lifespan; the graphs take it as an already open object (docs/architecture.md, "T
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal, get_args
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from parallelsearch.stores.errors import check_choice
+from parallelsearch.stores.redact import redact_url
 
 #: what ``open_checkpointer`` accepts (the settings' ``server_checkpointer``)
 CheckpointerKind = Literal["none", "memory", "sqlite", "postgres"]
 CHECKPOINTERS: tuple[str, ...] = get_args(CheckpointerKind)
+__all__ = ["CHECKPOINTERS", "CheckpointerKind", "open_checkpointer", "redact_url"]
 
 #: the Postgres advisory lock that serialises checkpoint-table migrations across processes
 _SETUP_LOCK = 0x70617261_6C6C656C  # "parallel"
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _missing(package: str, extra: str) -> ImportError:
@@ -149,3 +143,46 @@ async def _advisory_lock(conn: Any, timeout_s: float) -> None:
                 f"another process held the checkpoint-table setup lock for over {timeout_s:g} s"
             )
         await asyncio.sleep(0.05)
+
+
+class PostgresThreadLock:
+    """Session-level advisory locks (one per thread id) on one dedicated connection, so server
+    processes sharing a Postgres thread store run one run per thread between them; a process
+    that dies drops its locks with its connection."""
+
+    def __init__(self, conn: Any):
+        self.conn = conn
+
+    @staticmethod
+    def key(thread_id: str) -> int:
+        digest = hashlib.sha256(b"parallelsearch thread\0" + thread_id.encode("utf-8")).digest()
+        return int.from_bytes(digest[:8], "big", signed=True)
+
+    async def try_lock(self, thread_id: str) -> bool:
+        cur = await self.conn.execute("SELECT pg_try_advisory_lock(%s)", (self.key(thread_id),))
+        row = await cur.fetchone()
+        return bool(row[0])
+
+    async def unlock(self, thread_id: str) -> None:
+        await self.conn.execute("SELECT pg_advisory_unlock(%s)", (self.key(thread_id),))
+
+
+@contextlib.asynccontextmanager
+async def open_thread_lock(kind: str, target: str | None, *, timeout_s: float = 10.0) -> AsyncIterator[Any]:
+    """The lock threads need across processes: Postgres's (:class:`PostgresThreadLock`); None for
+    the kinds one process owns (memory, sqlite) or no threads."""
+    if kind != "postgres" or not target:
+        yield None
+        return
+    import psycopg
+
+    try:
+        conn = await psycopg.AsyncConnection.connect(
+            target, autocommit=True, connect_timeout=max(1, int(timeout_s))
+        )
+    except psycopg.OperationalError as e:
+        raise ConnectionError(
+            f"cannot reach PostgreSQL at {redact_url(target)}: {redact_url(str(e))}"
+        ) from None
+    async with conn:
+        yield PostgresThreadLock(conn)

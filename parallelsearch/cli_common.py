@@ -57,6 +57,11 @@ def add_retrieval_args(p: argparse.ArgumentParser) -> None:
         "COLLECTION@FOLDER or COLLECTION; docs/scaling.md)",
     )
     src.add_argument("--retriever", help="URL of any Search-R1 /retrieve server (instead of stores)")
+    p.add_argument(
+        "--retriever-ca-bundle",
+        help="CA certificates (PEM) an https:// --retriever's certificate is verified against "
+        "(default: the settings', else certifi's bundle)",
+    )
     add_chroma_args(p)
     add_shard_args(p)
 
@@ -167,6 +172,37 @@ def add_bind_args(p: argparse.ArgumentParser, *, port: int, dest: str, setting: 
         help="serve on a non-loopback --host without a key (refused otherwise): anyone who reaches the "
         "port can use the server",
     )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        help="a Host header name to answer (repeat; default: the settings' server_allowed_hosts, else "
+        "localhost, 127.0.0.1 and ::1 when --host is loopback, any name otherwise)",
+    )
+    p.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM; with --ssl-keyfile)")
+    p.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")
+
+
+def bind_settings(args: argparse.Namespace, s: Settings) -> Settings:
+    """The settings a server binds with: its Host names (a loopback bind answers only loopback
+    names unless the settings or ``--allowed-host`` say otherwise: a DNS-rebinding page's name is
+    not one of them)."""
+    from parallelsearch.stores.http.api_key import is_loopback
+    from parallelsearch.stores.http.asgi_guard import LOOPBACK_HOSTS
+
+    if s.server_allowed_hosts is None and is_loopback(args.host):
+        return s.model_copy(update={"server_allowed_hosts": sorted(LOOPBACK_HOSTS)})
+    return s
+
+
+def ssl_options(s: Settings) -> dict[str, str]:
+    """uvicorn's TLS arguments from the settings (both files, or none)."""
+    if s.server_ssl_certfile is None or s.server_ssl_keyfile is None:
+        return {}
+    for what, path in (("certificate", s.server_ssl_certfile), ("key", s.server_ssl_keyfile)):
+        if not path.is_file():
+            raise FileNotFoundError(f"the TLS {what} file {path} does not exist")
+    return {"ssl_certfile": str(s.server_ssl_certfile), "ssl_keyfile": str(s.server_ssl_keyfile)}
 
 
 def bind_refused(args: argparse.Namespace, has_key: bool, setting: str) -> bool:
@@ -259,6 +295,11 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("max_concurrency", "server_max_concurrency"),
         ("queue_size", "server_queue_size"),
         ("queue_timeout", "server_queue_timeout_s"),
+        ("allowed_host", "server_allowed_hosts"),
+        ("multitask_strategy", "server_multitask_strategy"),
+        ("ssl_certfile", "server_ssl_certfile"),
+        ("ssl_keyfile", "server_ssl_keyfile"),
+        ("retriever_ca_bundle", "retriever_ca_bundle"),
     ):
         if v.get(flag) is not None:
             update[field] = v[flag]

@@ -12,7 +12,9 @@ from parallelsearch.cli_common import (
     add_retrieval_args,
     add_typed_flags,
     bind_refused,
+    bind_settings,
     settings_from_args,
+    ssl_options,
 )
 
 SERVER_KEY_SETTING = "PARALLELSEARCH_SERVER_API_KEY"
@@ -43,6 +45,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         },
     )
     p.add_argument(
+        "--multitask-strategy",
+        choices=("enqueue", "reject"),
+        help="a question on a thread that has a run in flight: enqueue = wait for it, reject = 409 "
+        "(default: the settings', enqueue)",
+    )
+    p.add_argument(
         "--queue-timeout",
         type=float,
         help="seconds a request waits in the queue before a 429 with Retry-After (default: the settings', 60)",
@@ -53,13 +61,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from parallelsearch.stores.encoding.threads import let_idle_threads_sleep
 
-    s = settings_from_args(args)
+    s = bind_settings(args, settings_from_args(args))
     if bind_refused(args, bool(s.server_api_key), SERVER_KEY_SETTING):
         return 2
+    tls = ssl_options(s)
     print(f"OpenMP: {let_idle_threads_sleep()}")  # before torch loads (stores/encoding/threads.py)
     import uvicorn
 
     from parallelsearch.server import create_app
 
-    uvicorn.run(create_app(s), host=args.host, port=args.port, log_level="info")
+    hosts = ", ".join(s.server_allowed_hosts or ["any"])
+    print(f"serving on {'https' if tls else 'http'}://{args.host}:{args.port} (Host names: {hosts})")
+    # keep-alive as long as serve-retriever's: a client's pooled connection that the server closes
+    # as it is reused is a reset request (seen under a 150-client burst with uvicorn's 5 s)
+    uvicorn.run(create_app(s), host=args.host, port=args.port, log_level="info", timeout_keep_alive=30, **tls)
     return 0

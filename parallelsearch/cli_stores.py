@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from parallelsearch.cli_common import (
@@ -16,14 +17,17 @@ from parallelsearch.cli_common import (
     add_shard_args,
     add_typed_flags,
     bind_refused,
+    bind_settings,
     clean_text_arg,
     hnsw_from_args,
     settings_from_args,
+    ssl_options,
     to_stderr,
 )
 from parallelsearch.cli_index import add_index_scale_args, cmd_index_vectors, index_embedder_for, index_pool
 from parallelsearch.stores.errors import StoreNotFoundError
 from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, check_store
+from parallelsearch.stores.store_files import read_only_message
 
 if TYPE_CHECKING:
     from parallelsearch.stores.chroma_store import StoreCheck
@@ -137,6 +141,8 @@ def report_check(check: StoreCheck, *, as_json: bool = False, note: str = "") ->
         print(check.summary())
     if not check.ok:
         print(f"store {check.store} is corrupt: {note}{check.repair()}", file=sys.stderr)
+    elif check.duplicates:
+        print(f"warning: store {check.store} holds passages stored twice; {check.repair()}", file=sys.stderr)
     return 0 if check.ok else 1
 
 
@@ -187,9 +193,8 @@ def cmd_index(args: argparse.Namespace) -> int:
             check = check_store(
                 store_location(cfg), store.name, timeout_s=args.read_timeout, progress=not args.no_progress
             )
-            if not check.ok:
-                return report_check(check, note="nothing was added. ")
-            print(check.summary())
+            if report_check(check, note="nothing was added. "):
+                return 1
             if not files:
                 return 0
         rep = ingest(
@@ -243,6 +248,9 @@ def cmd_stores(args: argparse.Namespace) -> int:
             if r.get("error"):
                 print(f"{r['name']}\tCORRUPT: {r['error']}\t{r['location']}")
                 continue
+            if r.get("read_only"):
+                print(f"{r['name']}\t{r['count']}\tREAD-ONLY: {r['read_only']}\t{r['location']}")
+                continue
             hnsw = " ".join(f"{k}={v}" for k, v in (r.get("hnsw") or {}).items())
             print(
                 f"{r['name']}\t{r['count']}\t{r['model']} ({r['encoder_backend']})\t{hnsw}\t{r['location']}"
@@ -252,6 +260,9 @@ def cmd_stores(args: argparse.Namespace) -> int:
         print(
             f"store {r['name']} is corrupt: {StoreCheck(store=r['name'], count=-1).repair()}", file=sys.stderr
         )
+    for r in rows:
+        if r.get("read_only") and not r.get("error"):
+            print(read_only_message(Path(r["location"]), r["name"], r["read_only"]), file=sys.stderr)
     return 1 if broken else 0
 
 
@@ -279,21 +290,31 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
         raise ValueError(
             "--concurrent-batches needs batching; --max-batch 0 searches each request on its own"
         )
-    cfg = settings_from_args(args).retrieval()
+    s = bind_settings(args, settings_from_args(args))
+    cfg = s.retrieval()
     if bind_refused(args, cfg.retriever_api_key is not None, RETRIEVER_KEY_SETTING):
         return 2
+    tls = ssl_options(s)
     spin = let_idle_threads_sleep()  # before torch loads
     from parallelsearch.graphs.factory import make_named_store
+    from parallelsearch.stores.http.api_key import KeyFailures
     from parallelsearch.stores.http.retrieval_server import create_retrieval_app, run_server
 
     store = make_named_store(cfg, args.store)
     batching = {k: v for k in ("max_batch", "concurrent_batches") if (v := getattr(args, k)) is not None}
     key = cfg.retriever_api_key.get_secret_value() if cfg.retriever_api_key is not None else None
-    app = create_retrieval_app(store, default_topk=args.topk, api_key=key, **batching)
+    hosts = frozenset(s.server_allowed_hosts) if s.server_allowed_hosts is not None else None
+    failures = KeyFailures(s.server_key_failure_limit, s.server_key_failure_window_s)
+    app = create_retrieval_app(
+        store, default_topk=args.topk, api_key=key, key_failures=failures, allowed_hosts=hosts, **batching
+    )
     batcher = app.state.batcher
     encoder = store.embedder
     threads = (encoder.team or "all cores") if encoder.backend == "torch" else (cfg.encoder_threads or 1)
-    print(f"serving store {store.name} ({store.count()} passages) on http://{args.host}:{args.port}/retrieve")
+    scheme = "https" if tls else "http"
+    print(
+        f"serving store {store.name} ({store.count()} passages) on {scheme}://{args.host}:{args.port}/retrieve"
+    )
     batches = (
         f"batches of up to {batcher.max_batch} queries, {batcher.concurrent_batches} at once"
         if batcher is not None
@@ -302,7 +323,8 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     print(f"encoder: {encoder.backend}, {encoder.workers} encoder thread(s) x {threads}; {batches}")
     print(f"OpenMP: {spin}")
     print(
-        f"API key: {'required on every route but /health' if key else 'none (anyone who reaches the port)'}"
+        f"API key: {'required on every route but /health' if key else 'none (anyone who reaches the port)'}; "
+        f"Host names: {', '.join(sorted(hosts)) if hosts else 'any'}"
     )
-    run_server(app, args.host, args.port)
+    run_server(app, args.host, args.port, **tls)
     return 0

@@ -5,6 +5,9 @@ questions, so the oracle policy shows the real flow on a fresh clone."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 from importlib.resources import files
 from typing import Any
 
@@ -30,18 +33,46 @@ def example_questions(per_split: int = EXAMPLES_PER_SPLIT) -> list[dict[str, Any
     return out
 
 
+def content_security_policy(html: str) -> str:
+    """The page's policy: its own inline script and style (by hash) and requests to this server,
+    nothing else: no other script, frame, form target or base URL, and no page may frame it."""
+
+    def hashes(tag: str) -> str:
+        bodies = re.findall(rf"<{tag}>(.*?)</{tag}>", html, flags=re.DOTALL)
+        digests = (base64.b64encode(hashlib.sha256(b.encode("utf-8")).digest()).decode() for b in bodies)
+        return " ".join(f"'sha256-{d}'" for d in digests) or "'none'"
+
+    return (
+        f"default-src 'none'; script-src {hashes('script')}; style-src {hashes('style')}; "
+        "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+        "frame-ancestors 'none'"
+    )
+
+
+def security_headers(html: str) -> dict[str, str]:
+    """What ``/ui`` is sent with: the policy, no MIME sniffing, no framing, no referrer."""
+    return {
+        "Content-Security-Policy": content_security_policy(html),
+        "X-Content-Type-Options": "nosniff",
+        "X-Frame-Options": "DENY",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-cache",
+    }
+
+
 def add_page(app: Any) -> None:
     """Serve the page at ``GET /ui`` (it learns the routes, threads and API key need from ``/health``)."""
-    from fastapi.responses import HTMLResponse
+    from fastapi.responses import HTMLResponse, JSONResponse
 
     # read once, from the installed package: a missing file fails when the app is built, not per request
     html = files("parallelsearch").joinpath(PAGE).read_text(encoding="utf-8")
     examples = example_questions()
+    headers = security_headers(html)
 
     @app.get("/ui", response_class=HTMLResponse, include_in_schema=False)
     async def ui() -> HTMLResponse:
-        return HTMLResponse(html, headers={"Cache-Control": "no-cache"})
+        return HTMLResponse(html, headers=headers)
 
     @app.get("/ui/examples", include_in_schema=False)
-    async def ui_examples() -> list[dict[str, Any]]:
-        return examples
+    async def ui_examples() -> JSONResponse:
+        return JSONResponse(examples, headers={"X-Content-Type-Options": "nosniff"})

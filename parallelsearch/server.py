@@ -9,6 +9,7 @@ and ``/v1/models`` (:mod:`parallelsearch.openai_api`), ``GET /health``, ``GET /s
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import Any
 
@@ -20,6 +21,9 @@ from parallelsearch.agents.policies.scripted import OraclePolicy
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, knob_bounds
 from parallelsearch.guard import RequestGuard
 from parallelsearch.settings import Settings, get_settings
+from parallelsearch.stores.http.api_key import KeyFailures
+from parallelsearch.stores.redact import redact_urls
+from parallelsearch.threads import ThreadLocks
 
 log = logging.getLogger("parallelsearch.server")
 
@@ -75,11 +79,12 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
 
     keeps_threads = s.server_checkpointer != "none"
     routers = {route: ThreadRouted(build(route)) for route in ROUTES} if keeps_threads else {}
+    thread_locks = ThreadLocks(s.server_multitask_strategy, s.server_queue_timeout_s)
     app = FastAPI(
         title="ParallelSearch",
         version=__version__,
         description="ParallelSearch (parallel sub-query search) and its baselines as LangServe routes.",
-        lifespan=threads_lifespan(s.server_checkpointer, s.checkpoint_target(), routers, build)
+        lifespan=threads_lifespan(s.server_checkpointer, s.checkpoint_target(), routers, build, thread_locks)
         if keeps_threads
         else None,
     )
@@ -93,6 +98,8 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
             path=f"/{route}",
             serializer=serializer,
             per_req_config_modifier=thread_config_modifier(keeps_threads),
+            # its page rendered blank (it cannot draw the input schema); /ui is the page
+            disabled_endpoints=["playground"],
         )
     add_thread_routes(app, routers)
     add_page(app)
@@ -106,12 +113,16 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
     # and is answered and logged once (no app-level exception handler: it would log again)
     admission = AdmissionQueue(s.server_max_concurrency, s.server_queue_size, s.server_queue_timeout_s)
     app.state.admission = admission
+    app.state.key_failures = KeyFailures(s.server_key_failure_limit, s.server_key_failure_window_s)
+    app.state.thread_locks = thread_locks
     app.add_middleware(
         RequestGuard,
         settings=s,
         admission=admission,
         routes=set(ROUTES),
         needs_gold=needs_gold,
+        key_failures=app.state.key_failures,
+        thread_locks=thread_locks,
         calls={CHAT_PATH: chat.check},
     )
     app.add_middleware(OpenAIErrors)  # outside the guard: its refusals under /v1/ in OpenAI's shape
@@ -120,7 +131,7 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
     async def health() -> dict[str, Any]:
         return {
             "status": "ok",
-            "policy": getattr(parts.policy, "name", type(parts.policy).__name__),
+            "policy": redact_urls(str(getattr(parts.policy, "name", type(parts.policy).__name__))),
             "routes": [f"/{r}" for r in ROUTES],
             "graph": parts.config.model_dump(),
             "per_request": list(PER_REQUEST_KEYS),
@@ -128,10 +139,14 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
             "threads": s.server_checkpointer,
             "api_key_required": bool(s.server_api_key),
             "admission": admission.stats(),
+            "threads_waited": thread_locks.waited,
+            "threads_rejected": thread_locks.rejected,
         }
 
     @app.get("/stores")
     async def stores_route() -> dict[str, Any]:
-        return {"stores": await asyncio.to_thread(describe_searcher, parts.searcher)}
+        # names, counts and models; a location is shown without its password
+        rows = await asyncio.to_thread(describe_searcher, parts.searcher)
+        return {"stores": json.loads(redact_urls(json.dumps(rows, default=str)))}
 
     return app

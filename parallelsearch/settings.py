@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -20,11 +21,17 @@ from pydantic_settings import (
 
 from parallelsearch.agents.policies.config import PolicyConfig
 from parallelsearch.checkpointers import CheckpointerKind
-from parallelsearch.graphs.config import GraphConfig
+from parallelsearch.graphs.config import MAX_TURNS_LIMIT, GraphConfig
 from parallelsearch.stores.config import RetrievalConfig
 
 if TYPE_CHECKING:
     from parallelsearch.graphs.factory import GraphParts
+
+#: the bounds the graph knobs have in GraphConfig (TopK, MaxSubqueries): a cap cannot exceed them
+MAX_TOP_K = 100
+MAX_SUBQUERIES = 256
+MultitaskStrategy = Literal["enqueue", "reject"]
+_HostList = Annotated[list[str], NoDecode]
 
 
 def default_home() -> Path:
@@ -58,7 +65,53 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
         default_factory=GraphConfig, description="graph knobs (top_k, max_turns, ...); unset = defaults"
     )
     embed_batch_size: int = Field(32, ge=1, description="passages per encoder forward pass when indexing")
-    server_api_key: str | None = Field(None, repr=False)
+    server_api_key: str | None = Field(
+        None, repr=False, description="the key `serve` requires on every route but /health; blank = none"
+    )
+    server_key_failure_limit: int = Field(
+        10,
+        ge=0,
+        description="failed key checks one client address may make within server_key_failure_window_s "
+        "before every request from it gets 429 until the window passes (0 = no limit)",
+    )
+    server_key_failure_window_s: float = Field(
+        60.0, gt=0, description="the window of server_key_failure_limit, in seconds"
+    )
+    server_allowed_hosts: _HostList | None = Field(
+        None,
+        description="Host header names the servers answer to (a DNS-rebinding page sends its own); "
+        "None = any name, except that `serve` and `serve-retriever` bound to loopback answer only "
+        "localhost, 127.0.0.1 and ::1",
+    )
+    server_ssl_certfile: Path | None = Field(
+        None, description="serve HTTPS with this certificate (PEM; --ssl-certfile), with server_ssl_keyfile"
+    )
+    server_ssl_keyfile: Path | None = Field(
+        None, description="the certificate's private key (PEM; --ssl-keyfile)"
+    )
+    server_multitask_strategy: MultitaskStrategy = Field(
+        "enqueue",
+        description="a run on a thread that already has one in flight: enqueue = wait for it (at most "
+        "server_queue_timeout_s, then 429), reject = 409 at once",
+    )
+    server_max_top_k: int = Field(
+        MAX_TOP_K, ge=1, le=MAX_TOP_K, description="the largest top_k a request may ask for (configurable)"
+    )
+    server_max_subqueries: int = Field(
+        MAX_SUBQUERIES,
+        ge=1,
+        le=MAX_SUBQUERIES,
+        description="the largest max_subqueries a request may ask for (configurable)",
+    )
+    server_max_turns: int = Field(
+        MAX_TURNS_LIMIT, ge=0, le=MAX_TURNS_LIMIT, description="the largest max_turns a request may ask for"
+    )
+    server_max_response_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="the largest response a graph call may get (an invoke past it is a 422, a stream "
+        "ends with an error event); None = no limit",
+    )
     server_max_question_chars: int = Field(2000, ge=1, description="longest question a graph route accepts")
     server_max_batch: int = Field(
         256, ge=1, description="most inputs in one /batch request (RemoteRunnable.batch sends all at once)"
@@ -142,6 +195,41 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
         if isinstance(data, dict) and not data.get("openai_api_key") and os.environ.get("OPENAI_API_KEY"):
             data = {**data, "openai_api_key": os.environ["OPENAI_API_KEY"]}
         return data
+
+    @field_validator("server_api_key", mode="before")
+    @classmethod
+    def _server_key_text(cls, value: Any) -> Any:
+        """A blank key is no key (a key of spaces once let an empty header in); a YAML number is its
+        text. Nothing here raises: a validation error would print the key."""
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = str(value)
+        return value.strip() or None if isinstance(value, str) else value
+
+    @field_validator("server_allowed_hosts", mode="before")
+    @classmethod
+    def _host_list(cls, value: Any) -> Any:
+        """A list, or ``PARALLELSEARCH_SERVER_ALLOWED_HOSTS=a.example,b.example``."""
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @model_validator(mode="after")
+    def _graph_within_caps(self) -> Settings:
+        """The server's own graph knobs must fit the caps it puts on requests."""
+        g = self.graph_config
+        for knob, cap in (
+            ("top_k", "server_max_top_k"),
+            ("max_subqueries", "server_max_subqueries"),
+            ("max_turns", "server_max_turns"),
+        ):
+            if getattr(g, knob) > getattr(self, cap):
+                raise ValueError(
+                    f"graph_config.{knob}={getattr(g, knob)} exceeds {cap}={getattr(self, cap)}; "
+                    f"lower one or raise the other"
+                )
+        if (self.server_ssl_certfile is None) != (self.server_ssl_keyfile is None):
+            raise ValueError("server_ssl_certfile and server_ssl_keyfile go together: set both or neither")
+        return self
 
     @model_validator(mode="after")
     def _embedded_store_under_home(self) -> Settings:

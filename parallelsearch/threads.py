@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol
 
 from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import merge_configs
 
-from parallelsearch.stores.errors import checked_name
+from parallelsearch.stores.errors import check_choice, checked_name
 
 #: what a thread id may look like (UUIDs, slugs); anything else is a 422, not a database key
 THREAD_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
@@ -158,22 +158,31 @@ def _check_or_422(thread_id: Any) -> None:
 
 
 def threads_lifespan(
-    kind: str, target: str | None, routers: Mapping[str, ThreadRouted], build: Callable[[str, Any], Any]
+    kind: str,
+    target: str | None,
+    routers: Mapping[str, ThreadRouted],
+    build: Callable[[str, Any], Any],
+    locks: ThreadLocks | None = None,
 ) -> Callable[[Any], Any]:
     """The app's lifespan: open the checkpointer, compile each route's checkpointed graph
-    with it (``build(route, checkpointer)``), close it on shutdown."""
-    from parallelsearch.checkpointers import open_checkpointer
+    with it (``build(route, checkpointer)``), attach the cross-process thread lock to ``locks``
+    (Postgres), close them on shutdown."""
+    from parallelsearch.checkpointers import open_checkpointer, open_thread_lock
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
-        async with open_checkpointer(kind, target) as saver:
+        async with open_checkpointer(kind, target) as saver, open_thread_lock(kind, target) as shared:
             for route, router in routers.items():
                 router.threaded = build(route, saver) if saver is not None else None
+            if locks is not None:
+                locks.shared = shared
             try:
                 yield
             finally:
                 for router in routers.values():
                     router.threaded = None
+                if locks is not None:
+                    locks.shared = None
 
     return lifespan
 
@@ -231,3 +240,108 @@ def add_thread_routes(app: Any, routers: Mapping[str, ThreadRouted]) -> None:
 
     for route in routers:
         register(route)
+
+
+# -- one run per thread at a time ---------------------------------------------------------------
+class ThreadBusy(Exception):
+    """A thread has a run in flight: ``status`` (409 reject, 429 an expired wait) and ``detail``."""
+
+    def __init__(self, status: int, detail: str, retry_after_s: int = 1):
+        super().__init__(detail)
+        self.status, self.detail, self.retry_after_s = status, detail, retry_after_s
+
+
+class SharedThreadLock(Protocol):
+    """A lock every server process sharing the threads sees (Postgres: an advisory lock)."""
+
+    async def try_lock(self, thread_id: str) -> bool: ...
+
+    async def unlock(self, thread_id: str) -> None: ...
+
+
+class ThreadLocks:
+    """Runs on one thread go one at a time, like the Agent Server's ``multitask_strategy``: two runs
+    that both start from the thread's last checkpoint would each write their own next one, and
+    the thread would keep only one episode. ``enqueue`` waits (at most ``wait_s``); ``reject`` is a
+    409. In one process an ``asyncio.Lock`` per thread; across processes ``shared`` as well."""
+
+    POLL_S = 0.05  # how often a run waiting for another process's lock tries again
+
+    def __init__(self, strategy: str = "enqueue", wait_s: float = 60.0):
+        check_choice(strategy, ("enqueue", "reject"), "multitask strategy")
+        self.strategy, self.wait_s = strategy, wait_s
+        self.shared: SharedThreadLock | None = None  # attached in the lifespan (Postgres)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: dict[str, int] = {}
+        self.waited = self.rejected = 0
+
+    def busy(self, thread_id: str) -> bool:
+        lock = self._locks.get(thread_id)
+        return lock is not None and lock.locked()
+
+    @contextlib.asynccontextmanager
+    async def hold(self, thread_ids: Iterable[str]) -> AsyncIterator[None]:
+        """Hold every thread of ``thread_ids`` for the block (in sorted order: no two requests
+        wait on each other); :class:`ThreadBusy` when one cannot be had."""
+        deadline = asyncio.get_running_loop().time() + self.wait_s
+        async with contextlib.AsyncExitStack() as stack:
+            for tid in sorted(set(thread_ids)):
+                await stack.enter_async_context(self._one(tid, deadline))
+            yield
+
+    @contextlib.asynccontextmanager
+    async def _one(self, thread_id: str, deadline: float) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(thread_id, asyncio.Lock())
+        self._users[thread_id] = self._users.get(thread_id, 0) + 1
+        try:
+            await self._acquire(lock, thread_id, deadline)
+            try:
+                await self._acquire_shared(thread_id, deadline)
+                try:
+                    yield
+                finally:
+                    if self.shared is not None:
+                        await self.shared.unlock(thread_id)
+            finally:
+                lock.release()
+        finally:
+            self._users[thread_id] -= 1
+            if not self._users[thread_id]:  # no run holds or waits for it: forget it
+                del self._users[thread_id], self._locks[thread_id]
+
+    def _refusal(self, thread_id: str, waited: bool) -> ThreadBusy:
+        if waited:
+            return ThreadBusy(
+                429, f"thread {thread_id!r} was busy for {self.wait_s:g} s (another run on it); retry later"
+            )
+        self.rejected += 1
+        return ThreadBusy(
+            409,
+            f"thread {thread_id!r} has a run in flight; retry when it ends "
+            "(this server rejects concurrent runs on one thread: server_multitask_strategy=reject)",
+        )
+
+    async def _acquire(self, lock: asyncio.Lock, thread_id: str, deadline: float) -> None:
+        if self.strategy == "reject" and lock.locked():
+            raise self._refusal(thread_id, waited=False)
+        if lock.locked():
+            self.waited += 1
+        left = deadline - asyncio.get_running_loop().time()
+        try:  # a free lock is taken within any positive timeout; 0 would refuse even a free one
+            await asyncio.wait_for(lock.acquire(), max(0.01, left))
+        except TimeoutError:
+            raise self._refusal(thread_id, waited=True) from None
+
+    async def _acquire_shared(self, thread_id: str, deadline: float) -> None:
+        if self.shared is None:
+            return
+        loop = asyncio.get_running_loop()
+        first = True
+        while not await self.shared.try_lock(thread_id):
+            if self.strategy == "reject":
+                raise self._refusal(thread_id, waited=False)
+            self.waited += first  # held by another process
+            first = False
+            if loop.time() > deadline:
+                raise self._refusal(thread_id, waited=True)
+            await asyncio.sleep(self.POLL_S)

@@ -23,6 +23,7 @@ from parallelsearch.stores.encoding.embedder import Embedder, get_embedder
 from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.shard_spec import validate_store_name
+from parallelsearch.stores.store_files import repair_hint
 
 #: passages hashed into a store's fingerprint (with its count)
 FINGERPRINT_PASSAGES = 64
@@ -147,16 +148,29 @@ def _no_telemetry() -> Any:
     return ChromaSettings(anonymized_telemetry=False, allow_reset=False)
 
 
-def make_client(path: str | Path | None = None, host: str | None = None, port: int = 8000) -> Any:
-    """An embedded client at ``path`` or an HTTP client to ``host:port``."""
+def make_client(
+    path: str | Path | None = None, host: str | None = None, port: int = 8000, *, create: bool = True
+) -> Any:
+    """An embedded client at ``path`` (a missing folder is created, unless not ``create``: reading
+    creates nothing) or an HTTP client to ``host:port``."""
     import chromadb
 
     if host:
         return chromadb.HttpClient(host=host, port=int(port), settings=_no_telemetry())
     if path is None:
         raise ValueError("either a path (embedded store) or a host (Chroma server) is needed")
-    Path(path).mkdir(parents=True, exist_ok=True)
+    if create:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    elif not (Path(path) / "chroma.sqlite3").is_file():
+        raise StoreNotFoundError(f"no stores at {path} yet (create one with index)")
     return chromadb.PersistentClient(path=str(path), settings=_no_telemetry())
+
+
+def is_chroma_error(e: BaseException) -> bool:
+    """Whether ``e`` is Chroma's own error (or SQLite's, under it): a store it cannot read."""
+    import sqlite3
+
+    return type(e).__module__.startswith("chromadb") or isinstance(e, sqlite3.DatabaseError)
 
 
 class ChromaStore(VectorSearch):
@@ -226,6 +240,23 @@ class ChromaStore(VectorSearch):
                 "(--encoder-backend, PARALLELSEARCH_ENCODER_BACKEND; 'auto' picks it) or re-index"
             )
         return col
+
+    def probe(self) -> None:
+        """One search through Chroma's reader (it loads the index), so a store Chroma cannot read
+        fails when it is opened, naming it, not at the first question."""
+        from parallelsearch.stores.store_files import StoreDamagedError, repair_hint
+
+        vector = np.zeros((1, self.embedder.dimension), dtype=np.float32)
+        vector[0, 0] = 1.0
+        try:
+            self.collection.query(query_embeddings=vector, n_results=1, include=[])
+        except Exception as e:  # noqa: BLE001 - any failure to search is the finding
+            if not is_chroma_error(e):
+                raise
+            raise StoreDamagedError(
+                f"store {self.name} at {self.location} cannot be searched ({type(e).__name__}: {e})"[:500]
+                + f". {repair_hint(self.name)}"
+            ) from e
 
     def count(self) -> int:
         return int(self.collection.count())
@@ -306,6 +337,10 @@ class StoreCheck:
     missing: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
     first_error: str | None = None
+    #: why Chroma could not open the store here (its files were checked, its vectors not read)
+    read_only: str | None = None
+    #: groups of ids holding the same text (or one text beginning another of the same title)
+    duplicates: list[list[str]] = field(default_factory=list)
 
     @property
     def bad(self) -> list[str]:
@@ -313,26 +348,77 @@ class StoreCheck:
 
     @property
     def ok(self) -> bool:
-        return self.count >= 0 and self.checked == self.count and not self.bad
+        read = self.read_only is not None or self.checked == self.count
+        return self.count >= 0 and read and not self.bad and self.first_error is None
 
     def summary(self) -> str:
+        if self.ok and self.read_only:
+            return (
+                f"store {self.store}: READ-ONLY ({self.read_only}): its files add up ({self.count} passages); "
+                "its vectors were not read back (Chroma cannot open a store it may not write)"
+            )
         if self.ok:
-            return f"store {self.store}: all {self.checked} vectors read back"
+            return f"store {self.store}: all {self.checked} vectors read back" + self._twice()
         if self.count < 0 or self.checked < 0:
             return f"store {self.store}: CORRUPT: it cannot be read ({self.first_error})"
         line = (
             f"store {self.store}: CORRUPT: {len(self.unreadable)} unreadable and {len(self.missing)} missing "
             f"vector(s) of {self.count} passages ({self.checked} checked)"
         )
-        return line + (f"; first error: {self.first_error}" if self.first_error else "")
+        return line + (f"; first error: {self.first_error}" if self.first_error else "") + self._twice()
+
+    def _twice(self) -> str:
+        if not self.duplicates:
+            return ""
+        n = sum(len(g) - 1 for g in self.duplicates)
+        shown = ", ".join("=".join(g) for g in self.duplicates[:3])
+        return (
+            f"; {n} passage(s) stored twice (the same text under other ids, e.g. {shown}): search can return "
+            "their text twice; index the files into a new store to drop them"
+        )
 
     def repair(self) -> str:
         """The repair that holds: Chroma 1.x cannot repair a collection in place, and a copy in the same
         process lost passages from search, so a fresh store is built from the source files."""
-        return (
-            f"Index the files store {self.store} came from into a new store "
-            f"(parallelsearch index --store {self.store}-new FILES) and search that one"
-        )
+        return repair_hint(self.store)
+
+
+class _StoredTwice:
+    """Passages stored twice: one title, and a text that is another's or begins it (the pieces of
+    a passage an earlier run split differently start alike). Candidates share their title and
+    first 64 characters; they are confirmed on their whole text at the end."""
+
+    def __init__(self) -> None:
+        self.first: dict[int, str] = {}
+        self.groups: dict[int, list[str]] = {}
+
+    def add(self, ids: list[str], documents: list[Any], metadatas: list[Any]) -> None:
+        for pid, doc, meta in zip(ids, documents, metadatas, strict=True):
+            key = hash(((meta or {}).get("title", ""), (doc or "")[:64]))
+            if key in self.first:
+                self.groups.setdefault(key, [self.first[key]]).append(pid)
+            else:
+                self.first[key] = pid
+
+    def confirmed(self, collection: Any) -> list[list[str]]:
+        out = []
+        for ids in self.groups.values():
+            got = collection.get(ids=ids, include=["documents", "metadatas"])
+            texts = {
+                i: ((m or {}).get("title", ""), d or "")
+                for i, d, m in zip(got["ids"], got["documents"], got["metadatas"], strict=True)
+            }
+            ordered = sorted(texts, key=lambda i: (len(texts[i][1]), i))
+            twice = [
+                i
+                for j, i in enumerate(ordered)
+                if any(
+                    texts[i][0] == texts[k][0] and texts[i][1].startswith(texts[k][1]) for k in ordered[:j]
+                )
+            ]
+            if twice:
+                out.append([ordered[0], *twice])
+        return out
 
 
 def verify_collection(
@@ -345,26 +431,32 @@ def verify_collection(
     """Read every vector of ``collection`` back; ids whose vector is missing or unreadable are corruption.
 
     A store written by two processes at once keeps its documents but loses vectors (``InternalError:
-    Error getting embedding``); a failing batch is halved until the bad ids are named.
+    Error getting embedding``); a failing batch is halved until the bad ids are named. Passages
+    stored twice are named too (``duplicates``; not corruption: search still works).
     """
     try:
         check = StoreCheck(store=name, count=int(collection.count()))
     except Exception as e:  # noqa: BLE001 - a store too broken to count is the worst finding
         return StoreCheck(store=name, count=-1, first_error=f"{type(e).__name__}: {e}"[:300])
     offset = 0
+    twice = _StoredTwice()
     while True:
         try:
-            ids = collection.get(include=[], limit=batch_size, offset=offset)["ids"]
+            got = collection.get(include=["documents", "metadatas"], limit=batch_size, offset=offset)
         except Exception as e:  # noqa: BLE001
             check.first_error = check.first_error or f"{type(e).__name__}: {e}"[:300]
             check.checked = -1  # listing failed: not ok, whatever was read so far
             break
+        ids = got["ids"]
         if not ids:
             break
         offset += len(ids)
+        twice.add(ids, got["documents"], got["metadatas"])
         _check_ids(collection, dimension, ids, check)
         if on_progress is not None:
             on_progress(check.checked, check.count)
+    if check.checked >= 0:
+        check.duplicates = twice.confirmed(collection)
     return check
 
 

@@ -78,6 +78,11 @@ class RetrievalConfig(BaseModel):
         "added there); unset = remote with retriever_url, else stores",
     )
     retriever_timeout_s: float = Field(30.0, gt=0, description="per-request timeout of /retrieve calls")
+    retriever_ca_bundle: Path | None = Field(
+        None,
+        description="the CA certificates (PEM) an https:// retriever's certificate is verified against, "
+        "e.g. a private CA's or a self-signed certificate (default: certifi's bundle, or SSL_CERT_FILE)",
+    )
     store_lock_timeout_s: float = Field(
         600.0,
         ge=0,

@@ -21,10 +21,21 @@ from pydantic import BaseModel, ValidationError
 class ParallelSearchError(Exception):
     """Base of the errors this project raises on purpose; the message is complete on one line."""
 
+    #: what a server answers when this error ends a request (None: an error of its own, 500)
+    http_status: int | None = None
+
 
 class UnavailableError(ParallelSearchError, RuntimeError):
     """Something the request needs is missing here: an optional package, a program, a server
     that answers, the pinned version of a dependency."""
+
+    http_status = 503
+
+
+class UpstreamError(UnavailableError):
+    """A server this one depends on (a model server, a retriever) answered with an error."""
+
+    http_status = 502
 
 
 class BadInputError(ParallelSearchError, ValueError):

@@ -123,7 +123,31 @@ def check_store(
     batch_size: int = 512,
     progress: bool = False,
 ) -> StoreCheck:
-    """:meth:`ChromaStore.verify` in a child; a crash or hang is a finding (``count=-1``)."""
+    """:meth:`ChromaStore.verify` in a child; a crash or hang is a finding (``count=-1``). An
+    embedded store's files are looked at too (``store_files.py``): a store they show broken is not
+    ok even when every vector Chroma lists reads back, and a read-only one is checked by its
+    files alone (Chroma cannot open it)."""
+    from parallelsearch.stores.chroma_store import StoreCheck
+    from parallelsearch.stores.store_files import inspect_store, read_only_reason
+
+    files = None
+    if location.path is not None and not location.host:
+        files = inspect_store(location.path, name)
+        reason = read_only_reason(Path(location.path))
+        if reason:
+            first = None if files.ok else files.describe()
+            return StoreCheck(store=name, count=files.passages, read_only=reason, first_error=first)
+        if files.index_broken:  # Chroma would crash on these files, or write new ones over them
+            return StoreCheck(store=name, count=-1, checked=-1, first_error=files.describe())
+    check = _check_in_child(location, name, timeout_s=timeout_s, batch_size=batch_size, progress=progress)
+    if files is not None and not files.ok and check.ok:
+        check.first_error = files.describe()
+    return check
+
+
+def _check_in_child(
+    location: StoreLocation, name: str, *, timeout_s: float, batch_size: int, progress: bool
+) -> StoreCheck:
     from tqdm.auto import tqdm
 
     from parallelsearch.stores.chroma_store import StoreCheck
@@ -147,11 +171,15 @@ def check_store(
 
 
 def list_stores(
-    location: StoreLocation, *, timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    location: StoreLocation,
+    *,
+    timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    known: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Every store's name, count and model, read in a child; a store that breaks the reader is
-    listed with an ``error`` and the listing goes on with the rest in a fresh child."""
-    rows: dict[str, dict[str, Any]] = {}
+    listed with an ``error`` and the listing goes on with the rest in a fresh child. ``known``:
+    rows already found (stores the child must not open), listed as they are."""
+    rows: dict[str, dict[str, Any]] = dict(known or {})
     while True:
         skip = [a for name in rows for a in ("--skip", name)]
         try:
@@ -187,7 +215,7 @@ def _child(argv: list[str]) -> int:
     cp.add_argument("store")
     cp.add_argument("--batch-size", type=int, default=512)
     args = ap.parse_args(argv)
-    client = chroma_store.make_client(path=args.path, host=args.host, port=args.port)
+    client = chroma_store.make_client(path=args.path, host=args.host, port=args.port, create=False)
     names = sorted(chroma_store.store_names(client))
     if args.op == "list":
         for name in names:

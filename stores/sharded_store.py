@@ -28,12 +28,15 @@ from parallelsearch.stores.encoding.embedder import Embedder
 from parallelsearch.stores.errors import ModelMismatchError, ParallelSearchError, StoreNotFoundError
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.shard_spec import ShardSpec, StoreSpec
+from parallelsearch.stores.store_files import require_sound_store
 
 log = logging.getLogger(__name__)
 
 
 class ShardError(ParallelSearchError, RuntimeError):
     """A shard of a sharded store is missing, disagrees with the others, or failed a query."""
+
+    http_status = 502
 
 
 class ShardHits(list):
@@ -99,12 +102,16 @@ def open_shards(
         where = _where(shard, host, port, path)
         label = shard.label if (shard.host or shard.path is not None) else f"{shard.collection}@{where[1]}"
         try:
-            if where[0] is None and not Path(where[1]).is_dir():  # reading must not create a folder
-                raise StoreNotFoundError(f"no Chroma folder {where[1]}")
+            if where[0] is None:  # reading must not create a folder, nor open files that do not add up
+                if not Path(where[1]).is_dir():
+                    raise StoreNotFoundError(f"no Chroma folder {where[1]}")
+                require_sound_store(where[1], shard.collection)
             if where not in clients:
                 clients[where] = _within(
                     timeout_s,
-                    lambda w=where: make_client(host=w[0], port=w[2]) if w[0] else make_client(path=w[1]),
+                    lambda w=where: (
+                        make_client(host=w[0], port=w[2]) if w[0] else make_client(path=w[1], create=False)
+                    ),
                 )
                 _set_http_timeout(clients[where], timeout_s)
             if embedder is None:

@@ -72,6 +72,8 @@ def page():
 
 
 def test_the_page_streams_subqueries_passages_and_the_answer(server, page):
+    from playwright.sync_api import expect
+
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     page.goto(server.url + "/ui", wait_until="load")
@@ -96,7 +98,8 @@ def test_the_page_streams_subqueries_passages_and_the_answer(server, page):
     midway = ARTIFACTS / "ask_page_streaming.png"
     page.screenshot(path=str(midway), full_page=True)
 
-    page.wait_for_function("document.getElementById('answer').textContent.length > 0")
+    # (waits through locators: the page's content security policy forbids evaluating strings in it)
+    expect(page.locator("#answer")).not_to_have_text("", timeout=60_000)
     record("browser: click until the answer shows", time.perf_counter() - t0)
     assert page.locator("#answer").inner_text() == "yes"
     assert page.locator(".turn").count() == 2
@@ -110,9 +113,8 @@ def test_the_page_streams_subqueries_passages_and_the_answer(server, page):
     page.fill("#question", Q2)
     page.fill("#top_k", "1")
     page.click("#ask")
-    page.wait_for_function(
-        "document.querySelectorAll('#history li').length === 2 && document.getElementById('answer').textContent"
-    )
+    expect(page.locator("#history li")).to_have_count(2, timeout=60_000)
+    expect(page.locator("#answer")).not_to_have_text("", timeout=60_000)
     assert page.locator("#asked").inner_text() == Q2 and page.locator(".turn").count() == 2
     assert [c.locator(".passage").count() for c in page.locator(".subquery").all()] == [1, 1]
     done = ARTIFACTS / "ask_page.png"
@@ -120,7 +122,7 @@ def test_the_page_streams_subqueries_passages_and_the_answer(server, page):
     ARTIFACT_FILES.extend([midway, done])
     print(f"\nscreenshots: {midway} {done}")
 
-    assert page.problems == [], page.problems
+    assert page.problems == [], page.problems  # a content security policy violation is a console error
     assert page.external == [], page.external  # everything came from the server
 
 

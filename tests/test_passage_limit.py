@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +95,98 @@ def test_a_huge_line_is_truncated_in_bounded_memory(tmp_path, long_text):
     # Without the budget a 30 MB line needs ~4.5 GiB more than the CLI's ~1 GiB (measured:
     # +1.55 GiB for 10 MB). With it, 0.9 GiB (torch) / 1.2 GiB (ONNX, export included) was measured.
     assert peak_gib < 3.0, f"peak RSS {peak_gib:.2f} GiB"
+
+
+# ---- a rerun adds nothing: splitting depends on the passage and the settings only -----------------
+NASHVILLE = "Nashville Terminal Subdivision"
+
+
+@pytest.fixture(scope="module")
+def corpus_with_a_long_passage(tmp_path_factory) -> Path:
+    """Twelve real HotpotQA paragraphs, then the over-long one (about 7,800 characters) of the
+    1,201-paragraph run that stored its text twice: read after chunks were encoded, as there."""
+    from conftest import RAW
+
+    path = RAW / "hotpotqa" / "ayvan180_infodecay" / "hotpotqa_dev_500.jsonl"
+    if not path.is_file():
+        pytest.skip(f"benchmark file {path} is missing")
+    short, long = [], None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        ctx = json.loads(line)["context"]
+        for title, sents in zip(ctx["title"], ctx["sentences"], strict=True):
+            text = "".join(sents)
+            if title == NASHVILLE:
+                long = {"title": title, "text": text}
+            elif len(short) < 12 and len(text) < 600:
+                short.append({"title": title, "text": text})
+        if long and len(short) == 12:
+            break
+    assert long is not None and len(long["text"]) > 7000
+    out = tmp_path_factory.mktemp("long") / "corpus.jsonl"
+    out.write_text("".join(json.dumps(r) + "\n" for r in [*short, long]), encoding="utf-8")
+    return out
+
+
+def _index_in_a_fresh_process(home, corpus, *extra: str) -> str:
+    env = dict(os.environ, PARALLELSEARCH_HOME=str(home), HF_HUB_OFFLINE="1")
+    cmd = [sys.executable, "-m", "parallelsearch.cli", "index", "--store", "long", str(corpus),
+           "--chunk-size", "4", "--batch-size", "4", "--no-progress", *extra]  # fmt: skip
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_a_rerun_adds_nothing_in_a_fresh_process_and_with_another_backend(
+    tmp_path, corpus_with_a_long_passage
+):
+    """The encoder's tokenizer keeps the truncation of its last call: measured with it, the long
+    passage was cut into 4 pieces after a chunk had been encoded, into 5 in a run that encoded
+    nothing first, and the rerun stored its text twice (13 + 4 -> 13 + 4 + 5)."""
+    home = tmp_path / "home"
+    first = _index_in_a_fresh_process(home, corpus_with_a_long_passage)
+    pieces_said = first.split("over-long passages split 1 (into ")[1].split(")")[0]
+    total = int(first.rsplit("total ", 1)[1])
+    assert f"added {total}," in first and total == 12 + int(pieces_said)
+    for extra in ((), ("--encoder-backend", "torch")):  # the same command again, then another engine
+        again = _index_in_a_fresh_process(home, corpus_with_a_long_passage, *extra)
+        assert f"added 0, already present {total}," in again, again
+        assert f"split 1 (into {pieces_said})" in again and again.rstrip().endswith(f"total {total}")
+    from parallelsearch.stores.chroma_store import make_client
+
+    got = make_client(home / "chroma").get_collection("long").get(where={"title": NASHVILLE}, include=[])
+    parent = Passage.make(
+        NASHVILLE, json.loads(corpus_with_a_long_passage.read_text().splitlines()[-1])["text"]
+    )
+    assert sorted(got["ids"]) == sorted(f"{parent.id}#512.{i}" for i in range(int(pieces_said)))
+
+
+def test_the_cut_does_not_depend_on_what_the_encoder_did_before(embedder, corpus_with_a_long_passage):
+    long = json.loads(corpus_with_a_long_passage.read_text().splitlines()[-1])
+    passage = Passage.make(long["title"], long["text"])
+    cut = [p.id for p in PassageLimit(tokenizer_of(embedder), 512).apply([passage])]
+    embedder.encode_passages(["a short text to leave the tokenizer truncating"])  # what indexing does
+    assert [p.id for p in PassageLimit(tokenizer_of(embedder), 512).apply([passage])] == cut
+    assert len(cut) > 1 and all(i.startswith(f"{passage.id}#512.") for i in cut)
+
+
+def test_verify_reports_passages_stored_twice(tmp_path, capsys, embedder, long_text):
+    """A passage split under two budgets (what a rerun that split differently left) is reported."""
+    from parallelsearch.cli import main
+    from parallelsearch.graphs.factory import make_store
+    from parallelsearch.settings import get_settings
+
+    cfg = get_settings().retrieval()
+    store = make_store(cfg, "twice", create=True, embedder=embedder)
+    long = Passage.make("Long", long_text)
+    ingest(
+        store, passages=[long, Passage.make("Short", "A short one.")], max_passage_tokens=300, progress=False
+    )
+    ingest(store, passages=[long], max_passage_tokens=200, progress=False)
+    del store
+    assert main(["index", "--store", "twice", "--verify", "--no-progress"]) == 0
+    out = capsys.readouterr()
+    assert "stored twice" in out.out and f"{long.id}#200.0={long.id}#300.0" in out.out  # shorter first
+    assert "warning: store twice holds passages stored twice" in out.err
+    assert main(["stores", "--check", "twice", "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["ok"] and found["duplicates"] and all(len(g) >= 2 for g in found["duplicates"])

@@ -72,7 +72,8 @@ def test_health_stores_schemas_docs(server):
     assert {"question", "metadata", "messages"} <= set(schema["$defs"]["GraphInput"]["properties"])
     assert "answer" in json.dumps(httpx.get(server.url + "/parallelsearch/output_schema", timeout=10).json())
     assert httpx.get(server.url + "/docs", timeout=10).status_code == 200
-    assert httpx.get(server.url + "/parallelsearch/playground/", timeout=10).status_code == 200
+    # LangServe's playground rendered blank for these graphs; it is not served (the page is /ui)
+    assert httpx.get(server.url + "/parallelsearch/playground/", timeout=10).status_code == 404
 
 
 def test_load_200_concurrent_requests(server):

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import needs_data
+from conftest import free_port, needs_data
 from test_store_lock import FRESH_CHECK, _existing_store_that_syncs_often, _sentences, _write
 
 from parallelsearch.stores.passages import Passage
@@ -103,8 +103,9 @@ def test_the_half_written_state_of_two_unlocked_writers_is_reported_and_a_new_st
     assert verify.returncode == 1, verify.stderr
     assert "store corrupt is corrupt: nothing was added" in verify.stderr and "CORRUPT" in verify.stdout
     assert "already present" not in verify.stdout
-    listing = _run(env, "stores")  # the listing reads counts only: this store still lists
-    assert listing.returncode == 0 and listing.stdout.startswith("corrupt\t120\t"), listing
+    listing = _run(env, "stores")  # the listing compares the index with SQLite: it does not add up
+    assert listing.returncode == 1 and listing.stdout.startswith("corrupt\tCORRUPT: "), listing
+    assert "passages cannot be found by search" in listing.stdout, listing.stdout
     _index(env, "fresh", *files)
     fresh = subprocess.run([sys.executable, "-c", FRESH_CHECK, "fresh", *map(str, files)], env=env,
                            capture_output=True, text=True, timeout=300)  # fmt: skip
@@ -124,15 +125,28 @@ def two_stores(tmp_path_factory) -> Path:
     return home
 
 
-def _with_blocking_index(two_stores: Path, tmp_path: Path) -> tuple[Path, Path]:
-    """A copy of the two stores where ``broken``'s vector index is a FIFO no one writes: Chroma's
-    reader blocks opening it, as it would on a file that never delivers its bytes."""
+def _with_blocking_index(
+    two_stores: Path, tmp_path: Path, name: str = "index_metadata.pickle"
+) -> tuple[Path, Path]:
+    """A copy of the two stores where a file of ``broken``'s vector index is a FIFO no one writes:
+    Chroma's reader blocks opening it, as it would on a file that never delivers its bytes. The id
+    map (the pickle) is the file only Chroma reads; the others are looked at before Chroma opens
+    the store (``store_files.py``), which refuses a data file that is no file without reading it."""
     home = tmp_path / "home"
     shutil.copytree(two_stores, home)
-    fifo = _segment(home, "broken") / "data_level0.bin"
+    fifo = _segment(home, "broken") / name
     fifo.unlink()
     os.mkfifo(fifo)
     return home, fifo
+
+
+def test_an_index_data_file_that_is_no_file_is_refused_before_any_reader(two_stores, tmp_path):
+    home, _ = _with_blocking_index(two_stores, tmp_path, "data_level0.bin")
+    env = _env(home)
+    check = _run(env, "stores", "--check", "broken", "--read-timeout", "30", timeout=120)
+    assert check.returncode == 1 and "lacks data_level0.bin" in check.stdout, check
+    search = _run(env, "search", "Ed Wood", "--store", "broken", timeout=120)
+    assert search.returncode == 2 and "does not add up" in search.stderr and "Traceback" not in search.stderr
 
 
 def _pids_reading(path: Path) -> list[int]:
@@ -211,3 +225,164 @@ def test_a_reader_that_hangs_is_corruption_after_the_read_timeout(two_stores, tm
     assert rows["broken"]["error"] == "Chroma did not answer in 3 s reading store broken"
     assert rows["healthy"]["count"] == 40 and "error" not in rows["healthy"]
     assert _run(env, "stores", "--check", "healthy").returncode == 0
+
+
+# ---- a store opened for reading is looked at first ----------------------------------------------
+@pytest.fixture(scope="module")
+def flushed(tmp_path_factory) -> Path:
+    """A home with store ``flushed``: 40 real passages, its vector index written to disk (every 16)."""
+    home = tmp_path_factory.mktemp("flushed") / "home"
+    _existing_store_that_syncs_often(home, "flushed")
+    _index(_env(home), "flushed", _write(home.parent / "rows.jsonl", _sentences(40)))
+    return home
+
+
+def _copy(flushed: Path, tmp_path: Path) -> tuple[Path, dict[str, str], Path]:
+    home = tmp_path / "home"
+    shutil.copytree(flushed, home)
+    return home, _env(home), _segment(home, "flushed")
+
+
+def _refused(done: subprocess.CompletedProcess, *words: str) -> None:
+    """Exit 2 with one ``error:`` line naming the store, the finding and the repair; no traceback."""
+    assert done.returncode == 2, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+    assert "Traceback" not in done.stderr and done.stderr.startswith("error: store flushed at "), done.stderr
+    assert "parallelsearch index --store flushed-new FILES" in done.stderr, done.stderr
+    for word in words:
+        assert word in done.stderr, (word, done.stderr)
+
+
+def test_a_store_whose_index_folder_is_gone_is_refused_by_every_reader(flushed, tmp_path):
+    """Chroma opens it, counts every passage and searches only the vectors its log replays."""
+    home, env, seg = _copy(flushed, tmp_path)
+    shutil.rmtree(seg)
+    listing = _run(env, "stores")
+    assert listing.returncode == 1 and listing.stdout.startswith("flushed\tCORRUPT: the vector index folder")
+    search = _run(env, "search", "Ed Wood", "--store", "flushed")
+    _refused(search, "does not add up", "vector index folder", "is missing")
+    port = str(free_port())
+    serve = _run(env, "serve-retriever", "--store", "flushed", "--port", port, timeout=120)
+    _refused(serve, "does not add up")
+    # the graphs (and serve, which builds them) go through the same factory
+    from parallelsearch.graphs.factory import make_searcher
+    from parallelsearch.settings import get_settings
+    from parallelsearch.stores.store_files import StoreDamagedError
+
+    cfg = get_settings(home=home, stores=["flushed"]).retrieval()
+    with pytest.raises(StoreDamagedError, match="does not add up"):
+        make_searcher(cfg)
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        ("data_level0", ["is damaged"]),  # random bytes: Chroma's reader died by SIGSEGV
+        ("header", ["is damaged"]),
+        ("sqlite_cut", ["chroma.sqlite3 cannot be read"]),
+        ("sqlite_header", ["chroma.sqlite3 cannot be read", "not a database"]),
+    ],
+)
+def test_damaged_files_are_one_line_naming_the_store_not_a_crash(flushed, tmp_path, damage, words):
+    import random
+
+    home, env, seg = _copy(flushed, tmp_path)
+    rng = random.Random(7)
+    db = home / "chroma" / "chroma.sqlite3"
+    if damage == "data_level0":
+        with open(seg / "data_level0.bin", "r+b") as f:
+            f.write(rng.randbytes(8192))
+    elif damage == "header":
+        with open(seg / "header.bin", "r+b") as f:
+            f.seek(4)
+            f.write(rng.randbytes(40))
+    elif damage == "sqlite_cut":
+        os.truncate(db, db.stat().st_size // 2)
+    else:
+        with open(db, "r+b") as f:
+            f.write(b"not a database!!")
+    _refused(_run(env, "search", "Ed Wood", "--store", "flushed"), *words)
+
+
+def _digests(home: Path) -> dict[str, str]:
+    """Every file of the store but chroma.sqlite3 by content, and SQLite's data tables by rows."""
+    import hashlib
+    import sqlite3
+
+    out = {}
+    for path in sorted((home / "chroma").rglob("*")):
+        if path.is_file() and path.name != "chroma.sqlite3":
+            out[str(path.relative_to(home))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    conn = sqlite3.connect(f"file:{home / 'chroma' / 'chroma.sqlite3'}?mode=ro", uri=True)
+    try:
+        for table in ("collections", "segments", "max_seq_id", "embeddings", "embedding_metadata",
+                      "embeddings_queue", "collection_metadata"):  # fmt: skip
+            rows = sorted(map(repr, conn.execute(f"SELECT * FROM {table}")))
+            out[table] = hashlib.sha256("\n".join(rows).encode()).hexdigest()
+    finally:
+        conn.close()
+    return out
+
+
+def test_reading_a_store_changes_none_of_its_data_and_creates_nothing(flushed, tmp_path):
+    home, env, _ = _copy(flushed, tmp_path)
+    before = _digests(home)
+    assert _run(env, "search", "Ed Wood", "--store", "flushed").returncode == 0
+    assert _run(env, "stores", "--check", "flushed").returncode == 0
+    assert _digests(home) == before
+    empty = tmp_path / "empty-home"
+    missing = _run(_env(empty), "search", "Ed Wood", "--store", "flushed")
+    assert missing.returncode == 2 and "no store" in missing.stderr, missing.stderr
+    assert not empty.exists(), sorted(empty.rglob("*"))  # a search creates no store folder
+
+
+def _read_only(folder: Path):
+    """``folder`` made read-only for this process: a read-only bind mount as root (root may write
+    any file), permissions otherwise; None when neither can be done here."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def mounted():
+        subprocess.run(["mount", "--bind", str(folder), str(folder)], check=True, capture_output=True)
+        try:
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True, capture_output=True)
+            yield
+        finally:
+            subprocess.run(["umount", str(folder)], capture_output=True)
+
+    @contextlib.contextmanager
+    def chmodded():
+        paths = [folder, *folder.rglob("*")]
+        for p in paths:
+            p.chmod(p.stat().st_mode & ~0o222)
+        try:
+            yield
+        finally:
+            for p in paths:
+                p.chmod(p.stat().st_mode | 0o200)
+
+    if os.geteuid() != 0:
+        return chmodded()
+    probe = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True)
+    if probe.returncode != 0:
+        return None
+    subprocess.run(["umount", str(folder)], capture_output=True)
+    return mounted()
+
+
+def test_a_read_only_store_is_reported_as_read_only_not_corrupt(flushed, tmp_path):
+    home, env, _ = _copy(flushed, tmp_path)
+    ro = _read_only(home / "chroma")
+    if ro is None:
+        pytest.skip("cannot make a read-only folder here (root without mount permission)")
+    with ro:
+        listing = _run(env, "stores")
+        assert listing.returncode == 0, listing
+        assert listing.stdout.startswith("flushed\t40\tREAD-ONLY: this process may not write"), listing.stdout
+        assert "CORRUPT" not in listing.stdout + listing.stderr and "cp -a" in listing.stderr
+        check = _run(env, "stores", "--check", "flushed")
+        assert check.returncode == 0 and "READ-ONLY" in check.stdout and "files add up (40" in check.stdout
+        search = _run(env, "search", "Ed Wood", "--store", "flushed")
+        assert (
+            search.returncode == 2 and "store flushed at" in search.stderr and "is read-only" in search.stderr
+        )
+        assert "Traceback" not in search.stderr

@@ -220,3 +220,123 @@ def test_checkpointer_settings_and_flags(tmp_path, monkeypatch):
     assert settings_from_args(args).server_checkpointer == "memory"
     with pytest.raises(ValueError, match="server_checkpointer"):
         Settings(server_checkpointer="redis")
+
+
+# ---- concurrent runs on one thread ---------------------------------------------------------------
+class Gated:
+    """The scripted policy, held at every turn until the test opens the gate (so the test, not
+    the scheduler, decides which run is inside the graph)."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        import threading
+
+        self.inner = ScriptedPolicy(SCRIPT)
+        self.gate = threading.Event()
+
+    async def agenerate(self, request):
+        await asyncio.to_thread(self.gate.wait, 60)
+        return await self.inner.agenerate(request)
+
+
+def _wait_for(predicate, what: str, timeout_s: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout_s:g} s")
+        time.sleep(0.02)
+
+
+def _health(srv) -> dict:
+    return httpx.get(f"{srv.url}/health", timeout=10).json()
+
+
+def _in(srv) -> int:
+    """Runs the server holds: in flight, or waiting for their thread."""
+    health = _health(srv)
+    return health["admission"]["in_flight"] + health.get("threads_waited", 0)
+
+
+def _ask_in_thread(url, question, thread_id, results):
+    import threading
+
+    def go():
+        results.append(invoke(url, question, thread_id))
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+def _ten_questions_on_one_thread(servers, gate) -> list:
+    """Hold the first run inside the graph, queue nine more on the same thread (spread over
+    ``servers``), then let them all go; every reply, in order of arrival."""
+    questions = [f"question {i}: who directed it?" for i in range(10)]
+    results: list = []
+    first = _ask_in_thread(servers[0].url, questions[0], "busy", results)
+    _wait_for(lambda: _health(servers[0])["admission"]["in_flight"] == 1, "the first run holding the thread")
+    rest = [
+        _ask_in_thread(servers[i % len(servers)].url, q, "busy", results)
+        for i, q in enumerate(questions[1:], 1)
+    ]
+    # all ten are in: one in the graph and nine waiting for the thread (before the fix: ten in the graph)
+    _wait_for(lambda: sum(_in(s) for s in servers) == 10, "ten runs in the server")
+    gate.set()
+    for t in [first, *rest]:
+        t.join(120)
+    return results
+
+
+@needs_data
+def test_ten_concurrent_questions_on_one_sqlite_thread_keep_ten_episodes(hotpot_store, tmp_path):
+    gated = Gated()
+    settings = Settings(server_checkpointer="sqlite", server_checkpoint_url=str(tmp_path / "threads.sqlite"))
+    with UvicornThread(create_app(settings, policy=gated, searcher=hotpot_store)) as srv:
+        results = _ten_questions_on_one_thread([srv], gated.gate)
+        assert [r.status_code for r in results] == [200] * 10, [r.text[:200] for r in results]
+        state = httpx.get(f"{srv.url}/parallelsearch/threads/busy", timeout=30).json()
+    assert state["episodes"] == 10
+    assert {h["question"] for h in state["values"]["history"]} == {
+        f"question {i}: who directed it?" for i in range(10)
+    }
+    assert all(h["status"] == "answered" for h in state["values"]["history"])
+
+
+@needs_data
+def test_ten_concurrent_questions_on_one_postgres_thread_across_two_servers(hotpot_store):
+    """Two app instances (two connection pools, two lock sessions: what two processes have)."""
+    from serving import postgres_missing, throwaway_postgres
+
+    if postgres_missing():
+        pytest.skip(postgres_missing())
+    gated = Gated()
+    with throwaway_postgres() as pg:
+        settings = Settings(server_checkpointer="postgres", server_checkpoint_url=pg["url"])
+        apps = [create_app(settings, policy=gated, searcher=hotpot_store) for _ in range(2)]
+        with UvicornThread(apps[0]) as a, UvicornThread(apps[1]) as b:
+            results = _ten_questions_on_one_thread([a, b], gated.gate)
+            assert [r.status_code for r in results] == [200] * 10, [r.text[:200] for r in results]
+            state = httpx.get(f"{b.url}/parallelsearch/threads/busy", timeout=30).json()
+    assert state["episodes"] == 10 and all(h["status"] == "answered" for h in state["values"]["history"])
+
+
+@needs_data
+def test_reject_answers_409_while_a_run_is_in_flight(hotpot_store, tmp_path):
+    gated = Gated()
+    settings = Settings(server_checkpointer="memory", server_multitask_strategy="reject")
+    with UvicornThread(create_app(settings, policy=gated, searcher=hotpot_store)) as srv:
+        results: list = []
+        first = _ask_in_thread(srv.url, Q1, "t-reject", results)
+        _wait_for(lambda: _health(srv)["admission"]["in_flight"] == 1, "the first run holding the thread")
+        busy = invoke(srv.url, Q2, "t-reject")
+        assert busy.status_code == 409 and "thread 't-reject' has a run in flight" in busy.json()["detail"]
+        other = _ask_in_thread(srv.url, Q2, "t-other", results)  # another thread is not held up
+        gated.gate.set()
+        first.join(60), other.join(60)
+        assert [r.status_code for r in results] == [200, 200]
+        assert invoke(srv.url, Q2, "t-reject").status_code == 200
+        assert httpx.get(f"{srv.url}/parallelsearch/threads/t-reject", timeout=30).json()["episodes"] == 2
+        assert _health(srv)["threads_rejected"] == 1

@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 
 from parallelsearch.agents.policies.base import TurnRequest, TurnResult, close_unfinished_tag, request_regex
-from parallelsearch.stores.errors import UnavailableError
+from parallelsearch.stores.errors import UnavailableError, UpstreamError
 from parallelsearch.stores.http.tls import tls_context
+from parallelsearch.stores.redact import redact_url, split_credentials
 
 
 def transport_reason(e: BaseException) -> str:
@@ -43,8 +44,9 @@ class OpenAICompletionsPolicy:
         think_chars: int = 600,
     ):
         self.model = model
-        self.name = f"openai:{model}@{base_url}"
-        self.base_url = base_url.rstrip("/")
+        # a password in the URL goes in the Authorization header; names and messages show it masked
+        self.name = f"openai:{model}@{redact_url(base_url)}"
+        self.base_url, self._auth = split_credentials(base_url.rstrip("/"))
         self.api_key = api_key  # from the caller (settings: PARALLELSEARCH_OPENAI_API_KEY / OPENAI_API_KEY)
         self.timeout_s = timeout_s
         self.retries = retries
@@ -76,7 +78,7 @@ class OpenAICompletionsPolicy:
     async def agenerate(self, request: TurnRequest) -> TurnResult:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         last: Exception | None = None
-        async with httpx.AsyncClient(timeout=self.timeout_s, verify=tls_context()) as client:
+        async with httpx.AsyncClient(timeout=self.timeout_s, verify=tls_context(), auth=self._auth) as client:
             for attempt in range(self.retries + 1):
                 try:
                     resp = await client.post(
@@ -94,7 +96,7 @@ class OpenAICompletionsPolicy:
                         ) from e
                 await asyncio.sleep(0.2 * 2**attempt)
         if resp.status_code >= 400:
-            raise UnavailableError(
+            raise UpstreamError(
                 f"{self.base_url}/completions answered {resp.status_code}: {resp.text[:300]} ({last})"
             )
         body = resp.json()

@@ -1,26 +1,37 @@
 """The API key of the project's HTTP servers: one check, one refusal, for ``/retrieve`` and LangServe.
 
-The key comes as ``X-API-Key: KEY`` or ``Authorization: Bearer KEY`` (for bearer-only clients)
-and is compared in constant time; nothing logs or echoes it: a 401 says only missing or wrong.
+The key comes as ``X-API-Key: KEY`` or ``Authorization: Bearer KEY`` (for bearer-only clients),
+in exactly one header, and is compared in constant time; nothing logs or echoes it: a 401 says
+only missing or wrong. A blank key is no key, and an address that keeps failing is held back.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import Iterable
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from parallelsearch.stores.http.asgi_guard import json_reply
 
-KeyProblem = Literal["missing", "wrong"]
+KeyProblem = Literal["missing", "wrong", "several"]
 #: what a client must send; quoted in every 401
 KEY_HEADERS = "X-API-Key: KEY or Authorization: Bearer KEY"
+#: the status of each problem: several key headers are a malformed request, the others unauthorised
+PROBLEM_STATUS = {"missing": 401, "wrong": 401, "several": 400}
 
 
-def key_problem(headers: Iterable[tuple[bytes, bytes]], key: str) -> KeyProblem | None:
-    """Why a request with these (ASGI, lower-cased) headers may not pass: ``missing``, ``wrong``, or None."""
-    expected = key.strip().encode("utf-8")
+def usable_key(key: str | None) -> str | None:
+    """A configured key with surrounding whitespace removed; a blank one is no key (None)."""
+    if key is None:
+        return None
+    return key.strip() or None
+
+
+def sent_keys(headers: Iterable[tuple[bytes, bytes]]) -> list[bytes]:
+    """Every key a request carries: each ``X-API-Key`` header and each ``Authorization: Bearer``."""
     sent: list[bytes] = []
     for name, value in headers:
         if name == b"x-api-key":
@@ -29,37 +40,129 @@ def key_problem(headers: Iterable[tuple[bytes, bytes]], key: str) -> KeyProblem 
             scheme, _, token = value.strip().partition(b" ")
             if scheme.lower() == b"bearer":
                 sent.append(token.strip())
-    if not sent:
+    return sent
+
+
+def key_problem(headers: Iterable[tuple[bytes, bytes]], key: str) -> KeyProblem | None:
+    """Why a request with these (ASGI, lower-cased) headers may not pass: ``missing``, ``wrong``,
+    ``several`` (more than one key header: one request would otherwise try many keys), or None."""
+    expected = key.strip().encode("utf-8")
+    if not expected:  # a blank key would let an empty header in
+        raise ValueError("the API key is empty; give a key or none")
+    sent = sent_keys(headers)
+    if len(sent) > 1:
+        return "several"
+    if not sent or not sent[0]:
         return "missing"
-    # every candidate is compared (no early exit), each in constant time
-    ok = False
-    for token in sent:
-        ok |= hmac.compare_digest(token, expected)
-    return None if ok else "wrong"
+    return None if hmac.compare_digest(sent[0], expected) else "wrong"
 
 
 async def refuse(send: Any, problem: KeyProblem) -> None:
-    """The 401 for ``problem``, as JSON (``{"detail": ...}``) with ``WWW-Authenticate: Bearer``."""
-    detail = (
-        f"missing API key: send {KEY_HEADERS}"
-        if problem == "missing"
-        else f"wrong API key (sent as {KEY_HEADERS})"
+    """The 401 (400 for several keys) for ``problem``, as JSON (``{"detail": ...}``) with
+    ``WWW-Authenticate: Bearer``."""
+    detail = {
+        "missing": f"missing API key: send {KEY_HEADERS}",
+        "wrong": f"wrong API key (sent as {KEY_HEADERS})",
+        "several": f"send exactly one API key header ({KEY_HEADERS}), not several",
+    }[problem]
+    await json_reply(
+        send, PROBLEM_STATUS[problem], detail, headers={"WWW-Authenticate": "Bearer"}, problem=problem
     )
-    await json_reply(send, 401, detail, headers={"WWW-Authenticate": "Bearer"}, problem=problem)
+
+
+class KeyFailures:
+    """Failed key checks per client address. After ``limit`` failures within ``window_s`` seconds
+    every request from that address is refused (429, ``Retry-After``) until the oldest failure
+    is older than the window, so a key cannot be guessed at network speed. ``limit`` 0: off.
+    At most ``max_clients`` addresses are remembered (the least recently failed are forgotten)."""
+
+    def __init__(
+        self,
+        limit: int = 10,
+        window_s: float = 60.0,
+        *,
+        max_clients: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.limit, self.window_s, self.max_clients, self.clock = limit, window_s, max_clients, clock
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self.refused = 0
+
+    def _recent(self, client: str) -> deque[float] | None:
+        times = self._failures.get(client)
+        if times is not None:
+            horizon = self.clock() - self.window_s
+            while times and times[0] <= horizon:
+                times.popleft()
+            if not times:
+                del self._failures[client]
+                return None
+        return times
+
+    def retry_after_s(self, client: str) -> int | None:
+        """Seconds ``client`` must wait before its next try, or None when it may try now."""
+        times = self._recent(client) if self.limit else None
+        if times is None or len(times) < self.limit:
+            return None
+        return max(1, int(times[0] + self.window_s - self.clock() + 0.999))
+
+    def failed(self, client: str) -> None:
+        if not self.limit:
+            return
+        times = self._recent(client)
+        if times is None:
+            times = self._failures[client] = deque(maxlen=self.limit)
+        times.append(self.clock())
+        self._failures.move_to_end(client)
+        while len(self._failures) > self.max_clients:
+            self._failures.popitem(last=False)
+
+
+def client_address(scope: Any) -> str:
+    """The address a request came from (the peer; a proxy in front makes every client one)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
+
+
+async def key_passes(scope: Any, send: Any, key: str, failures: KeyFailures) -> bool:
+    """Check ``scope``'s key; when it does not pass, answer (401/400, or 429 while the client is
+    held back after repeated failures) and return False."""
+    client = client_address(scope)
+    wait = failures.retry_after_s(client)
+    if wait is not None:
+        failures.refused += 1
+        detail = f"too many failed API key attempts from {client}; retry in {wait} s"
+        await json_reply(send, 429, detail, headers={"Retry-After": str(wait)}, problem="held_back")
+        return False
+    problem = key_problem(scope.get("headers") or [], key)
+    if problem is None:
+        return True
+    failures.failed(client)
+    await refuse(send, problem)
+    return False
 
 
 class ApiKeyGuard:
     """ASGI middleware: every HTTP request but those to ``open_paths`` carries ``key`` or gets a 401
-    (outside the body guard, so a client without the key never gets a body read)."""
+    (outside the body guard, so a client without the key never gets a body read); repeated
+    failures from one address are held back (:class:`KeyFailures`)."""
 
-    def __init__(self, app: Any, key: str, open_paths: frozenset[str] = frozenset({"/health"})):
+    def __init__(
+        self,
+        app: Any,
+        key: str,
+        open_paths: frozenset[str] = frozenset({"/health"}),
+        failures: KeyFailures | None = None,
+    ):
+        if usable_key(key) is None:
+            raise ValueError("the API key is empty; give a key or none")
         self.app, self.key, self.open_paths = app, key, open_paths
+        self.failures = failures if failures is not None else KeyFailures()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] not in self.open_paths:
-            problem = key_problem(scope.get("headers") or [], self.key)
-            if problem:
-                return await refuse(send, problem)
+            if not await key_passes(scope, send, self.key, self.failures):
+                return
         await self.app(scope, receive, send)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
 
+from parallelsearch.stores.redact import redact_urls
 from parallelsearch.stores.text import scrub_text
 
 Scope = dict[str, Any]
@@ -99,8 +100,8 @@ def parse_json(body: bytes, *, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> JsonB
     except UnicodeDecodeError:
         text, bad_utf8 = body.decode("utf-8", errors="replace"), True
     try:
-        value = json.loads(text)
-    except (ValueError, RecursionError) as e:  # JSONDecodeError, a 5,000-digit number, ...
+        value = json.loads(text, parse_constant=_not_json)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, a 5,000-digit number, NaN, ...
         return JsonBody(raw=body, error=f"malformed JSON: {e}")
     repaired = 0
     if _SURROGATE_ESCAPE.search(body):
@@ -112,6 +113,12 @@ def parse_json(body: bytes, *, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> JsonB
     else:
         raw = body
     return JsonBody(raw=raw, value=value, repaired=repaired)
+
+
+def _not_json(constant: str) -> Any:
+    """Python's parser reads ``NaN`` and ``Infinity``; JSON has neither, and nothing after the
+    guard could write them back out (a validation error echoing one was a 500)."""
+    raise ValueError(f"{constant} is not a JSON value")
 
 
 async def parse_json_body(body: bytes, *, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> JsonBody:
@@ -185,6 +192,33 @@ async def json_reply(
     await send({"type": "http.response.body", "body": body})
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    e: BaseException | None = exc
+    while e is not None and len(seen) < 8 and e not in seen:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+def upstream_failure(exc: BaseException) -> tuple[int, str] | None:
+    """``(502 | 503, message)`` when ``exc`` (or its cause) is a server this one depends on failing: a
+    model server or retriever that answered an error (502) or could not be reached (503). The
+    project's errors carry their status (``http_status``); a provider SDK's are told by name."""
+    for e in _causes(exc):
+        status = getattr(e, "http_status", None)
+        kind = type(e)
+        root = kind.__module__.partition(".")[0]
+        if status is None and root in ("openai", "anthropic", "httpx", "httpcore"):
+            unreachable = any(w in kind.__name__ for w in ("Connect", "Timeout", "Transport", "Network"))
+            status = 503 if unreachable else 502
+        if status in (502, 503):
+            what = "unreachable" if status == 503 else "failed"
+            text = redact_urls(f"{kind.__name__}: {e}" if root != "parallelsearch" else str(e))
+            return status, f"a server this one depends on {what}: {text}"[:600]
+    return None
+
+
 async def call_with_error_id(
     app: ASGIApp, scope: Scope, receive: Receive, send: Send, log: logging.Logger
 ) -> None:
@@ -200,10 +234,12 @@ async def call_with_error_id(
 
     try:
         await app(scope, receive, tracking_send)
-    except Exception as exc:  # noqa: BLE001 - every unhandled error becomes a 500 with an id
-        error_id = uuid.uuid4().hex[:12]
+    except Exception as exc:  # noqa: BLE001 - every unhandled error becomes a 5xx with an id
+        error_id = getattr(exc, "error_id", None) or uuid.uuid4().hex[:12]  # one a stream already sent
+        upstream = upstream_failure(exc)
         log.error(
-            "unhandled error %s on %s %s%s",
+            "%s %s on %s %s%s",
+            "upstream failure" if upstream else "unhandled error",
             error_id,
             scope.get("method"),
             scope.get("path"),
@@ -211,12 +247,66 @@ async def call_with_error_id(
             exc_info=exc,
         )
         if not started:
-            await json_reply(send, 500, "internal error", error_id=error_id)
+            status, detail = upstream or (500, "internal error")
+            await json_reply(send, status, detail, error_id=error_id)
+
+
+#: the Host names a server bound to loopback answers to (any port): a DNS-rebinding page's name is not one
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def host_name(value: str) -> str:
+    """The name part of a ``Host`` header, lower-cased, without port or IPv6 brackets."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:].partition("]")[0]
+    return value.rpartition(":")[0] if value.count(":") == 1 else value
+
+
+def header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers") or ():
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def browser_problem(scope: Scope, allowed_hosts: frozenset[str] | None) -> tuple[int, str] | None:
+    """Why a request may come from a web page it must not serve: a ``Host`` outside
+    ``allowed_hosts`` (DNS rebinding: the page's own name pointed at this address), or a body that
+    is not ``application/json`` (a form or ``text/plain`` POST needs no CORS preflight, so any
+    page could send one). ``(status, detail)`` or None."""
+    host = header(scope, b"host")
+    if allowed_hosts is not None and host is not None and host_name(host) not in allowed_hosts:
+        return 400, (
+            f"Host {host!r} is not a name this server answers to ({', '.join(sorted(allowed_hosts))}); "
+            "an operator adds names with server_allowed_hosts (--allowed-host)"
+        )
+    if scope["method"] in BODY_METHODS:
+        media = (header(scope, b"content-type") or "").partition(";")[0].strip().lower()
+        if media != "application/json" and not media.endswith("+json"):
+            shown = media or "none"
+            return 415, f"the body must be sent as Content-Type: application/json (got {shown})"
+    return None
+
+
+class BrowserGuard:
+    """ASGI middleware: :func:`browser_problem` for every HTTP request (outermost)."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: frozenset[str] | None = None):
+        self.app = app
+        self.allowed_hosts = None if allowed_hosts is None else frozenset(map(host_name, allowed_hosts))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            problem = browser_problem(scope, self.allowed_hosts)
+            if problem:
+                return await json_reply(send, *problem)
+        await self.app(scope, receive, send)
 
 
 class JsonBodyGuard:
     """ASGI middleware: body limits, repaired text and error ids for every request (see module doc).
-    A body that is not JSON is passed on unchanged (the app answers it with its own 4xx)."""
+    A body that is not JSON is a 400 naming where it broke."""
 
     def __init__(
         self,
@@ -240,6 +330,8 @@ class JsonBodyGuard:
                 parsed = await parse_json_body(body, max_depth=self.max_json_depth)
             except BodyRejected as e:
                 return await json_reply(send, e.status, e.detail)
+            if parsed.error:
+                return await json_reply(send, 400, parsed.error)
             scope, receive = replaying(scope, parsed.raw, receive)
             scope[SCOPE_JSON] = parsed
         await call_with_error_id(self.app, scope, receive, send, self.log)

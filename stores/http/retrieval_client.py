@@ -8,6 +8,8 @@ a 401 is :class:`RetrieverAuthError` at once, and no message holds the key.
 
 from __future__ import annotations
 
+import os
+import ssl
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -19,10 +21,13 @@ from parallelsearch.stores.coalesced_search import CoalescedSearch
 from parallelsearch.stores.errors import ParallelSearchError
 from parallelsearch.stores.http.tls import tls_context
 from parallelsearch.stores.passages import Passage, split_contents
+from parallelsearch.stores.redact import split_credentials
 
 
 class RetrieverError(ParallelSearchError, RuntimeError):
     """The retrieval server failed or answered something that is not the protocol."""
+
+    http_status = 502
 
 
 class RetrieverAuthError(RetrieverError):
@@ -31,6 +36,22 @@ class RetrieverAuthError(RetrieverError):
 
 #: where a client's key comes from, named in the 401 message
 KEY_SETTING = "PARALLELSEARCH_RETRIEVER_API_KEY (retriever_api_key in a config file or the agent config)"
+
+
+#: where a client's CA bundle comes from, named when a certificate cannot be verified
+CA_SETTING = "PARALLELSEARCH_RETRIEVER_CA_BUNDLE (retriever_ca_bundle; --retriever-ca-bundle)"
+
+
+def _unverified(e: BaseException) -> str | None:
+    """The reason a TLS certificate was refused, when that is what ``e`` (or its cause) is."""
+    seen: BaseException | None = e
+    for _ in range(8):
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return seen.verify_message or str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def parse_result(result: Any, store: str | None = None) -> list[list[Passage]]:
@@ -69,9 +90,12 @@ class RetrieverClient(CoalescedSearch):
         backoff_s: float = 0.2,
         name: str | None = None,
         api_key: str | SecretStr | None = None,
+        ca_bundle: str | os.PathLike[str] | None = None,
     ) -> None:
         super().__init__()
-        url = url.rstrip("/")
+        url, self._auth = split_credentials(
+            url.rstrip("/")
+        )  # a password goes in a header, never in a message
         self.base = url[: -len("/retrieve")] if url.endswith("/retrieve") else url
         self.url = self.base + "/retrieve"
         self.timeout_s = timeout_s
@@ -79,6 +103,7 @@ class RetrieverClient(CoalescedSearch):
         self.backoff_s = backoff_s
         self.name = name or self.base
         self.requests = 0  # HTTP requests sent (tests read it)
+        self._tls = tls_context(ca_bundle)  # certificates verified against ca_bundle (or certifi's)
         value = (api_key.get_secret_value() if isinstance(api_key, SecretStr) else api_key or "").strip()
         if not value.isprintable():  # a header cannot carry a line break; h11 would echo it
             raise ValueError("the retriever API key holds a control character (a line break?)")
@@ -130,20 +155,30 @@ class RetrieverClient(CoalescedSearch):
                     json={"queries": list(queries), "topk": int(k), "return_scores": True},
                     headers=self._headers,
                     timeout=self.timeout_s,
-                    verify=tls_context(),
+                    verify=self._tls,
+                    auth=self._auth,
                 )
                 if resp.status_code >= 500 and attempt < self.retries:
                     last = RetrieverError(f"{self.url} answered {resp.status_code}")
                 else:
                     return self._check(resp, len(queries))
             except (httpx.TransportError, httpx.TimeoutException) as e:
+                if _unverified(e):  # not transient: no retry
+                    raise RetrieverError(
+                        f"{self.url}: the server's certificate could not be verified ({_unverified(e)}); "
+                        f"give its CA certificate with {CA_SETTING}"
+                    ) from e
                 last = e
             time.sleep(self.backoff_s * (2**attempt))
         raise RetrieverError(f"{self.url} failed after {self.retries + 1} attempts: {last}")
 
     def health(self) -> dict[str, Any]:
         resp = httpx.get(
-            self.base + "/health", headers=self._headers, timeout=self.timeout_s, verify=tls_context()
+            self.base + "/health",
+            headers=self._headers,
+            timeout=self.timeout_s,
+            verify=self._tls,
+            auth=self._auth,
         )
         if resp.status_code == 401:  # a proxy or server that keys /health too
             raise self._refused()

@@ -18,8 +18,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from parallelsearch.stores.http import request_batching
-from parallelsearch.stores.http.api_key import ApiKeyGuard
-from parallelsearch.stores.http.asgi_guard import JsonBodyGuard
+from parallelsearch.stores.http.api_key import ApiKeyGuard, KeyFailures, usable_key
+from parallelsearch.stores.http.asgi_guard import BrowserGuard, JsonBodyGuard
 from parallelsearch.stores.http.request_batching import RequestBatcher
 from parallelsearch.stores.passages import Passage
 
@@ -75,6 +75,8 @@ def create_retrieval_app(
     concurrent_batches: int | None = None,
     max_body_bytes: int = 4_000_000,
     api_key: str | None = None,
+    key_failures: KeyFailures | None = None,
+    allowed_hosts: frozenset[str] | None = None,
 ) -> FastAPI:
     """FastAPI app answering ``POST /retrieve`` and ``GET /health`` for ``searcher``.
 
@@ -82,14 +84,20 @@ def create_retrieval_app(
     ``max_body_bytes`` is a 413. Concurrent requests are searched together, at most ``max_batch``
     queries per encoder call (0: each request on its own), ``concurrent_batches`` batches at once.
     Bodies are guarded by :class:`~.asgi_guard.JsonBodyGuard`; with ``api_key``, every route but
-    ``/health`` answers 401 without it, before any body is read.
+    ``/health`` answers 401 without it, before any body is read, and an address with repeated
+    failures is held back (``key_failures``; default: 10 within a minute). Outermost, a POST
+    must be ``application/json`` and, with ``allowed_hosts``, the ``Host`` one of them
+    (:class:`~.asgi_guard.BrowserGuard`: no web page can drive the server).
     """
     app = FastAPI(title="parallelsearch /retrieve", version="1")
     app.add_middleware(JsonBodyGuard, max_body_bytes=max_body_bytes, logger=__name__)
     if api_key is not None:
-        if not api_key.strip():
+        if usable_key(api_key) is None:
             raise ValueError("the API key is empty; give a key or none")
-        app.add_middleware(ApiKeyGuard, key=api_key)  # added last: outermost, before the body guard
+        app.state.key_failures = key_failures if key_failures is not None else KeyFailures()
+        # added last: outermost, before the body guard
+        app.add_middleware(ApiKeyGuard, key=api_key, failures=app.state.key_failures)
+    app.add_middleware(BrowserGuard, allowed_hosts=allowed_hosts)
     if concurrent_batches is None:
         concurrent_batches = default_concurrent_batches(searcher)
     batcher = (
@@ -148,8 +156,24 @@ def create_retrieval_app(
     return app
 
 
-def run_server(app: FastAPI, host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Serve ``app`` with uvicorn (blocking)."""
+def run_server(
+    app: FastAPI,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    log_level: str = "info",
+    *,
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
+) -> None:
+    """Serve ``app`` with uvicorn (blocking); with a certificate and its key, over HTTPS."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=30)
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        timeout_keep_alive=30,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
+    )

@@ -10,18 +10,23 @@ import ssl
 import threading
 
 _lock = threading.Lock()
-_context: ssl.SSLContext | None = None
+_contexts: dict[str | None, ssl.SSLContext] = {}
 
 
-def tls_context() -> ssl.SSLContext:
-    """The shared context: the CA bundle httpx uses by default (certifi), or ``SSL_CERT_FILE``."""
-    global _context
+def tls_context(ca_bundle: str | os.PathLike[str] | None = None) -> ssl.SSLContext:
+    """The shared context of ``ca_bundle`` (a PEM file of CA certificates a server's certificate
+    must chain to); without one, the bundle httpx uses by default (certifi), or ``SSL_CERT_FILE``.
+    Certificates and host names are always verified."""
+    key = None if ca_bundle is None else str(ca_bundle)
     with _lock:
-        if _context is None:
-            cafile = os.environ.get("SSL_CERT_FILE")
+        if key not in _contexts:
+            cafile = key or os.environ.get("SSL_CERT_FILE")
             if not cafile:
                 import certifi
 
                 cafile = certifi.where()
-            _context = ssl.create_default_context(cafile=cafile)
-        return _context
+            try:
+                _contexts[key] = ssl.create_default_context(cafile=cafile)
+            except (OSError, ssl.SSLError) as e:
+                raise ValueError(f"cannot read the CA bundle {cafile}: {e}") from e
+        return _contexts[key]

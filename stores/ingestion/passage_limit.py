@@ -4,8 +4,10 @@ Without one, a 50 MB line took gigabytes (docs/scaling.md): the tokenizer makes 
 of the whole text before the model truncates it. A passage over ``max_tokens`` is cut at token
 boundaries into pieces (``split``: each its own passage with the title, all searchable) or keeps
 its first piece (``truncate``); the tokenizer only sees windows of ``max_tokens *
-WINDOW_CHARS_PER_TOKEN`` characters, so memory stays bounded. Pieces get content-hash ids, so
-re-running adds nothing.
+WINDOW_CHARS_PER_TOKEN`` characters, so memory stays bounded. Where a passage is cut depends only
+on its text, the budget and the model's vocabulary (a private tokenizer without truncation, not the
+encoder's, whose last call leaves its truncation set), and a piece's id is the passage's id with
+the budget and the piece's position, so a rerun finds every piece it stored and adds nothing.
 """
 
 from __future__ import annotations
@@ -33,14 +35,37 @@ class LimitCounts:
     pieces: int = 0  # passages the split ones became
 
 
-def _starts(tokenizer: Any, text: str) -> list[int]:
-    """Start character of every token of ``text`` (no special tokens); a fast tokenizer's backend is
-    called directly, without the wrapper's "longer than the maximum sequence length" warning."""
+def untruncated(tokenizer: Any) -> Any:
+    """What passages are measured with: for a fast tokenizer, a private copy of its Rust backend
+    with truncation and padding off. The encoder's own backend keeps the truncation of its last
+    call (sentence-transformers truncates to the model's window), so measuring with it cut a
+    passage in other places once anything had been encoded in the process. A slow tokenizer is
+    called with ``truncation=False`` each time (it keeps no such state)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        return [start for start, _end in backend.encode(text, add_special_tokens=False).offsets]
+    if backend is None:
+        return tokenizer
+    from tokenizers import Tokenizer
+
+    own = Tokenizer.from_str(backend.to_str())
+    own.no_truncation()
+    own.no_padding()
+    return own
+
+
+def _starts(tokenizer: Any, text: str) -> list[int]:
+    """Start character of every token of ``text`` (no special tokens); ``tokenizer``: what
+    :func:`untruncated` returned (a Rust backend is called directly, without the wrapper's
+    "longer than the maximum sequence length" warning)."""
+    if hasattr(tokenizer, "encode_batch"):  # a tokenizers.Tokenizer
+        return [start for start, _end in tokenizer.encode(text, add_special_tokens=False).offsets]
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, truncation=False)
     return [start for start, _end in enc["offset_mapping"]]
+
+
+def piece_id(passage_id: str, max_tokens: int, index: int) -> str:
+    """The id of piece ``index`` (0-based) of a passage cut to ``max_tokens``: the passage's own id,
+    the budget and the position, so the same passage and budget always give the same ids."""
+    return f"{passage_id}#{max_tokens}.{index}"
 
 
 def _word_end(seg: str, cut: int) -> int:
@@ -94,7 +119,7 @@ class PassageLimit:
         if max_tokens < 8:
             raise ValueError(f"the passage token budget must be >= 8, got {max_tokens}")
         check_choice(mode, MODES, "long-passage mode")
-        self.tokenizer = tokenizer
+        self.tokenizer = untruncated(tokenizer)
         self.max_tokens = max_tokens
         self.mode = mode
         self.counts = LimitCounts() if counts is None else counts
@@ -107,15 +132,17 @@ class PassageLimit:
             parts = pieces(p.text, self.max_tokens, self.tokenizer)
             if self.mode == "truncate":
                 self.counts.truncated += 1
-                yield Passage.make(p.title, next(parts, ""), source=p.source)
+                yield self._piece(p, 0, next(parts, ""))
                 continue
             n = 0
-            for part in parts:
-                n += 1
-                yield Passage.make(p.title, part, source=p.source)
+            for n, part in enumerate(parts, 1):
+                yield self._piece(p, n - 1, part)
             if n > 1:
                 self.counts.split += 1
                 self.counts.pieces += n
+
+    def _piece(self, p: Passage, index: int, text: str) -> Passage:
+        return Passage(piece_id(p.id, self.max_tokens, index), p.title, text.strip(), source=p.source)
 
 
 def tokenizer_of(embedder: Any) -> Any:

@@ -1,0 +1,186 @@
+"""What a graph call may carry, checked strictly before the graph runs (docs/architecture.md,
+"Guarding the servers"): its ``configurable`` (known keys only, strict types, the operator's
+caps) and its inputs (a question, or messages in any form LangChain accepts, rewritten into the
+typed form the graph's input schema reads). A client mistake is a 4xx naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphContext
+
+#: ``configurable`` keys that are no graph knob: the thread a run belongs to
+THREAD_KEYS = ("thread_id",)
+KNOWN_KEYS: tuple[str, ...] = (*PER_REQUEST_KEYS, *THREAD_KEYS)
+#: a message's ``role`` (OpenAI's spelling, which LangChain accepts) -> its LangChain ``type``
+ROLE_TYPES = {
+    "user": "human",
+    "human": "human",
+    "assistant": "ai",
+    "ai": "ai",
+    "system": "system",
+    "developer": "system",
+    "tool": "tool",
+}
+#: the ``type`` of every message class in LangChain's ``AnyMessage`` (the graph's input schema)
+MESSAGE_TYPES = frozenset(
+    {"human", "ai", "system", "tool", "chat", "function"}
+    | {f"{kind}MessageChunk" for kind in ("AI", "Human", "Chat", "System", "Function", "Tool")}
+)
+
+Problem = tuple[int, str]
+
+
+class RequestProblem(Exception):
+    """A graph call that cannot run: ``status`` and ``detail`` are the answer."""
+
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status, self.detail = status, detail
+
+
+@dataclass(frozen=True)
+class RequestCaps:
+    """The operator's per-request limits (settings ``server_max_*``): a request asking for more is
+    refused before any work starts."""
+
+    top_k: int = 100
+    max_subqueries: int = 256
+    max_turns: int = 64
+
+    def problem(self, values: Mapping[str, Any]) -> str | None:
+        for key, cap in (("top_k", self.top_k), ("max_subqueries", self.max_subqueries)):
+            if values.get(key) is not None and values[key] > cap:
+                return f"configurable.{key}={values[key]} exceeds this server's limit of {cap} (server_max_{key})"
+        turns = values.get("max_turns")
+        if turns is not None and turns > self.max_turns:
+            return f"configurable.max_turns={turns} exceeds this server's limit of {self.max_turns} (server_max_turns)"
+        return None
+
+
+def _configurable_model() -> type[BaseModel]:
+    """``GraphContext``'s knobs plus ``thread_id``, strict (``true`` is no number, ``"3"`` no
+    int) and closed: an unknown key is named, not silently ignored."""
+    hints = get_type_hints(GraphContext, include_extras=True)
+    fields: dict[str, Any] = {key: (hints[key], None) for key in PER_REQUEST_KEYS}
+    fields["thread_id"] = (str | None, None)
+    config = ConfigDict(strict=True, extra="forbid")
+    return create_model("RequestConfigurable", __config__=config, **fields)
+
+
+_CONFIGURABLE = _configurable_model()
+
+
+def check_configurable(configurable: Any, caps: RequestCaps) -> dict[str, Any]:
+    """The request's ``configurable`` validated (None values dropped: "not given"), or
+    :class:`RequestProblem` (422) naming the key."""
+    if configurable is None:
+        return {}
+    if not isinstance(configurable, dict):
+        raise RequestProblem(422, "config.configurable must be an object")
+    unknown = sorted(k for k in configurable if k not in KNOWN_KEYS)
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown)
+        raise RequestProblem(422, f"unknown configurable key(s) {names}; known: {', '.join(KNOWN_KEYS)}")
+    given = {k: v for k, v in configurable.items() if v is not None}
+    try:
+        _CONFIGURABLE.model_validate(given)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"configurable.{'.'.join(str(x) for x in err['loc'])}: {err['msg']} (got {err.get('input')!r:.60})"
+            for err in e.errors()
+        )
+        raise RequestProblem(422, problems) from None
+    capped = caps.problem(given)
+    if capped:
+        raise RequestProblem(422, capped)
+    return given
+
+
+def config_from_hash(path: str) -> dict[str, Any] | None:
+    """The config a ``/{route}/c/{hash}/{op}`` path carries (LangServe's lz-string), or None."""
+    parts = [p for p in path.split("/") if p]
+    if len(parts) < 4 or parts[1] != "c":
+        return None
+    from langserve.lzstring import LZString
+
+    try:
+        value = json.loads(LZString.decompressFromEncodedURIComponent(parts[2]) or "")
+    except (ValueError, TypeError):
+        raise RequestProblem(400, "the config hash in the path is not valid") from None
+    if not isinstance(value, dict):
+        raise RequestProblem(400, "the config hash in the path must hold an object")
+    return value
+
+
+def request_configs(op: str, payload: Mapping[str, Any], path: str) -> list[dict[str, Any]]:
+    """Every config a graph call carries: the path's hash, then the body's (a batch may send one
+    per input)."""
+    configs: list[Any] = []
+    hashed = config_from_hash(path)
+    if hashed is not None:
+        configs.append(hashed)
+    body = payload.get("config")
+    if op == "batch" and isinstance(body, list):
+        configs.extend(body)
+    elif body is not None:
+        configs.append(body)
+    for config in configs:
+        if not isinstance(config, dict):
+            raise RequestProblem(422, "config must be an object (a batch: an object or a list of objects)")
+    return configs
+
+
+def checked_configurables(op: str, payload: Mapping[str, Any], path: str, caps: RequestCaps) -> list[str]:
+    """Check every ``configurable`` of the call; the thread ids it names (for the thread locks)."""
+    threads = []
+    for config in request_configs(op, payload, path):
+        given = check_configurable(config.get("configurable"), caps)
+        if isinstance(given.get("thread_id"), str) and given["thread_id"]:
+            threads.append(given["thread_id"])
+    return threads
+
+
+def typed_message(message: Any, where: str) -> dict[str, Any]:
+    """One input message in the typed form (``{"type": ..., "content": ...}``): LangChain's own
+    forms (a typed dict, ``{"role", "content"}``, ``[role, content]``, a bare string) are accepted."""
+    if isinstance(message, str):
+        return {"type": "human", "content": message}
+    if isinstance(message, list | tuple):
+        if len(message) != 2 or not isinstance(message[0], str):
+            raise RequestProblem(422, f"{where} must be [role, content], an object or a string")
+        message = {"role": message[0], "content": message[1]}
+    if not isinstance(message, dict):
+        raise RequestProblem(422, f"{where} must be an object, [role, content] or a string")
+    out = dict(message)
+    if "type" not in out:
+        role = out.pop("role", None)
+        if role not in ROLE_TYPES:
+            known = ", ".join(ROLE_TYPES)
+            raise RequestProblem(422, f"{where}.role {role!r} is not a message role; use one of {known}")
+        out["type"] = ROLE_TYPES[role]
+    if out["type"] not in MESSAGE_TYPES:
+        known = ", ".join(sorted(MESSAGE_TYPES))
+        raise RequestProblem(422, f"{where}.type {out['type']!r} is not a message type; use one of {known}")
+    if not isinstance(out.get("content"), str | list):
+        raise RequestProblem(422, f"{where}.content must be a string or a list of content blocks")
+    if out["type"] in ("tool", "ToolMessageChunk") and not (
+        isinstance(out.get("tool_call_id"), str) and out["tool_call_id"]
+    ):
+        raise RequestProblem(
+            422, f"{where}.tool_call_id is required for a tool message (the call it answers)"
+        )
+    return out
+
+
+def typed_messages(messages: Any, where: str = "messages") -> list[dict[str, Any]]:
+    """Every message of ``messages`` in the typed form (see :func:`typed_message`)."""
+    if not isinstance(messages, list) or not messages:
+        raise RequestProblem(422, f"'{where}' must be a non-empty list")
+    return [typed_message(m, f"{where}[{i}]") for i, m in enumerate(messages)]
