@@ -250,7 +250,8 @@ _CONTEXT = TypeAdapter(GraphContext)
 
 def request_overrides(*sources: Mapping[str, Any] | Any) -> dict[str, Any]:
     """The per-request values found in ``sources`` (configurable dicts or a context; later ones
-    win), validated: a bad value is a ``ValueError`` naming the key."""
+    win), validated strictly: a bad value is a ``ValueError`` naming the key. Other keys pass
+    through (LangGraph's own, a parent graph's, a caller's context)."""
     merged: dict[str, Any] = {}
     for src in sources:  # a None context has no __dict__, so it adds nothing
         items = src if isinstance(src, Mapping) else getattr(src, "__dict__", {})
@@ -258,7 +259,7 @@ def request_overrides(*sources: Mapping[str, Any] | Any) -> dict[str, Any]:
     if not merged:
         return {}
     try:
-        checked = _CONTEXT.validate_python(merged)
+        checked = _CONTEXT.validate_python(merged, strict=True)  # true is no number, "3" no int
     except ValidationError as e:
         raise ValueError(f"invalid per-request graph configuration: {describe_validation_error(e)}") from e
     return {k: checked[k] for k in PER_REQUEST_KEYS if k in checked}
