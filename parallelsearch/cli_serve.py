@@ -59,13 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from parallelsearch.stores.encoding.threads import let_idle_threads_sleep
+    from parallelsearch.stores.encoding.encoder_threads import let_idle_threads_sleep
 
     s = bind_settings(args, settings_from_args(args))
     if bind_refused(args, bool(s.server_api_key), SERVER_KEY_SETTING):
         return 2
     tls = ssl_options(s)
-    print(f"OpenMP: {let_idle_threads_sleep()}")  # before torch loads (stores/encoding/threads.py)
+    print(f"OpenMP: {let_idle_threads_sleep()}")  # before torch loads (stores/encoding/encoder_threads.py)
     import uvicorn
 
     from parallelsearch.server import create_app

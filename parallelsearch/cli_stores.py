@@ -280,7 +280,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_retriever(args: argparse.Namespace) -> int:
-    from parallelsearch.stores.encoding.threads import let_idle_threads_sleep
+    from parallelsearch.stores.encoding.encoder_threads import let_idle_threads_sleep
 
     for flag, least in (("max_batch", 0), ("concurrent_batches", 1)):
         value = getattr(args, flag)

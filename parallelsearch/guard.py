@@ -37,7 +37,7 @@ from parallelsearch.stores.http.asgi_guard import (
     replaying,
     upstream_failure,
 )
-from parallelsearch.threads import ThreadBusy, ThreadLocks
+from parallelsearch.thread_routes import ThreadBusy, ThreadLocks
 
 log = logging.getLogger("parallelsearch.server")
 

@@ -22,13 +22,13 @@ from parallelsearch.openai_errors import error_body, upstream_problem
 from parallelsearch.openai_request import (
     CHAT_PATH,
     ChatRequest,
-    RequestProblem,
     RequestRules,
     read_chat_request,
     request_check,
 )
 from parallelsearch.openai_stream import STREAM_MODES, sse_frames
 from parallelsearch.openai_wire import completion
+from parallelsearch.request_checks import RequestProblem
 from parallelsearch.stores.http.asgi_guard import SCOPE_JSON
 
 MODELS_PATH = "/v1/models"

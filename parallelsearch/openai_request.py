@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from parallelsearch.graphs.agent import closest
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, request_overrides
+from parallelsearch.request_checks import RequestProblem
 from parallelsearch.stores.errors import did_you_mean
 
 CHAT_PATH = "/v1/chat/completions"
@@ -28,14 +29,6 @@ KNOB_ALIASES = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_ne
 SAMPLING = ("temperature", "top_p")
 #: roles as OpenAI sends them -> what reads them
 ROLES = ("system", "developer", "user", "assistant", "tool")
-
-
-class RequestProblem(ValueError):
-    """A request the endpoint cannot run: ``status`` and a message naming the field."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(frozen=True)
@@ -215,7 +208,7 @@ def _extension(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _thread_id(ext: Mapping[str, Any], rules: RequestRules) -> str | None:
-    from parallelsearch.threads import check_thread_id
+    from parallelsearch.thread_routes import check_thread_id
 
     tid = ext.get("thread_id")
     if tid in (None, ""):

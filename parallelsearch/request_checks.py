@@ -37,8 +37,9 @@ MESSAGE_TYPES = frozenset(
 Problem = tuple[int, str]
 
 
-class RequestProblem(Exception):
-    """A graph call that cannot run: ``status`` and ``detail`` are the answer."""
+class RequestProblem(ValueError):
+    """A request that cannot run (a graph call or an OpenAI chat request): ``status`` and
+    ``detail``, a message naming the field, are the answer."""
 
     def __init__(self, status: int, detail: str):
         super().__init__(detail)

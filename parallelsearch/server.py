@@ -3,7 +3,7 @@
 Routes: one LangServe route per graph (``ROUTES``), the OpenAI-compatible ``/v1/chat/completions``
 and ``/v1/models`` (:mod:`parallelsearch.openai_api`), ``GET /health``, ``GET /stores``, the page
 ``GET /ui`` (:mod:`parallelsearch.page`) and, when the server keeps threads, the thread routes
-(:mod:`parallelsearch.threads`); :class:`~parallelsearch.guard.RequestGuard` guards them all.
+(:mod:`parallelsearch.thread_routes`); :class:`~parallelsearch.guard.RequestGuard` guards them all.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from parallelsearch.guard import RequestGuard
 from parallelsearch.settings import Settings, get_settings
 from parallelsearch.stores.http.api_key import KeyFailures
 from parallelsearch.stores.redact import redact_urls
-from parallelsearch.threads import ThreadLocks
+from parallelsearch.thread_routes import ThreadLocks
 
 log = logging.getLogger("parallelsearch.server")
 
@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
     from parallelsearch.openai_api import CHAT_PATH, ChatCompletions, RequestRules
     from parallelsearch.openai_errors import OpenAIErrors
     from parallelsearch.page import add_page
-    from parallelsearch.threads import (
+    from parallelsearch.thread_routes import (
         ThreadRouted,
         add_thread_routes,
         thread_config_modifier,

@@ -14,7 +14,7 @@ _NAMES_BY_MODULE = {
     "encoding.embedder": ("DEFAULT_MODEL", "Embedder", "get_embedder"),
     "encoding.langchain_embeddings": ("ParallelSearchEmbeddings",),
     "errors": ("BadInputError", "ModelMismatchError", "StoreNotFoundError"),
-    "chroma_store": ("ChromaStore", "list_stores", "make_client"),
+    "chroma_store": ("ChromaStore", "describe_collections", "make_client"),
     "sharded_store": ("ShardedStore", "ShardError", "ShardHits"),
     "shard_spec": ("parse_store",),
     "ingestion.jsonfiles": ("SkipReport", "iter_json_records"),

@@ -46,13 +46,13 @@ def corpus_fingerprint(count: int, ids: Sequence[str], texts: Sequence[str | Non
 
 def store_backend(client: Any, name: str) -> str | None:
     """The encoder backend the store ``name`` was built with (None when there is no such store)."""
-    if name not in store_names(client):
+    if name not in collection_names(client):
         return None
     meta = client.get_collection(name, embedding_function=None).metadata or {}
     return str(meta.get(_META_BACKEND, "torch"))
 
 
-def store_names(client: Any) -> list[str]:
+def collection_names(client: Any) -> list[str]:
     """The collections behind ``client`` (a client lists names or collection objects)."""
     return [c.name if hasattr(c, "name") else c for c in client.list_collections()]
 
@@ -72,7 +72,7 @@ def missing_store_error(name: str, location: str, existing: Sequence[str]) -> St
 
 def require_stores(client: Any, names: Sequence[str], location: str) -> None:
     """Fail on the first of ``names`` that is not a store, before anything loads an encoder for it."""
-    existing = store_names(client)
+    existing = collection_names(client)
     for name in names:
         if name not in existing:
             raise missing_store_error(name, location, existing)
@@ -206,7 +206,7 @@ class ChromaStore(VectorSearch):
             META_DIM: self.embedder.dimension,
             _META_BACKEND: backend,
         }
-        existing = store_names(self.client)
+        existing = collection_names(self.client)
         if self.name not in existing:
             if not create:
                 raise missing_store_error(self.name, self.location, existing)
@@ -499,6 +499,6 @@ def _describe(col: Any, name: str) -> dict[str, Any]:
     }
 
 
-def list_stores(client: Any) -> list[dict[str, Any]]:
+def describe_collections(client: Any) -> list[dict[str, Any]]:
     """:func:`describe_collection` of every collection behind ``client``, in this process."""
-    return [describe_collection(client, name) for name in store_names(client)]
+    return [describe_collection(client, name) for name in collection_names(client)]

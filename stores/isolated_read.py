@@ -216,7 +216,7 @@ def _child(argv: list[str]) -> int:
     cp.add_argument("--batch-size", type=int, default=512)
     args = ap.parse_args(argv)
     client = chroma_store.make_client(path=args.path, host=args.host, port=args.port, create=False)
-    names = sorted(chroma_store.store_names(client))
+    names = sorted(chroma_store.collection_names(client))
     if args.op == "list":
         for name in names:
             if name in args.skip:

@@ -1,4 +1,4 @@
-"""Bad input to ``index`` (issue 12, defects 2-4, text inputs): a ``file:line: reason`` and exit
+"""Bad input to ``index`` (text inputs): a ``file:line: reason`` and exit
 code 2, never a traceback; ``--skip-bad`` skips and counts every kind in every layout;
 directories are expanded or refused by name; a failed run leaves no empty store behind;
 lone surrogates are replaced and counted instead of crashing.
@@ -20,7 +20,7 @@ from parallelsearch.stores.ingestion.readers import read_passages
 
 GOOD = {"title": "Ada Lovelace", "text": "Ada Lovelace wrote the first published algorithm."}
 
-#: the records of issue 12, defect 2: wrong field types in benchmark shapes
+#: wrong field types in benchmark shapes
 WRONG_TYPES = {
     "evidence_str": ({"evidence_list": ["a fact"]}, "evidence_list[0] is str"),
     "evidence_int": ({"evidence_list": [5]}, "evidence_list[0] is int"),

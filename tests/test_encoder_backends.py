@@ -187,7 +187,7 @@ def test_onnx_refuses_a_model_it_would_export_wrongly(monkeypatch, caplog, tmp_p
 
 def test_onnx_fills_the_cores_with_encoder_threads_unless_told(cache, monkeypatch):
     from parallelsearch.stores import RetrievalConfig
-    from parallelsearch.stores.encoding.threads import usable_cores
+    from parallelsearch.stores.encoding.encoder_threads import usable_cores
 
     cores = usable_cores()
     cfg = RetrievalConfig(model_cache_dir=cache)

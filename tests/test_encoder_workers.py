@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import needs_data
 
-from parallelsearch.stores.encoding.threads import EncoderThreads, usable_cores
+from parallelsearch.stores.encoding.encoder_threads import EncoderThreads, usable_cores
 from parallelsearch.stores.http.request_batching import RequestBatcher
 
 

@@ -8,7 +8,7 @@ import sys
 
 CHECK = (
     "import os, sys\n"
-    "from parallelsearch.stores.encoding.threads import let_idle_threads_sleep\n"
+    "from parallelsearch.stores.encoding.encoder_threads import let_idle_threads_sleep\n"
     "{before}"
     "said = let_idle_threads_sleep()\n"
     "print(os.environ.get('GOMP_SPINCOUNT'), '|', said)\n"

@@ -360,12 +360,15 @@ def test_a_bad_request_is_a_4xx_naming_the_field_and_the_server_goes_on(served, 
     assert ok.choices[0].message.content
 
 
-def test_unknown_openai_fields_are_ignored_and_malformed_json_is_a_400(served):
+def test_unknown_openai_fields_are_ignored_malformed_json_is_a_400_and_no_json_a_415(served):
     body = {"model": "parallelsearch", "messages": [{"role": "user", "content": "q?"}], "user": "u-1", "seed": 7,
             "stop": ["x"], "presence_penalty": 0.5, "logit_bias": {}, "tool_choice": "auto", "brand_new_field": 1}  # fmt: skip
     assert httpx.post(served.url + "/v1/chat/completions", json=body, timeout=30).status_code == 200
-    r = httpx.post(served.url + "/v1/chat/completions", content=b"{nope", timeout=30)
+    json_type = {"content-type": "application/json"}
+    r = httpx.post(served.url + "/v1/chat/completions", content=b"{nope", headers=json_type, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("malformed JSON")
+    r = httpx.post(served.url + "/v1/chat/completions", content=b"{nope", timeout=30)
+    assert r.status_code == 415 and "Content-Type: application/json" in r.json()["error"]["message"]
 
 
 def test_the_key_and_the_body_limit_of_the_other_routes_apply(upstream, tmp_path_factory):

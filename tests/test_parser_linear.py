@@ -1,4 +1,4 @@
-"""The action parser is linear in its input and applies ``max_subqueries`` first (issue 12, defect 7).
+"""The action parser is linear in its input and applies ``max_subqueries`` first .
 
 Dedup used to be a list lookup over every piece before the limit was checked, so 80k
 sub-queries took 27 s. The assertions are on work done (pieces kept, dropped), never on time.

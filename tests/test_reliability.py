@@ -1,4 +1,4 @@
-"""Reliability of both servers under bad input and load (issue 12, defects 5, 6 and 9).
+"""Reliability of both servers under bad input and load .
 
 Real servers on 127.0.0.1 (uvicorn in a thread), real HTTP clients, a real embedded Chroma
 store; the policy is the scripted stand-in (no LLM here). Each defect's test failed on the

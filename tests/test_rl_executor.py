@@ -302,7 +302,7 @@ def test_tokens_and_text_never_drift_after_a_stop_string(hotpot_store, hotpot_qu
 
 
 def test_lone_surrogates_in_prompt_and_observations_are_replaced(hotpot_questions, tiny_lm):
-    """Issue 12: a prompt or a retrieved passage holding a lone surrogate (what ``json.dumps`` writes
+    """A prompt or a retrieved passage holding a lone surrogate (what ``json.dumps`` writes
     for Python text that holds one) used to crash the tokenizer (TypeError). The retriever here is
     a real loopback server in the Search-R1 format (a stand-in for a third-party /retrieve server
     that sends such escapes); the episode runs, the text shows U+FFFD and the count is logged."""

@@ -1,4 +1,4 @@
-"""``eval``, ``rollout`` and ``demo`` with an unreachable policy server (issue 12, defect 8):
+"""``eval``, ``rollout`` and ``demo`` with an unreachable policy server :
 each prints the first error of every kind with its count, names the URL it used and says
 connection refused, and exits non-zero because no question succeeded.
 

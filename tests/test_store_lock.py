@@ -1,4 +1,4 @@
-"""One writer at a time per embedded store (issue 12, defect 1).
+"""One writer at a time per embedded store .
 
 Two real ``parallelsearch index`` processes write one store at once, on a new store and on
 an existing one: exact count, every passage found by its own text, every vector readable, no
@@ -101,7 +101,7 @@ def _existing_store_that_syncs_often(home: Path, name: str) -> None:
     """An existing, empty store whose vector index is written to disk every 16 additions.
 
     Chroma's default (every 1,000) makes two unlocked writers corrupt a store only with
-    thousands of passages (issue 12: 2,000 + 2,000 lost ~130); this setting shows the same
+    thousands of passages (2,000 + 2,000 lost ~130); this setting shows the same
     race with 60 + 60 (measured on main's code: 96 of 200 vectors unreadable with 100 + 100).
     """
     from parallelsearch.stores import get_embedder
@@ -119,7 +119,7 @@ def _existing_store_that_syncs_often(home: Path, name: str) -> None:
 @pytest.mark.slow
 def test_two_index_processes_on_existing_and_new_store(tmp_path):
     """Two ``index`` processes at once, 60 + 60 passages (20 shared), on an existing store and
-    on a new one. Smaller than issue 12's 2,000 + 2,000, which takes minutes on 2 shared cores."""
+    on a new one. Smaller than 2,000 + 2,000, which takes minutes on 2 shared cores."""
     home = tmp_path / "home"
     env = dict(os.environ, PARALLELSEARCH_HOME=str(home), HF_HUB_OFFLINE="1")
     rows = _sentences(200)

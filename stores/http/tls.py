@@ -1,6 +1,6 @@
 """One TLS context per process for every HTTP client this package makes: ``httpx`` builds a new
 ``SSLContext`` (loading the CA bundle) per client, even for ``http://``, and the retriever client
-and policy make one per request (docs/performance.md, "What made it faster (session 3)").
+and policy make one per request (docs/performance.md, "What made the CPU query path faster").
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def let_idle_threads_sleep(spin_count: int = SERVER_SPIN_COUNT) -> str:
     """Set ``GOMP_SPINCOUNT`` for this server process (before ``import torch``: libgomp reads it once);
     returns what was done, for the log. libgomp's default 300,000 spins after every parallel region
     burn a core between batches; 1,000 still bridge the gaps inside a forward pass (docs/performance.md,
-    "What changed the server (session 7)"). A value the environment set is kept."""
+    "What changed the server: batches split over threads"). A value the environment set is kept."""
     for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
         if name in os.environ:
             return f"{name}={os.environ[name]} kept (set by the environment)"
