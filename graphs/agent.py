@@ -178,10 +178,9 @@ def create_parallel_search_agent(
         system_prompt: instructions (text or a SystemMessage) before the protocol's own.
         middleware: LangChain ``AgentMiddleware`` objects, run where ``create_agent`` runs them
             (``HumanInTheLoopMiddleware(interrupt_on={"search": True})`` reviews each search).
-        checkpointer, store, debug, interrupt_before, interrupt_after: LangGraph's, as
-            ``create_agent`` takes them (``"model"``/``"tools"`` name the planner and the search).
+        checkpointer, store, debug, interrupt_before, interrupt_after, name: as ``create_agent``
+            takes them (``"model"``/``"tools"`` name the planner and the search).
         context_schema: a TypedDict of your runtime context keys (the knobs' are added).
-        name: the graph's name and its answers' ``name``.
         graph: ``parallel`` (ParallelSearch), ``sequential`` (Search-R1) or ``dag`` (``#k`` plans).
         protocol: ``tools`` (the model calls a ``search`` tool; several calls per message are one
             parallel round), ``tags`` (``<search> a ## b </search>`` text) or ``auto``.
@@ -194,32 +193,26 @@ def create_parallel_search_agent(
     check_choice(protocol, protocol_choices(), "protocol")
     check_graph_kind(graph, ("parallel", "sequential", "dag"))
     check_options(options)
-    if tools is not None and searchers is not None:
-        raise TypeError("give the searchers once: as tools= (create_agent's name) or searchers=, not both")
-    given = tools if tools is not None else searchers
-    if given is None:
-        raise TypeError(
-            "create_parallel_search_agent needs searchers (tools=: a store name, a searcher, a list or a mapping)"
-        )
+    searcher = _searcher(_given_searchers(tools, searchers), retrieval)
     if system_prompt is not None:
         options = {**options, "system_prompt": content_text(getattr(system_prompt, "content", system_prompt))}
     build = GraphBuild(
-        middleware=tuple(middleware),
-        name=name,
-        context_schema=_context(context_schema),
-        store=store,
-        debug=debug,
-        interrupt_before=_nodes(interrupt_before, middleware),
+        middleware=tuple(middleware), name=name, context_schema=_context(context_schema), store=store,
+        debug=debug, interrupt_before=_nodes(interrupt_before, middleware),
         interrupt_after=_nodes(interrupt_after, middleware),
-    )
+    )  # fmt: skip
     return build_graph(
-        graph,
-        model,
-        _searcher(given, retrieval),
-        answer_policy=answer_model,
-        checkpointer=checkpointer,
-        config=config,
-        build=build,
-        protocol=protocol,
-        **options,
-    )
+        graph, model, searcher, answer_policy=answer_model, checkpointer=checkpointer, config=config,
+        build=build, protocol=protocol, **options,
+    )  # fmt: skip
+
+
+def _given_searchers(tools: Any, searchers: Any) -> Any:
+    """The searchers, given once under either name: ``tools=`` is ``create_agent``'s."""
+    if tools is not None and searchers is not None:
+        raise TypeError("give the searchers once: as tools= (create_agent's name) or searchers=, not both")
+    if tools is None and searchers is None:
+        raise TypeError(
+            "create_parallel_search_agent needs searchers (tools=: a store name, a searcher, a list or a mapping)"
+        )
+    return tools if tools is not None else searchers

@@ -140,35 +140,12 @@ def make_train_data(
     Questions from evaluation files are refused (:func:`refuse_eval_question`) unless
     ``allow_eval_questions``; ``eval_set`` writes OpenRLHF eval records instead (scored as EM).
     """
-    if not paths:
-        raise ValueError("make-train-data needs at least one question file")
-    for p in paths:
-        if "holdout" in Path(p).resolve().parts:
-            raise ValueError(f"{p} is held out for blind evaluation; it must never become training data")
-    if recipe is not None and recipe not in RECIPES:
-        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
+    _check_sources(paths, recipe)
     out = Path(out)
     report = TrainDataReport(out)
-    seen: set[str] = set()
-    chosen: list[dict[str, Any]] = []
-    for path in paths:
-        for q in load_questions(path, skip_bad=skip_bad):
-            ds = (q.get("metadata") or {}).get("dataset") or "unknown"
-            if recipe and ds not in RECIPES[recipe]:
-                report.left_out[ds] = report.left_out.get(ds, 0) + 1
-                continue
-            if not (eval_set or allow_eval_questions):
-                refuse_eval_question(q, path)
-            qid = str(q.get("id"))
-            if qid in seen:
-                report.duplicates += 1
-                continue
-            seen.add(qid)
-            chosen.append(q)
-    if recipe and not chosen:
-        raise ValueError(
-            f"recipe {recipe!r} needs questions from {', '.join(RECIPES[recipe])}; none were given"
-        )
+    chosen = _choose_questions(
+        paths, recipe, report, skip_bad=skip_bad, check=not (eval_set or allow_eval_questions)
+    )
     random.Random(seed).shuffle(chosen)
     if limit is not None:
         chosen = chosen[:limit]
@@ -187,3 +164,42 @@ def make_train_data(
             report.by_split[str(meta.get("split"))] += 1
     tmp.replace(out)
     return report
+
+
+def _check_sources(paths: Sequence[str | Path], recipe: str | None) -> None:
+    """Refuse what must never become training data (held-out files) and an unknown recipe."""
+    if not paths:
+        raise ValueError("make-train-data needs at least one question file")
+    for p in paths:
+        if "holdout" in Path(p).resolve().parts:
+            raise ValueError(f"{p} is held out for blind evaluation; it must never become training data")
+    if recipe is not None and recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
+
+
+def _choose_questions(
+    paths: Sequence[str | Path], recipe: str | None, report: TrainDataReport, *, skip_bad: bool, check: bool
+) -> list[dict[str, Any]]:
+    """The questions of ``paths`` the recipe keeps, each id once (left-out and duplicate counts go
+    to ``report``); ``check`` refuses evaluation questions."""
+    seen: set[str] = set()
+    chosen: list[dict[str, Any]] = []
+    for path in paths:
+        for q in load_questions(path, skip_bad=skip_bad):
+            ds = (q.get("metadata") or {}).get("dataset") or "unknown"
+            if recipe and ds not in RECIPES[recipe]:
+                report.left_out[ds] = report.left_out.get(ds, 0) + 1
+                continue
+            if check:
+                refuse_eval_question(q, path)
+            qid = str(q.get("id"))
+            if qid in seen:
+                report.duplicates += 1
+                continue
+            seen.add(qid)
+            chosen.append(q)
+    if recipe and not chosen:
+        raise ValueError(
+            f"recipe {recipe!r} needs questions from {', '.join(RECIPES[recipe])}; none were given"
+        )
+    return chosen
