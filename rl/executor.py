@@ -211,6 +211,27 @@ class EpisodeExecutor:
 
         return generate
 
+    def _checked_prompt(self, prompt: Any) -> tuple[Any, int]:
+        """The prompt, its lone surrogates (a dataset's ``"\\ud800"`` escape, which cannot be
+        tokenized) replaced and counted; the first prompt is checked against the reward mode."""
+        if not self.prompt_checked:
+            from parallelsearch.rl.preflight import check_episode_prompt
+
+            check_episode_prompt(self.env_graph.reward_mode, prompt)
+            self.prompt_checked = True
+        clean, replaced = scrub_text(prompt) if isinstance(prompt, str) else (prompt, 0)
+        if replaced:
+            log.warning(
+                "replaced %d invalid character(s) (lone surrogates) in a prompt with U+FFFD", replaced
+            )
+        return clean, replaced
+
+    def _turn_cap(self, sampling_params: Any) -> int:
+        """Tokens one turn may generate: the executor's cap, or the graph's, within OpenRLHF's."""
+        turn_cap = self.max_new_tokens_per_turn or self.env_graph.config.max_new_tokens
+        outer_cap = getattr(sampling_params, "max_tokens", None)
+        return min(turn_cap, int(outer_cap)) if outer_cap else turn_cap
+
     async def execute(
         self,
         prompt: str,
@@ -233,21 +254,8 @@ class EpisodeExecutor:
         if images:
             raise ValueError("the ParallelSearch agent is text-only; this sample carries images")
         lab = parse_label(label)
-        if not self.prompt_checked:
-            from parallelsearch.rl.preflight import check_episode_prompt
-
-            check_episode_prompt(self.env_graph.reward_mode, prompt)
-            self.prompt_checked = True
-        # a prompt with lone surrogates (a dataset's "\ud800" escape) cannot be tokenized
-        clean_prompt, replaced = scrub_text(prompt) if isinstance(prompt, str) else (prompt, 0)
-        if replaced:
-            log.warning(
-                "replaced %d invalid character(s) (lone surrogates) in a prompt with U+FFFD", replaced
-            )
-        turn_cap = self.max_new_tokens_per_turn or self.env_graph.config.max_new_tokens
-        outer_cap = getattr(sampling_params, "max_tokens", None)
-        if outer_cap:
-            turn_cap = min(turn_cap, int(outer_cap))
+        clean_prompt, replaced = self._checked_prompt(prompt)
+        turn_cap = self._turn_cap(sampling_params)
         want_lp = getattr(sampling_params, "logprobs", None) is not None
         run = await run_episode(
             self.env_graph,
