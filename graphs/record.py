@@ -55,6 +55,7 @@ class TurnRecord(TypedDict):
     format_error: NotRequired[str]  # why a valid turn breaks the protocol's strict format
     feedback: NotRequired[str]  # the corrective note of an invalid turn, as the policy read it
     message_id: NotRequired[str]  # a chat model's reply's id (the id of its streamed chunks)
+    written_subqueries: NotRequired[list[str]]  # a reviewed search: what the policy wrote
 
 
 class ObservationRecord(TypedDict):
@@ -67,7 +68,18 @@ class ObservationRecord(TypedDict):
     stages: NotRequired[int]  # a search with #k: how many stages it took
 
 
-TrajectoryRecord: TypeAlias = TurnRecord | ObservationRecord
+class ReviewRecord(TypedDict):
+    """A reviewer's decisions on a search (human review middleware): how many of its calls still
+    run and how many the reviewer answered instead (what ran, edits included, is the search's
+    observation record)."""
+
+    type: Literal["review"]
+    turn: int  # the reviewed turn's ``index``
+    kept: int
+    rejected: int
+
+
+TrajectoryRecord: TypeAlias = TurnRecord | ObservationRecord | ReviewRecord
 
 #: why the last turn of a search in the final turn is invalid
 FINAL_SEARCH_REASON = "searching is disabled in the final turn"
@@ -132,7 +144,7 @@ class Episode:
     def from_state(cls, values: Mapping[str, Any]) -> Episode:
         trajectory: Sequence[TrajectoryRecord] = values.get("trajectory") or []
         return cls(
-            turns=tuple(t for t in trajectory if t["type"] == "turn"),  # type: ignore[misc]
+            turns=_reviewed_turns(trajectory),
             observations=tuple(t for t in trajectory if t["type"] == "observation"),  # type: ignore[misc]
             answer=values.get("answer"),
             question=values.get("question") or "",
@@ -141,7 +153,8 @@ class Episode:
 
     @property
     def searches(self) -> list[TurnRecord]:
-        """The turns whose search ran (valid searches, in order)."""
+        """The turns whose search ran (valid searches, in order; a reviewed search with what the
+        reviewer let run)."""
         return [t for t in self.turns if t["action"] == "search"]
 
     @property
@@ -172,3 +185,24 @@ class Episode:
         if not self.turns or self.turns[-1]["action"] != "answer":
             return False, "incomplete: the episode ended without an answer"
         return True, "valid"
+
+
+def _reviewed_turns(trajectory: Sequence[TrajectoryRecord]) -> tuple[TurnRecord, ...]:
+    """The turns; a reviewed search's with the queries its observation shows were searched
+    (``written_subqueries``: the policy's), and ``reviewed`` as its action when none ran."""
+    turns: list[TurnRecord] = []
+    reviewed: TurnRecord | None = None
+    for entry in trajectory:
+        if entry["type"] == "turn":
+            turns.append(entry)
+        elif entry["type"] == "review" and turns and turns[-1]["index"] == entry["turn"]:
+            written = turns[-1]
+            if written["action"] == "search":
+                turns[-1] = reviewed = {**written, "written_subqueries": written["subqueries"]}
+                if not entry["kept"]:
+                    reviewed.update(action="reviewed", subqueries=[])
+                    reviewed = None
+        elif entry["type"] == "observation" and reviewed is not None:
+            reviewed["subqueries"] = [r["query"] for r in entry["results"]]
+            reviewed = None
+    return tuple(turns)

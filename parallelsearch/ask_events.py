@@ -16,7 +16,7 @@ ANSWER_FIELDS = tuple(
 
 
 def step_event(step: TrajectoryRecord) -> dict[str, Any]:
-    """One trajectory entry as an event: ``turn`` (numbered from 1) or ``search`` (a round, from 1)."""
+    """One trajectory entry as an event: ``turn`` (numbered from 1), ``review`` or ``search`` (a round, from 1)."""
     if step["type"] == "turn":
         return {
             "type": "turn",
@@ -28,6 +28,13 @@ def step_event(step: TrajectoryRecord) -> dict[str, Any]:
             "answer": step["answer"],
             "reason": step["reason"],
             "ms": step["ms"],
+        }
+    if step["type"] == "review":
+        return {
+            "type": "review",
+            "turn": step["turn"] + 1,
+            "kept": step["kept"],
+            "rejected": step["rejected"],
         }
     return {
         "type": "search",
@@ -60,6 +67,11 @@ def event_lines(event: dict[str, Any]) -> list[str]:
         if event.get("reason"):
             head += f" ({event['reason']})"
         return [f"{head}  [{event['ms'] or 0:.1f} ms]"]
+    if event["type"] == "review":
+        return [
+            f"  [review of turn {event['turn']}] {event['kept']} call(s) run, "
+            f"{event['rejected']} answered by the reviewer"
+        ]
     if event["type"] == "search":
         lines = [f"  [search round {event['round']}]"]
         for r in event["results"]:

@@ -9,11 +9,14 @@ import asyncio
 
 import pytest
 from conftest import UvicornThread
+from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from parallelsearch import create_parallel_search_agent
+from parallelsearch.ask_events import event_lines, run_events
+from parallelsearch.graphs.record import Episode
 from parallelsearch.stores import Passage
 
 pytest.importorskip("langchain_openai", reason="langchain-openai is in the dev extra")
@@ -168,6 +171,58 @@ def test_human_review_approves_edits_and_rejects_sub_queries(chat):
     assert out["messages"][-1].content == "Nolan, 2010" and out["subqueries"] == 2
     # the model's next request carries one tool message per call, as the API requires
     assert sum(1 for m in requests[-1]["messages"] if m["role"] == "tool") == 3
+    # the record says what ran: the reviewed search's sub-queries, the policy's kept beside them
+    (search,) = Episode.from_state(out).searches
+    assert search["subqueries"] == ["Inception director", "Inception release date"]
+    assert search["written_subqueries"] == ["Inception director", "Inception budget", "Inception year"]
+
+
+def test_a_search_the_reviewer_rejects_whole_is_no_search_in_the_record(chat):
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    model, _ = chat([["Inception director", "Inception budget"], "Nolan"])
+    films = Films()
+    agent = create_parallel_search_agent(
+        model,
+        films,
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"search": True})],
+        checkpointer=InMemorySaver(),
+    )
+    thread = {"configurable": {"thread_id": "reject"}}
+    agent.invoke({"messages": [("user", "Who directed Inception?")]}, thread)
+    no = {"type": "reject", "message": "answer from memory"}
+    out = agent.invoke(Command(resume={"decisions": [no, no]}), thread)
+    episode = Episode.from_state(out)
+    assert films.queries == [] and out["subqueries"] == 0 and out["messages"][-1].content == "Nolan"
+    assert episode.searches == [] and [t["action"] for t in episode.turns] == ["reviewed", "answer"]
+    lines = [line for event in run_events(out) for line in event_lines(event)]
+    assert lines[1] == "  [review of turn 1] 0 call(s) run, 2 answered by the reviewer"
+
+
+def test_dependent_sub_queries_run_inside_the_reviewers_middleware_as_resolved(chat):
+    """Under the dag graph a ``#k`` call of a later stage reaches ``wrap_tool_call`` middleware
+    with the query it resolved to, and its tool message says what it was searched as."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    model, _ = chat([["county of Van Hook", "seat of #1"], "done"])
+    films, seen = Films(), []
+
+    class Watch(AgentMiddleware):
+        async def awrap_tool_call(self, request, handler):
+            seen.append(request.tool_call["args"]["query"])
+            return await handler(request)
+
+    review = HumanInTheLoopMiddleware(interrupt_on={"search": True})
+    agent = create_parallel_search_agent(
+        model, films, graph="dag", middleware=[review, Watch()], checkpointer=InMemorySaver()
+    )
+    thread = {"configurable": {"thread_id": "dag"}}
+    agent.invoke({"messages": [("user", "What is the seat of the county of Van Hook?")]}, thread)
+    out = agent.invoke(Command(resume={"decisions": [{"type": "approve"}] * 2}), thread)
+    tools = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert films.queries == seen == ["county of Van Hook", "seat of County Of Van Hook"]
+    assert [m.status for m in tools] == ["success", "success"] and out["errors"] == 0
+    assert str(tools[1].content).startswith("Searched as: seat of County Of Van Hook\nDoc 1(Title: Seat Of")
 
 
 def test_model_call_limit_and_retry_middleware_work_unchanged(chat):

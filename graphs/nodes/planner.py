@@ -16,7 +16,7 @@ from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.common import ms_since, usage_update
 from parallelsearch.graphs.nodes.wrapped import model_turn
-from parallelsearch.graphs.record import TurnRecord, turn_record
+from parallelsearch.graphs.record import ReviewRecord, TurnRecord, turn_record
 from parallelsearch.graphs.state import SearchState
 from parallelsearch.graphs.turns import is_final_turn, turn_request
 
@@ -123,11 +123,23 @@ async def review(
     pending = [c for c in ai.tool_calls if c.get("id") not in answered]
     if [c.get("id") for c in pending] == [cid for cid, _ in act.get("calls") or []]:
         return {}
+    rejected = len(ai.tool_calls) - len(pending)
+    turn_index = state.get("policy_calls", 1) - 1
     if not pending:
-        return {"last_action": {**act, "kind": "reviewed", "subqueries": [], "calls": []}}
+        return {
+            "last_action": {**act, "kind": "reviewed", "subqueries": [], "calls": []},
+            "trajectory": [_review_record(turn_index, 0, rejected)],
+        }
     cfg = engine.configured(config, runtime)
     res = TurnResult(text=content_text(ai.content), tool_calls=pending, message=ai)
     action = engine.protocol.parse(res, Limits(cfg.max_subqueries, cfg.split_subqueries))
     action, plan = plan_turn(action, max_stages=cfg.max_stages)
     turn: Any = {"action": action.kind, "final": act.get("final", False)}
-    return {"last_action": next_action(turn, action, plan, cfg)}
+    return {
+        "last_action": next_action(turn, action, plan, cfg),
+        "trajectory": [_review_record(turn_index, len(pending), rejected)],
+    }
+
+
+def _review_record(turn: int, kept: int, rejected: int) -> ReviewRecord:
+    return {"type": "review", "turn": turn, "kept": kept, "rejected": rejected}

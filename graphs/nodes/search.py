@@ -15,6 +15,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Overwrite, Send
 
 from parallelsearch.agents.protocol import Observation, SubqueryResult, content_text, format_tool_response
+from parallelsearch.agents.protocol.tools import call_replies
 from parallelsearch.agents.searchers.base import guarded_search
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.begin_answer import begin
@@ -24,6 +25,9 @@ from parallelsearch.graphs.nodes.wrapped import tool_call
 from parallelsearch.graphs.record import ObservationRecord, SearchRecord
 from parallelsearch.graphs.state import SearchState, SearchTask
 from parallelsearch.graphs.turns import after_turn
+
+#: a search task's keys that are not the result row's
+_TASK_ONLY = ("top_k", "call", "view", "resolved_stage")
 
 
 def route(engine: EpisodeEngine, state: SearchState) -> Any:
@@ -76,6 +80,20 @@ def call_context(engine: EpisodeEngine, state: SearchState) -> Any:
     return context
 
 
+def _with_calls(
+    engine: EpisodeEngine, state: SearchState, tasks: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A later stage's tasks with their tool calls for ``wrap_tool_call`` middleware, each call
+    asking for the resolved query (what the handler searches), not the written ``#k``."""
+    context = call_context(engine, state)
+    out = []
+    for task in tasks:
+        ctx = context(task["index"])
+        call = {**ctx["call"], "args": {**(ctx["call"].get("args") or {}), "query": task["query"]}}
+        out.append({**task, **ctx, "call": call, "resolved_stage": True})
+    return out
+
+
 async def _searched(engine: EpisodeEngine, row: dict[str, Any], top_k: int) -> dict[str, Any]:
     """``row`` with its query's passages, or the error that stood in for them."""
     row = dict(row)
@@ -106,7 +124,7 @@ async def search(
     """One sub-query through the searcher (timeout, retry; inside ``wrap_tool_call`` middleware
     when the graph has some); a failure is the row's ``error``."""
     t0 = time.perf_counter()
-    row: dict[str, Any] = {k: v for k, v in task.items() if k not in ("top_k", "call", "view")}
+    row: dict[str, Any] = {k: v for k, v in task.items() if k not in _TASK_ONLY}
     top_k = task.get("top_k") or engine.cfg.top_k
     if task.get("call") and not task.get("error") and engine.searcher is not None:
 
@@ -114,7 +132,7 @@ async def search(
             return await _searched(engine, {**row, "query": query}, top_k)
 
         row = await tool_call(engine, dict(task), run, config, runtime)
-        row = {k: v for k, v in row.items() if k not in ("top_k", "call", "view")}
+        row = {k: v for k, v in row.items() if k not in _TASK_ONLY}
     else:
         row = await _searched(engine, row, top_k)
     row["ms"] = ms_since(t0)
@@ -147,17 +165,25 @@ def _results(act: dict[str, Any], rows: list[dict[str, Any]], staged: bool) -> l
     ]
 
 
-def _wrapped_observation(calls: list[tuple[str, int | None]], rows: list[dict[str, Any]]) -> Observation:
+def _wrapped_observation(
+    engine: EpisodeEngine,
+    calls: list[tuple[str, int | None]],
+    rows: list[dict[str, Any]],
+    results: list[SubqueryResult],
+) -> Observation:
     """The tool messages ``wrap_tool_call`` middleware answered the calls with, one per call (a
-    duplicate call gets its sub-query's), and their text form."""
+    duplicate call gets its sub-query's), and their text form; a row the middleware did not see
+    (a ``#k`` that could not be resolved) is rendered as the protocol renders it."""
     from langchain_core.messages import ToolMessage
 
     by_index = {row["index"]: row.get("message") for row in rows}
+    plain = {cid: (text, failed) for cid, text, failed in call_replies(results, calls, engine.style())}
     messages = []
     for cid, i in calls:
         msg = by_index.get(i)
         if not isinstance(msg, ToolMessage):
-            msg = ToolMessage(content="Not searched.", tool_call_id=cid, status="error")
+            text, failed = plain[cid]
+            msg = ToolMessage(content=text, tool_call_id=cid, status="error" if failed else "success")
         messages.append(msg.model_copy(update={"tool_call_id": cid}) if msg.tool_call_id != cid else msg)
     text = "".join(format_tool_response(content_text(m.content)) for m in messages) + "\n"
     return Observation(text, tuple(messages))
@@ -172,14 +198,16 @@ async def join(
     act = state.get("last_action") or {}
     stages: list[list[int]] = act.get("stages") or []
     if state.get("stage", 0) + 1 < len(stages):
-        return await next_stage(state, engine.resolver_for(engine.configured(config, runtime)), rows, t0)
+        update = await next_stage(state, engine.resolver_for(engine.configured(config, runtime)), rows, t0)
+        if engine.wraps_tools():
+            update["next_stage"] = _with_calls(engine, state, update["next_stage"])
+        return update
     calls = [(cid, i) for cid, i in act.get("calls") or []]
+    results = _results(act, rows, bool(stages))
     if engine.protocol.chat and any("message" in row for row in rows):
-        obs = _wrapped_observation(calls, rows)
+        obs = _wrapped_observation(engine, calls, rows, results)
     else:
-        obs = engine.protocol.render(
-            _results(act, rows, bool(stages)), calls, engine.style(), state["transcript"]
-        )
+        obs = engine.protocol.render(results, calls, engine.style(), state["transcript"])
     entry: ObservationRecord = {
         "type": "observation",
         "round": r,

@@ -117,7 +117,8 @@ async def tool_call(
         query = " ".join(str((req.tool_call.get("args") or {}).get("query", "")).split())
         row = await run(query or task["query"])
         rows.append(row)
-        found = SubqueryResult(row["query"], _passages(row), row.get("error"))
+        searched_as = row["query"] if task.get("resolved_stage") and not row.get("error") else None
+        found = SubqueryResult(row["query"], _passages(row), row.get("error"), searched_as)
         _, text, failed = call_replies([found], [(req.tool_call["id"], 0)], engine.style())[0]
         return ToolMessage(
             content=text, tool_call_id=req.tool_call["id"], status="error" if failed else "success"
