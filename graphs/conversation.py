@@ -23,18 +23,22 @@ def system_text(messages: Sequence[AnyMessage], cfg: GraphConfig, protocol: Sear
 
 
 def _complete(history: Sequence[AnyMessage]) -> list[AnyMessage]:
-    """``history`` without tool calls that never got their tool messages (an abandoned search):
-    chat APIs refuse a call without its answer."""
+    """``history`` without an AI message whose tool calls were not all answered (an abandoned or
+    partly reviewed search) and without any tool message of it: chat APIs refuse a call without
+    its answer, and an answer without its call."""
     answered = {m.tool_call_id for m in history if isinstance(m, ToolMessage)}
-    out: list[AnyMessage] = []
-    for m in history:
-        calls = getattr(m, "tool_calls", None) if isinstance(m, AIMessage) else None
+    dropped_ai: set[int] = set()
+    dropped_calls: set[str | None] = set()
+    for i, m in enumerate(history):
+        calls = m.tool_calls if isinstance(m, AIMessage) else None
         if calls and not all(c.get("id") in answered for c in calls):
-            ids = {c.get("id") for c in calls}
-            out = [x for x in out if not (isinstance(x, ToolMessage) and x.tool_call_id in ids)]
-            continue
-        out.append(m)
-    return out
+            dropped_ai.add(i)
+            dropped_calls.update(c.get("id") for c in calls)
+    return [
+        m
+        for i, m in enumerate(history)
+        if i not in dropped_ai and not (isinstance(m, ToolMessage) and m.tool_call_id in dropped_calls)
+    ]
 
 
 def bounded_history(history: Sequence[AnyMessage], cfg: GraphConfig) -> list[AnyMessage]:

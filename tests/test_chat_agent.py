@@ -325,3 +325,24 @@ def test_under_tags_messages_hold_the_question_and_the_answer_under_the_streamed
     streamed = [m for m in got if isinstance(m, AIMessageChunk)]
     assert streamed and streamed[-1].id == answer_id  # a UI merging by id shows the answer once
     assert not any(isinstance(m, HumanMessage) for m in got)  # the internal prompt is never a message
+
+
+def test_history_drops_a_partly_answered_search_with_all_its_tool_messages():
+    """A chat API refuses a tool call without its answer and an answer without its call, so a
+    search whose calls were not all answered leaves the history whole: call and answers."""
+    from langchain_core.messages import ToolMessage
+
+    from parallelsearch.graphs.config import GraphConfig
+    from parallelsearch.graphs.conversation import bounded_history
+
+    calls = [{"name": "search", "args": {"query": q}, "id": i} for q, i in (("x", "c1"), ("y", "c2"))]
+    history = [
+        HumanMessage("q1", id="h1"),
+        AIMessage("", id="a1", tool_calls=calls),
+        ToolMessage("rejected by the reviewer", tool_call_id="c1", status="error"),
+        AIMessage("an answer", id="a2"),
+        HumanMessage("q2", id="h2"),
+    ]
+    kept = bounded_history(history, GraphConfig())
+    assert [m.id for m in kept if not isinstance(m, ToolMessage)] == ["h1", "a2", "h2"]
+    assert not [m for m in kept if isinstance(m, ToolMessage)]

@@ -424,3 +424,19 @@ def test_a_thread_is_a_conversation_one_episode_per_new_human_message():
     history = agent.get_state(cfg).values["history"]
     assert [h["question"] for h in history] == ["first?", "second?", "third?"]
     assert out["policy_calls"] == 2 and out["search_rounds"] == 1  # the episode's own counts
+
+
+def test_the_environments_notes_are_hidden_from_chat_uis_and_apart_from_the_user():
+    """A corrective or final-turn note is in the model's conversation but not a user bubble:
+    Agent Chat UI skips ids starting ``do-not-render-``, and the name tells it from the user."""
+    from parallelsearch.agents.protocol import get_protocol
+    from parallelsearch.agents.protocol.turn import TurnResult
+
+    tools = get_protocol("tools")
+    reply = TurnResult(text="  ", tool_calls=[])
+    retry = tools.feedback(reply, parse_tool_calls([], "  "))
+    final = tools.final_note()
+    notes = [*retry.messages, *final.messages]
+    assert len(notes) == 2 and all(isinstance(m, HumanMessage) for m in notes)
+    assert all(m.id.startswith("do-not-render-") and m.name == "parallelsearch" for m in notes)
+    assert notes[0].id != tools.feedback(reply, parse_tool_calls([], "  ")).messages[0].id

@@ -188,6 +188,18 @@ def call_replies(
 
 #: the name of the environment's own human messages (a corrective note), apart from the user's
 NOTE_NAME = "parallelsearch"
+#: the id prefix chat UIs skip (Agent Chat UI's ``DO_NOT_RENDER_ID_PREFIX``): the model needs the
+#: note in its conversation, a person reading the chat does not
+NOTE_ID_PREFIX = "do-not-render-"
+
+
+def _note(text: str) -> Any:
+    """A corrective note as the conversation keeps it: the environment's, hidden from chat UIs."""
+    from uuid import uuid4
+
+    from langchain_core.messages import HumanMessage
+
+    return HumanMessage(content=text, name=NOTE_NAME, id=f"{NOTE_ID_PREFIX}{uuid4()}")
 #: what a reply with neither a tool call nor an answer is told
 TOOLS_RETRY = "Your reply had no tool call and no answer. Call search, or reply with the answer only."
 #: what a reply cut at the token limit without a call is told
@@ -223,14 +235,14 @@ class Tools(SearchProtocol):
         return Observation(render_tool_calls(text, [*calls, *result.invalid_tool_calls]), (msg,))
 
     def feedback(self, result: TurnResult, action: Action) -> Observation:
-        from langchain_core.messages import HumanMessage, ToolMessage
+        from langchain_core.messages import ToolMessage
 
         if action.calls:
             notes = tool_feedback(action)
             msgs = tuple(ToolMessage(content=n, tool_call_id=cid, status="error") for cid, n in notes)
             return Observation("".join(format_tool_response(n) for _, n in notes), msgs)
         note = TOOLS_CUT if result.finish_reason == "length" else TOOLS_RETRY
-        return Observation(f"\n{note}\n", (HumanMessage(content=note, name=NOTE_NAME),))
+        return Observation(f"\n{note}\n", (_note(note),))
 
     def read_turns(self, text: str, prompt: str | None = None) -> list:
         raise ValueError(
@@ -239,9 +251,7 @@ class Tools(SearchProtocol):
         )
 
     def final_note(self) -> Observation | None:
-        from langchain_core.messages import HumanMessage
-
-        return Observation(messages=(HumanMessage(content=TOOLS_FINAL, name=NOTE_NAME),))
+        return Observation(messages=(_note(TOOLS_FINAL),))
 
     def render(
         self,
