@@ -103,16 +103,7 @@ def create_retrieval_app(
     app.state.batcher = batcher
     app.add_exception_handler(RequestValidationError, _bad_request)
     _add_health_route(app, searcher, api_key_required=api_key is not None)
-
-    @app.post("/retrieve")
-    async def retrieve(req: RetrieveRequest) -> dict[str, Any]:
-        k = _checked_topk(req, default_topk, max_queries, max_query_chars)
-        if batcher is None:
-            results = await asyncio.to_thread(searcher.search_batch, req.queries, k)
-        else:
-            results = await batcher.search(req.queries, k)
-        return _retrieve_body(results, req.return_scores)
-
+    _add_retrieve_route(app, searcher, batcher, default_topk, max_queries, max_query_chars)
     return app
 
 
@@ -154,6 +145,26 @@ def _add_health_route(app: FastAPI, searcher: NamedBatchSearcher, *, api_key_req
             "api_key_required": api_key_required,
             **await asyncio.to_thread(searcher_identity, searcher),
         }
+
+
+def _add_retrieve_route(
+    app: FastAPI,
+    searcher: NamedBatchSearcher,
+    batcher: RequestBatcher | None,
+    default_topk: int,
+    max_queries: int,
+    max_query_chars: int,
+) -> None:
+    """``POST /retrieve``: Search-R1's search call, batched with concurrent requests given a batcher."""
+
+    @app.post("/retrieve")
+    async def retrieve(req: RetrieveRequest) -> dict[str, Any]:
+        k = _checked_topk(req, default_topk, max_queries, max_query_chars)
+        if batcher is None:
+            results = await asyncio.to_thread(searcher.search_batch, req.queries, k)
+        else:
+            results = await batcher.search(req.queries, k)
+        return _retrieve_body(results, req.return_scores)
 
 
 def _checked_topk(req: RetrieveRequest, default_topk: int, max_queries: int, max_query_chars: int) -> int:
