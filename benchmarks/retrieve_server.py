@@ -219,6 +219,45 @@ class HttpxConnection:
         return r.status_code, r
 
 
+async def closed_loop_client(
+    url: str,
+    client: str,
+    shared: httpx.AsyncClient,
+    c: int,
+    per_request: int,
+    requests_each: int,
+    queries: list[str],
+    lat: list[float],
+) -> int:
+    """Client ``c``'s requests, each sent when the last is answered, its latencies appended to
+    ``lat``; its errors, counted as :func:`load` says, so one bad answer does not end the run."""
+    errors = 0
+    conn: RawHttpConnection | HttpxConnection | None = None
+    for r in range(requests_each):
+        start = (c * requests_each + r) * per_request
+        qs = [queries[(start + j) % len(queries)] for j in range(per_request)]
+        body = {"queries": qs, "topk": 3, "return_scores": True}  # as Search-R1's client sends
+        try:
+            if conn is None:
+                conn = HttpxConnection(shared, url) if client == "httpx" else RawHttpConnection(url)
+                await conn.__aenter__()
+            t0 = time.perf_counter()
+            status, answer = await conn.post_json("/retrieve", body)
+            lat.append((time.perf_counter() - t0) * 1000)
+            if isinstance(answer, httpx.Response):
+                answer = answer.json() if status == 200 else None
+            result = answer.get("result", ()) if isinstance(answer, dict) else ()
+            errors += status != 200 or len(result) != per_request
+        except (RawHttpError, httpx.HTTPError, OSError, asyncio.TimeoutError, ValueError):
+            errors += 1
+            if conn is not None:
+                await conn.__aexit__()
+            conn = None
+    if conn is not None:
+        await conn.__aexit__()
+    return errors
+
+
 async def load(
     url: str,
     clients: int,
@@ -237,40 +276,19 @@ async def load(
 
     server = psutil.Process(server_pid) if server_pid else None
     lat: list[float] = []
-    errors = 0
-
-    async def one_client(c: int, shared: httpx.AsyncClient) -> None:
-        nonlocal errors
-        conn: RawHttpConnection | HttpxConnection | None = None
-        for r in range(requests_each):
-            start = (c * requests_each + r) * per_request
-            qs = [queries[(start + j) % len(queries)] for j in range(per_request)]
-            body = {"queries": qs, "topk": 3, "return_scores": True}  # as Search-R1's client sends
-            try:
-                if conn is None:
-                    conn = HttpxConnection(shared, url) if client == "httpx" else RawHttpConnection(url)
-                    await conn.__aenter__()
-                t0 = time.perf_counter()
-                status, answer = await conn.post_json("/retrieve", body)
-                lat.append((time.perf_counter() - t0) * 1000)
-                if isinstance(answer, httpx.Response):
-                    answer = answer.json() if status == 200 else None
-                result = answer.get("result", ()) if isinstance(answer, dict) else ()
-                errors += status != 200 or len(result) != per_request
-            except (RawHttpError, httpx.HTTPError, OSError, asyncio.TimeoutError, ValueError):
-                errors += 1
-                if conn is not None:
-                    await conn.__aexit__()
-                conn = None
-        if conn is not None:
-            await conn.__aexit__()
-
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(timeout=60, limits=limits) as shared:
         s0 = sum(server.cpu_times()[:2]) if server else 0.0
         c0 = time.process_time()
         t0 = time.perf_counter()
-        await asyncio.gather(*(one_client(c, shared) for c in range(clients)))
+        errors = sum(
+            await asyncio.gather(
+                *(
+                    closed_loop_client(url, client, shared, c, per_request, requests_each, queries, lat)
+                    for c in range(clients)
+                )
+            )
+        )
         wall = time.perf_counter() - t0
         client_cpu = time.process_time() - c0
         server_cpu = sum(server.cpu_times()[:2]) - s0 if server else float("nan")
@@ -355,7 +373,8 @@ def median_rows(samples: list[dict]) -> dict:
     return {k: statistics.median(xs) if xs else None for k, xs in medians.items()}
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The script's options, and the hidden ones its child processes are started with."""
     ap = parser(__doc__)
     ap.add_argument("--rounds", type=int, default=3)
     backends = ("auto", "torch", "onnx", "onnx-int8")
@@ -378,36 +397,21 @@ def main(argv: list[str] | None = None) -> dict:
     )
     ap.add_argument("--no-encoder-server", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--bare-encoder", choices=ENCODERS, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.bare_encoder:  # the child of bare_encoders_in_children: its rows as JSON on stdout
-        encoder = make_encoder(args.bare_encoder, args.reuse, engine_of(args.backend))
-        print(json.dumps(bare_encoder_rows(encoder, hotpot_questions())))
-        return {}
-    if args.no_encoder_server:
-        serve_no_encoder(args.no_encoder_server)
-        return {}
-    require(HOTPOT)
+    return ap.parse_args(argv)
 
-    from parallelsearch.stores import ChromaStore
-    from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder, resolve_model_path
 
-    queries = hotpot_questions()
-    backend = engine_of(args.backend)  # the engine the default servers run (auto: ONNX on CPU)
-    served = args.backend or "auto"  # what the servers are told
-    if args.reuse:
-        home = args.reuse
-    else:
-        home = Path(tempfile.mkdtemp(prefix="retrieve-server-"))
-        print(f"indexing {HOTPOT.name} into {home} ...")
-        build_store(home / "a", "onnx-int8" if backend == "onnx-int8" else "onnx")
-    if args.baseline:
-        return compare_with_baseline(args, home, served, queries)
+def copy_stores(home: Path) -> None:
+    """The store copied for the unbatched and other servers and the timing store."""
     for copy in ("b", "c", "d"):  # an embedded store is one process's: one copy each
         if not (home / copy).exists():
             shutil.copytree(home / "a", home / copy)
-    ours = Embedder(DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models", workers=1)
-    timing_store = ChromaStore("hotpot500", path=home / "d" / "chroma", embedder=ours, create=False)
-    encoders = [name.format(backend=backend) for name in ENCODERS.values()]
+
+
+def variant_servers(args: argparse.Namespace, home: Path, served: str, backend: str) -> dict:
+    """Every server variant, each over its own copy of the store: batched, unbatched, the engine's
+    other arrangement, the no-encoder stand-in and, with ``--official``, the official one."""
+    from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, resolve_model_path
+
     other, other_flags = OTHER_ARRANGEMENT["torch" if backend == "torch" else "onnx"]
     servers = {
         "batched": server(home / "a", ["--max-batch", "64"], served),
@@ -417,6 +421,23 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if args.official:
         servers["official"] = OfficialServer(args.official, home / "d", resolve_model_path(DEFAULT_MODEL))
+    return servers
+
+
+def open_timing_store(home: Path, backend: str):
+    """A copy of the store opened in this process, to time Chroma's own query without a server."""
+    from parallelsearch.stores import ChromaStore
+    from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, Embedder
+
+    ours = Embedder(DEFAULT_MODEL, backend=backend, cache_dir=home / "a" / "models", workers=1)
+    return ChromaStore("hotpot500", path=home / "d" / "chroma", embedder=ours, create=False)
+
+
+def measure_rounds(
+    args: argparse.Namespace, servers: dict, timing_store, home: Path, backend: str, queries: list[str]
+) -> tuple:
+    """Every round: the bare encoders, Chroma's own query, then every server at every load, so
+    drift over the run hits all alike; (server samples, encoder samples, Chroma samples, agreement)."""
     samples: dict[str, dict[str, list[dict]]] = {v: {k: [] for k in LOADS} for v in servers}
     enc_samples: list[dict] = []
     chroma_samples: list[dict] = []
@@ -438,14 +459,46 @@ def main(argv: list[str] | None = None) -> dict:
                     for lname, (c, per, each) in LOADS.items():
                         r = asyncio.run(load(srv.url, c, per, each, queries, srv.proc.pid, args.client))
                         samples[name][lname].append(r)
+    return samples, enc_samples, chroma_samples, agreement
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """The benchmark, or one of its child processes (a bare encoder, the no-encoder server)."""
+    args = parse_args(argv)
+    if args.bare_encoder:  # the child of bare_encoders_in_children: its rows as JSON on stdout
+        encoder = make_encoder(args.bare_encoder, args.reuse, engine_of(args.backend))
+        print(json.dumps(bare_encoder_rows(encoder, hotpot_questions())))
+        return {}
+    if args.no_encoder_server:
+        serve_no_encoder(args.no_encoder_server)
+        return {}
+    require(HOTPOT)
+
+    queries = hotpot_questions()
+    backend = engine_of(args.backend)  # the engine the default servers run (auto: ONNX on CPU)
+    served = args.backend or "auto"  # what the servers are told
+    if args.reuse:
+        home = args.reuse
+    else:
+        home = Path(tempfile.mkdtemp(prefix="retrieve-server-"))
+        print(f"indexing {HOTPOT.name} into {home} ...")
+        build_store(home / "a", "onnx-int8" if backend == "onnx-int8" else "onnx")
+    if args.baseline:
+        return compare_with_baseline(args, home, served, queries)
+    copy_stores(home)
+    timing_store = open_timing_store(home, backend)
+    encoders = [name.format(backend=backend) for name in ENCODERS.values()]
+    servers = variant_servers(args, home, served, backend)
+    measured = measure_rounds(args, servers, timing_store, home, backend, queries)
+    samples, enc_samples, chroma_samples, agreement = measured
     enc = {name: {b: median_rows([s[name][b] for s in enc_samples]) for b in BATCHES} for name in encoders}
     rows = {v: {lname: median_rows(s) for lname, s in per.items()} for v, per in samples.items()}
     chroma = {b: statistics.median(c[b] for c in chroma_samples) for b in chroma_samples[0]}
     return report(args, enc, rows, encoders, chroma, agreement)
 
 
-def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict, agreement: float | None) -> dict:
-    store_enc = next(iter(encoders))
+def print_measurements(enc: dict, rows: dict) -> None:
+    """Each bare encoder's rate per batch and each server's figures per load, as measured."""
     for name, per_b in enc.items():
         rates = ", ".join(
             f"batch {b} {r['queries_per_s']:.0f} q/s ({r['ms']:.1f} ms)" for b, r in per_b.items()
@@ -458,10 +511,11 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict, agree
                 f"p50 {fmt(r['p50_ms'], '6.1f')} ms, p95 {fmt(r['p95_ms'], '6.1f')} ms, errors {r['errors']:.0f}; CPU "
                 f"server {r['server_cpu_ms_per_query']:.1f} ms/query, clients {r['client_cpu_ms_per_request']:.1f} ms/request"
             )
-    # goals: each batching server against every bare encoder, and against the best of them all
-    cores = os.cpu_count() or 1
-    best_of = {name: max(enc[name], key=lambda bb: enc[name][bb]["queries_per_s"]) for name in encoders}
-    overall = max(encoders, key=lambda n: enc[n][best_of[n]]["queries_per_s"])
+
+
+def goal_figures(enc: dict, rows: dict, encoders: list[str], best_of: dict, overall: str) -> dict:
+    """Each batching server against every bare encoder's best batch, printed and returned: the
+    goals are ratios to what the bare encoder does on its own."""
     goals: dict = {}
     for v in (x for x in rows if x.startswith("batched")):
         b = rows[v]
@@ -488,6 +542,18 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict, agree
                 "batch-1 call (goal <= 1.15)"
             )
         print(f"{v}: p95 at 8 clients {b['8c_1q']['p95_ms']:.1f} ms (goal <= 50)")
+    return goals
+
+
+def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict, agreement: float | None) -> dict:
+    """The figures printed against the goals and the floors, written as JSON and plotted."""
+    store_enc = next(iter(encoders))
+    print_measurements(enc, rows)
+    # goals: each batching server against every bare encoder, and against the best of them all
+    cores = os.cpu_count() or 1
+    best_of = {name: max(enc[name], key=lambda bb: enc[name][bb]["queries_per_s"]) for name in encoders}
+    overall = max(encoders, key=lambda n: enc[n][best_of[n]]["queries_per_s"])
+    goals = goal_figures(enc, rows, encoders, best_of, overall)
     floors = floor_report(enc, rows, encoders, chroma, best_of, overall, cores)
     b = rows["batched"]
     for v in [v for v in rows if v not in ("batched", NO_ENCODER)]:
@@ -516,7 +582,12 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict, agree
     }
     suffix = f"_{args.backend}" if args.backend else ""
     write(f"retrieve_server{suffix}", data)
-    best = enc[overall][best_of[overall]]["queries_per_s"]
+    plot(rows, enc[overall][best_of[overall]]["queries_per_s"], overall, suffix)
+    return data
+
+
+def plot(rows: dict, best: float, overall: str, suffix: str) -> None:
+    """Queries/s per load and server against 0.8x the best bare encoder, the goal line, for docs/."""
     plot_bars(
         ROOT / "docs" / "img" / f"retrieve_server{suffix}.png",
         f"/retrieve queries/s by load (bare encoder best {best:.0f} q/s: {overall})",
@@ -524,7 +595,6 @@ def report(args, enc: dict, rows: dict, encoders: list[str], chroma: dict, agree
         "queries/s",
         hline=(0.8 * best, "0.8x bare encoder best (goal at 8/32 clients)"),
     )
-    return data
 
 
 if __name__ == "__main__":

@@ -17,7 +17,9 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from _common import HOTPOT, gather_limited, hotpot_store, parser, write
 
@@ -125,9 +127,25 @@ async def decode_cost(llm, tok, records, batch: int, repeats: int = 3) -> dict:
     }
 
 
-async def run(args: argparse.Namespace) -> dict:
+@dataclass
+class Rig:
+    """What every level runs on: the engine, the environment over its store, the records and how
+    they are sampled, and the encoder threads to compare with."""
+
+    llm: Any
+    env_graph: Any
+    store: Any
+    tok: Any
+    records: list
+    sp: Any
+    narrow: Any  # the environment encoder (--encoder-threads)
+    wide: int  # torch's default thread count: every core
+
+
+def build_environment(encoder_threads: int) -> tuple:
+    """The tiny random model, a HotpotQA store with its questions as training records and the
+    environment graph over it: (model folder, tokenizer, store, env graph, records, narrow, wide)."""
     import torch
-    import vllm
     from transformers import AutoTokenizer
 
     from parallelsearch.data import load_questions
@@ -140,11 +158,19 @@ async def run(args: argparse.Namespace) -> dict:
     tok = AutoTokenizer.from_pretrained(model_dir)
     store, _ = hotpot_store(60)
     wide = get_embedder().run(torch.get_num_threads)  # torch's default: every core
-    narrow = get_embedder(threads=args.encoder_threads)  # the OpenRLHF agent config's default is 1
+    narrow = get_embedder(threads=encoder_threads)  # the OpenRLHF agent config's default is 1
     store.embedder = narrow
     env_graph = EnvGraph(store, graph="parallel", top_k=2, max_turns=2, max_subqueries=3, max_new_tokens=400)
     questions = load_questions(HOTPOT)[:60]  # the questions whose paragraphs the store holds
     records = [train_record(q, template="official", tokenizer=tok) for q in questions]
+    return model_dir, tok, store, env_graph, records, narrow, wide
+
+
+def start_engine(model_dir: Path):
+    """A real vLLM engine on the tiny model, greedy-reproducible and without prefix caching, so a
+    replay generates the same tokens as the run it replays."""
+    import vllm
+
     t0 = time.perf_counter()
     llm = vllm.AsyncLLMEngine.from_engine_args(
         vllm.AsyncEngineArgs(
@@ -153,61 +179,94 @@ async def run(args: argparse.Namespace) -> dict:
         )
     )  # fmt: skip
     print(f"engine started in {time.perf_counter() - t0:.1f} s")
+    return llm
+
+
+async def env_and_replay(rig: Rig, batch: list, level: int, repeats: int) -> dict:
+    """``batch`` with the environment, then its requests replayed without it, ``repeats`` times
+    alternating, with the CPU each side took: the rates, tokens and CPU ms per episode."""
+    n = len(batch)
+    env_rates, bare_rates, tok_env, tok_bare = [], [], [], []
+    cpu = {"env_main": [], "env_engine": [], "replay_main": [], "replay_engine": []}
+    for _ in range(repeats):
+        c0 = cpu_seconds()
+        secs, per_episode, tokens = await with_env(rig.llm, rig.env_graph, batch, rig.tok, rig.sp, level)
+        c1 = cpu_seconds()
+        env_rates.append(n / secs)
+        tok_env.append(tokens)
+        secs_bare, tokens_bare = await replay(rig.llm, per_episode, level)
+        c2 = cpu_seconds()
+        bare_rates.append(n / secs_bare)
+        tok_bare.append(tokens_bare)
+        for side, (a, b) in (("env", (c0, c1)), ("replay", (c1, c2))):
+            cpu[f"{side}_main"].append(1000 * (b[0] - a[0]) / n)
+            cpu[f"{side}_engine"].append(1000 * (b[1] - a[1]) / n)
+    return {
+        "env_eps": statistics.median(env_rates),
+        "bare_eps": statistics.median(bare_rates),
+        "tok_env": tok_env,
+        "tok_bare": tok_bare,
+        "cpu_ms": {k: round(statistics.median(v), 1) for k, v in cpu.items()},
+        "per_episode": per_episode,
+    }
+
+
+async def measure_level(rig: Rig, level: int, args: argparse.Namespace) -> dict:
+    """One concurrency level's figures, printed and returned, with the wide encoder too at
+    ``--compare-threads-at``, so the encoder's thread count is seen to matter or not."""
+    n = max(args.min_episodes, 2 * level)
+    batch = (rig.records * (n // len(rig.records) + 1))[:n]
+    m = await env_and_replay(rig, batch, level, args.repeats)
+    env_eps, bare_eps, cpu_ms = m["env_eps"], m["bare_eps"], m["cpu_ms"]
+    r = {
+        "episodes": n,
+        "env_episodes_per_s": round(env_eps, 3),
+        "engine_only_episodes_per_s": round(bare_eps, 3),
+        "ratio": round(env_eps / bare_eps, 3),
+        "tokens_generated_env": m["tok_env"],
+        "tokens_generated_replay": m["tok_bare"],
+        "turns_per_episode": round(sum(len(r) for r in m["per_episode"]) / n, 2),
+        # CPU ms per episode: the main process (vLLM front end [+ environment]) and the engine
+        # processes. The environment's own CPU cost is env_main - replay_main.
+        "cpu_ms_per_episode": cpu_ms,
+        "env_cpu_ms_per_episode": round(cpu_ms["env_main"] - cpu_ms["replay_main"], 1),
+    }
+    if level == args.compare_threads_at and rig.wide != args.encoder_threads:
+        from parallelsearch.stores import get_embedder
+
+        # the same level with the encoder's OpenMP team as wide as the machine (torch's default)
+        rig.store.embedder = get_embedder()
+        secs, _, _ = await with_env(rig.llm, rig.env_graph, batch, rig.tok, rig.sp, level)
+        rig.store.embedder = rig.narrow
+        r[f"env_episodes_per_s_encoder_threads_{rig.wide}"] = round(n / secs, 3)
+        print(f"concurrency {level:>3}: with env, encoder threads {rig.wide}: {n / secs:7.2f} eps/s")
+    print(
+        f"concurrency {level:>3}: {n} episodes, with env {env_eps:7.2f} eps/s, engine only {bare_eps:7.2f} eps/s, "
+        f"ratio {r['ratio']:.3f}, {r['turns_per_episode']} turns/episode, tokens env/replay {m['tok_env']}/{m['tok_bare']}"
+    )
+    print(
+        f"                 CPU ms/episode: main {cpu_ms['env_main']} (replay {cpu_ms['replay_main']}), "
+        f"engine {cpu_ms['env_engine']} (replay {cpu_ms['replay_engine']}); "
+        f"environment {r['env_cpu_ms_per_episode']} ms"
+    )
+    return r
+
+
+async def run(args: argparse.Namespace) -> dict:
+    """The engine warmed up, the grammar's decode cost, then every level with and without the
+    environment; the figures as a dict."""
+    import vllm
+
+    model_dir, tok, store, env_graph, records, narrow, wide = build_environment(args.encoder_threads)
+    llm = start_engine(model_dir)
     sp = vllm.SamplingParams(temperature=0.0, max_tokens=400)
+    rig = Rig(llm, env_graph, store, tok, records, sp, narrow, wide)
     # warm up (first requests compile the grammar and allocate)
     await with_env(llm, env_graph, records[:2], tok, sp, 2)
     results: dict = {"levels": {}, "repeats": args.repeats}
     results["constrained_decoding"] = {b: await decode_cost(llm, tok, records, b) for b in (1, 32)}
     for level in args.levels:
-        n = max(args.min_episodes, 2 * level)
-        batch = (records * (n // len(records) + 1))[:n]
-        env_rates, bare_rates, tok_env, tok_bare = [], [], [], []
-        cpu = {"env_main": [], "env_engine": [], "replay_main": [], "replay_engine": []}
-        for _ in range(args.repeats):
-            c0 = cpu_seconds()
-            secs, per_episode, tokens = await with_env(llm, env_graph, batch, tok, sp, level)
-            c1 = cpu_seconds()
-            env_rates.append(n / secs)
-            tok_env.append(tokens)
-            secs_bare, tokens_bare = await replay(llm, per_episode, level)
-            c2 = cpu_seconds()
-            bare_rates.append(n / secs_bare)
-            tok_bare.append(tokens_bare)
-            for side, (a, b) in (("env", (c0, c1)), ("replay", (c1, c2))):
-                cpu[f"{side}_main"].append(1000 * (b[0] - a[0]) / n)
-                cpu[f"{side}_engine"].append(1000 * (b[1] - a[1]) / n)
-        env_eps, bare_eps = statistics.median(env_rates), statistics.median(bare_rates)
-        cpu_ms = {k: round(statistics.median(v), 1) for k, v in cpu.items()}
-        results["levels"][level] = {
-            "episodes": n,
-            "env_episodes_per_s": round(env_eps, 3),
-            "engine_only_episodes_per_s": round(bare_eps, 3),
-            "ratio": round(env_eps / bare_eps, 3),
-            "tokens_generated_env": tok_env,
-            "tokens_generated_replay": tok_bare,
-            "turns_per_episode": round(sum(len(r) for r in per_episode) / n, 2),
-            # CPU ms per episode: the main process (vLLM front end [+ environment]) and the engine
-            # processes. The environment's own CPU cost is env_main - replay_main.
-            "cpu_ms_per_episode": cpu_ms,
-            "env_cpu_ms_per_episode": round(cpu_ms["env_main"] - cpu_ms["replay_main"], 1),
-        }
-        if level == args.compare_threads_at and wide != args.encoder_threads:
-            # the same level with the encoder's OpenMP team as wide as the machine (torch's default)
-            store.embedder = get_embedder()
-            secs, _, _ = await with_env(llm, env_graph, batch, tok, sp, level)
-            store.embedder = narrow
-            results["levels"][level][f"env_episodes_per_s_encoder_threads_{wide}"] = round(n / secs, 3)
-            print(f"concurrency {level:>3}: with env, encoder threads {wide}: {n / secs:7.2f} eps/s")
-        r = results["levels"][level]
-        print(
-            f"concurrency {level:>3}: {n} episodes, with env {env_eps:7.2f} eps/s, engine only {bare_eps:7.2f} eps/s, "
-            f"ratio {r['ratio']:.3f}, {r['turns_per_episode']} turns/episode, tokens env/replay {tok_env}/{tok_bare}"
-        )
-        print(
-            f"                 CPU ms/episode: main {cpu_ms['env_main']} (replay {cpu_ms['replay_main']}), "
-            f"engine {cpu_ms['env_engine']} (replay {cpu_ms['replay_engine']}); "
-            f"environment {r['env_cpu_ms_per_episode']} ms"
-        )
+        results["levels"][level] = await measure_level(rig, level, args)
     llm.shutdown()
     results["encoder_threads"] = args.encoder_threads
     results["goal"] = "ratio >= 0.8 at 32 concurrent episodes"

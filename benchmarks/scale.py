@@ -330,7 +330,8 @@ def say(label: str, r: dict, extra: str = "") -> None:
     print(f"  {label}: recall@3 {r['recall@3']}, 1 client {r['c1']}, 32 clients {r['c32']}{extra}")
 
 
-def main() -> dict:
+def parse_args() -> argparse.Namespace:
+    """The script's options (``--reps`` at least 1), and the hidden one its store workers get."""
     ap = parser(__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     scratch = Path(os.environ.get("TMPDIR", "/tmp")) / "parallelsearch-scale"
@@ -356,6 +357,52 @@ def main() -> dict:
     args = ap.parse_args()
     if args.reps < 1:
         ap.error(f"--reps must be >= 1, got {args.reps}")
+    return args
+
+
+def build_size(d: Path, home: Path, n: int, base, paras, hnsw: dict) -> tuple[dict, Path]:
+    """The ``n``-row vectors and store (reused when complete), with the build's figures printed:
+    (the size's row, its vectors' file)."""
+    vec_path, corpus_path = make_data(d, n, base, paras)
+    row = build(home, n, vec_path, corpus_path, hnsw)
+    print(
+        f"{n:,}: ingest {row['ingest_vectors_per_s']} vectors/s ({row['ingest_s']} s), peak RSS "
+        f"{row['ingest_peak_rss_gib']} GiB, disk {row['disk_gib']} GiB"
+    )
+    return row, vec_path
+
+
+def measure_size(
+    row: dict, args: argparse.Namespace, home: Path, n: int, vec_path: Path, qv, qpath: Path, questions
+) -> np.ndarray:
+    """The store API, the ``/retrieve`` server and FAISS flat on one size, side by side against
+    the exact top 3, into ``row``; the exact top 3, for the ef_search sweep."""
+    exact = exact_topk(np.load(vec_path, mmap_mode="r"), qv)
+    row["store"] = s = measure_store(home, n, qpath, exact, args.reps)
+    say("store API", s, f", load {s['load_s']} s, RSS {s['peak_rss_gib']} GiB")
+    if not args.no_retrieve:
+        row["retrieve"] = measure_retrieve(home, n, questions, exact, args.reps)
+        say("/retrieve (text queries)", row["retrieve"])
+    row["faiss"] = measure_faiss(vec_path, qv, exact, args.reps)
+    say("FAISS flat", row["faiss"])
+    return exact
+
+
+def sweep_ef_search(home: Path, n: int, qpath: Path, exact, efs: list[int], default_ef: int) -> list[dict]:
+    """The store API at each ``ef_search`` (recall against latency), then the store's own set back."""
+    sweep: list[dict] = []
+    for ef in tqdm(efs, desc=f"ef_search sweep at {n:,}"):
+        set_ef(home, n, ef)
+        res = measure_store(home, n, qpath, exact, 1)
+        sweep.append({"ef_search": ef, "store": res})
+        say(f"ef_search {ef}", res)
+    set_ef(home, n, default_ef)
+    return sweep
+
+
+def main() -> dict:
+    """Every size built and measured, the ef_search sweep at the largest; figures written and plotted."""
+    args = parse_args()
     if args.store_worker:
         home, name, qpath, reps = args.store_worker
         store_worker(home, name, qpath, int(reps))
@@ -372,32 +419,15 @@ def main() -> dict:
     for n in sorted(args.sizes):
         d = args.scratch / str(n)
         home = d / f"home{graph_tag(hnsw)}"
-        vec_path, corpus_path = make_data(d, n, base, paras)
-        row = build(home, n, vec_path, corpus_path, hnsw)
-        print(
-            f"{n:,}: ingest {row['ingest_vectors_per_s']} vectors/s ({row['ingest_s']} s), peak RSS "
-            f"{row['ingest_peak_rss_gib']} GiB, disk {row['disk_gib']} GiB"
-        )
+        row, vec_path = build_size(d, home, n, base, paras, hnsw)
         if args.build_only:
             rows.append(row)
             continue
-        exact = exact_topk(np.load(vec_path, mmap_mode="r"), qv)
-        row["store"] = s = measure_store(home, n, qpath, exact, args.reps)
-        say("store API", s, f", load {s['load_s']} s, RSS {s['peak_rss_gib']} GiB")
-        if not args.no_retrieve:
-            row["retrieve"] = measure_retrieve(home, n, questions, exact, args.reps)
-            say("/retrieve (text queries)", row["retrieve"])
-        row["faiss"] = measure_faiss(vec_path, qv, exact, args.reps)
-        say("FAISS flat", row["faiss"])
+        exact = measure_size(row, args, home, n, vec_path, qv, qpath, questions)
         rows.append(row)
         if n == max(args.sizes) and args.ef_search:
             default_ef = row["store"]["hnsw"].get("ef_search", 100)
-            for ef in tqdm(args.ef_search, desc=f"ef_search sweep at {n:,}"):
-                set_ef(home, n, ef)
-                res = measure_store(home, n, qpath, exact, 1)
-                sweep.append({"ef_search": ef, "store": res})
-                say(f"ef_search {ef}", res)
-            set_ef(home, n, default_ef)
+            sweep += sweep_ef_search(home, n, qpath, exact, args.ef_search, default_ef)
     result = {
         "k": K,
         "clients": CLIENTS,

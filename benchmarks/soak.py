@@ -211,23 +211,9 @@ def run(
     """
     tmp = Path(tempfile.mkdtemp(prefix="soak-"))
     t_setup = time.perf_counter()
-    if store_dir is None:  # the shipped HotpotQA sample's first questions and their paragraphs
-        from parallelsearch.data import load_questions
-
-        lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:n_questions]
-        store_dir = tmp / "chroma"
-        _, src = records_store([json.loads(line) for line in lines], "soak", store_dir)
-        questions = load_questions(src, dataset="hotpotqa")
-    elif questions is None:
-        raise ValueError("questions are needed with store_dir")
-    env = cli_env(tmp / "home", PARALLELSEARCH_CHROMA_PATH=str(store_dir))
-    kw = {"env": env, "start_timeout_s": 300}
-    retriever = cli_server(
-        "serve-retriever", "--store", store_name, name="serve-retriever", log=tmp / "retriever.log", **kw
-    )
-    app_args = ("serve", "--retriever", retriever.url + "/retrieve", "--checkpointer", "none")
-    app = cli_server(*app_args, name="serve", log=tmp / "serve.log", **kw)
-    servers = (retriever, app)
+    store_dir, questions = soak_store(tmp, n_questions, store_dir, questions)
+    servers = soak_servers(tmp, store_dir, store_name)
+    retriever, app = servers
     warmup_s = warmup_s if warmup_s is not None else min(60.0, duration_s / 10)
     tally = Tally()
     rss: dict[str, list[tuple[float, float]]] = {s.name: [] for s in servers}
@@ -237,44 +223,109 @@ def run(
         setup_s = time.perf_counter() - t_setup
         rss_ready = {s.name: rss_mb(s) for s in servers}
         load = Load(retriever.url, app.url, questions, random.Random(seed))
-        t0 = time.monotonic()
-
-        async def sample_rss(stop: asyncio.Event) -> None:
-            while not stop.is_set():
-                for s in servers:
-                    rss[s.name].append((round(time.monotonic() - t0, 1), round(rss_mb(s), 1)))
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=max(1.0, duration_s / 120))
-                except TimeoutError:
-                    pass
-
-        async def main() -> None:
-            stop = asyncio.Event()
-            sampler = asyncio.create_task(sample_rss(stop))
-            with tqdm(desc=f"soak {duration_s:g} s", unit="req", mininterval=2) as bar:
-                await drive(load, tally, duration_s, concurrency, bar)
-            stop.set()
-            await sampler
-
-        asyncio.run(main())
-        wall_s = time.monotonic() - t0
+        wall_s = drive_and_sample(load, tally, servers, rss, duration_s, concurrency)
         health = httpx.get(app.url + "/health", timeout=30).json()
         rss_end = {s.name: rss_mb(s) for s in servers}
     finally:
         for s in servers:
             s.stop()
-    logs = {s.name: s.log.read_text(errors="replace") for s in servers}
+    log_errors = log_error_counts(servers)
     shutil.rmtree(tmp, ignore_errors=True)
-
-    def after(name: str, t: float) -> float:
-        return next((v for at, v in rss[name] if at >= t), rss[name][-1][1])
-
-    good = [ms for k, xs in tally.latency_ms.items() for ms in xs]
     result: dict[str, Any] = {
         "duration_s": round(wall_s, 1),
         "concurrency": concurrency,
         "setup_s": round(setup_s, 1),
         "passages_questions": len(questions),
+        **request_figures(tally, wall_s),
+        "admission_at_end": health.get("admission"),
+        "server_log_errors": log_errors,
+        "rss_mb": rss_figures(rss, rss_ready, rss_end, warmup_s),
+        "warmup_s": warmup_s,
+        "rss_series": rss,
+        "requests_per_second_series": [tally.per_second[i] for i in range(int(wall_s) + 1)],
+    }
+    report(result)
+    if write_results:
+        write(name, result)
+        plot(result, OUT / f"{name}.png")
+    return result
+
+
+def log_error_counts(servers: tuple[ServerProcess, ...]) -> dict[str, int]:
+    """Unhandled errors and tracebacks in each server's log: a request answered well may still have
+    left one there."""
+    logs = {s.name: s.log.read_text(errors="replace") for s in servers}
+    return {n: text.count("unhandled error") + text.count("Traceback") for n, text in logs.items()}
+
+
+def soak_store(
+    tmp: Path, n_questions: int, store_dir: Path | None, questions: list[dict] | None
+) -> tuple[Path, list[dict]]:
+    """The given store and its questions or, by default, a store of the shipped HotpotQA sample's
+    first ``n_questions`` and their paragraphs, so the soak needs no downloaded data."""
+    if store_dir is not None:
+        if questions is None:
+            raise ValueError("questions are needed with store_dir")
+        return store_dir, questions
+    from parallelsearch.data import load_questions
+
+    lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:n_questions]
+    store_dir = tmp / "chroma"
+    _, src = records_store([json.loads(line) for line in lines], "soak", store_dir)
+    return store_dir, load_questions(src, dataset="hotpotqa")
+
+
+def soak_servers(tmp: Path, store_dir: Path, store_name: str) -> tuple[ServerProcess, ServerProcess]:
+    """``serve-retriever`` over the store and ``serve`` searching through it, not yet started, as
+    the CLI runs them, so the soak drives the processes a user would run."""
+    env = cli_env(tmp / "home", PARALLELSEARCH_CHROMA_PATH=str(store_dir))
+    kw = {"env": env, "start_timeout_s": 300}
+    retriever = cli_server(
+        "serve-retriever", "--store", store_name, name="serve-retriever", log=tmp / "retriever.log", **kw
+    )
+    app_args = ("serve", "--retriever", retriever.url + "/retrieve", "--checkpointer", "none")
+    app = cli_server(*app_args, name="serve", log=tmp / "serve.log", **kw)
+    return retriever, app
+
+
+def drive_and_sample(
+    load: Load,
+    tally: Tally,
+    servers: tuple[ServerProcess, ...],
+    rss: dict[str, list[tuple[float, float]]],
+    duration_s: float,
+    concurrency: int,
+) -> float:
+    """Drive the mix for ``duration_s`` while sampling each server's RSS into ``rss`` about 120
+    times, so memory growth can be read against time; the wall seconds taken."""
+    t0 = time.monotonic()
+
+    async def sample_rss(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            for s in servers:
+                rss[s.name].append((round(time.monotonic() - t0, 1), round(rss_mb(s), 1)))
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=max(1.0, duration_s / 120))
+            except TimeoutError:
+                pass
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(sample_rss(stop))
+        with tqdm(desc=f"soak {duration_s:g} s", unit="req", mininterval=2) as bar:
+            await drive(load, tally, duration_s, concurrency, bar)
+        stop.set()
+        await sampler
+
+    asyncio.run(main())
+    return time.monotonic() - t0
+
+
+def request_figures(tally: Tally, wall_s: float) -> dict[str, Any]:
+    """Requests by kind, the expected refusals, the unexpected errors and the answered requests'
+    latencies, the figures the soak's goals are read from."""
+    good = [ms for k, xs in tally.latency_ms.items() for ms in xs]
+    return {
         "requests": sum(tally.requests.values()),
         "requests_per_s": round(sum(tally.requests.values()) / wall_s, 2),
         "by_kind": dict(sorted(tally.requests.items())),
@@ -286,29 +337,31 @@ def run(
             k: {"n": len(xs), **latency(xs, 1), "mean_ms": round(statistics.fmean(xs), 1)}
             for k, xs in sorted(tally.latency_ms.items())
         },
-        "admission_at_end": health.get("admission"),
-        "server_log_errors": {
-            n: text.count("unhandled error") + text.count("Traceback") for n, text in logs.items()
-        },
-        "rss_mb": {
-            n: {
-                "ready": round(rss_ready[n], 1),
-                "after_warmup": round(after(n, warmup_s), 1),
-                "end": round(rss_end[n], 1),
-                "growth_pct_since_warmup": round(100 * (rss_end[n] / after(n, warmup_s) - 1), 2),
-                "growth_pct_since_ready": round(100 * (rss_end[n] / rss_ready[n] - 1), 2),
-            }
-            for n in rss
-        },
-        "warmup_s": warmup_s,
-        "rss_series": rss,
-        "requests_per_second_series": [tally.per_second[i] for i in range(int(wall_s) + 1)],
     }
-    report(result)
-    if write_results:
-        write(name, result)
-        plot(result, OUT / f"{name}.png")
-    return result
+
+
+def rss_figures(
+    rss: dict[str, list[tuple[float, float]]],
+    rss_ready: dict[str, float],
+    rss_end: dict[str, float],
+    warmup_s: float,
+) -> dict[str, dict[str, float]]:
+    """Each server's RSS when ready, after warm-up and at the end, and its growth since each, so a
+    leak shows apart from warm-up's one-off growth."""
+
+    def after(name: str, t: float) -> float:
+        return next((v for at, v in rss[name] if at >= t), rss[name][-1][1])
+
+    return {
+        n: {
+            "ready": round(rss_ready[n], 1),
+            "after_warmup": round(after(n, warmup_s), 1),
+            "end": round(rss_end[n], 1),
+            "growth_pct_since_warmup": round(100 * (rss_end[n] / after(n, warmup_s) - 1), 2),
+            "growth_pct_since_ready": round(100 * (rss_end[n] / rss_ready[n] - 1), 2),
+        }
+        for n in rss
+    }
 
 
 def report(r: dict) -> None:

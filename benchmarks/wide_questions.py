@@ -154,29 +154,19 @@ def _components(store: ChromaStore, by_k: dict[int, list[dict]], reps: int) -> d
     }
 
 
-def run(
-    per_size: int,
-    seed: int,
-    budget: int,
-    reps: int,
-    encoder_backend: str = "onnx",
-    encoder_threads: int = 1,
-    subqueries: str = "titles",
-) -> dict:
-    by_k, corpus, data_report = _episodes(per_size, seed)
+def _wide_store(corpus: Path, encoder_backend: str, encoder_threads: int) -> ChromaStore:
+    """A fresh store of the entity paragraphs, encoded by the backend under test."""
     embedder = get_embedder(backend=encoder_backend, threads=encoder_threads)
     store = ChromaStore("wide-questions", path=Path(tempfile.mkdtemp()) / "db", embedder=embedder)
     ingest(store, [corpus], progress=False)
-    print(f"{store.count()} entity paragraphs in the store; questions per k: "
-          + ", ".join(f"{k}: {len(by_k[k])}" for k in KS))  # fmt: skip
-    policy = RelationOracle() if subqueries == "relations" else OraclePolicy()
-    graphs = {
-        "off": build_parallel_search_graph(policy, store, top_k=TOP_K, max_subqueries=max(KS)),
-        "budget": build_parallel_search_graph(
-            policy, store, top_k=TOP_K, max_subqueries=max(KS), passage_budget=budget
-        ),
-    }
-    tok = _tokenizer()
+    return store
+
+
+def _run_episodes(
+    graphs: dict, store: ChromaStore, by_k: dict[int, list[dict]]
+) -> dict[str, dict[int, list[dict]]]:
+    """Every episode on every graph, after one untimed episode per graph and k, the graphs
+    alternating and the ks spread over the run so all see the same machine: variant -> k -> episodes."""
     schedule = _schedule(by_k)
     with asyncio.Runner() as runner:
         for k in KS:  # warm-up: one untimed episode per graph and k (first-call costs)
@@ -191,37 +181,51 @@ def run(
     for v, eps in episodes.items():
         for (k, _), e in zip(schedule, eps, strict=True):
             got[v][k].append(e)
-    print(f"components: {reps} interleaved repetitions per k")
-    components = _components(store, by_k, reps)
+    return got
+
+
+def _variant_figures(eps: list[dict], base_recall: dict[str, bool], tok) -> dict:
+    """One graph's figures over one k's episodes; recall is also given on the entities k = 1 looked
+    up, so a change of recall with k is not a change of entities."""
+    ms = [e["ms"] for e in eps]
+    obs = [e["observation"] for e in eps]
+    hits3 = [h for e in eps for h in e["hits3"].values()]
+    hits = [h for e in eps for h in e["hits"].values()]
+    paired = [(h, base_recall[t]) for e in eps for t, h in e["hits3"].items() if t in base_recall]
+    return {
+        **latency(ms, 1),
+        "policy_calls": mean(e["policy_calls"] for e in eps),
+        "decomposition_ratio": mean(e["subqueries"] / max(1, e["searches"]) for e in eps),
+        "encoder_calls_per_search": mean(e["encoder_calls"] / max(1, e["searches"]) for e in eps),
+        "passages_per_subquery": mean(n for e in eps for n in e["passages_per_subquery"]),
+        "recall_at_3": mean(hits3),
+        "recall_at_top_k": mean(hits),
+        "same_entities_recall_at_3_k1": mean(b for _, b in paired),
+        "observation_chars": mean(len(o) for o in obs),
+        "observation_tokens": mean(len(tok(o)["input_ids"]) for o in obs) if tok else None,
+        "errors": sum(e["errors"] for e in eps),
+    }
+
+
+def _by_k_table(got: dict[str, dict[int, list[dict]]], by_k: dict[int, list[dict]], tok) -> dict[str, dict]:
+    """Each k's figures per graph and its latency as a ratio to k = 1's, the goal's measure."""
     base_recall = {t: h for e in got["off"][1] for t, h in e["hits3"].items()}
     table: dict[str, dict] = {}
     for k in KS:
         row: dict = {"questions": len(by_k[k])}
-        for variant, eps in ((v, got[v][k]) for v in graphs):
-            ms = [e["ms"] for e in eps]
-            obs = [e["observation"] for e in eps]
-            hits3 = [h for e in eps for h in e["hits3"].values()]
-            hits = [h for e in eps for h in e["hits"].values()]
-            paired = [(h, base_recall[t]) for e in eps for t, h in e["hits3"].items() if t in base_recall]
-            row[variant] = {
-                **latency(ms, 1),
-                "policy_calls": mean(e["policy_calls"] for e in eps),
-                "decomposition_ratio": mean(e["subqueries"] / max(1, e["searches"]) for e in eps),
-                "encoder_calls_per_search": mean(e["encoder_calls"] / max(1, e["searches"]) for e in eps),
-                "passages_per_subquery": mean(n for e in eps for n in e["passages_per_subquery"]),
-                "recall_at_3": mean(hits3),
-                "recall_at_top_k": mean(hits),
-                "same_entities_recall_at_3_k1": mean(b for _, b in paired),
-                "observation_chars": mean(len(o) for o in obs),
-                "observation_tokens": mean(len(tok(o)["input_ids"]) for o in obs) if tok else None,
-                "errors": sum(e["errors"] for e in eps),
-            }
+        for variant, eps in ((v, got[v][k]) for v in got):
+            row[variant] = _variant_figures(eps, base_recall, tok)
         row["latency_ratio_to_k1"] = {
-            v: round(row[v]["p50_ms"] / table["1"][v]["p50_ms"], 3) if k > 1 else 1.0 for v in graphs
+            v: round(row[v]["p50_ms"] / table["1"][v]["p50_ms"], 3) if k > 1 else 1.0 for v in got
         }
         table[str(k)] = row
-    results = {"top_k": TOP_K, "passage_budget": budget, "encoder_backend": encoder_backend, "encoder_threads": encoder_threads, "subqueries": subqueries, "seed": seed, "per_size": per_size,
-               "data": data_report, "by_k": table, "components_median_ms": components}  # fmt: skip
+    return table
+
+
+def _print_figures(table: dict[str, dict], components: dict[str, dict[str, float]], results: dict) -> None:
+    """The per-k table, then the parts' medians with their ratios to k = 1 (docs/performance.md)."""
+    budget, subqueries = results["passage_budget"], results["subqueries"]
+    encoder_backend, encoder_threads = results["encoder_backend"], results["encoder_threads"]
     print(f"\nwide questions, oracle, parallel graph, top_k {TOP_K}; budget {budget} passages per search; "
           f"encoder {encoder_backend} ({encoder_threads} thread(s)); sub-queries: {subqueries}")  # fmt: skip
     header = "k n sq/search enc/search p50_ms x_k=1 r@3 r@3_k=1 chars tokens | budget:top_k r@top_k p50_ms x_k=1 chars tokens"
@@ -242,7 +246,10 @@ def run(
         parts = [components[p][str(k)] for p in components]
         ratios = [components[p][str(k)] / max(components[p]["1"], 1e-9) for p in components]
         print(f"{k:>3d} " + " | ".join(f"{v:8.1f} ({x:5.2f}x)" for v, x in zip(parts, ratios, strict=True)))
-    write("wide_questions", results)
+
+
+def _plot(table: dict[str, dict], budget: int) -> None:
+    """Latency ratio and recall per k against the 2x goal, one bar group per k."""
     plot_bars(
         OUT / "wide_questions.png",
         f"Wide questions: one search of k sub-queries (budget {budget})",
@@ -257,6 +264,40 @@ def run(
         "ratio / recall",
         hline=(2.0, "latency goal (2x)"),
     )
+
+
+def run(
+    per_size: int,
+    seed: int,
+    budget: int,
+    reps: int,
+    encoder_backend: str = "onnx",
+    encoder_threads: int = 1,
+    subqueries: str = "titles",
+) -> dict:
+    """Both graphs over every k's questions, then the parts of a search alone; figures printed,
+    written and plotted."""
+    by_k, corpus, data_report = _episodes(per_size, seed)
+    store = _wide_store(corpus, encoder_backend, encoder_threads)
+    print(f"{store.count()} entity paragraphs in the store; questions per k: "
+          + ", ".join(f"{k}: {len(by_k[k])}" for k in KS))  # fmt: skip
+    policy = RelationOracle() if subqueries == "relations" else OraclePolicy()
+    graphs = {
+        "off": build_parallel_search_graph(policy, store, top_k=TOP_K, max_subqueries=max(KS)),
+        "budget": build_parallel_search_graph(
+            policy, store, top_k=TOP_K, max_subqueries=max(KS), passage_budget=budget
+        ),
+    }
+    tok = _tokenizer()
+    got = _run_episodes(graphs, store, by_k)
+    print(f"components: {reps} interleaved repetitions per k")
+    components = _components(store, by_k, reps)
+    table = _by_k_table(got, by_k, tok)
+    results = {"top_k": TOP_K, "passage_budget": budget, "encoder_backend": encoder_backend, "encoder_threads": encoder_threads, "subqueries": subqueries, "seed": seed, "per_size": per_size,
+               "data": data_report, "by_k": table, "components_median_ms": components}  # fmt: skip
+    _print_figures(table, components, results)
+    write("wide_questions", results)
+    _plot(table, budget)
     return results
 
 

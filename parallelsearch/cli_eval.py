@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parallelsearch.cli_common import (
     add_failed_share_arg,
@@ -19,6 +19,9 @@ from parallelsearch.cli_common import (
 from parallelsearch.graphs.builders import GRAPH_KINDS, check_graph_kind
 from parallelsearch.settings import Settings
 from parallelsearch.stores.errors import ParallelSearchError
+
+if TYPE_CHECKING:
+    from parallelsearch.eval.runner import EvalRun
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,6 +101,22 @@ def run_and_report(
         )
     )
     summary = write_report(out, plots_enabled=plots)
+    _print_run_counts(run, out)
+    _check_some_succeeded(run, out)
+    if run.oracle:
+        print(
+            "the oracle answers with the gold answer: this run measures efficiency and retrieval, not accuracy"
+        )
+    print("\n".join(comparison_lines(summary, run.oracle)))
+    print(f"\nreport: {out / 'report.md'}  (summary.json, results.jsonl, PNG plots beside it)")
+    if max_failed_search_share is not None:
+        source = retrieval_source(settings) if searcher is None else "the given searcher"
+        _check_failed_share(run, max_failed_search_share, source, out)
+    return summary
+
+
+def _print_run_counts(run: EvalRun, out: Path) -> None:
+    """What ran, what was resumed and, on stderr, each kind of error with its first message."""
     if run.skipped_done:
         print(f"resumed: {run.skipped_done} (graph, question) pairs were already done in {out}")
     print(
@@ -107,27 +126,26 @@ def run_and_report(
         print("errors by kind:", file=sys.stderr)
         for kind, n in sorted(run.error_counts.items(), key=lambda kv: -kv[1]):
             print(f"  {n} x {kind}; first: {run.first_errors[kind]}", file=sys.stderr)
+
+
+def _check_some_succeeded(run: EvalRun, out: Path) -> None:
+    """Raise when every pair failed, so a run that measured nothing exits non-zero."""
     if run.ran and run.failures == run.ran:
         raise NothingSucceededError(
             f"no question succeeded: all {run.ran} (graph, question) pairs failed "
             f"(first error: {next(iter(run.first_errors.values()), '?')}); details in {out / 'results.jsonl'}"
         )
-    if run.oracle:
-        print(
-            "the oracle answers with the gold answer: this run measures efficiency and retrieval, not accuracy"
-        )
-    print("\n".join(comparison_lines(summary, run.oracle)))
-    print(f"\nreport: {out / 'report.md'}  (summary.json, results.jsonl, PNG plots beside it)")
-    if max_failed_search_share is not None:
-        from parallelsearch.rl.search_failures import SearchFailuresError, failed_share_error
 
-        source = retrieval_source(settings) if searcher is None else "the given searcher"
-        why = failed_share_error(
-            run.failed_searches, run.searches, max_failed_search_share, "--max-failed-search-share", source
-        )
-        if why:
-            raise SearchFailuresError(f"eval: {why} (see search_errors in {out / 'results.jsonl'})")
-    return summary
+
+def _check_failed_share(run: EvalRun, max_share: float, source: str, out: Path) -> None:
+    """Raise past ``max_share`` of failed searches, so scores over a broken store do not pass as real."""
+    from parallelsearch.rl.search_failures import SearchFailuresError, failed_share_error
+
+    why = failed_share_error(
+        run.failed_searches, run.searches, max_share, "--max-failed-search-share", source
+    )
+    if why:
+        raise SearchFailuresError(f"eval: {why} (see search_errors in {out / 'results.jsonl'})")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -36,6 +36,19 @@ RETRIEVER_KEY_SETTING = "PARALLELSEARCH_RETRIEVER_API_KEY"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """The stores-layer commands, one function each; those that open a store share model and Chroma flags."""
+    _add_prepare_data_command(sub)
+    _add_index_command(sub)
+    _add_stores_command(sub)
+    _add_search_command(sub)
+    _add_serve_retriever_command(sub)
+    for name in ("index", "stores", "search", "serve-retriever"):  # the commands that open stores
+        add_model_arg(sub.choices[name])
+        add_chroma_args(sub.choices[name])
+
+
+def _add_prepare_data_command(sub: argparse._SubParsersAction) -> None:
+    """``prepare-data``: benchmark files into question files and a corpus, the inputs of index and eval."""
     p = sub.add_parser("prepare-data", help="benchmark files -> FlashRAG question files + corpus jsonl")
     p.add_argument(
         "src", nargs="+", help="benchmark files (HotpotQA, 2Wiki, MuSiQue, Bamboogle, MultiHop-RAG, NQ, ...)"
@@ -47,6 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=cmd_prepare)
 
+
+def _add_index_command(sub: argparse._SubParsersAction) -> None:
+    """``index``: files into a named store, with the verify, lock and scale flags big stores need."""
     p = sub.add_parser("index", help="index corpus or benchmark files into a named store")
     p.set_defaults(func=cmd_index)
     p.add_argument("files", nargs="*", help="files, or folders (their .json/.jsonl files)")
@@ -73,6 +89,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_index_scale_args(p)
     add_hnsw_args(p)
 
+
+def _add_stores_command(sub: argparse._SubParsersAction) -> None:
+    """``stores``: list the stores, check one for lost vectors, or record a new ``ef_search``."""
     p = sub.add_parser("stores", help="list stores: name, count, model, HNSW parameters, location")
     p.set_defaults(func=cmd_stores)
     p.add_argument("--json", action="store_true")
@@ -89,6 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="record a new HNSW ef_search for --store (processes that open it afterwards use it)",
     )
 
+
+def _add_search_command(sub: argparse._SubParsersAction) -> None:
+    """``search``: one query against a store, to see what the agents would retrieve."""
     p = sub.add_parser("search", help="search a store")
     p.set_defaults(func=cmd_search)
     p.add_argument("query")
@@ -97,6 +119,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-k", type=int, default=3)
     p.add_argument("--json", action="store_true")
 
+
+def _add_serve_retriever_command(sub: argparse._SubParsersAction) -> None:
+    """``serve-retriever``: a store behind Search-R1's ``/retrieve`` protocol, for trainers to search."""
     p = sub.add_parser("serve-retriever", help="serve a store over Search-R1's /retrieve protocol")
     p.set_defaults(func=cmd_serve_retriever)
     p.add_argument(
@@ -117,9 +142,6 @@ def register(sub: argparse._SubParsersAction) -> None:
             "with an ONNX encoder)",
         },
     )
-    for name in ("index", "stores", "search", "serve-retriever"):  # the commands that open stores
-        add_model_arg(sub.choices[name])
-        add_chroma_args(sub.choices[name])
 
 
 def add_read_timeout_arg(p: argparse.ArgumentParser) -> None:

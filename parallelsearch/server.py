@@ -56,18 +56,8 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
     ``policy`` and ``searcher``: objects already built (tests, notebooks) used instead of the
     settings' spec and stores; a ``policy`` string is a spec that replaces the settings'.
     """
-    from langserve import add_routes
-
-    from parallelsearch.agents.searchers import describe_searcher
-    from parallelsearch.openai_api import CHAT_PATH, ChatCompletions, RequestRules
-    from parallelsearch.openai_errors import OpenAIErrors
     from parallelsearch.page import add_page
-    from parallelsearch.thread_routes import (
-        ThreadRouted,
-        add_thread_routes,
-        thread_config_modifier,
-        threads_lifespan,
-    )
+    from parallelsearch.thread_routes import ThreadRouted, add_thread_routes, threads_lifespan
 
     s = settings or get_settings()
     if isinstance(policy, str):  # a spec: built by the factory like the settings' own
@@ -88,8 +78,24 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
         if keeps_threads
         else None,
     )
-    serializer = _graph_serializer()
     served = {route: routers[route] if keeps_threads else build(route) for route in ROUTES}
+    _add_graph_routes(app, served, keeps_threads)
+    add_thread_routes(app, routers)
+    add_page(app)
+    needs_gold = isinstance(parts.policy, OraclePolicy)
+    chat_check = _add_openai_routes(app, served, s, keeps_threads=keeps_threads, needs_gold=needs_gold)
+    _add_guards(app, s, thread_locks, needs_gold=needs_gold, chat_check=chat_check)
+    _add_status_routes(app, s, parts)
+    return app
+
+
+def _add_graph_routes(app: FastAPI, served: dict[str, Any], keeps_threads: bool) -> None:
+    """One LangServe route per graph, so each graph is invoked, batched and streamed the LangServe way."""
+    from langserve import add_routes
+
+    from parallelsearch.thread_routes import thread_config_modifier
+
+    serializer = _graph_serializer()
     for route, runnable in served.items():
         # the graph's context schema becomes the route's config schema (the per-request knobs)
         add_routes(
@@ -101,13 +107,29 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
             # its page rendered blank (it cannot draw the input schema); /ui is the page
             disabled_endpoints=["playground"],
         )
-    add_thread_routes(app, routers)
-    add_page(app)
-    needs_gold = isinstance(parts.policy, OraclePolicy)
+
+
+def _add_openai_routes(
+    app: FastAPI, served: dict[str, Any], s: Settings, *, keeps_threads: bool, needs_gold: bool
+) -> Any:
+    """The OpenAI-compatible routes over the served graphs, so OpenAI clients can ask them; returns
+    the chat request's check, which the guard runs before a request is admitted."""
+    from parallelsearch.openai_api import ChatCompletions, RequestRules
+
     chat = ChatCompletions(
         served, RequestRules(tuple(ROUTES), s.server_max_question_chars, keeps_threads, needs_gold)
     )
     chat.add_routes(app)
+    return chat.check
+
+
+def _add_guards(
+    app: FastAPI, s: Settings, thread_locks: ThreadLocks, *, needs_gold: bool, chat_check: Any
+) -> None:
+    """The request guard and, outside it, the OpenAI error shape, so every route is admitted,
+    checked and answered on failure in one place."""
+    from parallelsearch.openai_api import CHAT_PATH
+    from parallelsearch.openai_errors import OpenAIErrors
 
     # inside Starlette's ServerErrorMiddleware, so an unhandled error reaches the guard first
     # and is answered and logged once (no app-level exception handler: it would log again)
@@ -123,9 +145,17 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
         needs_gold=needs_gold,
         key_failures=app.state.key_failures,
         thread_locks=thread_locks,
-        calls={CHAT_PATH: chat.check},
+        calls={CHAT_PATH: chat_check},
     )
     app.add_middleware(OpenAIErrors)  # outside the guard: its refusals under /v1/ in OpenAI's shape
+
+
+def _add_status_routes(app: FastAPI, s: Settings, parts: Any) -> None:
+    """``GET /health`` and ``GET /stores``, so an operator sees what the server runs and how loaded it is."""
+    from parallelsearch.agents.searchers import describe_searcher
+
+    admission: AdmissionQueue = app.state.admission
+    thread_locks: ThreadLocks = app.state.thread_locks
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -148,5 +178,3 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
         # names, counts and models; a location is shown without its password
         rows = await asyncio.to_thread(describe_searcher, parts.searcher)
         return {"stores": json.loads(redact_urls(json.dumps(rows, default=str)))}
-
-    return app

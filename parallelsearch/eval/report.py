@@ -166,7 +166,31 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     breakdown = by_type(rows, accuracy=not oracle)
     (out / "breakdown.json").write_text(json.dumps(breakdown, indent=2))
-    failures = [r for r in rows if r.get("error")]
+    md = _header_lines(run, summary, oracle) + _paper_table_lines(summary, oracle)
+    md += ["", "## Efficiency and retrieval", ""] + comparison_lines(summary, oracle) + ratio_lines(summary)
+    md += [
+        "",
+        "DR = decomposition ratio (share of parallelizable questions searched with two or more sub-queries in one search); "
+        "recall = share of gold supporting passages retrieved; coverage = gold answer found in retrieved text (yes/no answers excluded).",
+    ]
+    md += ["", "## By question type", ""] + type_lines(breakdown, oracle)
+    md += [
+        "",
+        "rounds = search stages (a search with #k takes one per dependency level); resolver = #k resolver calls; "
+        "hop recall = share of the question's hops (metadata.hops) whose gold paragraph was retrieved, "
+        "dep. hop recall = the same over the hops that name an earlier one by #k.",
+    ]
+    md += _failure_lines(rows, bad)
+    drawn = plots(rows, summary, out, oracle) if plots_enabled else []
+    if drawn:
+        md += ["", "## Plots", ""] + [f"![{f}]({f})" for f in drawn]
+    (out / "report.md").write_text("\n".join(md) + "\n")
+    return summary
+
+
+def _header_lines(run: dict[str, Any], summary: dict[str, Any], oracle: bool) -> list[str]:
+    """The report's title and what the run was (policy, dataset, simulated delays, latency method),
+    so its numbers are read for what they measure."""
     md = [
         "# ParallelSearch evaluation",
         "",
@@ -188,6 +212,11 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
             md += ["", text.format(1000 * run[key])]
     if run.get("latency"):
         md += ["", f"How latency was measured: {run['latency']}."]
+    return md
+
+
+def _paper_table_lines(summary: dict[str, Any], oracle: bool) -> list[str]:
+    """EM by split and the parallelizable questions, laid out as the paper's Tables 2 and 3 for comparison."""
     table2, table3 = [], []
     for v, splits in summary.items():
         cells = (splits[s] for s in SPLITS)
@@ -196,22 +225,15 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
         seconds = None if p["latency_p50_ms"] is None else p["latency_p50_ms"] / 1000
         dr = _fmt(p["decomposition_ratio"], pct=True)
         table3.append([v, _fmt(p["em"], oracle), dr, _fmt(seconds), _fmt(p["policy_calls"])])
-    md += ["", "## EM by split (paper Table 2 layout)", ""] + _table(["graph", *SPLITS], table2)
+    md = ["", "## EM by split (paper Table 2 layout)", ""] + _table(["graph", *SPLITS], table2)
     md += ["", "## Parallelizable questions (paper Table 3 layout)", ""]
-    md += _table(["graph", "EM", "DR", "inference s (p50)", "turns"], table3)
-    md += ["", "## Efficiency and retrieval", ""] + comparison_lines(summary, oracle) + ratio_lines(summary)
-    md += [
-        "",
-        "DR = decomposition ratio (share of parallelizable questions searched with two or more sub-queries in one search); "
-        "recall = share of gold supporting passages retrieved; coverage = gold answer found in retrieved text (yes/no answers excluded).",
-    ]
-    md += ["", "## By question type", ""] + type_lines(breakdown, oracle)
-    md += [
-        "",
-        "rounds = search stages (a search with #k takes one per dependency level); resolver = #k resolver calls; "
-        "hop recall = share of the question's hops (metadata.hops) whose gold paragraph was retrieved, "
-        "dep. hop recall = the same over the hops that name an earlier one by #k.",
-    ]
+    return md + _table(["graph", "EM", "DR", "inference s (p50)", "turns"], table3)
+
+
+def _failure_lines(rows: list[dict[str, Any]], bad: list[int]) -> list[str]:
+    """Questions that raised, unreadable lines and failed searches, which the scores above include."""
+    md: list[str] = []
+    failures = [r for r in rows if r.get("error")]
     if failures or bad:
         md += [
             "",
@@ -225,8 +247,4 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
             f"**Failed searches: {failed_searches}** in {hit} of {len(rows)} question(s): their observations "
             "say `Search failed ...` (see `search_errors` in results.jsonl); the scores above include them.",
         ]
-    drawn = plots(rows, summary, out, oracle) if plots_enabled else []
-    if drawn:
-        md += ["", "## Plots", ""] + [f"![{f}]({f})" for f in drawn]
-    (out / "report.md").write_text("\n".join(md) + "\n")
-    return summary
+    return md

@@ -130,14 +130,7 @@ async def evaluate(
     ``turn_delay_s`` is added to every policy turn and ``resolver_delay_s`` to every ``#k``
     resolver call (simulated model time, so an oracle run's latency columns mean something).
     """
-    from tqdm.auto import tqdm
-
-    if not variants:
-        raise ValueError("no graph variant to evaluate")
-    for v in variants:
-        check_graph_kind(v)
-    if concurrency < 1:
-        raise ValueError("concurrency must be >= 1")
+    _check_eval_args(variants, concurrency)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = policy_spec or getattr(policy, "name", type(policy).__name__)
@@ -157,6 +150,36 @@ async def evaluate(
     done_rows, bad_lines = read_results(out / RESULTS)
     done = {(r.get("variant"), str(r.get("id"))) for r in done_rows if not r.get("error")}
     run = EvalRun(out, list(variants), spec, bad_lines=bad_lines)
+    graphs = _build_graphs(variants, policy, searcher, answer_policy, cfg, turn_delay_s, resolver_delay_s)
+    todo = _interleaved_todo(questions, variants, done)
+    run.skipped_done = len(variants) * len(questions) - len(todo)
+    if todo:
+        await _warm_up(graphs, todo[0][1])
+    await _run_and_record(graphs, todo, run, concurrency, progress)
+    run.oracle = is_oracle_run(read_results(out / RESULTS)[0])
+    return run
+
+
+def _check_eval_args(variants: Sequence[str], concurrency: int) -> None:
+    """Refuse an empty or unknown variant list and a concurrency below one before anything is written."""
+    if not variants:
+        raise ValueError("no graph variant to evaluate")
+    for v in variants:
+        check_graph_kind(v)
+    if concurrency < 1:
+        raise ValueError("concurrency must be >= 1")
+
+
+def _build_graphs(
+    variants: Sequence[str],
+    policy: Any,
+    searcher: Any,
+    answer_policy: Any,
+    cfg: GraphConfig,
+    turn_delay_s: float,
+    resolver_delay_s: float,
+) -> dict[str, Any]:
+    """One graph per variant, with the simulated model time wrapped around its policy and resolver."""
     extra: dict[str, Any] = {}
     if resolver_delay_s and searcher is not None:  # the configured resolver, built once to delay each call
         searcher = as_searcher(searcher)
@@ -170,39 +193,70 @@ async def evaluate(
         cfg = cfg.model_copy(update={"resolver": None})  # a name would win over the object
     if turn_delay_s:
         policy = DelayedPolicy(policy, turn_delay_s)
-    graphs = {
+    return {
         v: build_graph(v, policy, searcher, answer_policy=answer_policy, config=cfg, **extra)
         for v in variants
     }
-    # the graphs' order alternates per question, so no graph always runs first (and pays for, or
-    # profits from, what the one before it left warm)
-    todo = [
+
+
+def _interleaved_todo(
+    questions: Sequence[dict[str, Any]], variants: Sequence[str], done: set[tuple[Any, str]]
+) -> list[tuple[str, dict[str, Any]]]:
+    """The pairs still to run, question by question; the graphs' order alternates per question, so
+    no graph always runs first (and pays for, or profits from, what the one before it left warm)."""
+    return [
         (v, q)
         for i, q in enumerate(questions)
         for v in (variants if i % 2 == 0 else variants[::-1])
         if (v, str(q.get("id"))) not in done
     ]
-    run.skipped_done = len(variants) * len(questions) - len(todo)
+
+
+async def _timed_row(graph: Any, variant: str, q: dict[str, Any]) -> dict[str, Any]:
+    """One question through one graph, timed and scored; a failure is a row with its error, not a crash."""
+    graph_input = _graph_input(q)
+    t0 = time.perf_counter()
+    try:
+        result = await graph.ainvoke(graph_input)
+        return score_output(q, result, variant, (time.perf_counter() - t0) * 1000)
+    except Exception as e:  # noqa: BLE001 - a failed question is a row with its error
+        return error_row(q, variant, f"{type(e).__name__}: {e}"[:500], (time.perf_counter() - t0) * 1000)
+
+
+def _count_row(run: EvalRun, row: dict[str, Any]) -> None:
+    """Add a finished row to the run's tallies, so the report can say what failed and how often."""
+    run.ran += 1
+    run.failed_searches += int(row.get("search_errors") or 0)
+    run.searches += int(row.get("subqueries") or 0)
+    if row.get("error"):
+        run.failures += 1
+        kind = row["error"].split(":", 1)[0]
+        run.error_counts[kind] = run.error_counts.get(kind, 0) + 1
+        run.first_errors.setdefault(kind, row["error"])
+
+
+async def _run_and_record(
+    graphs: dict[str, Any],
+    todo: list[tuple[str, dict[str, Any]]],
+    run: EvalRun,
+    concurrency: int,
+    progress: bool,
+) -> None:
+    """Run ``todo`` at most ``concurrency`` at a time, appending each row as it finishes, so a
+    killed run keeps what it did."""
+    from tqdm.auto import tqdm
+
     sem = asyncio.Semaphore(concurrency)
 
     async def one(variant: str, q: dict[str, Any]) -> dict[str, Any]:
         async with sem:
-            graph_input = _graph_input(q)
-            t0 = time.perf_counter()
-            try:
-                result = await graphs[variant].ainvoke(graph_input)
-                return score_output(q, result, variant, (time.perf_counter() - t0) * 1000)
-            except Exception as e:  # noqa: BLE001 - a failed question is a row with its error
-                return error_row(
-                    q, variant, f"{type(e).__name__}: {e}"[:500], (time.perf_counter() - t0) * 1000
-                )
+            return await _timed_row(graphs[variant], variant, q)
 
-    if todo:
-        await _warm_up(graphs, todo[0][1])
-    _end_torn_line(out / RESULTS)
+    results = run.out_dir / RESULTS
+    _end_torn_line(results)
     with (
-        (out / RESULTS).open("a", encoding="utf-8") as f,
-        tqdm(total=len(todo), disable=not progress, desc=f"eval {','.join(variants)}") as bar,
+        results.open("a", encoding="utf-8") as f,
+        tqdm(total=len(todo), disable=not progress, desc=f"eval {','.join(run.variants)}") as bar,
     ):
         # tasks made in order take the semaphore in order (as_completed on bare coroutines would
         # start them in set order, undoing the interleaving)
@@ -210,14 +264,5 @@ async def evaluate(
             row = await fut
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
             f.flush()
-            run.ran += 1
-            run.failed_searches += int(row.get("search_errors") or 0)
-            run.searches += int(row.get("subqueries") or 0)
-            if row.get("error"):
-                run.failures += 1
-                kind = row["error"].split(":", 1)[0]
-                run.error_counts[kind] = run.error_counts.get(kind, 0) + 1
-                run.first_errors.setdefault(kind, row["error"])
+            _count_row(run, row)
             bar.update(1)
-    run.oracle = is_oracle_run(read_results(out / RESULTS)[0])
-    return run

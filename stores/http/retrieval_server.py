@@ -92,14 +92,7 @@ def create_retrieval_app(
     (:class:`~.asgi_guard.BrowserGuard`: no web page can drive the server).
     """
     app = FastAPI(title="parallelsearch /retrieve", version="1")
-    app.add_middleware(JsonBodyGuard, max_body_bytes=max_body_bytes, logger=__name__)
-    if api_key is not None:
-        if usable_key(api_key) is None:
-            raise ValueError("the API key is empty; give a key or none")
-        app.state.key_failures = key_failures if key_failures is not None else KeyFailures()
-        # added last: outermost, before the body guard
-        app.add_middleware(ApiKeyGuard, key=api_key, failures=app.state.key_failures)
-    app.add_middleware(BrowserGuard, allowed_hosts=allowed_hosts)
+    _add_guards(app, max_body_bytes, api_key, key_failures, allowed_hosts)
     if concurrent_batches is None:
         concurrent_batches = default_concurrent_batches(searcher)
     batcher = (
@@ -108,11 +101,39 @@ def create_retrieval_app(
         else None
     )
     app.state.batcher = batcher
+    app.add_exception_handler(RequestValidationError, _bad_request)
+    _add_health_route(app, searcher, api_key_required=api_key is not None)
+    _add_retrieve_route(app, searcher, batcher, default_topk, max_queries, max_query_chars)
+    return app
 
-    @app.exception_handler(RequestValidationError)
-    async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg")} for e in exc.errors()]
-        return JSONResponse(status_code=422, content={"detail": "invalid request body", "errors": errors})
+
+def _add_guards(
+    app: FastAPI,
+    max_body_bytes: int,
+    api_key: str | None,
+    key_failures: KeyFailures | None,
+    allowed_hosts: frozenset[str] | None,
+) -> None:
+    """The body guard, the key guard and, outermost, the browser guard, so a request is refused
+    before its body is read or searched."""
+    app.add_middleware(JsonBodyGuard, max_body_bytes=max_body_bytes, logger=__name__)
+    if api_key is not None:
+        if usable_key(api_key) is None:
+            raise ValueError("the API key is empty; give a key or none")
+        app.state.key_failures = key_failures if key_failures is not None else KeyFailures()
+        # added last: outermost, before the body guard
+        app.add_middleware(ApiKeyGuard, key=api_key, failures=app.state.key_failures)
+    app.add_middleware(BrowserGuard, allowed_hosts=allowed_hosts)
+
+
+async def _bad_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+    """A malformed body is a 422 naming the fields at fault, in one short shape."""
+    errors = [{"loc": list(e.get("loc", ())), "msg": e.get("msg")} for e in exc.errors()]
+    return JSONResponse(status_code=422, content={"detail": "invalid request body", "errors": errors})
+
+
+def _add_health_route(app: FastAPI, searcher: NamedBatchSearcher, *, api_key_required: bool) -> None:
+    """``GET /health``: the store and what searches it, for a client to check before trusting it."""
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -121,41 +142,61 @@ def create_retrieval_app(
             "status": "ok",
             "store": getattr(searcher, "name", None),
             "passages": count,
-            "api_key_required": api_key is not None,
+            "api_key_required": api_key_required,
             **await asyncio.to_thread(searcher_identity, searcher),
         }
 
+
+def _add_retrieve_route(
+    app: FastAPI,
+    searcher: NamedBatchSearcher,
+    batcher: RequestBatcher | None,
+    default_topk: int,
+    max_queries: int,
+    max_query_chars: int,
+) -> None:
+    """``POST /retrieve``: Search-R1's search call, batched with concurrent requests given a batcher."""
+
     @app.post("/retrieve")
     async def retrieve(req: RetrieveRequest) -> dict[str, Any]:
-        if not req.queries:
-            raise HTTPException(422, "queries must hold at least one query")
-        if len(req.queries) > max_queries:
-            raise HTTPException(413, f"too many queries: {len(req.queries)} > limit {max_queries}")
-        for i, q in enumerate(req.queries):
-            if len(q) > max_query_chars:
-                raise HTTPException(413, f"query {i} is {len(q)} characters; limit is {max_query_chars}")
-        k = req.topk if req.topk is not None else default_topk
-        if not 1 <= k <= MAX_TOPK:
-            raise HTTPException(422, f"topk must be between 1 and {MAX_TOPK}, got {k}")
+        k = _checked_topk(req, default_topk, max_queries, max_query_chars)
         if batcher is None:
             results = await asyncio.to_thread(searcher.search_batch, req.queries, k)
         else:
             results = await batcher.search(req.queries, k)
-        if req.return_scores:
-            body = {
-                "result": [
-                    [{"document": passage_to_document(p), "score": p.score} for p in res] for res in results
-                ]
-            }
-        else:
-            body = {"result": [[passage_to_document(p) for p in res] for res in results]}
-        # a sharded store that answered without some shards (allow_partial) says which
-        missing = {label: err for res in results for label, err in getattr(res, "missing", {}).items()}
-        if missing:
-            body["missing_shards"] = missing
-        return body
+        return _retrieve_body(results, req.return_scores)
 
-    return app
+
+def _checked_topk(req: RetrieveRequest, default_topk: int, max_queries: int, max_query_chars: int) -> int:
+    """The request's ``topk``; a request over the limits is refused with a 413, a malformed one with a 422."""
+    if not req.queries:
+        raise HTTPException(422, "queries must hold at least one query")
+    if len(req.queries) > max_queries:
+        raise HTTPException(413, f"too many queries: {len(req.queries)} > limit {max_queries}")
+    for i, q in enumerate(req.queries):
+        if len(q) > max_query_chars:
+            raise HTTPException(413, f"query {i} is {len(q)} characters; limit is {max_query_chars}")
+    k = req.topk if req.topk is not None else default_topk
+    if not 1 <= k <= MAX_TOPK:
+        raise HTTPException(422, f"topk must be between 1 and {MAX_TOPK}, got {k}")
+    return k
+
+
+def _retrieve_body(results: list[Any], return_scores: bool) -> dict[str, Any]:
+    """Search-R1's response body for ``results``, plus the shards a partial answer went without."""
+    if return_scores:
+        body = {
+            "result": [
+                [{"document": passage_to_document(p), "score": p.score} for p in res] for res in results
+            ]
+        }
+    else:
+        body = {"result": [[passage_to_document(p) for p in res] for res in results]}
+    # a sharded store that answered without some shards (allow_partial) says which
+    missing = {label: err for res in results for label, err in getattr(res, "missing", {}).items()}
+    if missing:
+        body["missing_shards"] = missing
+    return body
 
 
 def run_server(
