@@ -19,6 +19,10 @@ from parallelsearch.stores.errors import check_choice, describe_validation_error
 
 #: the most policy turns any request may ask for; the graphs' recursion limit is sized for it
 MAX_TURNS_LIMIT = 64
+#: the most passages per sub-query any setting or request may ask for
+MAX_TOP_K = 100
+#: the most sub-queries one search may hold at any setting
+MAX_SUBQUERIES_LIMIT = 256
 #: the most search stages one search may take at any setting; the recursion limit is sized for it
 MAX_STAGES_LIMIT = 8
 
@@ -30,7 +34,7 @@ MAX_PASSAGE_BUDGET = 10_000
 ResolverChoice: TypeAlias = ResolverName | Callable[..., Any] | None
 
 # Each knob's type and bounds, declared once: GraphConfig, GraphOptions and GraphContext use these.
-TopK = Annotated[int, Field(ge=1, le=100, description="passages per sub-query")]
+TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K, description="passages per sub-query")]
 PassageBudget = Annotated[
     int | None,
     Field(
@@ -45,7 +49,8 @@ MaxTurns = Annotated[
     int, Field(ge=0, le=MAX_TURNS_LIMIT, description="policy turns before the final answer-only turn")
 ]
 MaxSubqueries = Annotated[
-    int, Field(ge=1, le=256, description="more sub-queries in one search is an invalid action")
+    int,
+    Field(ge=1, le=MAX_SUBQUERIES_LIMIT, description="more sub-queries in one search is an invalid action"),
 ]
 MaxConcurrency = Annotated[int | None, Field(ge=1, description="searcher nodes running at once (None = all)")]
 SearchTimeout = Annotated[float, Field(gt=0, description="per-attempt searcher timeout")]

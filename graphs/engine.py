@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,9 @@ class EpisodeEngine:
     middleware: Middleware | None = None  # LangChain agent middleware, hooks in create_agent's places
     stores: list[str] = field(init=False)
     warned: bool = field(default=False, init=False)  # the all-invalid warning, once per graph
-    _sems: dict[int, asyncio.Semaphore] = field(default_factory=dict, init=False)
+    _sems: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = field(
+        default_factory=weakref.WeakKeyDictionary, init=False
+    )
     _resolvers: dict[str, Resolver] = field(default_factory=dict, init=False)
     _per_request: dict[tuple[tuple[str, Any], ...], GraphConfig] = field(default_factory=dict, init=False)
 
@@ -59,11 +62,12 @@ class EpisodeEngine:
             return self.cfg  # most runs set none: nothing is validated or copied
         overrides = request_overrides(configurable, context)
         given = tuple(sorted((k, v) for k, v in overrides.items() if k not in self.pinned))
-        if given not in self._per_request:  # validated once per distinct request: nodes ask often
+        cfg = self._per_request.get(given)
+        if cfg is None:  # validated once per distinct request: nodes ask often
             if len(self._per_request) >= 256:
                 self._per_request.clear()
-            self._per_request[given] = self.cfg.updated(**dict(given))
-        return self._per_request[given]
+            cfg = self._per_request[given] = self.cfg.updated(**dict(given))
+        return cfg
 
     @functools.cached_property
     def search_tool(self) -> Any:
@@ -82,10 +86,11 @@ class EpisodeEngine:
         """This loop's limit on searcher nodes running at once (``max_concurrency``), if any."""
         if not self.cfg.max_concurrency:
             return None
-        loop = id(asyncio.get_running_loop())  # a semaphore belongs to the loop it is first awaited on
-        if loop not in self._sems:
-            self._sems[loop] = asyncio.Semaphore(self.cfg.max_concurrency)
-        return self._sems[loop]
+        loop = asyncio.get_running_loop()  # a semaphore belongs to the loop it is first awaited on
+        sem = self._sems.get(loop)
+        if sem is None:
+            sem = self._sems[loop] = asyncio.Semaphore(self.cfg.max_concurrency)
+        return sem
 
     def resolver_for(self, cfg: GraphConfig) -> Resolver:
         """The run's resolver: the request's or the config's name, else the builder's, else

@@ -214,9 +214,7 @@ class RequestGuard:
         )
         hosts = settings.server_allowed_hosts
         self.allowed_hosts = None if hosts is None else frozenset(map(host_name, hosts))
-        self.caps = RequestCaps(
-            settings.server_max_top_k, settings.server_max_subqueries, settings.server_max_turns
-        )
+        self.caps = RequestCaps.of(settings)
         self.calls = dict(calls or {})
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -269,7 +267,10 @@ class RequestGuard:
     ) -> None:
         """The graph call: its threads held, admitted, its response watched."""
         parsed = scope[SCOPE_JSON].value
-        weight = len(parsed["inputs"]) if "inputs" in parsed else 1
+        inputs = parsed.get(
+            "inputs"
+        )  # a batch's list (checked before); any other field of that name weighs 1
+        weight = len(inputs) if isinstance(inputs, list) else 1
 
         async def gone() -> None:
             while (await client_receive())["type"] != "http.disconnect":

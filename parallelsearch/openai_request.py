@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from parallelsearch.graphs.agent import closest
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, request_overrides
-from parallelsearch.request_checks import RequestProblem
+from parallelsearch.request_checks import RequestCaps, RequestProblem
 from parallelsearch.stores.errors import did_you_mean
 
 CHAT_PATH = "/v1/chat/completions"
@@ -40,6 +40,8 @@ class RequestRules:
     max_question_chars: int
     keeps_threads: bool = False
     needs_gold: bool = False
+    #: the operator's per-request limits, the same the LangServe routes apply
+    caps: RequestCaps = field(default_factory=RequestCaps)
 
 
 @dataclass(frozen=True)
@@ -267,12 +269,16 @@ def read_chat_request(body: Any, rules: RequestRules) -> ChatRequest:
     _refuse_what_cannot_be_honoured(body)
     stream, include_usage = _stream(body)
     ext = _extension(body)
+    knobs = _knobs(body, ext)
+    capped = rules.caps.problem(knobs, where=EXTENSION)
+    if capped:
+        raise _bad(capped)
     return ChatRequest(
         model=model,
         messages=messages,
         stream=stream,
         include_usage=include_usage,
-        knobs=_knobs(body, ext),
+        knobs=knobs,
         thread_id=_thread_id(ext, rules),
         metadata=_metadata(ext, rules),
     )

@@ -13,7 +13,13 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphContext
+from parallelsearch.graphs.config import (
+    MAX_SUBQUERIES_LIMIT,
+    MAX_TOP_K,
+    MAX_TURNS_LIMIT,
+    PER_REQUEST_KEYS,
+    GraphContext,
+)
 
 #: ``configurable`` keys that are no graph knob: the thread a run belongs to
 THREAD_KEYS = ("thread_id",)
@@ -51,17 +57,24 @@ class RequestCaps:
     """The operator's per-request limits (settings ``server_max_*``): a request asking for more is
     refused before any work starts."""
 
-    top_k: int = 100
-    max_subqueries: int = 256
-    max_turns: int = 64
+    top_k: int = MAX_TOP_K
+    max_subqueries: int = MAX_SUBQUERIES_LIMIT
+    max_turns: int = MAX_TURNS_LIMIT
 
-    def problem(self, values: Mapping[str, Any]) -> str | None:
-        for key, cap in (("top_k", self.top_k), ("max_subqueries", self.max_subqueries)):
+    @classmethod
+    def of(cls, settings: Any) -> RequestCaps:
+        """The caps a server's settings set (``server_max_top_k``, ``_subqueries``, ``_turns``)."""
+        return cls(settings.server_max_top_k, settings.server_max_subqueries, settings.server_max_turns)
+
+    def problem(self, values: Mapping[str, Any], where: str = "configurable") -> str | None:
+        """What in ``values`` exceeds a cap, named as the request spelled it (``where.key``), or None."""
+        for key, cap, setting in (
+            ("top_k", self.top_k, "server_max_top_k"),
+            ("max_subqueries", self.max_subqueries, "server_max_subqueries"),
+            ("max_turns", self.max_turns, "server_max_turns"),
+        ):
             if values.get(key) is not None and values[key] > cap:
-                return f"configurable.{key}={values[key]} exceeds this server's limit of {cap} (server_max_{key})"
-        turns = values.get("max_turns")
-        if turns is not None and turns > self.max_turns:
-            return f"configurable.max_turns={turns} exceeds this server's limit of {self.max_turns} (server_max_turns)"
+                return f"{where}.{key}={values[key]} exceeds this server's limit of {cap} ({setting})"
         return None
 
 

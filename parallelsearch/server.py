@@ -115,9 +115,13 @@ def _add_openai_routes(
     """The OpenAI-compatible routes over the served graphs, so OpenAI clients can ask them; returns
     the chat request's check, which the guard runs before a request is admitted."""
     from parallelsearch.openai_api import ChatCompletions, RequestRules
+    from parallelsearch.request_checks import RequestCaps
 
     chat = ChatCompletions(
-        served, RequestRules(tuple(ROUTES), s.server_max_question_chars, keeps_threads, needs_gold)
+        served,
+        RequestRules(
+            tuple(ROUTES), s.server_max_question_chars, keeps_threads, needs_gold, RequestCaps.of(s)
+        ),
     )
     chat.add_routes(app)
     return chat.check

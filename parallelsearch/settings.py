@@ -21,15 +21,12 @@ from pydantic_settings import (
 
 from parallelsearch.agents.policies.config import PolicyConfig
 from parallelsearch.checkpointers import CheckpointerKind
-from parallelsearch.graphs.config import MAX_TURNS_LIMIT, GraphConfig
+from parallelsearch.graphs.config import MAX_SUBQUERIES_LIMIT, MAX_TOP_K, MAX_TURNS_LIMIT, GraphConfig
 from parallelsearch.stores.config import RetrievalConfig
 
 if TYPE_CHECKING:
     from parallelsearch.graphs.factory import GraphParts
 
-#: the bounds the graph knobs have in GraphConfig (TopK, MaxSubqueries): a cap cannot exceed them
-MAX_TOP_K = 100
-MAX_SUBQUERIES = 256
 MultitaskStrategy = Literal["enqueue", "reject"]
 _HostList = Annotated[list[str], NoDecode]
 
@@ -98,9 +95,9 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
         MAX_TOP_K, ge=1, le=MAX_TOP_K, description="the largest top_k a request may ask for (configurable)"
     )
     server_max_subqueries: int = Field(
-        MAX_SUBQUERIES,
+        MAX_SUBQUERIES_LIMIT,
         ge=1,
-        le=MAX_SUBQUERIES,
+        le=MAX_SUBQUERIES_LIMIT,
         description="the largest max_subqueries a request may ask for (configurable)",
     )
     server_max_turns: int = Field(

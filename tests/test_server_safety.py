@@ -318,6 +318,27 @@ def test_operator_caps_refuse_a_request_before_it_runs(capped, configurable, nam
     assert httpx.get(capped.url + "/health", timeout=10).json()["admission"]["admitted"] == 0
 
 
+@pytest.mark.parametrize(
+    ("knobs", "names"),
+    [
+        ({"top_k": 5}, "parallelsearch.top_k=5 exceeds this server's limit of 4 (server_max_top_k)"),
+        ({"max_subqueries": 6}, "parallelsearch.max_subqueries=6 exceeds this server's limit of 5"),
+        ({"max_turns": 4}, "parallelsearch.max_turns=4 exceeds this server's limit of 3 (server_max_turns)"),
+    ],
+)
+def test_operator_caps_apply_to_the_openai_endpoint_too(capped, knobs, names):
+    body = {"model": "parallelsearch", "messages": [{"role": "user", "content": Q["input"]["question"]}]}
+    r = httpx.post(capped.url + "/v1/chat/completions", json={**body, "parallelsearch": knobs}, timeout=30)
+    assert r.status_code == 400 and names in r.json()["error"]["message"]
+    assert httpx.get(capped.url + "/health", timeout=10).json()["admission"]["admitted"] == 0
+
+
+def test_a_field_named_inputs_outside_a_batch_is_no_server_error(capped):
+    """Only a batch's ``inputs`` weighs on admission; elsewhere the name is just an extra field."""
+    r = invoke(capped, {**Q, "inputs": 5, "config": {"configurable": {"top_k": 1}}})
+    assert r.status_code == 200 and r.json()["output"]["answer"]
+
+
 def test_the_response_size_cap_cuts_invoke_and_stream(capped):
     small = invoke(capped, {**Q, "config": {"configurable": {"top_k": 1}}})
     assert small.status_code == 200 and len(small.content) < 6_000

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from parallelsearch.agents.protocol.action import SUBQUERY_SEPARATOR, Action, split_subqueries
 from parallelsearch.agents.protocol.base import Limits, SearchProtocol, WrittenTurn
@@ -181,6 +181,21 @@ def response_start(text: str, prompt: str | None, markers: Sequence[re.Pattern[s
     return 0
 
 
+def split_turns(
+    body: str, replies: re.Pattern[str], is_correction: Callable[[str], bool]
+) -> list[WrittenTurn]:
+    """``body`` (the policy's side of a transcript) cut at each environment reply ``replies``
+    matches: the text before each reply is a turn, corrected when ``is_correction(reply)``."""
+    turns: list[WrittenTurn] = []
+    start = 0
+    for m in replies.finditer(body):
+        turns.append(WrittenTurn(body[start : m.start()], is_correction(m.group(0))))
+        start = m.end()
+    if body[start:].strip() or not turns:
+        turns.append(WrittenTurn(body[start:]))
+    return turns
+
+
 class Tags(SearchProtocol):
     """The paper's text protocol (the default)."""
 
@@ -218,12 +233,4 @@ class Tags(SearchProtocol):
 
     def read_turns(self, text: str, prompt: str | None = None) -> list[WrittenTurn]:
         body = text[response_start(text, prompt, PROMPT_END_MARKERS) :]
-        turns: list[WrittenTurn] = []
-        start = 0
-        for m in _SEPARATOR_RE.finditer(body):
-            corrected = "<information>" not in m.group(0)
-            turns.append(WrittenTurn(body[start : m.start()], corrected))
-            start = m.end()
-        if body[start:].strip() or not turns:
-            turns.append(WrittenTurn(body[start:]))
-        return turns
+        return split_turns(body, _SEPARATOR_RE, lambda reply: "<information>" not in reply)

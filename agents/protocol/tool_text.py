@@ -14,7 +14,7 @@ from parallelsearch.agents.protocol.action import Action
 from parallelsearch.agents.protocol.base import Limits, SearchProtocol, WrittenTurn
 from parallelsearch.agents.protocol.grammar import tool_call_search_regex
 from parallelsearch.agents.protocol.observation import Observation, ObservationStyle, SubqueryResult
-from parallelsearch.agents.protocol.tags import response_start
+from parallelsearch.agents.protocol.tags import response_start, split_turns
 from parallelsearch.agents.protocol.tools import (
     TOOL_CALL_FEEDBACK,
     TOOL_CALL_NOT_RUN,
@@ -184,12 +184,4 @@ class ToolText(SearchProtocol):
 
     def read_turns(self, text: str, prompt: str | None = None) -> list[WrittenTurn]:
         body = text[response_start(text, prompt, (_TOOL_PROMPT_END_RE,)) :]
-        turns: list[WrittenTurn] = []
-        start = 0
-        for m in _TOOL_REPLY_RE.finditer(body):
-            corrected = any(head in m.group(0) for head in _TOOL_CORRECTIONS)
-            turns.append(WrittenTurn(body[start : m.start()], corrected))
-            start = m.end()
-        if body[start:].strip() or not turns:
-            turns.append(WrittenTurn(body[start:]))
-        return turns
+        return split_turns(body, _TOOL_REPLY_RE, lambda reply: any(h in reply for h in _TOOL_CORRECTIONS))

@@ -200,6 +200,8 @@ def _note(text: str) -> Any:
     from langchain_core.messages import HumanMessage
 
     return HumanMessage(content=text, name=NOTE_NAME, id=f"{NOTE_ID_PREFIX}{uuid4()}")
+
+
 #: what a reply with neither a tool call nor an answer is told
 TOOLS_RETRY = "Your reply had no tool call and no answer. Call search, or reply with the answer only."
 #: what a reply cut at the token limit without a call is told

@@ -89,7 +89,9 @@ async def model_turn(
 
 
 def search_tool(engine: EpisodeEngine) -> Any:
-    """The search tool as a LangChain tool (what ``ToolCallRequest.tool`` names)."""
+    """The search tool as a LangChain tool (what ``ToolCallRequest.tool`` names). A middleware
+    that invokes it directly searches with the graph's own ``top_k``; the episode's calls go
+    through the handler, with the request's settings."""
     from langchain_core.tools import StructuredTool
 
     async def search(query: str) -> str:
