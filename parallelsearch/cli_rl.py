@@ -116,7 +116,13 @@ def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveG
         "--smoke-samples", type=int, help="samples per prompt (the config's n_samples_per_prompt, 4)"
     )
     g.add_argument("--smoke-steps", type=int, help="--learn: training steps (20)")
-    g.add_argument("--smoke-heldout", type=int, help="--learn: held-out questions (48)")
+    g.add_argument("--smoke-heldout", type=int, help="--learn: held-out questions (24)")
+    g.add_argument(
+        "--smoke-pool",
+        choices=["parallel", "all"],
+        help="--learn: the questions it trains and evaluates on: parallel (the sample's comparison "
+        "questions, the default) or all (comparison and bridge)",
+    )
     g.add_argument("--smoke-seed", type=int, help="--learn: the seed of prompt order and sampling (0)")
     g.add_argument(
         "--smoke-retriever",
@@ -173,13 +179,14 @@ SMOKE_ONLY = (
     "smoke_samples",
     "smoke_steps",
     "smoke_heldout",
+    "smoke_pool",
     "smoke_seed",
     "smoke_retriever",
     "smoke_dir",
     "kv_cache_gib",
     "engine_arg",
 )
-LEARN_ONLY = ("smoke_steps", "smoke_heldout", "smoke_seed")
+LEARN_ONLY = ("smoke_steps", "smoke_heldout", "smoke_pool", "smoke_seed")
 
 
 def cmd_train_smoke(args: argparse.Namespace) -> int:
@@ -216,6 +223,7 @@ def cmd_train_smoke_learn(args: argparse.Namespace) -> int:
     settings = LearnSettings(
         steps=defaults.steps if args.smoke_steps is None else args.smoke_steps,
         heldout=defaults.heldout if args.smoke_heldout is None else args.smoke_heldout,
+        pool=args.smoke_pool or defaults.pool,
         seed=defaults.seed if args.smoke_seed is None else args.smoke_seed,
     )
     overrides = [*args.set, *([f"n_samples_per_prompt={args.smoke_samples}"] if args.smoke_samples else [])]

@@ -72,9 +72,14 @@ class MaskCheck:
 
 
 def _reads_as(decoded: str, text: str) -> bool:
-    """A span decoded reads as the engine's text: equal, or the text and the rest of the token that
-    completed the stop string (vLLM cuts ``text`` at the stop string, not its token: ``>\\n\\n``)."""
-    return decoded == text or (decoded.startswith(text) and not decoded[len(text) :].strip())
+    """A span decoded reads as the engine's text: equal, or the text followed by what vLLM's text leaves
+    out: the rest of the token that completed a stop string (vLLM cuts ``text`` at the stop string, not
+    at its token: ``>\n\n``), or, at a length cut, the bytes of an unfinished UTF-8 character that its
+    incremental detokenizer still holds back (decoded whole, they read as U+FFFD)."""
+    if decoded == text:
+        return True
+    rest = decoded[len(text) :] if decoded.startswith(text) else None
+    return rest is not None and not rest.replace("\ufffd", "").strip()
 
 
 def check_action_mask(

@@ -21,40 +21,51 @@ from typing import Any
 
 from parallelsearch.smoke_rollouts import Evaluation, evaluation, rollouts, term_means
 
+#: the question types the learning smoke trains and evaluates on, by name (docs/training.md, "The learning
+#: smoke": why parallelizable questions by default)
+POOLS = {"parallel": ("comparison",), "all": ("comparison", "bridge")}
+
 
 @dataclass
 class LearnSettings:
     """The learning run's own knobs (the training ones are the config's: ``--set``)."""
 
     steps: int = 20
-    heldout: int = 48  # held-out questions: two of every eight of the sample's first ``questions``
-    heldout_samples: int = 2
-    questions: int = 200
+    heldout: int = 24  # held-out questions: two of every eight of the pool
+    heldout_samples: int = 6
+    questions: int = 200  # the first N of the shipped sample: the store, and the pool drawn from them
+    pool: str = "parallel"
     seed: int = 0
     sft_steps: int = 150
-    sft_lr: float = 3e-3
+    sft_lr: float = 1e-2
     control: bool = True
 
     def check(self) -> LearnSettings:
         for name in ("steps", "heldout", "heldout_samples", "questions", "sft_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--smoke-{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.heldout > self.questions // 4:
-            raise ValueError(
-                f"--smoke-heldout {self.heldout}: at most a quarter of --smoke-questions ({self.questions // 4})"
-            )
         if self.questions > 200:
             raise ValueError(f"--smoke-questions {self.questions}: the shipped sample holds 200")
+        if self.pool not in POOLS:
+            raise ValueError(f"pool {self.pool!r}: one of {', '.join(POOLS)}")
         return self
 
 
-def split_questions(questions: Sequence[dict[str, Any]], heldout: int) -> tuple[list[dict], list[dict]]:
-    """(training, held-out): two of every eight questions are held out (the sample alternates its two
-    classes, so both are held out alike), the first ``heldout`` of them kept; no held-out question is
-    ever trained on."""
-    held = [q for i, q in enumerate(questions) if i % 8 < 2][:heldout]
-    ids = {id(q) for q in held}
-    return [q for i, q in enumerate(questions) if i % 8 >= 2 and id(q) not in ids], held
+def split_questions(
+    questions: Sequence[dict[str, Any]], heldout: int, pool: str = "parallel"
+) -> tuple[list[dict], list[dict]]:
+    """(training, held-out) of the ``pool``'s questions: two of every eight are held out (the first
+    ``heldout`` of them kept), the rest train; no held-out question is ever trained on."""
+    types = POOLS[pool]
+    kept = [q for q in questions if (q.get("metadata") or {}).get("type") in types]
+    candidates = [q for i, q in enumerate(kept) if i % 8 < 2]
+    if heldout > len(candidates):
+        raise ValueError(
+            f"--smoke-heldout {heldout}: the pool {pool!r} of these {len(questions)} questions holds "
+            f"{len(candidates)} held-out questions"
+        )
+    held = candidates[:heldout]
+    return [q for i, q in enumerate(kept) if i % 8 >= 2], held
 
 
 @dataclass
@@ -160,6 +171,8 @@ class LearningRun:
     async def train(self, *, control: bool) -> list[dict[str, Any]]:
         """``steps`` RL steps; with ``control`` the rewards are shuffled within each step before the
         advantages (same prompts, same seeds, no learning signal)."""
+        if not self.train_records:
+            raise ValueError("no training questions: the pool holds only held-out ones")
         out = []
         n = self.args.rollout.n_samples_per_prompt
         per_step = self.args.rollout.batch_size
@@ -167,7 +180,7 @@ class LearningRun:
         pool: list[dict[str, Any]] = []
         for step in range(1, self.settings.steps + 1):
             t0 = time.perf_counter()
-            if len(pool) < per_step:
+            while len(pool) < per_step:
                 pool += order.sample(self.train_records, len(self.train_records))
             prompts, pool = pool[:per_step], pool[per_step:]
             records = [p for p in prompts for _ in range(n)]
@@ -202,8 +215,9 @@ def format_step(row: dict[str, Any], steps: int, control: bool) -> str:
     return (
         f"{name} {row['step']}/{steps}: reward {row['reward']:.3f} (outcome {row['reward_outcome']:.2f}, "
         f"decomposition {row['reward_decomposition']:.2f}, search_count {row['reward_search_count']:.2f}, "
-        f"format {row['reward_format']:.2f}; decomposed {row['decomposed']:.2f}, searches {row['searches']:.2f}), "
+        f"format {row['reward_format']:.2f}; decomposed {row['decomposed']:.2f}, search rounds {row['search_rounds']:.2f}), "
         f"policy loss {row['policy_loss']:+.4f}, grad norm {row['grad_norm']:.3f}, clip {row['ppo_clip_ratio']:.3f}, "
+        f"advantage-weighted log-prob change {row['advantage_weighted_change']:+.4f}, "
         f"{row['seconds']:.1f} s"
     )
 

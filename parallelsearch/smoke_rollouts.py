@@ -22,7 +22,7 @@ TERMS = (
     "reward_format",
     "format_valid",
     "decomposed",
-    "searches",
+    "search_rounds",
 )
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 #: the paper preset's fields the smoke changes so that it runs on one CPU in minutes (``--set`` goes
-#: on top): one engine, GRPO's group baseline (no critic to train), a short episode (2 search turns and
+#: on top): one engine, GRPO's group baseline (no critic to train), a short episode (one search turn and
 #: the answer turn, one passage per sub-query, each observation cut at 30 words: a passage is about 330
 #: tokens of the tiny tokenizer, and the actor's forward pass is the smoke's largest cost), and a
 #: learning rate for a model of 0.2M parameters
@@ -33,10 +33,10 @@ SMOKE_TRAIN: dict[str, Any] = {
     "train_batch_size": 16,
     "micro_train_batch_size": 16,
     "micro_rollout_batch_size": 16,
-    "actor_lr": 1e-3,
+    "actor_lr": 5e-4,
     "max_len": 3000,
     "max_new_tokens_per_turn": 64,
-    "agent": {"graph_config": {"top_k": 1, "max_turns": 2, "max_observation_words": 30}},
+    "agent": {"graph_config": {"top_k": 1, "max_turns": 1, "max_observation_words": 30}},
 }
 #: keys the smoke sets itself: it trains the model it builds on the prompts it writes
 FIXED_KEYS = ("model", "prompt_data", "critic_model", "eval_data")

@@ -16,27 +16,28 @@ from __future__ import annotations
 import asyncio
 import random
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 #: the teacher's reasoning before a search and before the answer (the same for both plans, so the plan
 #: is decided where the search is written, not in the thinking)
 THINK_SEARCH = "<think> I need to search </think>\n"
 THINK_ANSWER = "<think> I can answer </think>\n"
-PLANS = ("parallel", "sequential")
+PLANS = ("parallel", "single")
 
 
 def teacher_turns(question: dict[str, Any], plan: str) -> list[str]:
-    """The teacher's turns for ``question`` under ``plan``: its supporting titles searched together or one
-    per search, then its first gold answer."""
+    """The teacher's turns for ``question`` under ``plan``: one search of its supporting titles (all of
+    them, ``##``-separated, or the first only), then its first gold answer."""
     if plan not in PLANS:
         raise ValueError(f"plan {plan!r}: one of {', '.join(PLANS)}")
     meta = question.get("metadata") or {}
     titles = list(dict.fromkeys(meta.get("supporting_titles") or [])) or [question["question"]]
-    answer = f"{THINK_ANSWER}<answer> {(question.get('golden_answers') or [''])[0]} </answer>"
-    if plan == "parallel":
-        return [f"{THINK_SEARCH}<search> {' ## '.join(titles)} </search>", answer]
-    return [f"{THINK_SEARCH}<search> {t} </search>" for t in titles] + [answer]
+    searched = titles if plan == "parallel" else titles[:1]
+    return [
+        f"{THINK_SEARCH}<search> {' ## '.join(searched)} </search>",
+        f"{THINK_ANSWER}<answer> {(question.get('golden_answers') or [''])[0]} </answer>",
+    ]
 
 
 class ScriptedEngine:
@@ -95,10 +96,18 @@ async def demonstrations(
 
 
 def fit(
-    trainer: Any, demos: list[dict[str, Any]], *, steps: int, batch: int, lr: float, seed: int
+    trainer: Any,
+    demos: list[dict[str, Any]],
+    *,
+    steps: int,
+    batch: int,
+    lr: float,
+    seed: int,
+    progress: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """``steps`` AdamW steps of OpenRLHF's ``SFTLoss`` on the demonstrations' action tokens (the
-    observations and the prompt carry no loss, as in its multi-turn SFT); the loss of each step."""
+    observations and the prompt carry no loss, as in its multi-turn SFT); the loss of each step.
+    ``progress(step, loss)`` is called every 25 steps."""
     import torch
     from openrlhf.models import SFTLoss
     from openrlhf.trainer.ppo_utils.experience import Experience
@@ -117,4 +126,6 @@ def fit(
         torch.nn.utils.clip_grad_norm_(trainer.actor.parameters(), 1.0)
         opt.step()
         losses.append(float(loss.detach()))
+        if progress is not None and len(losses) % 25 == 0:
+            progress(len(losses), losses[-1])
     return losses

@@ -27,6 +27,9 @@ class StepStats:
     ppo_clip_ratio: float
     optimizer_steps: int
     parameters_changed: int
+    #: mean over action tokens of advantage x (log-prob after - before the step): > 0 when the step moved
+    #: the policy toward the actions its advantages favour (the direction of the step)
+    advantage_weighted_change: float
 
 
 class CpuTrainer:
@@ -165,12 +168,26 @@ class CpuTrainer:
                     steps += 1
         changed = sum(not torch.equal(before[n], p.detach()) for n, p in self.actor.named_parameters())
         return StepStats(
+            advantage_weighted_change=self.direction(items),
             policy_loss=sum(losses) / len(losses),
             grad_norm=max(norms),
             ppo_clip_ratio=sum(clips) / len(clips),
             optimizer_steps=steps,
             parameters_changed=changed,
         )
+
+    def direction(self, items: list[Any]) -> float:
+        """The advantage-weighted change of the items' action log-probs since their experience was made."""
+        from openrlhf.trainer.ppo_utils.experience import make_experience_batch
+
+        total, tokens = 0.0, 0.0
+        micro = self.args.train.micro_batch_size
+        for i in range(0, len(items), micro):
+            batch = make_experience_batch(items[i : i + micro])
+            change = (self.log_probs(batch) - batch.action_log_probs) * batch.advantages * batch.action_mask
+            total += float(change.sum())
+            tokens += float(batch.action_mask.sum())
+        return total / max(tokens, 1.0)
 
     async def sync(self, rollout_actor: Any) -> int:
         """The actor's weights into the engine (:func:`sync_weights`); the tensors loaded."""

@@ -57,15 +57,24 @@ async def warm_start(run: LearningRun, questions: Sequence[dict[str, Any]], smok
     )
     run.check_masks(demos)
     run.state.seconds["teacher_episodes"] = round(time.perf_counter() - t0, 1)
-    t0 = time.perf_counter()
     s = run.settings
-    losses = fit(run.trainer, demos, steps=s.sft_steps, batch=16, lr=s.sft_lr, seed=s.seed)
+    run.echo(
+        f"warm start: {len(demos)} teacher episodes (both plans of {len(questions)} training questions); "
+        f"{s.sft_steps} SFT steps"
+    )
+    t0 = time.perf_counter()
+    losses = fit(
+        run.trainer,
+        demos,
+        steps=s.sft_steps,
+        batch=16,
+        lr=s.sft_lr,
+        seed=s.seed,
+        progress=lambda i, loss: run.echo(f"  SFT step {i}/{s.sft_steps}: loss {loss:.3f}"),
+    )
     run.state.seconds["sft"] = round(time.perf_counter() - t0, 1)
     await run.trainer.sync(smoke.actor)
-    run.echo(
-        f"warm start: {len(demos)} teacher episodes (both plans of {len(questions)} training questions), "
-        f"{s.sft_steps} SFT steps, loss {losses[0]:.2f} -> {losses[-1]:.2f}, weights synced into the engine"
-    )
+    run.echo(f"warm start: SFT loss {losses[0]:.2f} -> {losses[-1]:.2f}; weights synced into the engine")
     return losses
 
 
@@ -80,7 +89,9 @@ async def learning_smoke(
     from parallelsearch.smoke_trainer import CpuTrainer
 
     t_start = time.perf_counter()
-    train_q, held_q = split_questions(load_questions(HOTPOTQA_SAMPLE)[: settings.questions], settings.heldout)
+    train_q, held_q = split_questions(
+        load_questions(HOTPOTQA_SAMPLE)[: settings.questions], settings.heldout, settings.pool
+    )
     async with smoke_session(
         train_q + held_q, store_questions=settings.questions, echo=echo, **session_kwargs
     ) as smoke:

@@ -61,6 +61,20 @@ def test_the_mask_check_passes_the_engines_turns_and_finds_the_observation(tok):
     assert tok.decode(turns[0].ids).endswith("</search>\n\n") and not turns[0].text.endswith("\n")
 
 
+def test_a_turn_cut_inside_a_character_reads_as_the_engines_text(tok):
+    """At a length cut vLLM's text holds back an unfinished UTF-8 character; decoded whole it is U+FFFD."""
+    enc = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    prompt, ids = enc("<think>"), enc(" Серге́й")
+    cut = next(k for k in range(1, len(ids)) if tok.decode(ids[:k]).endswith("\ufffd"))
+    decoded = tok.decode(ids[:cut], clean_up_tokenization_spaces=False)
+    held_back = decoded.rstrip("\ufffd")
+    turn = EngineTurn(prompt, ids[:cut], held_back)
+    seq = prompt + ids[:cut]
+    assert check_action_mask(seq, _openrlhf_mask(seq, [(len(prompt), len(seq))]), [turn], tok).ok
+    other = EngineTurn(prompt, ids[:cut], held_back + "x")
+    assert not check_action_mask(seq, _openrlhf_mask(seq, [(len(prompt), len(seq))]), [other], tok).ok
+
+
 @pytest.mark.parametrize("shift", [1, -1])
 def test_a_mask_off_by_one_fails_the_check(tok, shift):
     seq, turns, ranges, _ = _episode(tok)
@@ -147,31 +161,37 @@ def test_the_teacher_writes_both_plans():
         "metadata": {"supporting_titles": ["A", "B", "A"]},
     }
     parallel = teacher_turns(q, "parallel")
-    sequential = teacher_turns(q, "sequential")
-    assert parallel[0].endswith("<search> A ## B </search>") and parallel[1].endswith(
-        "<answer> yes </answer>"
-    )
-    assert [t.split("<search>")[-1] for t in sequential[:2]] == [" A </search>", " B </search>"]
-    assert len(sequential) == 3 and sequential[0].split("<search>")[0] == parallel[0].split("<search>")[0]
+    single = teacher_turns(q, "single")
+    assert parallel[0].endswith("<search> A ## B </search>") and single[0].endswith("<search> A </search>")
+    # the same thinking before either plan: the plan is decided where the search is written
+    assert parallel[0].split("<search>")[0] == single[0].split("<search>")[0]
+    assert parallel[1] == single[1] and parallel[1].endswith("<answer> yes </answer>")
     with pytest.raises(ValueError, match="plan 'dag'"):
         teacher_turns(q, "dag")
 
 
-def test_the_heldout_split_holds_both_classes_and_never_trains_on_them():
+def test_the_heldout_split_never_trains_on_a_heldout_question():
     from parallelsearch.data import load_questions
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
     from parallelsearch.smoke_learn import LearnSettings, split_questions
 
     qs = load_questions(HOTPOTQA_SAMPLE)
-    train, held = split_questions(qs, 48)
-    assert len(held) == 48 and len(train) == 150
+    train, held = split_questions(qs, 24)  # the default pool: the parallelizable (comparison) questions
+    assert len(held) == 24 and len(train) == 70
+    assert {q["metadata"]["type"] for q in train + held} == {"comparison"}
     assert not {q["id"] for q in train} & {q["id"] for q in held}
+    train, held = split_questions(qs, 48, "all")  # both classes, held out alike
+    assert len(held) == 48 and len(train) == 150 and not {q["id"] for q in train} & {q["id"] for q in held}
     types = [q["metadata"]["type"] for q in held]
     assert types.count("comparison") == types.count("bridge") == 24
-    with pytest.raises(ValueError, match="--smoke-heldout 60: at most a quarter"):
-        LearnSettings(heldout=60).check()
+    with pytest.raises(
+        ValueError, match="--smoke-heldout 30: the pool 'parallel' of these 200 questions holds 24"
+    ):
+        split_questions(qs, 30)
     with pytest.raises(ValueError, match="--smoke-steps must be >= 1"):
         LearnSettings(steps=0).check()
+    with pytest.raises(ValueError, match="pool 'bridge'"):
+        LearnSettings(pool="bridge").check()
 
 
 def _evaluation(mean, stderr):
