@@ -2,7 +2,8 @@
 
 - The action mask: OpenRLHF's ``action_mask`` must be 1 exactly on the tokens the engine generated.
   The expected spans come from the engine's own calls, recorded between the executor and the engine
-  (what prompt ids each turn was given, what ids and text it returned), never from the executor's
+  (:class:`parallelsearch.smoke_rollouts.RecordingEngine`: what prompt ids each turn was given, what
+  ids and text it returned), never from the executor's
   ``action_ranges``; each span decoded must read as the engine's text for that turn, and no token of
   an observation (what lies between one turn's end and the next turn's prompt end) may be in the mask.
 - The weight sync: after the actor's weights are synced into the engine, the engine's log-probs of the
@@ -28,38 +29,6 @@ class EngineTurn:
     prompt_ids: list[int]
     ids: list[int]
     text: str
-
-
-class RecordingEngine:
-    """Forwards every call to the rollout actor (the executor's ``llm_engine``) and keeps each turn."""
-
-    def __init__(self, engine: Any) -> None:
-        self.engine = engine
-        self.turns: list[EngineTurn] = []
-
-    async def generate(
-        self, prompt_token_ids: list[int], sampling_params: Any, *args: Any, **kwargs: Any
-    ) -> Any:
-        out = await self.engine.generate(prompt_token_ids, sampling_params, *args, **kwargs)
-        first = out.outputs[0]
-        self.turns.append(EngineTurn(list(prompt_token_ids), list(first.token_ids), first.text))
-        return out
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.engine, name)
-
-
-def record_engine_turns(actor: Any) -> None:
-    """Make the rollout actor's executor run through a :class:`RecordingEngine` per episode; the turns
-    come back in the sample dict under ``engine_turns`` (OpenRLHF ignores keys it does not read)."""
-    execute = actor.executor.execute
-
-    async def recorded(*args: Any, llm_engine: Any, **kwargs: Any) -> dict[str, Any]:
-        engine = RecordingEngine(llm_engine)
-        result = await execute(*args, llm_engine=engine, **kwargs)
-        return {**result, "engine_turns": engine.turns}
-
-    actor.executor.execute = recorded
 
 
 @dataclass

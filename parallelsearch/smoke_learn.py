@@ -88,6 +88,7 @@ class LearnState:
     control_steps: list[dict[str, Any]] = field(default_factory=list)
     evaluations: dict[str, Evaluation] = field(default_factory=dict)
     sync_checks: dict[str, SyncCheck] = field(default_factory=dict)
+    unsynced: SyncCheck | None = None  # the check on an actor whose weights the engine does not hold
     mask_failures: list[str] = field(default_factory=list)
     mask_checked: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
@@ -154,6 +155,13 @@ class LearningRun:
             + f"); |engine - actor| log-prob {sc.gap:.2e} (shifted mask {sc.shifted_gap:.2f})"
         )
         return ev
+
+    async def check_unsynced(self, episodes: int = 8) -> SyncCheck:
+        """The sync check while the actor's weights differ from the engine's (before a sync): it must
+        fail, or it could not catch a missing sync."""
+        records = [r for r in self.heldout for _ in range(self.settings.heldout_samples)][:episodes]
+        self.state.unsynced = self.sync_check(await self.rollout(records, list(range(len(records)))))
+        return self.state.unsynced
 
     def sync_check(self, results: Sequence[dict[str, Any]]) -> SyncCheck:
         from openrlhf.trainer.ppo_utils.experience import Experience

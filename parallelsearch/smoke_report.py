@@ -40,6 +40,7 @@ def learning_record(state: LearnState, settings: LearnSettings, config: dict[str
     record.update(
         logprob_gap=max(c.gap for c in checks),
         logprob_gap_shifted_mask=min(c.shifted_gap for c in checks),
+        logprob_gap_unsynced=state.unsynced.gap if state.unsynced else None,
         sync_checks={k: vars(c) for k, c in state.sync_checks.items()},
         mask_check={"episodes": state.mask_checked, "failures": state.mask_failures[:20]},
         evaluations={k: e.to_dict() for k, e in ev.items()},
@@ -62,6 +63,10 @@ def goals(record: dict[str, Any]) -> dict[str, bool]:
         > SYNC_TOLERANCE,
         "every action mask matches the engine's turns": not record["mask_check"]["failures"],
     }
+    if record["logprob_gap_unsynced"] is not None:
+        out[f"an actor the engine was not synced with fails the sync check (> {SYNC_TOLERANCE})"] = (
+            record["logprob_gap_unsynced"] > SYNC_TOLERANCE
+        )
     if "control_rise" in record:
         out[f"control rises < {MAX_CONTROL_SE:g} s.e."] = (
             record["control_rise"] < MAX_CONTROL_SE * record["control_stderr"]
@@ -83,6 +88,11 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
         f"weight sync: mean |engine - actor| log-prob {record['logprob_gap']:.2e} nats (at most, over "
         f"{len(record['sync_checks'])} checks); with the action mask shifted by one "
         f"{record['logprob_gap_shifted_mask']:.2f}"
+        + (
+            f"; before the first sync {record['logprob_gap_unsynced']:.2f}"
+            if record["logprob_gap_unsynced"] is not None
+            else ""
+        )
     )
     lines.append(
         f"action masks checked against the engine's turns: {record['mask_check']['episodes']} episodes, "

@@ -1,8 +1,10 @@
-"""Rollouts of the CPU smoke through OpenRLHF's rollout actor, and what they are checked and scored by.
+"""Rollouts of the CPU smoke through OpenRLHF's rollout actor, the engine's turns recorded, and their
+scores.
 
 Each episode is one ``generate_responses`` call with its own sampling seed (vLLM's per-request
-``seed``), so a held-out evaluation repeated after training, and a control run, sample with the same
-random numbers as the run they are compared with: their differences are the weights', not the dice's.
+``seed``, one per turn), so a held-out evaluation repeated after training, and a control run, sample
+with the same random numbers as the run they are compared with: their differences are the weights',
+not the dice's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,47 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from parallelsearch.smoke_checks import EngineTurn
+
+
+class RecordingEngine:
+    """Stands between the executor and the rollout actor (the executor's ``llm_engine``): forwards every
+    call, keeps each turn, and gives each turn of a seeded episode its own seed (the episode's seed and
+    the turn's number), since the executor sends every turn with the episode's sampling parameters and
+    one seed would replay one random stream turn after turn."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.turns: list[EngineTurn] = []
+
+    async def generate(
+        self, prompt_token_ids: list[int], sampling_params: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        if getattr(sampling_params, "seed", None) is not None:
+            sampling_params = sampling_params.clone()
+            sampling_params.seed = sampling_params.seed * 100 + len(self.turns)
+        out = await self.engine.generate(prompt_token_ids, sampling_params, *args, **kwargs)
+        first = out.outputs[0]
+        self.turns.append(EngineTurn(list(prompt_token_ids), list(first.token_ids), first.text))
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+def record_engine_turns(actor: Any) -> None:
+    """Make the rollout actor's executor run through a :class:`RecordingEngine` per episode; the turns
+    come back in the sample dict under ``engine_turns`` (OpenRLHF ignores keys it does not read)."""
+    execute = actor.executor.execute
+
+    async def recorded(*args: Any, llm_engine: Any, **kwargs: Any) -> dict[str, Any]:
+        engine = RecordingEngine(llm_engine)
+        result = await execute(*args, llm_engine=engine, **kwargs)
+        return {**result, "engine_turns": engine.turns}
+
+    actor.executor.execute = recorded
+
 
 #: the reward terms each step and evaluation reports (the executor's ``extra_logs`` keys)
 TERMS = (

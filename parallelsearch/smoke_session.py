@@ -47,7 +47,7 @@ async def smoke_session(
     from parallelsearch import smoke_setup as setup
     from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process
     from parallelsearch.rl.tiny_model import save_tiny
-    from parallelsearch.smoke_checks import record_engine_turns
+    from parallelsearch.smoke_rollouts import record_engine_turns
     from parallelsearch.train_smoke import SMOKE_ENGINE_ARGS, check_smoke_deps
 
     check_smoke_deps()

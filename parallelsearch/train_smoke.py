@@ -1,12 +1,13 @@
 """``parallelsearch train --smoke``: one pass of what a training step runs, on this CPU, in minutes.
 
-OpenRLHF's own rollout actor, built in-process, runs a few prompts of the tiny random model on a
-real vLLM CPU engine against a real ``/retrieve`` server, with the paper preset's agent config (its
-reward mode, chat templating, no constrained decoding) and the user's ``--set`` on top. Each
-episode's reward terms and token spans are printed with the action-mask check; then one training
-step of OpenRLHF's code (group advantages, ``PolicyLoss``), the weights synced into the engine, and
-the sync check on fresh episodes (docs/vllm.md, "CPU smoke"). ``--learn`` runs the learning smoke
-(:mod:`parallelsearch.train_smoke_learn`).
+OpenRLHF's own rollout actor, built in-process, runs a few prompts of the tiny model on a real vLLM
+CPU engine against a real ``/retrieve`` server, with the paper preset's agent config (its reward
+mode, chat templating, no constrained decoding) and the user's ``--set`` on top. The model is first
+fitted for a few steps on a teacher's episodes of those prompts and synced into the engine (a random
+model never writes a valid search without constrained decoding). Each episode's reward terms and
+token spans are printed with the action-mask check; then one training step of OpenRLHF's code (group
+advantages, ``PolicyLoss``), the weights synced into the engine, and the sync check on fresh episodes
+(docs/vllm.md, "CPU smoke"). ``--learn`` runs the learning smoke (:mod:`parallelsearch.train_smoke_learn`).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class SmokeResult:
     grad_norm: float
     params_changed: int
     groups_with_signal: int  # prompts whose samples did not all score alike
-    sync: Any  # SyncCheck, or None when constrained decoding makes it meaningless
+    sync: Any  # SyncCheck after the step, or None when constrained decoding makes it meaningless
+    unsynced: Any  # SyncCheck of the fitted actor before its first sync (must fail)
     seconds: dict[str, float]
 
     @property
@@ -88,7 +90,7 @@ class SmokeResult:
 
         from parallelsearch.smoke_checks import SYNC_TOLERANCE
 
-        synced = self.sync is None or self.sync.ok(SYNC_TOLERANCE)
+        synced = self.sync is None or (self.sync.ok(SYNC_TOLERANCE) and self.unsynced.gap > SYNC_TOLERANCE)
         return all(ep.mask_ok for ep in self.episodes) and math.isfinite(self.loss) and synced
 
 
@@ -162,25 +164,30 @@ def actor_log_probs(model_dir: Path, experiences: list[Any]) -> tuple[Any, Any, 
     return actor, batch, log_probs
 
 
+#: SFT steps of the smoke's warm start on its own prompts' teacher episodes (enough for valid searches)
+SMOKE_SFT_STEPS = 40
+
+
 async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[str], None]) -> SmokeResult:
     from parallelsearch.data import load_questions
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
     from parallelsearch.smoke_learn import LearningRun, LearnSettings
-    from parallelsearch.smoke_rollouts import rollouts
     from parallelsearch.smoke_session import smoke_session
     from parallelsearch.smoke_trainer import CpuTrainer
+    from parallelsearch.train_smoke_learn import warm_start
 
     questions = load_questions(HOTPOTQA_SAMPLE)[:prompts]
     async with smoke_session(questions, store_questions=prompts, echo=echo, **session_kwargs) as smoke:
         n, args, tok = smoke.args.rollout.n_samples_per_prompt, smoke.args, smoke.tokenizer
+        trainer = CpuTrainer(smoke.model_dir, args, tok)
+        run = LearningRun(
+            smoke.actor, trainer, smoke.records, smoke.records, LearnSettings(sft_steps=SMOKE_SFT_STEPS), echo
+        )
+        await warm_start(run, questions, smoke)
         records = [r for r in smoke.records for _ in range(n)]
         t0 = time.perf_counter()
-        results = await rollouts(
-            smoke.actor, records, range(len(records)), max_length=args.data.max_len, tokenizer=tok,
-            temperature=args.rollout.temperature, top_p=args.rollout.top_p,
-        )  # fmt: skip
+        results = await run.rollout(records, range(len(records)))
         smoke.seconds["rollout"] = time.perf_counter() - t0
-        trainer = CpuTrainer(smoke.model_dir, args, tok)
         samples = trainer.samples(results)
         episodes = [
             episode_view(r, e, tok, rec["question"])
@@ -198,18 +205,21 @@ async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[s
         echo(
             f"training step ({args.algo.advantage.estimator} advantages; {signal} of {len(rewards)} prompt(s) whose "
             f"samples scored differently, the others teach nothing): PolicyLoss {stats.policy_loss:+.6f}, "
-            f"grad norm {stats.grad_norm:.4f}, {stats.parameters_changed} parameter tensors changed; weights synced"
+            f"grad norm {stats.grad_norm:.4f}, {stats.parameters_changed} parameter tensors changed, "
+            f"advantage-weighted log-prob change {stats.advantage_weighted_change:+.4f}; weights synced"
         )
         sync = None
         if smoke.cfg.agent.constrained:
             echo("sync check: not run (constrained decoding samples from the grammar-masked distribution)")
         else:
-            run = LearningRun(smoke.actor, trainer, [], smoke.records, LearnSettings(heldout_samples=1), echo)
             t0 = time.perf_counter()
             await run.evaluate("after the step")
             smoke.seconds["sync_check"] = time.perf_counter() - t0
             sync = run.state.sync_checks["after the step"]
-        echo("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in smoke.seconds.items()))
+        echo(
+            "timings: "
+            + ", ".join(f"{k} {v:.1f} s" for k, v in {**smoke.seconds, **run.state.seconds}.items())
+        )
         return SmokeResult(
             episodes,
             stats.policy_loss,
@@ -231,8 +241,9 @@ def run_smoke(
     workdir: str | Path | None = None,
     echo: Callable[[str], None] = print,
 ) -> SmokeResult:
-    """Build the tiny model, roll out ``prompts`` x ``samples`` episodes (the config's
-    ``n_samples_per_prompt`` unless given), take one training step, sync, check.
+    """Build the tiny model, warm-start it on the teacher's episodes of the ``prompts`` questions, roll out
+    ``prompts`` x ``samples`` episodes (the config's ``n_samples_per_prompt`` unless given), take one
+    training step, sync, check.
 
     The model and configs go to ``workdir`` (kept), else to a temporary folder (deleted)."""
     check_smoke_deps()

@@ -73,8 +73,12 @@ async def warm_start(run: LearningRun, questions: Sequence[dict[str, Any]], smok
         progress=lambda i, loss: run.echo(f"  SFT step {i}/{s.sft_steps}: loss {loss:.3f}"),
     )
     run.state.seconds["sft"] = round(time.perf_counter() - t0, 1)
+    unsynced = await run.check_unsynced()
     await run.trainer.sync(smoke.actor)
-    run.echo(f"warm start: SFT loss {losses[0]:.2f} -> {losses[-1]:.2f}; weights synced into the engine")
+    run.echo(
+        f"warm start: SFT loss {losses[0]:.2f} -> {losses[-1]:.2f}; before the sync the engine's log-probs "
+        f"differ from the actor's by {unsynced.gap:.2f} nats; weights synced into the engine"
+    )
     return losses
 
 

@@ -215,6 +215,7 @@ def test_learning_json_goals_and_plot(tmp_path):
             "control_after": _evaluation(0.32, 0.04),
         },
         sync_checks={"before": SyncCheck(3e-7, 0.4, 96), "after": SyncCheck(5e-7, 0.5, 96)},
+        unsynced=SyncCheck(1.2, 1.3, 8),
         mask_checked=10,
     )
     record = learning_record(state, LearnSettings(), {"reward_mode": "official"})
@@ -223,9 +224,11 @@ def test_learning_json_goals_and_plot(tmp_path):
     assert all(record["goals"].values()), record["goals"]
     state.evaluations["control_after"] = _evaluation(0.40, 0.04)  # rises by 1.8 s.e.: not a control
     state.mask_failures.append("turn 1: tokens 3..9 are not the ids the engine returned")
+    state.unsynced = SyncCheck(0.01, 0.3, 8)  # a check that cannot tell a missing sync
     failed = learning_record(state, LearnSettings(), {})["goals"]
     assert [k for k, ok in failed.items() if not ok] == [
         "every action mask matches the engine's turns",
+        "an actor the engine was not synced with fails the sync check (> 0.05)",
         "control rises < 1 s.e.",
     ]
     assert any(

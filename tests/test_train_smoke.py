@@ -23,25 +23,25 @@ def test_train_smoke_prints_checked_masks_a_step_and_a_synced_engine(tmp_path, c
     work = tmp_path / "smoke"
     rc = main(
         ["train", "--smoke", "--smoke-dir", str(work), "--smoke-samples", "2", "--kv-cache-gib", "1",
-         "--set", "agent.graph_config.max_turns=1"]
+         "--set", "agent.graph_config.top_k=2"]
     )  # fmt: skip
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "reward official, chat template on, constrained decoding off, group_norm advantages" in out
+    assert re.search(r"warm start: 4 teacher episodes .*; weights synced into the engine", out, flags=re.S)
     assert len(re.findall(r"^episode \d+: ", out, flags=re.M)) == 4  # 2 prompts x 2 samples
     assert out.count("action_mask == the engine's turns: yes") == 4 and "turns: NO" not in out
     assert len(re.findall(r"reward (-?\d+\.\d+) = outcome (\S+) \+ decomposition (\S+)", out)) == 4
     actions = re.findall(r"^  \+ action +\| (.*)$", out, flags=re.M)
     observations = re.findall(r"^  - observation \| (.*)$", out, flags=re.M)
     assert actions and observations and all("<information>" not in a for a in actions)
+    assert any('<information>Doc 1(Title: "' in o for o in observations)  # the warm-started model searches
     assert re.search(r"prompt \d+ \(masked\), action [1-9]\d* in \d turn\(s\) \(trained\)", out)
-    step = re.search(
-        r"PolicyLoss (\S+), grad norm (\S+), (\d+) parameter tensors changed; weights synced", out
-    )
-    assert step and math.isfinite(float(step.group(1)))
+    step = re.search(r"PolicyLoss (\S+), grad norm (\S+), (\d+) parameter tensors changed", out)
+    assert step and math.isfinite(float(step.group(1))) and "; weights synced" in out
     sync = re.search(r"\|engine - actor\| log-prob (\S+) \(shifted mask (\S+)\)", out)
     assert sync and float(sync.group(1)) <= 0.05 < float(sync.group(2))
     # the user's --set reached the agent config every rollout actor read
     agent = yaml.safe_load((work / "agent.yaml").read_text())
-    assert agent["graph_config"]["max_turns"] == 1 and agent["reward"]["mode"] == "official"
+    assert agent["graph_config"]["top_k"] == 2 and agent["reward"]["mode"] == "official"
     assert (work / "tiny-llama" / "config.json").is_file() and (work / "prompts.jsonl").is_file()
