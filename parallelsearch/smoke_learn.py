@@ -137,7 +137,7 @@ class LearningRun:
             if not mc.ok:
                 self.state.mask_failures.append(mc.reason)
 
-    async def evaluate(self, name: str) -> Evaluation:
+    async def evaluate(self, name: str, label: str = "held-out") -> Evaluation:
         """The held-out prompts, ``heldout_samples`` seeded episodes each, with the weights the engine holds;
         the sync check on the same episodes."""
         t0 = time.perf_counter()
@@ -150,7 +150,7 @@ class LearningRun:
         self.state.seconds[f"eval_{name}"] = round(time.perf_counter() - t0, 1)
         sc = self.state.sync_checks[name]
         self.echo(
-            f"held-out {name}: mean reward {ev.mean:.3f} +- {ev.stderr:.3f} ({ev.episodes} episodes; "
+            f"{label} {name}: mean reward {ev.mean:.3f} +- {ev.stderr:.3f} ({ev.episodes} episodes; "
             + ", ".join(f"{c} {v['reward']:.3f}" for c, v in ev.by_class.items())
             + f"); |engine - actor| log-prob {sc.gap:.2e} (shifted mask {sc.shifted_gap:.2f})"
         )

@@ -165,7 +165,7 @@ def actor_log_probs(model_dir: Path, experiences: list[Any]) -> tuple[Any, Any, 
 
 
 #: SFT steps of the smoke's warm start on its own prompts' teacher episodes (enough for valid searches)
-SMOKE_SFT_STEPS = 40
+SMOKE_SFT_STEPS = 100
 
 
 async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[str], None]) -> SmokeResult:
@@ -213,9 +213,9 @@ async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[s
             echo("sync check: not run (constrained decoding samples from the grammar-masked distribution)")
         else:
             t0 = time.perf_counter()
-            await run.evaluate("after the step")
+            await run.evaluate("after_step", label="sync check on fresh episodes,")
             smoke.seconds["sync_check"] = time.perf_counter() - t0
-            sync = run.state.sync_checks["after the step"]
+            sync = run.state.sync_checks["after_step"]
         echo(
             "timings: "
             + ", ".join(f"{k} {v:.1f} s" for k, v in {**smoke.seconds, **run.state.seconds}.items())
@@ -227,6 +227,7 @@ async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[s
             stats.parameters_changed,
             signal,
             sync,
+            run.state.unsynced,
             smoke.seconds,
         )
 
