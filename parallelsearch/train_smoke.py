@@ -146,6 +146,24 @@ def format_episode(i: int, ep: SmokeEpisode, width: int = 110) -> list[str]:
     return lines
 
 
+def show_episodes(
+    results: list[dict[str, Any]],
+    samples: list[Any],
+    records: list[dict[str, Any]],
+    tokenizer: Any,
+    echo: Callable[[str], None],
+) -> list[SmokeEpisode]:
+    """Each episode's view (:func:`episode_view`), printed."""
+    episodes = [
+        episode_view(r, e, tokenizer, rec["question"])
+        for r, e, rec in zip(results, samples, records, strict=True)
+    ]
+    for i, ep in enumerate(episodes):
+        for line in format_episode(i + 1, ep):
+            echo(line)
+    return episodes
+
+
 def actor_log_probs(model_dir: Path, experiences: list[Any]) -> tuple[Any, Any, Any]:
     """OpenRLHF's ``Actor`` over ``model_dir`` (fp32, training mode), the experiences as one
     batch, and the actor's log-probs of that batch's sequences."""
@@ -178,36 +196,24 @@ async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[s
 
     questions = load_questions(HOTPOTQA_SAMPLE)[:prompts]
     async with smoke_session(questions, store_questions=prompts, echo=echo, **session_kwargs) as smoke:
-        n, args, tok = smoke.args.rollout.n_samples_per_prompt, smoke.args, smoke.tokenizer
-        trainer = CpuTrainer(smoke.model_dir, args, tok)
-        run = LearningRun(
-            smoke.actor, trainer, smoke.records, smoke.records, LearnSettings(sft_steps=SMOKE_SFT_STEPS), echo
-        )
+        n, tok = smoke.args.rollout.n_samples_per_prompt, smoke.tokenizer
+        trainer = CpuTrainer(smoke.model_dir, smoke.args, tok)
+        settings = LearnSettings(sft_steps=SMOKE_SFT_STEPS)
+        run = LearningRun(smoke.actor, trainer, smoke.records, smoke.records, settings, echo)
         await warm_start(run, questions, smoke)
         records = [r for r in smoke.records for _ in range(n)]
         t0 = time.perf_counter()
         results = await run.rollout(records, range(len(records)))
         smoke.seconds["rollout"] = time.perf_counter() - t0
         samples = trainer.samples(results)
-        episodes = [
-            episode_view(r, e, tok, rec["question"])
-            for r, e, rec in zip(results, samples, records, strict=True)
-        ]
-        for i, ep in enumerate(episodes):
-            for line in format_episode(i + 1, ep):
-                echo(line)
+        episodes = show_episodes(results, samples, records, tok, echo)
         t0 = time.perf_counter()
         stats = trainer.train(trainer.make_experiences(samples), seed=0)
         await trainer.sync(smoke.actor)
         smoke.seconds["train_step"] = time.perf_counter() - t0
-        rewards = [[ep.reward for ep in episodes[i : i + n]] for i in range(0, len(episodes), n)]
-        signal = sum(len(set(g)) > 1 for g in rewards)
-        echo(
-            f"training step ({args.algo.advantage.estimator} advantages; {signal} of {len(rewards)} prompt(s) whose "
-            f"samples scored differently, the others teach nothing): PolicyLoss {stats.policy_loss:+.6f}, "
-            f"grad norm {stats.grad_norm:.4f}, {stats.parameters_changed} parameter tensors changed, "
-            f"advantage-weighted log-prob change {stats.advantage_weighted_change:+.4f}; weights synced"
-        )
+        groups = [{ep.reward for ep in episodes[i : i + n]} for i in range(0, len(episodes), n)]
+        signal = sum(len(g) > 1 for g in groups)
+        echo(step_line(stats, signal, len(groups), smoke.args.algo.advantage.estimator))
         sync = None
         if smoke.cfg.agent.constrained:
             echo("sync check: not run (constrained decoding samples from the grammar-masked distribution)")
@@ -216,20 +222,22 @@ async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[s
             await run.evaluate("after_step", label="sync check on fresh episodes,")
             smoke.seconds["sync_check"] = time.perf_counter() - t0
             sync = run.state.sync_checks["after_step"]
-        echo(
-            "timings: "
-            + ", ".join(f"{k} {v:.1f} s" for k, v in {**smoke.seconds, **run.state.seconds}.items())
-        )
+        phases = {**smoke.seconds, **run.state.seconds}
+        phases.pop("eval_after_step", None)  # the sync check's own
+        echo("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()))
         return SmokeResult(
-            episodes,
-            stats.policy_loss,
-            stats.grad_norm,
-            stats.parameters_changed,
-            signal,
-            sync,
-            run.state.unsynced,
-            smoke.seconds,
-        )
+            episodes, stats.policy_loss, stats.grad_norm, stats.parameters_changed, signal, sync,
+            run.state.unsynced, smoke.seconds,
+        )  # fmt: skip
+
+
+def step_line(stats: Any, signal: int, groups: int, estimator: str) -> str:
+    return (
+        f"training step ({estimator} advantages; {signal} of {groups} prompt(s) whose samples scored "
+        f"differently, the others teach nothing): PolicyLoss {stats.policy_loss:+.6f}, grad norm "
+        f"{stats.grad_norm:.4f}, {stats.parameters_changed} parameter tensors changed, advantage-weighted "
+        f"log-prob change {stats.advantage_weighted_change:+.4f}; weights synced"
+    )
 
 
 def run_smoke(
