@@ -34,7 +34,7 @@ SMOKE_TRAIN: dict[str, Any] = {
     "train_batch_size": 32,
     "micro_train_batch_size": 16,
     "micro_rollout_batch_size": 16,
-    "actor_lr": 5e-4,
+    "actor_lr": 1e-3,
     "max_len": 3000,
     "max_new_tokens_per_turn": 64,
     "agent": {"graph_config": {"top_k": 1, "max_turns": 1, "max_observation_words": 30}},

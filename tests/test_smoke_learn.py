@@ -19,6 +19,8 @@ from parallelsearch.smoke_checks import SYNC_TOLERANCE  # noqa: E402
 from parallelsearch.smoke_learn import LearnSettings  # noqa: E402
 
 SETTINGS = LearnSettings(steps=2, heldout=4, heldout_samples=2, questions=24, sft_steps=20)
+#: 4 prompts x 4 samples per step, one optimizer step: what CI can afford
+OVERRIDES = ["rollout_batch_size=4", "train_batch_size=16"]
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +28,9 @@ def short_run(tmp_path_factory):
     from parallelsearch.train_smoke_learn import run_learning_smoke
 
     work = tmp_path_factory.mktemp("learn")
-    record = run_learning_smoke(SETTINGS, workdir=work, engine_args={"kv_cache_memory_bytes": 1 << 30})
+    record = run_learning_smoke(
+        SETTINGS, overrides=OVERRIDES, workdir=work, engine_args={"kv_cache_memory_bytes": 1 << 30}
+    )
     return record, work
 
 
@@ -43,7 +47,7 @@ def test_learning_json_holds_the_run(short_run):
     assert terms <= set(saved["steps"][0])
     # the paper preset's agent config by default; the control starts where the run started
     assert saved["config"]["reward_mode"] == "official" and saved["config"]["apply_chat_template"] is True
-    assert saved["config"]["constrained"] is False
+    assert saved["config"]["constrained"] is False and saved["config"]["prompts_per_step"] == 4
     assert saved["control_before"] == saved["heldout_before"]
     assert (work / "learning.svg").read_text().startswith("<svg")
 
@@ -58,8 +62,8 @@ def test_the_sync_check_holds_after_every_sync_and_can_fail(short_run):
 
 def test_every_action_mask_matches_the_engines_turns(short_run):
     record, _ = short_run
-    # the teacher's 16 episodes, 8 unsynced, 4 evaluations of 8 and 2 x 2 steps of 8 prompts x 4 samples
-    assert record["mask_check"]["episodes"] == 16 + 8 + 4 * 8 + 4 * 32
+    # the teacher's 16 episodes, 8 unsynced, 4 evaluations of 8 and 2 x 2 steps of 4 prompts x 4 samples
+    assert record["mask_check"]["episodes"] == 16 + 8 + 4 * 8 + 4 * 16
     assert record["mask_check"]["failures"] == []
 
 
