@@ -143,7 +143,7 @@ class LearningRun:
         t0 = time.perf_counter()
         n = self.settings.heldout_samples
         records = [r for r in self.heldout for _ in range(n)]
-        results = await self.rollout(records, [i for i in range(len(records))])
+        results = await self.rollout(records, self.seeds(0, len(records)))
         ev = evaluation(results, [r["type"] for r in records])
         self.state.evaluations[name] = ev
         self.state.sync_checks[name] = self.sync_check(results)
@@ -160,8 +160,13 @@ class LearningRun:
         """The sync check while the actor's weights differ from the engine's (before a sync): it must
         fail, or it could not catch a missing sync."""
         records = [r for r in self.heldout for _ in range(self.settings.heldout_samples)][:episodes]
-        self.state.unsynced = self.sync_check(await self.rollout(records, list(range(len(records)))))
+        self.state.unsynced = self.sync_check(await self.rollout(records, self.seeds(0, len(records))))
         return self.state.unsynced
+
+    def seeds(self, step: int, episodes: int) -> list[int]:
+        """The sampling seeds of one step's episodes (step 0: every evaluation), from the run's seed: a run
+        and its control, and every evaluation, sample with the same random numbers."""
+        return [(self.settings.seed * 1_000 + step) * 100_000 + i for i in range(episodes)]
 
     def sync_check(self, results: Sequence[dict[str, Any]]) -> SyncCheck:
         from openrlhf.trainer.ppo_utils.experience import Experience
@@ -192,8 +197,7 @@ class LearningRun:
                 pool += order.sample(self.train_records, len(self.train_records))
             prompts, pool = pool[:per_step], pool[per_step:]
             records = [p for p in prompts for _ in range(n)]
-            seeds = [10_000_000 + step * 10_000 + i for i in range(len(records))]
-            results = await self.rollout(records, seeds)
+            results = await self.rollout(records, self.seeds(step, len(records)))
             samples = self.trainer.samples(results)
             if control:
                 shuffle_rewards(samples, random.Random(self.settings.seed * 7919 + step))
