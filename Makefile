@@ -22,7 +22,7 @@ VPY := $(VVENV)/bin/python
 VPIP := $(VPY) -m pip
 VSTAMP := $(VVENV)/.installed
 
-.PHONY: demo smoke-train test test-main test-serving test-vllm system-deps venv venv-vllm lint bench bench-vllm clean
+.PHONY: demo smoke-train smoke-learn test test-main test-serving test-vllm system-deps venv venv-vllm lint bench bench-vllm clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -62,6 +62,12 @@ demo: $(STAMP)
 # The CPU training smoke (docs/vllm.md, "CPU smoke"): OpenRLHF's rollout actor on a vLLM CPU engine.
 smoke-train: $(VSTAMP)
 	PARALLELSEARCH_HOME=$${PARALLELSEARCH_HOME:-.parallelsearch} $(VVENV)/bin/parallelsearch train --smoke
+
+# The learning smoke (docs/training.md, "The learning smoke"): a CPU training run whose held-out reward
+# rises, with its control; learning.json and learning.svg land in SMOKE_DIR.
+SMOKE_DIR ?= smoke-learn
+smoke-learn: $(VSTAMP)
+	PARALLELSEARCH_HOME=$${PARALLELSEARCH_HOME:-.parallelsearch} $(VVENV)/bin/parallelsearch train --smoke --learn --smoke-dir $(SMOKE_DIR)
 
 test: test-main test-vllm
 

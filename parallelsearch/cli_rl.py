@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -118,19 +117,42 @@ def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveG
         "--smoke",
         action="store_true",
         help="CPU smoke instead of a launch: OpenRLHF's rollout actor on a real vLLM CPU engine with a "
-        "tiny random model and a real retriever, the reward terms and token masks of each episode, one "
-        "PolicyLoss step (needs the vLLM tier: make smoke-train)",
+        "tiny model and a real retriever, the paper preset's agent config (--set on top), the reward terms "
+        "and token masks of each episode checked against the engine's turns, one training step, the weights "
+        "synced into the engine and checked (needs the vLLM tier: make smoke-train)",
     )
     g = p.add_argument_group("CPU smoke (--smoke)")
-    g.add_argument("--smoke-prompts", type=int, help="prompts of the shipped HotpotQA sample (2)")
-    g.add_argument("--smoke-samples", type=int, help="samples per prompt (2)")
+    g.add_argument(
+        "--learn",
+        action="store_true",
+        help="with --smoke: a learning run (make smoke-learn): the tiny model warm-started on a teacher's "
+        "episodes, RL steps with a weight sync after each, held-out reward before/after and a control run "
+        "without learning signal; writes learning.json and learning.svg into --smoke-dir",
+    )
+    g.add_argument(
+        "--smoke-prompts", type=int, help="prompts of the shipped HotpotQA sample (2; not with --learn)"
+    )
+    g.add_argument(
+        "--smoke-samples", type=int, help="samples per prompt (the config's n_samples_per_prompt, 4)"
+    )
+    g.add_argument("--smoke-steps", type=int, help="--learn: training steps (20)")
+    g.add_argument("--smoke-heldout", type=int, help="--learn: held-out questions (24)")
+    g.add_argument(
+        "--smoke-pool",
+        choices=["parallel", "all"],
+        help="--learn: the questions it trains and evaluates on: parallel (the sample's comparison "
+        "questions, the default) or all (comparison and bridge)",
+    )
+    g.add_argument("--smoke-seed", type=int, help="--learn: the seed of prompt order and sampling (0)")
     g.add_argument(
         "--smoke-retriever",
         metavar="URL",
         help="a running /retrieve server (default: one over the demo store)",
     )
     g.add_argument(
-        "--smoke-dir", help="keep the model and agent config here (default: a temporary folder, deleted)"
+        "--smoke-dir",
+        help="keep the model, configs (and with --learn learning.json) here (default: a temporary folder, "
+        "deleted; with --learn <home>/smoke-learn)",
     )
     add_engine_args(g)
 
@@ -171,23 +193,68 @@ def engine_args_from(args: argparse.Namespace, base: dict[str, Any] | None = Non
     return out
 
 
-SMOKE_ONLY = ("smoke_prompts", "smoke_samples", "smoke_retriever", "smoke_dir", "kv_cache_gib", "engine_arg")
+SMOKE_ONLY = (
+    "learn",
+    "smoke_prompts",
+    "smoke_samples",
+    "smoke_steps",
+    "smoke_heldout",
+    "smoke_pool",
+    "smoke_seed",
+    "smoke_retriever",
+    "smoke_dir",
+    "kv_cache_gib",
+    "engine_arg",
+)
+LEARN_ONLY = ("smoke_steps", "smoke_heldout", "smoke_pool", "smoke_seed")
 
 
 def cmd_train_smoke(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        raise ValueError("--smoke runs the CPU smoke, not a launch: --dry-run does not apply")
+    if args.learn:
+        return cmd_train_smoke_learn(args)
+    given = [f"--{k.replace('_', '-')}" for k in LEARN_ONLY if getattr(args, k) is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)} only apply with --learn")
     from parallelsearch.train_smoke import run_smoke
 
-    if args.set or args.dry_run:
-        raise ValueError("--smoke runs the CPU smoke, not a launch: --set and --dry-run do not apply")
     result = run_smoke(
         prompts=args.smoke_prompts or 2,
-        samples=args.smoke_samples or 2,
+        samples=args.smoke_samples,
+        overrides=args.set,
         engine_args=engine_args_from(args),
         retriever_url=args.smoke_retriever,
         workdir=args.smoke_dir,
     )
-    ok = all(ep.action_mask_ok for ep in result.episodes) and math.isfinite(result.loss)
-    return 0 if ok else 1
+    return 0 if result.ok else 1
+
+
+def cmd_train_smoke_learn(args: argparse.Namespace) -> int:
+    from parallelsearch.settings import get_settings
+    from parallelsearch.smoke_learn import LearnSettings
+    from parallelsearch.train_smoke_learn import run_learning_smoke
+
+    if args.smoke_prompts is not None:
+        raise ValueError(
+            "--smoke-prompts does not apply with --learn (it uses --smoke-heldout and the sample)"
+        )
+    defaults = LearnSettings()
+    settings = LearnSettings(
+        steps=defaults.steps if args.smoke_steps is None else args.smoke_steps,
+        heldout=defaults.heldout if args.smoke_heldout is None else args.smoke_heldout,
+        pool=args.smoke_pool or defaults.pool,
+        seed=defaults.seed if args.smoke_seed is None else args.smoke_seed,
+    )
+    overrides = [*args.set, *([f"n_samples_per_prompt={args.smoke_samples}"] if args.smoke_samples else [])]
+    record = run_learning_smoke(
+        settings,
+        overrides=overrides,
+        engine_args=engine_args_from(args),
+        retriever_url=args.smoke_retriever,
+        workdir=args.smoke_dir or get_settings().home / "smoke-learn",
+    )
+    return 0 if all(record["goals"].values()) else 1
 
 
 def cmd_make_train_data(args: argparse.Namespace) -> int:
@@ -265,7 +332,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return cmd_train_list_keys(args.preset)
     if args.smoke:
         return cmd_train_smoke(args)
-    given = [f"--{k.replace('_', '-')}" for k in SMOKE_ONLY if getattr(args, k) not in (None, [])]
+    given = [f"--{k.replace('_', '-')}" for k in SMOKE_ONLY if getattr(args, k) not in (None, [], False)]
     if given:
         raise ValueError(f"{', '.join(given)} only apply with --smoke")
     if not (args.config or args.preset):

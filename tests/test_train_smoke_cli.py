@@ -26,11 +26,17 @@ def test_smoke_and_launch_flags_do_not_mix(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--smoke", "--preset", "paper"])
     assert main(["train", "--smoke", "--dry-run"]) == 2
-    assert "--set and --dry-run do not apply" in capsys.readouterr().err
+    assert "--dry-run does not apply" in capsys.readouterr().err
     assert (
         main(["train", "--preset", "paper", "--dry-run", "--smoke-prompts", "3", "--kv-cache-gib", "1"]) == 2
     )
     assert "--smoke-prompts, --kv-cache-gib only apply with --smoke" in capsys.readouterr().err
+    assert main(["train", "--preset", "paper", "--dry-run", "--learn"]) == 2
+    assert "--learn only apply with --smoke" in capsys.readouterr().err
+    assert main(["train", "--smoke", "--smoke-steps", "3"]) == 2
+    assert "--smoke-steps only apply with --learn" in capsys.readouterr().err
+    assert main(["train", "--smoke", "--learn", "--smoke-prompts", "3"]) == 2
+    assert "--smoke-prompts does not apply with --learn" in capsys.readouterr().err
 
 
 def test_engine_args_parse_as_yaml_values_over_a_base():
@@ -61,21 +67,26 @@ def test_bad_engine_settings_are_refused_naming_the_flag(argv, message, tmp_path
     assert rc == 2 and message in err and argv[0] in err
 
 
-def test_token_view_escapes_control_characters_and_finds_observation_spans():
+def test_token_view_escapes_control_characters():
     """The printed view of one episode (a random model writes NUL bytes and newlines)."""
-    from parallelsearch.train_smoke import SmokeEpisode, _spans, format_episode
+    from parallelsearch.train_smoke import SmokeEpisode, format_episode
 
-    assert _spans([(10, 14), (20, 25)], 10, 30) == [(14, 20), (25, 30)]
-    assert _spans([(10, 14)], 10, 14) == []
     terms = dict.fromkeys(
         ("reward_outcome", "reward_decomposition", "reward_search_count", "reward_format", "format_valid",
          "search_rounds", "subqueries", "search_errors"), 0.0,
     )  # fmt: skip
     ep = SmokeEpisode(
-        "q?", 0.1, terms, 10, [(10, 14)], [(14, 20)], True, False,
+        "q?", 0.1, terms, 10, 4, 6, 1, "ok", False,
         [("action", "<search> a\x00 </search>\n\n"), ("observation", "<information>x</information>")],
     )  # fmt: skip
     lines = format_episode(1, ep)
     assert lines[3] == "  + action      | <search> a\\x00 </search>\\n\\n"
     assert lines[4] == "  - observation | <information>x</information>"
     assert "action 4 in 1 turn(s) (trained), observation 6 (masked)" in lines[2]
+    assert lines[2].endswith("action_mask == the engine's turns: yes")
+    bad = SmokeEpisode(
+        "q?", 0.1, terms, 10, 4, 6, 1, "1 observation token(s) in the action mask, first at 14", False
+    )
+    assert format_episode(1, bad)[2].endswith(
+        "turns: NO (1 observation token(s) in the action mask, first at 14)"
+    )

@@ -1,0 +1,239 @@
+"""``parallelsearch train --smoke --learn``: a training run on this CPU whose held-out reward rises.
+
+The loop is OpenRLHF's, on one process (docs/training.md, "The learning smoke"): the rollout actor
+runs this project's executor on the vLLM CPU engine against the real retriever; experiences and
+group advantages come from OpenRLHF's functions; ``PolicyLoss`` steps train its ``Actor``; the
+weights are synced into the engine after every step. Around it: the tiny model fitted on a teacher's
+episodes of both plans (:mod:`parallelsearch.smoke_teacher`), a held-out evaluation before and after,
+a control run from the same start with the same seeds whose rewards are shuffled within each step
+(no learning signal), the action-mask and weight-sync checks (:mod:`parallelsearch.smoke_checks`),
+and ``learning.json`` with a plot.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from parallelsearch.smoke_rollouts import Evaluation, evaluation, rollouts, term_means
+
+#: the question types the learning smoke trains and evaluates on, by name (docs/training.md, "The learning
+#: smoke": why parallelizable questions by default)
+POOLS = {"parallel": ("comparison",), "all": ("comparison", "bridge")}
+
+
+@dataclass
+class LearnSettings:
+    """The learning run's own knobs (the training ones are the config's: ``--set``)."""
+
+    steps: int = 20
+    heldout: int = 24  # held-out questions: two of every eight of the pool
+    heldout_samples: int = 6
+    questions: int = 200  # the first N of the shipped sample: the store, and the pool drawn from them
+    pool: str = "parallel"
+    seed: int = 0
+    sft_steps: int = 150
+    sft_lr: float = 1e-2
+    control: bool = True
+
+    def check(self) -> LearnSettings:
+        for name in ("steps", "heldout", "heldout_samples", "questions", "sft_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--smoke-{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.questions > 200:
+            raise ValueError(f"--smoke-questions {self.questions}: the shipped sample holds 200")
+        if self.pool not in POOLS:
+            raise ValueError(f"pool {self.pool!r}: one of {', '.join(POOLS)}")
+        return self
+
+
+def split_questions(
+    questions: Sequence[dict[str, Any]], heldout: int, pool: str = "parallel"
+) -> tuple[list[dict], list[dict]]:
+    """(training, held-out) of the ``pool``'s questions: two of every eight are held out (the first
+    ``heldout`` of them kept), the rest train; no held-out question is ever trained on."""
+    types = POOLS[pool]
+    kept = [q for q in questions if (q.get("metadata") or {}).get("type") in types]
+    candidates = [q for i, q in enumerate(kept) if i % 8 < 2]
+    if heldout > len(candidates):
+        raise ValueError(
+            f"--smoke-heldout {heldout}: the pool {pool!r} of these {len(questions)} questions holds "
+            f"{len(candidates)} held-out questions"
+        )
+    held = candidates[:heldout]
+    return [q for i, q in enumerate(kept) if i % 8 >= 2], held
+
+
+@dataclass
+class SyncCheck:
+    """The engine's log-probs against the actor's after a sync, and the same with the mask shifted."""
+
+    gap: float
+    shifted_gap: float
+    episodes: int
+
+    def ok(self, tolerance: float) -> bool:
+        return self.gap <= tolerance < self.shifted_gap
+
+
+@dataclass
+class LearnState:
+    """What the run gathers as it goes (written out as ``learning.json``)."""
+
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    control_steps: list[dict[str, Any]] = field(default_factory=list)
+    evaluations: dict[str, Evaluation] = field(default_factory=dict)
+    sync_checks: dict[str, SyncCheck] = field(default_factory=dict)
+    unsynced: SyncCheck | None = None  # the check on an actor whose weights the engine does not hold
+    mask_failures: list[str] = field(default_factory=list)
+    mask_checked: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+class LearningRun:
+    """The rollout actor, the trainer and the prompts of one learning run, and its phases."""
+
+    def __init__(
+        self,
+        actor: Any,
+        trainer: Any,
+        train: list[dict[str, Any]],
+        heldout: list[dict[str, Any]],
+        settings: LearnSettings,
+        echo: Callable[[str], None] = print,
+    ) -> None:
+        self.actor, self.trainer, self.train_records, self.heldout = actor, trainer, train, heldout
+        self.settings = settings
+        self.echo = echo
+        self.args = trainer.args
+        self.state = LearnState()
+
+    async def rollout(self, records: Sequence[dict[str, Any]], seeds: Sequence[int]) -> list[dict[str, Any]]:
+        results = await rollouts(
+            self.actor,
+            records,
+            seeds,
+            max_length=self.args.data.max_len,
+            tokenizer=self.trainer.tokenizer,
+            temperature=self.args.rollout.temperature,
+            top_p=self.args.rollout.top_p,
+        )
+        self.check_masks(results)
+        return results
+
+    def check_masks(self, results: Sequence[dict[str, Any]]) -> None:
+        """The action-mask check on every episode (failures kept, not raised: the run reports them)."""
+        from parallelsearch.smoke_checks import check_action_mask
+
+        for r, e in zip(results, self.trainer.samples(results), strict=True):
+            mc = check_action_mask(
+                e.sequences[0].tolist(), e.action_mask[0].tolist(), r["engine_turns"], self.trainer.tokenizer
+            )
+            self.state.mask_checked += 1
+            if not mc.ok:
+                self.state.mask_failures.append(mc.reason)
+
+    async def evaluate(self, name: str, label: str = "held-out") -> Evaluation:
+        """The held-out prompts, ``heldout_samples`` seeded episodes each, with the weights the engine holds;
+        the sync check on the same episodes."""
+        t0 = time.perf_counter()
+        n = self.settings.heldout_samples
+        records = [r for r in self.heldout for _ in range(n)]
+        results = await self.rollout(records, self.seeds(0, len(records)))
+        ev = evaluation(results, [r["type"] for r in records])
+        self.state.evaluations[name] = ev
+        self.state.sync_checks[name] = self.sync_check(results)
+        self.state.seconds[f"eval_{name}"] = round(time.perf_counter() - t0, 1)
+        sc = self.state.sync_checks[name]
+        self.echo(
+            f"{label} {name}: mean reward {ev.mean:.3f} +- {ev.stderr:.3f} ({ev.episodes} episodes; "
+            + ", ".join(f"{c} {v['reward']:.3f}" for c, v in ev.by_class.items())
+            + f"); |engine - actor| log-prob {sc.gap:.2e} (shifted mask {sc.shifted_gap:.2f})"
+        )
+        return ev
+
+    async def check_unsynced(self, episodes: int = 8) -> SyncCheck:
+        """The sync check while the actor's weights differ from the engine's (before a sync): it must
+        fail, or it could not catch a missing sync."""
+        records = [r for r in self.heldout for _ in range(self.settings.heldout_samples)][:episodes]
+        self.state.unsynced = self.sync_check(await self.rollout(records, self.seeds(0, len(records))))
+        return self.state.unsynced
+
+    def seeds(self, step: int, episodes: int) -> list[int]:
+        """The sampling seeds of one step's episodes (step 0: every evaluation), from the run's seed: a run
+        and its control, and every evaluation, sample with the same random numbers."""
+        return [(self.settings.seed * 1_000 + step) * 100_000 + i for i in range(episodes)]
+
+    def sync_check(self, results: Sequence[dict[str, Any]]) -> SyncCheck:
+        from openrlhf.trainer.ppo_utils.experience import Experience
+
+        from parallelsearch.smoke_checks import logprob_gap, shifted
+
+        batch = Experience.concat_experiences(
+            self.trainer.samples(results), self.trainer.tokenizer.pad_token_id
+        )
+        gap = logprob_gap(self.trainer.log_probs(batch), batch.rollout_log_probs, batch.action_mask)
+        batch.action_mask = shifted(batch.action_mask)
+        off = logprob_gap(self.trainer.log_probs(batch), batch.rollout_log_probs, batch.action_mask)
+        return SyncCheck(gap, off, len(results))
+
+    async def train(self, *, control: bool) -> list[dict[str, Any]]:
+        """``steps`` RL steps; with ``control`` the rewards are shuffled within each step before the
+        advantages (same prompts, same seeds, no learning signal)."""
+        if not self.train_records:
+            raise ValueError("no training questions: the pool holds only held-out ones")
+        out = []
+        n = self.args.rollout.n_samples_per_prompt
+        per_step = self.args.rollout.batch_size
+        order = random.Random(self.settings.seed)
+        pool: list[dict[str, Any]] = []
+        for step in range(1, self.settings.steps + 1):
+            t0 = time.perf_counter()
+            while len(pool) < per_step:
+                pool += order.sample(self.train_records, len(self.train_records))
+            prompts, pool = pool[:per_step], pool[per_step:]
+            records = [p for p in prompts for _ in range(n)]
+            results = await self.rollout(records, self.seeds(step, len(records)))
+            samples = self.trainer.samples(results)
+            if control:
+                shuffle_rewards(samples, random.Random(self.settings.seed * 7919 + step))
+            stats = self.trainer.train(self.trainer.make_experiences(samples), seed=self.settings.seed + step)
+            await self.trainer.sync(self.actor)
+            row = {
+                "step": step,
+                **term_means(results),
+                **vars(stats),
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+            out.append(row)
+            self.echo(format_step(row, self.settings.steps, control))
+        return out
+
+
+def shuffle_rewards(samples: list[Any], rng: random.Random) -> None:
+    """Permute the samples' rewards among them (the control: rewards no longer belong to their episodes)."""
+    rewards = [s.rewards.clone() for s in samples]
+    rng.shuffle(rewards)
+    for s, r in zip(samples, rewards, strict=True):
+        s.rewards = r
+
+
+def format_step(row: dict[str, Any], steps: int, control: bool) -> str:
+    name = "control step" if control else "step"
+    return (
+        f"{name} {row['step']}/{steps}: reward {row['reward']:.3f} (outcome {row['reward_outcome']:.2f}, "
+        f"decomposition {row['reward_decomposition']:.2f}, search_count {row['reward_search_count']:.2f}, "
+        f"format {row['reward_format']:.2f}; decomposed {row['decomposed']:.2f}, search rounds {row['search_rounds']:.2f}), "
+        f"policy loss {row['policy_loss']:+.4f}, grad norm {row['grad_norm']:.3f}, clip {row['ppo_clip_ratio']:.3f}, "
+        f"advantage-weighted log-prob change {row['advantage_weighted_change']:+.4f}, "
+        f"{row['seconds']:.1f} s"
+    )
+
+
+def rise(before: Evaluation, after: Evaluation) -> tuple[float, float]:
+    """The rise of the mean and its standard error (before and after sampled apart: the errors add)."""
+    return round(after.mean - before.mean, 4), round(math.hypot(before.stderr, after.stderr), 4)

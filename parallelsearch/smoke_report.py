@@ -1,0 +1,108 @@
+"""``learning.json``: what the learning smoke measured, the goals it checks, and the lines it prints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from parallelsearch.smoke_checks import SYNC_TOLERANCE
+from parallelsearch.smoke_learn import LearnSettings, LearnState, rise
+
+#: the run's goals: the held-out rise at least this and at least this many standard errors; the
+#: control's under this many
+MIN_RISE = 0.15
+MIN_RISE_SE = 3.0
+MAX_CONTROL_SE = 1.0
+
+
+def learning_record(state: LearnState, settings: LearnSettings, config: dict[str, Any]) -> dict[str, Any]:
+    """``learning.json``'s content: the issue's fields first, then the evidence behind them."""
+    ev = state.evaluations
+    run_rise, run_se = rise(ev["before"], ev["after"])
+    record: dict[str, Any] = {
+        "steps": state.steps,
+        "heldout_before": ev["before"].mean,
+        "heldout_after": ev["after"].mean,
+        "heldout_stderr": run_se,
+        "heldout_rise": run_rise,
+    }
+    if "control_after" in ev:
+        control_rise, control_se = rise(ev["control_before"], ev["control_after"])
+        record.update(
+            control_before=ev["control_before"].mean,
+            control_after=ev["control_after"].mean,
+            control_stderr=control_se,
+            control_rise=control_rise,
+            control_steps=state.control_steps,
+        )
+    checks = list(state.sync_checks.values())
+    record.update(
+        logprob_gap=max(c.gap for c in checks),
+        logprob_gap_shifted_mask=min(c.shifted_gap for c in checks),
+        logprob_gap_unsynced=state.unsynced.gap if state.unsynced else None,
+        sync_checks={k: vars(c) for k, c in state.sync_checks.items()},
+        mask_check={"episodes": state.mask_checked, "failures": state.mask_failures[:20]},
+        evaluations={k: e.to_dict() for k, e in ev.items()},
+        settings=vars(settings),
+        config=config,
+        seconds=state.seconds,
+    )
+    record["goals"] = goals(record)
+    return record
+
+
+def goals(record: dict[str, Any]) -> dict[str, bool]:
+    """Each goal of the run, met or not (the control's only when there was one)."""
+    out = {
+        f"heldout rises >= {MIN_RISE}": record["heldout_rise"] >= MIN_RISE,
+        f"heldout rises >= {MIN_RISE_SE:g} s.e.": record["heldout_rise"]
+        >= MIN_RISE_SE * record["heldout_stderr"],
+        f"log-prob gap after sync <= {SYNC_TOLERANCE}": record["logprob_gap"] <= SYNC_TOLERANCE,
+        f"a shifted action mask fails the sync check (> {SYNC_TOLERANCE})": record["logprob_gap_shifted_mask"]
+        > SYNC_TOLERANCE,
+        "every action mask matches the engine's turns": not record["mask_check"]["failures"],
+    }
+    if record["logprob_gap_unsynced"] is not None:
+        out[f"an actor the engine was not synced with fails the sync check (> {SYNC_TOLERANCE})"] = (
+            record["logprob_gap_unsynced"] > SYNC_TOLERANCE
+        )
+    if "control_rise" in record:
+        out[f"control rises < {MAX_CONTROL_SE:g} s.e."] = (
+            record["control_rise"] < MAX_CONTROL_SE * record["control_stderr"]
+        )
+    return out
+
+
+def summary_lines(record: dict[str, Any]) -> list[str]:
+    lines = [
+        f"held-out mean reward {record['heldout_before']:.3f} -> {record['heldout_after']:.3f} "
+        f"(rise {record['heldout_rise']:+.3f}, s.e. {record['heldout_stderr']:.3f})",
+    ]
+    if "control_rise" in record:
+        lines.append(
+            f"control (rewards shuffled within each step) {record['control_before']:.3f} -> "
+            f"{record['control_after']:.3f} (rise {record['control_rise']:+.3f}, s.e. {record['control_stderr']:.3f})"
+        )
+    lines.append(
+        f"weight sync: mean |engine - actor| log-prob {record['logprob_gap']:.2e} nats (at most, over "
+        f"{len(record['sync_checks'])} checks); with the action mask shifted by one "
+        f"{record['logprob_gap_shifted_mask']:.2f}"
+        + (
+            f"; before the first sync {record['logprob_gap_unsynced']:.2f}"
+            if record["logprob_gap_unsynced"] is not None
+            else ""
+        )
+    )
+    lines.append(
+        f"action masks checked against the engine's turns: {record['mask_check']['episodes']} episodes, "
+        f"{len(record['mask_check']['failures'])} failed"
+    )
+    lines += [f"goal {'met' if ok else 'NOT met'}: {name}" for name, ok in record["goals"].items()]
+    return lines
+
+
+def write_record(record: dict[str, Any], folder: Path) -> Path:
+    path = folder / "learning.json"
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return path

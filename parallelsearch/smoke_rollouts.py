@@ -1,0 +1,142 @@
+"""Rollouts of the CPU smoke through OpenRLHF's rollout actor, the engine's turns recorded, and their
+scores.
+
+Each episode is one ``generate_responses`` call with its own sampling seed (vLLM's per-request
+``seed``, one per turn), so a held-out evaluation repeated after training, and a control run, sample
+with the same random numbers as the run they are compared with: their differences are the weights',
+not the dice's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from parallelsearch.smoke_checks import EngineTurn
+
+
+class RecordingEngine:
+    """Stands between the executor and the rollout actor (the executor's ``llm_engine``): forwards every
+    call, keeps each turn, and gives each turn of a seeded episode its own seed (the episode's seed and
+    the turn's number), since the executor sends every turn with the episode's sampling parameters and
+    one seed would replay one random stream turn after turn."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.turns: list[EngineTurn] = []
+
+    async def generate(
+        self, prompt_token_ids: list[int], sampling_params: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        if getattr(sampling_params, "seed", None) is not None:
+            sampling_params = sampling_params.clone()
+            sampling_params.seed = sampling_params.seed * 100 + len(self.turns)
+        out = await self.engine.generate(prompt_token_ids, sampling_params, *args, **kwargs)
+        first = out.outputs[0]
+        self.turns.append(EngineTurn(list(prompt_token_ids), list(first.token_ids), first.text))
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+
+def record_engine_turns(actor: Any) -> None:
+    """Make the rollout actor's executor run through a :class:`RecordingEngine` per episode; the turns
+    come back in the sample dict under ``engine_turns`` (OpenRLHF ignores keys it does not read)."""
+    execute = actor.executor.execute
+
+    async def recorded(*args: Any, llm_engine: Any, **kwargs: Any) -> dict[str, Any]:
+        engine = RecordingEngine(llm_engine)
+        result = await execute(*args, llm_engine=engine, **kwargs)
+        return {**result, "engine_turns": engine.turns}
+
+    actor.executor.execute = recorded
+
+
+#: the reward terms each step and evaluation reports (the executor's ``extra_logs`` keys)
+TERMS = (
+    "reward_outcome",
+    "reward_decomposition",
+    "reward_search_count",
+    "reward_format",
+    "format_valid",
+    "decomposed",
+    "search_rounds",
+)
+
+
+async def rollouts(
+    actor: Any,
+    records: Sequence[dict[str, Any]],
+    seeds: Sequence[int],
+    *,
+    max_length: int,
+    tokenizer: Any,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+) -> list[dict[str, Any]]:
+    """One episode per (record, seed), in that order, through ``actor.generate_responses`` with the
+    sampling parameters OpenRLHF's samples generator sends (plus the seed)."""
+    from parallelsearch.rl.openrlhf_cpu import samples_generator_params
+
+    async def one(rec: dict[str, Any], seed: int) -> dict[str, Any]:
+        params = samples_generator_params(seed=seed, temperature=temperature, top_p=top_p)
+        out = await actor.generate_responses(
+            prompt=rec["prompt"],
+            label=rec["label"],
+            sampling_params=params,
+            max_length=max_length,
+            hf_tokenizer=tokenizer,
+            num_samples=1,
+        )
+        return out[0]
+
+    return list(await asyncio.gather(*(one(r, s) for r, s in zip(records, seeds, strict=True))))
+
+
+def term_means(results: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The mean of the reward and of each of :data:`TERMS` over ``results``."""
+    out = {"reward": statistics.fmean(float(r["reward"]) for r in results)}
+    for key in TERMS:
+        out[key] = statistics.fmean(float(r["extra_logs"][key]) for r in results)
+    return {k: round(v, 4) for k, v in out.items()}
+
+
+@dataclass
+class Evaluation:
+    """A held-out evaluation: its mean reward, the standard error of that mean, and the terms by class."""
+
+    mean: float
+    stderr: float
+    episodes: int
+    terms: dict[str, float]
+    by_class: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mean": self.mean,
+            "stderr": self.stderr,
+            "episodes": self.episodes,
+            "terms": self.terms,
+            "by_class": self.by_class,
+        }
+
+
+def evaluation(results: Sequence[dict[str, Any]], classes: Sequence[str]) -> Evaluation:
+    """:class:`Evaluation` of ``results``; ``classes`` is each result's question class."""
+    rewards = [float(r["reward"]) for r in results]
+    stderr = statistics.stdev(rewards) / math.sqrt(len(rewards)) if len(rewards) > 1 else float("nan")
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r, c in zip(results, classes, strict=True):
+        groups.setdefault(c, []).append(r)
+    return Evaluation(
+        mean=round(statistics.fmean(rewards), 4),
+        stderr=round(stderr, 4),
+        episodes=len(rewards),
+        terms=term_means(results),
+        by_class={c: {"episodes": len(g), **term_means(g)} for c, g in sorted(groups.items())},
+    )

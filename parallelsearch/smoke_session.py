@@ -1,0 +1,84 @@
+"""One CPU smoke session: the tiny model, the retriever, the config, the prompts and OpenRLHF's rollout
+actor on a vLLM CPU engine, set up in order and torn down in reverse (both smoke forms start here)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Smoke:
+    """What a running session holds."""
+
+    work: Path
+    model_dir: Path
+    tokenizer: Any
+    cfg: Any  # the TrainConfig
+    args: Any  # OpenRLHF's parsed arguments for it
+    records: list[dict[str, Any]]  # one prompt record per question, in order
+    actor: Any  # OpenRLHF's RolloutRayActor, built in-process
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+@contextlib.asynccontextmanager
+async def smoke_session(
+    questions: Sequence[dict[str, Any]],
+    *,
+    store_questions: int,
+    overrides: Sequence[str] = (),
+    engine_args: dict[str, Any] | None = None,
+    retriever_url: str | None = None,
+    workdir: str | Path | None = None,
+    model_kwargs: dict[str, Any] | None = None,
+    echo: Callable[[str], None] = print,
+) -> AsyncIterator[Smoke]:
+    """Build the tiny model into the work folder, serve the demo store of the sample's first
+    ``store_questions`` questions (unless ``retriever_url``), resolve the config (``overrides`` = ``--set``),
+    write the prompts of ``questions`` and the agent config, and start the rollout actor."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from parallelsearch import smoke_setup as setup
+    from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process
+    from parallelsearch.rl.tiny_model import save_tiny
+    from parallelsearch.smoke_rollouts import record_engine_turns
+    from parallelsearch.train_smoke import SMOKE_ENGINE_ARGS, check_smoke_deps
+
+    check_smoke_deps()
+    seconds: dict[str, float] = {}
+    with contextlib.ExitStack() as stack:
+        work = stack.enter_context(setup.work_folder(workdir))
+        t0 = time.perf_counter()
+        model_dir = save_tiny(work / "tiny-llama", **(model_kwargs or {}))
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        seconds["tiny_model"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        url = stack.enter_context(setup.retriever(retriever_url, store_questions, echo))
+        seconds["retriever"] = time.perf_counter() - t0
+        cfg = setup.smoke_config(model_dir, work / "prompts.jsonl", url, overrides)
+        args = setup.openrlhf_train_args(cfg)
+        records = setup.prompt_records(questions, cfg, tokenizer)
+        setup.write_prompts(records, Path(cfg.prompt_data))
+        stack.enter_context(setup.agent_config_file(cfg, work / "agent.yaml"))
+        engine = {**SMOKE_ENGINE_ARGS, **(engine_args or {})}
+        echo(
+            f"smoke: tiny Llama ({model_dir}), reward {cfg.agent.reward.mode}, chat template "
+            f"{'on' if cfg.apply_chat_template else 'off'}, constrained decoding "
+            f"{'on' if cfg.agent.constrained else 'off'}, {args.algo.advantage.estimator} advantages, "
+            f"engine {json.dumps(engine)}"
+        )
+        t0 = time.perf_counter()
+        actor = await rollout_actor_in_process(str(model_dir), **engine)
+        seconds["engine_start"] = time.perf_counter() - t0
+        try:
+            record_engine_turns(actor)
+            yield Smoke(work, model_dir, tokenizer, cfg, args, records, actor, seconds)
+        finally:
+            actor.llm.shutdown()
+            actor.llm = None  # released now, not by the interpreter's exit

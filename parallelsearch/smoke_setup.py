@@ -1,0 +1,151 @@
+"""What every form of the CPU training smoke shares: its training config, OpenRLHF's arguments for it,
+the prompts, the retriever and the agent config every rollout actor reads.
+
+The config is the ``paper`` preset (its reward mode, prompt template and chat templating) sized for
+a CPU (:data:`SMOKE_TRAIN`), with the user's ``--set`` on top, so a researcher smoke-tests the agent
+config they will launch. OpenRLHF's own parser turns it into the arguments its experience maker and
+loss read; the prompts are chat-templated by OpenRLHF's own ``preprocess_data``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+#: the paper preset's fields the smoke changes so that it runs on one CPU in minutes (``--set`` goes
+#: on top): one engine, GRPO's group baseline (no critic to train), 16 prompts x 4 samples per step in
+#: two optimizer steps (a smaller batch learns as fast and degrades the format more), a short episode (one search turn and
+#: the answer turn, one passage per sub-query, each observation cut at 30 words: a passage is about 330
+#: tokens of the tiny tokenizer, and the actor's forward pass is the smoke's largest cost), and a
+#: learning rate for a model of 0.2M parameters
+SMOKE_TRAIN: dict[str, Any] = {
+    "nodes": 1,
+    "gpus_per_node": 1,
+    "vllm_num_engines": 1,
+    "wandb": "off",
+    "algorithm": "group_norm",
+    "n_samples_per_prompt": 4,
+    "rollout_batch_size": 16,
+    "train_batch_size": 32,
+    "micro_train_batch_size": 16,
+    "micro_rollout_batch_size": 16,
+    "actor_lr": 1e-3,
+    "max_len": 3000,
+    "max_new_tokens_per_turn": 64,
+    "agent": {"graph_config": {"top_k": 1, "max_turns": 1, "max_observation_words": 30}},
+}
+#: keys the smoke sets itself: it trains the model it builds on the prompts it writes
+FIXED_KEYS = ("model", "prompt_data", "critic_model", "eval_data")
+
+
+def smoke_config(
+    model_dir: Path, prompt_file: Path, retriever_url: str, overrides: Sequence[str] = ()
+) -> Any:
+    """The smoke's :class:`TrainConfig`: the paper preset, :data:`SMOKE_TRAIN`, then ``overrides``
+    (``--set KEY=VALUE``, the launch's syntax); a key the smoke sets itself is refused by name."""
+    from parallelsearch.rl.train_config import _deep_merge, paper_preset, parse_overrides
+
+    extra = parse_overrides(list(overrides))
+    fixed = [k for k in FIXED_KEYS if k in extra]
+    if fixed:
+        raise ValueError(
+            f"--set {fixed[0]}: the smoke trains the tiny model it builds on the prompts it writes; "
+            "set the agent (agent.*) or the training knobs instead"
+        )
+    base = _deep_merge(SMOKE_TRAIN, {"agent": {"retriever_url": retriever_url}})
+    base.update(model=str(model_dir), prompt_data=str(prompt_file))
+    return paper_preset(**_deep_merge(base, extra))
+
+
+def openrlhf_train_args(cfg: Any) -> Any:
+    """OpenRLHF 0.11.2's parsed and checked ``train_ppo_ray`` arguments for ``cfg`` (its own parser)."""
+    from parallelsearch.rl.launch import openrlhf_args
+    from parallelsearch.rl.openrlhf_cli import check_command
+
+    return check_command(openrlhf_args(cfg))
+
+
+def prompt_records(questions: Sequence[dict[str, Any]], cfg: Any, tokenizer: Any) -> list[dict[str, Any]]:
+    """One ``{"prompt", "label", "question"}`` per question, as OpenRLHF's dataset hands them to the rollout:
+    ``make-train-data``'s record, chat-templated by OpenRLHF's ``preprocess_data`` when the config says so."""
+    from parallelsearch.rl.data import train_record
+    from parallelsearch.rl.openrlhf_cpu import preprocess_data as openrlhf_preprocess_data
+
+    preprocess_data = openrlhf_preprocess_data()
+    template = cfg.agent.graph_config.prompt_template or "official"
+    out = []
+    for q in questions:
+        rec = train_record(q, template=template)
+        prompt, label = preprocess_data(
+            rec,
+            input_key=cfg.input_key,
+            label_key=cfg.label_key,
+            apply_chat_template=tokenizer.apply_chat_template if cfg.apply_chat_template else None,
+        )
+        out.append({"prompt": prompt, "label": label, "question": q["question"], "type": label_type(label)})
+    return out
+
+
+def label_type(label: str) -> str:
+    """The question class the reward reads from a label (parallel, sequential or single)."""
+    from parallelsearch.rl.rewards import parse_label, question_class
+
+    return question_class(parse_label(label))
+
+
+def write_prompts(records: Sequence[dict[str, Any]], path: Path) -> Path:
+    """The prompt file the config names (what ``make-train-data`` would have written)."""
+    path.write_text("".join(json.dumps({k: r[k] for k in ("prompt", "label")}) + "\n" for r in records))
+    return path
+
+
+@contextlib.contextmanager
+def work_folder(workdir: str | Path | None) -> Iterator[Path]:
+    """``workdir`` (created, kept), else a temporary folder deleted on exit."""
+    if workdir is None:
+        with tempfile.TemporaryDirectory(prefix="parallelsearch-smoke-") as tmp:
+            yield Path(tmp)
+        return
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    yield work
+
+
+@contextlib.contextmanager
+def retriever(url: str | None, questions: int, echo: Callable[[str], None]) -> Iterator[str]:
+    """``url``, else a ``/retrieve`` server on 127.0.0.1 over the demo store of the sample's first
+    ``questions`` questions (indexed once, cached under the home)."""
+    if url:
+        yield url
+        return
+    from parallelsearch.demo import demo_store
+    from parallelsearch.loopback import LoopbackServer
+    from parallelsearch.stores import create_retrieval_app
+
+    app = create_retrieval_app(demo_store(questions, progress=False))
+    with LoopbackServer(app) as server:
+        echo(f"smoke: retriever {server.url}/retrieve (the demo store of {questions} questions)")
+        yield f"{server.url}/retrieve"
+
+
+@contextlib.contextmanager
+def agent_config_file(cfg: Any, path: Path) -> Iterator[Path]:
+    """``cfg.agent`` written to ``path`` and named by ``PARALLELSEARCH_AGENT_CONFIG`` while inside
+    (OpenRLHF builds ``AgentExecutor()`` with no arguments; it reads the file)."""
+    from parallelsearch.rl.agent_config import ENV_VAR
+
+    path.write_text(cfg.agent_config_yaml())
+    previous = os.environ.get(ENV_VAR)
+    os.environ[ENV_VAR] = str(path)
+    try:
+        yield path
+    finally:
+        if previous is None:
+            os.environ.pop(ENV_VAR, None)
+        else:
+            os.environ[ENV_VAR] = previous

@@ -1,0 +1,74 @@
+"""The learning smoke's short form in the vLLM tier (the full run is ``make smoke-learn``): the run's own
+driver with two steps, on the real vLLM CPU engine. Checked on what it writes (``learning.json``): the
+weight sync (after every sync the engine's log-probs of the sampled action tokens equal the actor's; a
+mask shifted by one fails; the warm-started actor before its sync fails), every action mask against
+the engine's own turns, and the direction of each training step (toward the actions its advantages
+favour); the control's steps run with shuffled rewards."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
+pytest.importorskip("openrlhf", reason="OpenRLHF is installed with --no-deps in the vLLM tier")
+
+from parallelsearch.smoke_checks import SYNC_TOLERANCE  # noqa: E402
+from parallelsearch.smoke_learn import LearnSettings  # noqa: E402
+
+SETTINGS = LearnSettings(steps=2, heldout=4, heldout_samples=2, questions=24, sft_steps=20)
+#: 4 prompts x 4 samples per step, one optimizer step: what CI can afford
+OVERRIDES = ["rollout_batch_size=4", "train_batch_size=16"]
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    from parallelsearch.train_smoke_learn import run_learning_smoke
+
+    work = tmp_path_factory.mktemp("learn")
+    record = run_learning_smoke(
+        SETTINGS, overrides=OVERRIDES, workdir=work, engine_args={"kv_cache_memory_bytes": 1 << 30}
+    )
+    return record, work
+
+
+def test_learning_json_holds_the_run(short_run):
+    record, work = short_run
+    saved = json.loads((work / "learning.json").read_text())
+    assert saved == json.loads(json.dumps(record))
+    for key in (
+        "steps", "heldout_before", "heldout_after", "heldout_stderr", "control_before", "control_after", "logprob_gap",
+    ):  # fmt: skip
+        assert key in saved, key
+    assert len(saved["steps"]) == len(saved["control_steps"]) == SETTINGS.steps
+    terms = {"reward_outcome", "reward_decomposition", "reward_search_count", "reward_format"}
+    assert terms <= set(saved["steps"][0])
+    # the paper preset's agent config by default; the control starts where the run started
+    assert saved["config"]["reward_mode"] == "official" and saved["config"]["apply_chat_template"] is True
+    assert saved["config"]["constrained"] is False and saved["config"]["prompts_per_step"] == 4
+    assert saved["control_before"] == saved["heldout_before"]
+    assert (work / "learning.svg").read_text().startswith("<svg")
+
+
+def test_the_sync_check_holds_after_every_sync_and_can_fail(short_run):
+    record, _ = short_run
+    assert set(record["sync_checks"]) == {"before", "after", "control_before", "control_after"}
+    for name, check in record["sync_checks"].items():
+        assert check["gap"] <= SYNC_TOLERANCE < check["shifted_gap"], (name, check)
+    assert record["logprob_gap_unsynced"] > SYNC_TOLERANCE  # the fitted actor before its sync
+
+
+def test_every_action_mask_matches_the_engines_turns(short_run):
+    record, _ = short_run
+    # the teacher's 16 episodes, 8 unsynced, 4 evaluations of 8 and 2 x 2 steps of 4 prompts x 4 samples
+    assert record["mask_check"]["episodes"] == 16 + 8 + 4 * 8 + 4 * 16
+    assert record["mask_check"]["failures"] == []
+
+
+def test_training_steps_move_toward_what_the_advantages_favour(short_run):
+    record, _ = short_run
+    for row in record["steps"] + record["control_steps"]:
+        assert row["parameters_changed"] > 0 and row["optimizer_steps"] >= 1
+        assert row["advantage_weighted_change"] > 0, row

@@ -1,0 +1,239 @@
+"""The CPU smoke's parts that need no engine, in the main tier: the action-mask check against the
+engine's recorded turns (and that a mask off by one fails it), the sync check's shifted mask, the smoke's
+config (the paper preset's reward and chat templating by default, ``--set`` on top, the keys it owns
+refused), OpenRLHF's chat templating of the prompts, the teacher's turns, the held-out split, the goals
+of ``learning.json`` and its plot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from parallelsearch.smoke_checks import EngineTurn, check_action_mask, logprob_gap, shifted
+
+pytest.importorskip("openrlhf", reason="the smoke's config is checked with OpenRLHF's own parser")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from parallelsearch.rl.tiny_model import build_tokenizer
+
+    return build_tokenizer()
+
+
+def _episode(tok):
+    """A prompt, two engine turns and one observation between them, as ids; the engine's turns."""
+    enc = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    prompt = enc(
+        "<|im_start|>user\nQuestion: Were Scott Derrickson and Ed Wood American?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    turn1 = enc("<think> two people </think>\n<search> Scott Derrickson ## Ed Wood </search>\n\n")
+    obs = enc(
+        '<information>Doc 1(Title: "Ed Wood") Edward Davis Wood Jr. was an American filmmaker.</information>\n\n'
+    )
+    turn2 = enc("<think> both are American </think>\n<answer> yes </answer>")
+    seq = prompt + turn1 + obs + turn2
+    turns = [
+        EngineTurn(
+            prompt, turn1, "<think> two people </think>\n<search> Scott Derrickson ## Ed Wood </search>"
+        ),
+        EngineTurn(prompt + turn1 + obs, turn2, "<think> both are American </think>\n<answer> yes </answer>"),
+    ]
+    ranges = [(len(prompt), len(prompt) + len(turn1)), (len(seq) - len(turn2), len(seq))]
+    return seq, turns, ranges, len(obs)
+
+
+def _openrlhf_mask(seq, ranges):
+    """OpenRLHF's action mask of ``ranges`` (SamplesGenerator: 1 on the ranges, then the first entry dropped)."""
+    mask = [0] * len(seq)
+    for a, b in ranges:
+        mask[a:b] = [1] * (min(b, len(seq)) - a)  # cut at the sequence's end, as its tensor slice is
+    return mask[1:]
+
+
+def test_the_mask_check_passes_the_engines_turns_and_finds_the_observation(tok):
+    seq, turns, ranges, n_obs = _episode(tok)
+    check = check_action_mask(seq, _openrlhf_mask(seq, ranges), turns, tok)
+    assert check.ok, check.reason
+    assert check.spans == ranges and check.observation_tokens == n_obs
+    # the stop token's tail (">\n\n" decodes past the engine's cut text) still reads as the turn
+    assert tok.decode(turns[0].ids).endswith("</search>\n\n") and not turns[0].text.endswith("\n")
+
+
+def test_a_turn_cut_inside_a_character_reads_as_the_engines_text(tok):
+    """At a length cut vLLM's text holds back an unfinished UTF-8 character; decoded whole it is U+FFFD."""
+    enc = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    prompt, ids = enc("<think>"), enc(" Серге́й")
+    cut = next(k for k in range(1, len(ids)) if tok.decode(ids[:k]).endswith("\ufffd"))
+    decoded = tok.decode(ids[:cut], clean_up_tokenization_spaces=False)
+    held_back = decoded.rstrip("\ufffd")
+    turn = EngineTurn(prompt, ids[:cut], held_back)
+    seq = prompt + ids[:cut]
+    assert check_action_mask(seq, _openrlhf_mask(seq, [(len(prompt), len(seq))]), [turn], tok).ok
+    other = EngineTurn(prompt, ids[:cut], held_back + "x")
+    assert not check_action_mask(seq, _openrlhf_mask(seq, [(len(prompt), len(seq))]), [other], tok).ok
+
+
+@pytest.mark.parametrize("shift", [1, -1])
+def test_a_mask_off_by_one_fails_the_check(tok, shift):
+    seq, turns, ranges, _ = _episode(tok)
+    moved = [(a + shift, b + shift) for a, b in ranges]
+    check = check_action_mask(seq, _openrlhf_mask(seq, moved), turns, tok)
+    assert not check.ok
+    assert "observation token" in check.reason or "differs" in check.reason
+
+
+def test_the_check_reads_the_engines_record_not_the_ranges(tok):
+    """Ids or text that are not what the engine returned fail, whatever the mask says."""
+    seq, turns, ranges, _ = _episode(tok)
+    mask = _openrlhf_mask(seq, ranges)
+    other = [EngineTurn(turns[0].prompt_ids, turns[0].ids, "<think> something else </think>"), turns[1]]
+    assert "do not decode to the engine's text" in check_action_mask(seq, mask, other, tok).reason
+    swapped = list(seq)
+    swapped[ranges[1][0]] = (swapped[ranges[1][0]] + 1) % len(tok)
+    assert "not the ids the engine returned" in check_action_mask(swapped, mask, turns, tok).reason
+    assert not check_action_mask(seq, mask, [], tok).ok
+    assert "expected one fewer" in check_action_mask(seq, [0, *mask], turns, tok).reason
+
+
+def test_the_sync_gap_and_its_shifted_mask():
+    torch = pytest.importorskip("torch")
+    # the actor scores every position; the engine reports log-probs of its own tokens only (0 elsewhere)
+    actor = torch.tensor([[-0.5, -1.0, -2.0, -3.0, -4.0]])
+    engine = torch.tensor([[0.0, -1.01, -2.01, -3.01, 0.0]])
+    mask = torch.tensor([[0, 1, 1, 1, 0]])
+    assert logprob_gap(actor, engine, mask) == pytest.approx(0.01, abs=1e-6)
+    assert shifted(mask).tolist() == [[0, 0, 1, 1, 1]]
+    assert logprob_gap(actor, engine, shifted(mask)) > 0.5
+    with pytest.raises(ValueError, match="no action tokens"):
+        logprob_gap(actor, engine, torch.zeros_like(mask))
+
+
+def test_the_smoke_config_is_the_paper_preset_sized_for_a_cpu(tmp_path):
+    from parallelsearch.smoke_setup import openrlhf_train_args, smoke_config
+
+    cfg = smoke_config(tmp_path / "m", tmp_path / "p.jsonl", "http://127.0.0.1:1/retrieve")
+    assert cfg.agent.reward.mode == "official" and cfg.apply_chat_template and not cfg.agent.constrained
+    assert cfg.agent.graph_config.prompt_template == "official" and cfg.algorithm == "group_norm"
+    args = openrlhf_train_args(cfg)  # OpenRLHF's own parser and checks accept it
+    assert args.algo.advantage.estimator == "group_norm" and args.rollout.n_samples_per_prompt == 4
+    mine = smoke_config(
+        tmp_path / "m",
+        tmp_path / "p.jsonl",
+        "http://127.0.0.1:1/retrieve",
+        ["agent.reward.mode=paper", "agent.constrained=true", "apply_chat_template=false", "actor_lr=1e-4"],
+    )
+    assert mine.agent.reward.mode == "paper" and mine.agent.constrained and not mine.apply_chat_template
+    assert openrlhf_train_args(mine).actor.adam.lr == 1e-4
+    with pytest.raises(ValueError, match="--set model: the smoke trains the tiny model"):
+        smoke_config(tmp_path / "m", tmp_path / "p.jsonl", "http://x/retrieve", ["model=Qwen/Qwen2.5-7B"])
+
+
+def test_prompts_are_chat_templated_by_openrlhf_as_the_preset_says(tok, tmp_path):
+    from parallelsearch.smoke_setup import prompt_records, smoke_config
+
+    q = {
+        "id": "1",
+        "question": "Were A and B both born in 1900",
+        "golden_answers": ["yes"],
+        "metadata": {"type": "comparison"},
+    }
+    cfg = smoke_config(tmp_path / "m", tmp_path / "p.jsonl", "http://127.0.0.1:1/retrieve")
+    (rec,) = prompt_records([q], cfg, tok)
+    assert rec["prompt"].startswith("<|im_start|>user\n") and rec["prompt"].endswith(
+        "<|im_start|>assistant\n"
+    )
+    assert "Question: Were A and B both born in 1900?" in rec["prompt"] and rec["type"] == "parallel"
+    assert json.loads(rec["label"])["golden_answers"] == ["yes"]
+    raw = smoke_config(
+        tmp_path / "m", tmp_path / "p.jsonl", "http://x/retrieve", ["apply_chat_template=false"]
+    )
+    assert not prompt_records([q], raw, tok)[0]["prompt"].startswith("<|im_start|>")
+
+
+def test_the_teacher_writes_both_plans():
+    from parallelsearch.smoke_teacher import teacher_turns
+
+    q = {
+        "question": "Were A and B both?",
+        "golden_answers": ["yes"],
+        "metadata": {"supporting_titles": ["A", "B", "A"]},
+    }
+    parallel = teacher_turns(q, "parallel")
+    single = teacher_turns(q, "single")
+    assert parallel[0].endswith("<search> A ## B </search>") and single[0].endswith("<search> A </search>")
+    # the same thinking before either plan: the plan is decided where the search is written
+    assert parallel[0].split("<search>")[0] == single[0].split("<search>")[0]
+    assert parallel[1] == single[1] and parallel[1].endswith("<answer> yes </answer>")
+    with pytest.raises(ValueError, match="plan 'dag'"):
+        teacher_turns(q, "dag")
+
+
+def test_the_heldout_split_never_trains_on_a_heldout_question():
+    from parallelsearch.data import load_questions
+    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+    from parallelsearch.smoke_learn import LearnSettings, split_questions
+
+    qs = load_questions(HOTPOTQA_SAMPLE)
+    train, held = split_questions(qs, 24)  # the default pool: the parallelizable (comparison) questions
+    assert len(held) == 24 and len(train) == 70
+    assert {q["metadata"]["type"] for q in train + held} == {"comparison"}
+    assert not {q["id"] for q in train} & {q["id"] for q in held}
+    train, held = split_questions(qs, 48, "all")  # both classes, held out alike
+    assert len(held) == 48 and len(train) == 150 and not {q["id"] for q in train} & {q["id"] for q in held}
+    types = [q["metadata"]["type"] for q in held]
+    assert types.count("comparison") == types.count("bridge") == 24
+    with pytest.raises(
+        ValueError, match="--smoke-heldout 30: the pool 'parallel' of these 200 questions holds 24"
+    ):
+        split_questions(qs, 30)
+    with pytest.raises(ValueError, match="--smoke-steps must be >= 1"):
+        LearnSettings(steps=0).check()
+    with pytest.raises(ValueError, match="pool 'bridge'"):
+        LearnSettings(pool="bridge").check()
+
+
+def _evaluation(mean, stderr):
+    from parallelsearch.smoke_rollouts import Evaluation
+
+    return Evaluation(mean=mean, stderr=stderr, episodes=96, terms={"reward": mean})
+
+
+def test_learning_json_goals_and_plot(tmp_path):
+    from parallelsearch.smoke_learn import LearnSettings, LearnState, SyncCheck
+    from parallelsearch.smoke_plot import learning_svg
+    from parallelsearch.smoke_report import learning_record, summary_lines
+
+    state = LearnState(
+        steps=[{"step": 1, "reward": 0.3}, {"step": 2, "reward": 0.5}],
+        control_steps=[{"step": 1, "reward": 0.3}, {"step": 2, "reward": 0.28}],
+        evaluations={
+            "before": _evaluation(0.30, 0.04),
+            "after": _evaluation(0.60, 0.03),
+            "control_before": _evaluation(0.30, 0.04),
+            "control_after": _evaluation(0.32, 0.04),
+        },
+        sync_checks={"before": SyncCheck(3e-7, 0.4, 96), "after": SyncCheck(5e-7, 0.5, 96)},
+        unsynced=SyncCheck(1.2, 1.3, 8),
+        mask_checked=10,
+    )
+    record = learning_record(state, LearnSettings(), {"reward_mode": "official"})
+    assert record["heldout_rise"] == pytest.approx(0.30) and record["heldout_stderr"] == pytest.approx(0.05)
+    assert record["control_rise"] == pytest.approx(0.02) and record["logprob_gap"] == 5e-7
+    assert all(record["goals"].values()), record["goals"]
+    state.evaluations["control_after"] = _evaluation(0.40, 0.04)  # rises by 1.8 s.e.: not a control
+    state.mask_failures.append("turn 1: tokens 3..9 are not the ids the engine returned")
+    state.unsynced = SyncCheck(0.01, 0.3, 8)  # a check that cannot tell a missing sync
+    failed = learning_record(state, LearnSettings(), {})["goals"]
+    assert [k for k, ok in failed.items() if not ok] == [
+        "every action mask matches the engine's turns",
+        "an actor the engine was not synced with fails the sync check (> 0.05)",
+        "control rises < 1 s.e.",
+    ]
+    assert any(
+        line.startswith("goal NOT met: control rises")
+        for line in summary_lines(learning_record(state, LearnSettings(), {}))
+    )
+    svg = learning_svg(record)
+    assert svg.startswith("<svg") and svg.count("<polyline") == 8 and "held-out, control" in svg
