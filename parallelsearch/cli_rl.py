@@ -22,6 +22,13 @@ from parallelsearch.rl.rewards import MODES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """The training commands: ``make-train-data``, ``train`` (with its smokes) and ``rollout``."""
+    _add_make_train_data_command(sub)
+    _add_train_command(sub)
+    _add_rollout_command(sub)
+
+
+def _add_make_train_data_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("make-train-data", help="FlashRAG question files -> OpenRLHF prompt dataset (jsonl)")
     p.add_argument(
         "files", nargs="+", help="question files from prepare-data (or any benchmark file it reads)"
@@ -52,6 +59,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.set_defaults(func=cmd_make_train_data)
 
+
+def _add_train_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
         help="launch OpenRLHF PPO/GRPO training with the graph as the environment",
@@ -75,6 +84,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_train_job_args(p)
     p.set_defaults(func=cmd_train)
 
+
+def _add_rollout_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollout", help="run the training environment with any policy and record episodes")
     p.add_argument("--data", required=True, help="question file (prepare-data output or a benchmark file)")
     p.add_argument("--dataset", help="dataset name when the path does not say it (hotpotqa, nq, ...)")
@@ -112,7 +123,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveGroup) -> None:
-    """``train --smoke``: the CPU smoke (parallelsearch/train_smoke.py) and its settings."""
+    """``train --smoke``: the CPU smoke (parallelsearch/smoke/one_step.py) and its settings."""
     src.add_argument(
         "--smoke",
         action="store_true",
@@ -217,7 +228,7 @@ def cmd_train_smoke(args: argparse.Namespace) -> int:
     given = [f"--{k.replace('_', '-')}" for k in LEARN_ONLY if getattr(args, k) is not None]
     if given:
         raise ValueError(f"{', '.join(given)} only apply with --learn")
-    from parallelsearch.train_smoke import run_smoke
+    from parallelsearch.smoke.one_step import run_smoke
 
     result = run_smoke(
         prompts=args.smoke_prompts or 2,
@@ -232,8 +243,8 @@ def cmd_train_smoke(args: argparse.Namespace) -> int:
 
 def cmd_train_smoke_learn(args: argparse.Namespace) -> int:
     from parallelsearch.settings import get_settings
-    from parallelsearch.smoke_learn import LearnSettings
-    from parallelsearch.train_smoke_learn import run_learning_smoke
+    from parallelsearch.smoke.learning_loop import LearnSettings
+    from parallelsearch.smoke.learning_run import run_learning_smoke
 
     if args.smoke_prompts is not None:
         raise ValueError(

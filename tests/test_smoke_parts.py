@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from parallelsearch.smoke_checks import EngineTurn, check_action_mask, logprob_gap, shifted
+from parallelsearch.smoke.checks import EngineTurn, check_action_mask, logprob_gap, shifted
 
 pytest.importorskip("openrlhf", reason="the smoke's config is checked with OpenRLHF's own parser")
 
@@ -111,7 +111,7 @@ def test_the_sync_gap_and_its_shifted_mask():
 
 
 def test_the_smoke_config_is_the_paper_preset_sized_for_a_cpu(tmp_path):
-    from parallelsearch.smoke_setup import openrlhf_train_args, smoke_config
+    from parallelsearch.smoke.setup import openrlhf_train_args, smoke_config
 
     cfg = smoke_config(tmp_path / "m", tmp_path / "p.jsonl", "http://127.0.0.1:1/retrieve")
     assert cfg.agent.reward.mode == "official" and cfg.apply_chat_template and not cfg.agent.constrained
@@ -131,7 +131,7 @@ def test_the_smoke_config_is_the_paper_preset_sized_for_a_cpu(tmp_path):
 
 
 def test_prompts_are_chat_templated_by_openrlhf_as_the_preset_says(tok, tmp_path):
-    from parallelsearch.smoke_setup import prompt_records, smoke_config
+    from parallelsearch.smoke.setup import prompt_records, smoke_config
 
     q = {
         "id": "1",
@@ -153,7 +153,7 @@ def test_prompts_are_chat_templated_by_openrlhf_as_the_preset_says(tok, tmp_path
 
 
 def test_the_teacher_writes_both_plans():
-    from parallelsearch.smoke_teacher import teacher_turns
+    from parallelsearch.smoke.teacher import teacher_turns
 
     q = {
         "question": "Were A and B both?",
@@ -173,7 +173,7 @@ def test_the_teacher_writes_both_plans():
 def test_the_heldout_split_never_trains_on_a_heldout_question():
     from parallelsearch.data import load_questions
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-    from parallelsearch.smoke_learn import LearnSettings, split_questions
+    from parallelsearch.smoke.learning_loop import LearnSettings, split_questions
 
     qs = load_questions(HOTPOTQA_SAMPLE)
     train, held = split_questions(qs, 24)  # the default pool: the parallelizable (comparison) questions
@@ -195,15 +195,15 @@ def test_the_heldout_split_never_trains_on_a_heldout_question():
 
 
 def _evaluation(mean, stderr):
-    from parallelsearch.smoke_rollouts import Evaluation
+    from parallelsearch.smoke.rollouts import Evaluation
 
     return Evaluation(mean=mean, stderr=stderr, episodes=96, terms={"reward": mean})
 
 
 def test_learning_json_goals_and_plot(tmp_path):
-    from parallelsearch.smoke_learn import LearnSettings, LearnState, SyncCheck
-    from parallelsearch.smoke_plot import learning_svg
-    from parallelsearch.smoke_report import learning_record, summary_lines
+    from parallelsearch.smoke.learning_loop import LearnSettings, LearnState, SyncCheck
+    from parallelsearch.smoke.plot import learning_svg
+    from parallelsearch.smoke.report import learning_record, summary_lines
 
     state = LearnState(
         steps=[{"step": 1, "reward": 0.3}, {"step": 2, "reward": 0.5}],

@@ -69,7 +69,7 @@ def test_bad_engine_settings_are_refused_naming_the_flag(argv, message, tmp_path
 
 def test_token_view_escapes_control_characters():
     """The printed view of one episode (a random model writes NUL bytes and newlines)."""
-    from parallelsearch.train_smoke import SmokeEpisode, format_episode
+    from parallelsearch.smoke.one_step import SmokeEpisode, format_episode
 
     terms = dict.fromkeys(
         ("reward_outcome", "reward_decomposition", "reward_search_count", "reward_format", "format_valid",

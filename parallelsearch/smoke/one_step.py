@@ -7,7 +7,7 @@ fitted for a few steps on a teacher's episodes of those prompts and synced into 
 model never writes a valid search without constrained decoding). Each episode's reward terms and
 token spans are printed with the action-mask check; then one training step of OpenRLHF's code (group
 advantages, ``PolicyLoss``), the weights synced into the engine, and the sync check on fresh episodes
-(docs/vllm.md, "CPU smoke"). ``--learn`` runs the learning smoke (:mod:`parallelsearch.train_smoke_learn`).
+(docs/vllm.md, "CPU smoke"). ``--learn`` runs the learning smoke (:mod:`parallelsearch.smoke.learning_run`).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class SmokeResult:
     def ok(self) -> bool:
         import math
 
-        from parallelsearch.smoke_checks import SYNC_TOLERANCE
+        from parallelsearch.smoke.checks import SYNC_TOLERANCE
 
         synced = self.sync is None or (self.sync.ok(SYNC_TOLERANCE) and self.unsynced.gap > SYNC_TOLERANCE)
         return all(ep.mask_ok for ep in self.episodes) and math.isfinite(self.loss) and synced
@@ -96,9 +96,9 @@ class SmokeResult:
 
 def episode_view(result: dict[str, Any], experience: Any, tokenizer: Any, question: str) -> SmokeEpisode:
     """What the trainer gets for one episode: reward terms, each span, and the action-mask check against
-    the engine's recorded turns (:func:`parallelsearch.smoke_checks.check_action_mask`)."""
+    the engine's recorded turns (:func:`parallelsearch.smoke.checks.check_action_mask`)."""
     from parallelsearch.rl.episode import decode_tokens
-    from parallelsearch.smoke_checks import check_action_mask
+    from parallelsearch.smoke.checks import check_action_mask
 
     seq = experience.sequences[0].tolist()
     mc = check_action_mask(seq, experience.action_mask[0].tolist(), result["engine_turns"], tokenizer)
@@ -189,10 +189,10 @@ SMOKE_SFT_STEPS = 100
 async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[str], None]) -> SmokeResult:
     from parallelsearch.data import load_questions
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-    from parallelsearch.smoke_learn import LearningRun, LearnSettings
-    from parallelsearch.smoke_session import smoke_session
-    from parallelsearch.smoke_trainer import CpuTrainer
-    from parallelsearch.train_smoke_learn import warm_start
+    from parallelsearch.smoke.learning_loop import LearningRun, LearnSettings
+    from parallelsearch.smoke.learning_run import warm_start
+    from parallelsearch.smoke.session import smoke_session
+    from parallelsearch.smoke.trainer import CpuTrainer
 
     questions = load_questions(HOTPOTQA_SAMPLE)[:prompts]
     async with smoke_session(questions, store_questions=prompts, echo=echo, **session_kwargs) as smoke:

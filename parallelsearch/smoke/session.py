@@ -44,11 +44,11 @@ async def smoke_session(
 
     from transformers import AutoTokenizer
 
-    from parallelsearch import smoke_setup as setup
     from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process
     from parallelsearch.rl.tiny_model import save_tiny
-    from parallelsearch.smoke_rollouts import record_engine_turns
-    from parallelsearch.train_smoke import SMOKE_ENGINE_ARGS, check_smoke_deps
+    from parallelsearch.smoke import setup
+    from parallelsearch.smoke.one_step import SMOKE_ENGINE_ARGS, check_smoke_deps
+    from parallelsearch.smoke.rollouts import record_engine_turns
 
     check_smoke_deps()
     seconds: dict[str, float] = {}

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.smoke_learn import LearningRun, LearnSettings, split_questions
+from parallelsearch.smoke.learning_loop import LearningRun, LearnSettings, split_questions
 
 
 def config_summary(cfg: Any, args: Any) -> dict[str, Any]:
@@ -44,7 +44,7 @@ async def warm_start(run: LearningRun, questions: Sequence[dict[str, Any]], smok
     """The teacher's episodes of both plans for the training questions, the SFT steps, the weights
     synced into the engine; returns the SFT losses."""
     from parallelsearch.rl.openrlhf_cpu import samples_generator_params
-    from parallelsearch.smoke_teacher import demonstrations, fit
+    from parallelsearch.smoke.teacher import demonstrations, fit
 
     t0 = time.perf_counter()
     demos = await demonstrations(
@@ -87,10 +87,10 @@ async def learning_smoke(
 ) -> tuple[dict[str, Any], Path]:
     from parallelsearch.data import load_questions
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-    from parallelsearch.smoke_plot import write_plot
-    from parallelsearch.smoke_report import learning_record, summary_lines, write_record
-    from parallelsearch.smoke_session import smoke_session
-    from parallelsearch.smoke_trainer import CpuTrainer
+    from parallelsearch.smoke.plot import write_plot
+    from parallelsearch.smoke.report import learning_record, summary_lines, write_record
+    from parallelsearch.smoke.session import smoke_session
+    from parallelsearch.smoke.trainer import CpuTrainer
 
     t_start = time.perf_counter()
     train_q, held_q = split_questions(
