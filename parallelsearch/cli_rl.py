@@ -220,7 +220,13 @@ SMOKE_ONLY = (
 LEARN_ONLY = ("smoke_steps", "smoke_heldout", "smoke_pool", "smoke_seed")
 
 
+def _given(value: object) -> bool:
+    """Whether a flag was given: its default is None, an empty list or False (0 is a value)."""
+    return not (value is None or value is False or (isinstance(value, list) and not value))
+
+
 def cmd_train_smoke(args: argparse.Namespace) -> int:
+    """``train --smoke``: one checked step, or with ``--learn`` the learning run; exit 1 on a failed check."""
     if args.dry_run:
         raise ValueError("--smoke runs the CPU smoke, not a launch: --dry-run does not apply")
     if args.learn:
@@ -231,7 +237,7 @@ def cmd_train_smoke(args: argparse.Namespace) -> int:
     from parallelsearch.smoke.one_step import run_smoke
 
     result = run_smoke(
-        prompts=args.smoke_prompts or 2,
+        prompts=2 if args.smoke_prompts is None else args.smoke_prompts,
         samples=args.smoke_samples,
         overrides=args.set,
         engine_args=engine_args_from(args),
@@ -242,6 +248,7 @@ def cmd_train_smoke(args: argparse.Namespace) -> int:
 
 
 def cmd_train_smoke_learn(args: argparse.Namespace) -> int:
+    """``train --smoke --learn``: the learning run; exit 1 unless every goal of ``learning.json`` is met."""
     from parallelsearch.settings import get_settings
     from parallelsearch.smoke.learning_loop import LearnSettings
     from parallelsearch.smoke.learning_run import run_learning_smoke
@@ -257,7 +264,8 @@ def cmd_train_smoke_learn(args: argparse.Namespace) -> int:
         pool=args.smoke_pool or defaults.pool,
         seed=defaults.seed if args.smoke_seed is None else args.smoke_seed,
     )
-    overrides = [*args.set, *([f"n_samples_per_prompt={args.smoke_samples}"] if args.smoke_samples else [])]
+    samples = [] if args.smoke_samples is None else [f"n_samples_per_prompt={args.smoke_samples}"]
+    overrides = [*args.set, *samples]
     record = run_learning_smoke(
         settings,
         overrides=overrides,
@@ -343,7 +351,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return cmd_train_list_keys(args.preset)
     if args.smoke:
         return cmd_train_smoke(args)
-    given = [f"--{k.replace('_', '-')}" for k in SMOKE_ONLY if getattr(args, k) not in (None, [], False)]
+    given = [f"--{k.replace('_', '-')}" for k in SMOKE_ONLY if _given(getattr(args, k))]
     if given:
         raise ValueError(f"{', '.join(given)} only apply with --smoke")
     if not (args.config or args.preset):

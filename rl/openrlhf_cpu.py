@@ -67,8 +67,9 @@ def preprocess_data() -> Any:
 async def rollout_actor_in_process(model: str, **engine_args: Any) -> Any:
     """OpenRLHF's ``RolloutRayActor`` constructed without Ray (its own ``__init__``, awaited), for
     one CPU engine of ``model`` that runs this project's agent: the arguments ``create_vllm_engines``
-    would pass it are set here once (its worker extension with :func:`sync_weights`' update);
-    ``engine_args`` (vLLM's) go on top."""
+    passes for one engine are set here once (its worker extension with :func:`sync_weights`' update,
+    and ``logprobs_mode="processed_logprobs"``, as it passes when log-probs are compared with the
+    actor's: taken after temperature, as the actor divides by it); ``engine_args`` (vLLM's) go on top."""
     from parallelsearch.rl.launch import agent_module_path
 
     kwargs: dict[str, Any] = {
@@ -77,6 +78,7 @@ async def rollout_actor_in_process(model: str, **engine_args: Any) -> Any:
         "num_gpus": 0,
         "full_determinism": False,
         "agent_func_path": str(agent_module_path()),
+        "logprobs_mode": "processed_logprobs",
         **engine_args,
         "model": model,
     }

@@ -1,7 +1,7 @@
 """The learning smoke's short form in the vLLM tier (the full run is ``make smoke-learn``): the run's own
 driver with two steps, on the real vLLM CPU engine. Checked on what it writes (``learning.json``): the
-weight sync (after every sync the engine's log-probs of the sampled action tokens equal the actor's; a
-mask shifted by one fails; the warm-started actor before its sync fails), every action mask against
+weight sync (after each sync that precedes an evaluation the engine's log-probs of the sampled action
+tokens equal the actor's; a mask shifted by one fails; the warm-started actor before its sync fails), every action mask against
 the engine's own turns, and the direction of each training step (toward the actions its advantages
 favour); the control's steps run with shuffled rewards."""
 

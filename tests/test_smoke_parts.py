@@ -128,6 +128,8 @@ def test_the_smoke_config_is_the_paper_preset_sized_for_a_cpu(tmp_path):
     assert openrlhf_train_args(mine).actor.adam.lr == 1e-4
     with pytest.raises(ValueError, match="--set model: the smoke trains the tiny model"):
         smoke_config(tmp_path / "m", tmp_path / "p.jsonl", "http://x/retrieve", ["model=Qwen/Qwen2.5-7B"])
+    with pytest.raises(ValueError, match="algorithm=gae: GAE needs a critic"):
+        smoke_config(tmp_path / "m", tmp_path / "p.jsonl", "http://x/retrieve", ["algorithm=gae"])
 
 
 def test_prompts_are_chat_templated_by_openrlhf_as_the_preset_says(tok, tmp_path):
@@ -237,3 +239,19 @@ def test_learning_json_goals_and_plot(tmp_path):
     )
     svg = learning_svg(record)
     assert svg.startswith("<svg") and svg.count("<polyline") == 8 and "held-out, control" in svg
+
+
+def test_under_constrained_decoding_the_sync_goals_are_not_claimed():
+    """The engine samples from the grammar-masked distribution: no sync check runs, none is claimed met."""
+    from parallelsearch.smoke.learning_loop import LearnSettings, LearnState
+    from parallelsearch.smoke.report import learning_record, summary_lines
+
+    state = LearnState(
+        steps=[{"step": 1, "reward": 0.3}],
+        evaluations={"before": _evaluation(0.30, 0.04), "after": _evaluation(0.60, 0.03)},
+        mask_checked=4,
+    )
+    record = learning_record(state, LearnSettings(control=False, sync_check=False), {})
+    assert record["logprob_gap"] is None and record["logprob_gap_shifted_mask"] is None
+    assert not [goal for goal in record["goals"] if "sync" in goal] and all(record["goals"].values())
+    assert "weight sync: not checked (constrained decoding)" in summary_lines(record)

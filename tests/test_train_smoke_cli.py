@@ -33,6 +33,8 @@ def test_smoke_and_launch_flags_do_not_mix(capsys):
     assert "--smoke-prompts, --kv-cache-gib only apply with --smoke" in capsys.readouterr().err
     assert main(["train", "--preset", "paper", "--dry-run", "--learn"]) == 2
     assert "--learn only apply with --smoke" in capsys.readouterr().err
+    assert main(["train", "--preset", "paper", "--dry-run", "--smoke-seed", "0"]) == 2  # 0 is given too
+    assert "--smoke-seed only apply with --smoke" in capsys.readouterr().err
     assert main(["train", "--smoke", "--smoke-steps", "3"]) == 2
     assert "--smoke-steps only apply with --learn" in capsys.readouterr().err
     assert main(["train", "--smoke", "--learn", "--smoke-prompts", "3"]) == 2

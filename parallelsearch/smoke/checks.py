@@ -8,8 +8,8 @@
   an observation (what lies between one turn's end and the next turn's prompt end) may be in the mask.
 - The weight sync: after the actor's weights are synced into the engine, the engine's log-probs of the
   sampled action tokens must equal the actor's (mean absolute difference within :data:`SYNC_TOLERANCE`,
-  unconstrained decoding, both fp32). A mask that is off by one position compares log-probs of
-  different tokens, and fails.
+  unconstrained decoding, both fp32). A mask off by one position takes in one token per turn the
+  engine did not generate (its log-prob there is 0, the actor's is not), and fails.
 """
 
 from __future__ import annotations

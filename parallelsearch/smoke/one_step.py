@@ -75,6 +75,8 @@ class SmokeEpisode:
 
 @dataclass
 class SmokeResult:
+    """What ``train --smoke`` showed, and whether every check it prints held (its exit status)."""
+
     episodes: list[SmokeEpisode]
     loss: float
     grad_norm: float
@@ -83,6 +85,8 @@ class SmokeResult:
     sync: Any  # SyncCheck after the step, or None when constrained decoding makes it meaningless
     unsynced: Any  # SyncCheck of the fitted actor before its first sync (must fail)
     seconds: dict[str, float]
+    #: action-mask failures of the episodes not printed (the teacher's, the sync check's)
+    other_mask_failures: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -91,7 +95,8 @@ class SmokeResult:
         from parallelsearch.smoke.checks import SYNC_TOLERANCE
 
         synced = self.sync is None or (self.sync.ok(SYNC_TOLERANCE) and self.unsynced.gap > SYNC_TOLERANCE)
-        return all(ep.mask_ok for ep in self.episodes) and math.isfinite(self.loss) and synced
+        masks = all(ep.mask_ok for ep in self.episodes) and not self.other_mask_failures
+        return masks and math.isfinite(self.loss) and synced
 
 
 def episode_view(result: dict[str, Any], experience: Any, tokenizer: Any, question: str) -> SmokeEpisode:
@@ -103,7 +108,8 @@ def episode_view(result: dict[str, Any], experience: Any, tokenizer: Any, questi
     seq = experience.sequences[0].tolist()
     mc = check_action_mask(seq, experience.action_mask[0].tolist(), result["engine_turns"], tokenizer)
     turns = result["engine_turns"]
-    spans = [(len(t.prompt_ids), len(t.prompt_ids) + len(t.ids)) for t in turns]
+    n = len(seq)  # a turn past max_len is cut from the sequence: count only what it holds
+    spans = [(min(len(t.prompt_ids), n), min(len(t.prompt_ids) + len(t.ids), n)) for t in turns]
     prompt_len = spans[0][0] if spans else len(seq)
     bounds = [*spans, (len(seq), len(seq))]
     pieces = []
@@ -187,6 +193,8 @@ SMOKE_SFT_STEPS = 100
 
 
 async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[str], None]) -> SmokeResult:
+    """One step as training takes it, each part printed with the evidence that it did what it says:
+    the warm start, the episodes with their masks, the step, the sync and its check."""
     from parallelsearch.data import load_questions
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
     from parallelsearch.smoke.learning_loop import LearningRun, LearnSettings
@@ -227,7 +235,7 @@ async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[s
         echo("timings: " + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()))
         return SmokeResult(
             episodes, stats.policy_loss, stats.grad_norm, stats.parameters_changed, signal, sync,
-            run.state.unsynced, smoke.seconds,
+            run.state.unsynced, smoke.seconds, list(run.state.mask_failures),
         )  # fmt: skip
 
 

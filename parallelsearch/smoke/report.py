@@ -38,8 +38,8 @@ def learning_record(state: LearnState, settings: LearnSettings, config: dict[str
         )
     checks = list(state.sync_checks.values())
     record.update(
-        logprob_gap=max(c.gap for c in checks),
-        logprob_gap_shifted_mask=min(c.shifted_gap for c in checks),
+        logprob_gap=max(c.gap for c in checks) if checks else None,
+        logprob_gap_shifted_mask=min(c.shifted_gap for c in checks) if checks else None,
         logprob_gap_unsynced=state.unsynced.gap if state.unsynced else None,
         sync_checks={k: vars(c) for k, c in state.sync_checks.items()},
         mask_check={"episodes": state.mask_checked, "failures": state.mask_failures[:20]},
@@ -58,11 +58,13 @@ def goals(record: dict[str, Any]) -> dict[str, bool]:
         f"heldout rises >= {MIN_RISE}": record["heldout_rise"] >= MIN_RISE,
         f"heldout rises >= {MIN_RISE_SE:g} s.e.": record["heldout_rise"]
         >= MIN_RISE_SE * record["heldout_stderr"],
-        f"log-prob gap after sync <= {SYNC_TOLERANCE}": record["logprob_gap"] <= SYNC_TOLERANCE,
-        f"a shifted action mask fails the sync check (> {SYNC_TOLERANCE})": record["logprob_gap_shifted_mask"]
-        > SYNC_TOLERANCE,
         "every action mask matches the engine's turns": not record["mask_check"]["failures"],
     }
+    if record["logprob_gap"] is not None:  # None: not checked (constrained decoding)
+        out[f"log-prob gap after sync <= {SYNC_TOLERANCE}"] = record["logprob_gap"] <= SYNC_TOLERANCE
+        out[f"a shifted action mask fails the sync check (> {SYNC_TOLERANCE})"] = (
+            record["logprob_gap_shifted_mask"] > SYNC_TOLERANCE
+        )
     if record["logprob_gap_unsynced"] is not None:
         out[f"an actor the engine was not synced with fails the sync check (> {SYNC_TOLERANCE})"] = (
             record["logprob_gap_unsynced"] > SYNC_TOLERANCE
@@ -74,7 +76,18 @@ def goals(record: dict[str, Any]) -> dict[str, bool]:
     return out
 
 
+def _sync_line(record: dict[str, Any]) -> str:
+    unsynced = record["logprob_gap_unsynced"]
+    return (
+        f"weight sync: mean |engine - actor| log-prob {record['logprob_gap']:.2e} nats (at most, over "
+        f"{len(record['sync_checks'])} checks); with the action mask shifted by one "
+        f"{record['logprob_gap_shifted_mask']:.2f}"
+        + (f"; before the first sync {unsynced:.2f}" if unsynced is not None else "")
+    )
+
+
 def summary_lines(record: dict[str, Any]) -> list[str]:
+    """What the run prints at its end: the rises, the sync, the masks, each goal met or not."""
     lines = [
         f"held-out mean reward {record['heldout_before']:.3f} -> {record['heldout_after']:.3f} "
         f"(rise {record['heldout_rise']:+.3f}, s.e. {record['heldout_stderr']:.3f})",
@@ -84,16 +97,10 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
             f"control (rewards shuffled within each step) {record['control_before']:.3f} -> "
             f"{record['control_after']:.3f} (rise {record['control_rise']:+.3f}, s.e. {record['control_stderr']:.3f})"
         )
-    lines.append(
-        f"weight sync: mean |engine - actor| log-prob {record['logprob_gap']:.2e} nats (at most, over "
-        f"{len(record['sync_checks'])} checks); with the action mask shifted by one "
-        f"{record['logprob_gap_shifted_mask']:.2f}"
-        + (
-            f"; before the first sync {record['logprob_gap_unsynced']:.2f}"
-            if record["logprob_gap_unsynced"] is not None
-            else ""
-        )
-    )
+    if record["logprob_gap"] is None:
+        lines.append("weight sync: not checked (constrained decoding)")
+    else:
+        lines.append(_sync_line(record))
     lines.append(
         f"action masks checked against the engine's turns: {record['mask_check']['episodes']} episodes, "
         f"{len(record['mask_check']['failures'])} failed"

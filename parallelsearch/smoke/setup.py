@@ -59,7 +59,13 @@ def smoke_config(
         )
     base = _deep_merge(SMOKE_TRAIN, {"agent": {"retriever_url": retriever_url}})
     base.update(model=str(model_dir), prompt_data=str(prompt_file))
-    return paper_preset(**_deep_merge(base, extra))
+    cfg = paper_preset(**_deep_merge(base, extra))
+    if cfg.algorithm == "gae":
+        raise ValueError(
+            "--set algorithm=gae: GAE needs a critic, which the smoke does not train; choose a critic-free "
+            "estimator (group_norm, reinforce_baseline, rloo, dr_grpo)"
+        )
+    return cfg
 
 
 def openrlhf_train_args(cfg: Any) -> Any:

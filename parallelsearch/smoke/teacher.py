@@ -1,13 +1,13 @@
 """The learning smoke's starting point: the tiny model fitted on a teacher's episodes of both plans.
 
-A random model of 0.2M parameters never writes a valid search without constrained decoding, so RL
+A random model of 0.16M parameters never writes a valid search without constrained decoding, so RL
 from it has nothing to reinforce in minutes. The teacher is a scripted stand-in for the engine: it
 answers the executor's ``generate`` calls with fixed turns, through the same ``execute`` OpenRLHF
 calls, so its episodes hold real observations from the real retriever and the exact token layout of
 training. For every training question it writes the two plans the paper contrasts, once each: both
 supporting titles in one search (``A ## B``), and one title per search; then the gold answer. Fitted on
-both with OpenRLHF's ``SFTLoss`` on the action tokens, the model writes either plan about half the
-time, for any question; which plan earns more depends on the question (docs/training.md, "The
+both with OpenRLHF's ``SFTLoss`` on the action tokens, the model decomposes about a quarter of the
+time (measured), for any question; which plan earns more depends on the question (docs/training.md, "The
 learning smoke").
 """
 
