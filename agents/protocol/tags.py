@@ -137,6 +137,20 @@ def format_observation(
     return f"\n\n<information>{cap_words(body, max_words)}</information>\n\n"
 
 
+#: the official format check's state machine: (tag, state) -> next state
+_TRANSITIONS = {
+    ("<think>", "start"): "in_think",
+    ("<think>", "information"): "in_think",
+    ("</think>", "in_think"): "after_think",
+    ("<search>", "after_think"): "in_search",
+    ("</search>", "in_search"): "after_search",
+    ("<information>", "after_search"): "in_information",
+    ("</information>", "in_information"): "information",
+    ("<answer>", "after_think"): "in_answer",
+    ("</answer>", "in_answer"): "end",
+}
+
+
 def tag_sequence_problem(content: str, ends: tuple[str, ...] = ("end",)) -> str | None:
     """The official format check: think -> (search -> information -> think)* -> answer, nothing
     outside tags; ``ends`` are the states the text may end in. None when it holds, else why not."""
@@ -144,23 +158,12 @@ def tag_sequence_problem(content: str, ends: tuple[str, ...] = ("end",)) -> str 
         opened, closed = content.count(f"<{tag}>"), content.count(f"</{tag}>")
         if opened != closed:
             return f"unbalanced <{tag}>: {opened} opening vs {closed} closing"
-    transitions = {
-        ("<think>", "start"): "in_think",
-        ("<think>", "information"): "in_think",
-        ("</think>", "in_think"): "after_think",
-        ("<search>", "after_think"): "in_search",
-        ("</search>", "in_search"): "after_search",
-        ("<information>", "after_search"): "in_information",
-        ("</information>", "in_information"): "information",
-        ("<answer>", "after_think"): "in_answer",
-        ("</answer>", "in_answer"): "end",
-    }
     state = "start"
     for part in _SEQUENCE_TAG_RE.split(content):
         if not part.strip():
             continue
         if _SEQUENCE_TAG_RE.fullmatch(part):
-            nxt = transitions.get((part, state))
+            nxt = _TRANSITIONS.get((part, state))
             if nxt is None:
                 return f"unexpected {part} in state {state}"
             state = nxt

@@ -29,4 +29,7 @@ def usage_update(state: Mapping[str, Any], res: TurnResult) -> dict[str, Any]:
 
 def passages_of(row: Mapping[str, Any]) -> list[Passage]:
     """A searcher node's result row's passages as objects again (the row's dicts carry a ``source``)."""
-    return [Passage(**{k: v for k, v in p.items() if k != "source"}) for p in row["passages"]]
+    return [
+        Passage(p["id"], p["title"], p["text"], p.get("score"), p.get("store"), heading=p.get("heading"))
+        for p in row["passages"]
+    ]
