@@ -67,4 +67,15 @@ def chat_messages(state: Mapping[str, Any], cfg: GraphConfig, protocol: SearchPr
     start = next((i for i, m in enumerate(messages) if m.id is not None and m.id == asked), len(messages))
     system = system_text(state.get("messages") or [], cfg, protocol)
     head = [SystemMessage(content=system)] if system else []
-    return [*head, *bounded_history(messages[:start], cfg), *messages[start:]]
+    episode = with_notes(messages[start:], state.get("notes") or [])
+    return [*head, *bounded_history(messages[:start], cfg), *episode]
+
+
+def with_notes(episode: Sequence[AnyMessage], notes: Sequence[Sequence[Any]]) -> list[AnyMessage]:
+    """``episode`` with each of the environment's notes right after the message it answers (at
+    the end when that message is gone): what the model was told, where it was told it."""
+    out = list(episode)
+    for after, note in notes:
+        at = next((i for i, m in enumerate(out) if after is not None and m.id == after), None)
+        out.insert(len(out) if at is None else at + 1, note)
+    return out

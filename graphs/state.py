@@ -79,6 +79,9 @@ class SearchState(_Outcome, total=False):
     metadata: dict[str, Any]
     # the conversation (MessagesState-compatible): questions in, answers out, one per episode
     messages: Annotated[list[AnyMessage], add_messages]
+    # the environment's notes to a chat model this episode ([id of the message it follows, the
+    # note]): the model reads them in place, a chat UI never sees them
+    notes: list[list[Any]] | None
     # the thread: one record per episode (question, metadata, status, answer, counts)
     history: Annotated[list[dict[str, Any]], merge_episodes]
     # the episode

@@ -220,6 +220,10 @@ SMOKE_ONLY = (
 LEARN_ONLY = ("smoke_steps", "smoke_heldout", "smoke_pool", "smoke_seed")
 
 
+def _apply(flags: list[str]) -> str:
+    return "applies" if len(flags) == 1 else "apply"
+
+
 def _given(value: object) -> bool:
     """Whether a flag was given: its default is None, an empty list or False (0 is a value)."""
     return not (value is None or value is False or (isinstance(value, list) and not value))
@@ -233,7 +237,7 @@ def cmd_train_smoke(args: argparse.Namespace) -> int:
         return cmd_train_smoke_learn(args)
     given = [f"--{k.replace('_', '-')}" for k in LEARN_ONLY if getattr(args, k) is not None]
     if given:
-        raise ValueError(f"{', '.join(given)} only apply with --learn")
+        raise ValueError(f"{', '.join(given)} {_apply(given)} only with --learn")
     from parallelsearch.smoke.one_step import run_smoke
 
     result = run_smoke(
@@ -257,6 +261,8 @@ def cmd_train_smoke_learn(args: argparse.Namespace) -> int:
         raise ValueError(
             "--smoke-prompts does not apply with --learn (it uses --smoke-heldout and the sample)"
         )
+    if args.smoke_samples is not None and args.smoke_samples < 1:
+        raise ValueError(f"--smoke-samples must be >= 1, got {args.smoke_samples}")
     defaults = LearnSettings()
     settings = LearnSettings(
         steps=defaults.steps if args.smoke_steps is None else args.smoke_steps,
@@ -353,7 +359,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return cmd_train_smoke(args)
     given = [f"--{k.replace('_', '-')}" for k in SMOKE_ONLY if _given(getattr(args, k))]
     if given:
-        raise ValueError(f"{', '.join(given)} only apply with --smoke")
+        raise ValueError(f"{', '.join(given)} {_apply(given)} only with --smoke")
     if not (args.config or args.preset):
         raise ValueError("train needs --config FILE or --preset NAME (or --list-keys, or --smoke)")
     cfg = load_train_config(args.config, args.preset, args.set)

@@ -239,8 +239,10 @@ def _metadata(ext: Mapping[str, Any], rules: RequestRules) -> dict[str, Any] | N
 def _model(body: Mapping[str, Any], rules: RequestRules) -> str:
     model = body.get("model")
     models = ", ".join(rules.models)
-    if not isinstance(model, str) or not model:
+    if model is None or model == "":
         raise _bad(f"model is required: one of {models}")
+    if not isinstance(model, str):
+        raise _bad(f"model must be a string, got {json.dumps(model)[:40]}: one of {models}")
     if model not in rules.models:
         raise RequestProblem(
             404,

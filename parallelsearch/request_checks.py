@@ -66,6 +66,15 @@ class RequestCaps:
         """The caps a server's settings set (``server_max_top_k``, ``_subqueries``, ``_turns``)."""
         return cls(settings.server_max_top_k, settings.server_max_subqueries, settings.server_max_turns)
 
+    def bounds(self, knobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """``knobs`` (their declared bounds) with this server's caps as their maxima, as a form
+        and a client should read them."""
+        caps = {"top_k": self.top_k, "max_subqueries": self.max_subqueries, "max_turns": self.max_turns}
+        return {
+            key: {**b, "maximum": min(b.get("maximum", caps[key]), caps[key])} if key in caps else b
+            for key, b in knobs.items()
+        }
+
     def problem(self, values: Mapping[str, Any], where: str = "configurable") -> str | None:
         """What in ``values`` exceeds a cap, named as the request spelled it (``where.key``), or None."""
         for key, cap, setting in (

@@ -20,6 +20,7 @@ from parallelsearch.admission import AdmissionQueue
 from parallelsearch.agents.policies.scripted import OraclePolicy
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, knob_bounds
 from parallelsearch.guard import RequestGuard
+from parallelsearch.request_checks import RequestCaps
 from parallelsearch.settings import Settings, get_settings
 from parallelsearch.stores.http.api_key import KeyFailures
 from parallelsearch.stores.redact import redact_urls
@@ -115,7 +116,6 @@ def _add_openai_routes(
     """The OpenAI-compatible routes over the served graphs, so OpenAI clients can ask them; returns
     the chat request's check, which the guard runs before a request is admitted."""
     from parallelsearch.openai_api import ChatCompletions, RequestRules
-    from parallelsearch.request_checks import RequestCaps
 
     chat = ChatCompletions(
         served,
@@ -169,7 +169,7 @@ def _add_status_routes(app: FastAPI, s: Settings, parts: Any) -> None:
             "routes": [f"/{r}" for r in ROUTES],
             "graph": parts.config.model_dump(),
             "per_request": list(PER_REQUEST_KEYS),
-            "knobs": knob_bounds(),
+            "knobs": RequestCaps.of(s).bounds(knob_bounds()),
             "threads": s.server_checkpointer,
             "api_key_required": bool(s.server_api_key),
             "admission": admission.stats(),

@@ -346,3 +346,35 @@ def test_history_drops_a_partly_answered_search_with_all_its_tool_messages():
     kept = bounded_history(history, GraphConfig())
     assert [m.id for m in kept if not isinstance(m, ToolMessage)] == ["h1", "a2", "h2"]
     assert not [m for m in kept if isinstance(m, ToolMessage)]
+
+
+def test_a_corrective_note_reaches_the_model_but_never_the_chat(chat):
+    """A reply with neither a call nor an answer gets the environment's note: the model reads it
+    right after that reply, while ``messages`` and the ``messages`` stream hold no note."""
+    model, requests = chat(["", ["Inception director"], "Christopher Nolan"])
+    agent = create_parallel_search_agent(model, Films(), checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "notes"}}
+    streamed = [
+        m
+        for m, _ in agent.stream(
+            {"messages": [("user", "Who directed Inception?")]}, thread, stream_mode="messages"
+        )
+    ]
+    state = agent.get_state(thread).values
+    assert state["messages"][-1].content == "Christopher Nolan"
+    for shown in (state["messages"], streamed):
+        assert not [m for m in shown if m.type == "human" and m.content != "Who directed Inception?"]
+    retried = [m["role"] for m in requests[1]["messages"]]
+    assert (
+        retried == ["system", "user", "assistant", "user"]
+        and requests[1]["messages"][-1]["name"] == "parallelsearch"
+    )
+    last = requests[-1]["messages"]
+    # the empty reply, its note, then the search turn with its tool message
+    assert [(m["role"], bool(m.get("tool_calls"))) for m in last[2:]] == [
+        ("assistant", False),
+        ("user", False),
+        ("assistant", True),
+        ("tool", False),
+    ]
+    assert last[3]["name"] == "parallelsearch" and "no tool call and no answer" in last[3]["content"]

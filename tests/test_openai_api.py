@@ -226,6 +226,7 @@ def test_a_thread_keeps_the_conversation_on_the_server(served, upstream):
         ({"model": "parallelsearch"}, 400, "messages must be a non-empty list"),
         ({"model": "parallelsearch", "messages": []}, 400, "messages must be a non-empty list"),
         ({"messages": [{"role": "user", "content": "q"}]}, 400, "model is required"),
+        ({"model": 5, "messages": [{"role": "user", "content": "q"}]}, 400, "model must be a string, got 5"),
         (
             {"model": "gpt-4o", "messages": [{"role": "user", "content": "q"}]},
             404,
@@ -467,6 +468,11 @@ def test_a_failing_model_server_is_a_502_or_503_naming_it(tmp_path_factory):
             with pytest.raises(openai.InternalServerError, match="cannot be reached") as down:
                 client(srv).chat.completions.create(model="parallelsearch", messages=messages, stream=stream)
             assert down.value.status_code == 503 and dead in down.value.message
+        invoked = httpx.post(
+            srv.url + "/parallelsearch/invoke", json={"input": {"question": "q?"}}, timeout=30
+        )
+        assert invoked.status_code == 503 and "depends on is unreachable" in invoked.json()["detail"]
+        assert dead in invoked.json()["detail"]
     with UvicornThread(failing_upstream([])) as up:
         app = create_app(settings(tmp_path_factory), policy=chat_model(up.url), searcher=Films())
         with UvicornThread(app) as srv:

@@ -318,6 +318,16 @@ def test_operator_caps_refuse_a_request_before_it_runs(capped, configurable, nam
     assert httpx.get(capped.url + "/health", timeout=10).json()["admission"]["admitted"] == 0
 
 
+def test_health_shows_the_operators_caps_as_the_knobs_maxima(capped):
+    knobs = httpx.get(capped.url + "/health", timeout=10).json()["knobs"]
+    assert (knobs["top_k"]["maximum"], knobs["max_subqueries"]["maximum"], knobs["max_turns"]["maximum"]) == (
+        4,
+        5,
+        3,
+    )
+    assert knobs["top_k"]["minimum"] == 1
+
+
 @pytest.mark.parametrize(
     ("knobs", "names"),
     [

@@ -162,8 +162,10 @@ def test_a_reply_cut_at_the_token_limit_is_not_taken_as_the_answer(meta):
     )
     assert (out["answer"], out["policy_calls"], out["search_rounds"]) == ("x", 3, 1)
     states = list(graph.stream({"question": "q?"}, stream_mode="values"))
-    notes = [m.content for m in states[-1]["messages"] if isinstance(m, HumanMessage)][1:]
-    assert notes[0].startswith("Your reply was cut at the token limit")
+    assert [m.content for m in states[-1]["messages"] if isinstance(m, HumanMessage)] == ["q?"]
+    (after, note), *_ = states[-1]["notes"]  # told to the model, kept out of the conversation
+    assert note.content.startswith("Your reply was cut at the token limit")
+    assert after == next(m.id for m in states[-1]["messages"] if isinstance(m, AIMessage))
     assert parse_tool_calls([], "x", cut=False).kind == "answer"
     assert parse_tool_calls([call("a", "c1")], "", cut=True).kind == "search"  # complete calls still run
 

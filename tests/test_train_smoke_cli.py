@@ -30,13 +30,17 @@ def test_smoke_and_launch_flags_do_not_mix(capsys):
     assert (
         main(["train", "--preset", "paper", "--dry-run", "--smoke-prompts", "3", "--kv-cache-gib", "1"]) == 2
     )
-    assert "--smoke-prompts, --kv-cache-gib only apply with --smoke" in capsys.readouterr().err
+    assert "--smoke-prompts, --kv-cache-gib apply only with --smoke" in capsys.readouterr().err
     assert main(["train", "--preset", "paper", "--dry-run", "--learn"]) == 2
-    assert "--learn only apply with --smoke" in capsys.readouterr().err
+    assert "--learn applies only with --smoke" in capsys.readouterr().err
     assert main(["train", "--preset", "paper", "--dry-run", "--smoke-seed", "0"]) == 2  # 0 is given too
-    assert "--smoke-seed only apply with --smoke" in capsys.readouterr().err
+    assert "--smoke-seed applies only with --smoke" in capsys.readouterr().err
     assert main(["train", "--smoke", "--smoke-steps", "3"]) == 2
-    assert "--smoke-steps only apply with --learn" in capsys.readouterr().err
+    assert "--smoke-steps applies only with --learn" in capsys.readouterr().err
+    assert main(["train", "--smoke", "--learn", "--smoke-samples", "0"]) == 2
+    assert "--smoke-samples must be >= 1, got 0" in capsys.readouterr().err
+    assert main(["train", "--smoke", "--learn", "--set", "algoritm=rloo"]) == 2  # before any build
+    assert "did you mean 'algorithm'" in capsys.readouterr().err
     assert main(["train", "--smoke", "--learn", "--smoke-prompts", "3"]) == 2
     assert "--smoke-prompts does not apply with --learn" in capsys.readouterr().err
 

@@ -29,7 +29,7 @@ ZERO_COUNTS = dict.fromkeys(
 #: the AI message of an episode that ended without an answer
 NO_ANSWER = "No answer: the planner did not give one within its turns."
 #: the channels an episode owns, written again when a thread's next episode begins
-_EPISODE_CHANNELS = ("answer", "status", "total_ms", "last_action", "next_stage")
+_EPISODE_CHANNELS = ("answer", "status", "total_ms", "last_action", "next_stage", "notes")
 
 
 def _question(state: Mapping[str, Any]) -> tuple[str, HumanMessage | None]:

@@ -5,6 +5,7 @@ corrective note an invalid turn gets."""
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -39,12 +40,14 @@ def next_action(turn: TurnRecord, action: Action, plan: Plan | None, cfg: GraphC
 
 
 def _named(message: Any, name: str) -> Any:
-    """An AI message with the graph's name, as ``create_agent`` names its model's replies (the
-    reply is the model's own new object: named in place, not copied)."""
+    """An AI message with the graph's name, as ``create_agent`` names its model's replies, and an
+    id (the reply is the model's own new object: named in place, not copied)."""
     from langchain_core.messages import AIMessage
 
     if isinstance(message, AIMessage):
         message.name = name
+        if message.id is None:  # the notes name the message they follow
+            message.id = str(uuid.uuid4())
     return message
 
 
@@ -99,7 +102,10 @@ async def planner(
     }
     if said.messages or note.messages:  # a chat protocol: the conversation is the record
         named = [_named(m, engine.graph_name) for m in said.messages]
-        update["messages"] = [*named, *note.messages]
+        update["messages"] = [*named, *(m for m in note.messages if m.type == "tool")]
+        notes = [[named[-1].id if named else None, m] for m in note.messages if m.type != "tool"]
+        if notes:  # a note to the model is not a turn of the conversation
+            update["notes"] = [*(st.get("notes") or []), *notes]
     if action.kind == "answer":
         update["answer"] = action.answer
     return update

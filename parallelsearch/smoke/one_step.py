@@ -263,7 +263,6 @@ def run_smoke(
     training step, sync, check.
 
     The model and configs go to ``workdir`` (kept), else to a temporary folder (deleted)."""
-    check_smoke_deps()
     if prompts < 1 or (samples is not None and samples < 1):
         raise ValueError("--smoke-prompts and --smoke-samples must be >= 1")
     extra = [*overrides, *([f"n_samples_per_prompt={samples}"] if samples else [])]

@@ -50,6 +50,7 @@ async def smoke_session(
     from parallelsearch.smoke.one_step import SMOKE_ENGINE_ARGS, check_smoke_deps
     from parallelsearch.smoke.rollouts import record_engine_turns
 
+    setup.check_overrides(overrides)
     check_smoke_deps()
     seconds: dict[str, float] = {}
     with contextlib.ExitStack() as stack:

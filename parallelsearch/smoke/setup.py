@@ -48,7 +48,11 @@ def smoke_config(
 ) -> Any:
     """The smoke's :class:`TrainConfig`: the paper preset, :data:`SMOKE_TRAIN`, then ``overrides``
     (``--set KEY=VALUE``, the launch's syntax); a key the smoke sets itself is refused by name."""
-    from parallelsearch.rl.train_config import _deep_merge, paper_preset, parse_overrides
+    from pydantic import ValidationError
+
+    from parallelsearch.rl.agent_config import LIST_KEYS
+    from parallelsearch.rl.train_config import TrainConfig, _deep_merge, paper_preset, parse_overrides
+    from parallelsearch.stores.errors import describe_validation_error
 
     extra = parse_overrides(list(overrides))
     fixed = [k for k in FIXED_KEYS if k in extra]
@@ -59,13 +63,24 @@ def smoke_config(
         )
     base = _deep_merge(SMOKE_TRAIN, {"agent": {"retriever_url": retriever_url}})
     base.update(model=str(model_dir), prompt_data=str(prompt_file))
-    cfg = paper_preset(**_deep_merge(base, extra))
+    try:
+        cfg = paper_preset(**_deep_merge(base, extra))
+    except ValidationError as e:
+        raise ValueError(
+            f"the smoke's config is invalid: {describe_validation_error(e, TrainConfig, keys_hint=LIST_KEYS)}"
+        ) from e
     if cfg.algorithm == "gae":
         raise ValueError(
             "--set algorithm=gae: GAE needs a critic, which the smoke does not train; choose a critic-free "
             "estimator (group_norm, reinforce_baseline, rloo, dr_grpo)"
         )
     return cfg
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """The user's ``--set`` checked before anything is built: a mistake costs a second, not the
+    tiny model and the store."""
+    smoke_config(Path("tiny-llama"), Path("prompts.jsonl"), "http://127.0.0.1:1/retrieve", overrides)
 
 
 def openrlhf_train_args(cfg: Any) -> Any:

@@ -201,6 +201,16 @@ def _causes(exc: BaseException) -> list[BaseException]:
     return seen
 
 
+def _request_url(exc: BaseException) -> str | None:
+    """The URL an HTTP client's error was about (OpenAI's and httpx's errors keep the request)."""
+    try:
+        request = getattr(exc, "request", None)
+    except RuntimeError:  # httpx raises when an error has no request
+        return None
+    url = getattr(request, "url", None)
+    return str(url) if url is not None else None
+
+
 def upstream_failure(exc: BaseException) -> tuple[int, str] | None:
     """``(502 | 503, message)`` when ``exc`` (or its cause) is a server this one depends on failing: a
     model server or retriever that answered an error (502) or could not be reached (503). The
@@ -213,8 +223,10 @@ def upstream_failure(exc: BaseException) -> tuple[int, str] | None:
             unreachable = any(w in kind.__name__ for w in ("Connect", "Timeout", "Transport", "Network"))
             status = 503 if unreachable else 502
         if status in (502, 503):
-            what = "unreachable" if status == 503 else "failed"
-            text = redact_urls(f"{kind.__name__}: {e}" if root != "parallelsearch" else str(e))
+            what = "is unreachable" if status == 503 else "failed"
+            text = f"{kind.__name__}: {e}" if root != "parallelsearch" else str(e)
+            url = _request_url(e)
+            text = redact_urls(f"{text} ({url})" if url and url not in text else text)
             return status, f"a server this one depends on {what}: {text}"[:600]
     return None
 
