@@ -6,7 +6,7 @@ answers the executor's ``generate`` calls with fixed turns, through the same ``e
 calls, so its episodes hold real observations from the real retriever and the exact token layout of
 training. For every training question it writes the two plans the paper contrasts, once each: both
 supporting titles in one search (``A ## B``), and one title per search; then the gold answer. Fitted on
-both with OpenRLHF's ``SFTLoss`` on the action tokens, the model decomposes about a quarter of the
+both with OpenRLHF's ``SFTLoss`` on the action tokens, the model decomposes a fifth to a quarter of the
 time (measured), for any question; which plan earns more depends on the question (docs/training.md, "The
 learning smoke").
 """
