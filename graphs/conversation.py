@@ -72,10 +72,12 @@ def chat_messages(state: Mapping[str, Any], cfg: GraphConfig, protocol: SearchPr
 
 
 def with_notes(episode: Sequence[AnyMessage], notes: Sequence[Sequence[Any]]) -> list[AnyMessage]:
-    """``episode`` with each of the environment's notes right after the message it answers (at
-    the end when that message is gone): what the model was told, where it was told it."""
+    """``episode`` with each of the environment's notes right after the message it answers: what
+    the model was told, where it was told it (a note whose message a middleware removed goes
+    with it)."""
     out = list(episode)
     for after, note in notes:
         at = next((i for i, m in enumerate(out) if after is not None and m.id == after), None)
-        out.insert(len(out) if at is None else at + 1, note)
+        if at is not None:
+            out.insert(at + 1, note)
     return out

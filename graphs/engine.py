@@ -87,6 +87,8 @@ class EpisodeEngine:
         if not self.cfg.max_concurrency:
             return None
         loop = asyncio.get_running_loop()  # a semaphore belongs to the loop it is first awaited on
+        for closed in [seen for seen in self._sems if seen.is_closed()]:
+            del self._sems[closed]  # a semaphore that waited holds its loop: weak keys alone keep it
         sem = self._sems.get(loop)
         if sem is None:
             sem = self._sems[loop] = asyncio.Semaphore(self.cfg.max_concurrency)

@@ -41,7 +41,7 @@ class TurnRecord(TypedDict):
     index: int  # policy calls before this one
     final: bool
     text: str
-    action: str  # "search" | "answer" | "invalid"
+    action: str  # "search" | "answer" | "invalid"; "reviewed" in the typed view: a search a reviewer rejected whole
     subqueries: list[str]
     answer: str | None
     reason: str | None  # why the turn is invalid
@@ -187,6 +187,11 @@ class Episode:
         return True, "valid"
 
 
+def review_record(turn: int, kept: int, rejected: int) -> ReviewRecord:
+    """A reviewer's change to turn ``turn``'s search: ``kept`` calls ran, ``rejected`` were answered."""
+    return {"type": "review", "turn": turn, "kept": kept, "rejected": rejected}
+
+
 def _reviewed_turns(trajectory: Sequence[TrajectoryRecord]) -> tuple[TurnRecord, ...]:
     """The turns; a reviewed search's with the queries its observation shows were searched
     (``written_subqueries``: the policy's), and ``reviewed`` as its action when none ran."""
@@ -195,6 +200,7 @@ def _reviewed_turns(trajectory: Sequence[TrajectoryRecord]) -> tuple[TurnRecord,
     for entry in trajectory:
         if entry["type"] == "turn":
             turns.append(entry)
+            reviewed = None
         elif entry["type"] == "review" and turns and turns[-1]["index"] == entry["turn"]:
             written = turns[-1]
             if written["action"] == "search":

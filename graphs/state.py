@@ -107,6 +107,11 @@ class SearchTask(TypedDict):
     error: NotRequired[str]
     #: passages to fetch (``top_k``, or the observation budget's share); not in results
     top_k: NotRequired[int | None]
+    #: under ``wrap_tool_call`` middleware: the tool call it sees, the state it reads, and whether
+    #: the query is a later ``#k`` stage's resolved text
+    call: NotRequired[dict[str, Any]]
+    view: NotRequired[dict[str, Any]]
+    resolved_stage: NotRequired[bool]
 
 
 def state_with(fields: dict[str, Any]) -> type:

@@ -267,9 +267,8 @@ class RequestGuard:
     ) -> None:
         """The graph call: its threads held, admitted, its response watched."""
         parsed = scope[SCOPE_JSON].value
-        inputs = parsed.get(
-            "inputs"
-        )  # a batch's list (checked before); any other field of that name weighs 1
+        # a batch's inputs (checked before) weigh one each; any other field of that name weighs 1
+        inputs = parsed.get("inputs")
         weight = len(inputs) if isinstance(inputs, list) else 1
 
         async def gone() -> None:

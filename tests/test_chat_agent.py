@@ -177,6 +177,37 @@ def test_human_review_approves_edits_and_rejects_sub_queries(chat):
     assert search["written_subqueries"] == ["Inception director", "Inception budget", "Inception year"]
 
 
+def test_an_edit_alone_is_a_review_in_the_record(chat):
+    """LangChain's reviewer keeps the model's call in the message and swaps in the edit when the
+    call runs: the record still says which query ran, and which the policy wrote."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    model, _ = chat([["Inception director", "Inception year"], "Nolan, 2010"])
+    films = Films()
+    review = HumanInTheLoopMiddleware(interrupt_on={"search": True})
+    agent = create_parallel_search_agent(model, films, middleware=[review], checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "edit"}}
+    agent.invoke({"messages": [("user", "Who directed Inception, and when?")]}, thread)
+    edit = {"type": "edit", "edited_action": {"name": "search", "args": {"query": "Inception release date"}}}
+    out = agent.invoke(Command(resume={"decisions": [{"type": "approve"}, edit]}), thread)
+    assert films.queries == ["Inception director", "Inception release date"]
+    assert [e["type"] for e in out["trajectory"]] == ["turn", "review", "observation", "turn"]
+    (search,) = Episode.from_state(out).searches
+    assert search["subqueries"] == ["Inception director", "Inception release date"]
+    assert search["written_subqueries"] == ["Inception director", "Inception year"]
+
+
+def test_a_note_whose_reply_is_gone_is_not_told():
+    """A middleware may drop the reply a note answers; the note then goes with it, rather than
+    telling the model its newest reply was wrong."""
+    from parallelsearch.graphs.conversation import with_notes
+
+    note = HumanMessage("Your reply had no tool call and no answer.", name="parallelsearch")
+    episode = [HumanMessage("q", id="h"), AIMessage("", id="a1"), AIMessage("answer", id="a2")]
+    assert [m.id for m in with_notes(episode, [["a1", note]])] == ["h", "a1", None, "a2"]
+    assert [m.id for m in with_notes(episode[:1] + episode[2:], [["a1", note]])] == ["h", "a2"]
+
+
 def test_a_search_the_reviewer_rejects_whole_is_no_search_in_the_record(chat):
     from langchain.agents.middleware import HumanInTheLoopMiddleware
 

@@ -188,8 +188,8 @@ def call_replies(
 
 #: the name of the environment's own human messages (a corrective note), apart from the user's
 NOTE_NAME = "parallelsearch"
-#: the id prefix chat UIs skip (Agent Chat UI's ``DO_NOT_RENDER_ID_PREFIX``): the model needs the
-#: note in its conversation, a person reading the chat does not
+#: the id prefix chat UIs skip (Agent Chat UI's ``DO_NOT_RENDER_ID_PREFIX``): notes are kept out
+#: of ``messages`` (the ``notes`` channel); should one be shown anyway, a chat UI hides it
 NOTE_ID_PREFIX = "do-not-render-"
 
 

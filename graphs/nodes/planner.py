@@ -17,7 +17,7 @@ from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.common import ms_since, usage_update
 from parallelsearch.graphs.nodes.wrapped import model_turn
-from parallelsearch.graphs.record import ReviewRecord, TurnRecord, turn_record
+from parallelsearch.graphs.record import TurnRecord, review_record, turn_record
 from parallelsearch.graphs.state import SearchState
 from parallelsearch.graphs.turns import is_final_turn, turn_request
 
@@ -128,13 +128,13 @@ async def review(
     answered = {m.tool_call_id for m in messages[at + 1 :] if isinstance(m, ToolMessage)}
     pending = [c for c in ai.tool_calls if c.get("id") not in answered]
     if [c.get("id") for c in pending] == [cid for cid, _ in act.get("calls") or []]:
-        return {}
+        return {}  # nothing answered by the reviewer (an edit is applied when the call runs)
     rejected = len(ai.tool_calls) - len(pending)
     turn_index = state.get("policy_calls", 1) - 1
     if not pending:
         return {
             "last_action": {**act, "kind": "reviewed", "subqueries": [], "calls": []},
-            "trajectory": [_review_record(turn_index, 0, rejected)],
+            "trajectory": [review_record(turn_index, 0, rejected)],
         }
     cfg = engine.configured(config, runtime)
     res = TurnResult(text=content_text(ai.content), tool_calls=pending, message=ai)
@@ -143,9 +143,5 @@ async def review(
     turn: Any = {"action": action.kind, "final": act.get("final", False)}
     return {
         "last_action": next_action(turn, action, plan, cfg),
-        "trajectory": [_review_record(turn_index, len(pending), rejected)],
+        "trajectory": [review_record(turn_index, len(pending), rejected)],
     }
-
-
-def _review_record(turn: int, kept: int, rejected: int) -> ReviewRecord:
-    return {"type": "review", "turn": turn, "kept": kept, "rejected": rejected}

@@ -22,7 +22,7 @@ from parallelsearch.graphs.nodes.begin_answer import begin
 from parallelsearch.graphs.nodes.common import ms_since, passages_of
 from parallelsearch.graphs.nodes.stages import next_stage
 from parallelsearch.graphs.nodes.wrapped import tool_call
-from parallelsearch.graphs.record import ObservationRecord, SearchRecord
+from parallelsearch.graphs.record import ObservationRecord, ReviewRecord, SearchRecord, review_record
 from parallelsearch.graphs.state import SearchState, SearchTask
 from parallelsearch.graphs.turns import after_turn
 
@@ -140,6 +140,21 @@ async def search(
     return {"results": [row]}
 
 
+def _edit_review(
+    state: SearchState, act: dict[str, Any], rows: list[dict[str, Any]], staged: bool
+) -> list[ReviewRecord]:
+    """A review record when ``wrap_tool_call`` middleware (a reviewer's edit) changed a query
+    the planner wrote, so the record keeps the queries that ran; none when a review already
+    wrote one for this turn."""
+    written = act.get("subqueries") or []
+    if staged or all(row["query"] == written[row["index"]] for row in rows if row["index"] < len(written)):
+        return []
+    turn = state.get("policy_calls", 1) - 1
+    if any(e["type"] == "review" and e.get("turn") == turn for e in state.get("trajectory") or []):
+        return []
+    return [review_record(turn, len(rows), 0)]
+
+
 def _search_record(row: dict[str, Any]) -> SearchRecord:
     rec: SearchRecord = {
         "query": row["query"],
@@ -214,6 +229,7 @@ async def join(
         "text": obs.text,
         "results": [_search_record(row) for row in rows],
     }
+    records: list[Any] = [*_edit_review(state, act, rows, bool(stages)), entry]
     update: dict[str, Any] = {}
     if obs.messages:
         update["messages"] = list(obs.messages)
@@ -229,7 +245,7 @@ async def join(
         "subqueries": state.get("subqueries", 0) + len(rows),
         "passages": state.get("passages", 0) + sum(len(row["passages"]) for row in rows),
         "errors": state.get("errors", 0) + sum(1 for row in rows if row.get("error")),
-        "trajectory": [entry],
+        "trajectory": records,
         "node_ms": {"search": sum(row.get("ms") or 0.0 for row in rows), "join": ms_since(t0)},
     }
 

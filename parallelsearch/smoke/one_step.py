@@ -206,7 +206,7 @@ async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[s
     async with smoke_session(questions, store_questions=prompts, echo=echo, **session_kwargs) as smoke:
         n, tok = smoke.args.rollout.n_samples_per_prompt, smoke.tokenizer
         trainer = CpuTrainer(smoke.model_dir, smoke.args, tok)
-        settings = LearnSettings(sft_steps=SMOKE_SFT_STEPS)
+        settings = LearnSettings(sft_steps=SMOKE_SFT_STEPS, sync_check=not smoke.cfg.agent.constrained)
         run = LearningRun(smoke.actor, trainer, smoke.records, smoke.records, settings, echo)
         await warm_start(run, questions, smoke)
         records = [r for r in smoke.records for _ in range(n)]

@@ -17,7 +17,7 @@ MAX_CONTROL_SE = 1.0
 
 
 def learning_record(state: LearnState, settings: LearnSettings, config: dict[str, Any]) -> dict[str, Any]:
-    """``learning.json``'s content: the issue's fields first, then the evidence behind them."""
+    """``learning.json``'s content: the headline fields first, then the evidence behind them."""
     ev = state.evaluations
     run_rise, run_se = rise(ev["before"], ev["after"])
     record: dict[str, Any] = {

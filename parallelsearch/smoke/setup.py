@@ -22,7 +22,7 @@ from typing import Any
 #: two optimizer steps (a smaller batch learns as fast and degrades the format more), a short episode (one search turn and
 #: the answer turn, one passage per sub-query, each observation cut at 30 words: a passage is about 330
 #: tokens of the tiny tokenizer, and the actor's forward pass is the smoke's largest cost), and a
-#: learning rate for a model of 0.2M parameters
+#: learning rate for a model of 0.16M parameters
 SMOKE_TRAIN: dict[str, Any] = {
     "nodes": 1,
     "gpus_per_node": 1,
