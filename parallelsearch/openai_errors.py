@@ -10,6 +10,7 @@ from typing import Any
 
 from parallelsearch.agents.policies.scripted import OracleNeedsGoldError
 from parallelsearch.stores.errors import UnavailableError
+from parallelsearch.stores.http.asgi_guard import request_url
 
 #: the paths whose error answers take OpenAI's shape
 PREFIX = "/v1/"
@@ -33,8 +34,7 @@ def error_body(status: int, message: str, **extra: Any) -> dict[str, Any]:
 
 
 def _where(exc: Exception) -> str:
-    request = getattr(exc, "request", None)
-    url = getattr(request, "url", None)
+    url = request_url(exc)
     return f" {url}" if url else ""
 
 

@@ -66,22 +66,26 @@ class RequestCaps:
         """The caps a server's settings set (``server_max_top_k``, ``_subqueries``, ``_turns``)."""
         return cls(settings.server_max_top_k, settings.server_max_subqueries, settings.server_max_turns)
 
-    def bounds(self, knobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """``knobs`` (their declared bounds) with this server's caps as their maxima, as a form
-        and a client should read them."""
-        caps = {"top_k": self.top_k, "max_subqueries": self.max_subqueries, "max_turns": self.max_turns}
-        return {
-            key: {**b, "maximum": min(b.get("maximum", caps[key]), caps[key])} if key in caps else b
-            for key, b in knobs.items()
-        }
-
-    def problem(self, values: Mapping[str, Any], where: str = "configurable") -> str | None:
-        """What in ``values`` exceeds a cap, named as the request spelled it (``where.key``), or None."""
-        for key, cap, setting in (
+    def _limits(self) -> tuple[tuple[str, int, str], ...]:
+        """(knob, cap, the setting that sets it)."""
+        return (
             ("top_k", self.top_k, "server_max_top_k"),
             ("max_subqueries", self.max_subqueries, "server_max_subqueries"),
             ("max_turns", self.max_turns, "server_max_turns"),
-        ):
+        )
+
+    def bounds(self, knobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """``knobs`` (their declared bounds) with this server's caps as their maxima, as a form
+        and a client should read them."""
+        out = dict(knobs)
+        for key, cap, _ in self._limits():
+            if key in out:
+                out[key] = {**out[key], "maximum": min(out[key].get("maximum", cap), cap)}
+        return out
+
+    def problem(self, values: Mapping[str, Any], where: str = "configurable") -> str | None:
+        """What in ``values`` exceeds a cap, named as the request spelled it (``where.key``), or None."""
+        for key, cap, setting in self._limits():
             if values.get(key) is not None and values[key] > cap:
                 return f"{where}.{key}={values[key]} exceeds this server's limit of {cap} ({setting})"
         return None

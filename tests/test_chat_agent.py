@@ -55,6 +55,14 @@ def chat():
         srv.__exit__(None, None, None)
 
 
+def reviewed_agent(model, films, **kw):
+    """The agent with LangChain's own reviewer on every search, and a checkpointer to resume."""
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    review = HumanInTheLoopMiddleware(interrupt_on={"search": True})
+    return create_parallel_search_agent(model, films, middleware=[review], checkpointer=InMemorySaver(), **kw)
+
+
 def test_the_thread_is_the_conversation_and_follow_ups_see_it(chat):
     model, requests = chat([["Inception director"], "Christopher Nolan"])
     agent = create_parallel_search_agent(model, Films(), checkpointer=InMemorySaver(), name="researcher")
@@ -138,16 +146,9 @@ def test_updates_show_the_plan_before_the_search(chat):
 
 
 def test_human_review_approves_edits_and_rejects_sub_queries(chat):
-    from langchain.agents.middleware import HumanInTheLoopMiddleware
-
     model, requests = chat([["Inception director", "Inception budget", "Inception year"], "Nolan, 2010"])
     films = Films()
-    agent = create_parallel_search_agent(
-        model,
-        films,
-        middleware=[HumanInTheLoopMiddleware(interrupt_on={"search": True})],
-        checkpointer=InMemorySaver(),
-    )
+    agent = reviewed_agent(model, films)
     thread = {"configurable": {"thread_id": "review"}}
     paused = agent.invoke({"messages": [("user", "Who directed Inception, and when?")]}, thread)
     (request,) = paused["__interrupt__"]
@@ -180,12 +181,9 @@ def test_human_review_approves_edits_and_rejects_sub_queries(chat):
 def test_an_edit_alone_is_a_review_in_the_record(chat):
     """LangChain's reviewer keeps the model's call in the message and swaps in the edit when the
     call runs: the record still says which query ran, and which the policy wrote."""
-    from langchain.agents.middleware import HumanInTheLoopMiddleware
-
     model, _ = chat([["Inception director", "Inception year"], "Nolan, 2010"])
     films = Films()
-    review = HumanInTheLoopMiddleware(interrupt_on={"search": True})
-    agent = create_parallel_search_agent(model, films, middleware=[review], checkpointer=InMemorySaver())
+    agent = reviewed_agent(model, films)
     thread = {"configurable": {"thread_id": "edit"}}
     agent.invoke({"messages": [("user", "Who directed Inception, and when?")]}, thread)
     edit = {"type": "edit", "edited_action": {"name": "search", "args": {"query": "Inception release date"}}}
@@ -209,16 +207,9 @@ def test_a_note_whose_reply_is_gone_is_not_told():
 
 
 def test_a_search_the_reviewer_rejects_whole_is_no_search_in_the_record(chat):
-    from langchain.agents.middleware import HumanInTheLoopMiddleware
-
     model, _ = chat([["Inception director", "Inception budget"], "Nolan"])
     films = Films()
-    agent = create_parallel_search_agent(
-        model,
-        films,
-        middleware=[HumanInTheLoopMiddleware(interrupt_on={"search": True})],
-        checkpointer=InMemorySaver(),
-    )
+    agent = reviewed_agent(model, films)
     thread = {"configurable": {"thread_id": "reject"}}
     agent.invoke({"messages": [("user", "Who directed Inception?")]}, thread)
     no = {"type": "reject", "message": "answer from memory"}

@@ -201,7 +201,7 @@ def _causes(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-def _request_url(exc: BaseException) -> str | None:
+def request_url(exc: BaseException) -> str | None:
     """The URL an HTTP client's error was about (OpenAI's and httpx's errors keep the request)."""
     try:
         request = getattr(exc, "request", None)
@@ -225,7 +225,7 @@ def upstream_failure(exc: BaseException) -> tuple[int, str] | None:
         if status in (502, 503):
             what = "is unreachable" if status == 503 else "failed"
             text = f"{kind.__name__}: {e}" if root != "parallelsearch" else str(e)
-            url = _request_url(e)
+            url = request_url(e)
             text = redact_urls(f"{text} ({url})" if url and url not in text else text)
             return status, f"a server this one depends on {what}: {text}"[:600]
     return None
