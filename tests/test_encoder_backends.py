@@ -4,6 +4,7 @@ paragraphs, the export is cached atomically, and a store refuses an encoder it w
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -44,13 +45,38 @@ def test_onnx_fp32_embeddings_match_torch(embedder, cache):
 
 def test_the_export_is_cached_and_leaves_no_temporary_files(int8, cache):
     files = sorted(p for p in cache.rglob("*") if p.is_file())
-    assert [p.name for p in files] == ["model.int8.onnx", "model.onnx"]
+    names = [p.name for p in files]
+    assert len(names) == 3 and names[2] == "source.txt", names
+    assert re.fullmatch(r"model-[0-9a-f]{12}\.int8\.onnx", names[0]) and names[1] == names[0].replace(
+        ".int8", ""
+    )
     mtimes = [p.stat().st_mtime_ns for p in files]
     embedder_module._onnx_file.cache_clear()
     embedder_module._onnx_session.cache_clear()
     again = Embedder(backend="onnx-int8", cache_dir=cache)  # a new process would do this
     assert [p.stat().st_mtime_ns for p in files] == mtimes, "the cached export was rewritten"
     assert np.array_equal(again.encode_queries(QUERIES), int8.encode_queries(QUERIES))
+
+
+def test_the_cache_keeps_one_export_per_model_that_still_exists(tmp_path):
+    """Each fresh install or temporary model would otherwise leave one more export behind."""
+    from parallelsearch.stores.encoding.onnx_engine import SOURCE_FILE, prune_cache
+
+    cache, live_model = tmp_path / "cache", tmp_path / "live-model"
+    live_model.mkdir()
+    folders = {}
+    for name, source in {"live": live_model, "gone": tmp_path / "deleted-model", "foreign": None}.items():
+        folders[name] = cache / name
+        folders[name].mkdir(parents=True)
+        (folders[name] / "model-aaaaaaaaaaaa.onnx").write_bytes(b"old")
+        if source is not None:
+            (folders[name] / SOURCE_FILE).write_text(str(source))
+    current = folders["live"] / "model-bbbbbbbbbbbb.onnx"
+    current.write_bytes(b"new")
+    prune_cache(cache, folders["live"], keep=(current,))
+    assert sorted(p.name for p in folders["live"].iterdir()) == ["model-bbbbbbbbbbbb.onnx", SOURCE_FILE]
+    assert not folders["gone"].exists(), "the folder of a model that no longer exists is removed"
+    assert (folders["foreign"] / "model-aaaaaaaaaaaa.onnx").is_file(), "a folder that names no source stays"
 
 
 @needs_data

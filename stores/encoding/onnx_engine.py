@@ -5,13 +5,15 @@ fused kernels, and per-channel dynamic int8 runs its GEMMs on the CPU's int8 uni
 (docs/performance.md, "Figures behind the code's choices"). The local model is exported with
 ``torch.onnx.export`` (transformer plus mean pooling) and, for ``onnx-int8``, quantised; both
 files are cached under ``cache_dir``, written to a temporary name and moved into place with
-``os.replace``, so concurrent processes never read a half-written file and need no lock.
+``os.replace``, so concurrent processes never read a half-written file and need no lock. The
+cache holds one folder per model path and, in it, the exports of the model's current files only.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import uuid
 import warnings
 from pathlib import Path
@@ -22,6 +24,7 @@ import numpy as np
 from parallelsearch.stores.errors import UnavailableError
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+SOURCE_FILE = "source.txt"  # the resolved model path a cache folder was made from
 
 
 class OnnxUnavailableError(UnavailableError):
@@ -63,32 +66,63 @@ def _atomic_write(target: Path, write: Any) -> Path:
     return target
 
 
-def _model_key(model_path: str) -> str:
-    """A cache folder name that changes when the model files do (path + sizes + mtimes)."""
-    h = hashlib.sha256(str(Path(model_path).resolve()).encode())
-    root = Path(model_path)
+def _fingerprint(root: Path) -> str:
+    """A digest that changes when the model's files do (names, sizes, mtimes)."""
+    h = hashlib.sha256()
     if root.is_dir():
         for f in sorted(root.rglob("*")):
             if f.is_file():
                 st = f.stat()
                 h.update(f"{f.relative_to(root)}:{st.st_size}:{int(st.st_mtime)}".encode())
-    return f"{root.name or 'model'}-{h.hexdigest()[:12]}"
+    return h.hexdigest()[:12]
+
+
+def _model_folder(cache_dir: Path, model_path: str) -> Path:
+    """The model's one cache folder (named by its resolved path), which names its source."""
+    source = str(Path(model_path).resolve())
+    digest = hashlib.sha256(source.encode()).hexdigest()[:12]
+    folder = Path(cache_dir) / f"{Path(model_path).name or 'model'}-{digest}"
+    if not (folder / SOURCE_FILE).is_file():
+        _atomic_write(folder / SOURCE_FILE, lambda tmp: tmp.write_text(source, encoding="utf-8"))
+    return folder
+
+
+def prune_cache(cache_dir: Path, folder: Path, keep: tuple[Path, ...]) -> None:
+    """Remove ``folder``'s older exports and the folders of models that no longer exist.
+
+    Every fresh install or temporary model would otherwise leave one more export (tens of MB) in a
+    cache that nothing else empties. Only folders that name their source are judged; a process
+    that still runs an unlinked file keeps reading it.
+    """
+    for old in folder.glob("model-*.onnx"):
+        if old not in keep:
+            old.unlink(missing_ok=True)
+    for other in Path(cache_dir).iterdir():
+        source = other / SOURCE_FILE
+        try:
+            gone = other != folder and source.is_file() and not Path(source.read_text("utf-8")).exists()
+        except OSError:
+            continue
+        if gone:
+            shutil.rmtree(other, ignore_errors=True)
 
 
 def export_onnx(model_path: str, cache_dir: Path, backend: str) -> Path:
     """The cached ONNX file of the model at ``model_path`` for ``backend`` (made when missing)."""
     if backend not in ("onnx", "onnx-int8"):
         raise ValueError(f"not an ONNX backend: {backend!r}")
-    folder = Path(cache_dir) / _model_key(model_path)
-    fp32 = folder / "model.onnx"
+    folder = _model_folder(Path(cache_dir), model_path)
+    stamp = _fingerprint(Path(model_path))
+    fp32 = folder / f"model-{stamp}.onnx"
+    int8 = folder / f"model-{stamp}.int8.onnx"
+    made = not fp32.is_file() or (backend == "onnx-int8" and not int8.is_file())
     if not fp32.is_file():
         _atomic_write(fp32, lambda tmp: _export(model_path, tmp))
-    if backend == "onnx":
-        return fp32
-    int8 = folder / "model.int8.onnx"
-    if not int8.is_file():
+    if backend == "onnx-int8" and not int8.is_file():
         _atomic_write(int8, lambda tmp: _quantize(fp32, tmp))
-    return int8
+    if made:
+        prune_cache(Path(cache_dir), folder, keep=(fp32, int8))
+    return int8 if backend == "onnx-int8" else fp32
 
 
 def _export(model_path: str, out: Path) -> None:
