@@ -60,7 +60,7 @@ def test_the_export_is_cached_and_leaves_no_temporary_files(int8, cache):
 
 def test_the_cache_keeps_one_export_per_model_that_still_exists(tmp_path):
     """Each fresh install or temporary model would otherwise leave one more export behind."""
-    from parallelsearch.stores.encoding.onnx_engine import SOURCE_FILE, prune_cache
+    from parallelsearch.stores.encoding.onnx_engine import SOURCE_FILE, _model_folder, prune_cache
 
     cache, live_model = tmp_path / "cache", tmp_path / "live-model"
     live_model.mkdir()
@@ -77,6 +77,9 @@ def test_the_cache_keeps_one_export_per_model_that_still_exists(tmp_path):
     assert sorted(p.name for p in folders["live"].iterdir()) == ["model-bbbbbbbbbbbb.onnx", SOURCE_FILE]
     assert not folders["gone"].exists(), "the folder of a model that no longer exists is removed"
     assert (folders["foreign"] / "model-aaaaaaaaaaaa.onnx").is_file(), "a folder that names no source stays"
+    # a local model's folder names it; a hub name's names nothing, so it is never judged gone
+    assert (_model_folder(cache, str(live_model)) / SOURCE_FILE).read_text() == str(live_model.resolve())
+    assert not (_model_folder(cache, "intfloat/e5-base-v2") / SOURCE_FILE).exists()
 
 
 @needs_data

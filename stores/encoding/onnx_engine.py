@@ -78,11 +78,12 @@ def _fingerprint(root: Path) -> str:
 
 
 def _model_folder(cache_dir: Path, model_path: str) -> Path:
-    """The model's one cache folder (named by its resolved path), which names its source."""
+    """The model's one cache folder (named by its resolved path); a model in a local folder is
+    named in it, so its exports can go when that folder does (a hub name is never judged)."""
     source = str(Path(model_path).resolve())
     digest = hashlib.sha256(source.encode()).hexdigest()[:12]
     folder = Path(cache_dir) / f"{Path(model_path).name or 'model'}-{digest}"
-    if not (folder / SOURCE_FILE).is_file():
+    if Path(model_path).is_dir() and not (folder / SOURCE_FILE).is_file():
         _atomic_write(folder / SOURCE_FILE, lambda tmp: tmp.write_text(source, encoding="utf-8"))
     return folder
 
