@@ -39,8 +39,8 @@ class LearnSettings:
     sft_steps: int = 150
     sft_lr: float = 1e-2
     control: bool = True
-    #: compare the engine's log-probs with the actor's; off under constrained decoding, whose engine
-    #: samples from the grammar-masked distribution the actor does not compute
+    #: compare the engine's log-probs with the actor's (off where the session is not
+    #: ``sync_checkable``)
     sync_check: bool = True
 
     def check(self) -> LearnSettings:

@@ -106,9 +106,7 @@ async def learning_smoke(
     async with smoke_session(
         train_q + held_q, store_questions=settings.questions, echo=echo, **session_kwargs
     ) as smoke:
-        if smoke.cfg.agent.constrained:
-            settings = dataclasses.replace(settings, sync_check=False)
-            echo("sync checks: not run (constrained decoding samples from the grammar-masked distribution)")
+        settings = dataclasses.replace(settings, sync_check=settings.sync_check and smoke.sync_checkable)
         trainer = CpuTrainer(smoke.model_dir, smoke.args, smoke.tokenizer)
         recs = smoke.records
         run = LearningRun(smoke.actor, trainer, recs[: len(train_q)], recs[len(train_q) :], settings, echo)

@@ -206,7 +206,7 @@ async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[s
     async with smoke_session(questions, store_questions=prompts, echo=echo, **session_kwargs) as smoke:
         n, tok = smoke.args.rollout.n_samples_per_prompt, smoke.tokenizer
         trainer = CpuTrainer(smoke.model_dir, smoke.args, tok)
-        settings = LearnSettings(sft_steps=SMOKE_SFT_STEPS, sync_check=not smoke.cfg.agent.constrained)
+        settings = LearnSettings(sft_steps=SMOKE_SFT_STEPS, sync_check=smoke.sync_checkable)
         run = LearningRun(smoke.actor, trainer, smoke.records, smoke.records, settings, echo)
         await warm_start(run, questions, smoke)
         records = [r for r in smoke.records for _ in range(n)]
@@ -223,9 +223,7 @@ async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[s
         signal = sum(len(g) > 1 for g in groups)
         echo(step_line(stats, signal, len(groups), smoke.args.algo.advantage.estimator))
         sync = None
-        if smoke.cfg.agent.constrained:
-            echo("sync check: not run (constrained decoding samples from the grammar-masked distribution)")
-        else:
+        if smoke.sync_checkable:
             t0 = time.perf_counter()
             await run.evaluate("after_step", label="sync check on fresh episodes,")
             smoke.seconds["sync_check"] = time.perf_counter() - t0

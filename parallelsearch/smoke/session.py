@@ -24,6 +24,12 @@ class Smoke:
     actor: Any  # OpenRLHF's RolloutRayActor, built in-process
     seconds: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def sync_checkable(self) -> bool:
+        """Whether the engine's log-probs can be compared with the actor's: not under constrained
+        decoding, whose engine samples from the grammar-masked distribution the actor does not compute."""
+        return not self.cfg.agent.constrained
+
 
 @contextlib.asynccontextmanager
 async def smoke_session(
@@ -79,7 +85,12 @@ async def smoke_session(
         seconds["engine_start"] = time.perf_counter() - t0
         try:
             record_engine_turns(actor)
-            yield Smoke(work, model_dir, tokenizer, cfg, args, records, actor, seconds)
+            smoke = Smoke(work, model_dir, tokenizer, cfg, args, records, actor, seconds)
+            if not smoke.sync_checkable:
+                echo(
+                    "sync checks: not run (constrained decoding samples from the grammar-masked distribution)"
+                )
+            yield smoke
         finally:
             actor.llm.shutdown()
             actor.llm = None  # released now, not by the interpreter's exit
