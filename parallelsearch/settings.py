@@ -20,8 +20,8 @@ from pydantic_settings import (
 )
 
 from parallelsearch.agents.policies.config import PolicyConfig
-from parallelsearch.checkpointers import CheckpointerKind
 from parallelsearch.graphs.config import MAX_SUBQUERIES_LIMIT, MAX_TOP_K, MAX_TURNS_LIMIT, GraphConfig
+from parallelsearch.serving.checkpointers import CheckpointerKind
 from parallelsearch.stores.config import RetrievalConfig
 
 if TYPE_CHECKING:

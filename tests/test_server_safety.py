@@ -25,7 +25,7 @@ from servers import make_openai_test_server
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.cli import main
-from parallelsearch.server import create_app
+from parallelsearch.serving.server import create_app
 from parallelsearch.settings import Settings
 from parallelsearch.stores import create_retrieval_app
 from parallelsearch.stores.http.api_key import key_problem
@@ -180,7 +180,7 @@ def test_a_foreign_host_header_is_refused(app_server):
 
 
 def test_a_loopback_bind_answers_only_loopback_names_by_default():
-    from parallelsearch.cli_common import bind_settings
+    from parallelsearch.cli.common import bind_settings
 
     def args(host: str) -> argparse.Namespace:
         return argparse.Namespace(host=host)

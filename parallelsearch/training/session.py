@@ -52,12 +52,11 @@ async def smoke_session(
 
     from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process
     from parallelsearch.rl.tiny_model import save_tiny
-    from parallelsearch.smoke import setup
-    from parallelsearch.smoke.one_step import SMOKE_ENGINE_ARGS, check_smoke_deps
-    from parallelsearch.smoke.rollouts import record_engine_turns
+    from parallelsearch.training import setup
+    from parallelsearch.training.rollouts import record_engine_turns
 
     setup.check_overrides(overrides)
-    check_smoke_deps()
+    setup.check_smoke_deps()
     seconds: dict[str, float] = {}
     with contextlib.ExitStack() as stack:
         work = stack.enter_context(setup.work_folder(workdir))
@@ -73,7 +72,7 @@ async def smoke_session(
         records = setup.prompt_records(questions, cfg, tokenizer)
         setup.write_prompts(records, Path(cfg.prompt_data))
         stack.enter_context(setup.agent_config_file(cfg, work / "agent.yaml"))
-        engine = {**SMOKE_ENGINE_ARGS, **(engine_args or {})}
+        engine = {**setup.SMOKE_ENGINE_ARGS, **(engine_args or {})}
         echo(
             f"smoke: tiny Llama ({model_dir}), reward {cfg.agent.reward.mode}, chat template "
             f"{'on' if cfg.apply_chat_template else 'off'}, constrained decoding "
