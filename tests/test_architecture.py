@@ -9,6 +9,7 @@ dependency too.
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -157,3 +158,19 @@ def test_the_app_package_top_level_stays_small():
     assert {"serving", "cli", "training", "eval", "data"} <= {
         p.name for p in (ROOT / "parallelsearch").iterdir()
     }
+
+
+def test_no_function_is_over_60_lines():
+    """Functions stay small enough to read at once (tests excepted): the package and the benchmarks."""
+    long = []
+    for path in [
+        *project_modules().values(),
+        *sorted((ROOT / "benchmarks").glob("*.py")),
+        ROOT / "docs/import_graph.py",
+    ]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []

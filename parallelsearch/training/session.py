@@ -46,8 +46,6 @@ async def smoke_session(
     """Build the tiny model into the work folder, serve the demo store of the sample's first
     ``store_questions`` questions (unless ``retriever_url``), resolve the config (``overrides`` = ``--set``),
     write the prompts of ``questions`` and the agent config, and start the rollout actor."""
-    import json
-
     from transformers import AutoTokenizer
 
     from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process
@@ -73,12 +71,7 @@ async def smoke_session(
         setup.write_prompts(records, Path(cfg.prompt_data))
         stack.enter_context(setup.agent_config_file(cfg, work / "agent.yaml"))
         engine = {**setup.SMOKE_ENGINE_ARGS, **(engine_args or {})}
-        echo(
-            f"smoke: tiny Llama ({model_dir}), reward {cfg.agent.reward.mode}, chat template "
-            f"{'on' if cfg.apply_chat_template else 'off'}, constrained decoding "
-            f"{'on' if cfg.agent.constrained else 'off'}, {args.algo.advantage.estimator} advantages, "
-            f"engine {json.dumps(engine)}"
-        )
+        echo(_setup_line(model_dir, cfg, args, engine))
         t0 = time.perf_counter()
         actor = await rollout_actor_in_process(str(model_dir), **engine)
         seconds["engine_start"] = time.perf_counter() - t0
@@ -93,3 +86,15 @@ async def smoke_session(
         finally:
             actor.llm.shutdown()
             actor.llm = None  # released now, not by the interpreter's exit
+
+
+def _setup_line(model_dir: Path, cfg: Any, args: Any, engine: dict[str, Any]) -> str:
+    """The one line that says what the smoke runs."""
+    import json
+
+    return (
+        f"smoke: tiny Llama ({model_dir}), reward {cfg.agent.reward.mode}, chat template "
+        f"{'on' if cfg.apply_chat_template else 'off'}, constrained decoding "
+        f"{'on' if cfg.agent.constrained else 'off'}, {args.algo.advantage.estimator} advantages, "
+        f"engine {json.dumps(engine)}"
+    )
