@@ -74,8 +74,8 @@ class RetrievalConfig(BaseModel):
     passage_prefix: str = Field("", description="prepended to every passage (e.g. 'passage: ' for E5)")
     searcher: str | None = Field(
         None,
-        description="the searcher kind, by name (graphs.factory.SEARCHER_KINDS: remote, stores, or one "
-        "added there); unset = remote with retriever_url, else stores",
+        description="the searcher kind, by name: a key of graphs.factory.SEARCHER_KINDS (`--help` of a "
+        "command that searches lists them); unset = remote with retriever_url, else stores",
     )
     retriever_timeout_s: float = Field(30.0, gt=0, description="per-request timeout of /retrieve calls")
     retriever_ca_bundle: Path | None = Field(

@@ -22,7 +22,8 @@ from servers import make_openai_test_server
 
 from parallelsearch.agents.policies import OpenAICompletionsPolicy, PolicyConfig, ScriptedPolicy
 from parallelsearch.agents.searchers import MultiStoreSearcher, RemoteSearcher, StoreSearcher
-from parallelsearch.cli import main
+from parallelsearch.cli import build_parser, main
+from parallelsearch.cli_common import settings_from_args
 from parallelsearch.graphs import (
     PER_REQUEST_KEYS,
     GraphConfig,
@@ -467,8 +468,14 @@ def test_a_searcher_kind_is_one_registry_entry_selectable_from_config(monkeypatc
     out = parts.graph("parallel").invoke({"question": "Which genus has more species?", "metadata": meta})
     assert out["answer"] == "Greyia" and "Doc 1(Title: Calibanus) about calibanus" in out["transcript"]
     monkeypatch.setenv("PARALLELSEARCH_SEARCHER", "ehco")
-    with pytest.raises(ValueError, match="unknown searcher 'ehco'.*remote, stores, echo"):
+    with pytest.raises(ValueError, match="unknown searcher 'ehco'.*echo"):
         get_settings().graph_parts(["parallel"])
+    # the command line lists and selects the registered kinds (a flag over the environment)
+    monkeypatch.delenv("PARALLELSEARCH_SEARCHER")
+    parser = build_parser()
+    ask = parser._subparsers._group_actions[0].choices["ask"]
+    assert "echo" in " ".join(ask.format_help().split())
+    assert settings_from_args(ask.parse_args(["--searcher", "echo", "a question"])).searcher_kind() == "echo"
 
 
 def test_env_example_names_the_store_make_demo_builds(monkeypatch, tmp_path):
