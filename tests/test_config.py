@@ -31,7 +31,6 @@ from parallelsearch.graphs import (
     GraphOptions,
     build_graph,
     build_parallel_search_graph,
-    build_rag_graph,
     build_sequential_graph,
     factory,
 )
@@ -166,7 +165,7 @@ def test_agent_config_uses_the_same_factory(hotpot_store):
 # ---- typed builders --------------------------------------------------------------------------
 def test_builders_take_typed_options_and_return_compiled_graphs(hotpot_store):
     assert set(typing.get_type_hints(GraphOptions)) == set(GraphConfig.model_fields)
-    for builder in (build_parallel_search_graph, build_sequential_graph, build_rag_graph, build_graph):
+    for builder in (build_parallel_search_graph, build_sequential_graph, build_graph):
         sig = inspect.signature(builder)
         assert "Unpack[GraphOptions]" in str(sig.parameters["options"].annotation)
         assert "config" in sig.parameters and sig.return_annotation == "SearchGraph"
@@ -260,7 +259,7 @@ def test_per_request_configuration(hotpot_store):
     assert run(config={"configurable": {"max_turns": 0}})["policy_calls"] == 1
     with pytest.raises(ValueError, match="top_k"):
         run(config={"configurable": {"top_k": 0}})
-    rag = build_rag_graph(ScriptedPolicy(["<answer> x </answer>"]), hotpot_store)
+    rag = build_graph("rag", ScriptedPolicy(["<answer> x </answer>"]), hotpot_store)
     out = asyncio.run(rag.ainvoke({"question": Q}, config={"configurable": {"max_turns": 5, "top_k": 1}}))
     assert out["policy_calls"] == 1 and out["passages"] == 1  # rag keeps its single turn
 
