@@ -144,7 +144,7 @@ def _context(schema: type | None) -> type | None:
         **get_type_hints(GraphContext, include_extras=True),
         **get_type_hints(schema, include_extras=True),
     }
-    return TypedDict(schema.__name__, fields, total=False)  # type: ignore[operator]
+    return TypedDict(schema.__name__, fields, total=False)  # type: ignore[operator]  # a TypedDict built at run time: checkers want literal fields
 
 
 def create_parallel_search_agent(

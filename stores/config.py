@@ -12,18 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
 
 from parallelsearch.stores.encoding.backend import EncoderBackend
 from parallelsearch.stores.shard_spec import StoreSpec, find_store, group_store_parts, parse_store
 
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 
-try:  # the environment gives "a,b" or '["a","b"]'; NoDecode lets the validator below read both
-    from pydantic_settings import NoDecode
-
-    _StoreList = Annotated[list[str], NoDecode]
-except ImportError:  # pragma: no cover - pydantic-settings is a dependency
-    _StoreList = list[str]  # type: ignore[misc]
+# the environment gives "a,b" or '["a","b"]'; NoDecode lets the validator below read both
+_StoreList = Annotated[list[str], NoDecode]
 
 
 class RetrievalConfig(BaseModel):

@@ -73,7 +73,7 @@ def get_protocol(protocol: str | SearchProtocol) -> SearchProtocol:
 
 def protocol_regex(*, protocol: str = "tags", **limits: object) -> str:
     """The constrained-decoding grammar of one turn of ``protocol`` (see ``SearchProtocol.grammar``)."""
-    return get_protocol(protocol).grammar(**limits)  # type: ignore[arg-type]
+    return get_protocol(protocol).grammar(**limits)
 
 
 __all__ = [
