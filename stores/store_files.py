@@ -158,7 +158,7 @@ def _seq(value: object) -> int:
         return 0
     if isinstance(value, bytes):
         return int.from_bytes(value, "big")
-    return int(value)  # type: ignore[call-overload]
+    return int(value)  # type: ignore[call-overload]  # SQLite gives an int here
 
 
 def _check_index(folder: Path, dimension: int, flushed: int, found: StoreFiles) -> None:

@@ -283,9 +283,9 @@ class RequestGuard:
             log.info("cut the response to %s at %d bytes", scope["path"], watch.sent)
         except Exception as exc:
             if watch.held is not None:  # a stream's error event: name what failed in it
-                exc.error_id = uuid.uuid4().hex[:12]  # type: ignore[attr-defined]
+                exc.error_id = uuid.uuid4().hex[:12]  # type: ignore[attr-defined]  # tagging any exception
                 status, detail = upstream_failure(exc) or (500, "Internal Server Error")
-                await watch.end_stream(status, detail, error_id=exc.error_id)  # type: ignore[attr-defined]
+                await watch.end_stream(status, detail, error_id=exc.error_id)  # type: ignore[attr-defined]  # set above
             raise
         else:
             await watch.flush()

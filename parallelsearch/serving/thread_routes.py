@@ -61,7 +61,7 @@ class ThreadRouted(Runnable):
     def with_config(self, config: RunnableConfig | None = None, **kwargs: Any) -> ThreadRouted:
         bound = ThreadRouted(self._root.stateless.with_config(merge_configs(self._bound, config), **kwargs))
         bound._root = self._root
-        bound._bound = merge_configs(self._bound, config, kwargs)  # type: ignore[arg-type]
+        bound._bound = merge_configs(self._bound, config, kwargs)  # type: ignore[arg-type]  # langchain_core types merge_configs' kwargs loosely
         return bound
 
     # -- what LangServe reads: the plain graph's schemas ------------------------------
