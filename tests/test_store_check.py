@@ -227,6 +227,16 @@ def test_a_reader_that_hangs_is_corruption_after_the_read_timeout(two_stores, tm
     assert _run(env, "stores", "--check", "healthy").returncode == 0
 
 
+def test_a_reader_silent_from_its_start_is_named_by_the_store_it_was_asked_for(two_stores, tmp_path):
+    """A deadline shorter than the child's start: its start (imports) has its own deadline, so the
+    short one runs out reading the hanging store, and the finding names it before the child did."""
+    from parallelsearch.stores.isolated_read import StoreLocation, check_store
+
+    home, _ = _with_blocking_index(two_stores, tmp_path)
+    check = check_store(StoreLocation(path=home / "chroma"), "broken", timeout_s=0.01)
+    assert check.first_error == "Chroma did not answer in 0.01 s reading store broken", check
+
+
 # ---- a store opened for reading is looked at first ----------------------------------------------
 @pytest.fixture(scope="module")
 def flushed(tmp_path_factory) -> Path:
