@@ -67,15 +67,17 @@ def make_chroma_client(cfg: RetrievalConfig) -> Any:
     return make_client(path=where.path, host=where.host, port=where.port)
 
 
-def reading_client(cfg: RetrievalConfig, names: list[str]) -> Any:
+def reading_client(cfg: RetrievalConfig, names: list[str]) -> tuple[Any, dict[str, list[str]]]:
     """The client to read stores ``names`` with: each embedded store's files are looked at first
     (``stores/store_files.py``: a store that does not add up, or is read-only here, is refused
-    naming it before Chroma touches its files); Chroma's own failure to open is named too."""
+    naming it before Chroma touches its files); Chroma's own failure to open is named too. Also
+    the ids of passages the file check sampled, per store (the open check reads their vectors)."""
     where = store_location(cfg)
+    samples: dict[str, list[str]] = {}
     if not where.host:
         assert where.path is not None
         for name in names:
-            require_sound_store(where.path, name)
+            samples[name] = require_sound_store(where.path, name).sample_ids
     try:
         client = make_client(path=where.path, host=where.host, port=where.port, create=False)
     except Exception as e:  # noqa: BLE001 - Chroma's error classes differ by client and version
@@ -85,7 +87,7 @@ def reading_client(cfg: RetrievalConfig, names: list[str]) -> Any:
             f"the stores at {cfg.location()} cannot be opened ({type(e).__name__}: {e}"[:400] + ")"
         ) from e
     require_stores(client, names, cfg.location())  # a typo fails before an encoder loads
-    return client
+    return client, samples
 
 
 def make_store(
@@ -96,13 +98,18 @@ def make_store(
     embedder: Embedder | None = None,
     hnsw: dict[str, Any] | None = None,
     client: Any = None,
+    sample_ids: list[str] | None = None,
 ) -> ChromaStore:
     """The store ``name`` where ``cfg`` says stores live; a missing one is an error unless ``create``.
     ``hnsw``: Chroma's HNSW parameters (``stores/chroma_store.py``); ``client``: one already open.
     Opened for reading (not ``create``), its files are checked first and Chroma reads it once
-    (:meth:`ChromaStore.probe`), so a store that cannot answer fails here, naming it."""
-    if client is None:
-        client = make_chroma_client(cfg) if create else reading_client(cfg, [name])
+    (:meth:`ChromaStore.probe`: ``sample_ids``' vectors, else the first passages', compared with
+    their checksums), so a store that cannot answer fails here, naming it."""
+    if client is None and create:
+        client = make_chroma_client(cfg)
+    elif client is None:
+        client, samples = reading_client(cfg, [name])
+        sample_ids = samples.get(name)
     store = ChromaStore(
         name,
         client=client,
@@ -112,7 +119,7 @@ def make_store(
         hnsw=hnsw,
     )
     if not create:
-        store.probe()
+        store.probe(sample_ids)
     return store
 
 
@@ -246,10 +253,12 @@ def _store_searcher(cfg: RetrievalConfig) -> Searcher:
     """The ``stores`` (sharded ones opened shard by shard); several are routed by ``name: query``."""
     specs = [cfg.store_spec(entry) for entry in cfg.stores]
     plain = [spec.name for spec in specs if not spec.sharded]
-    client = reading_client(cfg, plain) if plain else None
+    client, samples = reading_client(cfg, plain) if plain else (None, {})
     searchers: dict[str, Searcher] = {
         spec.name: StoreSearcher(
-            make_sharded_store(cfg, spec) if spec.sharded else make_store(cfg, spec.name, client=client)
+            make_sharded_store(cfg, spec)
+            if spec.sharded
+            else make_store(cfg, spec.name, client=client, sample_ids=samples.get(spec.name))
         )
         for spec in specs
     }

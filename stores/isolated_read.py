@@ -158,7 +158,7 @@ def check_store(
 
     files = None
     if location.path is not None and not location.host:
-        files = inspect_store(location.path, name)
+        files = inspect_store(location.path, name, every_page=True)
         reason = read_only_reason(Path(location.path))
         if reason:
             first = None if files.ok else files.describe()

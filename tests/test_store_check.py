@@ -313,6 +313,99 @@ def test_damaged_files_are_one_line_naming_the_store_not_a_crash(flushed, tmp_pa
     _refused(_run(env, "search", "Ed Wood", "--store", "flushed"), *words)
 
 
+def _overwrite_pages(db: Path, table: str) -> None:
+    """Random bytes over every page of ``table`` in ``db`` (found by SQLite's ``dbstat``)."""
+    import random
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = ?", (table,))]
+    finally:
+        conn.close()
+    assert pages, table
+    rng = random.Random(11)
+    with open(db, "r+b") as f:
+        for page in pages:
+            f.seek((page - 1) * size)
+            f.write(rng.randbytes(size))
+
+
+@pytest.mark.parametrize("table", ["embeddings", "embedding_metadata"])
+def test_overwritten_table_pages_are_refused_at_open_and_found_by_the_check(flushed, tmp_path, table):
+    """Counting passages reads only an index of ``embeddings``: these pages passed the open check,
+    and every search (and /health) then failed inside Chroma."""
+    home, env, _ = _copy(flushed, tmp_path)
+    _overwrite_pages(home / "chroma" / "chroma.sqlite3", table)
+    finding = f"chroma.sqlite3 is damaged: its table {table} cannot be read"
+    _refused(_run(env, "search", "Ed Wood", "--store", "flushed"), finding, "malformed")
+    port = str(free_port())
+    _refused(_run(env, "serve-retriever", "--store", "flushed", "--port", port, timeout=120), finding)
+    check = _run(env, "stores", "--check", "flushed")
+    assert check.returncode == 1 and finding in check.stdout, check
+    assert (
+        "parallelsearch index --store flushed-new FILES" in check.stderr and "Traceback" not in check.stderr
+    )
+
+
+def _rot_every_vector(seg: Path) -> int:
+    """Every vector of the index files reversed (finite, unit length, another vector): bit rot that
+    no structural check can see. Returns how many vectors the index files hold."""
+    import numpy as np
+
+    from parallelsearch.stores.store_files import IndexGeometry
+
+    g = IndexGeometry.parse((seg / "header.bin").read_bytes())
+    data = np.memmap(seg / "data_level0.bin", dtype=np.uint8, mode="r+", shape=(g.count, g.element_size))
+    vectors = data[:, g.data_offset : g.label_offset].view("<f4")
+    vectors[:] = vectors[:, ::-1].copy()
+    data.flush()
+    del data
+    return g.count
+
+
+def test_overwritten_vectors_are_found_by_their_checksums_at_open_and_by_the_check(flushed, tmp_path):
+    home, env, seg = _copy(flushed, tmp_path)
+    assert _run(env, "stores", "--check", "flushed").stdout.strip().endswith("all 40 match their checksums")
+    indexed = _rot_every_vector(seg)
+    _refused(
+        _run(env, "search", "Ed Wood", "--store", "flushed"),
+        "is damaged, so it is not opened",
+        "differ from the checksum recorded when they were indexed",
+    )
+    found = json.loads(_run(env, "stores", "--check", "flushed", "--json").stdout)
+    assert not found["ok"] and len(found["rotted"]) == indexed and found["checksummed"] == 40, found
+    check = _run(env, "stores", "--check", "flushed")
+    assert check.returncode == 1 and f"{indexed} of 40 vector(s) read back differ" in check.stdout, check
+    assert "parallelsearch index --store flushed-new FILES" in check.stderr
+
+
+def test_a_store_made_before_checksums_opens_and_says_they_are_absent(flushed, tmp_path):
+    """Written as earlier versions wrote: passages with a title and no checksum."""
+    import numpy as np
+
+    from parallelsearch.stores.chroma_store import make_client
+
+    home, env, _ = _copy(flushed, tmp_path)
+    client = make_client(home / "chroma")
+    meta = client.get_collection("flushed").metadata
+    old = client.create_collection("old", metadata=meta, embedding_function=None)
+    vectors = np.random.default_rng(3).standard_normal((10, meta["ps_dimension"])).astype(np.float32)
+    old.add(
+        ids=[f"p{i}" for i in range(10)],
+        embeddings=vectors,
+        documents=[f"old passage {i}" for i in range(10)],
+        metadatas=[{"title": f"T{i}"} for i in range(10)],
+    )
+    del client, old
+    search = _run(env, "search", "old passage", "--store", "old")
+    assert search.returncode == 0 and "old passage" in search.stdout, search
+    assert "store old records no vector checksums" in search.stderr, search.stderr
+    check = _run(env, "stores", "--check", "old")
+    assert check.returncode == 0 and "vector checksums are absent" in check.stdout, check
+
+
 def _digests(home: Path) -> dict[str, str]:
     """Every file of the store but chroma.sqlite3 by content, and SQLite's data tables by rows."""
     import hashlib
