@@ -40,6 +40,7 @@ from parallelsearch.stores.store_files import (
     StoreDamagedError,
     inspect_store,
     read_only_reason,
+    repair_hint,
     require_sound_store,
     sqlite_store_names,
 )
@@ -182,16 +183,34 @@ def writing_store(
         timeout = cfg.store_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
         lock = StoreWriteLock(where.path, name, timeout_s=timeout, on_wait=on_wait)
     with lock:
-        client = make_chroma_client(cfg)
+        with _named_damage(cfg, name):
+            client = make_chroma_client(cfg)
+            recorded = store_backend(client, name) if cfg.encoder_backend == "auto" else None
         if embedder is None and embedder_for is not None:
-            embedder = embedder_for(store_backend(client, name) if cfg.encoder_backend == "auto" else None)
-        store = make_store(cfg, name, create=True, embedder=embedder, hnsw=hnsw, client=client)
+            embedder = embedder_for(recorded)
+        with _named_damage(cfg, name):
+            store = make_store(cfg, name, create=True, embedder=embedder, hnsw=hnsw, client=client)
         try:
             yield store
         except BaseException:
             if store.created and store.count() == 0:
                 store.drop()
             raise
+
+
+@contextlib.contextmanager
+def _named_damage(cfg: RetrievalConfig, name: str) -> Iterator[None]:
+    """Chroma failing to open an embedded store's files (a cut or overwritten ``chroma.sqlite3``)
+    as a :class:`StoreDamagedError` naming the store and the repair, not Chroma's traceback."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - Chroma's error classes differ by client and version
+        if cfg.chroma_host or not is_chroma_error(e):
+            raise
+        raise StoreDamagedError(
+            f"store {name} at {cfg.location()} cannot be opened for writing ({type(e).__name__}: {e}"[:400]
+            + f"). {repair_hint(name, new_folder=True)}"
+        ) from e
 
 
 def store_location(cfg: RetrievalConfig) -> StoreLocation:

@@ -379,6 +379,8 @@ class StoreCheck:
     rotted: list[str] = field(default_factory=list)
     #: vectors that had a checksum to compare with (0 with vectors read: made before checksums)
     checksummed: int = 0
+    #: the damage is in chroma.sqlite3, shared by every store of the folder: repair in a new folder
+    new_folder: bool = False
 
     @property
     def bad(self) -> list[str]:
@@ -425,7 +427,7 @@ class StoreCheck:
     def repair(self) -> str:
         """The repair that holds: Chroma 1.x cannot repair a collection in place, and a copy in the same
         process lost passages from search, so a fresh store is built from the source files."""
-        return repair_hint(self.store)
+        return repair_hint(self.store, new_folder=self.new_folder)
 
 
 #: what a store without vector checksums is told (opening it works; its vectors are not compared)

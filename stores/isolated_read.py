@@ -164,7 +164,9 @@ def check_store(
             first = None if files.ok else files.describe()
             return StoreCheck(store=name, count=files.passages, read_only=reason, first_error=first)
         if files.index_broken:  # Chroma would crash on these files, or write new ones over them
-            return StoreCheck(store=name, count=-1, checked=-1, first_error=files.describe())
+            return StoreCheck(
+                store=name, count=-1, checked=-1, first_error=files.describe(), new_folder=files.sqlite_broken
+            )
     check = _check_in_child(location, name, timeout_s=timeout_s, batch_size=batch_size, progress=progress)
     if files is not None and not files.ok and check.ok:
         check.first_error = files.describe()

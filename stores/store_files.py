@@ -42,8 +42,15 @@ class StoreReadOnlyError(ParallelSearchError, PermissionError):
     even to read (it records every client); the message says what to do."""
 
 
-def repair_hint(store: str) -> str:
-    """The repair that holds (docs/architecture.md, "Writing a store"): a new store from the files."""
+def repair_hint(store: str, *, new_folder: bool = False) -> str:
+    """The repair that holds (docs/architecture.md, "Writing a store"): a new store from the files;
+    in a new folder when the damage is in ``chroma.sqlite3``, which every store of a folder shares."""
+    if new_folder:
+        return (
+            f"Index the files store {store} came from into a new store in a new folder "
+            f"(PARALLELSEARCH_CHROMA_PATH=NEW_FOLDER parallelsearch index --store {store}-new FILES): "
+            f"{SQLITE_FILE} is shared by every store of this folder"
+        )
     return (
         f"Index the files store {store} came from into a new store "
         f"(parallelsearch index --store {store}-new FILES) and search that one"
@@ -64,6 +71,8 @@ class StoreFiles:
     index_broken: bool = False
     #: ids of passages the sampled table read met (the open check reads their vectors back)
     sample_ids: list[str] = field(default_factory=list)
+    #: the damage is in chroma.sqlite3, which every store of the folder shares
+    sqlite_broken: bool = False
 
     @property
     def ok(self) -> bool:
@@ -120,12 +129,12 @@ def inspect_store(chroma_path: str | Path, name: str, *, every_page: bool = Fals
                 sample.problems.extend(full_check(conn))
     except sqlite3.DatabaseError as e:
         found.problems.append(f"{SQLITE_FILE} cannot be read ({e})")
-        found.index_broken = True
+        found.index_broken = found.sqlite_broken = True
         return found
     found.sample_ids = sample.passage_ids
     if sample.problems:  # Chroma would fail every search that meets these pages
         found.problems.extend(f"{SQLITE_FILE} is damaged: {p}" for p in sample.problems)
-        found.index_broken = True
+        found.index_broken = found.sqlite_broken = True
         return found
     _check_index(chroma_path / cat.vector, cat.dimension, cat.flushed, found)
     found.index_broken = bool(found.problems)
@@ -319,6 +328,6 @@ def require_sound_store(chroma_path: str | Path, name: str) -> StoreFiles:
     if not found.ok:
         raise StoreDamagedError(
             f"store {name} at {chroma_path} does not add up, so it is not opened: {found.describe()}. "
-            f"{repair_hint(name)}"
+            f"{repair_hint(name, new_folder=found.sqlite_broken)}"
         )
     return found

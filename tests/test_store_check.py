@@ -406,6 +406,15 @@ def test_a_store_made_before_checksums_opens_and_says_they_are_absent(flushed, t
     assert check.returncode == 0 and "vector checksums are absent" in check.stdout, check
 
 
+def test_index_verify_on_a_cut_sqlite_file_is_one_line_not_a_traceback(flushed, tmp_path):
+    home, env, _ = _copy(flushed, tmp_path)
+    db = home / "chroma" / "chroma.sqlite3"
+    os.truncate(db, db.stat().st_size // 2)
+    rows = str(flushed.parent / "rows.jsonl")
+    verify = _run(env, "index", "--store", "flushed", "--verify", "--no-progress", rows)
+    _refused(verify, "cannot be opened for writing", "malformed", "PARALLELSEARCH_CHROMA_PATH=NEW_FOLDER")
+
+
 def _digests(home: Path) -> dict[str, str]:
     """Every file of the store but chroma.sqlite3 by content, and SQLite's data tables by rows."""
     import hashlib

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from parallelsearch.stores.ingestion.jsonfiles import SkipReport
+from parallelsearch.stores.ingestion.passage_budget import settle_budget
 from parallelsearch.stores.ingestion.passage_limit import (
     DEFAULT_MAX_TOKENS,
     PassageLimit,
@@ -37,6 +38,7 @@ class IngestReport:
     truncated: int = 0  # over-long passages cut to the token budget (passage_limit.py)
     split: int = 0  # over-long passages split into pieces
     pieces: int = 0  # the passages those became
+    budget: str = ""  # what the store's passage budget check decided (passage_budget.py)
 
     @property
     def passages_per_s(self) -> float:
@@ -91,13 +93,15 @@ def ingest(
     Each chunk of ``chunk_size`` passages is encoded in ONE encoder call, because
     sentence-transformers sorts a call's texts by length (docs/performance.md, "Figures behind the
     code's choices"), and committed before the next is read. Passages over ``max_passage_tokens``
-    are split or truncated (``long_passages``). ``encoder``: instead of the store's embedder (a
+    are split or truncated (``long_passages``); a store split with another budget is refused
+    (``passage_budget.py``). ``encoder``: instead of the store's embedder (a
     :class:`~.passage_pool.PassagePool`). ``rows=(start, stop)``: only those passages (0-based,
     before splitting; stop None = to the end), so N processes can each build one shard.
     """
     if batch_size < 1 or chunk_size < 1:
         raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size} and {chunk_size}")
     report = IngestReport()
+    report.budget = settle_budget(store, max_passage_tokens)  # before anything is read or added
     source = (
         passages
         if passages is not None
