@@ -275,8 +275,10 @@ class ChromaStore(VectorSearch):
                 f"store {self.name} at {self.location} cannot be searched ({type(e).__name__}: {e})"[:500]
                 + f". {repair_hint(self.name)}"
             ) from e
-        vecs = got.get("embeddings")
-        bad, compared = mismatched(got["ids"], vecs if vecs is not None else [], got["metadatas"] or [])
+        vecs, n = got.get("embeddings"), len(got["ids"])
+        bad, compared = mismatched(
+            got["ids"], vecs if vecs is not None else [None] * n, got["metadatas"] or [None] * n
+        )
         if bad:
             raise StoreDamagedError(
                 f"store {self.name} at {self.location} is damaged, so it is not opened: "
