@@ -36,30 +36,27 @@ def _spread(low: int, high: int, n: int) -> list[int]:
 
 
 def _sample_table(conn: sqlite3.Connection, table: str, key: str, columns: str) -> list[tuple]:
+    """The first row at or after each of :data:`SAMPLE_ROWS` keys spread over ``table``'s range, in
+    one statement (one descent of the table's B-tree each)."""
     (low, high) = conn.execute(f"SELECT min({key}), max({key}) FROM {table}").fetchone()  # noqa: S608
     if low is None:
         return []
-    rows = []
-    for start in _spread(int(low), int(high), SAMPLE_ROWS):
-        row = conn.execute(
-            f"SELECT {columns} FROM {table} WHERE {key} >= ? ORDER BY {key} LIMIT 1",  # noqa: S608
-            (start,),
-        ).fetchone()
-        if row is not None:
-            rows.append(row)
-    return rows
+    starts = _spread(int(low), int(high), SAMPLE_ROWS)
+    one = f"SELECT * FROM (SELECT {columns} FROM {table} WHERE {key} >= ? ORDER BY {key} LIMIT 1)"  # noqa: S608
+    return conn.execute(" UNION ALL ".join([one] * len(starts)), starts).fetchall()
 
 
 def _passages(conn: sqlite3.Connection) -> list[tuple]:
     """Sampled passages, each found again by (segment, id) as Chroma finds it: through the
     table's index, which is pages of its own."""
     rows = _sample_table(conn, "embeddings", "id", "id, segment_id, embedding_id, seq_id, created_at")
-    for pk, segment, embedding_id, *_ in rows:
-        found = conn.execute(
-            "SELECT id FROM embeddings WHERE segment_id = ? AND embedding_id = ?", (segment, embedding_id)
-        ).fetchone()
-        if found is None or found[0] != pk:
-            raise sqlite3.DatabaseError(f"passage {embedding_id!r} is not where its index says")
+    if not rows:
+        return rows
+    one = "SELECT * FROM (SELECT id FROM embeddings WHERE segment_id = ? AND embedding_id = ?)"
+    args = [value for _pk, segment, embedding_id, *_ in rows for value in (segment, embedding_id)]
+    found = [r[0] for r in conn.execute(" UNION ALL ".join([one] * len(rows)), args)]
+    if found != [r[0] for r in rows]:
+        raise sqlite3.DatabaseError("sampled passages are not where the table's index says")
     return rows
 
 
@@ -68,10 +65,12 @@ def _metadata(conn: sqlite3.Connection, passages: list[tuple]) -> None:
     _sample_table(
         conn, "embedding_metadata", "rowid", "id, key, string_value, int_value, float_value, bool_value"
     )
-    for pk, *_ in passages:
+    if passages:
+        marks = ", ".join("?" * len(passages))
         conn.execute(
-            "SELECT key, string_value, int_value, float_value, bool_value FROM embedding_metadata WHERE id = ?",
-            (pk,),
+            "SELECT key, string_value, int_value, float_value, bool_value FROM embedding_metadata "
+            f"WHERE id IN ({marks})",  # noqa: S608
+            [r[0] for r in passages],
         ).fetchall()
 
 
