@@ -20,7 +20,6 @@ from pydantic_settings import (
 )
 
 from parallelsearch.agents.policies.config import PolicyConfig
-from parallelsearch.checkpointers import CheckpointerKind
 from parallelsearch.graphs.config import (
     MAX_SUBQUERIES_LIMIT,
     MAX_TOP_K,
@@ -28,6 +27,7 @@ from parallelsearch.graphs.config import (
     OPERATOR_CAPS,
     GraphConfig,
 )
+from parallelsearch.serving.checkpointers import CheckpointerKind
 from parallelsearch.stores.config import RetrievalConfig
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from servers import make_openai_test_server
 from parallelsearch.agents.policies import OpenAICompletionsPolicy, PolicyConfig, ScriptedPolicy
 from parallelsearch.agents.searchers import MultiStoreSearcher, RemoteSearcher, StoreSearcher
 from parallelsearch.cli import build_parser, main
-from parallelsearch.cli_common import settings_from_args
+from parallelsearch.cli.common import settings_from_args
 from parallelsearch.graphs import (
     PER_REQUEST_KEYS,
     GraphConfig,
@@ -266,7 +266,7 @@ def test_per_request_configuration(hotpot_store):
 
 @needs_data
 def test_served_graph_is_tuned_per_call(hotpot_store):
-    from parallelsearch.server import create_app
+    from parallelsearch.serving.server import create_app
 
     app = create_app(Settings(), policy=ScriptedPolicy(SEARCH), searcher=hotpot_store)
     with UvicornThread(app) as srv:
@@ -430,7 +430,7 @@ def test_encoder_threads_size_the_encoder_team_and_rollout_actors_default_to_one
 
     import torch
 
-    from parallelsearch.cli_common import add_chroma_args, settings_from_args
+    from parallelsearch.cli.common import add_chroma_args, settings_from_args
     from parallelsearch.stores.encoding.embedder import make_embedder
 
     assert make_embedder(RetrievalConfig(encoder_threads=1)).run(torch.get_num_threads) == 1
@@ -480,7 +480,7 @@ def test_a_searcher_kind_is_one_registry_entry_selectable_from_config(monkeypatc
 def test_env_example_names_the_store_make_demo_builds(monkeypatch, tmp_path):
     """``.env.example`` (what ``langgraph dev`` reads once copied to ``.env``) searches the store
     ``make demo`` builds, where it builds it, and its policy spec reads as a policy."""
-    from parallelsearch.demo import DEMO_STORE
+    from parallelsearch.demo_data import DEMO_STORE
     from parallelsearch.settings import Settings
 
     values = dict(

@@ -33,8 +33,8 @@ from parallelsearch.graphs.config import (
     SearchTimeout,
     declared_caps,
 )
-from parallelsearch.request_checks import RequestCaps
-from parallelsearch.server import create_app
+from parallelsearch.serving.request_checks import RequestCaps
+from parallelsearch.serving.server import create_app
 from parallelsearch.settings import Settings
 from parallelsearch.stores import create_retrieval_app
 from parallelsearch.stores.http.api_key import key_problem
@@ -189,7 +189,7 @@ def test_a_foreign_host_header_is_refused(app_server):
 
 
 def test_a_loopback_bind_answers_only_loopback_names_by_default():
-    from parallelsearch.cli_common import bind_settings
+    from parallelsearch.cli.common import bind_settings
 
     def args(host: str) -> argparse.Namespace:
         return argparse.Namespace(host=host)

@@ -15,13 +15,15 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from parallelsearch.admission import AdmissionQueue, ClientGone, Refused
-from parallelsearch.request_checks import (
+from parallelsearch.serving.admission import AdmissionQueue, ClientGone, Refused
+from parallelsearch.serving.request_checks import (
+    ORACLE_NEEDS_GOLD_SERVED,
     RequestCaps,
     RequestProblem,
     checked_configurables,
     typed_messages,
 )
+from parallelsearch.serving.thread_routes import ThreadBusy, ThreadLocks
 from parallelsearch.settings import Settings
 from parallelsearch.stores.http.api_key import KeyFailures, key_passes
 from parallelsearch.stores.http.asgi_guard import (
@@ -37,9 +39,8 @@ from parallelsearch.stores.http.asgi_guard import (
     replaying,
     upstream_failure,
 )
-from parallelsearch.thread_routes import ThreadBusy, ThreadLocks
 
-log = logging.getLogger("parallelsearch.server")
+log = logging.getLogger("parallelsearch.serving")
 
 #: LangServe's operations that run the graph (each also under ``/c/{config_hash}/``)
 GRAPH_OPS = frozenset({"invoke", "batch", "stream", "stream_events", "stream_log"})
@@ -114,13 +115,6 @@ def check_payload(
     except RequestProblem as p:
         return p.status, p.detail
     return None
-
-
-ORACLE_NEEDS_GOLD_SERVED = (
-    "this server runs the oracle policy, which plans and answers from a question's dataset annotations: "
-    "send metadata with golden_answers (and supporting_titles), pick one of the example questions on /ui, "
-    "or start the server with a real model (parallelsearch serve --policy openai:MODEL@URL or chat:PROVIDER:MODEL)"
-)
 
 
 class ResponseTooLarge(Exception):

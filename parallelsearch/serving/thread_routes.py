@@ -167,7 +167,7 @@ def threads_lifespan(
     """The app's lifespan: open the checkpointer, compile each route's checkpointed graph
     with it (``build(route, checkpointer)``), attach the cross-process thread lock to ``locks``
     (Postgres), close them on shutdown."""
-    from parallelsearch.checkpointers import open_checkpointer, open_thread_lock
+    from parallelsearch.serving.checkpointers import open_checkpointer, open_thread_lock
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:

@@ -195,3 +195,10 @@ def typed_messages(messages: Any, where: str = "messages") -> list[dict[str, Any
     if not isinstance(messages, list) or not messages:
         raise RequestProblem(422, f"'{where}' must be a non-empty list")
     return [typed_message(m, f"{where}[{i}]") for i, m in enumerate(messages)]
+
+
+ORACLE_NEEDS_GOLD_SERVED = (
+    "this server runs the oracle policy, which plans and answers from a question's dataset annotations: "
+    "send metadata with golden_answers (and supporting_titles), pick one of the example questions on /ui, "
+    "or start the server with a real model (parallelsearch serve --policy openai:MODEL@URL or chat:PROVIDER:MODEL)"
+)
