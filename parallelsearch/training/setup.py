@@ -119,8 +119,8 @@ def check_overrides(overrides: Sequence[str]) -> None:
 
 def openrlhf_train_args(cfg: Any) -> Any:
     """OpenRLHF 0.11.2's parsed and checked ``train_ppo_ray`` arguments for ``cfg`` (its own parser)."""
-    from parallelsearch.rl.launch import openrlhf_args
     from parallelsearch.rl.openrlhf_cli import check_command
+    from parallelsearch.rl.openrlhf_command import openrlhf_args
 
     return check_command(openrlhf_args(cfg))
 
