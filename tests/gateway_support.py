@@ -90,3 +90,20 @@ def tool_messages(reply: dict[str, Any], texts: list[str]) -> list[dict[str, Any
 
 def compact(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
+
+
+class KeyedEngine(ScriptedEngine):
+    """A scripted engine with one script per question: the script of the question the prompt
+    holds (so many episodes, in any order, share one engine)."""
+
+    def __init__(self, tok: Any, scripts: dict[str, list[Any]]):
+        self.scripts = scripts
+        super().__init__(tok, ["unused"], key=self.question_of)
+
+    def question_of(self, ids: list[int]) -> str:
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        return next(q for q in self.scripts if q in text)
+
+    async def generate(self, token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> Any:
+        self.turns = self.scripts[self.question_of(list(token_ids))]
+        return await super().generate(token_ids, sampling_params, multi_modal_data)

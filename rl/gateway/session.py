@@ -107,13 +107,15 @@ class GatewaySession:
             prompt = self.template.render([template_message(m) for m in messages], tools)
             lim = self.limits
             self.ledger = TokenLedger(self.template.tokenizer, prompt, lim.max_length, turn_cap=lim.turn_cap)
-        elif not self.failed and self._continues(norm, key):
+        elif not self._continues(norm, key):
+            self.counters.forks += 1  # counted once: later requests continue the forked history
+            self.failed, self.tools_key = True, key
+            return await self._forked_turn(messages, tools)
+        elif self.failed:
+            return await self._forked_turn(messages, tools)
+        else:
             new = [template_message(m) for m in messages[len(self.history) :]]
             self.ledger.add_observation(self.template.suffix(new, tools, closed=self.closed))
-        else:
-            self.counters.forks += 1
-            self.failed = True
-            return await self._forked_turn(messages, tools)
         return await self._ledger_turn()
 
     def _continues(self, norm: list[dict[str, Any]], tools_key: str) -> bool:
