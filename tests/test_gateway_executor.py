@@ -272,7 +272,7 @@ def parity(tok, n: int) -> tuple[list[dict], list[dict]]:
     return out
 
 
-def test_scripted_episodes_through_the_gateway_equal_the_tool_text_environment(tok):
+def test_parity_scripted_episodes_through_the_gateway_equal_the_tool_text_environment(tok):
     n = int(os.environ.get("GATEWAY_PARITY_EPISODES", "12"))
     chat, text = parity(tok, n)
     assert len(chat) == len(text) == n
@@ -281,3 +281,34 @@ def test_scripted_episodes_through_the_gateway_equal_the_tool_text_environment(t
         b.pop("forks")
         assert forks == 0, f"episode {i} forked"
         assert a == b, f"episode {i} ({SCRIPTS[i % len(SCRIPTS)][1][0][:40]}...) differs"
+
+
+def test_training_passes_each_turn_s_tokens_to_the_graph_in_both_modes(tok):
+    """``tokens_in``/``tokens_out`` are counted in training as when serving: the text
+    environment gets each turn's ids and context, the chat agent the gateway's usage."""
+    from parallelsearch.rl.env import EnvGraph
+    from parallelsearch.rl.episode import TokenLedger, run_episode
+    from parallelsearch.rl.executor import EpisodeExecutor
+
+    cfg = GraphConfig(top_k=1, max_turns=2)
+    prompt = train_record(RECORD, template="tool_text", tokenizer=tok)["prompt"]
+    text_engine = engine(tok, [TWO_CALLS, "<answer> yes </answer>"])
+    executor = EpisodeExecutor(EnvGraph(Library(), config=cfg.updated(protocol="tools")))
+    ledgers: list[TokenLedger] = []
+
+    def ledger_for(_):
+        ledgers.append(TokenLedger(tok, prompt, 4096, turn_cap=400))
+        return ledgers[-1]
+
+    turns = executor._engine_turns(SamplingParamsStandIn(), text_engine, 400, False)
+    text_run = run(run_episode(executor.env_graph, QUESTION, LABEL, turns, ledger_for=ledger_for))
+    ranges = ledgers[0].ranges
+    assert text_run.state["tokens_out"] == sum(b - a for a, b in ranges)
+    assert text_run.state["tokens_in"] == sum(a for a, _ in ranges)
+
+    gateway = GatewayExecutor(default_agent("parallel", cfg)(gateway_chat_model(), Library()))
+    chat_engine = engine(tok, [TWO_CALLS, "yes" + END])
+    session = gateway.session(SamplingParamsStandIn(), 4096, tok, chat_engine)
+    state = run(gateway.run_agent(session, QUESTION))
+    assert state["tokens_out"] == sum(len(o) for o in chat_engine.outputs)
+    assert state["tokens_in"] == sum(a for a, _ in session.ledger.ranges)
