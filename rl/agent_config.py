@@ -166,6 +166,12 @@ class AgentConfig(RetrievalConfig):
         a policy trained here then reads released checkpoints' format, and vice versa."""
         return value if value.observation_titles else value.updated(observation_titles="official")
 
+    gateway_transport: Literal["inprocess", "loopback"] = Field(
+        "inprocess",
+        description="gateway mode: how the agent reaches its session: inprocess (an httpx transport, no "
+        "socket) or loopback (an HTTP server on 127.0.0.1 per actor, for agents that need a socket)",
+    )
+
     @field_validator("factory")
     @classmethod
     def _factory_form(cls, value: str | None) -> str | None:

@@ -30,8 +30,18 @@ def gateway_executor(cfg: AgentConfig, searcher: Any, guard: SearchFailureGuard)
     from parallelsearch.rl.gateway.transport import gateway_chat_model
 
     factory = load_factory(cfg.factory) if cfg.factory else default_agent(cfg.graph, cfg.graph_config)
+    registry = None
+    model = gateway_chat_model()
+    if cfg.gateway_transport == "loopback":
+        from parallelsearch.rl.gateway.http import LoopbackGateway, SessionRegistry, loopback_chat_model
+
+        registry = SessionRegistry()
+        server = LoopbackGateway(registry).start()
+        log.info("gateway sessions served at %s/sessions/<id>/v1", server.url)
+        model = loopback_chat_model(server.url)
     return GatewayExecutor(
-        factory(gateway_chat_model(), searcher),
+        factory(model, searcher),
+        registry=registry,
         max_new_tokens_per_turn=cfg.graph_config.max_new_tokens,
         reward_mode=cfg.reward.mode,
         reward_weights=cfg.reward.weights,

@@ -11,6 +11,7 @@ from typing import Any
 from parallelsearch.graphs.record import Episode
 from parallelsearch.rl.episode import EpisodeRun, decode_tokens
 from parallelsearch.rl.executor import episode_reward, extra_logs, question_from
+from parallelsearch.rl.gateway.http import SessionRegistry
 from parallelsearch.rl.gateway.sampling import ClientSampling
 from parallelsearch.rl.gateway.session import GatewaySession, SessionLimits
 from parallelsearch.rl.gateway.template import ChatTemplate
@@ -34,8 +35,10 @@ class GatewayExecutor:
         client_sampling: ClientSampling = "override",
         cut_episodes: str = "unshaped",
         search_guard: SearchFailureGuard | None = None,
+        registry: SessionRegistry | None = None,
     ) -> None:
         self.agent = agent
+        self.registry = registry  # the loopback server's sessions (None: in-process only)
         self.max_new_tokens_per_turn = max_new_tokens_per_turn
         self.reward_mode = check_reward_mode(reward_mode)
         self.reward_weights = dict(reward_weights or {})
@@ -68,11 +71,15 @@ class GatewayExecutor:
     async def run_agent(self, session: GatewaySession, question: str) -> dict[str, Any]:
         """The agent's final state for one question, every model call answered by ``session``."""
         token = current_session.set(session)
+        if self.registry is not None:
+            self.registry.open(session)
         try:
             config = {"configurable": {"thread_id": f"gateway-{uuid.uuid4().hex}"}}
             return dict(await self.agent.ainvoke({"messages": [("user", question)]}, config))
         finally:
             current_session.reset(token)
+            if self.registry is not None:
+                self.registry.close(session)
 
     async def execute(
         self,
