@@ -312,3 +312,16 @@ def test_training_passes_each_turn_s_tokens_to_the_graph_in_both_modes(tok):
     state = run(gateway.run_agent(session, QUESTION))
     assert state["tokens_out"] == sum(len(o) for o in chat_engine.outputs)
     assert state["tokens_in"] == sum(a for a, _ in session.ledger.ranges)
+
+
+def test_a_template_that_cannot_render_tool_turns_stops_the_first_episode():
+    """The tiny tokenizer's plain ChatML template drops tool calls: the executor refuses it at
+    its first episode, naming the problem, before any token is trained."""
+    from parallelsearch.rl.tiny_model import build_tokenizer
+
+    tok = build_tokenizer()
+    agent = default_agent("parallel", GraphConfig(top_k=1, max_turns=2))(gateway_chat_model(), Library())
+    eng = engine(tok, [TWO_CALLS, "yes" + END])
+    with pytest.raises(ValueError, match="not append-only for tool turns.*not read back as the call"):
+        run(GatewayExecutor(agent).execute("", json.dumps(LABEL), SamplingParamsStandIn(), 4096, tok, eng))
+    assert eng.requests == []

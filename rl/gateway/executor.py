@@ -49,9 +49,14 @@ class GatewayExecutor:
         self.last_session: GatewaySession | None = None  # the latest episode's (tests, the smoke)
 
     def template(self, tokenizer: Any) -> ChatTemplate:
-        """The tokenizer's template, read once per tokenizer."""
+        """The tokenizer's template, read and checked once per tokenizer (as ``train --check``
+        does: a template that is not append-only for tool turns stops the run at its first
+        episode instead of training on tokens a served model would not see)."""
         key = id(tokenizer)
         if key not in self._templates:
+            from parallelsearch.rl.gateway.template_check import check_gateway_template
+
+            check_gateway_template(tokenizer)
             self._templates[key] = ChatTemplate(tokenizer)
         return self._templates[key]
 
