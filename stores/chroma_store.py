@@ -239,21 +239,14 @@ class ChromaStore(VectorSearch):
 
     def probe(self, sample_ids: Sequence[str] | None = None) -> None:
         """Chroma reads the store once, as a search does: a search returning texts and titles (it
-        loads the index and the metadata), and ``sample_ids`` (else the first passages) read back
-        and compared with their vector checksums. A store Chroma cannot read, or whose vectors
-        differ from their checksums, fails when it is opened, naming it, not at the first question."""
+        loads the index and the metadata), so a store Chroma cannot read fails when it is opened,
+        naming it, not at the first question. Then :meth:`check_sample`."""
         from parallelsearch.stores.store_files import StoreDamagedError, repair_hint
 
         vector = np.zeros((1, self.embedder.dimension), dtype=np.float32)
         vector[0, 0] = 1.0
         try:
             self.collection.query(query_embeddings=vector, n_results=1, include=["documents", "metadatas"])
-            ids = list(sample_ids or [])[:PROBE_VECTORS]
-            got = (
-                self.collection.get(ids=ids, include=["embeddings", "metadatas"])
-                if ids
-                else self.collection.get(limit=PROBE_VECTORS, include=["embeddings", "metadatas"])
-            )
         except Exception as e:  # noqa: BLE001 - any failure to search is the finding
             if not is_chroma_error(e):
                 raise
@@ -261,6 +254,27 @@ class ChromaStore(VectorSearch):
                 f"store {self.name} at {self.location} cannot be searched ({type(e).__name__}: {e})"[:500]
                 + f". {repair_hint(self.name)}"
             ) from e
+        self.check_sample(sample_ids)
+
+    def check_sample(self, sample_ids: Sequence[str] | None = None) -> None:
+        """``sample_ids``' vectors (else the first passages') read back and compared with their
+        checksums: a vector that differs is :class:`StoreDamagedError` naming the ids and the repair.
+        A sample Chroma cannot read back is a warning (``stores --check`` reads every vector)."""
+        from parallelsearch.stores.store_files import StoreDamagedError, repair_hint
+
+        ids = list(sample_ids or [])[:PROBE_VECTORS]
+        try:
+            got = self.collection.get(
+                **({"ids": ids} if ids else {"limit": PROBE_VECTORS}), include=["embeddings", "metadatas"]
+            )
+        except Exception as e:  # noqa: BLE001 - Chroma's error classes differ by client and version
+            if not is_chroma_error(e):
+                raise
+            self.checksums = f"not compared ({type(e).__name__}: {e})"[:300]
+            log.warning(
+                "store %s: sampled vectors could not be read back (%s); run stores --check", self.name, e
+            )
+            return
         vecs, n = got.get("embeddings"), len(got["ids"])
         bad, compared = mismatched(
             got["ids"], vecs if vecs is not None else [None] * n, got["metadatas"] or [None] * n
@@ -268,10 +282,10 @@ class ChromaStore(VectorSearch):
         if bad:
             raise StoreDamagedError(
                 f"store {self.name} at {self.location} is damaged, so it is not opened: "
-                f"{rot_message(self.name, bad, len(got['ids']))}. {repair_hint(self.name)}"
+                f"{rot_message(self.name, bad, n)}. {repair_hint(self.name)}"
             )
         self.checksums = f"{compared} sampled vectors match their checksums" if compared else "absent"
-        if got["ids"] and not compared:
+        if n and not compared:
             log.warning("store %s records no vector checksums (%s)", self.name, CHECKSUMS_ABSENT)
 
     def count(self) -> int:
