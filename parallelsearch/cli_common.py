@@ -179,6 +179,13 @@ def add_bind_args(p: argparse.ArgumentParser, *, port: int, dest: str, setting: 
         help="a Host header name to answer (repeat; default: the settings' server_allowed_hosts, else "
         "localhost, 127.0.0.1 and ::1 when --host is loopback, any name otherwise)",
     )
+    p.add_argument(
+        "--forwarded-allow-ips",
+        metavar="ADDRESSES",
+        help="comma-separated addresses of proxies whose X-Forwarded-For this server believes (the "
+        "client address failed keys are counted against); default: the settings' "
+        "server_forwarded_allow_ips, else none (the peer's address)",
+    )
     p.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM; with --ssl-keyfile)")
     p.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")
 
@@ -296,6 +303,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("queue_size", "server_queue_size"),
         ("queue_timeout", "server_queue_timeout_s"),
         ("allowed_host", "server_allowed_hosts"),
+        ("forwarded_allow_ips", "server_forwarded_allow_ips"),
         ("multitask_strategy", "server_multitask_strategy"),
         ("ssl_certfile", "server_ssl_certfile"),
         ("ssl_keyfile", "server_ssl_keyfile"),

@@ -64,7 +64,13 @@ def _checked_input(item: Any, settings: Settings, needs_gold: bool) -> Any:
     if not isinstance(item, dict):
         raise RequestProblem(422, "each input must be an object with a 'question' string")
     q = item.get("question")
+    if q is not None and item.get("messages") is not None:
+        raise RequestProblem(422, "send 'question' or 'messages', not both")
     if q is None and "messages" in item:
+        count = len(item["messages"]) if isinstance(item["messages"], list) else 0
+        if count > settings.server_max_messages:
+            limit = settings.server_max_messages
+            raise RequestProblem(413, f"{count} messages exceed the limit of {limit} (server_max_messages)")
         item = {**item, "messages": typed_messages(item["messages"])}
         last = item["messages"][-1]
         q = last["content"] if last["type"] == "human" else None

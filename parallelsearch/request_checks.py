@@ -60,19 +60,28 @@ class RequestCaps:
     top_k: int = MAX_TOP_K
     max_subqueries: int = MAX_SUBQUERIES_LIMIT
     max_turns: int = MAX_TURNS_LIMIT
+    max_history_messages: int | None = None
 
     @classmethod
     def of(cls, settings: Any) -> RequestCaps:
-        """The caps a server's settings set (``server_max_top_k``, ``_subqueries``, ``_turns``)."""
-        return cls(settings.server_max_top_k, settings.server_max_subqueries, settings.server_max_turns)
+        """The caps a server's settings set (``server_max_top_k``, ``_subqueries``, ``_turns``,
+        ``_history_messages``)."""
+        return cls(
+            settings.server_max_top_k,
+            settings.server_max_subqueries,
+            settings.server_max_turns,
+            settings.server_max_history_messages,
+        )
 
     def _limits(self) -> tuple[tuple[str, int, str], ...]:
-        """(knob, cap, the setting that sets it)."""
-        return (
+        """(knob, cap, the setting that sets it), for the caps that are set."""
+        limits = (
             ("top_k", self.top_k, "server_max_top_k"),
             ("max_subqueries", self.max_subqueries, "server_max_subqueries"),
             ("max_turns", self.max_turns, "server_max_turns"),
+            ("max_history_messages", self.max_history_messages, "server_max_history_messages"),
         )
+        return tuple((k, cap, name) for k, cap, name in limits if cap is not None)
 
     def bounds(self, knobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """``knobs`` (their declared bounds) with this server's caps as their maxima, as a form
@@ -197,12 +206,41 @@ def typed_message(message: Any, where: str) -> dict[str, Any]:
         raise RequestProblem(422, f"{where}.type {out['type']!r} is not a message type; use one of {known}")
     if not isinstance(out.get("content"), str | list):
         raise RequestProblem(422, f"{where}.content must be a string or a list of content blocks")
+    if out["type"] in ("ai", "AIMessageChunk") and out.get("tool_calls") is not None:
+        out["tool_calls"] = typed_tool_calls(out["tool_calls"], f"{where}.tool_calls")
     if out["type"] in ("tool", "ToolMessageChunk") and not (
         isinstance(out.get("tool_call_id"), str) and out["tool_call_id"]
     ):
         raise RequestProblem(
             422, f"{where}.tool_call_id is required for a tool message (the call it answers)"
         )
+    return out
+
+
+def typed_tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    """An AI message's ``tool_calls`` in LangChain's form (``{"name", "args", "id"}``; OpenAI's
+    ``{"id", "function": {"name", "arguments"}}`` is read too), or a 422 naming the call at fault."""
+    if not isinstance(calls, list):
+        raise RequestProblem(422, f"{where} must be a list of calls, got {type(calls).__name__}")
+    out = []
+    for j, call in enumerate(calls):
+        at = f"{where}[{j}]"
+        if not isinstance(call, dict):
+            raise RequestProblem(422, f"{at} must be an object with 'name' and 'args'")
+        fn = call.get("function")
+        if isinstance(fn, dict):  # OpenAI's shape: arguments as JSON text
+            try:
+                args = json.loads(fn.get("arguments") or "{}")
+            except (TypeError, ValueError):
+                raise RequestProblem(422, f"{at}.function.arguments must be a JSON object") from None
+            call = {"name": fn.get("name"), "args": args, "id": call.get("id")}
+        if not isinstance(call.get("name"), str) or not call["name"]:
+            raise RequestProblem(422, f"{at}.name must be a non-empty string")
+        if not isinstance(call.get("args"), dict):
+            raise RequestProblem(422, f"{at}.args must be an object (the call's arguments)")
+        if call.get("id") is not None and not isinstance(call["id"], str):
+            raise RequestProblem(422, f"{at}.id must be a string")
+        out.append({"name": call["name"], "args": call["args"], "id": call.get("id"), "type": "tool_call"})
     return out
 
 
