@@ -24,8 +24,8 @@ import httpx
 import pytest
 from conftest import UvicornThread, needs_data
 from fastapi import FastAPI, Request
-from serving import record
 from servers import make_openai_chat_test_server
+from serving import record
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.server import create_app
@@ -203,9 +203,9 @@ def held_chat_server(arrived: threading.Event, release: threading.Event) -> Fast
     return app
 
 
-def conversation(n: int) -> list[dict]:
+def conversation(n: int, pad: int = 15) -> list[dict]:
     msgs = [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "lorem ipsum " * 15}
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i} " + "lorem ipsum " * pad}
         for i in range(n - 1)
     ]
     return [*msgs, {"role": "user", "content": Q}]
@@ -225,7 +225,7 @@ def test_a_long_conversation_is_bounded_and_health_answers_while_it_runs(hotpot_
     arrived, release = threading.Event(), threading.Event()
     chat = held_chat_server(arrived, release)
     with UvicornThread(chat) as model, UvicornThread(chat_app(model.url, hotpot_store)) as srv:
-        too_many = invoke(srv.url, {"input": {"messages": conversation(4500)}})
+        too_many = invoke(srv.url, {"input": {"messages": conversation(4500, pad=10)}})
         assert too_many.status_code == 413 and "server_max_messages" in too_many.json()["detail"]
         done: dict = {}
         body = {"input": {"messages": conversation(999)}}

@@ -60,8 +60,8 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
-        self._in_head = True
-        self._head_bytes = 0
+        self._in_head, self._too_large = True, False
+        self._head_bytes = self._parsed = 0
         super().connection_made(transport)
         self._arm(self.limits.head_timeout_s, "request head")
 
@@ -87,13 +87,16 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self._in_head:  # a head is being read (one that started in this chunk counts it whole)
+        if self._in_head:  # a head still incomplete: every byte of it so far counts
             self._head_bytes += len(data)
-        if (
-            self._in_head
-            and self._head_bytes > self.limits.max_head_bytes
-            and not self.transport.is_closing()
-        ):
+            if self._head_bytes > self.limits.max_head_bytes:
+                self._refuse_head()
+
+    def _refuse_head(self) -> None:
+        """A 431 for a head over ``max_head_bytes``; the connection is closed and nothing runs."""
+        self._too_large, self._in_head = True, False
+        self._disarm()
+        if not self.transport.is_closing():
             limit = self.limits.max_head_bytes
             self.transport.write(
                 _status(431, "Request Header Fields Too Large", f"the request head exceeds {limit} bytes")
@@ -102,16 +105,32 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._in_head = True
+        self._in_head, self._too_large, self._parsed = True, False, 0
         if self._deadline is None:  # the next request on a kept-alive connection
             self._arm(self.limits.head_timeout_s, "request head")
 
+    def on_url(self, url: bytes) -> None:
+        self._parsed += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._parsed += len(name) + len(value) + 4
+        super().on_header(name, value)
+
     def on_headers_complete(self) -> None:
+        if self._parsed > self.limits.max_head_bytes:  # a whole head that arrived at once
+            return self._refuse_head()
         self._in_head, self._head_bytes = False, 0
         self._arm(self.limits.body_timeout_s, "request body")
         super().on_headers_complete()
 
+    def on_body(self, body: bytes) -> None:
+        if not self._too_large:
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
+        if self._too_large:
+            return
         self._disarm()
         super().on_message_complete()
 
