@@ -5,9 +5,10 @@ uvicorn alone times out only an idle kept-alive connection: a client that opens 
 sends nothing, or a header byte at a time (slowloris), or a body at 10 B/s, holds its connection
 (and its request's memory) forever, and ``X-Forwarded-For`` is believed from loopback by default,
 so any local process could pick the address a failed key is counted against. Here every request
-has a head deadline (from the connection's first byte, or the previous response) and a body
-deadline (from the end of the head), a head over ``max_head_bytes`` is a 431, and forwarded
-headers are read only from the proxies an operator names.
+has a head deadline (from the connection's opening, or from the first read of a head that did
+not arrive whole; between requests uvicorn's keep-alive timeout holds) and a body deadline (from
+the first read of a body that did not arrive whole), a head over ``max_head_bytes`` is a 431,
+and forwarded headers are read only from the proxies an operator names.
 """
 
 from __future__ import annotations
@@ -54,24 +55,25 @@ def _status(code: int, reason: str, detail: str) -> bytes:
 
 class GuardedHttpTools(HttpToolsProtocol):
     """uvicorn's httptools protocol with a head deadline, a body deadline and a head size limit
-    (the class attribute ``limits``; :func:`guarded_protocol` makes one per server)."""
+    (the class attribute ``limits``; :func:`guarded_protocol` makes one per server). A deadline is
+    armed only while a head or body is incomplete after a read, so a request that arrives in one
+    piece (nearly all) costs no timer."""
 
     limits = ReadLimits()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
-        self._in_head, self._too_large = True, False
-        self._head_bytes = self._parsed = 0
+        self._in_head, self._in_body, self._too_large = True, False, False
+        self._head_bytes = 0
         super().connection_made(transport)
-        self._arm(self.limits.head_timeout_s, "request head")
+        self._arm(self.limits.head_timeout_s, "request head")  # a connection that sends nothing
 
     def _arm(self, seconds: float, what: str) -> None:
-        self._disarm()
         self._deadline = self.loop.call_later(seconds, self._expired, what, seconds)
 
     def _disarm(self) -> None:
-        if getattr(self, "_deadline", None) is not None:
-            self._deadline.cancel()  # type: ignore[union-attr]
+        if self._deadline is not None:
+            self._deadline.cancel()
             self._deadline = None
 
     def _expired(self, what: str, seconds: float) -> None:
@@ -87,10 +89,16 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
+        if self._too_large:
+            return
         if self._in_head:  # a head still incomplete: every byte of it so far counts
             self._head_bytes += len(data)
             if self._head_bytes > self.limits.max_head_bytes:
                 self._refuse_head()
+            elif self._deadline is None:
+                self._arm(self.limits.head_timeout_s, "request head")
+        elif self._in_body and self._deadline is None:
+            self._arm(self.limits.body_timeout_s, "request body")
 
     def _refuse_head(self) -> None:
         """A 431 for a head over ``max_head_bytes``; the connection is closed and nothing runs."""
@@ -105,23 +113,14 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._in_head, self._too_large, self._parsed = True, False, 0
-        if self._deadline is None:  # the next request on a kept-alive connection
-            self._arm(self.limits.head_timeout_s, "request head")
-
-    def on_url(self, url: bytes) -> None:
-        self._parsed += len(url)
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._parsed += len(name) + len(value) + 4
-        super().on_header(name, value)
+        self._in_head, self._head_bytes = True, 0
 
     def on_headers_complete(self) -> None:
-        if self._parsed > self.limits.max_head_bytes:  # a whole head that arrived at once
+        size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+        if size > self.limits.max_head_bytes:  # a whole head that arrived at once
             return self._refuse_head()
-        self._in_head, self._head_bytes = False, 0
-        self._arm(self.limits.body_timeout_s, "request body")
+        self._in_head, self._in_body = False, True
+        self._disarm()
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
@@ -131,6 +130,7 @@ class GuardedHttpTools(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         if self._too_large:
             return
+        self._in_body = False
         self._disarm()
         super().on_message_complete()
 
