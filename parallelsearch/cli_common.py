@@ -227,6 +227,11 @@ def bind_refused(args: argparse.Namespace, has_key: bool, setting: str) -> bool:
 
 def add_policy_args(p: argparse.ArgumentParser, *, answer_policy: bool = True) -> None:
     p.add_argument("--policy", help=SPEC_HELP + " (default: the settings', oracle)")
+    p.add_argument(
+        "--openai-ca-bundle",
+        help="CA certificates (PEM) an https:// openai: server's certificate is verified against "
+        "(default: the settings' openai_ca_bundle, else SSL_CERT_FILE or certifi's bundle)",
+    )
     if answer_policy:
         p.add_argument("--answer-policy", help="a separate policy spec for the answer turn")
     p.add_argument(
@@ -308,6 +313,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("ssl_certfile", "server_ssl_certfile"),
         ("ssl_keyfile", "server_ssl_keyfile"),
         ("retriever_ca_bundle", "retriever_ca_bundle"),
+        ("openai_ca_bundle", "openai_ca_bundle"),
     ):
         if v.get(flag) is not None:
             update[field] = v[flag]
