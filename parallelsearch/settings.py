@@ -26,6 +26,7 @@ from parallelsearch.stores.config import RetrievalConfig
 
 if TYPE_CHECKING:
     from parallelsearch.graphs.factory import GraphParts
+    from parallelsearch.stores.http.read_limits import ReadLimits
 
 MultitaskStrategy = Literal["enqueue", "reject"]
 _HostList = Annotated[list[str], NoDecode]
@@ -180,7 +181,7 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
             return str(Path(self.home) / "threads.sqlite")
         return None
 
-    def read_limits(self) -> Any:
+    def read_limits(self) -> ReadLimits:
         """The servers' read, header and proxy limits (:class:`ReadLimits`), from these settings."""
         from parallelsearch.stores.http.read_limits import ReadLimits
 
