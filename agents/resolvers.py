@@ -367,9 +367,9 @@ def as_resolver(spec: object, *, searcher: Any = None, policy: Any = None, embed
             "(sub_query, parents) -> str"
         )
     if hasattr(spec, "aresolve") and callable(spec):
-        return spec  # type: ignore[return-value]
+        return spec
     if callable(spec):
-        return CallableResolver(spec)  # type: ignore[arg-type]
+        return CallableResolver(spec)
     raise ResolverError(
         f"a resolver must be one of {', '.join(RESOLVER_NAMES)}, an object with aresolve, or a function "
         f"(sub_query, parents) -> str; got {type(spec).__name__}"

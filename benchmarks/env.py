@@ -15,9 +15,9 @@ from _server import ChromaServer
 from tqdm import tqdm
 
 from parallelsearch.agents.policies import ScriptedPolicy
-from parallelsearch.loopback import LoopbackServer
 from parallelsearch.rl import EnvGraph
 from parallelsearch.rl.rollout import rollout_episode
+from parallelsearch.serving.loopback import LoopbackServer
 
 EPISODES = 64
 LEVELS = (1, 8, 32)

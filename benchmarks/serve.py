@@ -18,8 +18,8 @@ from _common import alternating, fmt, gather_limited, hotpot_store, latency, par
 from tqdm import tqdm
 
 from parallelsearch.agents.policies import ScriptedPolicy
-from parallelsearch.loopback import LoopbackServer
-from parallelsearch.server import create_app
+from parallelsearch.serving.loopback import LoopbackServer
+from parallelsearch.serving.server import create_app
 from parallelsearch.settings import Settings
 
 REQUESTS = 96

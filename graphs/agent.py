@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
+from langchain_core.messages import SystemMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.store.base import BaseStore
 from typing_extensions import Unpack
 
-from parallelsearch.agents.policies.coerce import protocol_choices
 from parallelsearch.agents.protocol import content_text
-from parallelsearch.agents.searchers.backends import as_searcher
+from parallelsearch.agents.searchers.backends import Searchers
 from parallelsearch.graphs.builders import GraphBuild, Planner, SearchGraph, build_graph, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
 from parallelsearch.stores.config import RetrievalConfig
@@ -38,9 +40,9 @@ def _is_store_name(given: Any) -> bool:
     return isinstance(given, str) and not given.startswith(("http://", "https://"))
 
 
-def _searcher(searchers: Any, retrieval: RetrievalConfig | None) -> Any:
+def _searcher(searchers: Searchers, retrieval: RetrievalConfig | None) -> Searchers:
     """Store names -> the factory's searcher (several: routed by ``name: query``); a list of
-    searchers -> routing by their ``name``; anything else -> ``as_searcher``."""
+    searchers -> a ``{name: searcher}`` mapping; anything else as given (the builder normalises it)."""
     names = [searchers] if _is_store_name(searchers) else None
     if isinstance(searchers, Sequence) and not isinstance(searchers, str) and searchers:
         if all(_is_store_name(s) for s in searchers):
@@ -54,7 +56,7 @@ def _searcher(searchers: Any, retrieval: RetrievalConfig | None) -> Any:
                         f"two searchers are named {key!r}; pass a {{name: searcher}} mapping instead"
                     )
                 routed[str(key)] = s
-            return as_searcher(routed)
+            return routed
     if names is not None:
         from parallelsearch.graphs.factory import make_searcher
 
@@ -62,7 +64,7 @@ def _searcher(searchers: Any, retrieval: RetrievalConfig | None) -> Any:
         return make_searcher(
             RetrievalConfig.model_validate({**base.model_dump(exclude_unset=True), "stores": names})
         )
-    return as_searcher(searchers)
+    return searchers
 
 
 #: names other search APIs give a knob of this graph (a retriever's ``k`` is the graph's ``top_k``)
@@ -142,18 +144,18 @@ def _context(schema: type | None) -> type | None:
         **get_type_hints(GraphContext, include_extras=True),
         **get_type_hints(schema, include_extras=True),
     }
-    return TypedDict(schema.__name__, fields, total=False)  # type: ignore[operator]
+    return TypedDict(schema.__name__, fields, total=False)  # type: ignore[operator]  # a TypedDict built at run time: checkers want literal fields
 
 
 def create_parallel_search_agent(
     model: Planner,
-    tools: Any = None,
+    tools: Searchers | None = None,
     *,
-    searchers: Any = None,
-    system_prompt: Any = None,
-    middleware: Sequence[Any] = (),
-    checkpointer: Any = None,
-    store: Any = None,
+    searchers: Searchers | None = None,
+    system_prompt: str | SystemMessage | None = None,
+    middleware: Sequence[Any] = (),  # LangChain's AgentMiddleware (langchain is an optional extra)
+    checkpointer: BaseCheckpointSaver[Any] | None = None,
+    store: BaseStore | None = None,
     context_schema: type | None = None,
     name: str | None = None,
     debug: bool = False,
@@ -190,8 +192,7 @@ def create_parallel_search_agent(
 
     Example: README.md, "A chat agent".
     """
-    check_choice(protocol, protocol_choices(), "protocol")
-    check_graph_kind(graph, ("parallel", "sequential", "dag"))
+    check_graph_kind(graph, get_args(AgentGraph))  # the protocol name is GraphConfig's to check
     check_options(options)
     searcher = _searcher(_given_searchers(tools, searchers), retrieval)
     if system_prompt is not None:
@@ -207,7 +208,7 @@ def create_parallel_search_agent(
     )  # fmt: skip
 
 
-def _given_searchers(tools: Any, searchers: Any) -> Any:
+def _given_searchers(tools: Searchers | None, searchers: Searchers | None) -> Searchers:
     """The searchers, given once under either name: ``tools=`` is ``create_agent``'s."""
     if tools is not None and searchers is not None:
         raise TypeError("give the searchers once: as tools= (create_agent's name) or searchers=, not both")

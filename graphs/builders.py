@@ -24,6 +24,7 @@ from parallelsearch.agents.policies.base import Policy
 from parallelsearch.agents.policies.coerce import as_policy, resolve_protocol
 from parallelsearch.agents.protocol import SearchProtocol
 from parallelsearch.agents.searchers.backends import as_searcher
+from parallelsearch.agents.searchers.base import Searcher
 from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.middleware import Middleware
@@ -177,7 +178,7 @@ _KIND_TEMPLATES: dict[str, str] = {"parallel": "paper", "dag": "dag", "sequentia
 def _search_loop(
     kind: str,
     policy: Planner,
-    searcher: Any,
+    searcher: Searcher | None,
     answer_policy: Planner | None,
     checkpointer: Any,
     config: GraphConfig | None,
@@ -198,7 +199,7 @@ def _search_loop(
     engine = EpisodeEngine(
         pol,
         spoken,
-        as_searcher(searcher),
+        searcher,
         cfg,
         answerer,
         references=kind == "dag",
@@ -217,7 +218,7 @@ def _search_loop(
 def _one_turn(
     kind: str,
     policy: Planner,
-    searcher: Any,
+    searcher: Searcher | None,
     checkpointer: Any,
     config: GraphConfig | None,
     options: dict[str, Any],
@@ -239,7 +240,7 @@ def _one_turn(
     engine = EpisodeEngine(
         pol,
         spoken,
-        as_searcher(searcher) if kind == "rag" else None,
+        searcher if kind == "rag" else None,
         cfg,
         pinned=frozenset({"max_turns"}),
         graph_name=build.name or kind,
@@ -270,25 +271,15 @@ def build_parallel_search_graph(
     ``{name: store}`` mapping or anything with ``asearch(query, k)``. ``resolver`` may also be a
     function ``(sub_query, parents) -> str`` for the ``#k`` of dependent sub-queries.
     """
-    return _search_loop("parallel", policy, searcher, answer_policy, checkpointer, config, options)
-
-
-def build_dag_graph(
-    policy: Planner,
-    searcher: Any,
-    *,
-    answer_policy: Planner | None = None,
-    checkpointer: Any = None,
-    config: GraphConfig | None = None,
-    **options: Unpack[GraphOptions],
-) -> SearchGraph:
-    """Dependent sub-queries in one turn: the ParallelSearch graph, prompted to plan with ``#k``.
-
-    The same nodes and edges as :func:`build_parallel_search_graph`; what differs is what the
-    policy is told: the ``dag`` prompt (unless a prompt is given) and that ``#k`` references are
-    welcome (``TurnRequest.references``). The resolver is the configured one (default ``passage``).
-    """
-    return _search_loop("dag", policy, searcher, answer_policy, checkpointer, config, options)
+    return build_graph(
+        "parallel",
+        policy,
+        searcher,
+        answer_policy=answer_policy,
+        checkpointer=checkpointer,
+        config=config,
+        **options,
+    )
 
 
 def build_sequential_graph(
@@ -301,33 +292,15 @@ def build_sequential_graph(
     **options: Unpack[GraphOptions],
 ) -> SearchGraph:
     """Search-R1 baseline: its prompt (unless one is given), one query per search (``##`` is not split)."""
-    return _search_loop("sequential", policy, searcher, answer_policy, checkpointer, config, options)
-
-
-def build_rag_graph(
-    policy: Planner,
-    searcher: Any,
-    *,
-    checkpointer: Any = None,
-    config: GraphConfig | None = None,
-    **options: Unpack[GraphOptions],
-) -> SearchGraph:
-    """RAG baseline: retrieve once with the question, then one answer-only turn.
-
-    ``retrieve`` is its entry node, so it also opens the episode (no ``begin`` node)."""
-    return _one_turn("rag", policy, searcher, checkpointer, config, options)
-
-
-def build_direct_graph(
-    policy: Planner,
-    searcher: Any = None,
-    *,
-    checkpointer: Any = None,
-    config: GraphConfig | None = None,
-    **options: Unpack[GraphOptions],
-) -> SearchGraph:
-    """Direct baseline: no retrieval, one answer-only turn."""
-    return _one_turn("direct", policy, searcher, checkpointer, config, options)
+    return build_graph(
+        "sequential",
+        policy,
+        searcher,
+        answer_policy=answer_policy,
+        checkpointer=checkpointer,
+        config=config,
+        **options,
+    )
 
 
 def build_graph(
@@ -346,6 +319,8 @@ def build_graph(
     ``answer_policy`` applies to the searching graphs; the one-turn baselines have no
     separate answer turn, so it is not used there. ``build``: middleware, name, compile options.
     """
-    if check_graph_kind(kind) in SEARCHING_KINDS:
+    searching = check_graph_kind(kind) in SEARCHING_KINDS
+    searcher = None if kind == "direct" else as_searcher(searcher)  # the one normalisation
+    if searching:
         return _search_loop(kind, policy, searcher, answer_policy, checkpointer, config, options, build)
     return _one_turn(kind, policy, searcher, checkpointer, config, options, build)

@@ -6,7 +6,8 @@ and the per-request knobs a served graph takes (docs/architecture.md, "Configura
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any, TypeAlias
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeAlias, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, with_config
 from typing_extensions import TypedDict
@@ -33,8 +34,28 @@ MAX_PASSAGE_BUDGET = 10_000
 #: (sync or async) or an object with ``aresolve`` (``parallelsearch.agents.resolvers``)
 ResolverChoice: TypeAlias = ResolverName | Callable[..., Any] | None
 
+
+@dataclass(frozen=True)
+class OperatorCap:
+    """A per-request knob's operator cap: the ``Settings`` field ``setting`` holds the most a request
+    may ask for on this server (a request asking for more is refused before any work starts)."""
+
+    setting: str
+
+
+@dataclass(frozen=True)
+class Uncapped:
+    """Why a per-request knob needs no operator cap: its declared bounds are all any request may
+    ask for on any server."""
+
+    reason: str
+
+
 # Each knob's type and bounds, declared once: GraphConfig, GraphOptions and GraphContext use these.
-TopK = Annotated[int, Field(ge=1, le=MAX_TOP_K, description="passages per sub-query")]
+# A knob a request may set also declares its operator cap (OperatorCap) or why it needs none (Uncapped).
+TopK = Annotated[
+    int, Field(ge=1, le=MAX_TOP_K, description="passages per sub-query"), OperatorCap("server_max_top_k")
+]
 PassageBudget = Annotated[
     int | None,
     Field(
@@ -44,13 +65,17 @@ PassageBudget = Annotated[
         "min(top_k, max(1, passage_budget // k)) per sub-query, so a wide search does not flood the "
         "context; None = top_k each (off)",
     ),
+    Uncapped("it only lowers what top_k (capped) fetches"),
 ]
 MaxTurns = Annotated[
-    int, Field(ge=0, le=MAX_TURNS_LIMIT, description="policy turns before the final answer-only turn")
+    int,
+    Field(ge=0, le=MAX_TURNS_LIMIT, description="policy turns before the final answer-only turn"),
+    OperatorCap("server_max_turns"),
 ]
 MaxSubqueries = Annotated[
     int,
     Field(ge=1, le=MAX_SUBQUERIES_LIMIT, description="more sub-queries in one search is an invalid action"),
+    OperatorCap("server_max_subqueries"),
 ]
 MaxConcurrency = Annotated[int | None, Field(ge=1, description="searcher nodes running at once (None = all)")]
 SearchTimeout = Annotated[float, Field(gt=0, description="per-attempt searcher timeout")]
@@ -72,9 +97,19 @@ ObservationTitles = Annotated[
         "official prompt template, else 'stripped'"
     ),
 ]
-MaxNewTokens = Annotated[int, Field(ge=1, le=32768, description="per-turn token cap")]
-Temperature = Annotated[float, Field(ge=0, le=10, description="policy sampling temperature")]
-TopP = Annotated[float, Field(gt=0, le=1, description="policy nucleus sampling")]
+MaxNewTokens = Annotated[
+    int,
+    Field(ge=1, le=32768, description="per-turn token cap"),
+    Uncapped("bounded by its declaration and by the model's context length"),
+]
+Temperature = Annotated[
+    float,
+    Field(ge=0, le=10, description="policy sampling temperature"),
+    Uncapped("sampling: costs nothing"),
+]
+TopP = Annotated[
+    float, Field(gt=0, le=1, description="policy nucleus sampling"), Uncapped("sampling: costs nothing")
+]
 SplitSubqueries = Annotated[
     bool, Field(description="split '##' into parallel sub-queries (False = Search-R1)")
 ]
@@ -86,6 +121,7 @@ MaxStages = Annotated[
         description="search stages one search may take when its sub-queries name earlier ones' results "
         "(#k); more is an invalid action",
     ),
+    Uncapped("bounded by MAX_STAGES_LIMIT, which the recursion limit is sized for"),
 ]
 ResolverKnob = Annotated[
     ResolverName | None,
@@ -95,6 +131,7 @@ ResolverKnob = Annotated[
         "answers from metadata.hops; oracle runs), 'policy' (one short extraction call to the answer or "
         "planner model); None = the function given to the builder, else 'passage'"
     ),
+    Uncapped("a name, not an amount"),
 ]
 SystemPrompt = Annotated[
     str | None,
@@ -111,6 +148,8 @@ MaxHistoryMessages = Annotated[
         description="earlier messages of the thread a chat protocol's planner sees (the last ones, "
         "starting at a question); None = all",
     ),
+    # a served graph bounds it by default; a request asking for more would widen each model request
+    OperatorCap("server_max_history_messages"),
 ]
 MaxHistoryTokens = Annotated[
     int | None,
@@ -119,6 +158,7 @@ MaxHistoryTokens = Annotated[
         description="the same bound in approximate tokens (LangChain's count_tokens_approximately); "
         "None = no token bound",
     ),
+    Uncapped("it only narrows the thread the planner sees"),
 ]
 ProtocolName = Annotated[
     str,
@@ -225,6 +265,28 @@ class GraphContext(_RequestKnobs, total=False):
 
 #: the keys a request may set (the rest of GraphConfig is fixed when the graph is built)
 PER_REQUEST_KEYS: tuple[str, ...] = tuple(GraphContext.__annotations__)
+
+
+def declared_caps(context: type) -> dict[str, OperatorCap | Uncapped]:
+    """Each knob of the request schema ``context`` (a TypedDict) with its declared operator cap or
+    why it needs none; a knob that declares neither is a TypeError naming it, so a new per-request
+    knob cannot reach a server uncapped by omission."""
+    out: dict[str, OperatorCap | Uncapped] = {}
+    for key, hint in get_type_hints(context, include_extras=True).items():
+        marks = [m for m in getattr(hint, "__metadata__", ()) if isinstance(m, OperatorCap | Uncapped)]
+        if len(marks) != 1:
+            raise TypeError(
+                f"the per-request knob {key!r} must declare one operator cap in its Annotated type: "
+                "OperatorCap('server_max_...') (a Settings field) or Uncapped('why it needs none')"
+            )
+        out[key] = marks[0]
+    return out
+
+
+#: the per-request knobs an operator caps, by the ``Settings`` field that holds each cap
+OPERATOR_CAPS: dict[str, str] = {
+    key: mark.setting for key, mark in declared_caps(GraphContext).items() if isinstance(mark, OperatorCap)
+}
 
 #: the knobs the command line sets, by flag (its type, choices, help and default come from the field)
 CLI_FLAGS: dict[str, str] = {

@@ -80,7 +80,7 @@ class EpisodeEngine:
         return bool(self.middleware and self.middleware.with_hook("wrap_tool_call"))
 
     def style(self) -> ObservationStyle:
-        return ObservationStyle(self.cfg.observation_titles or "stripped", self.cfg.max_observation_words)
+        return ObservationStyle.of(self.cfg)
 
     def semaphore(self) -> asyncio.Semaphore | None:
         """This loop's limit on searcher nodes running at once (``max_concurrency``), if any."""

@@ -256,17 +256,39 @@ def _store_searcher(cfg: RetrievalConfig) -> Searcher:
     return next(iter(searchers.values())) if len(searchers) == 1 else MultiStoreSearcher(searchers)
 
 
-#: every searcher kind a configuration can name (``RetrievalConfig.searcher``): one entry per kind
-SEARCHER_KINDS: dict[str, Callable[[RetrievalConfig], Searcher]] = {
-    "remote": _remote_searcher,
-    "stores": _store_searcher,
+def _store_names(cfg: RetrievalConfig) -> list[str]:
+    """The stores ``stores`` names (a sharded declaration by its name), known before any opens."""
+    return [cfg.store_spec(entry).name for entry in cfg.stores]
+
+
+@dataclass(frozen=True)
+class SearcherKind:
+    """A searcher kind a configuration can name: how it opens, and, for one that loads heavy state
+    (Chroma, an encoder), the names of what it will search, known before it opens: such a kind
+    opens at its first search where graphs are built at import (:func:`deferred_searcher`)."""
+
+    open: Callable[[RetrievalConfig], Searcher]
+    deferred_names: Callable[[RetrievalConfig], list[str]] | None = None
+
+
+#: every searcher kind a configuration can name (``RetrievalConfig.searcher``): one entry per kind, a
+#: :class:`SearcherKind` or just its opener (opened at once everywhere)
+SEARCHER_KINDS: dict[str, SearcherKind | Callable[[RetrievalConfig], Searcher]] = {
+    "remote": SearcherKind(_remote_searcher),
+    "stores": SearcherKind(_store_searcher, deferred_names=_store_names),
 }
+
+
+def searcher_kind(cfg: RetrievalConfig) -> SearcherKind:
+    """The entry of ``SEARCHER_KINDS`` the configuration names (a bare opener as a kind), or a
+    ValueError listing the kinds."""
+    entry = SEARCHER_KINDS[check_choice(cfg.searcher_kind(), tuple(SEARCHER_KINDS), "searcher")]
+    return entry if isinstance(entry, SearcherKind) else SearcherKind(entry)
 
 
 def make_searcher(cfg: RetrievalConfig) -> Searcher:
     """What the graphs search: the searcher kind the configuration names (``SEARCHER_KINDS``)."""
-    kind = check_choice(cfg.searcher_kind(), tuple(SEARCHER_KINDS), "searcher")
-    return SEARCHER_KINDS[kind](cfg)
+    return searcher_kind(cfg).open(cfg)
 
 
 def make_policy(cfg: PolicyConfig | str, *, answer: bool = False) -> Policy:
@@ -312,13 +334,14 @@ class GraphParts:
 
 
 def deferred_searcher(cfg: RetrievalConfig) -> Searcher:
-    """:func:`make_searcher`'s searcher, opened at its first search (Chroma, torch and the encoder
-    load then, in a worker thread): graphs built at import stay quick to import. A ``/retrieve``
-    client holds no heavy state and is made at once."""
-    if cfg.searcher_kind() == "remote":
-        return make_searcher(cfg)
-    names = [cfg.store_spec(entry).name for entry in cfg.stores]
-    return DeferredSearcher(lambda: make_searcher(cfg), names, what=f"the stores {names} at {cfg.location()}")
+    """:func:`make_searcher`'s searcher, opened at its first search when its kind declares what it
+    will search (``SearcherKind.deferred_names``: Chroma, torch and the encoder load then, in a worker
+    thread), so graphs built at import stay quick to import; any other kind is made at once."""
+    kind = searcher_kind(cfg)
+    if kind.deferred_names is None:
+        return kind.open(cfg)
+    names = kind.deferred_names(cfg)
+    return DeferredSearcher(lambda: kind.open(cfg), names, what=f"the stores {names} at {cfg.location()}")
 
 
 def make_parts(

@@ -145,7 +145,7 @@ class Episode:
         trajectory: Sequence[TrajectoryRecord] = values.get("trajectory") or []
         return cls(
             turns=_reviewed_turns(trajectory),
-            observations=tuple(t for t in trajectory if t["type"] == "observation"),  # type: ignore[misc]
+            observations=tuple(t for t in trajectory if t["type"] == "observation"),
             answer=values.get("answer"),
             question=values.get("question") or "",
             protocol=values.get("protocol") or "tags",

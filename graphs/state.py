@@ -124,6 +124,6 @@ def state_with(fields: dict[str, Any]) -> type:
         return SearchState
     own = get_type_hints(SearchState, include_extras=True)
     extra = {k: v for k, v in fields.items() if k not in own}
-    return TypedDict(  # type: ignore[operator]
+    return TypedDict(  # type: ignore[operator]  # a TypedDict built at run time: checkers want literal fields
         "SearchState", {**own, **extra, "jump_to": Annotated[Any, EphemeralValue]}, total=False
     )

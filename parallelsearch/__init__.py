@@ -54,8 +54,8 @@ _LAZY = {
     "paper_preset": "parallelsearch.rl.train_config",
     "launch": "parallelsearch.rl.launch",
     # serving
-    "create_app": "parallelsearch.server",
-    "LoopbackServer": "parallelsearch.loopback",
+    "create_app": "parallelsearch.serving.server",
+    "LoopbackServer": "parallelsearch.serving.loopback",
 }
 
 

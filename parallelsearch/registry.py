@@ -40,5 +40,5 @@ def open_store(
     and opens a store the settings declare sharded (or a ``NAME=SHARD,...`` name) as one."""
     cfg = retrieval_config(settings, model=model, host=host, port=port)
     if not create:
-        return factory.make_named_store(cfg, name)  # type: ignore[return-value]
+        return factory.make_named_store(cfg, name)
     return factory.make_store(cfg, name, create=create)

@@ -20,8 +20,14 @@ from pydantic_settings import (
 )
 
 from parallelsearch.agents.policies.config import PolicyConfig
-from parallelsearch.checkpointers import CheckpointerKind
-from parallelsearch.graphs.config import MAX_SUBQUERIES_LIMIT, MAX_TOP_K, MAX_TURNS_LIMIT, GraphConfig
+from parallelsearch.graphs.config import (
+    MAX_SUBQUERIES_LIMIT,
+    MAX_TOP_K,
+    MAX_TURNS_LIMIT,
+    OPERATOR_CAPS,
+    GraphConfig,
+)
+from parallelsearch.serving.checkpointers import CheckpointerKind
 from parallelsearch.stores.config import RetrievalConfig
 
 if TYPE_CHECKING:
@@ -264,11 +270,7 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
     def _graph_within_caps(self) -> Settings:
         """The server's own graph knobs must fit the caps it puts on requests."""
         g = self.graph_config
-        for knob, cap in (
-            ("top_k", "server_max_top_k"),
-            ("max_subqueries", "server_max_subqueries"),
-            ("max_turns", "server_max_turns"),
-        ):
+        for knob, cap in OPERATOR_CAPS.items():
             if getattr(g, knob) > getattr(self, cap):
                 raise ValueError(
                     f"graph_config.{knob}={getattr(g, knob)} exceeds {cap}={getattr(self, cap)}; "

@@ -157,7 +157,7 @@ class SearchEnv:
 
         before = self._transcript + action_text
         final_state = await self._advance(Command(resume={"text": action_text}))
-        after = final_state["transcript"] if final_state is not None else self.turn.transcript  # type: ignore[union-attr]
+        after = final_state["transcript"] if final_state is not None else self.turn.transcript  # type: ignore[union-attr]  # LangGraph types the state snapshot's values loosely
         if not after.startswith(before):
             raise RuntimeError("the graph's transcript does not continue the action text (state was altered)")
         self._transcript = after

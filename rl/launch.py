@@ -1,4 +1,4 @@
-"""The OpenRLHF command builder and launcher: a :class:`TrainConfig` -> OpenRLHF 0.11.2's
+"""The OpenRLHF launcher: a :class:`TrainConfig` -> OpenRLHF 0.11.2's
 ``train_ppo_ray`` flags, a job folder holding every file the job reads, and the run itself.
 
 The command names the folder's files relative to it and ships it as Ray's ``working_dir``, so
@@ -12,7 +12,6 @@ of the folder. Every command is checked by OpenRLHF's own parser and assertions
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import sys
@@ -22,14 +21,14 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from parallelsearch.rl.agent_config import ENV_VAR, KEY_ENV_VAR
-from parallelsearch.rl.train_config import OPENRLHF_NAMES, TrainConfig
+from parallelsearch.rl.openrlhf_command import (
+    WANDB_FROM_ENV,
+    agent_module_path,
+    openrlhf_args,
+    wandb_key_source,
+)
+from parallelsearch.rl.train_config import TrainConfig
 from parallelsearch.stores.errors import UnavailableError, check_choice
-
-
-def agent_module_path() -> Path:
-    """The file to pass as ``--train.agent_func_path`` (OpenRLHF loads it by path)."""
-    return Path(__file__).resolve().parent / "openrlhf_agent.py"
-
 
 #: the job folder's files (names the command uses, relative to the folder)
 AGENT_FILE = "parallelsearch_agent.yaml"
@@ -40,59 +39,8 @@ COMMAND_FILE = "command.sh"
 COPY_LIMIT_BYTES = 400 * 2**20
 Runner = Literal["ray", "python", "print"]
 RUNNERS: tuple[str, ...] = get_args(Runner)
-#: the value of ``--logger.wandb.key`` that turns OpenRLHF's wandb logger on without the key: its
-#: WandbLogger logs in with the flag only when wandb finds no WANDB_API_KEY in the environment
-WANDB_FROM_ENV = "from-env:WANDB_API_KEY"
 #: the shell variable holding the runtime env file ``command.sh`` writes for ``ray job submit``
 RUNTIME_ENV_VAR = "$runtime_env"
-
-
-def wandb_key_source(cfg: TrainConfig, environ: Mapping[str, str] | None = None) -> tuple[str | None, str]:
-    """The value for ``--logger.wandb.key`` (None: wandb off) and a line saying why.
-
-    The key itself is never on the command: it is :data:`WANDB_FROM_ENV`, and ``command.sh`` puts
-    WANDB_API_KEY in the runtime env of every Ray worker, where wandb reads it.
-    """
-    env = os.environ if environ is None else environ
-    if cfg.wandb == "off" or not cfg.wandb_project:
-        return None, "wandb: off" + ("" if cfg.wandb_project else " (no wandb_project)")
-    if env.get("WANDB_API_KEY"):
-        return WANDB_FROM_ENV, "wandb: on (WANDB_API_KEY from the environment, shipped in Ray's runtime env)"
-    if cfg.wandb == "on":
-        raise ValueError("wandb=on but no key: export WANDB_API_KEY (or set wandb=off)")
-    return None, "wandb: off (WANDB_API_KEY is not set; export it to log to wandb, or set wandb=off)"
-
-
-def openrlhf_args(
-    cfg: TrainConfig, *, agent_func_path: str | None = None, environ: Mapping[str, str] | None = None
-) -> list[str]:
-    """The flags after ``python -m openrlhf.cli.train_ppo_ray`` (OpenRLHF 0.11.2's dotted names):
-    each field of :data:`OPENRLHF_NAMES` that applies, the layout and the agent module."""
-    flags: dict[str, Any] = {}
-    for role in ("ref", "actor", "critic"):
-        flags[f"{role}.num_nodes"] = cfg.nodes
-        flags[f"{role}.num_gpus_per_node"] = cfg.gpus_per_node
-    flags["vllm.enable_sleep"] = flags["ds.enable_sleep"] = cfg.colocate_all and not cfg.async_train
-    flags["train.agent_func_path"] = agent_func_path or str(agent_module_path())
-    flags.update({flag: getattr(cfg, name) for flag, name in OPENRLHF_NAMES.items()})
-    flags["critic.model_name_or_path"] = cfg.critic_model or cfg.model
-    flags["ckpt.path"] = cfg.ckpt_path or str(Path(cfg.save_path) / "ckpt")
-    flags["logger.wandb.key"], _ = wandb_key_source(cfg, environ)
-    off = {
-        "critic.": cfg.algorithm != "gae",
-        "eval.": not cfg.eval_data,
-        "algo.dynamic_filtering_range": not cfg.dynamic_filtering,
-        "logger.wandb.": not flags["logger.wandb.key"],
-    }
-    skipped = tuple(prefix for prefix, skip in off.items() if skip)
-    a: list[str] = []
-    for flag, value in flags.items():
-        if value is None or value is False or flag.startswith(skipped):
-            continue
-        a.append(f"--{flag}")
-        if value is not True:
-            a.extend(str(v) for v in (value if isinstance(value, list | tuple) else [value]))
-    return a
 
 
 def python_command(cfg: TrainConfig, **kwargs: Any) -> list[str]:

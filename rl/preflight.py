@@ -171,8 +171,8 @@ def gpu_demand(cfg: TrainConfig) -> tuple[int, str]:
 
 def check_resources(cfg: TrainConfig) -> str:
     """OpenRLHF's train() assertions on the command, then the cluster sum; a line with the sum."""
-    from parallelsearch.rl.launch import openrlhf_args
     from parallelsearch.rl.openrlhf_cli import check_command
+    from parallelsearch.rl.openrlhf_command import openrlhf_args
 
     try:
         check_command(openrlhf_args(cfg))

@@ -395,7 +395,7 @@ def flat_keys(
             default = value
         elif f.default_factory is not None:
             try:
-                default = f.default_factory()  # type: ignore[call-arg]
+                default = f.default_factory()  # type: ignore[call-arg]  # pydantic types default_factory as maybe taking the data
             except TypeError:
                 default = "(computed)"
         rows.append((key, shown, default, f.description or ""))

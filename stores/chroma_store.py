@@ -9,7 +9,6 @@ parameters are fixed at creation, except ``ef_search`` (processes opening the st
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ import numpy as np
 from parallelsearch.stores.coalesced_search import VectorSearch
 from parallelsearch.stores.encoding.backend import embedding_family
 from parallelsearch.stores.encoding.embedder import Embedder, get_embedder
-from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
+from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError, missing_store_error
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.shard_spec import validate_store_name
 from parallelsearch.stores.store_files import repair_hint
@@ -55,19 +54,6 @@ def store_backend(client: Any, name: str) -> str | None:
 def collection_names(client: Any) -> list[str]:
     """The collections behind ``client`` (a client lists names or collection objects)."""
     return [c.name if hasattr(c, "name") else c for c in client.list_collections()]
-
-
-def missing_store_error(name: str, location: str, existing: Sequence[str]) -> StoreNotFoundError:
-    """A missing store's error: where it looked and which stores are there (the closest named)."""
-    if not existing:
-        return StoreNotFoundError(
-            f"no store named {name!r} at {location}: there is no store there yet (create one with index)"
-        )
-    close = difflib.get_close_matches(name, sorted(existing), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return StoreNotFoundError(
-        f"no store named {name!r} at {location}{hint}; stores there: {', '.join(sorted(existing))}"
-    )
 
 
 def require_stores(client: Any, names: Sequence[str], location: str) -> None:

@@ -32,7 +32,7 @@ class CoalescedSearch(ABC):
         return self.search_batch([query], k)[0]
 
     def _search_k(self, k: Hashable, queries: list[str]) -> list[list[Passage]]:
-        return self.search_batch(queries, int(k))  # type: ignore[call-overload]
+        return self.search_batch(queries, int(k))  # type: ignore[call-overload]  # the coalescer keys by Hashable; k is the int given
 
     async def asearch(self, query: str, k: int = 3) -> list[Passage]:
         """Async single query; concurrent calls arriving together share one batched search."""

@@ -12,18 +12,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
 
 from parallelsearch.stores.encoding.backend import EncoderBackend
 from parallelsearch.stores.shard_spec import StoreSpec, find_store, group_store_parts, parse_store
 
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 
-try:  # the environment gives "a,b" or '["a","b"]'; NoDecode lets the validator below read both
-    from pydantic_settings import NoDecode
-
-    _StoreList = Annotated[list[str], NoDecode]
-except ImportError:  # pragma: no cover - pydantic-settings is a dependency
-    _StoreList = list[str]  # type: ignore[misc]
+# the environment gives "a,b" or '["a","b"]'; NoDecode lets the validator below read both
+_StoreList = Annotated[list[str], NoDecode]
 
 
 class RetrievalConfig(BaseModel):
@@ -74,8 +71,8 @@ class RetrievalConfig(BaseModel):
     passage_prefix: str = Field("", description="prepended to every passage (e.g. 'passage: ' for E5)")
     searcher: str | None = Field(
         None,
-        description="the searcher kind, by name (graphs.factory.SEARCHER_KINDS: remote, stores, or one "
-        "added there); unset = remote with retriever_url, else stores",
+        description="the searcher kind, by name: a key of graphs.factory.SEARCHER_KINDS (`--help` of a "
+        "command that searches lists them); unset = remote with retriever_url, else stores",
     )
     retriever_timeout_s: float = Field(30.0, gt=0, description="per-request timeout of /retrieve calls")
     retriever_ca_bundle: Path | None = Field(

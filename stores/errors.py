@@ -12,7 +12,7 @@ import json
 import numbers
 import re
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -131,3 +131,16 @@ def json_of(text: str, what: str, kind: type = dict) -> Any:
         shape = {dict: "object", list: "array"}.get(kind, kind.__name__)
         raise ValueError(f"{what} must be a JSON {shape}, not {type(value).__name__}")
     return value
+
+
+def missing_store_error(name: str, location: str, existing: Sequence[str]) -> StoreNotFoundError:
+    """A missing store's error: where it looked and which stores are there (the closest named)."""
+    if not existing:
+        return StoreNotFoundError(
+            f"no store named {name!r} at {location}: there is no store there yet (create one with index)"
+        )
+    close = difflib.get_close_matches(name, sorted(existing), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return StoreNotFoundError(
+        f"no store named {name!r} at {location}{hint}; stores there: {', '.join(sorted(existing))}"
+    )

@@ -130,7 +130,7 @@ def _counts(conn: sqlite3.Connection, name: str, found: StoreFiles) -> tuple[str
     the last log entry written into the index (0: none yet)."""
     row = conn.execute("SELECT id, dimension FROM collections WHERE name = ?", (name,)).fetchone()
     if row is None:
-        from parallelsearch.stores.chroma_store import missing_store_error
+        from parallelsearch.stores.errors import missing_store_error
 
         existing = [r[0] for r in conn.execute("SELECT name FROM collections")]
         raise missing_store_error(name, found.location, existing)
@@ -158,7 +158,7 @@ def _seq(value: object) -> int:
         return 0
     if isinstance(value, bytes):
         return int.from_bytes(value, "big")
-    return int(value)  # type: ignore[call-overload]
+    return int(value)  # type: ignore[call-overload]  # SQLite gives an int here
 
 
 def _check_index(folder: Path, dimension: int, flushed: int, found: StoreFiles) -> None:
@@ -285,7 +285,7 @@ def require_sound_store(chroma_path: str | Path, name: str) -> StoreFiles:
     up (naming it and the repair), before Chroma touches its files."""
     chroma_path = Path(chroma_path)
     if not chroma_path.is_dir():
-        from parallelsearch.stores.chroma_store import missing_store_error
+        from parallelsearch.stores.errors import missing_store_error
 
         raise missing_store_error(name, str(chroma_path), [])
     reason = read_only_reason(chroma_path)

@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 needs_data = pytest.mark.skipif(not RAW.is_dir(), reason=f"benchmark data folder {RAW} is missing")
 
 
-from parallelsearch.loopback import LoopbackServer as UvicornThread  # noqa: E402
-from parallelsearch.loopback import free_port  # noqa: E402
+from parallelsearch.serving.loopback import LoopbackServer as UvicornThread  # noqa: E402
+from parallelsearch.serving.loopback import free_port  # noqa: E402
 
 __all__ = ["UvicornThread", "free_port"]
 

@@ -153,3 +153,33 @@ def test_known_keywords_still_reach_the_graph():
     meta = {"golden_answers": ["yes"], "supporting_titles": ["Scott Derrickson", "Ed Wood"]}
     out = agent.invoke({"question": Q, "metadata": meta})
     assert out["status"] == "answered" and out["subqueries"] == 2 and ks == [2, 2]
+
+
+def test_the_front_doors_searchers_checkpointer_and_store_are_typed_for_an_editor():
+    """``tools``, ``searchers``, ``checkpointer`` and ``store`` carry the types an IDE shows (no
+    ``Any``): the classes a user passes are named in them."""
+    import types
+    import typing
+
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.vectorstores import VectorStore
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+    from langgraph.store.base import BaseStore
+
+    hints = typing.get_type_hints(create_parallel_search_agent)
+
+    def members(hint: object) -> set[object]:
+        """The classes a union names (a generic by its origin: ``Sequence[X]`` is Sequence and X)."""
+        if hint is typing.Any:
+            return {typing.Any}
+        args = [a for a in typing.get_args(hint) if a is not typing.Any and a is not Ellipsis]
+        origin = typing.get_origin(hint)
+        own = set() if origin in (typing.Union, types.UnionType) else {origin or hint}
+        return own | {m for a in args for m in members(a)}
+
+    for name in ("tools", "searchers", "checkpointer", "store"):
+        assert typing.Any not in members(hints[name]), name
+    assert {BaseRetriever, VectorStore, str} <= members(hints["tools"]) and members(
+        hints["tools"]
+    ) == members(hints["searchers"])
+    assert BaseCheckpointSaver in members(hints["checkpointer"]) and BaseStore in members(hints["store"])

@@ -17,6 +17,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+sys.path.insert(0, str(ROOT / "docs"))
+import import_graph  # noqa: E402  (docs/import_graph.py: the page's import graph, generated)
+from import_graph import imports_of, project_modules  # noqa: E402
+
 #: what each layer may import besides itself
 ALLOWED = {
     "stores": set(),
@@ -26,8 +30,6 @@ ALLOWED = {
     "rl": {"stores", "agents", "data", "graphs"},
     "app": {"stores", "agents", "data", "graphs", "rl"},
 }
-#: installed name of each source folder (pyproject.toml's package-dir)
-FOLDERS = {"stores": "stores", "agents": "agents", "graphs": "graphs", "rl": "rl", "parallelsearch": ""}
 
 
 def layer_of(module: str) -> str | None:
@@ -35,45 +37,6 @@ def layer_of(module: str) -> str | None:
     if parts[0] != "parallelsearch" or len(parts) == 1:
         return None  # third party, or the lazy root namespace itself
     return parts[1] if parts[1] in ALLOWED else "app"
-
-
-def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts = parts[:-1]
-    if parts[0] != "parallelsearch":
-        parts = ["parallelsearch", *parts]
-    return ".".join(parts)
-
-
-def project_modules() -> dict[str, Path]:
-    out = {}
-    for folder in FOLDERS:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            out[module_name(path)] = path
-    return out
-
-
-def imports_of(source: str, module: str, is_package: bool, known: set[str]) -> list[tuple[int, str]]:
-    """(line, imported module) for every import statement and every string naming a project module."""
-    found: list[tuple[int, str]] = []
-    package = module if is_package else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
-            found.append((node.lineno, base))
-            # "from parallelsearch import stores" names a subpackage
-            found += [(node.lineno, f"{base}.{a.name}") for a in node.names if f"{base}.{a.name}" in known]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known:
-            found.append((node.lineno, node.value))
-    return found
 
 
 def violations(modules: dict[str, Path], known: set[str] | None = None) -> list[str]:
@@ -85,9 +48,7 @@ def violations(modules: dict[str, Path], known: set[str] | None = None) -> list[
             dst_layer = layer_of(target)
             if dst_layer is None or dst_layer == src_layer or dst_layer in ALLOWED[src_layer]:
                 continue
-            bad.append(
-                f"{path.relative_to(ROOT)}:{line}: {src_layer} module {name} imports {dst_layer} {target}"
-            )
+            bad.append(f"{path.name}:{line}: {src_layer} module {name} imports {dst_layer} {target}")
     return bad
 
 
@@ -97,26 +58,25 @@ def test_no_lower_layer_imports_a_higher_one():
     assert violations(modules) == []
 
 
-def test_the_check_catches_upward_imports(tmp_path, monkeypatch):
+def test_the_check_catches_upward_imports(tmp_path):
     """The checker itself flags each kind of upward dependency (so the test above can fail)."""
-    known = {"parallelsearch.graphs.factory", "parallelsearch.rl.env", "parallelsearch.server"}
+    known = {"parallelsearch.graphs.factory", "parallelsearch.rl.env", "parallelsearch.serving.server"}
     src = (
         "from parallelsearch.graphs.factory import make_searcher\n"
         "def f():\n    import parallelsearch.rl.env\n"
-        "LAZY = {'x': 'parallelsearch.server'}\n"
+        "LAZY = {'x': 'parallelsearch.serving.server'}\n"
         "from ..rl import env\n"
     )
     found = {t for _, t in imports_of(src, "parallelsearch.stores.x", False, known)}
     assert found == {
         "parallelsearch.graphs.factory",
         "parallelsearch.rl.env",
-        "parallelsearch.server",
+        "parallelsearch.serving.server",
         "parallelsearch.rl",
     }
     fake = tmp_path / "stores" / "bad.py"
     fake.parent.mkdir()
     fake.write_text(src)
-    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     report = violations({"parallelsearch.stores.bad": fake}, known | {"parallelsearch.rl"})
     assert len(report) == 5 and all("stores module parallelsearch.stores.bad imports" in r for r in report)
 
@@ -166,3 +126,51 @@ def test_no_stores_submodule_is_named_like_a_public_name():
     submodules = {m.name for m in pkgutil.iter_modules(stores.__path__)}
     assert {"ingestion", "http", "chroma_store"} <= submodules
     assert not submodules & set(stores.__all__)
+
+
+def test_the_installed_package_has_no_import_circle():
+    graph = import_graph.module_graph(project_modules())
+    assert len(graph) > 100 and import_graph.import_circles(graph) == []
+
+
+def test_the_circle_finder_finds_circles_and_skips_type_checking_imports(tmp_path):
+    """A real two-module circle is reported; the same edge under ``if TYPE_CHECKING:`` is none."""
+    (tmp_path / "rl").mkdir()
+    (tmp_path / "rl" / "a.py").write_text("def f():\n    from parallelsearch.rl.b import g\n")
+    (tmp_path / "rl" / "b.py").write_text("from parallelsearch.rl.a import f\n")
+    graph = import_graph.module_graph(project_modules(tmp_path))
+    assert import_graph.import_circles(graph) == [["parallelsearch.rl.a", "parallelsearch.rl.b"]]
+    (tmp_path / "rl" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from parallelsearch.rl.a import f\n"
+    )
+    assert import_graph.import_circles(import_graph.module_graph(project_modules(tmp_path))) == []
+
+
+def test_the_architecture_page_shows_the_import_graph_of_the_code():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    assert import_graph.page_block(page) == import_graph.block(), "run python docs/import_graph.py --write"
+
+
+def test_the_app_package_top_level_stays_small():
+    """The app package groups its modules by job (cli/, serving/, training/, eval/, data/)."""
+    top = sorted(p.name for p in (ROOT / "parallelsearch").glob("*.py"))
+    assert len(top) <= 12, top
+    assert {"serving", "cli", "training", "eval", "data"} <= {
+        p.name for p in (ROOT / "parallelsearch").iterdir()
+    }
+
+
+def test_no_function_is_over_60_lines():
+    """Functions stay small enough to read at once (tests excepted): the package and the benchmarks."""
+    long = []
+    for path in [
+        *project_modules().values(),
+        *sorted((ROOT / "benchmarks").glob("*.py")),
+        ROOT / "docs/import_graph.py",
+    ]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 60:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []

@@ -15,7 +15,7 @@ from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
 
 from parallelsearch import create_parallel_search_agent
-from parallelsearch.ask_events import event_lines, run_events
+from parallelsearch.cli.ask_events import event_lines, run_events
 from parallelsearch.graphs.record import Episode
 from parallelsearch.stores import Passage
 

@@ -22,7 +22,8 @@ from servers import make_openai_test_server
 
 from parallelsearch.agents.policies import OpenAICompletionsPolicy, PolicyConfig, ScriptedPolicy
 from parallelsearch.agents.searchers import MultiStoreSearcher, RemoteSearcher, StoreSearcher
-from parallelsearch.cli import main
+from parallelsearch.cli import build_parser, main
+from parallelsearch.cli.common import settings_from_args
 from parallelsearch.graphs import (
     PER_REQUEST_KEYS,
     GraphConfig,
@@ -30,7 +31,6 @@ from parallelsearch.graphs import (
     GraphOptions,
     build_graph,
     build_parallel_search_graph,
-    build_rag_graph,
     build_sequential_graph,
     factory,
 )
@@ -165,7 +165,7 @@ def test_agent_config_uses_the_same_factory(hotpot_store):
 # ---- typed builders --------------------------------------------------------------------------
 def test_builders_take_typed_options_and_return_compiled_graphs(hotpot_store):
     assert set(typing.get_type_hints(GraphOptions)) == set(GraphConfig.model_fields)
-    for builder in (build_parallel_search_graph, build_sequential_graph, build_rag_graph, build_graph):
+    for builder in (build_parallel_search_graph, build_sequential_graph, build_graph):
         sig = inspect.signature(builder)
         assert "Unpack[GraphOptions]" in str(sig.parameters["options"].annotation)
         assert "config" in sig.parameters and sig.return_annotation == "SearchGraph"
@@ -259,14 +259,14 @@ def test_per_request_configuration(hotpot_store):
     assert run(config={"configurable": {"max_turns": 0}})["policy_calls"] == 1
     with pytest.raises(ValueError, match="top_k"):
         run(config={"configurable": {"top_k": 0}})
-    rag = build_rag_graph(ScriptedPolicy(["<answer> x </answer>"]), hotpot_store)
+    rag = build_graph("rag", ScriptedPolicy(["<answer> x </answer>"]), hotpot_store)
     out = asyncio.run(rag.ainvoke({"question": Q}, config={"configurable": {"max_turns": 5, "top_k": 1}}))
     assert out["policy_calls"] == 1 and out["passages"] == 1  # rag keeps its single turn
 
 
 @needs_data
 def test_served_graph_is_tuned_per_call(hotpot_store):
-    from parallelsearch.server import create_app
+    from parallelsearch.serving.server import create_app
 
     app = create_app(Settings(), policy=ScriptedPolicy(SEARCH), searcher=hotpot_store)
     with UvicornThread(app) as srv:
@@ -430,7 +430,7 @@ def test_encoder_threads_size_the_encoder_team_and_rollout_actors_default_to_one
 
     import torch
 
-    from parallelsearch.cli_common import add_chroma_args, settings_from_args
+    from parallelsearch.cli.common import add_chroma_args, settings_from_args
     from parallelsearch.stores.encoding.embedder import make_embedder
 
     assert make_embedder(RetrievalConfig(encoder_threads=1)).run(torch.get_num_threads) == 1
@@ -467,14 +467,20 @@ def test_a_searcher_kind_is_one_registry_entry_selectable_from_config(monkeypatc
     out = parts.graph("parallel").invoke({"question": "Which genus has more species?", "metadata": meta})
     assert out["answer"] == "Greyia" and "Doc 1(Title: Calibanus) about calibanus" in out["transcript"]
     monkeypatch.setenv("PARALLELSEARCH_SEARCHER", "ehco")
-    with pytest.raises(ValueError, match="unknown searcher 'ehco'.*remote, stores, echo"):
+    with pytest.raises(ValueError, match="unknown searcher 'ehco'.*echo"):
         get_settings().graph_parts(["parallel"])
+    # the command line lists and selects the registered kinds (a flag over the environment)
+    monkeypatch.delenv("PARALLELSEARCH_SEARCHER")
+    parser = build_parser()
+    ask = parser._subparsers._group_actions[0].choices["ask"]
+    assert "echo" in " ".join(ask.format_help().split())
+    assert settings_from_args(ask.parse_args(["--searcher", "echo", "a question"])).searcher_kind() == "echo"
 
 
 def test_env_example_names_the_store_make_demo_builds(monkeypatch, tmp_path):
     """``.env.example`` (what ``langgraph dev`` reads once copied to ``.env``) searches the store
     ``make demo`` builds, where it builds it, and its policy spec reads as a policy."""
-    from parallelsearch.demo import DEMO_STORE
+    from parallelsearch.demo_data import DEMO_STORE
     from parallelsearch.settings import Settings
 
     values = dict(

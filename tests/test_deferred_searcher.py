@@ -7,8 +7,10 @@ store that cannot be opened stops the run naming it (a later run tries again).
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +20,13 @@ from parallelsearch.agents.searchers.base import SearcherOpenError
 from parallelsearch.agents.searchers.deferred import DeferredSearcher
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
 from parallelsearch.graphs import build_parallel_search_graph
-from parallelsearch.graphs.factory import make_parts, writing_store
+from parallelsearch.graphs.factory import (
+    SEARCHER_KINDS,
+    SearcherKind,
+    make_parts,
+    make_searcher,
+    writing_store,
+)
 from parallelsearch.stores import Passage, RetrievalConfig, ingest
 
 QUESTION = {
@@ -96,3 +104,54 @@ def test_a_remote_retriever_is_not_deferred():
     cfg = RetrievalConfig(retriever_url="http://127.0.0.1:9/retrieve")
     parts = make_parts(["parallel"], policy=OraclePolicy(), retrieval=cfg, defer_stores=True)
     assert type(parts.searcher).__name__ == "RemoteSearcher"
+
+
+class JsonlSearcher:
+    """A searcher kind over a JSONL corpus (``{"title", "text"}`` lines) whose ``stores`` are file
+    paths, not Chroma names: what a contributor registers in ``SEARCHER_KINDS``."""
+
+    def __init__(self, paths: list[str]):
+        rows = [json.loads(line) for p in paths for line in Path(p).read_text(encoding="utf-8").splitlines()]
+        self.rows, self.name = rows, "jsonl"
+
+    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
+        hits = [r for r in self.rows if r["title"].lower() in query.lower()] or self.rows
+        return [Passage(r["title"], r["title"], r["text"], 1.0, "jsonl") for r in hits[:k]]
+
+
+@pytest.fixture
+def jsonl_corpus(tmp_path):
+    path = tmp_path / "genera.jsonl"
+    rows = [
+        {"title": "Greyia", "text": "Greyia has three species."},
+        {"title": "Calibanus", "text": "one species."},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["opener", "declared-names"])
+def test_a_registered_kind_over_files_builds_deferred_as_make_searcher_does(
+    monkeypatch, jsonl_corpus, deferred
+):
+    """The deferred build (``langgraph dev``) reads the kind's entry like :func:`make_searcher`: a kind
+    whose ``stores`` are file paths builds (at once, or at its first search when it declares the
+    names it will search), and answers from its corpus."""
+    opened: list[str] = []
+
+    def open_jsonl(cfg: RetrievalConfig) -> JsonlSearcher:
+        opened.append("open")
+        return JsonlSearcher(cfg.stores)
+
+    entry = SearcherKind(open_jsonl, deferred_names=lambda cfg: ["genera"]) if deferred else open_jsonl
+    monkeypatch.setitem(SEARCHER_KINDS, "jsonl", entry)
+    cfg = RetrievalConfig(searcher="jsonl", stores=[str(jsonl_corpus)])
+    assert isinstance(make_searcher(cfg), JsonlSearcher)
+    opened.clear()
+    parts = make_parts(["parallel"], policy=OraclePolicy(), retrieval=cfg, defer_stores=True)
+    assert isinstance(parts.searcher, DeferredSearcher) is deferred and opened == (
+        [] if deferred else ["open"]
+    )
+    out = asyncio.run(parts.graph("parallel").ainvoke(QUESTION))
+    assert out["answer"] == "Greyia" and out["errors"] == 0 and opened == ["open"]
+    assert "Greyia has three species." in out["transcript"]

@@ -193,7 +193,7 @@ def test_encoder_workers_flow_from_flag_to_the_retrieve_batcher():
     import argparse
     from types import SimpleNamespace
 
-    from parallelsearch.cli_common import add_chroma_args, settings_from_args
+    from parallelsearch.cli.common import add_chroma_args, settings_from_args
     from parallelsearch.stores import create_retrieval_app
     from parallelsearch.stores.config import RetrievalConfig
     from parallelsearch.stores.encoding.embedder import make_embedder

@@ -70,8 +70,8 @@ def test_serve_retriever_sets_it_before_the_store_loads_torch():
 def test_serve_sets_it_before_the_app_loads_torch():
     """The LangServe CLI path, with the app factory replaced by a probe module."""
     replace = (
-        "server = types.ModuleType('parallelsearch.server')\n"
+        "server = types.ModuleType('parallelsearch.serving.server')\n"
         "server.create_app = probe\n"
-        "sys.modules['parallelsearch.server'] = server\n"
+        "sys.modules['parallelsearch.serving.server'] = server\n"
     )
     assert _spin_seen_by(replace, ["serve"]) == "1000"

@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from parallelsearch.agents.policies import ScriptedPolicy
-from parallelsearch.server import ROUTES, create_app
+from parallelsearch.serving.server import ROUTES, create_app
 from parallelsearch.settings import Settings
 from parallelsearch.stores import Passage
 

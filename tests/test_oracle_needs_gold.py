@@ -23,7 +23,7 @@ def test_ask_with_the_oracle_and_no_metadata_is_one_line_naming_the_fix(capsys):
 
 @needs_data
 def test_served_oracle_refuses_a_bare_question_and_answers_the_page_examples(hotpot_store):
-    from parallelsearch.server import create_app
+    from parallelsearch.serving.server import create_app
 
     app = create_app(Settings(), searcher=hotpot_store)  # the default policy: the oracle
     with UvicornThread(app) as srv:

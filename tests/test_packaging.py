@@ -51,7 +51,7 @@ def test_wheel_holds_only_the_parallelsearch_namespace(tmp_path):
     for module, path in project_modules().items():
         wanted = module.replace(".", "/") + ("/__init__.py" if path.name == "__init__.py" else ".py")
         assert wanted in names, f"{path.relative_to(ROOT)} is not packaged as {wanted}"
-    assert "parallelsearch/web/ask.html" in names  # the page `parallelsearch serve` shows at /ui
+    assert "parallelsearch/serving/web/ask.html" in names  # the page `parallelsearch serve` shows at /ui
     assert not tops & {"agents", "graphs", "rl", "stores", "tests"}
 
 

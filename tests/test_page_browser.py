@@ -18,7 +18,7 @@ from serving import ARTIFACT_FILES, ARTIFACTS, CHROMIUM, SCRIPT, chromium_missin
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.eval import DelayedPolicy
-from parallelsearch.server import create_app
+from parallelsearch.serving.server import create_app
 from parallelsearch.settings import Settings
 
 pytestmark = [

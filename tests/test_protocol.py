@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from parallelsearch.agents.protocol import (
     INVALID_FEEDBACK,
     TEMPLATES,
+    ObservationStyle,
     format_observation,
     parse_action,
     render_prompt,
@@ -123,13 +124,30 @@ def test_official_title_style_keeps_the_first_line_verbatim():
     remote = Passage(
         "2", "Aaron", "Aaron is a prophet.", heading="Aaron (prophet)"
     )  # a first line without quotes
-    assert format_observation([[ours], [remote]], titles="official") == (
+    official = ObservationStyle(titles="official")
+    assert format_observation([[ours], [remote]], style=official) == (
         '\n\n<information>Doc 1(Title: "Aaron") Aaron is a prophet.\n'
         "Doc 1(Title: Aaron (prophet)) Aaron is a prophet.</information>\n\n"
     )
-    assert "Doc 1(Title: Aaron) " in format_observation([[ours]], titles="stripped")
+    assert "Doc 1(Title: Aaron) " in format_observation([[ours]], style=ObservationStyle(titles="stripped"))
     with pytest.raises(ValueError, match="title style"):
-        format_observation([[ours]], titles="quoted")
+        ObservationStyle(titles="quoted")  # type: ignore[arg-type]
+
+
+def test_the_style_a_graph_configuration_sets_shapes_every_protocols_observation():
+    """The graph's observation knobs reach the formatters as one style: titles and the word cap
+    shape the tags block and the tool messages alike."""
+    from parallelsearch.agents.protocol import SubqueryResult, get_protocol
+    from parallelsearch.graphs.config import GraphConfig
+
+    style = ObservationStyle.of(GraphConfig(observation_titles="official", max_observation_words=4))
+    assert style == ObservationStyle(titles="official", max_words=4)
+    assert ObservationStyle.of(GraphConfig()) == ObservationStyle()
+    results = [SubqueryResult("aaron", [Passage("1", "Aaron", "Aaron is a prophet of old.")])]
+    tags = get_protocol("tags").render(results, [], style, "").text
+    assert tags == '\n\n<information>Doc 1(Title: "Aaron") Aaron ...</information>\n\n'
+    replies = get_protocol("tool_text").render(results, [("c1", 0)], style, "").text
+    assert 'Doc 1(Title: "Aaron") Aaron ...' in replies
 
 
 # -- the grammar of constrained decoding (tags): #k references --------------------------------------

@@ -140,3 +140,25 @@ def test_an_unregistered_or_misdeclared_protocol_is_refused_by_name():
         )
     )
     assert out["answer"] == "Camille Pissarro" and out["protocol"] == "lines"
+
+
+def test_the_protocol_package_exports_what_its_users_import():
+    """Every name ``parallelsearch.agents.protocol`` exports is imported from it somewhere outside the
+    package (source, tests, benchmarks, examples, or the public API's lazy table): the package is a
+    door to what is used, not a second list of its modules' names."""
+    import ast
+
+    from conftest import ROOT
+
+    import parallelsearch
+    import parallelsearch.agents.protocol as protocol
+
+    imported = {n for n, mod in parallelsearch._LAZY.items() if mod == protocol.__name__}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT).parts
+        if rel[0].startswith(".") or rel[:2] == ("agents", "protocol"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == protocol.__name__:
+                imported |= {alias.name for alias in node.names}
+    assert set(protocol.__all__) <= imported, sorted(set(protocol.__all__) - imported)

@@ -12,7 +12,7 @@ from conftest import ROOT
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
-from parallelsearch.loopback import LoopbackServer
+from parallelsearch.serving.loopback import LoopbackServer
 from parallelsearch.stores import create_retrieval_app
 from parallelsearch.stores.passages import Passage
 

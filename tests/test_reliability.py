@@ -24,7 +24,7 @@ from conftest import UvicornThread, needs_data
 from engines import FailingPolicy
 
 from parallelsearch.agents.policies import ScriptedPolicy
-from parallelsearch.server import create_app
+from parallelsearch.serving.server import create_app
 from parallelsearch.settings import Settings
 from parallelsearch.stores import create_retrieval_app
 from parallelsearch.stores.http.asgi_guard import clean_json, json_depth, parse_json
@@ -81,7 +81,7 @@ def test_depth_is_counted_without_parsing_and_brackets_in_strings_do_not_count()
 
 
 def test_admission_is_first_in_first_out_and_a_batch_holds_one_slot_per_input():
-    from parallelsearch.admission import AdmissionQueue, Refused
+    from parallelsearch.serving.admission import AdmissionQueue, Refused
 
     async def scenario():
         q = AdmissionQueue(limit=4, queue_size=2, max_wait_s=30)
@@ -115,7 +115,7 @@ def test_admission_is_first_in_first_out_and_a_batch_holds_one_slot_per_input():
 
 def test_admission_settings_flags_over_environment_over_defaults(monkeypatch):
     from parallelsearch.cli import build_parser
-    from parallelsearch.cli_common import settings_from_args
+    from parallelsearch.cli.common import settings_from_args
 
     defaults = Settings()
     assert (defaults.server_max_concurrency, defaults.server_queue_size) == (64, 512)

@@ -23,8 +23,8 @@ from parallelsearch.cli import main
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
 from parallelsearch.rl.agent_config import ENV_VAR, load_agent_config
 from parallelsearch.rl.data import make_train_data
-from parallelsearch.rl.launch import openrlhf_args
 from parallelsearch.rl.openrlhf_cli import check_command
+from parallelsearch.rl.openrlhf_command import openrlhf_args
 from parallelsearch.rl.train_config import OPENRLHF_NAMES, TrainConfig, load_train_config, paper_preset
 
 STANDIN = """#!/usr/bin/env bash

@@ -8,8 +8,8 @@ import pytest
 from conftest import RAW, UvicornThread, needs_data
 
 from parallelsearch.cli import main
-from parallelsearch.rl.launch import openrlhf_args
 from parallelsearch.rl.openrlhf_cli import build_parser, check_command
+from parallelsearch.rl.openrlhf_command import openrlhf_args
 from parallelsearch.rl.train_config import TrainConfig, load_train_config, paper_preset
 
 

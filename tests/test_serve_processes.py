@@ -107,7 +107,7 @@ def test_postgres_threads_are_shared_by_two_server_processes(hotpot_store, tmp_p
 def test_postgres_tables_are_set_up_once_when_servers_start_together():
     """Two checkpointers entering at once on a fresh database (what two servers starting together
     do): LangGraph's migrations are not safe to run concurrently, ours serialise them."""
-    from parallelsearch.checkpointers import open_checkpointer
+    from parallelsearch.serving.checkpointers import open_checkpointer
 
     async def one(url):
         async with open_checkpointer("postgres", url) as saver:

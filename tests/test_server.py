@@ -13,7 +13,7 @@ from engines import FailingPolicy
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.eval import DelayedPolicy
-from parallelsearch.server import create_app
+from parallelsearch.serving.server import create_app
 from parallelsearch.settings import Settings
 
 pytestmark = needs_data
@@ -149,7 +149,7 @@ def test_bad_input_is_a_4xx_with_a_message_and_the_server_goes_on(server, path, 
 
 def test_api_key_concurrency_cap_and_error_ids(hotpot_store, caplog):
     app = create_app(Settings(server_api_key="s3cret"), policy=FailingPolicy(), searcher=hotpot_store)
-    with UvicornThread(app) as srv, caplog.at_level(logging.ERROR, logger="parallelsearch.server"):
+    with UvicornThread(app) as srv, caplog.at_level(logging.ERROR, logger="parallelsearch.serving"):
         body = {"input": {"question": "q?"}}
         assert httpx.post(srv.url + "/parallelsearch/invoke", json=body, timeout=30).status_code == 401
         assert (

@@ -28,7 +28,7 @@ from servers import make_openai_chat_test_server
 from serving import record
 
 from parallelsearch.agents.policies import ScriptedPolicy
-from parallelsearch.server import create_app
+from parallelsearch.serving.server import create_app
 from parallelsearch.settings import Settings
 from parallelsearch.stores import create_retrieval_app
 from parallelsearch.stores.http.api_key import KeyFailures
@@ -346,7 +346,7 @@ def test_a_text_part_without_text_is_named_as_such(app_server_none):
     ids=["key-value-dsn", "query-password"],
 )
 def test_postgres_passwords_are_masked_in_start_up_errors(target):
-    from parallelsearch.checkpointers import open_checkpointer
+    from parallelsearch.serving.checkpointers import open_checkpointer
 
     async def start() -> None:
         async with open_checkpointer("postgres", target, timeout_s=1):

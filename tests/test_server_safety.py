@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from typing import Annotated
 
 import httpx
 import pytest
@@ -25,7 +26,15 @@ from servers import make_openai_test_server
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.cli import main
-from parallelsearch.server import create_app
+from parallelsearch.graphs.config import (
+    PER_REQUEST_KEYS,
+    GraphContext,
+    OperatorCap,
+    SearchTimeout,
+    declared_caps,
+)
+from parallelsearch.serving.request_checks import RequestCaps
+from parallelsearch.serving.server import create_app
 from parallelsearch.settings import Settings
 from parallelsearch.stores import create_retrieval_app
 from parallelsearch.stores.http.api_key import key_problem
@@ -182,7 +191,7 @@ def test_a_foreign_host_header_is_refused(app_server):
 
 
 def test_a_loopback_bind_answers_only_loopback_names_by_default():
-    from parallelsearch.cli_common import bind_settings
+    from parallelsearch.cli.common import bind_settings
 
     def args(host: str) -> argparse.Namespace:
         return argparse.Namespace(host=host)
@@ -366,6 +375,32 @@ def test_the_response_size_cap_cuts_invoke_and_stream(capped):
 def test_caps_cannot_be_below_the_servers_own_graph():
     with pytest.raises(ValueError, match="graph_config.top_k=3 exceeds server_max_top_k=2"):
         Settings(server_max_top_k=2)
+
+
+def test_a_per_request_knob_is_capped_or_says_why_not():
+    """Every knob a request may set declares its operator cap (a settings field) or why it needs
+    none; a new knob that declares neither is refused where it is declared, and a declared cap
+    refuses like the others (a search timeout of 1e9 s does not pass)."""
+    marks = declared_caps(GraphContext)
+    assert set(marks) == set(PER_REQUEST_KEYS)
+    assert all(m.setting in Settings.model_fields for m in marks.values() if isinstance(m, OperatorCap))
+
+    class Timeout(GraphContext, total=False):
+        search_timeout_s: SearchTimeout
+
+    with pytest.raises(TypeError, match="'search_timeout_s' must declare one operator cap"):
+        declared_caps(Timeout)
+
+    class CappedTimeout(GraphContext, total=False):
+        search_timeout_s: Annotated[SearchTimeout, OperatorCap("server_max_search_timeout_s")]
+
+    setting = declared_caps(CappedTimeout)["search_timeout_s"].setting
+    caps = RequestCaps({"search_timeout_s": (60.0, setting)})
+    assert caps.problem({"search_timeout_s": 1e9}) == (
+        "configurable.search_timeout_s=1000000000.0 exceeds this server's limit of 60.0 "
+        "(server_max_search_timeout_s)"
+    )
+    assert caps.problem({"search_timeout_s": 5.0}) is None
 
 
 # ---- secrets and upstream failures -------------------------------------------------------------------

@@ -294,7 +294,7 @@ def test_store_declarations_parse_and_settings_keep_them():
 def test_cli_store_name_keeps_the_settings_declaration(monkeypatch):
     import argparse
 
-    from parallelsearch.cli_common import settings_from_args
+    from parallelsearch.cli.common import settings_from_args
 
     monkeypatch.setenv("PARALLELSEARCH_STORES", '["wiki=wiki-0@127.0.0.1:8001,wiki-1@127.0.0.1:8002"]')
     s = settings_from_args(argparse.Namespace(store=["wiki"], allow_partial=True, shard_timeout=3.0))

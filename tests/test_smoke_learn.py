@@ -15,8 +15,8 @@ pytestmark = pytest.mark.vllm
 pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
 pytest.importorskip("openrlhf", reason="OpenRLHF is installed with --no-deps in the vLLM tier")
 
-from parallelsearch.smoke.checks import SYNC_TOLERANCE  # noqa: E402
-from parallelsearch.smoke.learning_loop import LearnSettings  # noqa: E402
+from parallelsearch.training.checks import SYNC_TOLERANCE  # noqa: E402
+from parallelsearch.training.learning_loop import LearnSettings  # noqa: E402
 
 SETTINGS = LearnSettings(steps=2, heldout=4, heldout_samples=2, questions=24, sft_steps=20)
 #: 4 prompts x 4 samples per step, one optimizer step: what CI can afford
@@ -25,7 +25,7 @@ OVERRIDES = ["rollout_batch_size=4", "train_batch_size=16"]
 
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
-    from parallelsearch.smoke.learning_run import run_learning_smoke
+    from parallelsearch.training.learning_run import run_learning_smoke
 
     work = tmp_path_factory.mktemp("learn")
     record = run_learning_smoke(

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from parallelsearch.smoke.checks import EngineTurn, check_action_mask, logprob_gap, shifted
+from parallelsearch.training.checks import EngineTurn, check_action_mask, logprob_gap, shifted
 
 pytest.importorskip("openrlhf", reason="the smoke's config is checked with OpenRLHF's own parser")
 
@@ -111,7 +111,7 @@ def test_the_sync_gap_and_its_shifted_mask():
 
 
 def test_the_smoke_config_is_the_paper_preset_sized_for_a_cpu(tmp_path):
-    from parallelsearch.smoke.setup import openrlhf_train_args, smoke_config
+    from parallelsearch.training.setup import openrlhf_train_args, smoke_config
 
     cfg = smoke_config(tmp_path / "m", tmp_path / "p.jsonl", "http://127.0.0.1:1/retrieve")
     assert cfg.agent.reward.mode == "official" and cfg.apply_chat_template and not cfg.agent.constrained
@@ -133,7 +133,7 @@ def test_the_smoke_config_is_the_paper_preset_sized_for_a_cpu(tmp_path):
 
 
 def test_prompts_are_chat_templated_by_openrlhf_as_the_preset_says(tok, tmp_path):
-    from parallelsearch.smoke.setup import prompt_records, smoke_config
+    from parallelsearch.training.setup import prompt_records, smoke_config
 
     q = {
         "id": "1",
@@ -155,7 +155,7 @@ def test_prompts_are_chat_templated_by_openrlhf_as_the_preset_says(tok, tmp_path
 
 
 def test_the_teacher_writes_both_plans():
-    from parallelsearch.smoke.teacher import teacher_turns
+    from parallelsearch.training.teacher import teacher_turns
 
     q = {
         "question": "Were A and B both?",
@@ -175,7 +175,7 @@ def test_the_teacher_writes_both_plans():
 def test_the_heldout_split_never_trains_on_a_heldout_question():
     from parallelsearch.data import load_questions
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-    from parallelsearch.smoke.learning_loop import LearnSettings, split_questions
+    from parallelsearch.training.learning_loop import LearnSettings, split_questions
 
     qs = load_questions(HOTPOTQA_SAMPLE)
     train, held = split_questions(qs, 24)  # the default pool: the parallelizable (comparison) questions
@@ -197,15 +197,15 @@ def test_the_heldout_split_never_trains_on_a_heldout_question():
 
 
 def _evaluation(mean, stderr):
-    from parallelsearch.smoke.rollouts import Evaluation
+    from parallelsearch.training.rollouts import Evaluation
 
     return Evaluation(mean=mean, stderr=stderr, episodes=96, terms={"reward": mean})
 
 
 def test_learning_json_goals_and_plot(tmp_path):
-    from parallelsearch.smoke.learning_loop import LearnSettings, LearnState, SyncCheck
-    from parallelsearch.smoke.plot import learning_svg
-    from parallelsearch.smoke.report import learning_record, summary_lines
+    from parallelsearch.training.learning_loop import LearnSettings, LearnState, SyncCheck
+    from parallelsearch.training.plot import learning_svg
+    from parallelsearch.training.report import learning_record, summary_lines
 
     state = LearnState(
         steps=[{"step": 1, "reward": 0.3}, {"step": 2, "reward": 0.5}],
@@ -243,8 +243,8 @@ def test_learning_json_goals_and_plot(tmp_path):
 
 def test_under_constrained_decoding_the_sync_goals_are_not_claimed():
     """The engine samples from the grammar-masked distribution: no sync check runs, none is claimed met."""
-    from parallelsearch.smoke.learning_loop import LearnSettings, LearnState
-    from parallelsearch.smoke.report import learning_record, summary_lines
+    from parallelsearch.training.learning_loop import LearnSettings, LearnState
+    from parallelsearch.training.report import learning_record, summary_lines
 
     state = LearnState(
         steps=[{"step": 1, "reward": 0.3}],

@@ -15,8 +15,8 @@ import pytest
 from conftest import UvicornThread, free_port, needs_data
 
 from parallelsearch.agents.policies import ScriptedPolicy
-from parallelsearch.checkpointers import open_checkpointer, redact_url
-from parallelsearch.server import create_app
+from parallelsearch.serving.checkpointers import open_checkpointer, redact_url
+from parallelsearch.serving.server import create_app
 from parallelsearch.settings import Settings
 
 Q1 = "Were Scott Derrickson and Ed Wood of the same nationality?"
@@ -207,7 +207,7 @@ def test_checkpointer_settings_and_flags(tmp_path, monkeypatch):
     import argparse
 
     from parallelsearch.cli import build_parser
-    from parallelsearch.cli_common import settings_from_args
+    from parallelsearch.cli.common import settings_from_args
 
     s = Settings(home=tmp_path)
     assert s.server_checkpointer == "sqlite" and s.checkpoint_target() == str(tmp_path / "threads.sqlite")

@@ -9,7 +9,7 @@ import importlib.util
 import pytest
 
 from parallelsearch.cli import main
-from parallelsearch.cli_rl import engine_args_from
+from parallelsearch.cli.train import engine_args_from
 
 
 @pytest.mark.skipif(
@@ -75,7 +75,7 @@ def test_bad_engine_settings_are_refused_naming_the_flag(argv, message, tmp_path
 
 def test_token_view_escapes_control_characters():
     """The printed view of one episode (a random model writes NUL bytes and newlines)."""
-    from parallelsearch.smoke.one_step import SmokeEpisode, format_episode
+    from parallelsearch.training.one_step import SmokeEpisode, format_episode
 
     terms = dict.fromkeys(
         ("reward_outcome", "reward_decomposition", "reward_search_count", "reward_format", "format_valid",

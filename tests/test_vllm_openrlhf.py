@@ -32,7 +32,7 @@ import torch  # noqa: E402
 from parallelsearch.rl import score_trajectory  # noqa: E402
 from parallelsearch.rl.data import train_record  # noqa: E402
 from parallelsearch.rl.episode import decode_tokens  # noqa: E402
-from parallelsearch.smoke.one_step import actor_log_probs  # noqa: E402
+from parallelsearch.training.one_step import actor_log_probs  # noqa: E402
 
 SAMPLES = 4
 MAX_LEN = 8000

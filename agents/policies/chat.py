@@ -94,7 +94,7 @@ class ChatModelPolicy:
     def __init__(self, model: Any, **init_kwargs: Any):
         if isinstance(model, str):
             try:
-                from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]
+                from langchain.chat_models import init_chat_model  # type: ignore[import-not-found]  # langchain is an optional extra
             except ImportError as e:
                 raise UnavailableError(
                     f"chat model spec {model!r} needs the 'langchain' package and the provider's package "

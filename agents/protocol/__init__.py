@@ -1,7 +1,8 @@
 """The protocols a policy speaks (docs/architecture.md, "The protocol"), one object each, and
 their registry: ``tags`` (the paper's text), ``tools`` (a chat model's tool calls) and
 ``tool_text`` (the tool calls written as text, for training). Importing this package imports
-neither LangChain, LangGraph, Chroma nor torch.
+neither LangChain, LangGraph, Chroma nor torch. It exports what other packages import from it;
+the rest is imported from its modules.
 """
 
 from __future__ import annotations
@@ -9,33 +10,26 @@ from __future__ import annotations
 from parallelsearch.agents.protocol.action import (
     SUBQUERY_SEPARATOR,
     Action,
-    ToolCallOutcome,
     content_text,
     split_subqueries,
     truncate_at_stop,
 )
-from parallelsearch.agents.protocol.base import Limits, SearchProtocol, WrittenTurn
+from parallelsearch.agents.protocol.base import Limits, SearchProtocol
 from parallelsearch.agents.protocol.observation import (
-    TITLE_STYLES,
     Observation,
     ObservationStyle,
     SubqueryResult,
     TitleStyle,
     format_passages,
-    searched_as_line,
 )
 from parallelsearch.agents.protocol.tags import INVALID_FEEDBACK, Tags, format_observation, parse_action
 from parallelsearch.agents.protocol.templates import (
-    DAG_TEMPLATE,
     OFFICIAL_TEMPLATE,
-    PAPER_TEMPLATE,
-    SEARCH_R1_TEMPLATE,
     SEARCH_TOOL,
     SEARCH_TOOL_NAME,
     TEMPLATES,
     TOOL_TEMPLATES,
     TOOL_TEXT_TEMPLATE,
-    TOOLS_TEMPLATE,
     render_prompt,
 )
 from parallelsearch.agents.protocol.tool_text import (
@@ -53,7 +47,6 @@ from parallelsearch.agents.protocol.tools import (
     Tools,
     format_tool_response,
     parse_tool_calls,
-    render_tool_calls,
     tool_feedback,
 )
 from parallelsearch.agents.protocol.turn import DEFAULT_MAX_STAGES, STOP_STRINGS, TurnRequest, TurnResult
@@ -80,25 +73,20 @@ def get_protocol(protocol: str | SearchProtocol) -> SearchProtocol:
 
 def protocol_regex(*, protocol: str = "tags", **limits: object) -> str:
     """The constrained-decoding grammar of one turn of ``protocol`` (see ``SearchProtocol.grammar``)."""
-    return get_protocol(protocol).grammar(**limits)  # type: ignore[arg-type]
+    return get_protocol(protocol).grammar(**limits)
 
 
 __all__ = [
     "CUT_REPLY_REASON",
-    "DAG_TEMPLATE",
     "DEFAULT_MAX_STAGES",
     "INVALID_FEEDBACK",
     "OFFICIAL_TEMPLATE",
-    "PAPER_TEMPLATE",
     "PROTOCOLS",
-    "SEARCH_R1_TEMPLATE",
     "SEARCH_TOOL",
     "SEARCH_TOOL_NAME",
     "STOP_STRINGS",
     "SUBQUERY_SEPARATOR",
     "TEMPLATES",
-    "TITLE_STYLES",
-    "TOOLS_TEMPLATE",
     "TOOL_CALL_FEEDBACK",
     "TOOL_CALL_NOT_RUN",
     "TOOL_STOP_STRINGS",
@@ -112,14 +100,9 @@ __all__ = [
     "ObservationStyle",
     "SearchProtocol",
     "SubqueryResult",
-    "Tags",
     "TitleStyle",
-    "ToolCallOutcome",
-    "ToolText",
-    "Tools",
     "TurnRequest",
     "TurnResult",
-    "WrittenTurn",
     "content_text",
     "format_observation",
     "format_passages",
@@ -131,8 +114,6 @@ __all__ = [
     "protocol_regex",
     "register_protocol",
     "render_prompt",
-    "render_tool_calls",
-    "searched_as_line",
     "split_subqueries",
     "tool_feedback",
     "tool_text_observation",

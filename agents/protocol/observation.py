@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from parallelsearch.stores.errors import check_choice
 from parallelsearch.stores.passages import Passage
@@ -29,13 +29,24 @@ class SubqueryResult:
 
 @dataclass(frozen=True)
 class ObservationStyle:
-    """How results are shown: the title style and an optional whitespace-token cap."""
+    """How results are shown, every protocol alike: the title style and an optional
+    whitespace-token cap. The formatters below take it whole, so a new observation option is a
+    field here, read in :meth:`of` from its graph knob and used where results are formatted."""
 
     titles: TitleStyle = "stripped"
     max_words: int | None = None
 
     def __post_init__(self) -> None:
         check_choice(self.titles, TITLE_STYLES, "title style")
+
+    @classmethod
+    def of(cls, config: Any) -> ObservationStyle:
+        """The style a graph configuration (``GraphConfig``'s observation knobs) sets."""
+        return cls(titles=config.observation_titles or "stripped", max_words=config.max_observation_words)
+
+
+#: the style of a graph with no observation knob set
+DEFAULT_STYLE = ObservationStyle()
 
 
 @dataclass(frozen=True)
@@ -47,10 +58,11 @@ class Observation:
     messages: tuple[object, ...] = field(default=())
 
 
-def format_passages(passages: Sequence[Passage], titles: TitleStyle = "stripped") -> str:
+def format_passages(passages: Sequence[Passage], style: ObservationStyle = DEFAULT_STYLE) -> str:
     """One sub-query's results: ``Doc i(Title: t) text`` lines, numbering from 1."""
+    official = style.titles == "official"
     return "".join(
-        f"Doc {i}(Title: {p.first_line if titles == 'official' else p.title}) {p.text}\n"
+        f"Doc {i}(Title: {p.first_line if official else p.title}) {p.text}\n"
         for i, p in enumerate(passages, 1)
     )
 
@@ -66,8 +78,9 @@ def searched_as_line(text: str) -> str:
     return f"Searched as: {' '.join(text.split())}\n"
 
 
-def cap_words(text: str, max_words: int | None) -> str:
-    """``text`` cut to ``max_words`` space-separated tokens (then `` ...``); None = no cap."""
+def cap_words(text: str, style: ObservationStyle) -> str:
+    """``text`` cut to the style's ``max_words`` space-separated tokens (then `` ...``); None = no cap."""
+    max_words = style.max_words
     if max_words is None:
         return text
     words = text.split(" ")

@@ -11,18 +11,16 @@ from parallelsearch.agents.protocol.action import SUBQUERY_SEPARATOR, Action, sp
 from parallelsearch.agents.protocol.base import Limits, SearchProtocol, WrittenTurn
 from parallelsearch.agents.protocol.grammar import tag_search_regex
 from parallelsearch.agents.protocol.observation import (
-    TITLE_STYLES,
+    DEFAULT_STYLE,
     Observation,
     ObservationStyle,
     SubqueryResult,
-    TitleStyle,
     cap_words,
     failure_line,
     format_passages,
     searched_as_line,
 )
 from parallelsearch.agents.protocol.turn import TurnResult
-from parallelsearch.stores.errors import check_choice
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.text import scrub_text
 
@@ -111,13 +109,12 @@ def format_observation(
     results: Sequence[Sequence[Passage] | None],
     errors: Sequence[str | None] = (),
     queries: Sequence[str] = (),
-    max_words: int | None = None,
-    titles: TitleStyle = "stripped",
     searched_as: Sequence[str | None] = (),
+    *,
+    style: ObservationStyle = DEFAULT_STYLE,
 ) -> str:
     """ONE ``<information>`` block for a search round, sub-queries in order; a failed one shows a
-    notice, a dependent one what it was searched as. ``max_words``: a whitespace token cap."""
-    check_choice(titles, TITLE_STYLES, "title style")
+    notice, a dependent one what it was searched as; shown as ``style`` says."""
     parts = []
     for i, res in enumerate(results):
         err = errors[i] if i < len(errors) else None
@@ -128,13 +125,13 @@ def format_observation(
             q = queries[i] if i < len(queries) else f"#{i + 1}"
             parts.append(failure_line(q, err) + "\n")
         else:
-            parts.append(format_passages(res or [], titles))
+            parts.append(format_passages(res or [], style))
     body, replaced = scrub_text("".join(parts).strip())
     if replaced:
         log.warning(
             "replaced %d invalid character(s) (lone surrogates) in an observation with U+FFFD", replaced
         )
-    return f"\n\n<information>{cap_words(body, max_words)}</information>\n\n"
+    return f"\n\n<information>{cap_words(body, style)}</information>\n\n"
 
 
 #: the official format check's state machine: (tag, state) -> next state
@@ -222,9 +219,8 @@ class Tags(SearchProtocol):
             [r.passages for r in results],
             [r.error for r in results],
             [r.query for r in results],
-            style.max_words,
-            style.titles,
             [r.searched_as for r in results],
+            style=style,
         )
         return Observation(text=text)
 

@@ -166,10 +166,10 @@ def tool_message_texts(results: Sequence[SubqueryResult], style: ObservationStyl
         if r.error:
             body = failure_line(r.query, r.error)
         else:
-            body = scrub_text(format_passages(r.passages, style.titles).strip())[0] or "No passages found."
+            body = scrub_text(format_passages(r.passages, style).strip())[0] or "No passages found."
         if r.searched_as is not None:
             body = searched_as_line(r.searched_as) + body
-        texts.append(cap_words(body, style.max_words))
+        texts.append(cap_words(body, style))
     return texts
 
 

@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
+
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from langchain_core.vectorstores import VectorStore
 
 from parallelsearch.agents.searchers import adapters as ad
 from parallelsearch.agents.searchers.base import Searcher, describe_searcher
@@ -100,6 +105,23 @@ ACCEPTED_SEARCHERS = (
     "a LangChain BaseRetriever, VectorStore, tool or other Runnable, a function query -> list or (query, k) -> list "
     "(sync or async), or an object with an async asearch(query, k)"
 )
+#: one thing :func:`as_searcher` accepts (:data:`ACCEPTED_SEARCHERS`), as an editor shows it: a
+#: store name or ``/retrieve`` URL (str), a searcher, a store, a LangChain retriever, vector store,
+#: tool or other Runnable, or a search function
+SearcherLike: TypeAlias = (
+    str
+    | Searcher
+    | ChromaStore
+    | ShardedStore
+    | RetrieverClient
+    | BaseRetriever
+    | VectorStore
+    | BaseTool
+    | Runnable[Any, Any]
+    | Callable[..., Any]
+)
+#: what a builder takes as its searchers: one, a list (routed by their names) or a ``{name: searcher}`` mapping
+Searchers: TypeAlias = SearcherLike | Sequence[SearcherLike] | Mapping[str, SearcherLike]
 #: our own searchers return passages already: they pass through unwrapped
 _OWN = (
     DeferredSearcher,

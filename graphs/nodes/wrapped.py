@@ -6,7 +6,7 @@ the call's (possibly edited) query and answers with its tool message."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -15,8 +15,10 @@ from langgraph.runtime import Runtime
 from parallelsearch.agents.policies.chat import ChatModelPolicy, finish_reason, to_messages
 from parallelsearch.agents.protocol import SEARCH_TOOL, SubqueryResult, TurnRequest, TurnResult, content_text
 from parallelsearch.agents.protocol.tools import call_replies
-from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.middleware import wrapped
+
+if TYPE_CHECKING:  # annotations only: the engine builds its search tool from this module
+    from parallelsearch.graphs.engine import EpisodeEngine
 
 
 def _result_message(out: Any) -> AIMessage:

@@ -110,7 +110,7 @@ def ingest(
         source = itertools.islice(source, start, stop)
     if max_passage_tokens is not None:
         tokenizer = tokenizer_of(store.embedder)
-        limit = PassageLimit(tokenizer, max_passage_tokens, long_passages, counts=report)  # type: ignore[arg-type]
+        limit = PassageLimit(tokenizer, max_passage_tokens, long_passages, counts=report)
         source = limit.apply(source)
     encode = (encoder or store.embedder).encode_passages
     start = time.perf_counter()

@@ -55,7 +55,7 @@ class NpyVectors:
         return np.ascontiguousarray(self._arr[start:stop], dtype=np.float32)
 
     def close(self) -> None:
-        self._arr = None  # type: ignore[assignment]
+        self._arr = None
 
 
 class NpzVectors:

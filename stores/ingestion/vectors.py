@@ -139,7 +139,7 @@ def ingest_vectors(
     if not corpus.is_file():
         raise BadInputError(str(corpus), None, "no such file")
     own = isinstance(vectors, str | Path)
-    vf = open_vectors(vectors, key) if own else vectors  # type: ignore[arg-type]
+    vf = open_vectors(vectors, key) if own else vectors
     try:
         max_batch = int(store.client.get_max_batch_size())
     except Exception:  # pragma: no cover - clients without the call
@@ -228,8 +228,8 @@ def _commit(
         keep.append(i)
     if not keep:
         return
-    have = store.existing_ids([chunk[i][1].id for i in keep])  # type: ignore[union-attr]
-    new = [i for i in keep if chunk[i][1].id not in have]  # type: ignore[union-attr]
+    have = store.existing_ids([chunk[i][1].id for i in keep])
+    new = [i for i in keep if chunk[i][1].id not in have]
     report.already_present += len(keep) - len(new)
     if not new:
         return
@@ -238,5 +238,5 @@ def _commit(
     if rows.shape[0] != len(chunk):
         raise BadInputError(str(vf.path), None, f"ends at row {row + rows.shape[0]}, the corpus goes on")
     report.encode_seconds += time.perf_counter() - t0  # here: reading the vectors
-    store.upsert([chunk[i][1] for i in new], rows[new])  # type: ignore[misc]
+    store.upsert([chunk[i][1] for i in new], rows[new])
     report.added += len(new)

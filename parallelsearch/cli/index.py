@@ -111,7 +111,7 @@ def row_range(args: argparse.Namespace, total: Callable[[], int]) -> tuple[int, 
 
 def cmd_index_vectors(args: argparse.Namespace) -> int:
     """``index --vectors``: one corpus file plus its precomputed vectors into a store."""
-    from parallelsearch.cli_common import hnsw_from_args, settings_from_args, to_stderr
+    from parallelsearch.cli.common import hnsw_from_args, settings_from_args, to_stderr
     from parallelsearch.graphs.factory import writing_store
     from parallelsearch.stores.errors import BadInputError, ModelMismatchError
     from parallelsearch.stores.ingestion.vector_files import open_vectors

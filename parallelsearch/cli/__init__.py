@@ -1,4 +1,4 @@
-"""``parallelsearch`` command line: wires the sub-commands of the ``cli_*.py`` modules together and
+"""``parallelsearch`` command line: wires the sub-commands of this package's modules together and
 turns expected errors into one clear line; any other exception is a bug and keeps its traceback
 (docs/architecture.md, "Errors")."""
 
@@ -10,10 +10,10 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from parallelsearch import cli_agents, cli_eval, cli_rl, cli_serve, cli_stores, demo
+from parallelsearch.cli import agents, demo, evaluate, serve, stores, train
 from parallelsearch.stores.errors import ParallelSearchError, describe_validation_error
 
-_MODULES = [cli_stores, demo, cli_agents, cli_eval, cli_rl, cli_serve]
+_MODULES = [stores, demo, agents, evaluate, train, serve]
 #: printed as one line, exit 2: the project's errors, bad input (ValueError: the project's,
 #: pydantic's, json's) and what the system says about a file, socket or permission (OSError)
 EXPECTED_ERRORS = (ParallelSearchError, ValueError, OSError)

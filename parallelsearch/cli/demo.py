@@ -11,33 +11,10 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
-from parallelsearch.cli_common import add_graph_args, add_policy_args, settings_from_args, to_stderr
-from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+from parallelsearch.cli.common import add_graph_args, add_policy_args, settings_from_args
+from parallelsearch.demo_data import HOTPOTQA_SAMPLE, demo_store
 from parallelsearch.settings import get_settings
-
-DEMO_STORE = "hotpotqa-demo"
-
-
-def demo_store(limit: int | None = None, progress: bool = True) -> Any:
-    """The demo store; indexing is idempotent, so only missing passages are ever encoded."""
-
-    from parallelsearch.graphs.factory import writing_store
-    from parallelsearch.registry import retrieval_config
-    from parallelsearch.stores.ingestion.pipeline import ingest
-
-    source = HOTPOTQA_SAMPLE
-    if limit:
-        lines = HOTPOTQA_SAMPLE.read_text(encoding="utf-8").splitlines()[:limit]
-        source = get_settings().home / "demo-cache" / f"hotpotqa_sample_{limit}.jsonl"
-        source.parent.mkdir(parents=True, exist_ok=True)
-        source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    with writing_store(retrieval_config(), DEMO_STORE, on_wait=to_stderr) as store:
-        rep = ingest(store, [source], progress=progress)
-    if rep.added:
-        print(f"indexed {rep.added} passages into {store.name} ({store.location}) in {rep.seconds:.1f} s")
-    return store
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from parallelsearch.agents.searchers import StoreSearcher
-    from parallelsearch.cli_eval import run_and_report
+    from parallelsearch.cli.evaluate import run_and_report
     from parallelsearch.data import load_questions
 
     settings = settings_from_args(args)

@@ -65,7 +65,7 @@ def add_page(app: Any) -> None:
     from fastapi.responses import HTMLResponse, JSONResponse
 
     # read once, from the installed package: a missing file fails when the app is built, not per request
-    html = files("parallelsearch").joinpath(PAGE).read_text(encoding="utf-8")
+    html = files("parallelsearch.serving").joinpath(PAGE).read_text(encoding="utf-8")
     examples = example_questions()
     headers = security_headers(html)
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from parallelsearch.checkpointers import CHECKPOINTERS
-from parallelsearch.cli_common import (
+from parallelsearch.cli.common import (
     add_bind_args,
     add_graph_args,
     add_policy_args,
@@ -16,6 +15,7 @@ from parallelsearch.cli_common import (
     settings_from_args,
     ssl_options,
 )
+from parallelsearch.serving.checkpointers import CHECKPOINTERS
 
 SERVER_KEY_SETTING = "PARALLELSEARCH_SERVER_API_KEY"
 
@@ -68,7 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"OpenMP: {let_idle_threads_sleep()}")  # before torch loads (stores/encoding/encoder_threads.py)
     import uvicorn
 
-    from parallelsearch.server import create_app
+    from parallelsearch.serving.server import create_app
 
     hosts = ", ".join(s.server_allowed_hosts or ["any"])
     print(f"serving on {'https' if tls else 'http'}://{args.host}:{args.port} (Host names: {hosts})")

@@ -4,9 +4,9 @@ The loop is OpenRLHF's, on one process (docs/training.md, "The learning smoke"):
 runs this project's executor on the vLLM CPU engine against the real retriever; experiences and
 group advantages come from OpenRLHF's functions; ``PolicyLoss`` steps train its ``Actor``; the
 weights are synced into the engine after every step. Around it: the tiny model fitted on a teacher's
-episodes of both plans (:mod:`parallelsearch.smoke.teacher`), a held-out evaluation before and after,
+episodes of both plans (:mod:`parallelsearch.training.teacher`), a held-out evaluation before and after,
 a control run from the same start with the same seeds whose rewards are shuffled within each step
-(no learning signal), the action-mask and weight-sync checks (:mod:`parallelsearch.smoke.checks`),
+(no learning signal), the action-mask and weight-sync checks (:mod:`parallelsearch.training.checks`),
 and ``learning.json`` with a plot.
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from parallelsearch.smoke.rollouts import Evaluation, evaluation, rollouts, term_means
+from parallelsearch.training.rollouts import Evaluation, evaluation, rollouts, term_means
 
 #: the question types the learning smoke trains and evaluates on, by name (docs/training.md, "The learning
 #: smoke": why parallelizable questions by default)
@@ -131,7 +131,7 @@ class LearningRun:
 
     def check_masks(self, results: Sequence[dict[str, Any]]) -> None:
         """The action-mask check on every episode (failures kept, not raised: the run reports them)."""
-        from parallelsearch.smoke.checks import check_action_mask
+        from parallelsearch.training.checks import check_action_mask
 
         for r, e in zip(results, self.trainer.samples(results), strict=True):
             mc = check_action_mask(
@@ -180,7 +180,7 @@ class LearningRun:
         with the mask shifted by one: a check that cannot fail proves nothing."""
         from openrlhf.trainer.ppo_utils.experience import Experience
 
-        from parallelsearch.smoke.checks import logprob_gap, shifted
+        from parallelsearch.training.checks import logprob_gap, shifted
 
         batch = Experience.concat_experiences(
             self.trainer.samples(results), self.trainer.tokenizer.pad_token_id

@@ -8,18 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from parallelsearch.graphs.config import (
-    MAX_SUBQUERIES_LIMIT,
-    MAX_TOP_K,
-    MAX_TURNS_LIMIT,
-    PER_REQUEST_KEYS,
-    GraphContext,
-)
+from parallelsearch.graphs.config import OPERATOR_CAPS, PER_REQUEST_KEYS, GraphContext
 
 #: ``configurable`` keys that are no graph knob: the thread a run belongs to
 THREAD_KEYS = ("thread_id",)
@@ -54,47 +48,30 @@ class RequestProblem(ValueError):
 
 @dataclass(frozen=True)
 class RequestCaps:
-    """The operator's per-request limits (settings ``server_max_*``): a request asking for more is
-    refused before any work starts."""
+    """The operator's per-request limits, ``{knob: (cap, the setting that sets it)}``: a request
+    asking for more is refused before any work starts. Empty: the knobs' declared bounds only."""
 
-    top_k: int = MAX_TOP_K
-    max_subqueries: int = MAX_SUBQUERIES_LIMIT
-    max_turns: int = MAX_TURNS_LIMIT
-    max_history_messages: int | None = None
+    limits: Mapping[str, tuple[float, str]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, settings: Any) -> RequestCaps:
-        """The caps a server's settings set (``server_max_top_k``, ``_subqueries``, ``_turns``,
-        ``_history_messages``)."""
-        return cls(
-            settings.server_max_top_k,
-            settings.server_max_subqueries,
-            settings.server_max_turns,
-            settings.server_max_history_messages,
-        )
-
-    def _limits(self) -> tuple[tuple[str, int, str], ...]:
-        """(knob, cap, the setting that sets it), for the caps that are set."""
-        limits = (
-            ("top_k", self.top_k, "server_max_top_k"),
-            ("max_subqueries", self.max_subqueries, "server_max_subqueries"),
-            ("max_turns", self.max_turns, "server_max_turns"),
-            ("max_history_messages", self.max_history_messages, "server_max_history_messages"),
-        )
-        return tuple((k, cap, name) for k, cap, name in limits if cap is not None)
+        """The caps a server's settings set: one per knob that declares an ``OperatorCap`` (a setting
+        of None, such as ``server_max_history_messages: null``, caps nothing)."""
+        caps = {knob: (getattr(settings, setting), setting) for knob, setting in OPERATOR_CAPS.items()}
+        return cls({knob: cap for knob, cap in caps.items() if cap[0] is not None})  # None: no cap set
 
     def bounds(self, knobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """``knobs`` (their declared bounds) with this server's caps as their maxima, as a form
         and a client should read them."""
         out = dict(knobs)
-        for key, cap, _ in self._limits():
+        for key, (cap, _) in self.limits.items():
             if key in out:
                 out[key] = {**out[key], "maximum": min(out[key].get("maximum", cap), cap)}
         return out
 
     def problem(self, values: Mapping[str, Any], where: str = "configurable") -> str | None:
         """What in ``values`` exceeds a cap, named as the request spelled it (``where.key``), or None."""
-        for key, cap, setting in self._limits():
+        for key, (cap, setting) in self.limits.items():
             if values.get(key) is not None and values[key] > cap:
                 return f"{where}.{key}={values[key]} exceeds this server's limit of {cap} ({setting})"
         return None
@@ -249,3 +226,10 @@ def typed_messages(messages: Any, where: str = "messages") -> list[dict[str, Any
     if not isinstance(messages, list) or not messages:
         raise RequestProblem(422, f"'{where}' must be a non-empty list")
     return [typed_message(m, f"{where}[{i}]") for i, m in enumerate(messages)]
+
+
+ORACLE_NEEDS_GOLD_SERVED = (
+    "this server runs the oracle policy, which plans and answers from a question's dataset annotations: "
+    "send metadata with golden_answers (and supporting_titles), pick one of the example questions on /ui, "
+    "or start the server with a real model (parallelsearch serve --policy openai:MODEL@URL or chat:PROVIDER:MODEL)"
+)

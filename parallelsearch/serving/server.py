@@ -1,9 +1,9 @@
 """The LangServe deployment: the parallel graph and its baselines behind one FastAPI app.
 
 Routes: one LangServe route per graph (``ROUTES``), the OpenAI-compatible ``/v1/chat/completions``
-and ``/v1/models`` (:mod:`parallelsearch.openai_api`), ``GET /health``, ``GET /stores``, the page
-``GET /ui`` (:mod:`parallelsearch.page`) and, when the server keeps threads, the thread routes
-(:mod:`parallelsearch.thread_routes`); :class:`~parallelsearch.guard.RequestGuard` guards them all.
+and ``/v1/models`` (:mod:`parallelsearch.serving.openai_api`), ``GET /health``, ``GET /stores``, the page
+``GET /ui`` (:mod:`parallelsearch.serving.page`) and, when the server keeps threads, the thread routes
+(:mod:`parallelsearch.serving.thread_routes`); :class:`~parallelsearch.serving.guard.RequestGuard` guards them all.
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ from typing import Any
 from fastapi import FastAPI
 
 from parallelsearch import __version__
-from parallelsearch.admission import AdmissionQueue
 from parallelsearch.agents.policies.scripted import OraclePolicy
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, knob_bounds
-from parallelsearch.guard import RequestGuard
-from parallelsearch.request_checks import RequestCaps
+from parallelsearch.serving.admission import AdmissionQueue
+from parallelsearch.serving.guard import RequestGuard
+from parallelsearch.serving.request_checks import RequestCaps
+from parallelsearch.serving.thread_routes import ThreadLocks
 from parallelsearch.settings import Settings, get_settings
 from parallelsearch.stores.http.api_key import KeyFailures
 from parallelsearch.stores.redact import redact_urls
-from parallelsearch.thread_routes import ThreadLocks
 
-log = logging.getLogger("parallelsearch.server")
+log = logging.getLogger("parallelsearch.serving")
 
 ROUTES = {"parallelsearch": "parallel", "sequential": "sequential", "rag": "rag", "dag": "dag"}
 __all__ = ["ROUTES", "RequestGuard", "create_app"]
@@ -57,8 +57,8 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
     ``policy`` and ``searcher``: objects already built (tests, notebooks) used instead of the
     settings' spec and stores; a ``policy`` string is a spec that replaces the settings'.
     """
-    from parallelsearch.page import add_page
-    from parallelsearch.thread_routes import ThreadRouted, add_thread_routes, threads_lifespan
+    from parallelsearch.serving.page import add_page
+    from parallelsearch.serving.thread_routes import ThreadRouted, add_thread_routes, threads_lifespan
 
     s = settings or get_settings()
     if isinstance(policy, str):  # a spec: built by the factory like the settings' own
@@ -95,7 +95,7 @@ def _add_graph_routes(app: FastAPI, served: dict[str, Any], keeps_threads: bool)
     """One LangServe route per graph, so each graph is invoked, batched and streamed the LangServe way."""
     from langserve import add_routes
 
-    from parallelsearch.thread_routes import thread_config_modifier
+    from parallelsearch.serving.thread_routes import thread_config_modifier
 
     serializer = _graph_serializer()
     for route, runnable in served.items():
@@ -116,7 +116,7 @@ def _add_openai_routes(
 ) -> Any:
     """The OpenAI-compatible routes over the served graphs, so OpenAI clients can ask them; returns
     the chat request's check, which the guard runs before a request is admitted."""
-    from parallelsearch.openai_api import ChatCompletions, RequestRules
+    from parallelsearch.serving.openai_api import ChatCompletions, RequestRules
 
     chat = ChatCompletions(
         served,
@@ -133,8 +133,8 @@ def _add_guards(
 ) -> None:
     """The request guard and, outside it, the OpenAI error shape, so every route is admitted,
     checked and answered on failure in one place."""
-    from parallelsearch.openai_api import CHAT_PATH
-    from parallelsearch.openai_errors import OpenAIErrors
+    from parallelsearch.serving.openai_api import CHAT_PATH
+    from parallelsearch.serving.openai_errors import OpenAIErrors
 
     # inside Starlette's ServerErrorMiddleware, so an unhandled error reaches the guard first
     # and is answered and logged once (no app-level exception handler: it would log again)

@@ -14,8 +14,8 @@ from typing import Any
 from langchain_core.messages import AIMessage
 
 from parallelsearch.agents.protocol import PROTOCOLS, content_text
-from parallelsearch.openai_request import EXTENSION, ChatRequest
-from parallelsearch.openai_wire import (
+from parallelsearch.serving.openai_request import EXTENSION, ChatRequest
+from parallelsearch.serving.openai_wire import (
     DONE,
     answer_message,
     chunk,
@@ -26,7 +26,7 @@ from parallelsearch.openai_wire import (
     usage,
 )
 
-log = logging.getLogger("parallelsearch.server")
+log = logging.getLogger("parallelsearch.serving")
 
 #: what the stream reads of the run: tokens, node updates (the searches), the state (the end)
 STREAM_MODES = ["messages", "updates", "values"]
@@ -117,7 +117,7 @@ class ChunkWriter:
 async def sse_frames(req: ChatRequest, parts: AsyncIterator[tuple[str, Any]], rid: str, created: int):
     """The run's SSE frames. An error before the first frame is raised (the caller answers it
     with a status); after it, the stream ends with OpenAI's error event instead of ``[DONE]``."""
-    from parallelsearch.openai_errors import error_object, upstream_problem
+    from parallelsearch.serving.openai_errors import error_object, upstream_problem
 
     writer = ChunkWriter(req, rid, created)
     started = False

@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from parallelsearch.graphs.agent import closest
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, request_overrides
-from parallelsearch.request_checks import RequestCaps, RequestProblem
+from parallelsearch.serving.request_checks import ORACLE_NEEDS_GOLD_SERVED, RequestCaps, RequestProblem
 from parallelsearch.stores.errors import did_you_mean
 
 CHAT_PATH = "/v1/chat/completions"
@@ -213,7 +213,7 @@ def _extension(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _thread_id(ext: Mapping[str, Any], rules: RequestRules) -> str | None:
-    from parallelsearch.thread_routes import check_thread_id
+    from parallelsearch.serving.thread_routes import check_thread_id
 
     tid = ext.get("thread_id")
     if tid in (None, ""):
@@ -229,7 +229,6 @@ def _thread_id(ext: Mapping[str, Any], rules: RequestRules) -> str | None:
 
 
 def _metadata(ext: Mapping[str, Any], rules: RequestRules) -> dict[str, Any] | None:
-    from parallelsearch.guard import ORACLE_NEEDS_GOLD_SERVED
 
     meta = ext.get("metadata")
     if meta is not None and not isinstance(meta, dict):

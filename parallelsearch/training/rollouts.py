@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from parallelsearch.smoke.checks import EngineTurn
+from parallelsearch.training.checks import EngineTurn
 
 
 class RecordingEngine:

@@ -61,7 +61,7 @@ class ThreadRouted(Runnable):
     def with_config(self, config: RunnableConfig | None = None, **kwargs: Any) -> ThreadRouted:
         bound = ThreadRouted(self._root.stateless.with_config(merge_configs(self._bound, config), **kwargs))
         bound._root = self._root
-        bound._bound = merge_configs(self._bound, config, kwargs)  # type: ignore[arg-type]
+        bound._bound = merge_configs(self._bound, config, kwargs)  # type: ignore[arg-type]  # langchain_core types merge_configs' kwargs loosely
         return bound
 
     # -- what LangServe reads: the plain graph's schemas ------------------------------
@@ -199,7 +199,7 @@ def threads_lifespan(
     """The app's lifespan: open the checkpointer, compile each route's checkpointed graph
     with it (``build(route, checkpointer)``), attach the cross-process thread lock to ``locks``
     (Postgres), close them on shutdown."""
-    from parallelsearch.checkpointers import open_checkpointer, open_thread_lock
+    from parallelsearch.serving.checkpointers import open_checkpointer, open_thread_lock
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:

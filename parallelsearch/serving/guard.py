@@ -16,13 +16,15 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from parallelsearch.admission import AdmissionQueue, ClientGone, Refused
-from parallelsearch.request_checks import (
+from parallelsearch.serving.admission import AdmissionQueue, ClientGone, Refused
+from parallelsearch.serving.request_checks import (
+    ORACLE_NEEDS_GOLD_SERVED,
     RequestCaps,
     RequestProblem,
     checked_configurables,
     typed_messages,
 )
+from parallelsearch.serving.thread_routes import ThreadBusy, ThreadLocks
 from parallelsearch.settings import Settings
 from parallelsearch.stores.http.api_key import KeyFailures, key_passes
 from parallelsearch.stores.http.asgi_guard import (
@@ -39,9 +41,8 @@ from parallelsearch.stores.http.asgi_guard import (
     replaying,
     upstream_failure,
 )
-from parallelsearch.thread_routes import ThreadBusy, ThreadLocks
 
-log = logging.getLogger("parallelsearch.server")
+log = logging.getLogger("parallelsearch.serving")
 
 #: LangServe's operations that run the graph (each also under ``/c/{config_hash}/``)
 GRAPH_OPS = frozenset({"invoke", "batch", "stream", "stream_events", "stream_log"})
@@ -122,13 +123,6 @@ def check_payload(
     except RequestProblem as p:
         return p.status, p.detail
     return None
-
-
-ORACLE_NEEDS_GOLD_SERVED = (
-    "this server runs the oracle policy, which plans and answers from a question's dataset annotations: "
-    "send metadata with golden_answers (and supporting_titles), pick one of the example questions on /ui, "
-    "or start the server with a real model (parallelsearch serve --policy openai:MODEL@URL or chat:PROVIDER:MODEL)"
-)
 
 
 class ResponseTooLarge(Exception):
@@ -309,9 +303,9 @@ class RequestGuard:
             log.info("cut the response to %s at %d bytes", scope["path"], watch.sent)
         except Exception as exc:
             if watch.held is not None:  # a stream's error event: name what failed in it
-                exc.error_id = uuid.uuid4().hex[:12]  # type: ignore[attr-defined]
+                exc.error_id = uuid.uuid4().hex[:12]  # type: ignore[attr-defined]  # tagging any exception
                 status, detail = upstream_failure(exc) or (500, "Internal Server Error")
-                await watch.end_stream(status, detail, error_id=exc.error_id)  # type: ignore[attr-defined]
+                await watch.end_stream(status, detail, error_id=exc.error_id)  # type: ignore[attr-defined]  # set above
             raise
         else:
             await watch.flush()

@@ -4,7 +4,7 @@ Python client, Open WebUI and other chat frontends talk to the agent. The reques
 are the graph's input messages, the final AI message's text is the reply, the searches ride
 along in a ``parallelsearch`` field (docs/architecture.md, "The OpenAI-compatible endpoint").
 
-The guard checks a request (:func:`parallelsearch.openai_request.request_check`) before it
+The guard checks a request (:func:`parallelsearch.serving.openai_request.request_check`) before it
 takes an admission slot; this module runs the graph and writes the reply.
 """
 
@@ -18,17 +18,17 @@ from typing import Any
 
 from fastapi import HTTPException, Request
 
-from parallelsearch.openai_errors import error_body, upstream_problem
-from parallelsearch.openai_request import (
+from parallelsearch.serving.openai_errors import error_body, upstream_problem
+from parallelsearch.serving.openai_request import (
     CHAT_PATH,
     ChatRequest,
     RequestRules,
     read_chat_request,
     request_check,
 )
-from parallelsearch.openai_stream import STREAM_MODES, sse_frames
-from parallelsearch.openai_wire import completion
-from parallelsearch.request_checks import RequestProblem
+from parallelsearch.serving.openai_stream import STREAM_MODES, sse_frames
+from parallelsearch.serving.openai_wire import completion
+from parallelsearch.serving.request_checks import RequestProblem
 from parallelsearch.stores.http.asgi_guard import SCOPE_JSON
 
 MODELS_PATH = "/v1/models"

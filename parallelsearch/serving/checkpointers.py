@@ -1,6 +1,6 @@
 """The checkpointer a server keeps its threads in: none, memory, SQLite or Postgres.
 
-Only the app's thread routes (:mod:`parallelsearch.thread_routes`) open one, inside the server's
+Only the app's thread routes (:mod:`parallelsearch.serving.thread_routes`) open one, inside the server's
 lifespan; the graphs take it as an already open object (docs/architecture.md, "Threads").
 """
 

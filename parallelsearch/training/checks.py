@@ -2,7 +2,7 @@
 
 - The action mask: OpenRLHF's ``action_mask`` must be 1 exactly on the tokens the engine generated.
   The expected spans come from the engine's own calls, recorded between the executor and the engine
-  (:class:`parallelsearch.smoke.rollouts.RecordingEngine`: what prompt ids each turn was given, what
+  (:class:`parallelsearch.training.rollouts.RecordingEngine`: what prompt ids each turn was given, what
   ids and text it returned), never from the executor's
   ``action_ranges``; each span decoded must read as the engine's text for that turn, and no token of
   an observation (what lies between one turn's end and the next turn's prompt end) may be in the mask.

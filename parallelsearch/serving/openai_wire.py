@@ -13,7 +13,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage
 
 from parallelsearch.agents.protocol import content_text
-from parallelsearch.openai_request import EXTENSION
+from parallelsearch.serving.openai_request import EXTENSION
 
 #: the episode's counts the trace carries
 COUNTS = ("policy_calls", "search_rounds", "subqueries", "passages", "errors", "total_ms")

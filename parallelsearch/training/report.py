@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.smoke.checks import SYNC_TOLERANCE
-from parallelsearch.smoke.learning_loop import LearnSettings, LearnState, rise
+from parallelsearch.training.checks import SYNC_TOLERANCE
+from parallelsearch.training.learning_loop import LearnSettings, LearnState, rise
 
 #: the run's goals: the held-out rise at least this and at least this many standard errors; the
 #: control's under this many

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.cli_common import (
+from parallelsearch.cli.common import (
     add_failed_share_arg,
     add_graph_args,
     add_policy_args,
@@ -123,7 +123,7 @@ def _add_rollout_command(sub: argparse._SubParsersAction) -> None:
 
 
 def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveGroup) -> None:
-    """``train --smoke``: the CPU smoke (parallelsearch/smoke/one_step.py) and its settings."""
+    """``train --smoke``: the CPU smoke (parallelsearch/training/one_step.py) and its settings."""
     src.add_argument(
         "--smoke",
         action="store_true",
@@ -238,7 +238,7 @@ def cmd_train_smoke(args: argparse.Namespace) -> int:
     given = [f"--{k.replace('_', '-')}" for k in LEARN_ONLY if getattr(args, k) is not None]
     if given:
         raise ValueError(f"{', '.join(given)} {_apply(given)} only with --learn")
-    from parallelsearch.smoke.one_step import run_smoke
+    from parallelsearch.training.one_step import run_smoke
 
     result = run_smoke(
         prompts=2 if args.smoke_prompts is None else args.smoke_prompts,
@@ -254,8 +254,8 @@ def cmd_train_smoke(args: argparse.Namespace) -> int:
 def cmd_train_smoke_learn(args: argparse.Namespace) -> int:
     """``train --smoke --learn``: the learning run; exit 1 unless every goal of ``learning.json`` is met."""
     from parallelsearch.settings import get_settings
-    from parallelsearch.smoke.learning_loop import LearnSettings
-    from parallelsearch.smoke.learning_run import run_learning_smoke
+    from parallelsearch.training.learning_loop import LearnSettings
+    from parallelsearch.training.learning_run import run_learning_smoke
 
     if args.smoke_prompts is not None:
         raise ValueError(

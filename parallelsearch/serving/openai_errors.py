@@ -45,7 +45,7 @@ def _http_problem(exc: Exception) -> tuple[int, str] | None:
     try:
         import openai
     except ImportError:  # a deployment without the openai package: its errors cannot occur
-        openai = None  # type: ignore[assignment]
+        openai = None  # type: ignore[assignment]  # the optional openai package
     if openai is not None:
         if isinstance(exc, openai.APITimeoutError):
             return 504, f"the model server{_where(exc)} did not answer in time ({exc})"

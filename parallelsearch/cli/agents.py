@@ -7,8 +7,8 @@ import asyncio
 import json
 from typing import Any
 
-from parallelsearch.ask_events import event_lines, run_events, stream_events
-from parallelsearch.cli_common import (
+from parallelsearch.cli.ask_events import event_lines, run_events, stream_events
+from parallelsearch.cli.common import (
     add_graph_args,
     add_policy_args,
     add_retrieval_args,

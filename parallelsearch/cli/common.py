@@ -13,6 +13,7 @@ import typing
 from typing import Any, get_args
 
 from parallelsearch.agents.policies.spec import SPEC_HELP
+from parallelsearch.graphs.factory import SEARCHER_KINDS
 from parallelsearch.settings import Settings, get_settings
 from parallelsearch.stores.chroma_store import HNSW_KEYS, Space
 from parallelsearch.stores.config import EncoderBackend
@@ -57,6 +58,12 @@ def add_retrieval_args(p: argparse.ArgumentParser) -> None:
         "COLLECTION@FOLDER or COLLECTION; docs/scaling.md)",
     )
     src.add_argument("--retriever", help="URL of any Search-R1 /retrieve server (instead of stores)")
+    p.add_argument(
+        "--searcher",
+        metavar="KIND",
+        help=f"the searcher kind: {', '.join(SEARCHER_KINDS)} (default: the settings'; unset = remote "
+        "with --retriever, else stores)",
+    )
     p.add_argument(
         "--retriever-ca-bundle",
         help="CA certificates (PEM) an https:// --retriever's certificate is verified against "
@@ -287,6 +294,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
     elif v.get("retriever"):
         update.update(retriever_url=v["retriever"], stores=[])
     for flag, field in (
+        ("searcher", "searcher"),
         ("chroma_host", "chroma_host"),
         ("chroma_port", "chroma_port"),
         ("encoder_threads", "encoder_threads"),

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from parallelsearch.cli_common import (
+from parallelsearch.cli.common import (
     add_bind_args,
     add_chroma_args,
     add_hnsw_args,
@@ -24,7 +24,7 @@ from parallelsearch.cli_common import (
     ssl_options,
     to_stderr,
 )
-from parallelsearch.cli_index import add_index_scale_args, cmd_index_vectors, index_embedder_for, index_pool
+from parallelsearch.cli.index import add_index_scale_args, cmd_index_vectors, index_embedder_for, index_pool
 from parallelsearch.stores.errors import StoreNotFoundError
 from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, check_store
 from parallelsearch.stores.store_files import read_only_message
@@ -186,7 +186,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from parallelsearch.cli_index import limit_kwargs, row_range
+    from parallelsearch.cli.index import limit_kwargs, row_range
     from parallelsearch.graphs.factory import store_location, writing_store
     from parallelsearch.stores.ingestion.jsonfiles import expand_paths
     from parallelsearch.stores.ingestion.pipeline import ingest
