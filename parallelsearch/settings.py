@@ -271,7 +271,12 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
         """The server's own graph knobs must fit the caps it puts on requests."""
         g = self.graph_config
         for knob, cap in OPERATOR_CAPS.items():
-            if getattr(g, knob) > getattr(self, cap):
+            # None: the knob unbounded (served() bounds it by the cap) or no cap set
+            if (
+                getattr(g, knob) is not None
+                and getattr(self, cap) is not None
+                and getattr(g, knob) > getattr(self, cap)
+            ):
                 raise ValueError(
                     f"graph_config.{knob}={getattr(g, knob)} exceeds {cap}={getattr(self, cap)}; "
                     f"lower one or raise the other"
