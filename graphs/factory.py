@@ -331,6 +331,7 @@ def make_policy(cfg: PolicyConfig | str, *, answer: bool = False) -> Policy:
         spec,
         base_url=cfg.openai_base_url,
         api_key=cfg.openai_api_key,
+        ca_bundle=cfg.openai_ca_bundle,
         timeout_s=cfg.request_timeout_s,
         constrained=cfg.constrained,
         think_chars=cfg.constrained_think_chars,

@@ -352,5 +352,5 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
         f"API key: {'required on every route but /health' if key else 'none (anyone who reaches the port)'}; "
         f"Host names: {', '.join(sorted(hosts)) if hosts else 'any'}"
     )
-    run_server(app, args.host, args.port, **tls)
+    run_server(app, args.host, args.port, limits=s.read_limits(), **tls)
     return 0
