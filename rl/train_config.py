@@ -226,7 +226,20 @@ def paper_preset(**overrides: Any) -> TrainConfig:
     return TrainConfig(**_deep_merge(base, overrides))
 
 
-PRESETS = {"paper": paper_preset}
+#: the over-search penalty of the ``paper-oversearch`` preset, per sub-query beyond the sub-questions
+#: a question needs (HiPRAG-style: small beside the outcome's 1 and the search count's 0.35)
+OVER_SEARCH_WEIGHT = 0.05
+
+
+def paper_oversearch_preset(**overrides: Any) -> TrainConfig:
+    """The ``paper`` preset with the over-search term on (``agent.reward.weights.lambda_o``): each
+    sub-query beyond the sub-questions a question needs (its hops or supporting titles, else two
+    for a multi-hop question and one for a single one) costs :data:`OVER_SEARCH_WEIGHT`."""
+    on = {"agent": {"reward": {"weights": {"lambda_o": OVER_SEARCH_WEIGHT}}}}
+    return paper_preset(**_deep_merge(on, overrides))
+
+
+PRESETS = {"paper": paper_preset, "paper-oversearch": paper_oversearch_preset}
 
 
 def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from parallelsearch.smoke.rollouts import Evaluation, evaluation, rollouts, term_means
+from parallelsearch.smoke.rollouts import Evaluation, evaluation, parts_said, rollouts, term_means
 
 #: the question types the learning smoke trains and evaluates on, by name (docs/training.md, "The learning
 #: smoke": why parallelizable questions by default)
@@ -234,9 +234,8 @@ def shuffle_rewards(samples: list[Any], rng: random.Random) -> None:
 def format_step(row: dict[str, Any], steps: int, control: bool) -> str:
     name = "control step" if control else "step"
     return (
-        f"{name} {row['step']}/{steps}: reward {row['reward']:.3f} (outcome {row['reward_outcome']:.2f}, "
-        f"decomposition {row['reward_decomposition']:.2f}, search_count {row['reward_search_count']:.2f}, "
-        f"format {row['reward_format']:.2f}; decomposed {row['decomposed']:.2f}, search rounds {row['search_rounds']:.2f}), "
+        f"{name} {row['step']}/{steps}: reward {row['reward']:.3f} ({parts_said(row, '.2f')}; "
+        f"decomposed {row['decomposed']:.2f}, search rounds {row['search_rounds']:.2f}), "
         f"policy loss {row['policy_loss']:+.4f}, grad norm {row['grad_norm']:.3f}, clip {row['ppo_clip_ratio']:.3f}, "
         f"advantage-weighted log-prob change {row['advantage_weighted_change']:+.4f}, "
         f"{row['seconds']:.1f} s"
