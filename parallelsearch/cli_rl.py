@@ -26,6 +26,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_make_train_data_command(sub)
     _add_train_command(sub)
     _add_rollout_command(sub)
+    _add_train_health_command(sub)
+
+
+def _add_train_health_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train-health",
+        help="a run's health per step from its episodes' records (agent.health_log), with alarms",
+        description="Per step: per question class the decomposition rate, search rounds and sub-queries per "
+        "round; over-search; the share of groups whose rewards are all equal; response length, format "
+        "validity, truncation; and the alarms that fired (docs/training.md, 'Health and alarms').",
+    )
+    p.add_argument("folder", help="the agent.health_log folder the rollout actors write")
+    p.add_argument(
+        "--episodes-per-step",
+        type=int,
+        required=True,
+        help="rollout_batch_size x n_samples_per_prompt (the episodes of one step)",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per step")
+    p.set_defaults(func=cmd_train_health)
+
+
+def cmd_train_health(args: argparse.Namespace) -> int:
+    """Print each step's health line (or JSON) and its alarms; exit 1 when an alarm fired."""
+    from parallelsearch.rl.health import read_steps
+
+    if args.episodes_per_step < 1:
+        raise ValueError(f"--episodes-per-step must be >= 1, got {args.episodes_per_step}")
+    if not Path(args.folder).is_dir():
+        raise ValueError(f"train-health: {args.folder} is not a folder (agent.health_log names it)")
+    steps = read_steps(args.folder, args.episodes_per_step)
+    for step in steps:
+        print(json.dumps(step.to_dict()) if args.json else step.line())
+        for alarm in [] if args.json else step.alarms:
+            print(f"  ALARM {alarm}")
+    return 1 if any(s.alarms for s in steps) else 0
 
 
 def _add_make_train_data_command(sub: argparse._SubParsersAction) -> None:
@@ -69,7 +105,12 @@ def _add_train_command(sub: argparse._SubParsersAction) -> None:
     )
     src = p.add_mutually_exclusive_group(required=False)
     src.add_argument("--config", help="training config (YAML/JSON, fields of TrainConfig)")
-    src.add_argument("--preset", choices=["paper"], help="paper: the official PPO settings")
+    src.add_argument(
+        "--preset",
+        choices=["paper", "paper-oversearch"],
+        help="paper: the official PPO settings; paper-oversearch: the same with the over-search penalty "
+        "(agent.reward.weights.lambda_o 0.05 per unneeded sub-query)",
+    )
     add_smoke_args(p, src)
     p.add_argument(
         "--set",

@@ -119,6 +119,11 @@ class AgentConfig(RetrievalConfig):
     )
     constrained: Constrained = False
     constrained_think_chars: ConstrainedThinkChars = 600
+    health_log: str | None = Field(
+        None,
+        description="a folder every rollout actor appends one health record per episode to (a file each); "
+        "`parallelsearch train-health FOLDER` prints the steps and their alarms (a path every node writes)",
+    )
 
     @model_validator(mode="before")
     @classmethod
