@@ -197,6 +197,12 @@ def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveG
     )
     g.add_argument("--smoke-seed", type=int, help="--learn: the seed of prompt order and sampling (0)")
     g.add_argument(
+        "--smoke-control",
+        choices=["group", "step"],
+        help="--learn: how the control shuffles each step's rewards: among each prompt's samples (group, "
+        "the default: the run's advantages, given to random episodes) or among all the step's samples (step)",
+    )
+    g.add_argument(
         "--smoke-retriever",
         metavar="URL",
         help="a running /retrieve server (default: one over the demo store)",
@@ -253,12 +259,13 @@ SMOKE_ONLY = (
     "smoke_heldout",
     "smoke_pool",
     "smoke_seed",
+    "smoke_control",
     "smoke_retriever",
     "smoke_dir",
     "kv_cache_gib",
     "engine_arg",
 )
-LEARN_ONLY = ("smoke_steps", "smoke_heldout", "smoke_pool", "smoke_seed")
+LEARN_ONLY = ("smoke_steps", "smoke_heldout", "smoke_pool", "smoke_seed", "smoke_control")
 
 
 def _apply(flags: list[str]) -> str:
@@ -310,6 +317,7 @@ def cmd_train_smoke_learn(args: argparse.Namespace) -> int:
         heldout=defaults.heldout if args.smoke_heldout is None else args.smoke_heldout,
         pool=args.smoke_pool or defaults.pool,
         seed=defaults.seed if args.smoke_seed is None else args.smoke_seed,
+        control_shuffle=args.smoke_control or defaults.control_shuffle,
     )
     samples = [] if args.smoke_samples is None else [f"n_samples_per_prompt={args.smoke_samples}"]
     overrides = [*args.set, *samples]

@@ -255,3 +255,27 @@ def test_under_constrained_decoding_the_sync_goals_are_not_claimed():
     assert record["logprob_gap"] is None and record["logprob_gap_shifted_mask"] is None
     assert not [goal for goal in record["goals"] if "sync" in goal] and all(record["goals"].values())
     assert "weight sync: not checked (constrained decoding)" in summary_lines(record)
+
+
+def test_the_control_shuffles_rewards_within_each_prompts_group_by_default():
+    """The control gives each group's own rewards to random episodes of the group (the run's advantages,
+    no signal); ``step`` mixes all the step's rewards, so nearly every group gets advantages."""
+    import random
+    from types import SimpleNamespace
+
+    import torch
+
+    from parallelsearch.smoke.learning_loop import LearnSettings, shuffle_rewards
+
+    assert LearnSettings().control_shuffle == "group"
+    with pytest.raises(ValueError, match="control_shuffle 'prompt': group or step"):
+        LearnSettings(control_shuffle="prompt").check()
+    rewards = [0.2, 0.2, 0.2, 0.2, 0.0, 1.0, 1.8, 1.8]  # an all-equal group, then a mixed one
+    samples = [SimpleNamespace(rewards=torch.tensor([r])) for r in rewards]
+    shuffle_rewards(samples, random.Random(3), 4)
+    got = [float(s.rewards) for s in samples]
+    assert got[:4] == pytest.approx([0.2] * 4) and sorted(got[4:]) == pytest.approx([0.0, 1.0, 1.8, 1.8])
+    mixed = [SimpleNamespace(rewards=torch.tensor([r])) for r in rewards]
+    shuffle_rewards(mixed, random.Random(3))
+    assert sorted(float(s.rewards) for s in mixed) == pytest.approx(sorted(rewards))
+    assert [float(s.rewards) for s in mixed[:4]] != pytest.approx([0.2] * 4)

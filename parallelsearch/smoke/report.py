@@ -37,6 +37,7 @@ def learning_record(state: LearnState, settings: LearnSettings, config: dict[str
             control_steps=state.control_steps,
         )
     checks = list(state.sync_checks.values())
+    record["anchor_logprob"] = dict(state.anchor_logprob)
     record.update(
         logprob_gap=max(c.gap for c in checks) if checks else None,
         logprob_gap_shifted_mask=min(c.shifted_gap for c in checks) if checks else None,

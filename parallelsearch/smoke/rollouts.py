@@ -61,7 +61,7 @@ def record_engine_turns(actor: Any) -> None:
 #: the reward's parts as the executor's ``extra_logs`` names them (from the one list in rl/rewards.py)
 PART_TERMS = tuple(f"reward_{name}" for name in REWARD_PARTS)
 #: the reward terms and health flags each step and evaluation reports (``extra_logs`` keys)
-TERMS = (*PART_TERMS, "format_valid", "decomposed", "search_rounds")
+TERMS = (*PART_TERMS, "format_valid", "decomposed", "search_rounds", "over_searched")
 
 
 def parts_said(row: dict[str, Any], fmt: str, sep: str = ", ") -> str:
