@@ -199,8 +199,8 @@ def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveG
     g.add_argument(
         "--smoke-control",
         choices=["group", "step"],
-        help="--learn: how the control shuffles each step's rewards: among each prompt's samples (group, "
-        "the default: the run's advantages, given to random episodes) or among all the step's samples (step)",
+        help="--learn: how the control shuffles each step's rewards: among all the step's samples (step, the "
+        "default) or among each prompt's samples (group: the run's advantages, given to random episodes)",
     )
     g.add_argument(
         "--smoke-retriever",

@@ -259,7 +259,7 @@ def test_under_constrained_decoding_the_sync_goals_are_not_claimed():
     assert "weight sync: not checked (constrained decoding)" in summary_lines(record)
 
 
-def test_the_control_shuffles_rewards_within_each_prompts_group_by_default():
+def test_the_control_shuffles_rewards_within_the_step_or_each_prompts_group():
     """The control gives each group's own rewards to random episodes of the group (the run's advantages,
     no signal); ``step`` mixes all the step's rewards, so nearly every group gets advantages."""
     import random
@@ -269,7 +269,7 @@ def test_the_control_shuffles_rewards_within_each_prompts_group_by_default():
 
     from parallelsearch.smoke.learning_loop import LearnSettings, shuffle_rewards
 
-    assert LearnSettings().control_shuffle == "group"
+    assert LearnSettings().control_shuffle == "step"
     with pytest.raises(ValueError, match="control_shuffle 'prompt': group or step"):
         LearnSettings(control_shuffle="prompt").check()
     rewards = [0.2, 0.2, 0.2, 0.2, 0.0, 1.0, 1.8, 1.8]  # an all-equal group, then a mixed one

@@ -42,7 +42,7 @@ class LearnSettings:
     #: how the control shuffles a step's rewards: among each prompt's samples ("group": the run's own
     #: advantages, each group's, given to random episodes of the group) or among all the step's samples
     #: ("step": every group gets rewards of other prompts, so nearly every group has advantages)
-    control_shuffle: str = "group"
+    control_shuffle: str = "step"
     #: compare the engine's log-probs with the actor's (off where the session is not
     #: ``sync_checkable``)
     sync_check: bool = True
