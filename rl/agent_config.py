@@ -134,6 +134,11 @@ class AgentConfig(RetrievalConfig):
         description="gateway mode: a client's temperature/top_p/seed/max_tokens/stop/logit_bias are "
         "overridden by the trainer's and counted (override), or refused with a 400 naming the field",
     )
+    health_log: str | None = Field(
+        None,
+        description="a folder every rollout actor appends one health record per episode to (a file each); "
+        "`parallelsearch train-health FOLDER` prints the steps and their alarms (a path every node writes)",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -62,7 +62,7 @@ def prompt_question(question: str) -> str:
 def label_of(q: dict[str, Any]) -> dict[str, Any]:
     """What the reward needs of a FlashRAG question record: gold answers, type, split, id, dataset,
     and, for a question with ``metadata.hops``, each hop's ``#k`` references (the ``dag`` reward's
-    depth)."""
+    depth), and its ``supporting_titles`` (how many sub-questions it needs: the over-search term)."""
     meta = q.get("metadata") or {}
     label = {
         "golden_answers": list(q.get("golden_answers") or []),
@@ -74,6 +74,9 @@ def label_of(q: dict[str, Any]) -> dict[str, Any]:
     hops = meta.get("hops")
     if isinstance(hops, list) and hops:
         label["hops"] = [{"refs": list((h or {}).get("refs") or [])} for h in hops]
+    titles = meta.get("supporting_titles")
+    if isinstance(titles, list) and titles:  # the sub-questions it needs (the over-search term's count)
+        label["supporting_titles"] = [str(t) for t in titles]
     return label
 
 

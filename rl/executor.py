@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import logging
 import re
+import time
 from typing import Any
 
 from parallelsearch.agents.protocol import TurnRequest, get_protocol
@@ -23,7 +24,7 @@ from parallelsearch.rl.episode import (
     TurnGenerator,
     run_episode,
 )
-from parallelsearch.rl.rewards import RewardBreakdown, parse_label, unshaped
+from parallelsearch.rl.rewards import QUESTION_CLASSES, RewardBreakdown, parse_label, unshaped
 from parallelsearch.rl.search_failures import SearchFailureGuard
 from parallelsearch.stores.text import scrub_text
 
@@ -108,10 +109,7 @@ def extra_logs(run: EpisodeRun, breakdown: RewardBreakdown, replaced_chars: int 
     values = {
         "truncated": float(bool(ledger and ledger.truncated)),
         "overflowed": float(bool(ledger and ledger.overflowed)),
-        "reward_outcome": breakdown.outcome,
-        "reward_decomposition": breakdown.decomposition,
-        "reward_search_count": breakdown.search_count,
-        "reward_format": breakdown.format,
+        **{f"reward_{name}": value for name, value in breakdown.parts().items()},
         "format_valid": float(breakdown.format_valid),
         "decomposed": float(ep.decomposed),
         "answered": float(ep.answered),
@@ -122,6 +120,9 @@ def extra_logs(run: EpisodeRun, breakdown: RewardBreakdown, replaced_chars: int 
         "search_errors": float(state.get("errors", 0)),
         "search_failed_share": float(state.get("errors", 0)) / max(float(state.get("subqueries", 0)), 1.0),
         "invalid_chars_replaced": float(replaced_chars),
+        "over_search": float(breakdown.unneeded_subqueries),
+        "over_searched": float(breakdown.unneeded_subqueries > 0),
+        "response_tokens": float(sum(b - a for a, b in ledger.ranges) if ledger else 0),
         **health_signals(ep, breakdown.question_class),
     }
     import torch
@@ -131,19 +132,21 @@ def extra_logs(run: EpisodeRun, breakdown: RewardBreakdown, replaced_chars: int 
 
 def health_signals(ep: Episode, question_class: str) -> dict[str, float]:
     """Per-sample flags whose step means tell a run's health: the shares of episodes with an
-    invalid turn and without an answer, and per question class (parallelizable, sequential) the
-    class's share, its decomposed episodes and its searches: the decomposition rate of a class is
-    ``decomposed_<class> / class_<class>`` and its searches per question ``searches_<class> /
-    class_<class>`` (the paper's Table 3 figures)."""
+    invalid turn and without an answer, and per question class (parallelizable, sequential,
+    single) the class's share, its decomposed episodes, its searches and its sub-queries: the
+    decomposition rate of a class is ``decomposed_<class> / class_<class>``, its searches per
+    question ``searches_<class> / class_<class>`` (the paper's Table 3 figures) and its
+    sub-queries per search ``subqueries_<class> / searches_<class>``."""
     out = {
         "invalid": float(any(t["action"] == "invalid" for t in ep.turns)),
         "unanswered": float(not ep.answered),
     }
-    for qclass in ("parallel", "sequential"):
+    for qclass in QUESTION_CLASSES:
         mine = question_class == qclass
         out[f"class_{qclass}"] = float(mine)
         out[f"decomposed_{qclass}"] = float(mine and ep.decomposed)
         out[f"searches_{qclass}"] = float(len(ep.searches)) if mine else 0.0
+        out[f"subqueries_{qclass}"] = float(sum(ep.subqueries_per_search)) if mine else 0.0
     return out
 
 
@@ -174,9 +177,11 @@ class EpisodeExecutor:
         think_chars: int = 600,
         search_guard: SearchFailureGuard | None = None,
         cut_episodes: str = "unshaped",
+        health_log: str | None = None,
     ) -> None:
         self.env_graph = env_graph
         self.cut_episodes = cut_episodes
+        self.health_log = health_log
         self.prompt_checked = False  # the first prompt is checked against the reward mode
         self.max_new_tokens_per_turn = max_new_tokens_per_turn
         self.constrained = constrained
@@ -269,7 +274,7 @@ class EpisodeExecutor:
         assert run.ledger is not None
         ledger = run.ledger
         reward, breakdown = episode_reward(run, lab, self.cut_episodes)
-        return {
+        result = {
             "prompt": prompt,
             "label": label,
             "images": None,
@@ -282,3 +287,8 @@ class EpisodeExecutor:
             "truncated": ledger.truncated,  # OpenRLHF's meaning: the last turn stopped on length
             "extra_logs": extra_logs(run, breakdown, replaced),
         }
+        if self.health_log:
+            from parallelsearch.rl.health import episode_health, write_record
+
+            write_record(self.health_log, episode_health(result, time.time()))
+        return result

@@ -81,6 +81,7 @@ class AgentExecutor(EpisodeExecutor, AgentExecutorBase):
             constrained=cfg.constrained,
             think_chars=cfg.constrained_think_chars,
             cut_episodes=cfg.reward.cut_episodes,
+            health_log=cfg.health_log,
             search_guard=guard,
         )
 

@@ -52,6 +52,7 @@ def openrlhf_args(
     flags["critic.model_name_or_path"] = cfg.critic_model or cfg.model
     flags["ckpt.path"] = cfg.ckpt_path or str(Path(cfg.save_path) / "ckpt")
     flags["logger.wandb.key"], _ = wandb_key_source(cfg, environ)
+    flags.update(is_correction_flags(cfg))
     off = {
         "critic.": cfg.algorithm != "gae",
         "eval.": not cfg.eval_data,
@@ -67,3 +68,21 @@ def openrlhf_args(
         if value is not True:
             a.extend(str(v) for v in (value if isinstance(value, list | tuple) else [value]))
     return a
+
+
+#: :attr:`TrainConfig.is_correction` -> OpenRLHF 0.11.2's (level, mode, gating)
+IS_CORRECTIONS = {"tis": ("token", "clip", "ratio"), "icepop": ("token", "mask", "ratio")}
+
+
+def is_correction_flags(cfg: TrainConfig) -> dict[str, Any]:
+    """OpenRLHF's importance-sampling correction of the engine/trainer log-prob mismatch: on, it
+    asks vLLM for the sampled tokens' log-probs and weighs each token's loss by pi_train / pi_engine
+    within ``is_clip`` (its ``algo.advantage.is_correction_*`` flags; off, no flag)."""
+    if cfg.is_correction == "off":
+        return {"algo.advantage.is_correction_threshold": None}
+    level, mode, gating = IS_CORRECTIONS[cfg.is_correction]
+    return {
+        "algo.advantage.is_correction_level": level,
+        "algo.advantage.is_correction_mode": mode,
+        "algo.advantage.is_correction_gating": gating,
+    }

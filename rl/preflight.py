@@ -27,8 +27,22 @@ from parallelsearch.rl.preflight_budget import (
     count_tokens,
     local_tokenizer,
     passage_tokens,
+    widest_observation,
 )
 from parallelsearch.rl.preflight_data import TEMPLATE_SAMPLE, check_contamination, check_template_reward
+from parallelsearch.rl.preflight_run import (
+    DataShape,
+    check_batches,
+    check_critic,
+    check_eval_path,
+    check_foreign_template,
+    check_gold,
+    check_graph_reward,
+    check_resume,
+    check_sampling,
+    check_steps,
+    data_shape,
+)
 from parallelsearch.rl.train_config import TrainConfig
 from parallelsearch.stores.errors import ParallelSearchError, json_of
 
@@ -331,6 +345,9 @@ def tokenizer_checks(
     tokenizer, said = local_tokenizer(cfg.model)
     prompts = [str(r.get(cfg.input_key, "")) for r in records] or ["Question: q?\n" * 60]
     lines = []
+    foreign = _checked(check_foreign_template, cfg, prompts[0] if records else None, tokenizer)
+    if foreign:
+        lines.append(foreign)
     if cfg.apply_chat_template and tokenizer is None:
         lines.append(f"{NOT_CHECKED}{said}: its chat template is checked by the executor's first episode")
     elif cfg.apply_chat_template:
@@ -348,12 +365,16 @@ def tokenizer_checks(
         else f"estimated at {CHARS_PER_TOKEN} characters a token"
     )
     gc = cfg.agent.graph_config
+    passage = passage_tokens(passages, tokenizer) if passages else DEFAULT_PASSAGE_TOKENS
+    wide, wide_said = widest_observation(gc, passage)
     budget = EpisodeBudget(
         prompt=max(count_tokens(p, tokenizer) for p in prompts),
         turn=cfg.max_new_tokens_per_turn,
-        passage=passage_tokens(passages, tokenizer) if passages else DEFAULT_PASSAGE_TOKENS,
+        passage=passage,
         max_turns=gc.max_turns,
         top_k=gc.top_k,
+        wide=wide,
+        wide_said=wide_said,
     )
     how += (
         "; passages as long as the probe's (mean)"
@@ -387,25 +408,89 @@ def gateway_checks(cfg: TrainConfig, tokenizer: Any, said: str) -> list[str]:
     return [f"{line}; sha256 {digest[:12]}... written to {path}"]
 
 
+def is_correction_line(cfg: TrainConfig) -> str:
+    """Whether the engine/trainer log-prob mismatch is corrected (a line, never a failure)."""
+    if cfg.is_correction == "off":
+        return (
+            f"{NOT_CHECKED}log-prob mismatch correction is off (is_correction=off): the engine's and the "
+            "trainer's log-probs differ and nothing corrects it; set is_correction=tis"
+        )
+    low, high = cfg.is_clip
+    how = "clips" if cfg.is_correction == "tis" else "drops tokens outside"
+    return (
+        f"log-prob mismatch correction on: {cfg.is_correction} {how} the token ratio pi_train/pi_engine "
+        f"to [{low:g}, {high:g}]; OpenRLHF logs the mismatch as vllm_kl each step"
+    )
+
+
+def config_checks(cfg: TrainConfig) -> list[str]:
+    """The run's shape from its settings alone: batches, sampling, graph and reward, the eval file's
+    path, resume and critic."""
+    lines = [_checked(check, cfg) for check in (check_batches, check_sampling, check_graph_reward)]
+    return lines + [
+        line for check in (check_eval_path, check_resume, check_critic) if (line := _checked(check, cfg))
+    ]
+
+
+def shape_checks(cfg: TrainConfig) -> tuple[list[str], DataShape | None]:
+    """The data's gold answers, the run's steps and evaluation; the training file's shape (None:
+    not a local file), whose sample the corpus check searches."""
+    lines, shape = [], None
+    if Path(cfg.prompt_data).is_file():
+        try:
+            shape = data_shape(cfg.prompt_data, cfg.label_key, keep=cfg.corpus_check_questions)
+        except ValueError as e:
+            raise PreflightError(str(e)) from e
+        lines.append(_checked(check_gold, shape, "prompt_data"))
+        lines.append(_checked(check_steps, cfg, shape.records))
+    if cfg.eval_data and Path(cfg.eval_data).is_file():
+        lines.append(_checked(check_gold, data_shape(cfg.eval_data, cfg.label_key), "eval_data"))
+    return lines, shape
+
+
+def corpus_line(cfg: TrainConfig, shape: DataShape | None) -> str:
+    """The corpus check on the training file's sample (run with the probe)."""
+    from parallelsearch.rl.preflight_corpus import check_corpus
+
+    if not cfg.corpus_check_questions:
+        return f"{NOT_CHECKED}corpus coverage (corpus_check_questions=0)"
+    if shape is None or not shape.sample:
+        return f"{NOT_CHECKED}corpus coverage (prompt_data {cfg.prompt_data} is not a local file)"
+    return _checked(
+        lambda: check_corpus(
+            cfg.agent,
+            shape.sample,
+            cfg.input_key,
+            cfg.label_key,
+            floor=cfg.corpus_check_floor,
+            where=retriever_name(cfg.agent),
+        )
+    )
+
+
 def preflight(cfg: TrainConfig, *, probe: bool = True) -> list[str]:
     """Every check, in order; returns one line per check passed (or ``not checked: ...``), raises on the
     first failure."""
-    lines = [check_resources(cfg)]
+    lines = [check_resources(cfg), *config_checks(cfg)]
     data_line, record = check_data(cfg)
     lines.append(data_line)
     lines.append(check_protocol(cfg, record))
     lines.append(check_reward_prompts(cfg, record))
     records = first_records(cfg.prompt_data)
     lines.extend(data_checks(cfg, records))
+    shape_lines, shape = shape_checks(cfg)
+    lines += [*shape_lines, is_correction_line(cfg)]
     passages = None
     if probe:
         if cfg.agent.retriever_url:
             lines.append(check_retriever_identity(cfg.agent))
         passages = probe_passages(cfg.agent, k=cfg.agent.graph_config.top_k)
         lines.append(f"{retriever_name(cfg.agent)} answered a probe query ({len(passages)} passages)")
+        lines.append(corpus_line(cfg, shape))
     else:
         lines.append(
-            f"{NOT_CHECKED}{retriever_name(cfg.agent)} (--skip-probe): the executor probes it at start"
+            f"{NOT_CHECKED}{retriever_name(cfg.agent)} (--skip-probe): the executor probes it at start, "
+            "and the corpus coverage is not checked"
         )
     lines.extend(tokenizer_checks(cfg, records, passages))
     return lines

@@ -17,6 +17,8 @@ ASSISTANT_MARKER = "<|im_start|>assistant"
 CHARS_PER_TOKEN = 4
 #: tokens of one passage when the retriever was not probed (wiki-18's 100-word passages, titled)
 DEFAULT_PASSAGE_TOKENS = 160
+#: tokens per word of English prose with a BPE vocabulary (a word cap on observations, in tokens)
+TOKENS_PER_WORD = 1.4
 
 
 def local_tokenizer(model: str) -> tuple[Any, str]:
@@ -70,6 +72,14 @@ class EpisodeBudget:
     passage: int
     max_turns: int
     top_k: int
+    #: tokens of the widest search's observation (max_subqueries sub-queries), and how it was counted
+    wide: int = 0
+    wide_said: str = ""
+
+    @property
+    def need_wide(self) -> int:
+        """One turn that searches as wide as allowed, then the answer."""
+        return self.prompt + self.turn + self.wide + self.turn
 
     @property
     def observation(self) -> int:
@@ -95,13 +105,37 @@ def passage_tokens(passages: Sequence[Any], tokenizer: Any) -> int:
     return math.ceil(sum(count_tokens(line, tokenizer) for line in lines) / len(lines))
 
 
+def widest_observation(graph_config: Any, passage: int) -> tuple[int, str]:
+    """Tokens of the observation of a search of ``max_subqueries`` sub-queries: top_k passages
+    each (fewer under ``passage_budget``), within ``max_observation_words``; and the sum spelled out."""
+    k = graph_config.max_subqueries
+    each = graph_config.search_top_k(k)
+    tokens = k * each * passage
+    said = f"max_subqueries {k} x {each} passage(s) x {passage}"
+    words = graph_config.max_observation_words
+    if words and math.ceil(words * TOKENS_PER_WORD) < tokens:
+        tokens = math.ceil(words * TOKENS_PER_WORD)
+        said = f"max_observation_words {words} x {TOKENS_PER_WORD}"
+    return tokens, f"{said} = {tokens}"
+
+
 def check_budget(max_len: int, budget: EpisodeBudget, how: str) -> str:
-    """``max_len`` holds a full episode (else observations are cut inside ``<information>``)."""
+    """``max_len`` holds a full episode, and an episode whose one search is as wide as allowed
+    (a decomposed search returns top_k passages per sub-query); else observations are cut inside
+    ``<information>``."""
     if max_len < budget.need:
         raise ValueError(
             f"max_len {max_len} < the {budget.need} tokens a full episode takes ({budget.spelled()}; {how}): "
             "observations would be cut inside <information> and the episode end unanswered; set "
             f"max_len >= {budget.need}, or fewer agent.graph_config.max_turns / top_k"
+        )
+    if max_len < budget.need_wide:
+        raise ValueError(
+            f"max_len {max_len} < the {budget.need_wide} tokens of an episode with one search of every "
+            f"sub-query allowed (prompt {budget.prompt} + turn {budget.turn} + observation "
+            f"{budget.wide_said} + final turn {budget.turn}; {how}): its observation would be cut inside "
+            f"<information>; set max_len >= {budget.need_wide}, or fewer agent.graph_config.max_subqueries, "
+            "a passage_budget or max_observation_words"
         )
     room = (max_len - budget.need) // max(budget.max_turns * budget.observation, 1) + 1
     queries = "sub-query" if room == 1 else "sub-queries"

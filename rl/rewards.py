@@ -45,6 +45,16 @@ _PAPER_TO_OFFICIAL = {
     "lambda_f": "structure_format_score",
 }
 
+#: the over-search weight (a penalty per sub-query beyond the sub-questions a question needs); any
+#: mode takes it, none sets it: 0 unless given (``agent.reward.weights.lambda_o``)
+OVER_SEARCH = "lambda_o"
+#: the reward's parts, in the order the total sums them; every consumer (the executor's
+#: ``extra_logs``, rollout's summary, the smokes) reads them from here, so a new part is added
+#: here, in :class:`RewardBreakdown` and where a mode computes it, and reaches every log
+REWARD_PARTS: tuple[str, ...] = ("outcome", "decomposition", "search_count", "format", "over_search")
+
+#: the paper's question classes (``question_class``)
+QUESTION_CLASSES: tuple[str, ...] = ("parallel", "sequential", "single")
 PARALLEL_TYPES = {"comparison", "comparison_query"}
 SINGLE_TYPES = {"", "na", "none"}
 
@@ -73,17 +83,31 @@ class RewardBreakdown:
     format_valid: bool = False
     format_reason: str = ""
     weights: dict[str, float] = field(default_factory=dict)
+    over_search: float = 0.0
+    needed_subqueries: int = 0  # the sub-questions the question needs (hops, supporting titles, class)
+    unneeded_subqueries: int = 0  # sub-queries searched beyond them
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def parts(self) -> dict[str, float]:
-        return {
-            "outcome": self.outcome,
-            "decomposition": self.decomposition,
-            "search_count": self.search_count,
-            "format": self.format,
-        }
+        """Each part by its name (:data:`REWARD_PARTS`), in the order the total sums them."""
+        return {name: getattr(self, name) for name in REWARD_PARTS}
+
+    def with_parts(self, **parts: float) -> RewardBreakdown:
+        """A copy with ``parts`` replaced and the total summed again in :data:`REWARD_PARTS` order."""
+        new = replace(self, **parts)
+        new.total = sum_parts(new.parts())
+        return new
+
+
+def sum_parts(parts: dict[str, float]) -> float:
+    """The parts' sum in :data:`REWARD_PARTS` order (a zero part leaves the float unchanged: the
+    official parity is pinned to the float)."""
+    total = 0.0
+    for i, name in enumerate(REWARD_PARTS):
+        total = parts[name] if i == 0 else total + parts[name]
+    return total
 
 
 def parse_label(label: Any) -> dict[str, Any]:
@@ -137,12 +161,16 @@ def check_reward_weights(mode: str, weights: dict[str, float]) -> dict[str, floa
     base = dict(OFFICIAL_WEIGHTS if check_reward_mode(mode) == "official" else PAPER_WEIGHTS)
     for key, value in weights.items():
         name = _PAPER_TO_OFFICIAL.get(key, key) if mode == "official" else key
+        if name == OVER_SEARCH:
+            base[name] = float(value)
+            continue
         if name not in base:
-            known = sorted(base) + (sorted(_PAPER_TO_OFFICIAL) if mode == "official" else [])
+            known = [*sorted(base), OVER_SEARCH] + (sorted(_PAPER_TO_OFFICIAL) if mode == "official" else [])
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(
-                f"unknown reward weight {key!r} for mode {mode!r}{hint}; known: {', '.join(sorted(base))}"
+                f"unknown reward weight {key!r} for mode {mode!r}{hint}; known: "
+                f"{', '.join(sorted([*base, OVER_SEARCH]))}"
             )
         base[name] = float(value)
     return base
@@ -180,10 +208,33 @@ def score_episode(
     if mode == "official":
         if not isinstance(text, str):
             raise ValueError("reward mode 'official' reads the decoded episode: pass its text")
-        return _official(text, lab, w)
+        return over_searched(_official(text, lab, w), lab, w)
     if mode == "dag":
-        return _dag(lab, w, episode)
-    return _paper(lab, w, episode)
+        return over_searched(_dag(lab, w, episode), lab, w)
+    return over_searched(_paper(lab, w, episode), lab, w)
+
+
+def needed_subqueries(label: dict[str, Any]) -> int:
+    """The sub-questions a question needs: its hops, else its distinct supporting titles (HotpotQA's
+    supporting facts), else two for a parallelizable or sequential question and one for a single one."""
+    hops, _ = hop_depth(label)
+    if hops:
+        return hops
+    titles = label.get("supporting_titles") or (label.get("metadata") or {}).get("supporting_titles")
+    if isinstance(titles, list) and titles:
+        return len(set(map(str, titles)))
+    return 1 if question_class(label) == "single" else 2
+
+
+def over_searched(breakdown: RewardBreakdown, label: dict[str, Any], w: dict[str, float]) -> RewardBreakdown:
+    """The over-search facts (sub-queries searched beyond the sub-questions needed) and, with a
+    weight ``lambda_o``, the term: ``-lambda_o`` per unneeded sub-query (HiPRAG's idea: pay for
+    the searches a question needs, not for more). Without the weight the total is untouched."""
+    need = needed_subqueries(label)
+    extra = max(0, sum(breakdown.subqueries_per_search) - need)
+    breakdown.needed_subqueries, breakdown.unneeded_subqueries = need, extra
+    weight = w.get(OVER_SEARCH, 0.0)
+    return breakdown.with_parts(over_search=-weight * extra) if weight and extra else breakdown
 
 
 def read_episode(text: str, protocol: str = "tags", prompt: str | None = None) -> Episode:
@@ -226,15 +277,16 @@ def _breakdown(parts: tuple[float, float, float, float], **facts: Any) -> Reward
     """The breakdown of ``parts`` (outcome, decomposition, search count, format) and the named
     ``facts``: the total is the parts' sum in that order, which the parity tests pin to the float."""
     outcome, decomposition, search_count, fmt = parts
-    total = outcome + decomposition + search_count + fmt
-    return RewardBreakdown(
-        total=total,
+    made = RewardBreakdown(
+        total=0.0,
         outcome=outcome,
         decomposition=decomposition,
         search_count=search_count,
         format=fmt,
         **facts,
     )
+    made.total = sum_parts(made.parts())
+    return made
 
 
 def _search_count(qclass: str, n: int, w: dict[str, float]) -> float:
@@ -286,18 +338,8 @@ def unshaped(breakdown: RewardBreakdown) -> RewardBreakdown:
     its token cap): the positive shaped terms (decomposition, search count, format) are dropped,
     negative ones kept, so an episode that never answers cannot earn more than one that answers
     wrongly (docs/training.md, "Episodes cut before their answer")."""
-    parts = (
-        breakdown.outcome,
-        min(breakdown.decomposition, 0.0),
-        min(breakdown.search_count, 0.0),
-        min(breakdown.format, 0.0),
-    )
-    return replace(
-        breakdown,
-        total=sum(parts),
-        decomposition=parts[1],
-        search_count=parts[2],
-        format=parts[3],
+    return breakdown.with_parts(
+        **{name: min(value, 0.0) for name, value in breakdown.parts().items() if name != "outcome"}
     )
 
 
@@ -337,14 +379,8 @@ def _dag(lab: dict[str, Any], w: dict[str, float], episode: Episode) -> RewardBr
     else:  # the gate: nothing for the process, and the format part takes the outcome back
         decomposition = search_count = 0.0
         fmt = -base.outcome
-    return replace(
-        base,
-        total=base.outcome + decomposition + search_count + fmt,
-        decomposition=decomposition,
-        search_count=search_count,
-        format=fmt,
-        mode="dag",
-        stages_per_search=stages,
+    return replace(base, mode="dag", stages_per_search=stages).with_parts(
+        decomposition=decomposition, search_count=search_count, format=fmt
     )
 
 

@@ -23,6 +23,7 @@ from parallelsearch.agents.protocol import TurnRequest
 from parallelsearch.rl.data import label_of
 from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.episode import EpisodeRun, Generated, TokenLedger, TurnGenerator, run_episode
+from parallelsearch.rl.rewards import REWARD_PARTS
 
 
 def _policy_turns(policy: Any) -> TurnGenerator:
@@ -142,8 +143,8 @@ class RolloutSummary:
             self.first_errors.setdefault(kind, message)
             return
         self.rewards.append(r["total"])
-        for part in ("outcome", "decomposition", "search_count", "format"):
-            self.parts.setdefault(part, []).append(r[part])
+        for part in REWARD_PARTS:
+            self.parts.setdefault(part, []).append(r.get(part, 0.0))
         self.format_valid.append(r["format_valid"])
         self.correct.append(r["correct"])
         if r["question_class"] == "parallel":

@@ -51,6 +51,17 @@ class TrainConfig(BaseModel):
     use_kl_loss: bool = False
     kl_estimator: Literal["k1", "k2", "k3"] = "k1"
     eps_clip: float = 0.2
+    # the engine's and the trainer's log-probs of a sampled token differ (kernels, precision, the
+    # weight sync): a ratio pi_train / pi_engine corrects the off-policy gradient (docs/training.md)
+    is_correction: Literal["tis", "icepop", "off"] = Field(
+        "tis",
+        description="engine/trainer log-prob mismatch correction: tis clips each token's importance ratio "
+        "pi_train/pi_engine into is_clip (truncated IS), icepop drops tokens outside it, off none; on, the "
+        "engine returns the sampled tokens' log-probs and OpenRLHF logs the mismatch as vllm_kl each step",
+    )
+    is_clip: tuple[float, float] = Field(
+        (0.0, 2.0), description="(low, high) of the importance ratio: TIS truncates at 2 (Yao et al. 2025)"
+    )
     gamma: float = 1.0
     lambd: float = 1.0
     num_episodes: int = Field(15, ge=1)
@@ -94,6 +105,13 @@ class TrainConfig(BaseModel):
     wandb_run_name: str | None = None
     tensorboard_dir: str | None = None
     logging_steps: int = 1
+    # train --check: the training questions' gold answers in the retriever's top-k
+    corpus_check_questions: int = Field(
+        200, ge=0, description="questions train --check searches for their gold answers (0: no corpus check)"
+    )
+    corpus_check_floor: float = Field(
+        0.2, ge=0, le=1, description="least share of them with a gold answer in the top-k passages"
+    )
     # the agent (written to the file named by PARALLELSEARCH_AGENT_CONFIG)
     agent: AgentConfig = Field(
         default_factory=lambda: AgentConfig(retriever_url="http://127.0.0.1:8000/retrieve")
@@ -129,6 +147,12 @@ class TrainConfig(BaseModel):
         """YAML reads ``on``/``off`` as booleans."""
         return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
+    @field_validator("is_correction", mode="before")
+    @classmethod
+    def _is_correction_off(cls, value: Any) -> Any:
+        """YAML reads ``off`` as false."""
+        return "off" if value is False else value
+
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
         if self.algorithm != "gae" and self.n_samples_per_prompt < 2:
@@ -141,6 +165,8 @@ class TrainConfig(BaseModel):
         lo, hi = self.dynamic_filtering_range
         if lo >= hi:
             raise ValueError("dynamic_filtering_range: must be (low, high) with low < high")
+        if not 0 <= self.is_clip[0] < 1 < self.is_clip[1]:
+            raise ValueError(f"is_clip: must be (low, high) with 0 <= low < 1 < high, got {self.is_clip}")
         if self.train_batch_size > self.rollout_batch_size * self.n_samples_per_prompt:
             raise ValueError(
                 f"train_batch_size: {self.train_batch_size} exceeds rollout_batch_size * n_samples_per_prompt "
@@ -200,7 +226,20 @@ def paper_preset(**overrides: Any) -> TrainConfig:
     return TrainConfig(**_deep_merge(base, overrides))
 
 
-PRESETS = {"paper": paper_preset}
+#: the over-search penalty of the ``paper-oversearch`` preset, per sub-query beyond the sub-questions
+#: a question needs (HiPRAG-style: small beside the outcome's 1 and the search count's 0.35)
+OVER_SEARCH_WEIGHT = 0.05
+
+
+def paper_oversearch_preset(**overrides: Any) -> TrainConfig:
+    """The ``paper`` preset with the over-search term on (``agent.reward.weights.lambda_o``): each
+    sub-query beyond the sub-questions a question needs (its hops or supporting titles, else two
+    for a multi-hop question and one for a single one) costs :data:`OVER_SEARCH_WEIGHT`."""
+    on = {"agent": {"reward": {"weights": {"lambda_o": OVER_SEARCH_WEIGHT}}}}
+    return paper_preset(**_deep_merge(on, overrides))
+
+
+PRESETS = {"paper": paper_preset, "paper-oversearch": paper_oversearch_preset}
 
 
 def _deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -240,6 +279,7 @@ OPENRLHF_NAMES: dict[str, str] = {
     "actor.adam.lr": "actor_lr",
     "actor.lr_warmup_ratio": "actor_warmup_ratio",
     "actor.eps_clip": "eps_clip",
+    "algo.advantage.is_correction_threshold": "is_clip",
     "actor.gradient_checkpointing_enable": "gradient_checkpointing",
     "critic.adam.lr": "critic_lr",
     "critic.lr_warmup_ratio": "critic_warmup_ratio",

@@ -26,6 +26,16 @@ from parallelsearch.serving.loopback import free_port  # noqa: E402
 __all__ = ["UvicornThread", "free_port"]
 
 
+def fill_batch(path: Path, records: int = 512) -> Path:
+    """Repeat a jsonl file's lines to ``records`` lines (the paper preset's rollout batch: the
+    pre-flight check refuses a prompt file smaller than one)."""
+    lines = [x for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+    path.write_text(
+        "".join(lines[i % len(lines)] + "\n" for i in range(max(records, len(lines)))), encoding="utf-8"
+    )
+    return path
+
+
 @pytest.fixture(scope="session")
 def _model_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("models")

@@ -65,15 +65,11 @@ def check_bookkeeping(result, prompt_ids, engine, tok, label, mode="paper"):
         in_range = {i for a, b in ranges for i in range(a, b)}
         assert all(lps[i] == 0.0 for i in range(len(toks)) if i not in in_range)
     logs = result["extra_logs"]
-    for key in (
-        "reward_outcome",
-        "reward_decomposition",
-        "reward_search_count",
-        "reward_format",
-        "policy_calls",
-        "search_rounds",
-    ):
+    from parallelsearch.rl.rewards import REWARD_PARTS
+
+    for key in (*(f"reward_{p}" for p in REWARD_PARTS), "policy_calls", "search_rounds"):
         assert hasattr(logs[key], "item"), f"{key} must be a tensor"
+    assert {k for k in logs if k.startswith("reward_")} == {f"reward_{p}" for p in REWARD_PARTS}
     assert logs["reward_decomposition"].item() == pytest.approx(expected.decomposition)
     return expected
 

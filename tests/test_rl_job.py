@@ -263,6 +263,8 @@ def test_openrlhf_dotted_names_set_exactly_their_flag(monkeypatch):
                 new = "fp16"
             elif field == "dynamic_filtering_range":
                 new = [0.2, 0.8]
+            elif field == "is_clip":
+                new = [0.2, 3.0]
             elif field == "zero_stage":
                 new = 2
             elif field in ("max_len", "rollout_batch_size"):

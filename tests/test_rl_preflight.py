@@ -12,7 +12,7 @@ import contextlib
 import json
 
 import pytest
-from conftest import UvicornThread, free_port, needs_data
+from conftest import UvicornThread, fill_batch, free_port, needs_data
 from engines import SamplingParamsStandIn, ScriptedEngine, load_like_openrlhf
 
 from parallelsearch.cli import main
@@ -94,6 +94,7 @@ def test_unreachable_retriever_is_refused_by_check_and_by_the_executor(tmp_path,
     data = tmp_path / "train.jsonl"
     q = {"id": "1", "question": "q", "golden_answers": ["a"]}
     data.write_text(json.dumps(train_record(q, template="official")) + "\n")
+    fill_batch(data)
     code = train_check(f"agent.retriever_url={url}", f"prompt_data={data}")
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 1
@@ -256,6 +257,7 @@ def test_protocol_reward_mode_and_prompts_must_agree(tmp_path, capsys):
 def test_check_passes_against_a_real_retriever(retriever, hotpot_comparison_file, tmp_path, capsys):
     data = tmp_path / "train.jsonl"
     make_train_data([hotpot_comparison_file], data, template="official", limit=4, allow_eval_questions=True)
+    fill_batch(data)
     code = train_check(f"agent.retriever_url={retriever.url}/retrieve", f"prompt_data={data}")
     out = capsys.readouterr().out
     assert code == 0, out
@@ -363,6 +365,7 @@ def test_submission_runs_the_checks_first(retriever, hotpot_comparison_file, tmp
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     data = tmp_path / "train.jsonl"
     make_train_data([hotpot_comparison_file], data, template="official", limit=4, allow_eval_questions=True)
+    fill_batch(data)
     argv = [
         "train",
         "--preset",

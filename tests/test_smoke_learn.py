@@ -43,8 +43,15 @@ def test_learning_json_holds_the_run(short_run):
     ):  # fmt: skip
         assert key in saved, key
     assert len(saved["steps"]) == len(saved["control_steps"]) == SETTINGS.steps
-    terms = {"reward_outcome", "reward_decomposition", "reward_search_count", "reward_format"}
-    assert terms <= set(saved["steps"][0])
+    from parallelsearch.training.rollouts import PART_TERMS
+
+    assert set(PART_TERMS) <= set(saved["steps"][0])
+    # each step's health (rl/health.py) and its distance from the start; the warm start's episodes' log-prob
+    health = saved["steps"][0]["health"]
+    assert health["episodes"] == 16 and health["by_class"] and health["equal_groups"] is not None
+    assert saved["steps"][1]["weight_distance"] > saved["steps"][0]["weight_distance"] > 0
+    assert set(saved["anchor_logprob"]) == {"before", "after", "control_before", "control_after"}
+    assert saved["anchor_logprob"]["control_before"] == saved["anchor_logprob"]["before"]
     # the paper preset's agent config by default; the control starts where the run started
     assert saved["config"]["reward_mode"] == "official" and saved["config"]["apply_chat_template"] is True
     assert saved["config"]["constrained"] is False and saved["config"]["prompts_per_step"] == 4

@@ -76,11 +76,9 @@ def test_bad_engine_settings_are_refused_naming_the_flag(argv, message, tmp_path
 def test_token_view_escapes_control_characters():
     """The printed view of one episode (a random model writes NUL bytes and newlines)."""
     from parallelsearch.training.one_step import SmokeEpisode, format_episode
+    from parallelsearch.training.rollouts import PART_TERMS
 
-    terms = dict.fromkeys(
-        ("reward_outcome", "reward_decomposition", "reward_search_count", "reward_format", "format_valid",
-         "search_rounds", "subqueries", "search_errors"), 0.0,
-    )  # fmt: skip
+    terms = dict.fromkeys((*PART_TERMS, "format_valid", "search_rounds", "subqueries", "search_errors"), 0.0)
     ep = SmokeEpisode(
         "q?", 0.1, terms, 10, 4, 6, 1, "ok", False,
         [("action", "<search> a\x00 </search>\n\n"), ("observation", "<information>x</information>")],

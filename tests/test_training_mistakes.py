@@ -33,13 +33,17 @@ QUESTIONS = [
 ]  # fmt: skip
 
 
-def write_data(path, template: str = "official", questions=QUESTIONS, **record_args):
-    """A prompt file as make-train-data writes it (hand-written questions: no file of a split)."""
+def write_data(path, template: str = "official", questions=QUESTIONS, fill: int | None = None, **record_args):
+    """A prompt file as make-train-data writes it (hand-written questions: no file of a split),
+    the questions repeated to ``fill`` records (default: one rollout batch of the paper preset,
+    so the check that a file fills a batch passes; an eval file is written once)."""
+    from conftest import fill_batch
+
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         "".join(json.dumps(train_record(q, template=template, **record_args)) + "\n" for q in questions)
     )
-    return path
+    return path if record_args.get("score") or fill == 0 else fill_batch(path, fill or 512)
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +225,8 @@ def test_official_reward_refuses_prompts_of_another_template(template, tmp_path,
                "--set", "agent.reward.mode=paper"])  # fmt: skip
     out = capsys.readouterr().out
     assert (
-        ok == 0 and f"ok: prompts in template {template} (of the first 3), scored by reward mode paper" in out
+        ok == 0
+        and f"ok: prompts in template {template} (of the first 16), scored by reward mode paper" in out
     )
 
 
@@ -300,7 +305,10 @@ def test_check_refuses_evaluation_data_in_training(tmp_path, capsys):
     held = write_data(
         tmp_path / "held.jsonl", questions=[{"id": "x", "question": "q", "golden_answers": ["a"]}], score="em"
     )
-    assert main([*argv, "--set", f"prompt_data={train}", "--set", f"eval_data={held}"]) == 0
+    assert (
+        main([*argv, "--set", f"prompt_data={train}", "--set", f"eval_data={held}", "--set", "eval_steps=5"])
+        == 0
+    )
     assert "eval_data shares no question with it" in capsys.readouterr().out
 
 

@@ -26,6 +26,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_make_train_data_command(sub)
     _add_train_command(sub)
     _add_rollout_command(sub)
+    _add_train_health_command(sub)
+
+
+def _add_train_health_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train-health",
+        help="a run's health per step from its episodes' records (agent.health_log), with alarms",
+        description="Per step: per question class the decomposition rate, search rounds and sub-queries per "
+        "round; over-search; the share of groups whose rewards are all equal; response length, format "
+        "validity, truncation; and the alarms that fired (docs/training.md, 'Health and alarms').",
+    )
+    p.add_argument("folder", help="the agent.health_log folder the rollout actors write")
+    p.add_argument(
+        "--episodes-per-step",
+        type=int,
+        required=True,
+        help="rollout_batch_size x n_samples_per_prompt (the episodes of one step)",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per step")
+    p.set_defaults(func=cmd_train_health)
+
+
+def cmd_train_health(args: argparse.Namespace) -> int:
+    """Print each step's health line (or JSON) and its alarms; exit 1 when an alarm fired."""
+    from parallelsearch.rl.health import read_steps
+
+    if args.episodes_per_step < 1:
+        raise ValueError(f"--episodes-per-step must be >= 1, got {args.episodes_per_step}")
+    if not Path(args.folder).is_dir():
+        raise ValueError(f"train-health: {args.folder} is not a folder (agent.health_log names it)")
+    steps = read_steps(args.folder, args.episodes_per_step)
+    for step in steps:
+        print(json.dumps(step.to_dict()) if args.json else step.line())
+        for alarm in [] if args.json else step.alarms:
+            print(f"  ALARM {alarm}")
+    return 1 if any(s.alarms for s in steps) else 0
 
 
 def _add_make_train_data_command(sub: argparse._SubParsersAction) -> None:
@@ -69,7 +105,12 @@ def _add_train_command(sub: argparse._SubParsersAction) -> None:
     )
     src = p.add_mutually_exclusive_group(required=False)
     src.add_argument("--config", help="training config (YAML/JSON, fields of TrainConfig)")
-    src.add_argument("--preset", choices=["paper"], help="paper: the official PPO settings")
+    src.add_argument(
+        "--preset",
+        choices=["paper", "paper-oversearch"],
+        help="paper: the official PPO settings; paper-oversearch: the same with the over-search penalty "
+        "(agent.reward.weights.lambda_o 0.05 per unneeded sub-query)",
+    )
     add_smoke_args(p, src)
     p.add_argument(
         "--set",
@@ -156,6 +197,12 @@ def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveG
     )
     g.add_argument("--smoke-seed", type=int, help="--learn: the seed of prompt order and sampling (0)")
     g.add_argument(
+        "--smoke-control",
+        choices=["group", "step"],
+        help="--learn: how the control shuffles each step's rewards: among all the step's samples (step, the "
+        "default) or among each prompt's samples (group: the run's advantages, given to random episodes)",
+    )
+    g.add_argument(
         "--smoke-retriever",
         metavar="URL",
         help="a running /retrieve server (default: one over the demo store)",
@@ -212,12 +259,13 @@ SMOKE_ONLY = (
     "smoke_heldout",
     "smoke_pool",
     "smoke_seed",
+    "smoke_control",
     "smoke_retriever",
     "smoke_dir",
     "kv_cache_gib",
     "engine_arg",
 )
-LEARN_ONLY = ("smoke_steps", "smoke_heldout", "smoke_pool", "smoke_seed")
+LEARN_ONLY = ("smoke_steps", "smoke_heldout", "smoke_pool", "smoke_seed", "smoke_control")
 
 
 def _apply(flags: list[str]) -> str:
@@ -269,6 +317,7 @@ def cmd_train_smoke_learn(args: argparse.Namespace) -> int:
         heldout=defaults.heldout if args.smoke_heldout is None else args.smoke_heldout,
         pool=args.smoke_pool or defaults.pool,
         seed=defaults.seed if args.smoke_seed is None else args.smoke_seed,
+        control_shuffle=args.smoke_control or defaults.control_shuffle,
     )
     samples = [] if args.smoke_samples is None else [f"n_samples_per_prompt={args.smoke_samples}"]
     overrides = [*args.set, *samples]

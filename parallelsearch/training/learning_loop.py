@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from parallelsearch.training.rollouts import Evaluation, evaluation, rollouts, term_means
+from parallelsearch.training.rollouts import Evaluation, evaluation, parts_said, rollouts, term_means
 
 #: the question types the learning smoke trains and evaluates on, by name (docs/training.md, "The learning
 #: smoke": why parallelizable questions by default)
@@ -39,6 +39,10 @@ class LearnSettings:
     sft_steps: int = 150
     sft_lr: float = 1e-2
     control: bool = True
+    #: how the control shuffles a step's rewards: among each prompt's samples ("group": the run's own
+    #: advantages, each group's, given to random episodes of the group) or among all the step's samples
+    #: ("step": every group gets rewards of other prompts, so nearly every group has advantages)
+    control_shuffle: str = "step"
     #: compare the engine's log-probs with the actor's (off where the session is not
     #: ``sync_checkable``)
     sync_check: bool = True
@@ -50,6 +54,8 @@ class LearnSettings:
                 raise ValueError(f"{flag} must be >= 1, got {getattr(self, name)}")
         if self.questions > 200:
             raise ValueError(f"LearnSettings.questions={self.questions}: the shipped sample holds 200")
+        if self.control_shuffle not in ("group", "step"):
+            raise ValueError(f"control_shuffle {self.control_shuffle!r}: group or step")
         if self.pool not in POOLS:
             raise ValueError(f"pool {self.pool!r}: one of {', '.join(POOLS)}")
         return self
@@ -98,6 +104,9 @@ class LearnState:
     token_mismatches: int = 0  # sample ids that differ from the engine's recorded calls, every episode
     gateway: dict[str, float] = field(default_factory=dict)  # the gateway's counters, summed (gateway mode)
     seconds: dict[str, float] = field(default_factory=dict)
+    #: mean log-prob per action token of the "before" evaluation's episodes under the weights of each
+    #: later evaluation: how far a run moved from what the warm start does (the control's drift)
+    anchor_logprob: dict[str, float] = field(default_factory=dict)
 
 
 class LearningRun:
@@ -155,6 +164,8 @@ class LearningRun:
         results = await self.rollout(records, self.seeds(0, len(records)))
         ev = evaluation(results, [r["type"] for r in records])
         self.state.evaluations[name] = ev
+        self.anchor = results if name == "before" else getattr(self, "anchor", results)
+        self.state.anchor_logprob[name] = self.anchor_logprob()
         sync = ""
         if self.settings.sync_check:
             sc = self.state.sync_checks[name] = self.sync_check(results)
@@ -167,6 +178,16 @@ class LearningRun:
             + sync
         )
         return ev
+
+    def anchor_logprob(self) -> float:
+        """The actor's mean log-prob per action token of the "before" evaluation's episodes."""
+        from openrlhf.trainer.ppo_utils.experience import Experience
+
+        batch = Experience.concat_experiences(
+            self.trainer.samples(self.anchor), self.trainer.tokenizer.pad_token_id
+        )
+        mask = batch.action_mask
+        return round(float((self.trainer.log_probs(batch) * mask).sum() / mask.sum()), 4)
 
     async def check_unsynced(self, episodes: int = 8) -> SyncCheck:
         """The sync check while the actor's weights differ from the engine's (before a sync): it must
@@ -205,6 +226,8 @@ class LearningRun:
         per_step = self.args.rollout.batch_size
         order = random.Random(self.settings.seed)
         pool: list[dict[str, Any]] = []
+        history: list[Any] = []
+        start = {n: p.detach().clone() for n, p in self.trainer.actor.named_parameters()}
         for step in range(1, self.settings.steps + 1):
             t0 = time.perf_counter()
             while len(pool) < per_step:
@@ -214,34 +237,59 @@ class LearningRun:
             results = await self.rollout(records, self.seeds(step, len(records)))
             samples = self.trainer.samples(results)
             if control:
-                shuffle_rewards(samples, random.Random(self.settings.seed * 7919 + step))
+                group = n if self.settings.control_shuffle == "group" else len(samples)
+                shuffle_rewards(samples, random.Random(self.settings.seed * 7919 + step), group)
             stats = self.trainer.train(self.trainer.make_experiences(samples), seed=self.settings.seed + step)
             await self.trainer.sync(self.actor)
             row = {
                 "step": step,
                 **term_means(results),
                 **vars(stats),
+                "weight_distance": round(distance(self.trainer.actor, start), 5),
                 "seconds": round(time.perf_counter() - t0, 1),
             }
             out.append(row)
             self.echo(format_step(row, self.settings.steps, control))
+            row["health"] = self.health(results, step, history)
         return out
 
+    def health(self, results: Sequence[dict[str, Any]], step: int, history: list[Any]) -> dict[str, Any]:
+        """The step's health line and its alarms (rl/health.py), as a training run's ``train-health``
+        prints them; ``history`` holds the run's earlier steps."""
+        from parallelsearch.rl.health import episode_health, step_health, with_alarms
 
-def shuffle_rewards(samples: list[Any], rng: random.Random) -> None:
-    """Permute the samples' rewards among them (the control: rewards no longer belong to their episodes)."""
-    rewards = [s.rewards.clone() for s in samples]
-    rng.shuffle(rewards)
-    for s, r in zip(samples, rewards, strict=True):
-        s.rewards = r
+        history.append(step_health([episode_health(r) for r in results], step))
+        now = with_alarms(history)[-1]
+        self.echo("  " + now.line())
+        for alarm in now.alarms:
+            self.echo(f"  ALARM {alarm}")
+        return now.to_dict()
+
+
+def distance(actor: Any, start: dict[str, Any]) -> float:
+    """The L2 distance of ``actor``'s parameters from ``start`` (a directed run moves about linearly in
+    its steps, a random walk about as their square root)."""
+    return math.sqrt(sum(float(((p.detach() - start[n]) ** 2).sum()) for n, p in actor.named_parameters()))
+
+
+def shuffle_rewards(samples: list[Any], rng: random.Random, group: int | None = None) -> None:
+    """Permute the samples' rewards among each run of ``group`` consecutive samples (a prompt's, as the
+    samples are prompt-major; None: all of them): the control, where rewards no longer belong to their
+    episodes."""
+    size = group or len(samples)
+    for start in range(0, len(samples), size):
+        chunk = samples[start : start + size]
+        rewards = [s.rewards.clone() for s in chunk]
+        rng.shuffle(rewards)
+        for s, r in zip(chunk, rewards, strict=True):
+            s.rewards = r
 
 
 def format_step(row: dict[str, Any], steps: int, control: bool) -> str:
     name = "control step" if control else "step"
     return (
-        f"{name} {row['step']}/{steps}: reward {row['reward']:.3f} (outcome {row['reward_outcome']:.2f}, "
-        f"decomposition {row['reward_decomposition']:.2f}, search_count {row['reward_search_count']:.2f}, "
-        f"format {row['reward_format']:.2f}; decomposed {row['decomposed']:.2f}, search rounds {row['search_rounds']:.2f}), "
+        f"{name} {row['step']}/{steps}: reward {row['reward']:.3f} ({parts_said(row, '.2f')}; "
+        f"decomposed {row['decomposed']:.2f}, search rounds {row['search_rounds']:.2f}), "
         f"policy loss {row['policy_loss']:+.4f}, grad norm {row['grad_norm']:.3f}, clip {row['ppo_clip_ratio']:.3f}, "
         f"advantage-weighted log-prob change {row['advantage_weighted_change']:+.4f}, "
         f"{row['seconds']:.1f} s"

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from parallelsearch.training.rollouts import parts_said
+
 
 @dataclass
 class SmokeEpisode:
@@ -102,8 +104,7 @@ def format_episode(i: int, ep: SmokeEpisode, width: int = 110) -> list[str]:
     t = ep.terms
     lines = [
         f"episode {i}: {ep.question}",
-        f"  reward {ep.reward:.3f} = outcome {t['reward_outcome']} + decomposition {t['reward_decomposition']}"
-        f" + search_count {t['reward_search_count']} + format {t['reward_format']}"
+        f"  reward {ep.reward:.3f} = {parts_said(t, 'g', ' + ')}"
         f"  (format_valid {t['format_valid']:g}, search_rounds {t['search_rounds']:g}, "
         f"subqueries {t['subqueries']:g}, search_errors {t['search_errors']:g})",
         f"  tokens: prompt {ep.prompt_tokens} (masked), action {ep.action_tokens} in {ep.turns} turn(s) "

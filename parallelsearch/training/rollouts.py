@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from parallelsearch.rl.rewards import REWARD_PARTS
 from parallelsearch.training.checks import EngineTurn
 
 
@@ -57,16 +58,15 @@ def record_engine_turns(actor: Any) -> None:
     actor.executor.execute = recorded
 
 
-#: the reward terms each step and evaluation reports (the executor's ``extra_logs`` keys)
-TERMS = (
-    "reward_outcome",
-    "reward_decomposition",
-    "reward_search_count",
-    "reward_format",
-    "format_valid",
-    "decomposed",
-    "search_rounds",
-)
+#: the reward's parts as the executor's ``extra_logs`` names them (from the one list in rl/rewards.py)
+PART_TERMS = tuple(f"reward_{name}" for name in REWARD_PARTS)
+#: the reward terms and health flags each step and evaluation reports (``extra_logs`` keys)
+TERMS = (*PART_TERMS, "format_valid", "decomposed", "search_rounds", "over_searched")
+
+
+def parts_said(row: dict[str, Any], fmt: str, sep: str = ", ") -> str:
+    """The reward's parts of ``row`` (its ``reward_<part>`` keys) as ``name value`` text."""
+    return sep.join(f"{name} {row[f'reward_{name}']:{fmt}}" for name in REWARD_PARTS)
 
 
 async def rollouts(
