@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 
-def index_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str], records: int = 3) -> str:
+def index_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str] | None, records: int = 3) -> str:
     """A store named ``hp-sample`` of the shipped HotpotQA sample's first ``records`` records,
-    made by ``index`` (its output swallowed); returns the store's name."""
+    made by ``index`` (its output swallowed); returns the store's name. Tests that only read or
+    ask it take the conftest's ``sample_store`` instead (a copy of one made per session)."""
     from parallelsearch.cli import main
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
 
@@ -19,7 +20,8 @@ def index_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str], records: in
     sample = tmp_path / f"hotpotqa_sample_{records}.jsonl"
     sample.write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert main(["index", "--store", "hp-sample", str(sample), "--no-progress"]) == 0
-    capsys.readouterr()
+    if capsys is not None:
+        capsys.readouterr()
     return "hp-sample"
 
 
