@@ -42,3 +42,21 @@ def counting_batches(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[list[s
 
     monkeypatch.setattr(store, "search_batch", search_batch)
     return batches
+
+
+class CachingEncoder:
+    """An embedder's ``encode_passages``, each distinct text encoded once: ``ingest(...,
+    encoder=...)`` for tests that index the same passages into several stores."""
+
+    def __init__(self, embedder: Any):
+        self.embedder, self.vectors = embedder, {}
+
+    def encode_passages(self, texts: list[str], batch_size: int = 64) -> Any:
+        import numpy as np
+
+        new = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if new:
+            self.vectors.update(
+                zip(new, self.embedder.encode_passages(new, batch_size=batch_size), strict=True)
+            )
+        return np.stack([self.vectors[t] for t in texts])
