@@ -166,6 +166,7 @@ def serve_no_encoder(port: int) -> None:
     import uvicorn
 
     from parallelsearch.stores import create_retrieval_app
+    from parallelsearch.stores.http.read_limits import ReadLimits
     from parallelsearch.stores.passages import Passage
 
     para = "A paragraph-sized passage of the kind HotpotQA stores hold. " * 6
@@ -181,7 +182,8 @@ def serve_no_encoder(port: int) -> None:
             return len(fixed)
 
     app = create_retrieval_app(FixedPassages())
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=30)
+    # the served uvicorn options (read deadlines, head limit, no trusted proxy), as serve-retriever's
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", **ReadLimits().uvicorn_options())
 
 
 def chroma_query_ms(store, queries: list[str]) -> dict:

@@ -148,7 +148,8 @@ MaxHistoryMessages = Annotated[
         description="earlier messages of the thread a chat protocol's planner sees (the last ones, "
         "starting at a question); None = all",
     ),
-    Uncapped("it only narrows the thread the planner sees"),
+    # a served graph bounds it by default; a request asking for more would widen each model request
+    OperatorCap("server_max_history_messages"),
 ]
 MaxHistoryTokens = Annotated[
     int | None,

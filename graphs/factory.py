@@ -40,6 +40,7 @@ from parallelsearch.stores.store_files import (
     StoreDamagedError,
     inspect_store,
     read_only_reason,
+    repair_hint,
     require_sound_store,
     sqlite_store_names,
 )
@@ -67,15 +68,17 @@ def make_chroma_client(cfg: RetrievalConfig) -> Any:
     return make_client(path=where.path, host=where.host, port=where.port)
 
 
-def reading_client(cfg: RetrievalConfig, names: list[str]) -> Any:
+def reading_client(cfg: RetrievalConfig, names: list[str]) -> tuple[Any, dict[str, list[str]]]:
     """The client to read stores ``names`` with: each embedded store's files are looked at first
     (``stores/store_files.py``: a store that does not add up, or is read-only here, is refused
-    naming it before Chroma touches its files); Chroma's own failure to open is named too."""
+    naming it before Chroma touches its files); Chroma's own failure to open is named too. Also
+    the ids of passages the file check sampled, per store (the open check reads their vectors)."""
     where = store_location(cfg)
+    samples: dict[str, list[str]] = {}
     if not where.host:
         assert where.path is not None
         for name in names:
-            require_sound_store(where.path, name)
+            samples[name] = require_sound_store(where.path, name).sample_ids
     try:
         client = make_client(path=where.path, host=where.host, port=where.port, create=False)
     except Exception as e:  # noqa: BLE001 - Chroma's error classes differ by client and version
@@ -85,7 +88,7 @@ def reading_client(cfg: RetrievalConfig, names: list[str]) -> Any:
             f"the stores at {cfg.location()} cannot be opened ({type(e).__name__}: {e}"[:400] + ")"
         ) from e
     require_stores(client, names, cfg.location())  # a typo fails before an encoder loads
-    return client
+    return client, samples
 
 
 def make_store(
@@ -96,13 +99,18 @@ def make_store(
     embedder: Embedder | None = None,
     hnsw: dict[str, Any] | None = None,
     client: Any = None,
+    sample_ids: list[str] | None = None,
 ) -> ChromaStore:
     """The store ``name`` where ``cfg`` says stores live; a missing one is an error unless ``create``.
     ``hnsw``: Chroma's HNSW parameters (``stores/chroma_store.py``); ``client``: one already open.
     Opened for reading (not ``create``), its files are checked first and Chroma reads it once
-    (:meth:`ChromaStore.probe`), so a store that cannot answer fails here, naming it."""
-    if client is None:
-        client = make_chroma_client(cfg) if create else reading_client(cfg, [name])
+    (:meth:`ChromaStore.probe`: ``sample_ids``' vectors, else the first passages', compared with
+    their checksums), so a store that cannot answer fails here, naming it."""
+    if client is None and create:
+        client = make_chroma_client(cfg)
+    elif client is None:
+        client, samples = reading_client(cfg, [name])
+        sample_ids = samples.get(name)
     store = ChromaStore(
         name,
         client=client,
@@ -112,7 +120,7 @@ def make_store(
         hnsw=hnsw,
     )
     if not create:
-        store.probe()
+        store.probe(sample_ids)
     return store
 
 
@@ -175,16 +183,34 @@ def writing_store(
         timeout = cfg.store_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
         lock = StoreWriteLock(where.path, name, timeout_s=timeout, on_wait=on_wait)
     with lock:
-        client = make_chroma_client(cfg)
+        with _named_damage(cfg, name):
+            client = make_chroma_client(cfg)
+            recorded = store_backend(client, name) if cfg.encoder_backend == "auto" else None
         if embedder is None and embedder_for is not None:
-            embedder = embedder_for(store_backend(client, name) if cfg.encoder_backend == "auto" else None)
-        store = make_store(cfg, name, create=True, embedder=embedder, hnsw=hnsw, client=client)
+            embedder = embedder_for(recorded)
+        with _named_damage(cfg, name):
+            store = make_store(cfg, name, create=True, embedder=embedder, hnsw=hnsw, client=client)
         try:
             yield store
         except BaseException:
             if store.created and store.count() == 0:
                 store.drop()
             raise
+
+
+@contextlib.contextmanager
+def _named_damage(cfg: RetrievalConfig, name: str) -> Iterator[None]:
+    """Chroma failing to open an embedded store's files (a cut or overwritten ``chroma.sqlite3``)
+    as a :class:`StoreDamagedError` naming the store and the repair, not Chroma's traceback."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - Chroma's error classes differ by client and version
+        if cfg.chroma_host or not is_chroma_error(e):
+            raise
+        raise StoreDamagedError(
+            f"store {name} at {cfg.location()} cannot be opened for writing ({type(e).__name__}: {e}"[:400]
+            + f"). {repair_hint(name, new_folder=True)}"
+        ) from e
 
 
 def store_location(cfg: RetrievalConfig) -> StoreLocation:
@@ -246,10 +272,12 @@ def _store_searcher(cfg: RetrievalConfig) -> Searcher:
     """The ``stores`` (sharded ones opened shard by shard); several are routed by ``name: query``."""
     specs = [cfg.store_spec(entry) for entry in cfg.stores]
     plain = [spec.name for spec in specs if not spec.sharded]
-    client = reading_client(cfg, plain) if plain else None
+    client, samples = reading_client(cfg, plain) if plain else (None, {})
     searchers: dict[str, Searcher] = {
         spec.name: StoreSearcher(
-            make_sharded_store(cfg, spec) if spec.sharded else make_store(cfg, spec.name, client=client)
+            make_sharded_store(cfg, spec)
+            if spec.sharded
+            else make_store(cfg, spec.name, client=client, sample_ids=samples.get(spec.name))
         )
         for spec in specs
     }
@@ -303,6 +331,7 @@ def make_policy(cfg: PolicyConfig | str, *, answer: bool = False) -> Policy:
         spec,
         base_url=cfg.openai_base_url,
         api_key=cfg.openai_api_key,
+        ca_bundle=cfg.openai_ca_bundle,
         timeout_s=cfg.request_timeout_s,
         constrained=cfg.constrained,
         think_chars=cfg.constrained_think_chars,

@@ -32,6 +32,7 @@ from parallelsearch.stores.config import RetrievalConfig
 
 if TYPE_CHECKING:
     from parallelsearch.graphs.factory import GraphParts
+    from parallelsearch.stores.http.read_limits import ReadLimits
 
 MultitaskStrategy = Literal["enqueue", "reject"]
 _HostList = Annotated[list[str], NoDecode]
@@ -110,10 +111,39 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
         MAX_TURNS_LIMIT, ge=0, le=MAX_TURNS_LIMIT, description="the largest max_turns a request may ask for"
     )
     server_max_response_bytes: int | None = Field(
-        None,
+        10_000_000,
         ge=1,
         description="the largest response a graph call may get (an invoke past it is a 422, a stream "
         "ends with an error event); None = no limit",
+    )
+    server_max_messages: int = Field(
+        1000, ge=1, description="most messages one graph input may carry (413): each is parsed and kept"
+    )
+    server_max_history_messages: int | None = Field(
+        100,
+        ge=0,
+        description="the most earlier messages of a thread or input a served graph's planner sees: the "
+        "served graphs' max_history_messages when graph_config sets none, and the largest a request may "
+        "ask for (None = no bound)",
+    )
+    server_forwarded_allow_ips: _HostList | None = Field(
+        None,
+        description="addresses of proxies whose X-Forwarded-For / X-Forwarded-Proto the servers believe "
+        "(uvicorn's forwarded_allow_ips; '*' = any); None = none: the client address is the peer's",
+    )
+    server_keep_alive_s: float = Field(
+        30.0,
+        gt=0,
+        description="seconds an idle kept-alive connection stays open (uvicorn timeout_keep_alive)",
+    )
+    server_head_timeout_s: float = Field(
+        20.0, gt=0, description="seconds a client has to send a request's head (slowloris: closed with a 408)"
+    )
+    server_body_timeout_s: float = Field(
+        60.0, gt=0, description="seconds a client has to send a request's body after its head (408)"
+    )
+    server_max_head_bytes: int = Field(
+        64 * 1024, ge=1024, description="largest request line and headers together (431)"
     )
     server_max_question_chars: int = Field(2000, ge=1, description="longest question a graph route accepts")
     server_max_batch: int = Field(
@@ -156,6 +186,26 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
         if self.server_checkpointer == "sqlite":
             return str(Path(self.home) / "threads.sqlite")
         return None
+
+    def read_limits(self) -> ReadLimits:
+        """The servers' read, header and proxy limits (:class:`ReadLimits`), from these settings."""
+        from parallelsearch.stores.http.read_limits import ReadLimits
+
+        return ReadLimits(
+            keep_alive_s=self.server_keep_alive_s,
+            head_timeout_s=self.server_head_timeout_s,
+            body_timeout_s=self.server_body_timeout_s,
+            max_head_bytes=self.server_max_head_bytes,
+            forwarded_allow_ips=tuple(self.server_forwarded_allow_ips or ()),
+        )
+
+    def served(self) -> Settings:
+        """These settings as a server runs them: the served graphs' history bounded by
+        ``server_max_history_messages`` unless ``graph_config`` bounds it itself."""
+        cap = self.server_max_history_messages
+        if cap is None or self.graph_config.max_history_messages is not None:
+            return self
+        return self.model_copy(update={"graph_config": self.graph_config.updated(max_history_messages=cap)})
 
     def graph_parts(
         self, kinds: Iterable[str], *, policy: Any = None, searcher: Any = None, defer_stores: bool = False
@@ -208,7 +258,7 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
             value = str(value)
         return value.strip() or None if isinstance(value, str) else value
 
-    @field_validator("server_allowed_hosts", mode="before")
+    @field_validator("server_allowed_hosts", "server_forwarded_allow_ips", mode="before")
     @classmethod
     def _host_list(cls, value: Any) -> Any:
         """A list, or ``PARALLELSEARCH_SERVER_ALLOWED_HOSTS=a.example,b.example``."""
@@ -221,7 +271,12 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
         """The server's own graph knobs must fit the caps it puts on requests."""
         g = self.graph_config
         for knob, cap in OPERATOR_CAPS.items():
-            if getattr(g, knob) > getattr(self, cap):
+            # None: the knob unbounded (served() bounds it by the cap) or no cap set
+            if (
+                getattr(g, knob) is not None
+                and getattr(self, cap) is not None
+                and getattr(g, knob) > getattr(self, cap)
+            ):
                 raise ValueError(
                     f"graph_config.{knob}={getattr(g, knob)} exceeds {cap}={getattr(self, cap)}; "
                     f"lower one or raise the other"

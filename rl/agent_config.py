@@ -119,6 +119,21 @@ class AgentConfig(RetrievalConfig):
     )
     constrained: Constrained = False
     constrained_think_chars: ConstrainedThinkChars = 600
+    mode: Literal["text", "gateway"] = Field(
+        "text",
+        description="text = the text environment (the parity reference); gateway = the chat agent itself "
+        "through a per-episode OpenAI session gateway speaking token ids (docs/training.md)",
+    )
+    factory: str | None = Field(
+        None,
+        description="gateway mode: MODULE:FUNCTION whose FUNCTION(model, searcher) returns the compiled agent "
+        "(unset = the README chat agent with this graph and graph_config)",
+    )
+    gateway_sampling: Literal["override", "refuse"] = Field(
+        "override",
+        description="gateway mode: a client's temperature/top_p/seed/max_tokens/stop/logit_bias are "
+        "overridden by the trainer's and counted (override), or refused with a 400 naming the field",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -150,6 +165,38 @@ class AgentConfig(RetrievalConfig):
         """Training sees the official observation format (quoted titles) unless the config says otherwise:
         a policy trained here then reads released checkpoints' format, and vice versa."""
         return value if value.observation_titles else value.updated(observation_titles="official")
+
+    gateway_transport: Literal["inprocess", "loopback"] = Field(
+        "inprocess",
+        description="gateway mode: how the agent reaches its session: inprocess (an httpx transport, no "
+        "socket) or loopback (an HTTP server on 127.0.0.1 per actor, for agents that need a socket)",
+    )
+
+    @field_validator("factory")
+    @classmethod
+    def _factory_form(cls, value: str | None) -> str | None:
+        from parallelsearch.rl.gateway.factory import check_factory_spec
+
+        return None if value is None else check_factory_spec(value)
+
+    @model_validator(mode="after")
+    def _gateway_mode(self) -> AgentConfig:
+        """Gateway mode scores the chat agent's record and samples freely: no text-reading reward,
+        no grammar; a factory without gateway mode would be silently unused."""
+        if self.mode == "text":
+            if self.factory is not None:
+                raise ValueError("agent.factory is used in gateway mode only: set agent.mode=gateway")
+            return self
+        if self.reward.mode == "official":
+            raise ValueError(
+                "agent.mode=gateway scores the chat agent's record; reward.mode 'official' reads the tags "
+                "text: set agent.reward.mode=paper (or dag)"
+            )
+        if self.constrained:
+            raise ValueError(
+                "agent.constrained is a text-mode grammar; gateway mode samples the agent's turns freely"
+            )
+        return self
 
     @model_validator(mode="after")
     def _one_searcher(self) -> AgentConfig:

@@ -145,8 +145,12 @@ class SearchEnv:
         self._prompt = self._transcript = self.turn.transcript
         return self._prompt
 
-    async def step(self, action_text: str) -> StepResult:
-        """Hand the policy's turn to the graph; returns the observation to append after it."""
+    async def step(
+        self, action_text: str, token_ids: list[int] | None = None, prompt_tokens: int | None = None
+    ) -> StepResult:
+        """Hand the policy's turn to the graph; returns the observation to append after it. A
+        trainer that keeps tokens passes the turn's ids and the context it was generated on, so
+        the graph counts ``tokens_in``/``tokens_out`` as it does when serving."""
         if self.done:
             raise RuntimeError("the episode is over; call reset() to start another")
         if self._config is None:
@@ -156,7 +160,10 @@ class SearchEnv:
         from langgraph.types import Command
 
         before = self._transcript + action_text
-        final_state = await self._advance(Command(resume={"text": action_text}))
+        resume: dict[str, Any] = {"text": action_text}
+        if token_ids is not None:
+            resume.update(token_ids=list(token_ids), prompt_tokens=prompt_tokens)
+        final_state = await self._advance(Command(resume=resume))
         after = final_state["transcript"] if final_state is not None else self.turn.transcript  # type: ignore[union-attr]  # LangGraph types the state snapshot's values loosely
         if not after.startswith(before):
             raise RuntimeError("the graph's transcript does not continue the action text (state was altered)")

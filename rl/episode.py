@@ -146,9 +146,12 @@ async def _turns(env: SearchEnv, generate: TurnGenerator, ledger: TokenLedger | 
                 ledger.context_full = True
             break
         gen = await generate(env.turn, ledger)
-        text = ledger.add_turn(gen) if ledger is not None else gen.text
-        step = await env.step(text)
-        if ledger is not None:
+        if ledger is None:
+            text, step = gen.text, await env.step(gen.text)
+        else:  # the graph gets the turn's ids and context too: it counts tokens as when serving
+            start = len(ledger.ids)
+            text = ledger.add_turn(gen)
+            step = await env.step(text, ledger.ids[start:], prompt_tokens=start)
             ledger.add_observation(step.observation or "")
         turns.append({"text": text, "observation": step.observation, **gen.info})
         if ledger is not None and ledger.context_full:

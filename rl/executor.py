@@ -77,7 +77,7 @@ def turn_params(params: Any, *, stop: tuple[str, ...], max_tokens: int, regex: s
     return new
 
 
-def _logprobs(out: Any, ids: list[int]) -> list[float]:
+def sampled_logprobs(out: Any, ids: list[int]) -> list[float]:
     """The sampled tokens' log-probs. A token missing from its entry raises, as OpenRLHF's own
     executor does (``logprob[token]``): another token's value would bias the importance ratio."""
     lps = getattr(out, "logprobs", None)
@@ -206,7 +206,7 @@ class EpisodeExecutor:
             )
             out = (await llm_engine.generate(ledger.ids, params)).outputs[0]
             ids = list(out.token_ids)
-            lps = _logprobs(out, ids) if want_lp else None
+            lps = sampled_logprobs(out, ids) if want_lp else None
             return Generated("", ids, lps, out.finish_reason)
 
         return generate

@@ -10,21 +10,51 @@ a probe query, stops the actor at construction with a clear message.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from openrlhf.utils.agent import AgentExecutorBase
 
-from parallelsearch.rl.agent_config import load_agent_config
+from parallelsearch.rl.agent_config import AgentConfig, load_agent_config
 from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.executor import EpisodeExecutor
+from parallelsearch.rl.gateway.executor import GatewayExecutor
 from parallelsearch.rl.preflight import executor_startup, retriever_name
 from parallelsearch.rl.search_failures import SearchFailureGuard
 
 log = logging.getLogger(__name__)
 
 
+def gateway_executor(cfg: AgentConfig, searcher: Any, guard: SearchFailureGuard) -> GatewayExecutor:
+    """Gateway mode: the configured factory's agent with the gateway's chat model."""
+    from parallelsearch.rl.gateway.factory import default_agent, load_factory
+    from parallelsearch.rl.gateway.transport import gateway_chat_model
+
+    factory = load_factory(cfg.factory) if cfg.factory else default_agent(cfg.graph, cfg.graph_config)
+    registry = None
+    model = gateway_chat_model()
+    if cfg.gateway_transport == "loopback":
+        from parallelsearch.rl.gateway.http import LoopbackGateway, SessionRegistry, loopback_chat_model
+
+        registry = SessionRegistry()
+        server = LoopbackGateway(registry).start()
+        log.info("gateway sessions served at %s/sessions/<id>/v1", server.url)
+        model = loopback_chat_model(server.url)
+    return GatewayExecutor(
+        factory(model, searcher),
+        registry=registry,
+        max_new_tokens_per_turn=cfg.graph_config.max_new_tokens,
+        reward_mode=cfg.reward.mode,
+        reward_weights=cfg.reward.weights,
+        client_sampling=cfg.gateway_sampling,
+        cut_episodes=cfg.reward.cut_episodes,
+        search_guard=guard,
+    )
+
+
 class AgentExecutor(EpisodeExecutor, AgentExecutorBase):
     """Runs each sample as one ParallelSearch episode over the compiled graph (``execute`` is
-    :meth:`EpisodeExecutor.execute`, with the agent config's knobs)."""
+    :meth:`EpisodeExecutor.execute`, with the agent config's knobs), or in gateway mode as one
+    episode of the configured chat agent (:class:`GatewayExecutor`)."""
 
     def __init__(self) -> None:
         cfg = self.config = load_agent_config()
@@ -32,6 +62,12 @@ class AgentExecutor(EpisodeExecutor, AgentExecutorBase):
         if limits.probe:
             for line in executor_startup(cfg):
                 log.info("start-up check: %s", line)
+        guard = SearchFailureGuard(
+            first_episodes=limits.first_episodes, max_share=limits.max_share, source=retriever_name(cfg)
+        )
+        self.gateway = gateway_executor(cfg, cfg.make_searcher(), guard) if cfg.mode == "gateway" else None
+        if self.gateway is not None:
+            return
         env_graph = EnvGraph(
             cfg.make_searcher(),
             graph=cfg.graph,
@@ -45,7 +81,11 @@ class AgentExecutor(EpisodeExecutor, AgentExecutorBase):
             constrained=cfg.constrained,
             think_chars=cfg.constrained_think_chars,
             cut_episodes=cfg.reward.cut_episodes,
-            search_guard=SearchFailureGuard(
-                first_episodes=limits.first_episodes, max_share=limits.max_share, source=retriever_name(cfg)
-            ),
+            search_guard=guard,
         )
+
+    async def execute(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """One sample, in the configured mode."""
+        if self.gateway is not None:
+            return await self.gateway.execute(*args, **kwargs)
+        return await super().execute(*args, **kwargs)

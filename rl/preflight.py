@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 from pathlib import Path
 from typing import Any
 
@@ -340,6 +341,7 @@ def tokenizer_checks(
             )
             for p in prompts
         ]
+    lines += gateway_checks(cfg, tokenizer, said)
     how = (
         f"tokens counted with {said}"
         if tokenizer is not None
@@ -360,6 +362,29 @@ def tokenizer_checks(
     )
     lines.append(_checked(check_budget, cfg.max_len, budget, how))
     return lines
+
+
+#: the job folder's record of the chat template a gateway-mode run was checked with
+TEMPLATE_DIGEST_FILE = "chat_template.json"
+
+
+def gateway_checks(cfg: TrainConfig, tokenizer: Any, said: str) -> list[str]:
+    """Gateway mode: the chat template is append-only for tool turns; its digest goes into the
+    job folder, so the run names the template its tokens were made with."""
+    if cfg.agent.mode != "gateway":
+        return []
+    if tokenizer is None:
+        return [f"{NOT_CHECKED}{said}: its chat template's tool turns (gateway mode)"]
+    from parallelsearch.rl.gateway.template_check import check_gateway_template
+
+    try:
+        line, digest = check_gateway_template(tokenizer)
+    except ValueError as e:
+        raise PreflightError(str(e)) from e
+    path = Path(cfg.job_dir) / TEMPLATE_DIGEST_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"model": cfg.model, "chat_template_sha256": digest}, indent=2) + "\n")
+    return [f"{line}; sha256 {digest[:12]}... written to {path}"]
 
 
 def preflight(cfg: TrainConfig, *, probe: bool = True) -> list[str]:

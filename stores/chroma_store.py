@@ -9,6 +9,7 @@ parameters are fixed at creation, except ``ef_search`` (processes opening the st
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,9 +24,14 @@ from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError,
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.shard_spec import validate_store_name
 from parallelsearch.stores.store_files import repair_hint
+from parallelsearch.stores.vector_checksum import CHECKSUM_KEY, mismatched, rot_message, vector_checksums
+
+log = logging.getLogger(__name__)
 
 #: passages hashed into a store's fingerprint (with its count)
 FINGERPRINT_PASSAGES = 64
+#: vectors the open check reads back and compares with their checksums
+PROBE_VECTORS = 32
 _META_MODEL = "ps_embedding_model"
 META_DIM = "ps_dimension"
 _META_BACKEND = "ps_encoder_backend"  # absent in stores built before it existed: torch
@@ -183,7 +189,11 @@ class ChromaStore(VectorSearch):
         self.location = location or (f"http://{host}:{port}" if host else str(path) if path else "client")
         self.embedder = embedder or get_embedder()
         self.created = False  # True when this object created the collection
+        #: what the open check found of the vector checksums (None: not checked)
+        self.checksums: str | None = None
         self.collection = self._open(create)
+        #: the store keeps unit vectors (cosine): checksums are of the normalised vector
+        self.normalizes = (hnsw_of(self.collection).get("space") or self._hnsw["space"]) == "cosine"
 
     def _open(self, create: bool) -> Any:
         backend = getattr(self.embedder, "backend", "torch")
@@ -227,15 +237,16 @@ class ChromaStore(VectorSearch):
             )
         return col
 
-    def probe(self) -> None:
-        """One search through Chroma's reader (it loads the index), so a store Chroma cannot read
-        fails when it is opened, naming it, not at the first question."""
+    def probe(self, sample_ids: Sequence[str] | None = None) -> None:
+        """Chroma reads the store once, as a search does: a search returning texts and titles (it
+        loads the index and the metadata), so a store Chroma cannot read fails when it is opened,
+        naming it, not at the first question. Then :meth:`check_sample`."""
         from parallelsearch.stores.store_files import StoreDamagedError, repair_hint
 
         vector = np.zeros((1, self.embedder.dimension), dtype=np.float32)
         vector[0, 0] = 1.0
         try:
-            self.collection.query(query_embeddings=vector, n_results=1, include=[])
+            self.collection.query(query_embeddings=vector, n_results=1, include=["documents", "metadatas"])
         except Exception as e:  # noqa: BLE001 - any failure to search is the finding
             if not is_chroma_error(e):
                 raise
@@ -243,6 +254,39 @@ class ChromaStore(VectorSearch):
                 f"store {self.name} at {self.location} cannot be searched ({type(e).__name__}: {e})"[:500]
                 + f". {repair_hint(self.name)}"
             ) from e
+        self.check_sample(sample_ids)
+
+    def check_sample(self, sample_ids: Sequence[str] | None = None) -> None:
+        """``sample_ids``' vectors (else the first passages') read back and compared with their
+        checksums: a vector that differs is :class:`StoreDamagedError` naming the ids and the repair.
+        A sample Chroma cannot read back is a warning (``stores --check`` reads every vector)."""
+        from parallelsearch.stores.store_files import StoreDamagedError, repair_hint
+
+        ids = list(sample_ids or [])[:PROBE_VECTORS]
+        try:
+            got = self.collection.get(
+                **({"ids": ids} if ids else {"limit": PROBE_VECTORS}), include=["embeddings", "metadatas"]
+            )
+        except Exception as e:  # noqa: BLE001 - Chroma's error classes differ by client and version
+            if not is_chroma_error(e):
+                raise
+            self.checksums = f"not compared ({type(e).__name__}: {e})"[:300]
+            log.warning(
+                "store %s: sampled vectors could not be read back (%s); run stores --check", self.name, e
+            )
+            return
+        vecs, n = got.get("embeddings"), len(got["ids"])
+        bad, compared = mismatched(
+            got["ids"], vecs if vecs is not None else [None] * n, got["metadatas"] or [None] * n
+        )
+        if bad:
+            raise StoreDamagedError(
+                f"store {self.name} at {self.location} is damaged, so it is not opened: "
+                f"{rot_message(self.name, bad, n)}. {repair_hint(self.name)}"
+            )
+        self.checksums = f"{compared} sampled vectors match their checksums" if compared else "absent"
+        if n and not compared:
+            log.warning("store %s records no vector checksums (%s)", self.name, CHECKSUMS_ABSENT)
 
     def count(self) -> int:
         return int(self.collection.count())
@@ -261,11 +305,17 @@ class ChromaStore(VectorSearch):
             return
         if embeddings is None:
             embeddings = self.embedder.encode_passages([p.text for p in passages])
+        embeddings = np.asarray(embeddings, dtype=np.float32)
         self.collection.upsert(
             ids=[p.id for p in passages],
-            embeddings=np.asarray(embeddings, dtype=np.float32),
+            embeddings=embeddings,
             documents=[p.text for p in passages],
-            metadatas=[{"title": p.title} for p in passages],
+            metadatas=[
+                {"title": p.title, CHECKSUM_KEY: c}
+                for p, c in zip(
+                    passages, vector_checksums(embeddings, normalize=self.normalizes), strict=True
+                )
+            ],
         )
 
     def drop(self) -> None:
@@ -327,10 +377,16 @@ class StoreCheck:
     read_only: str | None = None
     #: groups of ids holding the same text (or one text beginning another of the same title)
     duplicates: list[list[str]] = field(default_factory=list)
+    #: ids whose vector differs from the checksum recorded at ingestion (overwritten: bit rot)
+    rotted: list[str] = field(default_factory=list)
+    #: vectors that had a checksum to compare with (0 with vectors read: made before checksums)
+    checksummed: int = 0
+    #: the damage is in chroma.sqlite3, shared by every store of the folder: repair in a new folder
+    new_folder: bool = False
 
     @property
     def bad(self) -> list[str]:
-        return self.missing + self.unreadable
+        return self.missing + self.unreadable + self.rotted
 
     @property
     def ok(self) -> bool:
@@ -344,14 +400,21 @@ class StoreCheck:
                 "its vectors were not read back (Chroma cannot open a store it may not write)"
             )
         if self.ok:
-            return f"store {self.store}: all {self.checked} vectors read back" + self._twice()
+            return f"store {self.store}: all {self.checked} vectors read back" + self._sums() + self._twice()
         if self.count < 0 or self.checked < 0:
             return f"store {self.store}: CORRUPT: it cannot be read ({self.first_error})"
         line = (
             f"store {self.store}: CORRUPT: {len(self.unreadable)} unreadable and {len(self.missing)} missing "
             f"vector(s) of {self.count} passages ({self.checked} checked)"
         )
+        if self.rotted:
+            line += "; " + rot_message(self.store, self.rotted, self.checksummed)
         return line + (f"; first error: {self.first_error}" if self.first_error else "") + self._twice()
+
+    def _sums(self) -> str:
+        if self.checksummed:
+            return f", all {self.checksummed} match their checksums"
+        return f"; vector checksums are absent ({CHECKSUMS_ABSENT})" if self.checked else ""
 
     def _twice(self) -> str:
         if not self.duplicates:
@@ -366,7 +429,14 @@ class StoreCheck:
     def repair(self) -> str:
         """The repair that holds: Chroma 1.x cannot repair a collection in place, and a copy in the same
         process lost passages from search, so a fresh store is built from the source files."""
-        return repair_hint(self.store)
+        return repair_hint(self.store, new_folder=self.new_folder)
+
+
+#: what a store without vector checksums is told (opening it works; its vectors are not compared)
+CHECKSUMS_ABSENT = (
+    "the store was indexed before they were recorded, so overwritten vectors cannot be found; "
+    "index its files into a new store to record them"
+)
 
 
 class _StoredTwice:
@@ -448,7 +518,7 @@ def verify_collection(
 
 def _check_ids(collection: Any, dimension: int | None, ids: list[str], check: StoreCheck) -> None:
     try:
-        got = collection.get(ids=ids, include=["embeddings"])
+        got = collection.get(ids=ids, include=["embeddings", "metadatas"])
     except Exception as e:  # noqa: BLE001 - any read failure is what we are looking for
         if len(ids) == 1:
             check.unreadable.append(ids[0])
@@ -460,12 +530,21 @@ def _check_ids(collection: Any, dimension: int | None, ids: list[str], check: St
         _check_ids(collection, dimension, ids[mid:], check)
         return
     vecs = got.get("embeddings")
-    by_id = dict(zip(got["ids"], vecs if vecs is not None else [None] * len(got["ids"]), strict=True))
+    vecs = vecs if vecs is not None else [None] * len(got["ids"])
+    by_id = dict(zip(got["ids"], vecs, strict=True))
     for i in ids:
         v = by_id.get(i)
         check.checked += 1
         if v is None or (dimension and len(v) != dimension) or not np.all(np.isfinite(v)):
             check.missing.append(i)
+    ok = [
+        (i, v, m)
+        for i, v, m in zip(got["ids"], vecs, got["metadatas"] or [], strict=False)
+        if i not in check.missing
+    ]
+    rotted, compared = mismatched([o[0] for o in ok], [o[1] for o in ok], [o[2] for o in ok])
+    check.rotted.extend(rotted)
+    check.checksummed += compared
 
 
 def describe_collection(client: Any, name: str) -> dict[str, Any]:

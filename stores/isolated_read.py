@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from parallelsearch.stores.chroma_store import StoreCheck
 
 DEFAULT_READ_TIMEOUT_S = 120.0  # silence allowed between two steps: loading a 1M-vector segment takes a while
+#: the child's start (Python and Chroma's imports, no store read yet): seconds on a loaded machine,
+#: so it is not held to a short read timeout; it ends with the child's ``ready`` line
+START_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -63,56 +66,79 @@ def _signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
-def _events(argv: list[str], timeout_s: float) -> Iterator[dict[str, Any]]:
+def _events(argv: list[str], timeout_s: float, store: str | None = None) -> Iterator[dict[str, Any]]:
     """The child's JSON lines as they come; :class:`ReaderFailed` on a crash or ``timeout_s`` of
-    silence (the deadline restarts with every line, so a long check reporting progress goes on)."""
+    silence (the deadline restarts with every line, so a long check reporting progress goes on).
+    The child's start, up to its ``ready`` line, reads no store and gets :data:`START_TIMEOUT_S`.
+    ``store``: the store the child reads first (its findings name it before the child does)."""
     cmd = [sys.executable, "-m", "parallelsearch.stores.isolated_read", *argv]
-    current: str | None = None
+    reading = {"store": store}  # the store the child said it reads last
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL)
         assert proc.stdout is not None
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        buf = b""
         try:
-            deadline = time.monotonic() + timeout_s
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not sel.select(timeout=left):  # the finally below kills the child
-                    raise ReaderFailed(
-                        current, f"Chroma did not answer in {timeout_s:g} s reading store {current}"
-                    )
-                chunk = os.read(proc.stdout.fileno(), 1 << 16)
-                if not chunk:
-                    break
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    event = json.loads(line)
-                    current = event.get("store", current)
+            for event in _lines(proc, timeout_s, reading):
+                if not event.get("ready"):
                     yield event
-                deadline = time.monotonic() + timeout_s
-            try:
-                rc = proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                raise ReaderFailed(
-                    current, f"Chroma did not exit in {timeout_s:g} s after reading store {current}"
-                ) from None
-            if rc < 0:
-                raise ReaderFailed(current, f"Chroma crashed reading store {current} ({_signal_name(rc)})")
-            if rc != 0:
-                err.seek(0)
-                tail = err.read().decode("utf-8", "replace").strip().splitlines()
-                raise ReaderFailed(
-                    current,
-                    f"the reader of store {current} failed (exit {rc}): {tail[-1] if tail else 'no output'}",
-                )
+            _exit_status(proc, err, timeout_s, reading["store"])
         finally:
-            sel.close()
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
             proc.stdout.close()
+
+
+def _lines(
+    proc: subprocess.Popen, timeout_s: float, reading: dict[str, str | None]
+) -> Iterator[dict[str, Any]]:
+    """``proc``'s stdout as JSON lines until it closes, each within its deadline; ``reading["store"]``
+    follows the ``store`` the lines name."""
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    buf = b""
+    try:
+        wait = max(timeout_s, START_TIMEOUT_S)
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(timeout=left):  # the caller kills the child
+                store = reading["store"]
+                raise ReaderFailed(store, f"Chroma did not answer in {wait:g} s reading store {store}")
+            chunk = os.read(proc.stdout.fileno(), 1 << 16)
+            if not chunk:
+                return
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                event = json.loads(line)
+                reading["store"] = event.get("store", reading["store"])
+                yield event
+            wait = timeout_s
+            deadline = time.monotonic() + wait
+    finally:
+        sel.close()
+
+
+def _exit_status(proc: subprocess.Popen, err: Any, timeout_s: float, current: str | None) -> None:
+    """A finding when the child, done talking, does not exit, exits by a signal or fails (its exit,
+    like its start, reads no store: it is not held to a short read timeout)."""
+    wait = max(timeout_s, START_TIMEOUT_S)
+    try:
+        rc = proc.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        raise ReaderFailed(
+            current, f"Chroma did not exit in {wait:g} s after reading store {current}"
+        ) from None
+    if rc < 0:
+        raise ReaderFailed(current, f"Chroma crashed reading store {current} ({_signal_name(rc)})")
+    if rc != 0:
+        err.seek(0)
+        tail = err.read().decode("utf-8", "replace").strip().splitlines()
+        raise ReaderFailed(
+            current,
+            f"the reader of store {current} failed (exit {rc}): {tail[-1] if tail else 'no output'}",
+        )
 
 
 def check_store(
@@ -132,13 +158,15 @@ def check_store(
 
     files = None
     if location.path is not None and not location.host:
-        files = inspect_store(location.path, name)
+        files = inspect_store(location.path, name, every_page=True)
         reason = read_only_reason(Path(location.path))
         if reason:
             first = None if files.ok else files.describe()
             return StoreCheck(store=name, count=files.passages, read_only=reason, first_error=first)
         if files.index_broken:  # Chroma would crash on these files, or write new ones over them
-            return StoreCheck(store=name, count=-1, checked=-1, first_error=files.describe())
+            return StoreCheck(
+                store=name, count=-1, checked=-1, first_error=files.describe(), new_folder=files.sqlite_broken
+            )
     check = _check_in_child(location, name, timeout_s=timeout_s, batch_size=batch_size, progress=progress)
     if files is not None and not files.ok and check.ok:
         check.first_error = files.describe()
@@ -155,7 +183,7 @@ def _check_in_child(
     argv = [*location.argv(), "check", name, "--batch-size", str(batch_size)]
     with tqdm(desc=f"checking {name}", disable=not progress) as bar:
         try:
-            for event in _events(argv, timeout_s):
+            for event in _events(argv, timeout_s, store=name):
                 if "missing_store" in event:
                     raise StoreNotFoundError(event["missing_store"])
                 if "checked" in event:
@@ -202,8 +230,11 @@ def _emit(event: dict[str, Any]) -> None:
 
 
 def _child(argv: list[str]) -> int:
+    import chromadb  # noqa: F401 - imported before ``ready``: the start is not the store's read time
+
     from parallelsearch.stores import chroma_store
 
+    _emit({"ready": True})  # imports done: from here on the child reads the store
     ap = argparse.ArgumentParser(prog="python -m parallelsearch.stores.isolated_read")
     ap.add_argument("--path")
     ap.add_argument("--host")

@@ -101,11 +101,12 @@ def open_shards(
     for shard in spec.shards:
         where = _where(shard, host, port, path)
         label = shard.label if (shard.host or shard.path is not None) else f"{shard.collection}@{where[1]}"
+        sample: list[str] | None = None
         try:
             if where[0] is None:  # reading must not create a folder, nor open files that do not add up
                 if not Path(where[1]).is_dir():
                     raise StoreNotFoundError(f"no Chroma folder {where[1]}")
-                require_sound_store(where[1], shard.collection)
+                sample = require_sound_store(where[1], shard.collection).sample_ids
             if where not in clients:
                 clients[where] = _within(
                     timeout_s,
@@ -118,8 +119,8 @@ def open_shards(
                 embedder = embedder_for(clients[where], shard.collection)
             store = _within(
                 timeout_s,
-                lambda c=clients[where], e=embedder, col=shard.collection, w=where: ChromaStore(
-                    col, client=c, embedder=e, create=False, location=str(w[1])
+                lambda c=clients[where], e=embedder, col=shard.collection, w=where, ids=sample: _probed(
+                    ChromaStore(col, client=c, embedder=e, create=False, location=str(w[1])), ids
                 ),
             )
         except (ModelMismatchError, StoreNotFoundError) as e:
@@ -131,6 +132,12 @@ def open_shards(
         out.append((label, store))
     check_agreement(spec.name, out)
     return out
+
+
+def _probed(store: ChromaStore, sample_ids: list[str] | None) -> ChromaStore:
+    """``store`` once Chroma has read it as a search does (:meth:`ChromaStore.probe`)."""
+    store.probe(sample_ids)
+    return store
 
 
 def _within(timeout_s: float, fn: Callable[[], Any]) -> Any:

@@ -16,11 +16,13 @@ import sqlite3
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import quote
 
 import numpy as np
 
 from parallelsearch.stores.errors import ParallelSearchError, StoreNotFoundError
+from parallelsearch.stores.sqlite_sample import full_check, sample_tables
 
 SQLITE_FILE = "chroma.sqlite3"
 INDEX_FILES = ("header.bin", "data_level0.bin", "length.bin", "link_lists.bin")
@@ -40,8 +42,15 @@ class StoreReadOnlyError(ParallelSearchError, PermissionError):
     even to read (it records every client); the message says what to do."""
 
 
-def repair_hint(store: str) -> str:
-    """The repair that holds (docs/architecture.md, "Writing a store"): a new store from the files."""
+def repair_hint(store: str, *, new_folder: bool = False) -> str:
+    """The repair that holds (docs/architecture.md, "Writing a store"): a new store from the files;
+    in a new folder when the damage is in ``chroma.sqlite3``, which every store of a folder shares."""
+    if new_folder:
+        return (
+            f"Index the files store {store} came from into a new store in a new folder "
+            f"(PARALLELSEARCH_CHROMA_PATH=NEW_FOLDER parallelsearch index --store {store}-new FILES): "
+            f"{SQLITE_FILE} is shared by every store of this folder"
+        )
     return (
         f"Index the files store {store} came from into a new store "
         f"(parallelsearch index --store {store}-new FILES) and search that one"
@@ -60,6 +69,10 @@ class StoreFiles:
     problems: list[str] = field(default_factory=list)
     #: the index files themselves are missing or damaged (Chroma would crash on them or write new ones)
     index_broken: bool = False
+    #: ids of passages the sampled table read met (the open check reads their vectors back)
+    sample_ids: list[str] = field(default_factory=list)
+    #: the damage is in chroma.sqlite3, which every store of the folder shares
+    sqlite_broken: bool = False
 
     @property
     def ok(self) -> bool:
@@ -103,18 +116,27 @@ def sqlite_store_names(chroma_path: Path) -> list[str]:
         ) from e
 
 
-def inspect_store(chroma_path: str | Path, name: str) -> StoreFiles:
-    """What the files of store ``name`` at ``chroma_path`` say (see the module docstring)."""
+def inspect_store(chroma_path: str | Path, name: str, *, every_page: bool = False) -> StoreFiles:
+    """What the files of store ``name`` at ``chroma_path`` say (see the module docstring); with
+    ``every_page``, SQLite also checks every page of its file (``stores --check``: linear in its size)."""
     chroma_path = Path(chroma_path)
     found = StoreFiles(store=name, location=str(chroma_path))
     try:
         with _connect(chroma_path) as conn:
-            segment, dimension, flushed = _counts(conn, name, found)
+            cat = _counts(conn, name, found)
+            sample = sample_tables(conn, cat.metadata, cat.collection)
+            if every_page:
+                sample.problems.extend(full_check(conn))
     except sqlite3.DatabaseError as e:
         found.problems.append(f"{SQLITE_FILE} cannot be read ({e})")
-        found.index_broken = True
+        found.index_broken = found.sqlite_broken = True
         return found
-    _check_index(chroma_path / segment, dimension, flushed, found)
+    found.sample_ids = sample.passage_ids
+    if sample.problems:  # Chroma would fail every search that meets these pages
+        found.problems.extend(f"{SQLITE_FILE} is damaged: {p}" for p in sample.problems)
+        found.index_broken = found.sqlite_broken = True
+        return found
+    _check_index(chroma_path / cat.vector, cat.dimension, cat.flushed, found)
     found.index_broken = bool(found.problems)
     if found.ok and found.indexed + found.pending < found.passages:
         lost = found.passages - found.indexed - found.pending
@@ -125,9 +147,20 @@ def inspect_store(chroma_path: str | Path, name: str) -> StoreFiles:
     return found
 
 
-def _counts(conn: sqlite3.Connection, name: str, found: StoreFiles) -> tuple[str, int, int]:
-    """Fill in the passage and log counts; the vector segment's folder name, the dimension, and
-    the last log entry written into the index (0: none yet)."""
+class _Catalogue(NamedTuple):
+    """What SQLite's catalogue says of one store: its collection and segment ids (the vector
+    segment's id names its index folder), its dimension and the last log entry written into the
+    index (0: none yet)."""
+
+    collection: str
+    vector: str
+    metadata: str
+    dimension: int
+    flushed: int
+
+
+def _counts(conn: sqlite3.Connection, name: str, found: StoreFiles) -> _Catalogue:
+    """Fill in the passage and log counts; what the catalogue says of the store."""
     row = conn.execute("SELECT id, dimension FROM collections WHERE name = ?", (name,)).fetchone()
     if row is None:
         from parallelsearch.stores.errors import missing_store_error
@@ -149,7 +182,7 @@ def _counts(conn: sqlite3.Connection, name: str, found: StoreFiles) -> tuple[str
         "SELECT count(*) FROM embeddings_queue WHERE topic LIKE ? AND seq_id > ? AND operation != ?",
         (f"%{collection}", flushed, _DELETE),
     ).fetchone()
-    return segments["VECTOR"], int(dimension or 0), flushed
+    return _Catalogue(collection, segments["VECTOR"], segments["METADATA"], int(dimension or 0), flushed)
 
 
 def _seq(value: object) -> int:
@@ -295,6 +328,6 @@ def require_sound_store(chroma_path: str | Path, name: str) -> StoreFiles:
     if not found.ok:
         raise StoreDamagedError(
             f"store {name} at {chroma_path} does not add up, so it is not opened: {found.describe()}. "
-            f"{repair_hint(name)}"
+            f"{repair_hint(name, new_folder=found.sqlite_broken)}"
         )
     return found

@@ -15,7 +15,7 @@ as OpenRLHF does, and recording the environments the executor opens.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,15 +62,24 @@ class ScriptedEngine:
     cross the stop string (``>\\n\\n``), ``text`` and ``token_ids`` then disagree, exactly
     as with vLLM. ``max_tokens`` cuts at a token count (finish "length"). Turns are matched
     to episodes by the prompt's leading tokens, so one engine serves concurrent episodes.
-    Logprobs are a fixed -0.5 per token when requested.
+    Logprobs are a fixed -0.5 per token when requested. A turn given as token ids is returned
+    as those ids (a split the tokenizer would not make); ``key`` (token ids -> a hashable) matches
+    turns to episodes instead of the leading tokens (a chat agent's prompts share a long prefix).
     """
 
-    def __init__(self, tokenizer: Any, turns: Sequence[str], prefix_tokens: int = 64):
+    def __init__(
+        self,
+        tokenizer: Any,
+        turns: Sequence[str | list[int]],
+        prefix_tokens: int = 64,
+        key: Callable[[list[int]], Any] | None = None,
+    ):
         if not turns:
             raise ValueError("ScriptedEngine needs at least one turn")
         self.tokenizer = tokenizer
         self.turns = list(turns)
         self.prefix_tokens = prefix_tokens
+        self.key = key
         self.calls: dict[tuple[int, ...], int] = {}
         self.requests: list[list[int]] = []
         self.outputs: list[list[int]] = []  # generated token ids, in call order
@@ -101,11 +110,15 @@ class ScriptedEngine:
     ) -> RequestOutput:
         self.requests.append(list(token_ids))
         self.params.append(sampling_params)
-        key = tuple(token_ids[: self.prefix_tokens])
+        key = self.key(list(token_ids)) if self.key else tuple(token_ids[: self.prefix_tokens])
         i = self.calls.get(key, 0)
         self.calls[key] = i + 1
         turn = self.turns[min(i, len(self.turns) - 1)]
-        full = self.tokenizer(turn, add_special_tokens=False)["input_ids"]
+        full = (
+            list(turn)
+            if isinstance(turn, list)
+            else self.tokenizer(turn, add_special_tokens=False)["input_ids"]
+        )
         cap = getattr(sampling_params, "max_tokens", None)
         ids, text, finish, stop = self._stop_like_vllm(full, _stops(sampling_params), cap)
         lps = None

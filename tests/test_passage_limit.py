@@ -170,7 +170,8 @@ def test_the_cut_does_not_depend_on_what_the_encoder_did_before(embedder, corpus
 
 
 def test_verify_reports_passages_stored_twice(tmp_path, capsys, embedder, long_text):
-    """A passage split under two budgets (what a rerun that split differently left) is reported."""
+    """A passage split under two budgets (what a rerun that split differently left, before stores
+    recorded their budget) is reported."""
     from parallelsearch.cli import main
     from parallelsearch.graphs.factory import make_store
     from parallelsearch.settings import get_settings
@@ -181,7 +182,8 @@ def test_verify_reports_passages_stored_twice(tmp_path, capsys, embedder, long_t
     ingest(
         store, passages=[long, Passage.make("Short", "A short one.")], max_passage_tokens=300, progress=False
     )
-    ingest(store, passages=[long], max_passage_tokens=200, progress=False)
+    # what a version that recorded no budget left after a rerun with another one (ingest refuses it)
+    store.upsert(list(PassageLimit(tokenizer_of(embedder), 200).apply([long])))
     del store
     assert main(["index", "--store", "twice", "--verify", "--no-progress"]) == 0
     out = capsys.readouterr()
@@ -190,3 +192,31 @@ def test_verify_reports_passages_stored_twice(tmp_path, capsys, embedder, long_t
     assert main(["stores", "--check", "twice", "--json"]) == 0
     found = json.loads(capsys.readouterr().out)
     assert found["ok"] and found["duplicates"] and all(len(g) >= 2 for g in found["duplicates"])
+
+
+def test_another_budget_on_a_split_store_is_refused_and_verify_says_which(
+    tmp_path, capsys, corpus_with_a_long_passage
+):
+    """Piece ids carry the budget: a rerun with a smaller one stored every long passage a second
+    time (80 entries became 247). The store records its budget; another is refused, naming both."""
+    from parallelsearch.cli import main
+
+    corpus = str(corpus_with_a_long_passage)
+    args = ["index", "--store", "budget", corpus, "--no-progress"]
+    assert main(args) == 0
+    total = int(capsys.readouterr().out.rsplit("total ", 1)[1])
+    assert main([*args, "--max-passage-tokens", "128"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "store budget was split with --max-passage-tokens 512, this run asks for --max-passage-tokens 128"
+        in err
+    ), err
+    assert "Rerun with --max-passage-tokens 512" in err
+    assert "parallelsearch index --store budget-new --max-passage-tokens 128 FILES" in err
+    verify = ["index", "--store", "budget", "--verify", "--no-progress"]
+    assert main([*verify, "--max-passage-tokens", "128", corpus]) == 2
+    assert "this run asks for --max-passage-tokens 128" in capsys.readouterr().err
+    assert main([*verify, corpus]) == 0
+    out = capsys.readouterr().out
+    assert "was split with --max-passage-tokens 512, as this run asks: nothing is split again" in out
+    assert f"added 0, already present {total}," in out and out.rstrip().endswith(f"total {total}")

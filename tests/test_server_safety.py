@@ -137,18 +137,20 @@ def test_repeated_key_failures_from_one_address_are_held_back(hotpot_store):
     with _keyed_retriever(hotpot_store, failures) as srv, httpx.Client(base_url=srv.url, timeout=30) as c:
         for _ in range(3):
             assert c.post("/retrieve", json=body, headers={"X-API-Key": "guess"}).status_code == 401
-        held = c.post("/retrieve", json=body, headers={"X-API-Key": KEY})  # even the right key waits
+        held = c.post("/retrieve", json=body, headers={"X-API-Key": "guess"})  # the guesser waits
         assert held.status_code == 429 and held.json()["problem"] == "held_back"
         assert 1 <= int(held.headers["Retry-After"]) <= 60
+        assert c.post("/retrieve", json=body, headers={"X-API-Key": KEY}).status_code == 200  # never the key
         clock.now += 61  # the window passes
-        assert c.post("/retrieve", json=body, headers={"X-API-Key": KEY}).status_code == 200
+        assert c.post("/retrieve", json=body, headers={"X-API-Key": "guess"}).status_code == 401
     # the LangServe app counts its own (settings: limit and window)
     s = Settings(server_api_key=KEY, server_checkpointer="none", server_key_failure_limit=2)
     app = create_app(s, policy=ScriptedPolicy(SCRIPT), searcher=hotpot_store)
     app.state.key_failures.clock = clock
     with UvicornThread(app) as srv:
         assert [invoke(srv, Q, headers={"X-API-Key": "x"}).status_code for _ in range(2)] == [401, 401]
-        assert invoke(srv, Q, headers={"X-API-Key": KEY}).status_code == 429
+        assert invoke(srv, Q, headers={"X-API-Key": "x"}).status_code == 429
+        assert invoke(srv, Q, headers={"X-API-Key": KEY}).status_code == 200
         assert httpx.get(srv.url + "/health", timeout=10).status_code == 200  # /health stays open
 
 

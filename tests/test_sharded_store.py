@@ -72,6 +72,7 @@ def sharded_setup(servers, corpus, embedder, tmp_path_factory):
 def _sharded(declaration: str, embedder, **cfg):
     from parallelsearch.graphs.factory import make_sharded_store
 
+    cfg.setdefault("shard_timeout_s", 300)  # an answer is awaited, not timed: a loaded machine is slow
     config = RetrievalConfig(stores=[declaration], encoder_backend="torch", **cfg)
     return make_sharded_store(config, config.store_spec("wiki"), embedder=embedder)
 
@@ -150,7 +151,11 @@ def test_openrlhf_agent_config_searches_the_shards(sharded_setup, servers):
 
     declaration, whole = sharded_setup
     cfg = AgentConfig(
-        chroma_host="127.0.0.1", chroma_port=servers[0].port, store=declaration, encoder_backend="torch"
+        chroma_host="127.0.0.1",
+        chroma_port=servers[0].port,
+        store=declaration,
+        encoder_backend="torch",
+        shard_timeout_s=300,
     )
     searcher = cfg.make_searcher()
     assert searcher.name == "wiki" and searcher.store.count() == whole.count()
@@ -217,11 +222,15 @@ def test_stopped_server_fails_naming_the_shard_or_answers_partially(
             vectors[40:80],
         )
         declaration = f"wiki=part-a@127.0.0.1:{servers[0].port},part-b@127.0.0.1:{third.port}"
-        strict = _sharded(declaration, embedder, shard_timeout_s=5)
-        partial = _sharded(declaration, embedder, shard_timeout_s=5, allow_partial=True)
+        # deadlines far beyond any answer where answers are expected (a loaded machine answers late);
+        # a short one only where the hung shard is alone, so only its silence can run it out
+        strict = _sharded(declaration, embedder, shard_timeout_s=300)
+        partial = _sharded(declaration, embedder, shard_timeout_s=300, allow_partial=True)
         question = hotpot_questions[0]["question"]
         assert len(strict.search(question, 3)) == 3
-        hung = _sharded(declaration, embedder, shard_timeout_s=1)
+        alone = f"wiki=part-b@127.0.0.1:{third.port}"
+        hung = _sharded(alone, embedder, shard_timeout_s=300)
+        hung.timeout_s = 1
         third.proc.send_signal(signal.SIGSTOP)  # hung: the deadlines answer, naming the shard
         try:
             with pytest.raises(
@@ -231,7 +240,7 @@ def test_stopped_server_fails_naming_the_shard_or_answers_partially(
             with pytest.raises(
                 ShardError, match=rf"part-b@127.0.0.1:{third.port} .*cannot be opened: TimeoutError"
             ):
-                _sharded(declaration, embedder, shard_timeout_s=1)
+                _sharded(alone, embedder, shard_timeout_s=1)
         finally:
             third.proc.send_signal(signal.SIGCONT)
         third.stop()

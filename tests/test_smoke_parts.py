@@ -255,3 +255,55 @@ def test_under_constrained_decoding_the_sync_goals_are_not_claimed():
     assert record["logprob_gap"] is None and record["logprob_gap_shifted_mask"] is None
     assert not [goal for goal in record["goals"] if "sync" in goal] and all(record["goals"].values())
     assert "weight sync: not checked (constrained decoding)" in summary_lines(record)
+
+
+def test_the_gateway_smoke_scores_the_record_and_its_teacher_writes_tool_calls(tmp_path):
+    """``--set agent.mode=gateway``: the record's reward and room for a turn of two calls, unless
+    ``--set`` says otherwise; the teacher's turns are what the chat agent's model writes."""
+    from parallelsearch.rl.gateway.messages import read_reply
+    from parallelsearch.training.setup import smoke_config
+    from parallelsearch.training.teacher import teacher_turns
+
+    cfg = smoke_config(
+        tmp_path / "m", tmp_path / "p.jsonl", "http://127.0.0.1:1/retrieve", ["agent.mode=gateway"]
+    )
+    assert (
+        cfg.agent.mode == "gateway"
+        and cfg.agent.reward.mode == "paper"
+        and cfg.max_new_tokens_per_turn == 160
+    )
+    mine = smoke_config(
+        tmp_path / "m",
+        tmp_path / "p.jsonl",
+        "http://x/retrieve",
+        ["agent.mode=gateway", "max_new_tokens_per_turn=90"],
+    )
+    assert mine.max_new_tokens_per_turn == 90
+    q = {
+        "question": "Were A and B both?",
+        "golden_answers": ["yes"],
+        "metadata": {"supporting_titles": ["A", 'B "b"']},
+    }
+    search, answer = teacher_turns(q, "parallel", form="tools")
+    calls = read_reply(search, "<|im_end|>", 0)["tool_calls"]
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"query": "A"}, {"query": 'B "b"'}]
+    assert (
+        answer == "yes<|im_end|>"
+        and len(read_reply(teacher_turns(q, "single", "tools")[0], "<|im_end|>", 0)["tool_calls"]) == 1
+    )
+
+
+def test_learning_json_names_the_mode_and_the_token_evidence():
+    from parallelsearch.training.checks import EngineTurn, token_mismatches
+    from parallelsearch.training.learning_loop import LearnSettings, LearnState
+    from parallelsearch.training.report import learning_record
+
+    turns = [EngineTurn([1, 2], [3, 4], ""), EngineTurn([1, 2, 3, 4, 9], [5], "")]
+    assert token_mismatches([1, 2, 3, 4, 9, 5], turns) == 0
+    assert token_mismatches([1, 2, 3, 7, 9, 5], turns) == 2  # one token, seen by both turns
+    evals = {"before": _evaluation(0.3, 0.04), "after": _evaluation(0.5, 0.04)}
+    state = LearnState(evaluations=evals, mask_checked=12, token_mismatches=0, gateway={"gateway_forks": 1.0})
+    record = learning_record(state, LearnSettings(), {"mode": "gateway"})
+    assert (record["mode"], record["episodes"], record["token_mismatches"]) == ("gateway", 12, 0)
+    assert (record["forks"], record["retokenized"]) == (1, 0)
+    assert learning_record(state, LearnSettings(), {})["mode"] == "text"

@@ -227,6 +227,16 @@ def test_a_reader_that_hangs_is_corruption_after_the_read_timeout(two_stores, tm
     assert _run(env, "stores", "--check", "healthy").returncode == 0
 
 
+def test_a_reader_silent_from_its_start_is_named_by_the_store_it_was_asked_for(two_stores, tmp_path):
+    """A deadline shorter than the child's start: its start (imports) has its own deadline, so the
+    short one runs out reading the hanging store, and the finding names it before the child did."""
+    from parallelsearch.stores.isolated_read import StoreLocation, check_store
+
+    home, _ = _with_blocking_index(two_stores, tmp_path)
+    check = check_store(StoreLocation(path=home / "chroma"), "broken", timeout_s=0.01)
+    assert check.first_error == "Chroma did not answer in 0.01 s reading store broken", check
+
+
 # ---- a store opened for reading is looked at first ----------------------------------------------
 @pytest.fixture(scope="module")
 def flushed(tmp_path_factory) -> Path:
@@ -301,6 +311,108 @@ def test_damaged_files_are_one_line_naming_the_store_not_a_crash(flushed, tmp_pa
         with open(db, "r+b") as f:
             f.write(b"not a database!!")
     _refused(_run(env, "search", "Ed Wood", "--store", "flushed"), *words)
+
+
+def _overwrite_pages(db: Path, table: str) -> None:
+    """Random bytes over every page of ``table`` in ``db`` (found by SQLite's ``dbstat``)."""
+    import random
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = ?", (table,))]
+    finally:
+        conn.close()
+    assert pages, table
+    rng = random.Random(11)
+    with open(db, "r+b") as f:
+        for page in pages:
+            f.seek((page - 1) * size)
+            f.write(rng.randbytes(size))
+
+
+@pytest.mark.parametrize("table", ["embeddings", "embedding_metadata"])
+def test_overwritten_table_pages_are_refused_at_open_and_found_by_the_check(flushed, tmp_path, table):
+    """Counting passages reads only an index of ``embeddings``: these pages passed the open check,
+    and every search (and /health) then failed inside Chroma."""
+    home, env, _ = _copy(flushed, tmp_path)
+    _overwrite_pages(home / "chroma" / "chroma.sqlite3", table)
+    finding = f"chroma.sqlite3 is damaged: its table {table} cannot be read"
+    _refused(_run(env, "search", "Ed Wood", "--store", "flushed"), finding, "malformed")
+    port = str(free_port())
+    _refused(_run(env, "serve-retriever", "--store", "flushed", "--port", port, timeout=120), finding)
+    check = _run(env, "stores", "--check", "flushed")
+    assert check.returncode == 1 and finding in check.stdout, check
+    assert (
+        "parallelsearch index --store flushed-new FILES" in check.stderr and "Traceback" not in check.stderr
+    )
+
+
+def _rot_every_vector(seg: Path) -> int:
+    """Every vector of the index files reversed (finite, unit length, another vector): bit rot that
+    no structural check can see. Returns how many vectors the index files hold."""
+    import numpy as np
+
+    from parallelsearch.stores.store_files import IndexGeometry
+
+    g = IndexGeometry.parse((seg / "header.bin").read_bytes())
+    data = np.memmap(seg / "data_level0.bin", dtype=np.uint8, mode="r+", shape=(g.count, g.element_size))
+    vectors = data[:, g.data_offset : g.label_offset].view("<f4")
+    vectors[:] = vectors[:, ::-1].copy()
+    data.flush()
+    del data
+    return g.count
+
+
+def test_overwritten_vectors_are_found_by_their_checksums_at_open_and_by_the_check(flushed, tmp_path):
+    home, env, seg = _copy(flushed, tmp_path)
+    assert _run(env, "stores", "--check", "flushed").stdout.strip().endswith("all 40 match their checksums")
+    indexed = _rot_every_vector(seg)
+    _refused(
+        _run(env, "search", "Ed Wood", "--store", "flushed"),
+        "is damaged, so it is not opened",
+        "differ from the checksum recorded when they were indexed",
+    )
+    found = json.loads(_run(env, "stores", "--check", "flushed", "--json").stdout)
+    assert not found["ok"] and len(found["rotted"]) == indexed and found["checksummed"] == 40, found
+    check = _run(env, "stores", "--check", "flushed")
+    assert check.returncode == 1 and f"{indexed} of 40 vector(s) read back differ" in check.stdout, check
+    assert "parallelsearch index --store flushed-new FILES" in check.stderr
+
+
+def test_a_store_made_before_checksums_opens_and_says_they_are_absent(flushed, tmp_path):
+    """Written as earlier versions wrote: passages with a title and no checksum."""
+    import numpy as np
+
+    from parallelsearch.stores.chroma_store import make_client
+
+    home, env, _ = _copy(flushed, tmp_path)
+    client = make_client(home / "chroma")
+    meta = client.get_collection("flushed").metadata
+    old = client.create_collection("old", metadata=meta, embedding_function=None)
+    vectors = np.random.default_rng(3).standard_normal((10, meta["ps_dimension"])).astype(np.float32)
+    old.add(
+        ids=[f"p{i}" for i in range(10)],
+        embeddings=vectors,
+        documents=[f"old passage {i}" for i in range(10)],
+        metadatas=[{"title": f"T{i}"} for i in range(10)],
+    )
+    del client, old
+    search = _run(env, "search", "old passage", "--store", "old")
+    assert search.returncode == 0 and "old passage" in search.stdout, search
+    assert "store old records no vector checksums" in search.stderr, search.stderr
+    check = _run(env, "stores", "--check", "old")
+    assert check.returncode == 0 and "vector checksums are absent" in check.stdout, check
+
+
+def test_index_verify_on_a_cut_sqlite_file_is_one_line_not_a_traceback(flushed, tmp_path):
+    home, env, _ = _copy(flushed, tmp_path)
+    db = home / "chroma" / "chroma.sqlite3"
+    os.truncate(db, db.stat().st_size // 2)
+    rows = str(flushed.parent / "rows.jsonl")
+    verify = _run(env, "index", "--store", "flushed", "--verify", "--no-progress", rows)
+    _refused(verify, "cannot be opened for writing", "malformed", "PARALLELSEARCH_CHROMA_PATH=NEW_FOLDER")
 
 
 def _digests(home: Path) -> dict[str, str]:

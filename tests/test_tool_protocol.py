@@ -442,3 +442,15 @@ def test_the_environments_notes_are_hidden_from_chat_uis_and_apart_from_the_user
     assert len(notes) == 2 and all(isinstance(m, HumanMessage) for m in notes)
     assert all(m.id.startswith("do-not-render-") and m.name == "parallelsearch" for m in notes)
     assert notes[0].id != tools.feedback(reply, parse_tool_calls([], "  ")).messages[0].id
+
+
+def test_an_answer_in_the_text_form_s_tags_is_read_as_its_text_when_served():
+    """A policy trained on ``tool_text`` answers in ``<answer>`` tags; served as a chat model
+    (no tool call) its answer is the tags' text, and exact match scores it as in training."""
+    from parallelsearch.data.metrics import exact_match
+
+    action = parse_tool_calls([], "<answer> Beijing </answer>")
+    assert action.kind == "answer" and action.answer == "Beijing"
+    assert exact_match(action.answer, ["Beijing"]) == 1.0
+    assert parse_tool_calls([], "Beijing").answer == "Beijing"
+    assert parse_tool_calls([], "<answer>  </answer>").answer == "<answer>  </answer>"

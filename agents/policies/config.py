@@ -41,6 +41,11 @@ class PolicyConfig(BaseModel):
     openai_api_key: str | None = Field(
         None, repr=False, description="bearer token for the OpenAI-compatible server (also OPENAI_API_KEY)"
     )
+    openai_ca_bundle: str | None = Field(
+        None,
+        description="CA certificates (PEM) an https:// 'openai:' server's certificate is verified against "
+        "(default: SSL_CERT_FILE, else certifi's bundle)",
+    )
     request_timeout_s: float = Field(120.0, gt=0, description="per-request timeout of remote policies")
     constrained: Constrained = False
     constrained_think_chars: ConstrainedThinkChars = 600

@@ -31,6 +31,7 @@ class ExternalPolicy:
                 token_ids=value.get("token_ids"),
                 logprobs=value.get("logprobs"),
                 finish_reason=value.get("finish_reason"),
+                prompt_tokens=value.get("prompt_tokens"),
                 completion_tokens=len(value["token_ids"]) if value.get("token_ids") is not None else None,
                 labels=("external",),
             )

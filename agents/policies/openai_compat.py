@@ -42,6 +42,7 @@ class OpenAICompletionsPolicy:
         vllm_extensions: bool = True,
         constrained: bool = False,
         think_chars: int = 600,
+        ca_bundle: str | None = None,
     ):
         self.model = model
         # a password in the URL goes in the Authorization header; names and messages show it masked
@@ -57,6 +58,7 @@ class OpenAICompletionsPolicy:
             )
         self.constrained = constrained
         self.think_chars = think_chars
+        self._tls = tls_context(ca_bundle)  # read now: a bad bundle is an error at start-up, naming it
 
     def _payload(self, r: TurnRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -78,7 +80,7 @@ class OpenAICompletionsPolicy:
     async def agenerate(self, request: TurnRequest) -> TurnResult:
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         last: Exception | None = None
-        async with httpx.AsyncClient(timeout=self.timeout_s, verify=tls_context(), auth=self._auth) as client:
+        async with httpx.AsyncClient(timeout=self.timeout_s, verify=self._tls, auth=self._auth) as client:
             for attempt in range(self.retries + 1):
                 try:
                     resp = await client.post(

@@ -73,12 +73,13 @@ def policy_from_spec(
     *,
     base_url: str | None = None,
     api_key: str | None = None,
+    ca_bundle: str | None = None,
     timeout_s: float | None = None,
     constrained: bool = False,
     think_chars: int = 600,
     engine_args: dict[str, Any] | None = None,
 ) -> Any:
-    """The policy a spec string names; ``base_url``, ``api_key`` and ``timeout_s`` reach the
+    """The policy a spec string names; ``base_url``, ``api_key``, ``ca_bundle`` and ``timeout_s`` reach the
     OpenAI-compatible backend (a URL in the spec wins). Entry points go through
     ``graphs.factory.make_policy``, which passes the configured ones."""
     if not isinstance(spec, str) or not spec.strip():
@@ -112,6 +113,8 @@ def policy_from_spec(
         if not model:
             raise ValueError(f"policy spec {spec!r} names no model; {SPEC_HELP}")
         extra: dict[str, Any] = {"timeout_s": timeout_s} if timeout_s is not None else {}
+        if ca_bundle is not None:
+            extra["ca_bundle"] = ca_bundle
         url = url or base_url or DEFAULT_OPENAI_BASE_URL
         return OpenAICompletionsPolicy(
             model, url, api_key=api_key, constrained=constrained, think_chars=think_chars, **extra

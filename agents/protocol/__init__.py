@@ -38,6 +38,7 @@ from parallelsearch.agents.protocol.tool_text import (
     TOOL_TURN_END,
     ToolText,
     parse_tool_text,
+    read_tool_call_blocks,
     tool_text_observation,
 )
 from parallelsearch.agents.protocol.tools import (
@@ -116,6 +117,7 @@ __all__ = [
     "render_prompt",
     "split_subqueries",
     "tool_feedback",
+    "read_tool_call_blocks",
     "tool_text_observation",
     "truncate_at_stop",
 ]

@@ -67,6 +67,16 @@ def _text_call(body: str, i: int) -> dict:
     return {"id": cid, "name": obj.get("name"), "args": args}
 
 
+def read_tool_call_blocks(text: str) -> tuple[str, list[dict]]:
+    """The Hermes reader: the text before the first ``<tool_call>`` block (the reasoning, or the
+    whole reply when it has no block) and each block as a LangChain-style call in order (ids
+    ``call_0``...; an unreadable block keeps its text under ``args`` and has ``error``)."""
+    blocks = list(_TOOL_BLOCK_RE.finditer(text))
+    if not blocks:
+        return text, []
+    return text[: blocks[0].start()], [_text_call(m.group(1), i) for i, m in enumerate(blocks)]
+
+
 def parse_tool_text(text: object, *, max_subqueries: int = 8, split: bool = True) -> Action:
     """Parse one turn of the tools protocol's text form (``<tool_call>`` blocks, ids ``call_0``...
     in order, or an ``<answer>``) into the same :class:`Action` as :func:`parse_tool_calls`."""
@@ -91,7 +101,7 @@ def parse_tool_text(text: object, *, max_subqueries: int = 8, split: bool = True
             return parse_tool_calls([], answers[-1])
         if _TEXT_ANSWER_RE.search(rest):
             return Action("invalid", reason="an <answer> beside tool calls (answer in a turn without calls)")
-        read = [_text_call(m.group(1), i) for i, m in enumerate(blocks)]
+        _, read = read_tool_call_blocks(text)
         broken = [c for c in read if "error" in c]
         calls = [c for c in read if "error" not in c]
         action = parse_tool_calls(

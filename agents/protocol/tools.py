@@ -5,6 +5,7 @@ tool calls answers (docs/architecture.md, "The tools protocol")."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -90,6 +91,16 @@ def _read_calls(
     return outcomes, errors, subs, dropped
 
 
+_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def _untagged(answer: str) -> str:
+    """An answer written in the text form's ``<answer>`` tags (a policy trained on ``tool_text``,
+    served as a chat model) read as the tags' text, so it scores as it did in training."""
+    tagged = _ANSWER_TAG_RE.findall(answer)
+    return tagged[-1].strip() if tagged and tagged[-1].strip() else answer
+
+
 def parse_tool_calls(
     tool_calls: object,
     content: object = "",
@@ -111,7 +122,7 @@ def parse_tool_calls(
         if not calls and not broken:
             if cut:
                 return Action("invalid", reason=CUT_REPLY_REASON)
-            answer = text.strip()
+            answer = _untagged(text.strip())
             if not answer:
                 return Action("invalid", reason="no tool call and no answer text")
             return Action("answer", answer=answer)

@@ -17,6 +17,7 @@ from langgraph.types import Overwrite, Send
 from parallelsearch.agents.protocol import Observation, SubqueryResult, content_text, format_tool_response
 from parallelsearch.agents.protocol.tools import call_replies
 from parallelsearch.agents.searchers.base import guarded_search
+from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.begin_answer import begin
 from parallelsearch.graphs.nodes.common import ms_since, passages_of
@@ -94,8 +95,11 @@ def _with_calls(
     return out
 
 
-async def _searched(engine: EpisodeEngine, row: dict[str, Any], top_k: int) -> dict[str, Any]:
-    """``row`` with its query's passages, or the error that stood in for them."""
+async def _searched(
+    engine: EpisodeEngine, row: dict[str, Any], top_k: int, cfg: GraphConfig
+) -> dict[str, Any]:
+    """``row`` with its query's passages, or the error that stood in for them; timeout and retries
+    are the run's (``cfg``), so a knob declared per request acts per request here."""
     row = dict(row)
     if row.get("error"):  # a dependent sub-query whose #k could not be resolved
         row.update(passages=[], attempts=0)
@@ -107,8 +111,8 @@ async def _searched(engine: EpisodeEngine, row: dict[str, Any], top_k: int) -> d
                 engine.searcher,
                 row["query"],
                 top_k,
-                timeout_s=engine.cfg.search_timeout_s,
-                retries=engine.cfg.search_retries,
+                timeout_s=cfg.search_timeout_s,
+                retries=cfg.search_retries,
             )
         row.update(
             passages=[p.to_dict() for p in outcome.passages], error=outcome.error, attempts=outcome.attempts
@@ -126,15 +130,16 @@ async def search(
     t0 = time.perf_counter()
     row: dict[str, Any] = {k: v for k, v in task.items() if k not in _TASK_ONLY}
     top_k = task.get("top_k") or engine.cfg.top_k
+    cfg = engine.configured(config, runtime)
     if task.get("call") and not task.get("error") and engine.searcher is not None:
 
         async def run(query: str) -> dict[str, Any]:
-            return await _searched(engine, {**row, "query": query}, top_k)
+            return await _searched(engine, {**row, "query": query}, top_k, cfg)
 
         row = await tool_call(engine, dict(task), run, config, runtime)
         row = {k: v for k, v in row.items() if k not in _TASK_ONLY}
     else:
-        row = await _searched(engine, row, top_k)
+        row = await _searched(engine, row, top_k, cfg)
     row["ms"] = ms_since(t0)
     # the join adds the round's searcher milliseconds to node_ms in its own single write
     return {"results": [row]}

@@ -1,5 +1,4 @@
-"""``python -m parallelsearch.cli``: the console script's ``main`` (tests and child processes
-start the command line this way, with the interpreter that runs them)."""
+"""``python -m parallelsearch.cli``: the same command line as ``parallelsearch``."""
 
 import sys
 

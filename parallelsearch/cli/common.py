@@ -186,6 +186,13 @@ def add_bind_args(p: argparse.ArgumentParser, *, port: int, dest: str, setting: 
         help="a Host header name to answer (repeat; default: the settings' server_allowed_hosts, else "
         "localhost, 127.0.0.1 and ::1 when --host is loopback, any name otherwise)",
     )
+    p.add_argument(
+        "--forwarded-allow-ips",
+        metavar="ADDRESSES",
+        help="comma-separated addresses of proxies whose X-Forwarded-For this server believes (the "
+        "client address failed keys are counted against); default: the settings' "
+        "server_forwarded_allow_ips, else none (the peer's address)",
+    )
     p.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM; with --ssl-keyfile)")
     p.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")
 
@@ -227,6 +234,11 @@ def bind_refused(args: argparse.Namespace, has_key: bool, setting: str) -> bool:
 
 def add_policy_args(p: argparse.ArgumentParser, *, answer_policy: bool = True) -> None:
     p.add_argument("--policy", help=SPEC_HELP + " (default: the settings', oracle)")
+    p.add_argument(
+        "--openai-ca-bundle",
+        help="CA certificates (PEM) an https:// openai: server's certificate is verified against "
+        "(default: the settings' openai_ca_bundle, else SSL_CERT_FILE or certifi's bundle)",
+    )
     if answer_policy:
         p.add_argument("--answer-policy", help="a separate policy spec for the answer turn")
     p.add_argument(
@@ -304,10 +316,12 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("queue_size", "server_queue_size"),
         ("queue_timeout", "server_queue_timeout_s"),
         ("allowed_host", "server_allowed_hosts"),
+        ("forwarded_allow_ips", "server_forwarded_allow_ips"),
         ("multitask_strategy", "server_multitask_strategy"),
         ("ssl_certfile", "server_ssl_certfile"),
         ("ssl_keyfile", "server_ssl_keyfile"),
         ("retriever_ca_bundle", "retriever_ca_bundle"),
+        ("openai_ca_bundle", "openai_ca_bundle"),
     ):
         if v.get(flag) is not None:
             update[field] = v[flag]

@@ -72,7 +72,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     hosts = ", ".join(s.server_allowed_hosts or ["any"])
     print(f"serving on {'https' if tls else 'http'}://{args.host}:{args.port} (Host names: {hosts})")
-    # keep-alive as long as serve-retriever's: a client's pooled connection that the server closes
-    # as it is reused is a reset request (seen under a 150-client burst with uvicorn's 5 s)
-    uvicorn.run(create_app(s), host=args.host, port=args.port, log_level="info", timeout_keep_alive=30, **tls)
+    # keep-alive, read deadlines, head size and forwarded headers: ReadLimits (docs/scaling.md, "Serving")
+    options = s.read_limits().uvicorn_options()
+    uvicorn.run(create_app(s), host=args.host, port=args.port, log_level="info", **options, **tls)
     return 0

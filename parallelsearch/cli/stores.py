@@ -189,6 +189,8 @@ def cmd_index(args: argparse.Namespace) -> int:
     from parallelsearch.cli.index import limit_kwargs, row_range
     from parallelsearch.graphs.factory import store_location, writing_store
     from parallelsearch.stores.ingestion.jsonfiles import expand_paths
+    from parallelsearch.stores.ingestion.passage_budget import budget_line, check_budget
+    from parallelsearch.stores.ingestion.passage_limit import DEFAULT_MAX_TOKENS
     from parallelsearch.stores.ingestion.pipeline import ingest
     from parallelsearch.stores.ingestion.readers import count_passages
 
@@ -211,6 +213,8 @@ def cmd_index(args: argparse.Namespace) -> int:
         index_pool(args, store.embedder) as pool,
     ):
         if args.verify:
+            budget = limit_kwargs(args).get("max_passage_tokens", DEFAULT_MAX_TOKENS)
+            print(check_budget(store, budget) if files else budget_line(store))
             # read in a child while this process holds the writer lock and has not loaded the index
             check = check_store(
                 store_location(cfg), store.name, timeout_s=args.read_timeout, progress=not args.no_progress
@@ -348,5 +352,5 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
         f"API key: {'required on every route but /health' if key else 'none (anyone who reaches the port)'}; "
         f"Host names: {', '.join(sorted(hosts)) if hosts else 'any'}"
     )
-    run_server(app, args.host, args.port, **tls)
+    run_server(app, args.host, args.port, limits=s.read_limits(), **tls)
     return 0

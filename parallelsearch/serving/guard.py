@@ -9,6 +9,7 @@ one depends on) (docs/architecture.md, "Guarding the servers").
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -28,6 +29,7 @@ from parallelsearch.settings import Settings
 from parallelsearch.stores.http.api_key import KeyFailures, key_passes
 from parallelsearch.stores.http.asgi_guard import (
     BODY_METHODS,
+    OFF_LOOP_BYTES,
     SCOPE_JSON,
     BodyRejected,
     browser_problem,
@@ -65,7 +67,13 @@ def _checked_input(item: Any, settings: Settings, needs_gold: bool) -> Any:
     if not isinstance(item, dict):
         raise RequestProblem(422, "each input must be an object with a 'question' string")
     q = item.get("question")
+    if q is not None and item.get("messages") is not None:
+        raise RequestProblem(422, "send 'question' or 'messages', not both")
     if q is None and "messages" in item:
+        count = len(item["messages"]) if isinstance(item["messages"], list) else 0
+        if count > settings.server_max_messages:
+            limit = settings.server_max_messages
+            raise RequestProblem(413, f"{count} messages exceed the limit of {limit} (server_max_messages)")
         item = {**item, "messages": typed_messages(item["messages"])}
         last = item["messages"][-1]
         q = last["content"] if last["type"] == "human" else None
@@ -244,17 +252,29 @@ class RequestGuard:
                 threads = endpoint_threads(parsed.value)
             elif op is not None:
                 try:
-                    value = checked_payload(op, parsed.value, self.s, needs_gold=self.needs_gold)
-                    threads = checked_configurables(op, value, path, self.caps)
+                    threads = await self._checked_call(op, parsed, path)
                 except RequestProblem as p:
                     return await json_reply(send, p.status, p.detail)
-                if value != parsed.value:  # messages rewritten into the typed form
-                    parsed.value, parsed.raw = value, json.dumps(value, ensure_ascii=False).encode()
             scope, receive = replaying(scope, parsed.raw, receive)
             scope[SCOPE_JSON] = parsed
         if op is None:
             return await self.app(scope, receive, send)
         await self._run(scope, receive, send, client_receive, threads)
+
+    async def _checked_call(self, op: str, parsed: Any, path: str) -> list[str]:
+        """Check a graph call's body (messages rewritten into the typed form, ``parsed`` updated) and
+        return the threads it names; a large body is checked in a worker thread, off the loop."""
+
+        def check() -> list[str]:
+            value = checked_payload(op, parsed.value, self.s, needs_gold=self.needs_gold)
+            threads = checked_configurables(op, value, path, self.caps)
+            if value != parsed.value:  # messages rewritten into the typed form
+                parsed.value, parsed.raw = value, json.dumps(value, ensure_ascii=False).encode()
+            return threads
+
+        if len(parsed.raw) >= OFF_LOOP_BYTES:
+            return await asyncio.to_thread(check)
+        return check()
 
     async def _run(
         self, scope: Any, receive: Any, send: Any, client_receive: Any, threads: list[str]

@@ -21,13 +21,17 @@ def free_port() -> int:
 
 
 class LoopbackServer:
-    def __init__(self, app: Any, port: int | None = None, start_timeout_s: float = 30.0):
+    def __init__(self, app: Any, port: int | None = None, start_timeout_s: float = 30.0, **options: Any):
+        """``options``: ``uvicorn.Config``'s arguments over the served defaults (``ReadLimits``'s)."""
         import uvicorn
 
+        from parallelsearch.stores.http.read_limits import ReadLimits
+
+        options = {**ReadLimits().uvicorn_options(), **options}
         self.port = port or free_port()
         self.start_timeout_s = start_timeout_s
         self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", **options)
         )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -76,9 +76,12 @@ def _text(content: Any, where: str) -> str:
         raise _bad(f"{where} must be a string or a list of text parts, got {type(content).__name__}")
     texts = []
     for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+        if kind != "text":
             raise _bad(f"{where}[{j}]: only text parts are supported here, got {kind!r}")
+        if not isinstance(part.get("text"), str):
+            got = type(part.get("text")).__name__ if "text" in part else "no 'text'"
+            raise _bad(f"{where}[{j}]: a text part's 'text' must be a string, got {got}")
         texts.append(part["text"])
     return "\n".join(texts)
 

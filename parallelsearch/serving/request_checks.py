@@ -55,8 +55,10 @@ class RequestCaps:
 
     @classmethod
     def of(cls, settings: Any) -> RequestCaps:
-        """The caps a server's settings set: one per knob that declares an ``OperatorCap``."""
-        return cls({knob: (getattr(settings, setting), setting) for knob, setting in OPERATOR_CAPS.items()})
+        """The caps a server's settings set: one per knob that declares an ``OperatorCap`` (a setting
+        of None, such as ``server_max_history_messages: null``, caps nothing)."""
+        caps = {knob: (getattr(settings, setting), setting) for knob, setting in OPERATOR_CAPS.items()}
+        return cls({knob: cap for knob, cap in caps.items() if cap[0] is not None})  # None: no cap set
 
     def bounds(self, knobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """``knobs`` (their declared bounds) with this server's caps as their maxima, as a form
@@ -181,12 +183,41 @@ def typed_message(message: Any, where: str) -> dict[str, Any]:
         raise RequestProblem(422, f"{where}.type {out['type']!r} is not a message type; use one of {known}")
     if not isinstance(out.get("content"), str | list):
         raise RequestProblem(422, f"{where}.content must be a string or a list of content blocks")
+    if out["type"] in ("ai", "AIMessageChunk") and out.get("tool_calls") is not None:
+        out["tool_calls"] = typed_tool_calls(out["tool_calls"], f"{where}.tool_calls")
     if out["type"] in ("tool", "ToolMessageChunk") and not (
         isinstance(out.get("tool_call_id"), str) and out["tool_call_id"]
     ):
         raise RequestProblem(
             422, f"{where}.tool_call_id is required for a tool message (the call it answers)"
         )
+    return out
+
+
+def typed_tool_calls(calls: Any, where: str) -> list[dict[str, Any]]:
+    """An AI message's ``tool_calls`` in LangChain's form (``{"name", "args", "id"}``; OpenAI's
+    ``{"id", "function": {"name", "arguments"}}`` is read too), or a 422 naming the call at fault."""
+    if not isinstance(calls, list):
+        raise RequestProblem(422, f"{where} must be a list of calls, got {type(calls).__name__}")
+    out = []
+    for j, call in enumerate(calls):
+        at = f"{where}[{j}]"
+        if not isinstance(call, dict):
+            raise RequestProblem(422, f"{at} must be an object with 'name' and 'args'")
+        fn = call.get("function")
+        if isinstance(fn, dict):  # OpenAI's shape: arguments as JSON text
+            try:
+                args = json.loads(fn.get("arguments") or "{}")
+            except (TypeError, ValueError):
+                raise RequestProblem(422, f"{at}.function.arguments must be a JSON object") from None
+            call = {"name": fn.get("name"), "args": args, "id": call.get("id")}
+        if not isinstance(call.get("name"), str) or not call["name"]:
+            raise RequestProblem(422, f"{at}.name must be a non-empty string")
+        if not isinstance(call.get("args"), dict):
+            raise RequestProblem(422, f"{at}.args must be an object (the call's arguments)")
+        if call.get("id") is not None and not isinstance(call["id"], str):
+            raise RequestProblem(422, f"{at}.id must be a string")
+        out.append({"name": call["name"], "args": call["args"], "id": call.get("id"), "type": "tool_call"})
     return out
 
 

@@ -63,6 +63,7 @@ def create_app(settings: Settings | None = None, *, policy: Any = None, searcher
     s = settings or get_settings()
     if isinstance(policy, str):  # a spec: built by the factory like the settings' own
         s, policy = s.model_copy(update={"policy": policy}), None
+    s = s.served()
     parts = s.graph_parts(ROUTES.values(), policy=policy, searcher=searcher)
 
     def build(route: str, checkpointer: Any = None) -> Any:
@@ -154,6 +155,16 @@ def _add_guards(
     app.add_middleware(OpenAIErrors)  # outside the guard: its refusals under /v1/ in OpenAI's shape
 
 
+def open_graph_config(config: Any) -> dict[str, Any]:
+    """The graph knobs as the open ``/health`` shows them: the operator's instructions
+    (``system_prompt``, ``prompt_template``) are said to be set, never shown."""
+    shown = config.model_dump()
+    for private in ("system_prompt", "prompt_template"):
+        if shown.get(private) is not None:
+            shown[private] = "(set)"
+    return shown
+
+
 def _add_status_routes(app: FastAPI, s: Settings, parts: Any) -> None:
     """``GET /health`` and ``GET /stores``, so an operator sees what the server runs and how loaded it is."""
     from parallelsearch.agents.searchers import describe_searcher
@@ -167,7 +178,7 @@ def _add_status_routes(app: FastAPI, s: Settings, parts: Any) -> None:
             "status": "ok",
             "policy": redact_urls(str(getattr(parts.policy, "name", type(parts.policy).__name__))),
             "routes": [f"/{r}" for r in ROUTES],
-            "graph": parts.config.model_dump(),
+            "graph": open_graph_config(parts.config),
             "per_request": list(PER_REQUEST_KEYS),
             "knobs": RequestCaps.of(s).bounds(knob_bounds()),
             "threads": s.server_checkpointer,

@@ -109,6 +109,38 @@ class ThreadRouted(Runnable):
         graph, cfg = self.pick(config)
         return await graph.ainvoke(input, cfg, **kwargs)
 
+    async def abatch(
+        self,
+        inputs: list[Any],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """Every input as :meth:`ainvoke` would run it; inputs naming one thread run one after
+        another in their order (runs at once would each start from the thread's last checkpoint,
+        and the thread would keep only one of their episodes); other inputs run at once."""
+        from langchain_core.runnables.config import get_config_list
+
+        configs = get_config_list(config, len(inputs))
+        lanes: dict[Any, list[int]] = {}
+        for i, cfg in enumerate(configs):
+            tid = thread_id_of(merge_configs(self._bound, cfg))
+            lanes.setdefault(("thread", tid) if tid is not None else ("input", i), []).append(i)
+        results: list[Any] = [None] * len(inputs)
+
+        async def run(lane: list[int]) -> None:
+            for i in lane:
+                try:
+                    results[i] = await self.ainvoke(inputs[i], configs[i], **kwargs)
+                except Exception as e:
+                    if not return_exceptions:
+                        raise
+                    results[i] = e
+
+        await asyncio.gather(*(run(lane) for lane in lanes.values()))
+        return results
+
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
         graph, cfg = self.pick(config)
         yield from graph.stream(input, cfg, **kwargs)

@@ -51,6 +51,16 @@ def _reads_as(decoded: str, text: str) -> bool:
     return rest is not None and not rest.replace("\ufffd", "").strip()
 
 
+def token_mismatches(sequence: Sequence[int], turns: Sequence[EngineTurn]) -> int:
+    """Tokens of ``sequence`` that differ from what the engine was sent and returned, over every
+    recorded turn (the part of a turn past a cut sequence not counted)."""
+    seq, bad = list(sequence), 0
+    for turn in turns:
+        whole = [*turn.prompt_ids, *turn.ids][: len(seq)]
+        bad += sum(a != b for a, b in zip(seq, whole, strict=False))
+    return bad
+
+
 def check_action_mask(
     sequence: Sequence[int], action_mask: Sequence[int], turns: Sequence[EngineTurn], tokenizer: Any
 ) -> MaskCheck:

@@ -95,6 +95,8 @@ class LearnState:
     unsynced: SyncCheck | None = None  # the check on an actor whose weights the engine does not hold
     mask_failures: list[str] = field(default_factory=list)
     mask_checked: int = 0
+    token_mismatches: int = 0  # sample ids that differ from the engine's recorded calls, every episode
+    gateway: dict[str, float] = field(default_factory=dict)  # the gateway's counters, summed (gateway mode)
     seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -131,13 +133,16 @@ class LearningRun:
 
     def check_masks(self, results: Sequence[dict[str, Any]]) -> None:
         """The action-mask check on every episode (failures kept, not raised: the run reports them)."""
-        from parallelsearch.training.checks import check_action_mask
+        from parallelsearch.training.checks import check_action_mask, token_mismatches
 
         for r, e in zip(results, self.trainer.samples(results), strict=True):
-            mc = check_action_mask(
-                e.sequences[0].tolist(), e.action_mask[0].tolist(), r["engine_turns"], self.trainer.tokenizer
-            )
+            seq = e.sequences[0].tolist()
+            mc = check_action_mask(seq, e.action_mask[0].tolist(), r["engine_turns"], self.trainer.tokenizer)
             self.state.mask_checked += 1
+            self.state.token_mismatches += token_mismatches(seq, r["engine_turns"])
+            for key in ("gateway_forks", "gateway_retokenized", "gateway_failed_closed"):
+                if key in r["extra_logs"]:
+                    self.state.gateway[key] = self.state.gateway.get(key, 0.0) + float(r["extra_logs"][key])
             if not mc.ok:
                 self.state.mask_failures.append(mc.reason)
 

@@ -21,6 +21,7 @@ from parallelsearch.training.learning_loop import LearningRun, LearnSettings, sp
 def config_summary(cfg: Any, args: Any) -> dict[str, Any]:
     """The settings that shaped the run, as ``learning.json`` records them."""
     return {
+        "mode": cfg.agent.mode,
         "reward_mode": cfg.agent.reward.mode,
         "apply_chat_template": cfg.apply_chat_template,
         "prompt_template": cfg.agent.graph_config.prompt_template,
@@ -55,6 +56,7 @@ async def warm_start(run: LearningRun, questions: Sequence[dict[str, Any]], smok
         samples_generator_params(),
         smoke.args.data.max_len,
         smoke.tokenizer,
+        form="tools" if smoke.cfg.agent.mode == "gateway" else "tags",
     )
     run.check_masks(demos)
     run.state.seconds["teacher_episodes"] = round(time.perf_counter() - t0, 1)

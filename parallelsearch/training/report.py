@@ -21,6 +21,11 @@ def learning_record(state: LearnState, settings: LearnSettings, config: dict[str
     ev = state.evaluations
     run_rise, run_se = rise(ev["before"], ev["after"])
     record: dict[str, Any] = {
+        "mode": config.get("mode", "text"),
+        "episodes": state.mask_checked,
+        "token_mismatches": state.token_mismatches,
+        "forks": int(state.gateway.get("gateway_forks", 0)),
+        "retokenized": int(state.gateway.get("gateway_retokenized", 0)),
         "steps": state.steps,
         "heldout_before": ev["before"].mean,
         "heldout_after": ev["after"].mean,

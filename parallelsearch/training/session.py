@@ -66,6 +66,11 @@ async def smoke_session(
         url = stack.enter_context(setup.retriever(retriever_url, store_questions, echo))
         seconds["retriever"] = time.perf_counter() - t0
         cfg = setup.smoke_config(model_dir, work / "prompts.jsonl", url, overrides)
+        if cfg.agent.mode == "gateway":  # the chat agent's tools, rendered by the model's own template
+            from parallelsearch.rl.tiny_model import TOOLS_CHAT_TEMPLATE
+
+            tokenizer.chat_template = TOOLS_CHAT_TEMPLATE
+            tokenizer.save_pretrained(model_dir)
         args = setup.openrlhf_train_args(cfg)
         records = setup.prompt_records(questions, cfg, tokenizer)
         setup.write_prompts(records, Path(cfg.prompt_data))

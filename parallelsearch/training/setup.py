@@ -73,6 +73,9 @@ SMOKE_TRAIN: dict[str, Any] = {
     "max_new_tokens_per_turn": 64,
     "agent": {"graph_config": {"top_k": 1, "max_turns": 1, "max_observation_words": 30}},
 }
+#: what gateway mode changes (``--set`` still wins): the record's reward (``official`` reads the tags
+#: text), and room for a turn of two tool calls in the tiny tokenizer's tokens
+GATEWAY_SMOKE: dict[str, Any] = {"max_new_tokens_per_turn": 160, "agent": {"reward": {"mode": "paper"}}}
 #: keys the smoke sets itself: it trains the model it builds on the prompts it writes
 FIXED_KEYS = ("model", "prompt_data", "critic_model", "eval_data")
 
@@ -96,6 +99,8 @@ def smoke_config(
             "set the agent (agent.*) or the training knobs instead"
         )
     base = _deep_merge(SMOKE_TRAIN, {"agent": {"retriever_url": retriever_url}})
+    if (extra.get("agent") or {}).get("mode") == "gateway":
+        base = _deep_merge(base, GATEWAY_SMOKE)
     base.update(model=str(model_dir), prompt_data=str(prompt_file))
     try:
         cfg = paper_preset(**_deep_merge(base, extra))

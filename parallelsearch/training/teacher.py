@@ -14,6 +14,7 @@ learning smoke").
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import types
 from collections.abc import Callable, Sequence
@@ -24,16 +25,26 @@ from typing import Any
 THINK_SEARCH = "<think> I need to search </think>\n"
 THINK_ANSWER = "<think> I can answer </think>\n"
 PLANS = ("parallel", "single")
+#: the end of a chat turn (the tiny tokenizer's EOS)
+END_OF_TURN = "<|im_end|>"
 
 
-def teacher_turns(question: dict[str, Any], plan: str) -> list[str]:
+def teacher_turns(question: dict[str, Any], plan: str, form: str = "tags") -> list[str]:
     """The teacher's turns for ``question`` under ``plan``: one search of its supporting titles (all of
-    them, ``##``-separated, or the first only), then its first gold answer."""
+    them, ``##``-separated, or the first only), then its first gold answer. ``form="tools"`` writes
+    them as the chat agent's model does in gateway mode: one Hermes ``<tool_call>`` per title, then
+    the answer as plain text, each turn ended by ``<|im_end|>``."""
     if plan not in PLANS:
         raise ValueError(f"plan {plan!r}: one of {', '.join(PLANS)}")
     meta = question.get("metadata") or {}
     titles = list(dict.fromkeys(meta.get("supporting_titles") or [])) or [question["question"]]
     searched = titles if plan == "parallel" else titles[:1]
+    if form == "tools":
+        calls = "\n".join(
+            '<tool_call>\n{"name": "search", "arguments": ' + json.dumps({"query": t}) + "}\n</tool_call>"
+            for t in searched
+        )
+        return [calls + END_OF_TURN, (question.get("golden_answers") or [""])[0] + END_OF_TURN]
     return [
         f"{THINK_SEARCH}<search> {' ## '.join(searched)} </search>",
         f"{THINK_ANSWER}<answer> {(question.get('golden_answers') or [''])[0]} </answer>",
@@ -73,6 +84,7 @@ async def demonstrations(
     max_length: int,
     tokenizer: Any,
     concurrency: int = 8,
+    form: str = "tags",
 ) -> list[dict[str, Any]]:
     """Both plans of every question, each one episode of ``executor.execute`` (OpenRLHF's call) with the
     teacher as the engine; ``records`` are the questions' prompt records."""
@@ -80,7 +92,7 @@ async def demonstrations(
 
     async def one(q: dict[str, Any], rec: dict[str, Any], plan: str) -> dict[str, Any]:
         async with sem:
-            engine = ScriptedEngine(teacher_turns(q, plan), tokenizer)
+            engine = ScriptedEngine(teacher_turns(q, plan, form), tokenizer)
             return await executor.execute(
                 prompt=rec["prompt"],
                 label=rec["label"],

@@ -72,8 +72,9 @@ async def refuse(send: Any, problem: KeyProblem) -> None:
 
 class KeyFailures:
     """Failed key checks per client address. After ``limit`` failures within ``window_s`` seconds
-    every request from that address is refused (429, ``Retry-After``) until the oldest failure
-    is older than the window, so a key cannot be guessed at network speed. ``limit`` 0: off.
+    every request from that address without the right key is refused (429, ``Retry-After``) until
+    the oldest failure is older than the window: a guessing client is told to stop and counted
+    (``refused``), and a request with the right key still passes. ``limit`` 0: off.
     At most ``max_clients`` addresses are remembered (the least recently failed are forgotten)."""
 
     def __init__(
@@ -119,14 +120,20 @@ class KeyFailures:
 
 
 def client_address(scope: Any) -> str:
-    """The address a request came from (the peer; a proxy in front makes every client one)."""
+    """The address a request came from: the peer, or the ``X-Forwarded-For`` client only when the
+    peer is a configured proxy (uvicorn's ``forwarded_allow_ips``; none by default)."""
     client = scope.get("client")
     return str(client[0]) if client else "unknown"
 
 
 async def key_passes(scope: Any, send: Any, key: str, failures: KeyFailures) -> bool:
     """Check ``scope``'s key; when it does not pass, answer (401/400, or 429 while the client is
-    held back after repeated failures) and return False."""
+    held back after repeated failures) and return False. The right key always passes: only the
+    failing path is held back, so a neighbour behind the same address (a NAT, a proxy, another
+    process on the host) that keeps sending a wrong key cannot lock out a client that has it."""
+    problem = key_problem(scope.get("headers") or [], key)
+    if problem is None:
+        return True
     client = client_address(scope)
     wait = failures.retry_after_s(client)
     if wait is not None:
@@ -134,9 +141,6 @@ async def key_passes(scope: Any, send: Any, key: str, failures: KeyFailures) -> 
         detail = f"too many failed API key attempts from {client}; retry in {wait} s"
         await json_reply(send, 429, detail, headers={"Retry-After": str(wait)}, problem="held_back")
         return False
-    problem = key_problem(scope.get("headers") or [], key)
-    if problem is None:
-        return True
     failures.failed(client)
     await refuse(send, problem)
     return False

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from parallelsearch.stores.http import request_batching
 from parallelsearch.stores.http.api_key import ApiKeyGuard, KeyFailures, usable_key
 from parallelsearch.stores.http.asgi_guard import BrowserGuard, JsonBodyGuard
+from parallelsearch.stores.http.read_limits import ReadLimits
 from parallelsearch.stores.http.request_batching import RequestBatcher
 from parallelsearch.stores.passages import Passage
 
@@ -207,8 +208,10 @@ def run_server(
     *,
     ssl_certfile: str | None = None,
     ssl_keyfile: str | None = None,
+    limits: ReadLimits | None = None,
 ) -> None:
-    """Serve ``app`` with uvicorn (blocking); with a certificate and its key, over HTTPS."""
+    """Serve ``app`` with uvicorn (blocking); with a certificate and its key, over HTTPS. ``limits``:
+    keep-alive, read deadlines, head size and trusted proxies (default :class:`ReadLimits`)."""
     import uvicorn
 
     uvicorn.run(
@@ -216,7 +219,7 @@ def run_server(
         host=host,
         port=port,
         log_level=log_level,
-        timeout_keep_alive=30,
         ssl_certfile=ssl_certfile,
         ssl_keyfile=ssl_keyfile,
+        **(limits or ReadLimits()).uvicorn_options(),
     )

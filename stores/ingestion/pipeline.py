@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from parallelsearch.stores.ingestion.jsonfiles import SkipReport
+from parallelsearch.stores.ingestion.passage_budget import settle_budget
 from parallelsearch.stores.ingestion.passage_limit import (
     DEFAULT_MAX_TOKENS,
     PassageLimit,
@@ -37,6 +38,7 @@ class IngestReport:
     truncated: int = 0  # over-long passages cut to the token budget (passage_limit.py)
     split: int = 0  # over-long passages split into pieces
     pieces: int = 0  # the passages those became
+    budget: str = ""  # what the store's passage budget check decided (passage_budget.py)
 
     @property
     def passages_per_s(self) -> float:
@@ -72,6 +74,13 @@ def _batches(passages: Iterable[Passage], size: int, report: IngestReport) -> It
         yield batch
 
 
+def _rows(source: Iterable[Passage], start: int, stop: int | None) -> Iterable[Passage]:
+    """Passages ``start`` to ``stop`` (0-based, stop None = to the end), the range checked first."""
+    if start < 0 or (stop is not None and stop < start):
+        raise ValueError(f"rows {start}:{'' if stop is None else stop} is not a range of passages")
+    return itertools.islice(source, start, stop)
+
+
 def ingest(
     store: ChromaStore,
     paths: Iterable[str | Path] | None = None,
@@ -91,23 +100,22 @@ def ingest(
     Each chunk of ``chunk_size`` passages is encoded in ONE encoder call, because
     sentence-transformers sorts a call's texts by length (docs/performance.md, "Figures behind the
     code's choices"), and committed before the next is read. Passages over ``max_passage_tokens``
-    are split or truncated (``long_passages``). ``encoder``: instead of the store's embedder (a
+    are split or truncated (``long_passages``); a store split with another budget is refused
+    (``passage_budget.py``). ``encoder``: instead of the store's embedder (a
     :class:`~.passage_pool.PassagePool`). ``rows=(start, stop)``: only those passages (0-based,
     before splitting; stop None = to the end), so N processes can each build one shard.
     """
     if batch_size < 1 or chunk_size < 1:
         raise ValueError(f"batch_size and chunk_size must be >= 1, got {batch_size} and {chunk_size}")
     report = IngestReport()
+    report.budget = settle_budget(store, max_passage_tokens)  # before anything is read or added
     source = (
         passages
         if passages is not None
         else read_passages(paths or [], skip_bad=skip_bad, report=report.skipped)
     )
     if rows is not None:
-        start, stop = rows
-        if start < 0 or (stop is not None and stop < start):
-            raise ValueError(f"rows {start}:{'' if stop is None else stop} is not a range of passages")
-        source = itertools.islice(source, start, stop)
+        source = _rows(source, *rows)
     if max_passage_tokens is not None:
         tokenizer = tokenizer_of(store.embedder)
         limit = PassageLimit(tokenizer, max_passage_tokens, long_passages, counts=report)

@@ -1,0 +1,59 @@
+"""The agent a gateway-mode run trains: ``agent.factory = MODULE:FUNCTION``, where
+``FUNCTION(model, searcher)`` returns the compiled agent (the same function a user's server
+calls with ``ChatOpenAI(base_url=<vllm>)``); unset, the README chat agent."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from parallelsearch.graphs.agent import create_parallel_search_agent
+from parallelsearch.graphs.config import GraphConfig
+
+FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+AgentFactory = Callable[[Any, Any], Any]
+
+
+def check_factory_spec(spec: str) -> str:
+    """``MODULE:FUNCTION`` or a ValueError showing the form."""
+    if not FACTORY_RE.match(spec):
+        raise ValueError(f"agent.factory {spec!r} must be MODULE:FUNCTION, e.g. my_agents:build_agent")
+    return spec
+
+
+def load_factory(spec: str) -> AgentFactory:
+    """The function ``spec`` names, imported as Python imports it (the working directory first,
+    then ``PYTHONPATH``); errors name the setting and what is missing."""
+    module_name, func_name = check_factory_spec(spec).split(":")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(
+            f"agent.factory {spec!r}: cannot import {module_name!r} ({e}); it is imported from the working "
+            "directory and PYTHONPATH"
+        ) from e
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ValueError(f"agent.factory {spec!r}: module {module_name!r} has no function {func_name!r}")
+    return func
+
+
+def default_agent(graph: str, config: GraphConfig) -> AgentFactory:
+    """The README chat agent with the run's graph and knobs (the tools protocol)."""
+
+    def build(model: Any, searcher: Any) -> Any:
+        return create_parallel_search_agent(
+            model,
+            searcher,
+            graph=graph,
+            protocol="tools",
+            config=config.updated(protocol="tools"),  # type: ignore[arg-type]
+        )
+
+    return build

@@ -1,0 +1,327 @@
+"""Gateway mode end to end: OpenRLHF's executor loading path (``AgentExecutor()`` reading the
+agent config file) with ``mode: gateway`` and a user's own factory; the sample's fields; the
+configuration's checks; and parity with the ``tool_text`` environment on scripted episodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+from conftest import UvicornThread
+from engines import SamplingParamsStandIn, load_like_openrlhf
+from gateway_support import END, LABEL, QUESTION, KeyedEngine, Library, call, engine, run, tools_tokenizer
+
+from parallelsearch.graphs.config import GraphConfig
+from parallelsearch.rl.agent_config import ENV_VAR, AgentConfig
+from parallelsearch.rl.data import train_record
+from parallelsearch.rl.episode import decode_tokens
+from parallelsearch.rl.gateway import gateway_chat_model
+from parallelsearch.rl.gateway.executor import GatewayExecutor
+from parallelsearch.rl.gateway.factory import default_agent
+
+RECORD = {
+    "id": "gateway-1",
+    "question": QUESTION,
+    "golden_answers": ["yes"],
+    "metadata": {"type": "comparison", "split": "parallel", "dataset": "hotpotqa"},
+}
+TWO_CALLS = f"{call('Scott Derrickson')}\n{call('Ed Wood')}{END}"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tools_tokenizer()
+
+
+def _retrieve_app():
+    """A /retrieve server in the Search-R1 format (what the agent config's retriever_url names)."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def retrieve(request):
+        body = await request.json()
+        docs = [
+            [{"document": {"id": q, "contents": f'"{q}"\n{q} is an American.'}, "score": 1.0}]
+            for q in body["queries"]
+        ]
+        return JSONResponse({"result": docs})
+
+    return Starlette(routes=[Route("/retrieve", retrieve, methods=["POST"])])
+
+
+USER_MODULE = """
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.messages import SystemMessage
+
+from parallelsearch import create_parallel_search_agent
+
+LINE = "House rule: cite the page title you used."
+
+
+class HouseRule(AgentMiddleware):
+    def wrap_model_call(self, request, handler):
+        before = request.system_message.content if request.system_message else ""
+        return handler(request.override(system_message=SystemMessage(content=before + "\\n" + LINE)))
+
+
+def build(model, searcher):
+    return create_parallel_search_agent(model, searcher, middleware=[HouseRule()], top_k=1, max_turns=2)
+"""
+
+
+@pytest.fixture()
+def user_factory(tmp_path, monkeypatch):
+    """A user's module in the working directory, named as ``agent.factory`` names it."""
+    (tmp_path / "house_agents.py").write_text(textwrap.dedent(USER_MODULE))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
+    yield "house_agents:build"
+    sys.modules.pop("house_agents", None)
+
+
+def test_a_user_factory_with_its_own_middleware_trains_through_the_gateway(
+    tmp_path, monkeypatch, tok, user_factory
+):
+    """The executor OpenRLHF loads builds the user's agent with the gateway's model; its
+    middleware's system-prompt line is in the sample's tokens; the sample trains on exactly the
+    engine's spans and its reward is the record's."""
+    with UvicornThread(_retrieve_app()) as srv:
+        path = tmp_path / "agent.yaml"
+        path.write_text(f"retriever_url: {srv.url}/retrieve\nmode: gateway\nfactory: {user_factory}\n")
+        monkeypatch.setenv(ENV_VAR, str(path))
+        executor = load_like_openrlhf()
+        eng = engine(tok, [TWO_CALLS, "yes" + END])
+        rec = train_record(RECORD, template="tool_text", tokenizer=tok)
+        sample = run(
+            executor.execute(rec["prompt"], rec["label"], SamplingParamsStandIn(logprobs=1), 4096, tok, eng)
+        )
+    ids, ranges = sample["observation_tokens"], sample["action_ranges"]
+    assert "House rule: cite the page title you used." in decode_tokens(tok, ids[: ranges[0][0]])
+    assert [ids[a:b] for a, b in ranges] == eng.outputs and ids[: ranges[0][0]] == eng.requests[0]
+    assert sample["rollout_log_probs"][ranges[0][0] : ranges[0][1]] == [-0.5] * len(eng.outputs[0])
+    logs = {k: v.item() for k, v in sample["extra_logs"].items()}
+    assert logs["subqueries"] == 2 and logs["answered"] == 1 and logs["reward_outcome"] == 1.0
+    assert (
+        logs["gateway_forks"] == 0
+        and logs["gateway_retokenized"] == 0
+        and logs["gateway_token_mismatches"] == 0
+    )
+    assert sample["reward"] == pytest.approx(
+        logs["reward_outcome"]
+        + logs["reward_decomposition"]
+        + logs["reward_search_count"]
+        + logs["reward_format"]
+    )
+
+
+def test_a_forked_episode_fails_closed(tok):
+    """A middleware that rewrites the history the model was shown (here: the question of the
+    earlier turn) forks the session: the agent is answered, the sample carries no loss."""
+    from langchain.agents.middleware import AgentMiddleware
+    from langchain_core.messages import HumanMessage
+
+    class Rewriter(AgentMiddleware):
+        async def awrap_model_call(self, request, handler):
+            if len(request.messages) > 1:  # after the first turn: the question reworded
+                request = request.override(messages=[HumanMessage(content="reworded"), *request.messages[1:]])
+            return await handler(request)
+
+    from parallelsearch import create_parallel_search_agent
+
+    agent = create_parallel_search_agent(
+        gateway_chat_model(), Library(), middleware=[Rewriter()], top_k=1, max_turns=2
+    )
+    eng = engine(tok, [TWO_CALLS, "yes" + END])
+    sample = run(
+        GatewayExecutor(agent).execute(
+            "", json.dumps(LABEL), SamplingParamsStandIn(logprobs=1), 4096, tok, eng
+        )
+    )
+    logs = {k: v.item() for k, v in sample["extra_logs"].items()}
+    assert logs["gateway_forks"] == 1 and logs["gateway_failed_closed"] == 1
+    assert sample["action_ranges"] == [] and sample["reward"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"mode": "gateway", "reward": {"mode": "official"}}, "set agent.reward.mode=paper"),
+        ({"factory": "house_agents:build"}, "used in gateway mode only"),
+        ({"mode": "gateway", "factory": "house_agents.build"}, "must be MODULE:FUNCTION"),
+        ({"mode": "gateway", "constrained": True}, "samples the agent's turns freely"),
+        ({"mode": "chat"}, "mode"),
+    ],
+)
+def test_gateway_settings_are_checked_when_the_config_is_read(fields, message):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=message):
+        AgentConfig(retriever_url="http://127.0.0.1:1/retrieve", **fields)
+
+
+def test_train_set_selects_gateway_mode_and_the_factory():
+    from parallelsearch.rl.train_config import load_train_config
+
+    cfg = load_train_config(
+        preset="paper",
+        overrides=[
+            "agent.mode=gateway",
+            "agent.reward.mode=paper",
+            "agent.factory=my_agents:build",
+            "agent.gateway_sampling=refuse",
+        ],
+    )
+    assert (cfg.agent.mode, cfg.agent.factory, cfg.agent.gateway_sampling) == (
+        "gateway",
+        "my_agents:build",
+        "refuse",
+    )
+    assert AgentConfig(retriever_url="http://x/retrieve").mode == "text"
+
+
+def test_a_factory_that_cannot_be_imported_is_named(tmp_path, monkeypatch):
+    from parallelsearch.rl.gateway.factory import load_factory
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="cannot import 'no_such_module'"):
+        load_factory("no_such_module:build")
+    (tmp_path / "half.py").write_text("x = 1\n")
+    with pytest.raises(ValueError, match="has no function 'build'"):
+        load_factory("half:build")
+    sys.modules.pop("half", None)
+
+
+# -- parity with the tool_text environment -----------------------------------------------------
+
+#: (the chat agent's turns, the text environment's turns, golden answer): the same actions in both forms
+SCRIPTS = [
+    ([TWO_CALLS, "yes" + END], [TWO_CALLS, "<answer> yes </answer>"], "yes"),
+    ([call("Ed Wood") + END, "no" + END], [call("Ed Wood") + END, "<answer> no </answer>"], "yes"),
+    (
+        ['<tool_call>\n{"name": "search", "arguments": {"q": "x"}}\n</tool_call>' + END, "yes" + END],
+        [
+            '<tool_call>\n{"name": "search", "arguments": {"q": "x"}}\n</tool_call>' + END,
+            "<answer> yes </answer>",
+        ],
+        "yes",
+    ),
+    (
+        [call("a") + END, call("b") + END, "maybe" + END],
+        [call("a") + END, call("b") + END, "<answer> maybe </answer>"],
+        "maybe",
+    ),
+    (
+        [f"{call('a')}\n{call('a')}{END}", "yes" + END],
+        [f"{call('a')}\n{call('a')}{END}", "<answer> yes </answer>"],
+        "no",
+    ),
+    (
+        ['<tool_call>\n{"name": "lookup", "arguments": {"query": "x"}}\n</tool_call>' + END, "x" + END],
+        [
+            '<tool_call>\n{"name": "lookup", "arguments": {"query": "x"}}\n</tool_call>' + END,
+            "<answer> x </answer>",
+        ],
+        "x",
+    ),
+]
+COMPARED = (
+    "reward_outcome reward_decomposition reward_search_count reward_format format_valid decomposed answered "
+    "searches subqueries policy_calls search_rounds search_errors invalid unanswered class_parallel "
+    "class_sequential decomposed_parallel searches_parallel"
+).split()
+
+
+def parity(tok, n: int) -> tuple[list[dict], list[dict]]:
+    """``n`` scripted episodes through the gateway and through the tool_text environment."""
+    from parallelsearch.rl.env import EnvGraph
+    from parallelsearch.rl.executor import EpisodeExecutor
+
+    cfg = GraphConfig(top_k=1, max_turns=2)
+    gateway = GatewayExecutor(default_agent("parallel", cfg)(gateway_chat_model(), Library()))
+    text = EpisodeExecutor(EnvGraph(Library(), config=cfg.updated(protocol="tools")))
+    chat_turns, text_turns, records = {}, {}, []
+    for i in range(n):
+        chat, written, gold = SCRIPTS[i % len(SCRIPTS)]
+        question = f"Question {i}: were A{i} and B{i} both American?"
+        chat_turns[question], text_turns[question] = chat, written
+        qtype = "comparison" if i % 2 else "bridge"
+        records.append(
+            {"id": str(i), "question": question, "golden_answers": [gold], "metadata": {"type": qtype}}
+        )
+    chat_engine, text_engine = KeyedEngine(tok, chat_turns), KeyedEngine(tok, text_turns)
+    out: tuple[list[dict], list[dict]] = ([], [])
+    for rec in records:
+        prompt = train_record(rec, template="tool_text", tokenizer=tok)
+        for side, executor, eng in ((0, gateway, chat_engine), (1, text, text_engine)):
+            sample = run(
+                executor.execute(prompt["prompt"], prompt["label"], SamplingParamsStandIn(), 8192, tok, eng)
+            )
+            logs = {k: sample["extra_logs"][k].item() for k in COMPARED}
+            out[side].append(
+                {
+                    "reward": round(sample["reward"], 9),
+                    **logs,
+                    "forks": sample["extra_logs"].get("gateway_forks", 0),
+                }
+            )
+    return out
+
+
+def test_parity_scripted_episodes_through_the_gateway_equal_the_tool_text_environment(tok):
+    n = int(os.environ.get("GATEWAY_PARITY_EPISODES", "12"))
+    chat, text = parity(tok, n)
+    assert len(chat) == len(text) == n
+    for i, (a, b) in enumerate(zip(chat, text, strict=True)):
+        forks = a.pop("forks")
+        b.pop("forks")
+        assert forks == 0, f"episode {i} forked"
+        assert a == b, f"episode {i} ({SCRIPTS[i % len(SCRIPTS)][1][0][:40]}...) differs"
+
+
+def test_training_passes_each_turn_s_tokens_to_the_graph_in_both_modes(tok):
+    """``tokens_in``/``tokens_out`` are counted in training as when serving: the text
+    environment gets each turn's ids and context, the chat agent the gateway's usage."""
+    from parallelsearch.rl.env import EnvGraph
+    from parallelsearch.rl.episode import TokenLedger, run_episode
+    from parallelsearch.rl.executor import EpisodeExecutor
+
+    cfg = GraphConfig(top_k=1, max_turns=2)
+    prompt = train_record(RECORD, template="tool_text", tokenizer=tok)["prompt"]
+    text_engine = engine(tok, [TWO_CALLS, "<answer> yes </answer>"])
+    executor = EpisodeExecutor(EnvGraph(Library(), config=cfg.updated(protocol="tools")))
+    ledgers: list[TokenLedger] = []
+
+    def ledger_for(_):
+        ledgers.append(TokenLedger(tok, prompt, 4096, turn_cap=400))
+        return ledgers[-1]
+
+    turns = executor._engine_turns(SamplingParamsStandIn(), text_engine, 400, False)
+    text_run = run(run_episode(executor.env_graph, QUESTION, LABEL, turns, ledger_for=ledger_for))
+    ranges = ledgers[0].ranges
+    assert text_run.state["tokens_out"] == sum(b - a for a, b in ranges)
+    assert text_run.state["tokens_in"] == sum(a for a, _ in ranges)
+
+    gateway = GatewayExecutor(default_agent("parallel", cfg)(gateway_chat_model(), Library()))
+    chat_engine = engine(tok, [TWO_CALLS, "yes" + END])
+    session = gateway.session(SamplingParamsStandIn(), 4096, tok, chat_engine)
+    state = run(gateway.run_agent(session, QUESTION))
+    assert state["tokens_out"] == sum(len(o) for o in chat_engine.outputs)
+    assert state["tokens_in"] == sum(a for a, _ in session.ledger.ranges)
+
+
+def test_a_template_that_cannot_render_tool_turns_stops_the_first_episode():
+    """The tiny tokenizer's plain ChatML template drops tool calls: the executor refuses it at
+    its first episode, naming the problem, before any token is trained."""
+    from parallelsearch.rl.tiny_model import build_tokenizer
+
+    tok = build_tokenizer()
+    agent = default_agent("parallel", GraphConfig(top_k=1, max_turns=2))(gateway_chat_model(), Library())
+    eng = engine(tok, [TWO_CALLS, "yes" + END])
+    with pytest.raises(ValueError, match="not append-only for tool turns.*not read back as the call"):
+        run(GatewayExecutor(agent).execute("", json.dumps(LABEL), SamplingParamsStandIn(), 4096, tok, eng))
+    assert eng.requests == []
