@@ -90,6 +90,34 @@ def hotpot_store(tmp_path_factory, embedder, hotpot_comparison_file):
     return store
 
 
+@pytest.fixture(scope="session")
+def _sample_chroma(tmp_path_factory, _model_cache) -> Path:
+    """The embedded Chroma folder of a home holding ``hp-sample`` (the shipped HotpotQA sample's
+    first 3 records), made once by the real ``index`` command; tests get copies (``sample_store``)."""
+    from store_probes import index_sample
+
+    home = tmp_path_factory.mktemp("sample-home") / "home"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PARALLELSEARCH_HOME", str(home))
+        mp.setenv("PARALLELSEARCH_MODEL_CACHE_DIR", str(_model_cache))
+        mp.delenv("PARALLELSEARCH_CHROMA_PATH", raising=False)
+        mp.delenv("PARALLELSEARCH_CONFIG", raising=False)
+        index_sample(home.parent, None)
+    return home / "chroma"
+
+
+@pytest.fixture
+def sample_store(_sample_chroma) -> str:
+    """``hp-sample`` in this test's own home (a copy of the session's, so a test may write to it);
+    returns the store's name."""
+    import shutil
+
+    from parallelsearch.settings import get_settings
+
+    shutil.copytree(_sample_chroma, get_settings().chroma_path)
+    return "hp-sample"
+
+
 TINY_LM_QUESTION = "Were Scott Derrickson and Ed Wood of the same nationality?"
 
 

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 
-def index_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str], records: int = 3) -> str:
+def index_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str] | None, records: int = 3) -> str:
     """A store named ``hp-sample`` of the shipped HotpotQA sample's first ``records`` records,
-    made by ``index`` (its output swallowed); returns the store's name."""
+    made by ``index`` (its output swallowed); returns the store's name. Tests that only read or
+    ask it take the conftest's ``sample_store`` instead (a copy of one made per session)."""
     from parallelsearch.cli import main
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
 
@@ -19,7 +20,8 @@ def index_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str], records: in
     sample = tmp_path / f"hotpotqa_sample_{records}.jsonl"
     sample.write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert main(["index", "--store", "hp-sample", str(sample), "--no-progress"]) == 0
-    capsys.readouterr()
+    if capsys is not None:
+        capsys.readouterr()
     return "hp-sample"
 
 
@@ -40,3 +42,21 @@ def counting_batches(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[list[s
 
     monkeypatch.setattr(store, "search_batch", search_batch)
     return batches
+
+
+class CachingEncoder:
+    """An embedder's ``encode_passages``, each distinct text encoded once: ``ingest(...,
+    encoder=...)`` for tests that index the same passages into several stores."""
+
+    def __init__(self, embedder: Any):
+        self.embedder, self.vectors = embedder, {}
+
+    def encode_passages(self, texts: list[str], batch_size: int = 64) -> Any:
+        import numpy as np
+
+        new = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if new:
+            self.vectors.update(
+                zip(new, self.embedder.encode_passages(new, batch_size=batch_size), strict=True)
+            )
+        return np.stack([self.vectors[t] for t in texts])

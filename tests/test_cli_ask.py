@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from store_probes import index_sample
 
 from parallelsearch.cli import main
 
@@ -22,8 +21,8 @@ META = json.dumps(
 
 
 @pytest.fixture
-def store(tmp_path, capsys):
-    return index_sample(tmp_path, capsys)
+def store(sample_store):
+    return sample_store
 
 
 def ask(*args: str) -> list[str]:

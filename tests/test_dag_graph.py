@@ -12,7 +12,7 @@ import json
 
 import pytest
 from conftest import RAW, needs_data
-from store_probes import counting_batches, index_sample
+from store_probes import counting_batches
 
 from parallelsearch.agents.protocol import INVALID_FEEDBACK, format_passages, render_prompt
 from parallelsearch.agents.resolvers import ParentResult, ResolverError
@@ -337,12 +337,6 @@ def test_the_rl_environment_runs_both_stages_in_one_step(hotpot_store, monkeypat
 
 
 # ---- the CLI and the settings: --resolver, --max-stages, PARALLELSEARCH_GRAPH_CONFIG__RESOLVER ----------
-
-
-@pytest.fixture
-def sample_store(tmp_path, capsys):
-    """A real store of the shipped HotpotQA sample's first records, made by ``index``."""
-    return index_sample(tmp_path, capsys)
 
 
 def _ask(store: str, tmp_path, capsys, *flags: str) -> dict:

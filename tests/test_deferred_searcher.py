@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from store_probes import CachingEncoder
 
 from parallelsearch.agents.policies import OraclePolicy
 from parallelsearch.agents.searchers import as_searcher
@@ -44,6 +45,13 @@ def sample(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def encoded():
+    """The sample's paragraphs encoded once for the module (per embedder), not once per store."""
+    encoders: dict[int, CachingEncoder] = {}
+    return lambda embedder: encoders.setdefault(id(embedder), CachingEncoder(embedder))
+
+
 class SlowOpen:
     """An opener that takes ``delay_s`` and counts its calls (from any thread)."""
 
@@ -61,10 +69,10 @@ class SlowOpen:
         return as_searcher(wiki)
 
 
-def test_a_real_store_opens_at_the_first_search(tmp_path, sample):
+def test_a_real_store_opens_at_the_first_search(tmp_path, sample, encoded):
     cfg = RetrievalConfig(chroma_path=tmp_path / "chroma", stores=["sample"], encoder_backend="torch")
     with writing_store(cfg, "sample") as store:
-        ingest(store, [sample], progress=False)
+        ingest(store, [sample], encoder=encoded(store.embedder), progress=False)
     parts = make_parts(["parallel"], policy=OraclePolicy(), retrieval=cfg, defer_stores=True)
     searcher = parts.searcher
     assert isinstance(searcher, DeferredSearcher) and searcher.inner is None
@@ -84,10 +92,10 @@ def test_one_open_for_concurrent_first_searches_and_not_within_the_search_timeou
     assert asyncio.run(graph.ainvoke(QUESTION))["errors"] == 0 and opener.calls == 1
 
 
-def test_a_missing_store_stops_the_run_naming_it_and_the_next_run_tries_again(tmp_path, sample):
+def test_a_missing_store_stops_the_run_naming_it_and_the_next_run_tries_again(tmp_path, sample, encoded):
     cfg = RetrievalConfig(chroma_path=tmp_path / "chroma", stores=["sample"], encoder_backend="torch")
     with writing_store(cfg, "other") as store:
-        ingest(store, [sample], progress=False)
+        ingest(store, [sample], encoder=encoded(store.embedder), progress=False)
     parts = make_parts(["parallel"], policy=OraclePolicy(), retrieval=cfg, defer_stores=True)
     graph = parts.graph("parallel")
     with pytest.raises(
@@ -96,7 +104,7 @@ def test_a_missing_store_stops_the_run_naming_it_and_the_next_run_tries_again(tm
     ):
         asyncio.run(graph.ainvoke(QUESTION))
     with writing_store(cfg, "sample") as store:
-        ingest(store, [sample], progress=False)
+        ingest(store, [sample], encoder=encoded(store.embedder), progress=False)
     assert asyncio.run(graph.ainvoke(QUESTION))["errors"] == 0
 
 

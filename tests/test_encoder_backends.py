@@ -84,17 +84,20 @@ def test_the_cache_keeps_one_export_per_model_that_still_exists(tmp_path):
 
 @needs_data
 def test_int8_recall_on_hotpotqa_paragraphs_stays_close_to_fp32(
-    tmp_path, embedder, int8, hotpot_comparison_file
+    tmp_path, embedder, int8, hotpot_comparison_file, hotpot_store
 ):
-    """20 real HotpotQA questions' paragraphs, one store per backend, one query per gold title."""
+    """20 real HotpotQA questions' paragraphs, one store per backend, one query per gold title.
+    The fp32 store is the session's (the same 20 questions' paragraphs, the same encoder)."""
     recs = json.loads(hotpot_comparison_file.read_text())[:20]
     small = tmp_path / "hp.json"
     small.write_text(json.dumps(recs))
     gold = [t for r in recs for t in dict.fromkeys(r["supporting_facts"]["title"])]  # HF format
+    assert hotpot_store.embedder is embedder
+    int8_store = ChromaStore(f"hp-{int8.backend}", path=tmp_path / int8.backend, embedder=int8)
+    ingest(int8_store, [small], progress=False)
+    assert int8_store.count() == hotpot_store.count()
     recall = {}
-    for emb in (embedder, int8):
-        store = ChromaStore(f"hp-{emb.backend}", path=tmp_path / emb.backend, embedder=emb)
-        ingest(store, [small], progress=False)
+    for emb, store in ((embedder, hotpot_store), (int8, int8_store)):
         hits = store.search_batch(gold, 3)
         recall[emb.backend] = sum(t in {p.title for p in h} for t, h in zip(gold, hits, strict=True)) / len(
             gold

@@ -247,27 +247,27 @@ def test_multi_store_routing_and_rrf(hotpot_store, embedder, tmp_path):
     assert "Available knowledge stores: hotpot, wiki" in out["transcript"]
 
 
-def test_ask_cli_json(tmp_path, hotpot_comparison_file):
+def test_ask_cli_json(tmp_path, hotpot_store, capsys):
+    """``parallelsearch ask --json`` as its own process over a copy of the session's store, then
+    the plain and the failing forms in-process (the same ``main``)."""
     import os
+    import shutil
 
-    env = dict(os.environ, PARALLELSEARCH_HOME=str(tmp_path / "home"))
-    small = tmp_path / "small.json"
-    small.write_text(json.dumps(json.loads(hotpot_comparison_file.read_text())[:3]))
-    cli = [sys.executable, "-m", "parallelsearch.cli"]
-    assert (
-        subprocess.run(
-            [*cli, "index", "--store", "hp3", str(small), "--no-progress"], env=env, timeout=300
-        ).returncode
-        == 0
-    )
+    from parallelsearch.cli import main
+
+    home = tmp_path / "home"  # the test's home (conftest's _isolated_home)
+    shutil.copytree(hotpot_store.location, home / "chroma")
+    env = dict(os.environ, PARALLELSEARCH_HOME=str(home))
     script = tmp_path / "par.json"
     script.write_text(json.dumps(PAR))
-    out: dict = {"env": env, "capture_output": True, "text": True, "timeout": 300}
-    r = subprocess.run([*cli, "ask", Q, "--store", "hp3", "--policy", f"scripted:{script}", "--json"], **out)
+    ask = ["ask", Q, "--store", hotpot_store.name, "--policy"]
+    r = subprocess.run([sys.executable, "-m", "parallelsearch.cli", *ask, f"scripted:{script}", "--json"],
+                       env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert (d["policy_calls"], d["search_rounds"], d["subqueries"], d["answer"]) == (2, 1, 2, "yes")
-    r = subprocess.run([*cli, "ask", Q, "--store", "hp3", "--policy", f"scripted:{script}"], **out)
-    assert "search round 1" in r.stdout and "policy calls 2" in r.stdout
-    bad = subprocess.run([*cli, "ask", Q, "--store", "hp3", "--policy", "scripted:/nope.json"], **out)
-    assert bad.returncode == 2 and "does not exist" in bad.stderr
+    assert main([*ask, f"scripted:{script}"]) == 0
+    out = capsys.readouterr().out
+    assert "search round 1" in out and "policy calls 2" in out
+    assert main([*ask, "scripted:/nope.json"]) == 2
+    assert "does not exist" in capsys.readouterr().err
