@@ -132,3 +132,17 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{seconds:7.1f} s  {what}")
     for path in serving.ARTIFACT_FILES:
         terminalreporter.write_line(f"artefact: {path}")
+
+
+@pytest.fixture()
+def nothing_binds(monkeypatch):
+    """Fail the test if a command got as far as serving (the checks must come first)."""
+    import uvicorn
+
+    from parallelsearch.stores.http import retrieval_server
+
+    def bound(*a, **kw):
+        raise AssertionError("the command went on to serve")
+
+    monkeypatch.setattr(retrieval_server, "run_server", bound)
+    monkeypatch.setattr(uvicorn, "run", bound)

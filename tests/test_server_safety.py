@@ -61,20 +61,6 @@ def invoke(srv, body, path="/parallelsearch/invoke", **kw) -> httpx.Response:
 
 
 # ---- keys ----------------------------------------------------------------------------------------
-@pytest.fixture()
-def nothing_binds(monkeypatch):
-    """Fail the test if a command got as far as serving (the checks must come first)."""
-    import uvicorn
-
-    from parallelsearch.stores.http import retrieval_server
-
-    def bound(*a, **kw):
-        raise AssertionError("the command went on to serve")
-
-    monkeypatch.setattr(retrieval_server, "run_server", bound)
-    monkeypatch.setattr(uvicorn, "run", bound)
-
-
 @pytest.mark.parametrize("key", ["   ", "\t", ""])
 def test_a_blank_server_key_is_no_key_and_a_network_bind_is_refused(nothing_binds, monkeypatch, capsys, key):
     monkeypatch.setenv("PARALLELSEARCH_SERVER_API_KEY", key)
