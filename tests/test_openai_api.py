@@ -6,7 +6,6 @@ tests/servers.py (no LLM runs here), or the scripted policy for the tags protoco
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -14,10 +13,10 @@ import time
 import httpx
 import pytest
 from conftest import UvicornThread, free_port
+from engines import GatedPolicy
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.serving.server import ROUTES, create_app
 from parallelsearch.settings import Settings
 from parallelsearch.stores import Passage
@@ -390,22 +389,8 @@ def test_the_key_and_the_body_limit_of_the_other_routes_apply(upstream, tmp_path
         assert refused.value.status_code == 413
 
 
-class GatedPolicy:
-    """The scripted policy, held at each turn until the test opens the gate (admission)."""
-
-    name = "gated"
-
-    def __init__(self) -> None:
-        self.inner = ScriptedPolicy(TAGS_SCRIPT)
-        self.gate = threading.Event()
-
-    async def agenerate(self, request):
-        await asyncio.to_thread(self.gate.wait, 60)
-        return await self.inner.agenerate(request)
-
-
 def test_requests_beyond_the_admission_limit_are_a_429_with_retry_after(tmp_path_factory):
-    policy = GatedPolicy()
+    policy = GatedPolicy(TAGS_SCRIPT)
     s = settings(tmp_path_factory, server_max_concurrency=1, server_queue_size=0)
     with UvicornThread(create_app(s, policy=policy, searcher=Films())) as srv:
         messages = [{"role": "user", "content": "q?"}]

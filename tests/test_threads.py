@@ -13,6 +13,7 @@ import sqlite3
 import httpx
 import pytest
 from conftest import UvicornThread, free_port, needs_data
+from engines import GatedPolicy
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.serving.checkpointers import open_checkpointer, redact_url
@@ -223,23 +224,6 @@ def test_checkpointer_settings_and_flags(tmp_path, monkeypatch):
 
 
 # ---- concurrent runs on one thread ---------------------------------------------------------------
-class Gated:
-    """The scripted policy, held at every turn until the test opens the gate (so the test, not
-    the scheduler, decides which run is inside the graph)."""
-
-    name = "gated"
-
-    def __init__(self) -> None:
-        import threading
-
-        self.inner = ScriptedPolicy(SCRIPT)
-        self.gate = threading.Event()
-
-    async def agenerate(self, request):
-        await asyncio.to_thread(self.gate.wait, 60)
-        return await self.inner.agenerate(request)
-
-
 def _wait_for(predicate, what: str, timeout_s: float = 60.0) -> None:
     import time
 
@@ -292,7 +276,7 @@ def _ten_questions_on_one_thread(servers, gate) -> list:
 
 @needs_data
 def test_ten_concurrent_questions_on_one_sqlite_thread_keep_ten_episodes(hotpot_store, tmp_path):
-    gated = Gated()
+    gated = GatedPolicy(SCRIPT)
     settings = Settings(server_checkpointer="sqlite", server_checkpoint_url=str(tmp_path / "threads.sqlite"))
     with UvicornThread(create_app(settings, policy=gated, searcher=hotpot_store)) as srv:
         results = _ten_questions_on_one_thread([srv], gated.gate)
@@ -312,7 +296,7 @@ def test_ten_concurrent_questions_on_one_postgres_thread_across_two_servers(hotp
 
     if postgres_missing():
         pytest.skip(postgres_missing())
-    gated = Gated()
+    gated = GatedPolicy(SCRIPT)
     with throwaway_postgres() as pg:
         settings = Settings(server_checkpointer="postgres", server_checkpoint_url=pg["url"])
         apps = [create_app(settings, policy=gated, searcher=hotpot_store) for _ in range(2)]
@@ -325,7 +309,7 @@ def test_ten_concurrent_questions_on_one_postgres_thread_across_two_servers(hotp
 
 @needs_data
 def test_reject_answers_409_while_a_run_is_in_flight(hotpot_store, tmp_path):
-    gated = Gated()
+    gated = GatedPolicy(SCRIPT)
     settings = Settings(server_checkpointer="memory", server_multitask_strategy="reject")
     with UvicornThread(create_app(settings, policy=gated, searcher=hotpot_store)) as srv:
         results: list = []
