@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,12 @@ def nothing_binds(monkeypatch):
 
     monkeypatch.setattr(retrieval_server, "run_server", bound)
     monkeypatch.setattr(uvicorn, "run", bound)
+
+
+def wait_for(predicate, what: str, timeout_s: float = 60.0) -> None:
+    """Poll until ``predicate()`` holds (bounded), so no test depends on how fast the machine is."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout_s:g} s")
+        time.sleep(0.02)

@@ -16,11 +16,10 @@ import asyncio
 import json
 import logging
 import threading
-import time
 
 import httpx
 import pytest
-from conftest import UvicornThread, needs_data
+from conftest import UvicornThread, needs_data, wait_for
 from engines import FailingPolicy, GatedPolicy
 
 from parallelsearch.agents.policies import ScriptedPolicy
@@ -43,15 +42,6 @@ def config_hash(config: dict) -> str:
     from langserve.lzstring import LZString
 
     return LZString.compressToEncodedURIComponent(json.dumps(config))
-
-
-def wait_for(predicate, what: str, timeout_s: float = 30.0) -> None:
-    """Poll until ``predicate()`` holds (bounded), so no test depends on how fast the machine is."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout_s:g} s")
-        time.sleep(0.02)
 
 
 # ---- the pure parts ------------------------------------------------------------------------------
