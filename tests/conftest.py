@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,26 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"{seconds:7.1f} s  {what}")
     for path in serving.ARTIFACT_FILES:
         terminalreporter.write_line(f"artefact: {path}")
+
+
+@pytest.fixture()
+def nothing_binds(monkeypatch):
+    """Fail the test if a command got as far as serving (the checks must come first)."""
+    import uvicorn
+
+    from parallelsearch.stores.http import retrieval_server
+
+    def bound(*a, **kw):
+        raise AssertionError("the command went on to serve")
+
+    monkeypatch.setattr(retrieval_server, "run_server", bound)
+    monkeypatch.setattr(uvicorn, "run", bound)
+
+
+def wait_for(predicate, what: str, timeout_s: float = 60.0) -> None:
+    """Poll until ``predicate()`` holds (bounded), so no test depends on how fast the machine is."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout_s:g} s")
+        time.sleep(0.02)

@@ -14,7 +14,9 @@ as OpenRLHF does, and recording the environments the executor opens.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -180,6 +182,23 @@ class FailingPolicy:
 
     async def agenerate(self, request):
         raise RuntimeError("model server exploded")
+
+
+class GatedPolicy:
+    """A scripted policy held at every turn until the test opens ``gate`` (so the test, not the
+    scheduler, decides which run is inside the graph: admission and thread tests)."""
+
+    name = "gated"
+
+    def __init__(self, script: Sequence[str]) -> None:
+        from parallelsearch.agents.policies import ScriptedPolicy
+
+        self.inner = ScriptedPolicy(script)
+        self.gate = threading.Event()
+
+    async def agenerate(self, request):
+        await asyncio.to_thread(self.gate.wait, 60)
+        return await self.inner.agenerate(request)
 
 
 @dataclass

@@ -37,6 +37,23 @@ class Library:
         return [{"title": f"{query} page", "text": f"{query} is an American."}]
 
 
+def retrieve_app():
+    """A /retrieve server in the Search-R1 format (what the agent config's retriever_url names)."""
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def retrieve(request):
+        body = await request.json()
+        docs = [
+            [{"document": {"id": q, "contents": f'"{q}"\n{q} is an American.'}, "score": 1.0}]
+            for q in body["queries"]
+        ]
+        return JSONResponse({"result": docs})
+
+    return Starlette(routes=[Route("/retrieve", retrieve, methods=["POST"])])
+
+
 def call(query: str) -> str:
     """One call as the Hermes template writes it (the canonical form)."""
     return f'<tool_call>\n{{"name": "search", "arguments": {{"query": "{query}"}}}}\n</tool_call>'

@@ -8,6 +8,7 @@ a PostgreSQL cluster lives in a temporary folder and is stopped and removed.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -19,12 +20,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import ROOT, free_port
 
 sys.path.append(str(ROOT / "benchmarks"))  # the server-process helper the benchmarks share
 from _server import ChromaServer, ServerProcess  # noqa: E402, F401 - ChromaServer: for the store tests
 
 BIN = Path(sys.executable).parent
+#: skips a test that runs ``langgraph dev`` where the langgraph extra is not installed
+needs_langgraph_dev = pytest.mark.skipif(
+    importlib.util.find_spec("langgraph_api") is None or not (BIN / "langgraph").exists(),
+    reason="langgraph-cli[inmem] is not installed (the langgraph extra; langgraph-api needs Python >= 3.11)",
+)
 #: where tests leave what a person looks at (screenshots); build/ is git-ignored
 ARTIFACTS = Path(os.environ.get("PARALLELSEARCH_TEST_ARTIFACTS", ROOT / "build" / "artifacts"))
 PGBIN_ROOT = Path("/usr/lib/postgresql")

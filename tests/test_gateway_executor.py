@@ -13,7 +13,18 @@ import textwrap
 import pytest
 from conftest import UvicornThread
 from engines import SamplingParamsStandIn, load_like_openrlhf
-from gateway_support import END, LABEL, QUESTION, KeyedEngine, Library, call, engine, run, tools_tokenizer
+from gateway_support import (
+    END,
+    LABEL,
+    QUESTION,
+    KeyedEngine,
+    Library,
+    call,
+    engine,
+    retrieve_app,
+    run,
+    tools_tokenizer,
+)
 
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.rl.agent_config import ENV_VAR, AgentConfig
@@ -35,23 +46,6 @@ TWO_CALLS = f"{call('Scott Derrickson')}\n{call('Ed Wood')}{END}"
 @pytest.fixture(scope="module")
 def tok():
     return tools_tokenizer()
-
-
-def _retrieve_app():
-    """A /retrieve server in the Search-R1 format (what the agent config's retriever_url names)."""
-    from starlette.applications import Starlette
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
-
-    async def retrieve(request):
-        body = await request.json()
-        docs = [
-            [{"document": {"id": q, "contents": f'"{q}"\n{q} is an American.'}, "score": 1.0}]
-            for q in body["queries"]
-        ]
-        return JSONResponse({"result": docs})
-
-    return Starlette(routes=[Route("/retrieve", retrieve, methods=["POST"])])
 
 
 USER_MODULE = """
@@ -90,7 +84,7 @@ def test_a_user_factory_with_its_own_middleware_trains_through_the_gateway(
     """The executor OpenRLHF loads builds the user's agent with the gateway's model; its
     middleware's system-prompt line is in the sample's tokens; the sample trains on exactly the
     engine's spans and its reward is the record's."""
-    with UvicornThread(_retrieve_app()) as srv:
+    with UvicornThread(retrieve_app()) as srv:
         path = tmp_path / "agent.yaml"
         path.write_text(f"retriever_url: {srv.url}/retrieve\nmode: gateway\nfactory: {user_factory}\n")
         monkeypatch.setenv(ENV_VAR, str(path))

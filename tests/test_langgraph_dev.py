@@ -12,7 +12,6 @@ thread, and sets ``top_k`` per run through the context; the schemas come from
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import signal
@@ -21,16 +20,13 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, free_port, needs_data
-from serving import BIN, ServerProcess, copy_store, record, script_file, store_env
+from serving import BIN, ServerProcess, copy_store, needs_langgraph_dev, record, script_file, store_env
 
 pytestmark = [
     needs_data,
     pytest.mark.serving,
     pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("langgraph_api") is None or not (BIN / "langgraph").exists(),
-        reason="langgraph-cli[inmem] is not installed (the langgraph extra; langgraph-api needs Python >= 3.11)",
-    ),
+    needs_langgraph_dev,
 ]
 Q1 = "Were Scott Derrickson and Ed Wood of the same nationality?"
 Q2 = "Which magazine was started first, Arthur's Magazine or First for Women?"

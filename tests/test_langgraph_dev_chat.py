@@ -7,21 +7,17 @@ here) on 127.0.0.1."""
 
 from __future__ import annotations
 
-import importlib.util
 import signal
 
 import pytest
 from conftest import ROOT, UvicornThread, free_port, needs_data
-from serving import BIN, ServerProcess, copy_store, store_env
+from serving import BIN, ServerProcess, copy_store, needs_langgraph_dev, store_env
 
 pytestmark = [
     needs_data,
     pytest.mark.serving,
     pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec("langgraph_api") is None or not (BIN / "langgraph").exists(),
-        reason="langgraph-cli[inmem] is not installed (the langgraph extra; langgraph-api needs Python >= 3.11)",
-    ),
+    needs_langgraph_dev,
 ]
 Q = "Were Scott Derrickson and Ed Wood of the same nationality?"
 ANSWER = "Yes, both were American."

@@ -6,7 +6,6 @@ tests/servers.py (no LLM runs here), or the scripted policy for the tags protoco
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import time
@@ -14,10 +13,10 @@ import time
 import httpx
 import pytest
 from conftest import UvicornThread, free_port
+from engines import GatedPolicy
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.serving.server import ROUTES, create_app
 from parallelsearch.settings import Settings
 from parallelsearch.stores import Passage
@@ -29,6 +28,8 @@ pytest.importorskip("langchain_openai", reason="langchain-openai is in the dev e
 CHAT_SCRIPT = [["Inception director", "Inception year"], "Christopher Nolan in 2010"]
 TAGS_SCRIPT = ["<think> t </think><search> Scott Derrickson ## Ed Wood </search>", "<answer> yes </answer>"]
 QUESTION = "Who directed Inception, and when?"
+#: the smallest valid chat request; a bad-request case adds or overrides one field
+CHAT = {"model": "parallelsearch", "messages": [{"role": "user", "content": "q"}]}
 
 
 class Films:
@@ -239,7 +240,7 @@ def test_a_thread_keeps_the_conversation_on_the_server(served, upstream):
             },
             400,
             "messages[1].role must be 'user'",
-        ),  # fmt: skip
+        ),
         (
             {"model": "parallelsearch", "messages": [{"role": "wizard", "content": "q"}]},
             400,
@@ -249,7 +250,7 @@ def test_a_thread_keeps_the_conversation_on_the_server(served, upstream):
             {"model": "parallelsearch", "messages": [{"role": "user", "content": "  "}]},
             400,
             "messages[0].content must not be empty",
-        ),  # fmt: skip
+        ),
         (
             {
                 "model": "parallelsearch",
@@ -257,7 +258,7 @@ def test_a_thread_keeps_the_conversation_on_the_server(served, upstream):
             },
             400,
             "messages[0].content[0]: only text parts",
-        ),  # fmt: skip
+        ),
         (
             {
                 "model": "parallelsearch",
@@ -265,7 +266,7 @@ def test_a_thread_keeps_the_conversation_on_the_server(served, upstream):
             },
             400,
             "messages[0].tool_call_id",
-        ),  # fmt: skip
+        ),
         (
             {
                 "model": "parallelsearch",
@@ -285,68 +286,52 @@ def test_a_thread_keeps_the_conversation_on_the_server(served, upstream):
             },
             400,
             "messages[0].tool_calls[0].function.arguments is not JSON",
-        ),  # fmt: skip
+        ),
         (
             {"model": "parallelsearch", "messages": [{"role": "user", "content": "x" * 501}]},
             413,
             "exceeds the limit of 500",
         ),
         (
-            {"model": "parallelsearch", "messages": [{"role": "user", "content": "q"}], "n": 2},
+            {**CHAT, "n": 2},
             400,
             "n=2 is not supported",
         ),
         (
-            {
-                "model": "parallelsearch",
-                "messages": [{"role": "user", "content": "q"}],
-                "tools": [{"type": "function"}],
-            },
+            {**CHAT, "tools": [{"type": "function"}]},
             400,
             "tools=",
-        ),  # fmt: skip
+        ),
         (
-            {"model": "parallelsearch", "messages": [{"role": "user", "content": "q"}], "max_tokens": 0},
+            {**CHAT, "max_tokens": 0},
             400,
             "max_tokens:",
         ),
         (
-            {"model": "parallelsearch", "messages": [{"role": "user", "content": "q"}], "temperature": -1},
+            {**CHAT, "temperature": -1},
             400,
             "temperature:",
         ),
         (
-            {"model": "parallelsearch", "messages": [{"role": "user", "content": "q"}], "stream": "yes"},
+            {**CHAT, "stream": "yes"},
             400,
             "stream must be",
         ),
         (
-            {
-                "model": "parallelsearch",
-                "messages": [{"role": "user", "content": "q"}],
-                "parallelsearch": {"k": 3},
-            },
+            {**CHAT, "parallelsearch": {"k": 3}},
             400,
             "parallelsearch.k is not a field (did you mean",
-        ),  # fmt: skip
+        ),
         (
-            {
-                "model": "parallelsearch",
-                "messages": [{"role": "user", "content": "q"}],
-                "parallelsearch": {"top_k": 0},
-            },
+            {**CHAT, "parallelsearch": {"top_k": 0}},
             400,
             "parallelsearch.top_k:",
-        ),  # fmt: skip
+        ),
         (
-            {
-                "model": "parallelsearch",
-                "messages": [{"role": "user", "content": "q"}],
-                "parallelsearch": {"thread_id": "no spaces"},
-            },
+            {**CHAT, "parallelsearch": {"thread_id": "no spaces"}},
             400,
             "parallelsearch.thread_id:",
-        ),  # fmt: skip
+        ),
         ([1, 2], 400, "JSON object"),
     ],
 )
@@ -390,22 +375,8 @@ def test_the_key_and_the_body_limit_of_the_other_routes_apply(upstream, tmp_path
         assert refused.value.status_code == 413
 
 
-class GatedPolicy:
-    """The scripted policy, held at each turn until the test opens the gate (admission)."""
-
-    name = "gated"
-
-    def __init__(self) -> None:
-        self.inner = ScriptedPolicy(TAGS_SCRIPT)
-        self.gate = threading.Event()
-
-    async def agenerate(self, request):
-        await asyncio.to_thread(self.gate.wait, 60)
-        return await self.inner.agenerate(request)
-
-
 def test_requests_beyond_the_admission_limit_are_a_429_with_retry_after(tmp_path_factory):
-    policy = GatedPolicy()
+    policy = GatedPolicy(TAGS_SCRIPT)
     s = settings(tmp_path_factory, server_max_concurrency=1, server_queue_size=0)
     with UvicornThread(create_app(s, policy=policy, searcher=Films())) as srv:
         messages = [{"role": "user", "content": "q?"}]

@@ -16,12 +16,11 @@ import asyncio
 import json
 import logging
 import threading
-import time
 
 import httpx
 import pytest
-from conftest import UvicornThread, needs_data
-from engines import FailingPolicy
+from conftest import UvicornThread, needs_data, wait_for
+from engines import FailingPolicy, GatedPolicy
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.serving.server import create_app
@@ -43,29 +42,6 @@ def config_hash(config: dict) -> str:
     from langserve.lzstring import LZString
 
     return LZString.compressToEncodedURIComponent(json.dumps(config))
-
-
-def wait_for(predicate, what: str, timeout_s: float = 30.0) -> None:
-    """Poll until ``predicate()`` holds (bounded), so no test depends on how fast the machine is."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout_s:g} s")
-        time.sleep(0.02)
-
-
-class GatedPolicy:
-    """The scripted policy, held at each turn until the test opens the gate (admission tests)."""
-
-    name = "gated"
-
-    def __init__(self) -> None:
-        self.inner = ScriptedPolicy(SCRIPT)
-        self.gate = threading.Event()
-
-    async def agenerate(self, request):
-        await asyncio.to_thread(self.gate.wait, 60)
-        return await self.inner.agenerate(request)
 
 
 # ---- the pure parts ------------------------------------------------------------------------------
@@ -294,7 +270,7 @@ def gated(hotpot_store):
     """A server with one slot; its policy holds every request until the test opens the gate."""
 
     def start(**settings):
-        policy = GatedPolicy()
+        policy = GatedPolicy(SCRIPT)
         s = Settings(server_checkpointer="none", server_max_concurrency=1, **settings)
         srv = UvicornThread(create_app(s, policy=policy, searcher=hotpot_store)).__enter__()
         started.append((srv, policy))

@@ -297,17 +297,8 @@ def test_the_train_launcher_never_writes_the_key(monkeypatch):
 
 # -- binding: a network address needs a key ------------------------------------------------------
 @pytest.fixture()
-def nothing_binds(monkeypatch):
-    """Fail the test if a command got as far as serving (the checks must come first)."""
-    import uvicorn
-
-    from parallelsearch.stores.http import retrieval_server
-
-    def bound(*a, **kw):
-        raise AssertionError("the command went on to serve")
-
-    monkeypatch.setattr(retrieval_server, "run_server", bound)
-    monkeypatch.setattr(uvicorn, "run", bound)
+def nothing_binds(nothing_binds, monkeypatch):
+    """conftest's ``nothing_binds``, with no key in the environment (each test sets the one it means)."""
     monkeypatch.delenv(KEY_VAR, raising=False)
     monkeypatch.delenv("PARALLELSEARCH_SERVER_API_KEY", raising=False)
 

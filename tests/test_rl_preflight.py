@@ -14,6 +14,7 @@ import json
 import pytest
 from conftest import UvicornThread, fill_batch, free_port, needs_data
 from engines import SamplingParamsStandIn, ScriptedEngine, load_like_openrlhf
+from train_args import paper_argv
 
 from parallelsearch.cli import main
 from parallelsearch.rl.agent_config import ENV_VAR, AgentConfig, AgentConfigError, load_agent_config
@@ -366,15 +367,7 @@ def test_submission_runs_the_checks_first(retriever, hotpot_comparison_file, tmp
     data = tmp_path / "train.jsonl"
     make_train_data([hotpot_comparison_file], data, template="official", limit=4, allow_eval_questions=True)
     fill_batch(data)
-    argv = [
-        "train",
-        "--preset",
-        "paper",
-        "--set",
-        f"prompt_data={data}",
-        "--set",
-        f"save_path={tmp_path / 'c'}",
-    ]
+    argv = paper_argv(sets={"prompt_data": data, "save_path": tmp_path / "c"})
     dead = [*argv, "--set", f"agent.retriever_url={closed_url()}", "--set", f"job_dir={tmp_path / 'dead'}"]
     assert main(dead) == 2
     assert "does not answer a probe query" in capsys.readouterr().err and not log.exists()

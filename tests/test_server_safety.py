@@ -61,20 +61,6 @@ def invoke(srv, body, path="/parallelsearch/invoke", **kw) -> httpx.Response:
 
 
 # ---- keys ----------------------------------------------------------------------------------------
-@pytest.fixture()
-def nothing_binds(monkeypatch):
-    """Fail the test if a command got as far as serving (the checks must come first)."""
-    import uvicorn
-
-    from parallelsearch.stores.http import retrieval_server
-
-    def bound(*a, **kw):
-        raise AssertionError("the command went on to serve")
-
-    monkeypatch.setattr(retrieval_server, "run_server", bound)
-    monkeypatch.setattr(uvicorn, "run", bound)
-
-
 @pytest.mark.parametrize("key", ["   ", "\t", ""])
 def test_a_blank_server_key_is_no_key_and_a_network_bind_is_refused(nothing_binds, monkeypatch, capsys, key):
     monkeypatch.setenv("PARALLELSEARCH_SERVER_API_KEY", key)
@@ -315,17 +301,18 @@ def capped(hotpot_store):
         yield srv
 
 
-@pytest.mark.parametrize(
-    ("configurable", "names"),
-    [
-        ({"top_k": 5}, "configurable.top_k=5 exceeds this server's limit of 4 (server_max_top_k)"),
-        ({"max_subqueries": 6}, "configurable.max_subqueries=6 exceeds this server's limit of 5"),
-        ({"max_turns": 4}, "configurable.max_turns=4 exceeds this server's limit of 3 (server_max_turns)"),
-    ],
-)
+#: each of the capped server's knobs one over its cap, and what the refusal says after the knob's prefix
+OVER_THE_CAPS = [
+    ({"top_k": 5}, "top_k=5 exceeds this server's limit of 4 (server_max_top_k)"),
+    ({"max_subqueries": 6}, "max_subqueries=6 exceeds this server's limit of 5"),
+    ({"max_turns": 4}, "max_turns=4 exceeds this server's limit of 3 (server_max_turns)"),
+]
+
+
+@pytest.mark.parametrize(("configurable", "names"), OVER_THE_CAPS)
 def test_operator_caps_refuse_a_request_before_it_runs(capped, configurable, names):
     r = invoke(capped, {**Q, "config": {"configurable": configurable}})
-    assert r.status_code == 422 and names in r.json()["detail"]
+    assert r.status_code == 422 and f"configurable.{names}" in r.json()["detail"]
     assert httpx.get(capped.url + "/health", timeout=10).json()["admission"]["admitted"] == 0
 
 
@@ -339,18 +326,11 @@ def test_health_shows_the_operators_caps_as_the_knobs_maxima(capped):
     assert knobs["top_k"]["minimum"] == 1
 
 
-@pytest.mark.parametrize(
-    ("knobs", "names"),
-    [
-        ({"top_k": 5}, "parallelsearch.top_k=5 exceeds this server's limit of 4 (server_max_top_k)"),
-        ({"max_subqueries": 6}, "parallelsearch.max_subqueries=6 exceeds this server's limit of 5"),
-        ({"max_turns": 4}, "parallelsearch.max_turns=4 exceeds this server's limit of 3 (server_max_turns)"),
-    ],
-)
+@pytest.mark.parametrize(("knobs", "names"), OVER_THE_CAPS)
 def test_operator_caps_apply_to_the_openai_endpoint_too(capped, knobs, names):
     body = {"model": "parallelsearch", "messages": [{"role": "user", "content": Q["input"]["question"]}]}
     r = httpx.post(capped.url + "/v1/chat/completions", json={**body, "parallelsearch": knobs}, timeout=30)
-    assert r.status_code == 400 and names in r.json()["error"]["message"]
+    assert r.status_code == 400 and f"parallelsearch.{names}" in r.json()["error"]["message"]
     assert httpx.get(capped.url + "/health", timeout=10).json()["admission"]["admitted"] == 0
 
 

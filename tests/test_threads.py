@@ -12,7 +12,8 @@ import sqlite3
 
 import httpx
 import pytest
-from conftest import UvicornThread, free_port, needs_data
+from conftest import UvicornThread, free_port, needs_data, wait_for
+from engines import GatedPolicy
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.serving.checkpointers import open_checkpointer, redact_url
@@ -223,33 +224,6 @@ def test_checkpointer_settings_and_flags(tmp_path, monkeypatch):
 
 
 # ---- concurrent runs on one thread ---------------------------------------------------------------
-class Gated:
-    """The scripted policy, held at every turn until the test opens the gate (so the test, not
-    the scheduler, decides which run is inside the graph)."""
-
-    name = "gated"
-
-    def __init__(self) -> None:
-        import threading
-
-        self.inner = ScriptedPolicy(SCRIPT)
-        self.gate = threading.Event()
-
-    async def agenerate(self, request):
-        await asyncio.to_thread(self.gate.wait, 60)
-        return await self.inner.agenerate(request)
-
-
-def _wait_for(predicate, what: str, timeout_s: float = 60.0) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout_s:g} s")
-        time.sleep(0.02)
-
-
 def _health(srv) -> dict:
     return httpx.get(f"{srv.url}/health", timeout=10).json()
 
@@ -277,13 +251,13 @@ def _ten_questions_on_one_thread(servers, gate) -> list:
     questions = [f"question {i}: who directed it?" for i in range(10)]
     results: list = []
     first = _ask_in_thread(servers[0].url, questions[0], "busy", results)
-    _wait_for(lambda: _health(servers[0])["admission"]["in_flight"] == 1, "the first run holding the thread")
+    wait_for(lambda: _health(servers[0])["admission"]["in_flight"] == 1, "the first run holding the thread")
     rest = [
         _ask_in_thread(servers[i % len(servers)].url, q, "busy", results)
         for i, q in enumerate(questions[1:], 1)
     ]
     # all ten are in: one in the graph and nine waiting for the thread (before the fix: ten in the graph)
-    _wait_for(lambda: sum(_in(s) for s in servers) == 10, "ten runs in the server")
+    wait_for(lambda: sum(_in(s) for s in servers) == 10, "ten runs in the server")
     gate.set()
     for t in [first, *rest]:
         t.join(120)
@@ -292,7 +266,7 @@ def _ten_questions_on_one_thread(servers, gate) -> list:
 
 @needs_data
 def test_ten_concurrent_questions_on_one_sqlite_thread_keep_ten_episodes(hotpot_store, tmp_path):
-    gated = Gated()
+    gated = GatedPolicy(SCRIPT)
     settings = Settings(server_checkpointer="sqlite", server_checkpoint_url=str(tmp_path / "threads.sqlite"))
     with UvicornThread(create_app(settings, policy=gated, searcher=hotpot_store)) as srv:
         results = _ten_questions_on_one_thread([srv], gated.gate)
@@ -312,7 +286,7 @@ def test_ten_concurrent_questions_on_one_postgres_thread_across_two_servers(hotp
 
     if postgres_missing():
         pytest.skip(postgres_missing())
-    gated = Gated()
+    gated = GatedPolicy(SCRIPT)
     with throwaway_postgres() as pg:
         settings = Settings(server_checkpointer="postgres", server_checkpoint_url=pg["url"])
         apps = [create_app(settings, policy=gated, searcher=hotpot_store) for _ in range(2)]
@@ -325,12 +299,12 @@ def test_ten_concurrent_questions_on_one_postgres_thread_across_two_servers(hotp
 
 @needs_data
 def test_reject_answers_409_while_a_run_is_in_flight(hotpot_store, tmp_path):
-    gated = Gated()
+    gated = GatedPolicy(SCRIPT)
     settings = Settings(server_checkpointer="memory", server_multitask_strategy="reject")
     with UvicornThread(create_app(settings, policy=gated, searcher=hotpot_store)) as srv:
         results: list = []
         first = _ask_in_thread(srv.url, Q1, "t-reject", results)
-        _wait_for(lambda: _health(srv)["admission"]["in_flight"] == 1, "the first run holding the thread")
+        wait_for(lambda: _health(srv)["admission"]["in_flight"] == 1, "the first run holding the thread")
         busy = invoke(srv.url, Q2, "t-reject")
         assert busy.status_code == 409 and "thread 't-reject' has a run in flight" in busy.json()["detail"]
         other = _ask_in_thread(srv.url, Q2, "t-other", results)  # another thread is not held up

@@ -21,6 +21,7 @@ from engines import (
     load_like_openrlhf,
     recording_episodes,
 )
+from gateway_support import Library, retrieve_app
 
 from parallelsearch.agents.protocol import (
     STOP_STRINGS,
@@ -58,17 +59,6 @@ def call(query: str, name: str = "search") -> str:
 
 TWO_CALLS = f"<think> two people </think>\n{call('Scott Derrickson')}\n{call('Ed Wood')}"
 ANSWER = "<think> both American </think>\n<answer> yes </answer>"
-
-
-class Library:
-    """A searcher that is a plain function (one of the accepted kinds) and remembers its queries."""
-
-    def __init__(self) -> None:
-        self.queries: list[str] = []
-
-    def __call__(self, query: str) -> list[dict]:
-        self.queries.append(query)
-        return [{"title": f"{query} page", "text": f"{query} is an American."}]
 
 
 def run(coro):
@@ -420,30 +410,13 @@ def test_the_tiny_random_model_under_the_text_form(tiny_lm, episodes):
     assert decode_tokens(tok, result["observation_tokens"]).count(TOOL_TEXT_RETRY.split("{reason}")[0]) == 2
 
 
-def _retrieve_app():
-    """A /retrieve server in the Search-R1 format (what the agent config's retriever_url names)."""
-    from starlette.applications import Starlette
-    from starlette.responses import JSONResponse
-    from starlette.routing import Route
-
-    async def retrieve(request):
-        body = await request.json()
-        docs = [
-            [{"document": {"id": q, "contents": f'"{q}"\n{q} is an American.'}, "score": 1.0}]
-            for q in body["queries"]
-        ]
-        return JSONResponse({"result": docs})
-
-    return Starlette(routes=[Route("/retrieve", retrieve, methods=["POST"])])
-
-
 def test_protocol_tools_in_the_agent_config_reaches_openrlhf_s_executor(
     tmp_path, monkeypatch, tiny_lm, episodes
 ):
     """``graph_config: {protocol: tools}`` in the file every Ray actor reads selects the text form:
     the executor OpenRLHF loads builds its environment with it and scores with it."""
     _, tok = tiny_lm
-    with UvicornThread(_retrieve_app()) as srv:
+    with UvicornThread(retrieve_app()) as srv:
         path = tmp_path / "agent.yaml"
         path.write_text(
             f"retriever_url: {srv.url}/retrieve\ngraph_config:\n  protocol: tools\n  top_k: 1\n  max_turns: 2\n"

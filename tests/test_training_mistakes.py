@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from conftest import RAW, UvicornThread, free_port, needs_data
+from train_args import paper_argv
 
 from parallelsearch.cli import main
 from parallelsearch.rl.data import make_train_data, train_record
@@ -318,16 +319,7 @@ def test_check_refuses_evaluation_data_in_training(tmp_path, capsys):
 @needs_data
 def test_a_retriever_of_another_model_or_corpus_is_refused(retriever, hotpot_store, tmp_path, capsys):
     data = write_data(tmp_path / "train.jsonl")
-    argv = [
-        "train",
-        "--preset",
-        "paper",
-        "--check",
-        "--set",
-        f"prompt_data={data}",
-        "--set",
-        f"agent.retriever_url={retriever}",
-    ]
+    argv = paper_argv("--check", sets={"prompt_data": data, "agent.retriever_url": retriever})
     assert main(argv) == 0
     out = capsys.readouterr().out
     fingerprint = hotpot_store.fingerprint()
@@ -384,17 +376,7 @@ def test_the_retriever_key_travels_in_the_runtime_env(tmp_path, monkeypatch, cap
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     data = write_data(tmp_path / "train.jsonl")
     job = tmp_path / "job"
-    argv = [
-        "train",
-        "--preset",
-        "paper",
-        "--runner",
-        "print",
-        "--set",
-        f"job_dir={job}",
-        "--set",
-        f"prompt_data={data}",
-    ]
+    argv = paper_argv("--runner", "print", sets={"job_dir": job, "prompt_data": data})
     assert main(argv) == 0
     assert "runtime env (command.sh writes it from its environment when it runs): " in capsys.readouterr().out
     for path in job.rglob("*"):
@@ -433,17 +415,7 @@ def test_relative_outputs_are_the_job_folders_and_its_config_reads_back(tmp_path
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     data = write_data(tmp_path / "made" / "train.jsonl")
     job = tmp_path / "job"
-    argv = [
-        "train",
-        "--preset",
-        "paper",
-        "--runner",
-        "print",
-        "--set",
-        f"job_dir={job}",
-        "--set",
-        f"prompt_data={data}",
-    ]
+    argv = paper_argv("--runner", "print", sets={"job_dir": job, "prompt_data": data})
     assert main(argv) == 0  # save_path is the preset's relative ./checkpoints/parallelsearch
     capsys.readouterr()
     assert str(tmp_path) not in (job / "command.sh").read_text().replace(str(job), "")

@@ -54,6 +54,7 @@ from langchain_openai import ChatOpenAI  # noqa: E402
 
 from parallelsearch import create_parallel_search_agent  # noqa: E402
 from parallelsearch.agents.protocol import SEARCH_TOOL  # noqa: E402
+from parallelsearch.rl.tiny_model import TOOLS_CHAT_TEMPLATE  # noqa: E402
 
 MAX_TURNS = 2  # two search turns, then the final turn: three requests per episode
 QUESTIONS = 3
@@ -67,50 +68,12 @@ SEED = 2
 #: as {} too) are bad arguments, ``true`` or a number is refused by LangChain as not an object
 NO_QUERY = re.compile(r"bad arguments \{\}|is not an object")
 
-#: Qwen2.5's tool layout: the tools' signatures in the system turn, calls as <tool_call> JSON
-#: blocks, results as <tool_response> blocks in one user turn (what the hermes parser reads)
-HERMES_TEMPLATE = r"""
-{%- if tools %}
-    {{- '<|im_start|>system\n' }}
-    {%- if messages[0].role == 'system' %}{{- messages[0].content + '\n\n' }}{%- endif %}
-    {{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' }}
-    {{- 'You are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}
-    {%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}
-    {{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments '
-        'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
-        '"arguments": <args-json-object>}\n</tool_call><|im_end|>\n' }}
-{%- elif messages[0].role == 'system' %}
-    {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
-{%- endif %}
-{%- for m in messages %}
-    {%- if m.role == 'user' or (m.role == 'system' and not loop.first)
-        or (m.role == 'assistant' and not m.tool_calls) %}
-        {{- '<|im_start|>' + m.role + '\n' + (m.content or '') + '<|im_end|>\n' }}
-    {%- elif m.role == 'assistant' %}
-        {{- '<|im_start|>assistant' }}
-        {%- if m.content %}{{- '\n' + m.content }}{%- endif %}
-        {%- for tc in m.tool_calls %}
-            {%- set f = tc.function if tc.function is defined else tc %}
-            {{- '\n<tool_call>\n{"name": "' + f.name + '", "arguments": ' }}
-            {%- if f.arguments is string %}{{- f.arguments }}{%- else %}{{- f.arguments | tojson }}{%- endif %}
-            {{- '}\n</tool_call>' }}
-        {%- endfor %}
-        {{- '<|im_end|>\n' }}
-    {%- elif m.role == 'tool' %}
-        {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
-        {{- '\n<tool_response>\n' + m.content + '\n</tool_response>' }}
-        {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}
-"""
-
 
 @contextmanager
 def tool_server(model_dir: Path, log: Path, strict_level: str) -> Iterator[str]:
     """``vllm serve`` with the hermes tool parser (the server test_vllm_serve.py starts)."""
     template = log.with_name("hermes.jinja")
-    template.write_text(HERMES_TEMPLATE.strip())
+    template.write_text(TOOLS_CHAT_TEMPLATE)
     extra = [
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--chat-template", str(template),
         "--tool-strict-level", strict_level,

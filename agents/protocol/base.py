@@ -23,6 +23,11 @@ from parallelsearch.agents.protocol.observation import Observation, ObservationS
 from parallelsearch.agents.protocol.templates import TEMPLATES, TOOL_TEMPLATES, render_prompt
 from parallelsearch.agents.protocol.turn import STOP_STRINGS, TurnResult
 
+#: one search's results, in sub-query order
+Results = Sequence[SubqueryResult]
+#: a turn's tool call ids, each with the sub-query it searched (None: the call was refused)
+Calls = Sequence[tuple[str, int | None]]
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -83,13 +88,7 @@ class SearchProtocol(ABC):
         return None
 
     @abstractmethod
-    def render(
-        self,
-        results: Sequence[SubqueryResult],
-        calls: Sequence[tuple[str, int | None]],
-        style: ObservationStyle,
-        turn_text: str,
-    ) -> Observation:
+    def render(self, results: Results, calls: Calls, style: ObservationStyle, turn_text: str) -> Observation:
         """The observation of one search: ``results`` in sub-query order; ``calls`` the turn's tool
         call ids with the sub-query each searched; ``turn_text`` the turn it answers."""
 

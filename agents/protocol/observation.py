@@ -9,6 +9,7 @@ from typing import Any, Literal, get_args
 
 from parallelsearch.stores.errors import check_choice
 from parallelsearch.stores.passages import Passage
+from parallelsearch.stores.text import scrub_text
 
 #: how ``Doc i(Title: t)`` shows a title: ``official`` = the corpus entry's first line verbatim, quotes
 #: kept (``Title: "Aaron"``), as released checkpoints saw it; ``stripped`` = the bare title
@@ -85,3 +86,18 @@ def cap_words(text: str, style: ObservationStyle) -> str:
         return text
     words = text.split(" ")
     return text if len(words) <= max_words else " ".join(words[:max_words]) + " ..."
+
+
+def subquery_texts(results: Sequence[SubqueryResult], style: ObservationStyle) -> list[str]:
+    """Each sub-query's text on its own (one tool message each): its passages (or the failure), a
+    resolved ``#k`` first, each capped on its own."""
+    texts: list[str] = []
+    for r in results:
+        if r.error:
+            body = failure_line(r.query, r.error)
+        else:
+            body = scrub_text(format_passages(r.passages, style).strip())[0] or "No passages found."
+        if r.searched_as is not None:
+            body = searched_as_line(r.searched_as) + body
+        texts.append(cap_words(body, style))
+    return texts

@@ -8,13 +8,12 @@ import re
 from collections.abc import Callable, Sequence
 
 from parallelsearch.agents.protocol.action import SUBQUERY_SEPARATOR, Action, split_subqueries
-from parallelsearch.agents.protocol.base import Limits, SearchProtocol, WrittenTurn
+from parallelsearch.agents.protocol.base import Calls, Limits, Results, SearchProtocol, WrittenTurn
 from parallelsearch.agents.protocol.grammar import tag_search_regex
 from parallelsearch.agents.protocol.observation import (
     DEFAULT_STYLE,
     Observation,
     ObservationStyle,
-    SubqueryResult,
     cap_words,
     failure_line,
     format_passages,
@@ -208,13 +207,7 @@ class Tags(SearchProtocol):
     def feedback(self, result: TurnResult, action: Action) -> Observation:
         return Observation(text=INVALID_FEEDBACK)
 
-    def render(
-        self,
-        results: Sequence[SubqueryResult],
-        calls: Sequence[tuple[str, int | None]],
-        style: ObservationStyle,
-        turn_text: str,
-    ) -> Observation:
+    def render(self, results: Results, calls: Calls, style: ObservationStyle, turn_text: str) -> Observation:
         text = format_observation(
             [r.passages for r in results],
             [r.error for r in results],

@@ -11,9 +11,9 @@ from dataclasses import replace
 from itertools import pairwise
 
 from parallelsearch.agents.protocol.action import Action
-from parallelsearch.agents.protocol.base import Limits, SearchProtocol, WrittenTurn
+from parallelsearch.agents.protocol.base import Calls, Limits, Results, SearchProtocol, WrittenTurn
 from parallelsearch.agents.protocol.grammar import tool_call_search_regex
-from parallelsearch.agents.protocol.observation import Observation, ObservationStyle, SubqueryResult
+from parallelsearch.agents.protocol.observation import Observation, ObservationStyle
 from parallelsearch.agents.protocol.tags import response_start, split_turns
 from parallelsearch.agents.protocol.tools import (
     TOOL_CALL_FEEDBACK,
@@ -175,13 +175,7 @@ class ToolText(SearchProtocol):
         note = TOOL_TEXT_RETRY.format(reason=action.reason or "invalid turn")
         return Observation(tool_text_observation([], closed, note))
 
-    def render(
-        self,
-        results: Sequence[SubqueryResult],
-        calls: Sequence[tuple[str, int | None]],
-        style: ObservationStyle,
-        turn_text: str,
-    ) -> Observation:
+    def render(self, results: Results, calls: Calls, style: ObservationStyle, turn_text: str) -> Observation:
         replies = call_replies(results, calls, style)
         closed = turn_text.rstrip().endswith(TOOL_TURN_END)
         return Observation(tool_text_observation([text for _, text, _ in replies], closed))

@@ -10,19 +10,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from parallelsearch.agents.protocol.action import Action, ToolCallOutcome, content_text
-from parallelsearch.agents.protocol.base import Limits, SearchProtocol
-from parallelsearch.agents.protocol.observation import (
-    Observation,
-    ObservationStyle,
-    SubqueryResult,
-    cap_words,
-    failure_line,
-    format_passages,
-    searched_as_line,
-)
+from parallelsearch.agents.protocol.base import Calls, Limits, Results, SearchProtocol
+from parallelsearch.agents.protocol.observation import Observation, ObservationStyle, subquery_texts
 from parallelsearch.agents.protocol.templates import SEARCH_TOOL, SEARCH_TOOL_NAME
 from parallelsearch.agents.protocol.turn import TurnResult
-from parallelsearch.stores.text import scrub_text
 
 #: what a refused tool call is told (one tool message per call, like INVALID_FEEDBACK for a tag turn)
 TOOL_CALL_FEEDBACK = (
@@ -169,27 +160,10 @@ def format_tool_response(text: str) -> str:
     return f"\n<tool_response>\n{text.strip()}\n</tool_response>"
 
 
-def tool_message_texts(results: Sequence[SubqueryResult], style: ObservationStyle) -> list[str]:
-    """Each sub-query's tool message text: its passages (or the failure), a resolved ``#k``
-    first, each capped on its own."""
-    texts: list[str] = []
-    for r in results:
-        if r.error:
-            body = failure_line(r.query, r.error)
-        else:
-            body = scrub_text(format_passages(r.passages, style).strip())[0] or "No passages found."
-        if r.searched_as is not None:
-            body = searched_as_line(r.searched_as) + body
-        texts.append(cap_words(body, style))
-    return texts
-
-
-def call_replies(
-    results: Sequence[SubqueryResult], calls: Sequence[tuple[str, int | None]], style: ObservationStyle
-) -> list[tuple[str, str, bool]]:
+def call_replies(results: Results, calls: Calls, style: ObservationStyle) -> list[tuple[str, str, bool]]:
     """(tool_call_id, text, failed) for every call of a search, in call order: a duplicate call
     gets its sub-query's result."""
-    texts = tool_message_texts(results, style)
+    texts = subquery_texts(results, style)
     out = []
     for cid, i in calls:
         found = i is not None and i < len(texts)
@@ -266,13 +240,7 @@ class Tools(SearchProtocol):
     def final_note(self) -> Observation | None:
         return Observation(messages=(_note(TOOLS_FINAL),))
 
-    def render(
-        self,
-        results: Sequence[SubqueryResult],
-        calls: Sequence[tuple[str, int | None]],
-        style: ObservationStyle,
-        turn_text: str,
-    ) -> Observation:
+    def render(self, results: Results, calls: Calls, style: ObservationStyle, turn_text: str) -> Observation:
         from langchain_core.messages import ToolMessage
 
         replies = call_replies(results, calls, style)
