@@ -22,10 +22,25 @@ def system_text(messages: Sequence[AnyMessage], cfg: GraphConfig, protocol: Sear
     return "\n\n".join(p.strip() for p in parts if p and p.strip())
 
 
+def orphan_tool_messages(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
+    """The tool messages no earlier AI message called (a caller's window cut from the front):
+    a chat API refuses an answer without its call."""
+    called: set[str | None] = set()
+    orphans = []
+    for m in messages:
+        if isinstance(m, AIMessage):
+            called.update(c.get("id") for c in m.tool_calls)
+        elif isinstance(m, ToolMessage) and m.tool_call_id not in called:
+            orphans.append(m)
+    return orphans
+
+
 def _complete(history: Sequence[AnyMessage]) -> list[AnyMessage]:
     """``history`` without an AI message whose tool calls were not all answered (an abandoned or
-    partly reviewed search) and without any tool message of it: chat APIs refuse a call without
-    its answer, and an answer without its call."""
+    partly reviewed search), without any tool message of it and without orphan tool messages:
+    chat APIs refuse a call without its answer, and an answer without its call."""
+    orphans = {id(m) for m in orphan_tool_messages(history)}
+    history = [m for m in history if id(m) not in orphans] if orphans else history
     answered = {m.tool_call_id for m in history if isinstance(m, ToolMessage)}
     dropped_ai: set[int] = set()
     dropped_calls: set[str | None] = set()

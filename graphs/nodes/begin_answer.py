@@ -4,24 +4,26 @@ completes the thread's history record (docs/architecture.md, "Threads")."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from parallelsearch.agents.protocol import Limits, content_text
-from parallelsearch.graphs.conversation import system_text
+from parallelsearch.graphs.conversation import orphan_tool_messages, system_text
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.common import ms_since, usage_update
 from parallelsearch.graphs.record import turn_record
 from parallelsearch.graphs.state import SearchState
 from parallelsearch.graphs.turns import turn_request
 
+log = logging.getLogger(__name__)
 #: an episode's counts as it begins
 ZERO_COUNTS = dict.fromkeys(
     ("policy_calls", "search_rounds", "subqueries", "resolver_calls", "passages", "errors"), 0
@@ -70,6 +72,20 @@ def _history_records(history: list[dict[str, Any]], q: str, meta: Any, asked_id:
     return records
 
 
+def _dropped_orphans(messages: list[Any]) -> list[RemoveMessage]:
+    """Removals of the caller's tool messages that answer no call in ``messages`` (a chat UI that
+    cut its window from the front), said once: a strict provider refuses such a history."""
+    orphans = [m for m in orphan_tool_messages(messages) if m.id is not None] if messages else []
+    if orphans:
+        log.warning(
+            "dropped %d tool message(s) whose tool call is not in the conversation (tool_call_id %s): "
+            "a chat model's API refuses a tool result without its call",
+            len(orphans),
+            ", ".join(repr(m.tool_call_id) for m in orphans[:3]),
+        )
+    return [RemoveMessage(id=m.id) for m in orphans]  # type: ignore[arg-type]
+
+
 async def begin(
     engine: EpisodeEngine, state: SearchState, config: RunnableConfig, runtime: Runtime
 ) -> dict[str, Any]:
@@ -102,8 +118,9 @@ async def begin(
     }
     if state.get("question") != q:
         update["question"] = q
-    if asked is not last:
-        update["messages"] = [asked]
+    dropped = _dropped_orphans(state.get("messages") or [])
+    if asked is not last or dropped:
+        update["messages"] = [*dropped, *([asked] if asked is not last else [])]
     if meta:
         update["metadata"] = {}  # consumed: a later question on the thread does not inherit it
     if state.get("transcript"):

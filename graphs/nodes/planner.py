@@ -39,6 +39,21 @@ def next_action(turn: TurnRecord, action: Action, plan: Plan | None, cfg: GraphC
     return act
 
 
+#: what each call of the final turn is answered with: the episode ends without searching it
+NOT_SEARCHED_FINAL = "Not searched: the turn limit (max_turns) was reached; the episode ends here."
+
+
+def not_searched(message: Any) -> list[Any]:
+    """A tool message for each call of the final turn's ``message``: a strict chat API refuses
+    a history with a call left unanswered (a larger graph sends this one on)."""
+    from langchain_core.messages import ToolMessage
+
+    return [
+        ToolMessage(content=NOT_SEARCHED_FINAL, tool_call_id=c["id"], name=c.get("name"), status="error")
+        for c in getattr(message, "tool_calls", None) or []
+    ]
+
+
 def _named(message: Any, name: str) -> Any:
     """An AI message with the graph's name, as ``create_agent`` names its model's replies, and an
     id (the reply is the model's own new object: named in place, not copied)."""
@@ -102,7 +117,8 @@ async def planner(
     }
     if said.messages or note.messages:  # a chat protocol: the conversation is the record
         named = [_named(m, engine.graph_name) for m in said.messages]
-        update["messages"] = [*named, *(m for m in note.messages if m.type == "tool")]
+        closed = not_searched(named[-1]) if final and named and action.kind != "answer" else []
+        update["messages"] = [*named, *(m for m in note.messages if m.type == "tool"), *closed]
         notes = [[named[-1].id if named else None, m] for m in note.messages if m.type != "tool"]
         if notes:  # a note to the model is not a turn of the conversation
             update["notes"] = [*(st.get("notes") or []), *notes]
