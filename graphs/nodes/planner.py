@@ -15,7 +15,7 @@ from parallelsearch.agents.protocol import Action, Limits, Observation, TurnResu
 from parallelsearch.agents.subquery_plan import Plan, plan_turn
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.engine import EpisodeEngine
-from parallelsearch.graphs.nodes.common import ms_since, usage_update
+from parallelsearch.graphs.nodes.common import ms_since, name_tool_messages, usage_update
 from parallelsearch.graphs.nodes.wrapped import model_turn
 from parallelsearch.graphs.record import TurnRecord, review_record, turn_record
 from parallelsearch.graphs.state import SearchState
@@ -117,6 +117,7 @@ async def planner(
     }
     if said.messages or note.messages:  # a chat protocol: the conversation is the record
         named = [_named(m, engine.graph_name) for m in said.messages]
+        name_tool_messages(note.messages, [c for m in named for c in getattr(m, "tool_calls", None) or []])
         closed = not_searched(named[-1]) if final and named and action.kind != "answer" else []
         update["messages"] = [*named, *(m for m in note.messages if m.type == "tool"), *closed]
         notes = [[named[-1].id if named else None, m] for m in note.messages if m.type != "tool"]

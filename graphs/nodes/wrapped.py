@@ -88,22 +88,27 @@ async def model_turn(
     return _turn_of(msg)
 
 
-def search_tool(engine: EpisodeEngine) -> Any:
-    """The search tool as a LangChain tool (what ``ToolCallRequest.tool`` names). A middleware
-    that invokes it directly searches with the graph's own ``top_k``; the episode's calls go
-    through the handler, with the request's settings."""
+def search_tools(engine: EpisodeEngine) -> dict[str, Any]:
+    """The model's tools as LangChain tools, by name (what ``ModelRequest.tools`` and
+    ``ToolCallRequest.tool`` hold): the one ``search`` tool, or one per named searcher. A
+    middleware that invokes one directly searches with the graph's own ``top_k``; the episode's
+    calls go through the handler, with the request's settings."""
     from langchain_core.tools import StructuredTool
 
-    async def search(query: str) -> str:
-        from parallelsearch.agents.searchers.base import guarded_search
+    from parallelsearch.agents.searchers.base import guarded_search
 
-        out = await guarded_search(
-            engine.searcher, query, engine.cfg.top_k, timeout_s=engine.cfg.search_timeout_s
-        )
-        return out.error or "\n".join(p.text for p in out.passages)
+    def make(name: str, description: str) -> Any:
+        async def search(query: str) -> str:
+            routed = f"{name}: {query}" if getattr(engine.protocol, "names", None) else query
+            out = await guarded_search(
+                engine.searcher, routed, engine.cfg.top_k, timeout_s=engine.cfg.search_timeout_s
+            )
+            return out.error or "\n".join(p.text for p in out.passages)
 
-    spec = SEARCH_TOOL["function"]
-    return StructuredTool.from_function(coroutine=search, name=spec["name"], description=spec["description"])
+        return StructuredTool.from_function(coroutine=search, name=name, description=description)
+
+    specs = [t["function"] for t in engine.protocol.tools] or [SEARCH_TOOL["function"]]
+    return {spec["name"]: make(spec["name"], spec["description"]) for spec in specs}
 
 
 async def tool_call(
@@ -117,16 +122,23 @@ async def tool_call(
 
     async def handler(req: Any) -> ToolMessage:
         query = " ".join(str((req.tool_call.get("args") or {}).get("query", "")).split())
+        name = req.tool_call.get("name")
+        if query and name in (getattr(engine.protocol, "names", None) or ()):
+            query = f"{name}: {query}"  # the named searcher's routed sub-query
         row = await run(query or task["query"])
         rows.append(row)
         searched_as = row["query"] if task.get("resolved_stage") and not row.get("error") else None
         found = SubqueryResult(row["query"], _passages(row), row.get("error"), searched_as)
         _, text, failed = call_replies([found], [(req.tool_call["id"], 0)], engine.style())[0]
         return ToolMessage(
-            content=text, tool_call_id=req.tool_call["id"], status="error" if failed else "success"
+            content=text,
+            tool_call_id=req.tool_call["id"],
+            name=req.tool_call.get("name"),
+            status="error" if failed else "success",
         )
 
     call = task["call"]
+    tool = engine.tools.get(call.get("name")) or engine.search_tool
     tool_runtime = ToolRuntime(
         state=task.get("view") or {},
         context=getattr(runtime, "context", None),
@@ -134,11 +146,9 @@ async def tool_call(
         stream_writer=getattr(runtime, "stream_writer", lambda _: None),
         tool_call_id=call.get("id"),
         store=getattr(runtime, "store", None),
-        tools=[engine.search_tool],
+        tools=list(engine.tools.values()),
     )
-    req = ToolCallRequest(
-        tool_call=call, tool=engine.search_tool, state=task.get("view") or {}, runtime=tool_runtime
-    )
+    req = ToolCallRequest(tool_call=call, tool=tool, state=task.get("view") or {}, runtime=tool_runtime)
     message = await wrapped(engine.middleware.with_hook("wrap_tool_call"), "wrap_tool_call", req, handler)
     row = rows[-1] if rows else {**task, "passages": [], "attempts": 0}
     return {**row, "message": message}
