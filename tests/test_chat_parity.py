@@ -209,3 +209,26 @@ def test_named_searchers_over_one_store_share_its_encoder_call(hotpot_store, mon
     out = asyncio.run(agent.ainvoke({"messages": [("user", "Same nationality?")]}))
     assert out["subqueries"] == 2 and out["errors"] == 0
     assert batches == [["Scott Derrickson", "Ed Wood"]]  # one encoder call for the round
+
+
+def test_wrap_model_call_sees_the_tools_as_langchain_tools_as_in_create_agent():
+    from langchain.agents.middleware import wrap_model_call
+
+    seen: list[list[tuple[str, str]]] = []
+
+    @wrap_model_call
+    def look(request, handler):
+        seen.append([(t.name, type(t).__name__) for t in request.tools])
+        return handler(request)
+
+    for named in ([wiki, web], Films()):
+        seen.clear()
+        model = ScriptModel(replies=["y"])
+        create_parallel_search_agent(model, named, middleware=[look]).invoke({"messages": [("user", "q?")]})
+        names = ["wiki", "web"] if isinstance(named, list) else ["search"]
+        assert seen == [[(n, "StructuredTool") for n in names]] and model.tools == [names]
+    (ours, _), (theirs, _) = both(["y"], [wiki, web], middleware=[look])
+    seen.clear()
+    ours.invoke({"messages": [("user", "q?")]})
+    theirs.invoke({"messages": [("user", "q?")]})
+    assert seen[0] == seen[1]

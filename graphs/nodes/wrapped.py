@@ -49,6 +49,13 @@ def _turn_of(msg: AIMessage) -> TurnResult:
     )
 
 
+def _specs(tools: Any) -> tuple[dict[str, Any], ...]:
+    """A middleware's own choice of tools in the OpenAI function format the policy binds."""
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    return tuple(t if isinstance(t, dict) else convert_to_openai_tool(t) for t in tools)
+
+
 async def model_turn(
     engine: EpisodeEngine, request: TurnRequest, state: Any, runtime: Runtime | None
 ) -> TurnResult:
@@ -62,13 +69,13 @@ async def model_turn(
     messages = request.messages if request.messages is not None else to_messages(request)
     system = messages[0] if messages and isinstance(messages[0], SystemMessage) else None
     turns: list[TurnResult] = []
+    offered = list(engine.tools.values()) if request.tools else []  # as create_agent's: LangChain tools
 
     async def handler(req: Any) -> Any:
         policy = engine.policy if req.model is model else ChatModelPolicy(req.model)
         given = [req.system_message, *req.messages] if req.system_message else list(req.messages)
-        asked = replace(
-            request, messages=given if model is not None else request.messages, tools=tuple(req.tools)
-        )
+        tools = request.tools if list(req.tools) == offered else _specs(req.tools)
+        asked = replace(request, messages=given if model is not None else request.messages, tools=tools)
         res = await policy.agenerate(asked)
         turns.append(res)
         return ModelResponse(result=[res.message if res.message is not None else AIMessage(content=res.text)])
@@ -77,7 +84,7 @@ async def model_turn(
         model=model,
         messages=messages[1:] if system else messages,
         system_message=system,
-        tools=list(request.tools),
+        tools=list(offered),
         state=state,
         runtime=runtime,
     )
