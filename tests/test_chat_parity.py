@@ -232,3 +232,22 @@ def test_wrap_model_call_sees_the_tools_as_langchain_tools_as_in_create_agent():
     ours.invoke({"messages": [("user", "q?")]})
     theirs.invoke({"messages": [("user", "q?")]})
     assert seen[0] == seen[1]
+
+
+def test_the_final_answer_is_one_update_as_in_create_agent():
+    (ours, _), (theirs, _) = both([calls("a"), "done"], [wiki])
+
+    def answers(agent) -> list[str]:
+        parts = agent.stream({"messages": [("user", "q?")]}, stream_mode="updates")
+        return [
+            m.id
+            for part in parts
+            for update in part.values()
+            for m in (update or {}).get("messages", [])
+            if isinstance(m, AIMessage) and not m.tool_calls
+        ]
+
+    ours_ids, theirs_ids = answers(ours), answers(theirs)
+    assert len(ours_ids) == len(theirs_ids) == 1
+    out = ours.invoke({"messages": [("user", "q?")]})
+    assert out["messages"][-1].response_metadata["status"] == "answered" and out["messages"][-1].name

@@ -172,6 +172,8 @@ def _reply(
     # a chat protocol's answer, or the reply a middleware ended the run with (a call limit's)
     if engine.protocol.chat and isinstance(last, AIMessage) and not last.tool_calls:
         if given is not None or (last.id not in planned and content_text(last.content).strip()):
+            if last.name == engine.graph_name and (last.response_metadata or {}).get("status") == status:
+                return last
             merged = {**(last.response_metadata or {}), **meta}
             return last.model_copy(update={"name": engine.graph_name, "response_metadata": merged})
     answered_by = turns[-1].get("message_id") if turns and given is not None else None
@@ -205,8 +207,10 @@ async def answer(
         **{k: state.get(k, 0) for k in ("search_rounds", "subqueries", "resolver_calls")},
         "total_ms": total_ms,
     }
+    last = (state.get("messages") or [None])[-1]
+    if reply is not last or (last.response_metadata or {}).get("status") != status:
+        update["messages"] = [reply]  # the planner's own answer, already complete, is not sent twice
     update.update(
-        messages=[reply],
         answer=given,
         status=status,
         total_ms=total_ms,

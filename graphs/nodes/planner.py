@@ -117,6 +117,9 @@ async def planner(
     }
     if said.messages or note.messages:  # a chat protocol: the conversation is the record
         named = [_named(m, engine.graph_name) for m in said.messages]
+        if action.kind == "answer" and engine.answer_policy is None and named:
+            # the answer's status is on it as it is written: the answer node need not write it again
+            named[-1].response_metadata = {**(named[-1].response_metadata or {}), "status": "answered"}
         name_tool_messages(note.messages, [c for m in named for c in getattr(m, "tool_calls", None) or []])
         closed = not_searched(named[-1]) if final and named and action.kind != "answer" else []
         update["messages"] = [*named, *(m for m in note.messages if m.type == "tool"), *closed]
