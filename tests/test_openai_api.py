@@ -347,6 +347,16 @@ def test_a_thread_keeps_the_conversation_on_the_server(served, upstream):
             400,
             "parallelsearch.thread_id:",
         ),  # fmt: skip
+        (
+            {"model": "parallelsearch", "messages": [{"role": "user", "content": "q"}], "temperature": 7},
+            400,
+            "temperature: 7 is out of range",
+        ),  # fmt: skip
+        (
+            {"model": "parallelsearch", "messages": [{"role": "user", "content": "q"}], "top_p": 1.5},
+            400,
+            "top_p: 1.5 is out of range",
+        ),  # fmt: skip
         ([1, 2], 400, "JSON object"),
     ],
 )
