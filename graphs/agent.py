@@ -8,6 +8,7 @@ project's knobs (``graph``, ``top_k``, ``max_turns``, ...).
 from __future__ import annotations
 
 import difflib
+import inspect
 from collections.abc import Sequence
 from typing import Any, Literal, get_args
 
@@ -38,6 +39,37 @@ _NOT_TAKEN = {
 
 def _is_store_name(given: Any) -> bool:
     return isinstance(given, str) and not given.startswith(("http://", "https://"))
+
+
+def _is_named_tool(given: Any) -> bool:
+    """A LangChain tool, or a plain function with a name of its own (not a lambda)."""
+    from langchain_core.tools import BaseTool
+
+    if isinstance(given, BaseTool):
+        return True
+    return inspect.isfunction(given) and given.__name__ != "<lambda>"
+
+
+def named_searchers(given: Any) -> list[tuple[str, str, Any]] | None:
+    """``(name, description, searcher)`` of searchers given as named tools (a LangChain tool, or a
+    list of tools and functions), each shown to the model as a tool of its own; ``None`` for
+    anything else (a lone function, a store, a retriever: the one ``search`` tool)."""
+    from langchain_core.tools import BaseTool
+
+    if isinstance(given, BaseTool):
+        items = [given]
+    elif isinstance(given, list | tuple) and given and all(_is_named_tool(s) for s in given):
+        items = list(given)
+    else:
+        return None
+    out: list[tuple[str, str, Any]] = []
+    for s in items:
+        name = s.name if isinstance(s, BaseTool) else s.__name__
+        about = s.description if isinstance(s, BaseTool) else (inspect.getdoc(s) or "").split("\n\n")[0]
+        if name in {n for n, _, _ in out}:
+            raise ValueError(f"two searchers are named {name!r}; pass a {{name: searcher}} mapping instead")
+        out.append((name, " ".join(about.split()), s))
+    return out
 
 
 def _searcher(searchers: Searchers, retrieval: RetrievalConfig | None) -> Searchers:
@@ -176,7 +208,9 @@ def create_parallel_search_agent(
             endpoint serving a trained checkpoint, ``"vllm:PATH"``, ...) or a policy.
         tools (or ``searchers=``): a store name or list of them (opened with ``retrieval``, routed
             by ``name: query`` when several), a ``/retrieve`` URL, a LangChain retriever or vector
-            store, a tool, a function, a list of them (routed by their ``name``) or a mapping.
+            store, a tool, a function, a list of them (routed by their ``name``) or a mapping. A
+            LangChain tool, or a list of tools and functions, is shown to a tool-calling model as
+            tools with their own names and descriptions; anything else as the one ``search`` tool.
         system_prompt: instructions (text or a SystemMessage) before the protocol's own.
         middleware: LangChain ``AgentMiddleware`` objects, run where ``create_agent`` runs them
             (``HumanInTheLoopMiddleware(interrupt_on={"search": True})`` reviews each search).
@@ -188,24 +222,31 @@ def create_parallel_search_agent(
             parallel round), ``tags`` (``<search> a ## b </search>`` text) or ``auto``.
         answer_model: a separate model for the answer turn (text protocols).
         config / options: :class:`GraphConfig` and/or its fields as keywords (``top_k``,
-            ``max_turns``, ``max_history_messages``, ...); keywords win.
-
-    Example: README.md, "A chat agent".
+            ``max_turns``, ``max_history_messages``, ...); keywords win. Example: README.md, "A chat agent".
     """
     check_graph_kind(graph, get_args(AgentGraph))  # the protocol name is GraphConfig's to check
     check_options(options)
-    searcher = _searcher(_given_searchers(tools, searchers), retrieval)
+    searcher, named = _searchers_of(_given_searchers(tools, searchers), retrieval)
     if system_prompt is not None:
         options = {**options, "system_prompt": content_text(getattr(system_prompt, "content", system_prompt))}
     build = GraphBuild(
         middleware=tuple(middleware), name=name, context_schema=_context(context_schema), store=store,
         debug=debug, interrupt_before=_nodes(interrupt_before, middleware),
         interrupt_after=_nodes(interrupt_after, middleware),
+        named_tools=tuple((n, about) for n, about, _ in named or ()),
     )  # fmt: skip
     return build_graph(
         graph, model, searcher, answer_policy=answer_model, checkpointer=checkpointer, config=config,
         build=build, protocol=protocol, **options,
     )  # fmt: skip
+
+
+def _searchers_of(
+    given: Searchers, retrieval: RetrievalConfig | None
+) -> tuple[Searchers, list[tuple[str, str, Any]] | None]:
+    """The searchers the graph gets (named tools as a name -> searcher mapping) and the named tools."""
+    named = named_searchers(given)
+    return ({n: s for n, _, s in named} if named else _searcher(given, retrieval)), named
 
 
 def _given_searchers(tools: Searchers | None, searchers: Searchers | None) -> Searchers:

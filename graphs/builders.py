@@ -22,7 +22,8 @@ from typing_extensions import Unpack
 
 from parallelsearch.agents.policies.base import Policy
 from parallelsearch.agents.policies.coerce import as_policy, resolve_protocol
-from parallelsearch.agents.protocol import SearchProtocol
+from parallelsearch.agents.protocol import SearchProtocol, Tools
+from parallelsearch.agents.protocol.named_tools import NamedTools
 from parallelsearch.agents.searchers.backends import as_searcher
 from parallelsearch.agents.searchers.base import Searcher
 from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
@@ -161,6 +162,8 @@ class GraphBuild:
     debug: bool = False
     interrupt_before: tuple[str, ...] | None = None
     interrupt_after: tuple[str, ...] | None = None
+    #: searchers shown to a tool-calling model as tools of their own: (name, description)
+    named_tools: tuple[tuple[str, str], ...] = ()
 
     def compile_options(self) -> dict[str, Any]:
         out: dict[str, Any] = {"store": self.store, "debug": self.debug}
@@ -193,6 +196,8 @@ def _search_loop(
     resolver, protocol = _resolver_option(opts), _protocol_option(opts)
     cfg = _config(config, opts, **({"split_subqueries": False} if kind == "sequential" else {}))
     pol, spoken, answerer = _parts(policy, cfg, kind, answer_policy, protocol)
+    if build.named_tools and type(spoken) is Tools:
+        spoken = NamedTools(build.named_tools)
     cfg = _template(cfg, spoken, kind)
     name = build.name or ("parallelsearch" if kind == "parallel" else kind)
     mw = Middleware.of(build.middleware)

@@ -22,6 +22,19 @@ def system_text(messages: Sequence[AnyMessage], cfg: GraphConfig, protocol: Sear
     return "\n\n".join(p.strip() for p in parts if p and p.strip())
 
 
+def orphan_tool_messages(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
+    """The tool messages no earlier AI message called (a caller's window cut from the front):
+    a chat API refuses an answer without its call."""
+    called: set[str | None] = set()
+    orphans = []
+    for m in messages:
+        if isinstance(m, AIMessage):
+            called.update(c.get("id") for c in m.tool_calls)
+        elif isinstance(m, ToolMessage) and m.tool_call_id not in called:
+            orphans.append(m)
+    return orphans
+
+
 def _complete(history: Sequence[AnyMessage]) -> list[AnyMessage]:
     """``history`` without an AI message whose tool calls were not all answered (an abandoned or
     partly reviewed search), without any tool message of it, and without a tool message that
@@ -50,15 +63,16 @@ def _complete(history: Sequence[AnyMessage]) -> list[AnyMessage]:
 
 
 def bounded_history(history: Sequence[AnyMessage], cfg: GraphConfig) -> list[AnyMessage]:
-    """The last of ``history`` within ``max_history_messages`` and ``max_history_tokens``,
-    starting at a human message so no tool message loses its call."""
+    """The last of ``history`` within ``max_history_messages`` and ``max_history_tokens``; a history
+    over a bound is cut to start at a human message so no tool message loses its call, one within
+    both is kept whole (an opening assistant message included)."""
     from langchain_core.messages import trim_messages
     from langchain_core.messages.utils import count_tokens_approximately
 
     kept = _complete(history)
-    if cfg.max_history_messages is not None:
+    if cfg.max_history_messages is not None and len(kept) > cfg.max_history_messages:
         kept = trim_messages(kept, max_tokens=cfg.max_history_messages, token_counter=len, start_on="human")
-    if cfg.max_history_tokens is not None:
+    if cfg.max_history_tokens is not None and count_tokens_approximately(kept) > cfg.max_history_tokens:
         kept = trim_messages(
             kept,
             max_tokens=cfg.max_history_tokens,

@@ -70,11 +70,16 @@ class EpisodeEngine:
         return cfg
 
     @functools.cached_property
-    def search_tool(self) -> Any:
-        """The search tool as a LangChain tool, for middleware that inspect tool calls."""
-        from parallelsearch.graphs.nodes.wrapped import search_tool
+    def tools(self) -> dict[str, Any]:
+        """The model's tools as LangChain tools, by name, for middleware that inspect them."""
+        from parallelsearch.graphs.nodes.wrapped import search_tools
 
-        return search_tool(self)
+        return search_tools(self)
+
+    @property
+    def search_tool(self) -> Any:
+        """The first of :attr:`tools` (the one ``search`` tool unless searchers are named)."""
+        return next(iter(self.tools.values()))
 
     def wraps_tools(self) -> bool:
         return bool(self.middleware and self.middleware.with_hook("wrap_tool_call"))

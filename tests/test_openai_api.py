@@ -332,6 +332,8 @@ def test_a_thread_keeps_the_conversation_on_the_server(served, upstream):
             400,
             "parallelsearch.thread_id:",
         ),
+        ({**CHAT, "temperature": 7}, 400, "temperature: 7 is out of range"),
+        ({**CHAT, "top_p": 1.5}, 400, "top_p: 1.5 is out of range"),
         ([1, 2], 400, "JSON object"),
     ],
 )
@@ -486,3 +488,42 @@ def test_openai_sampling_fields_and_the_extension_reach_the_graph(tmp_path_facto
     assert [len(s["passages"]) for s in trace["searches"]] == [1, 1] and reply.choices[
         0
     ].message.content == "yes"
+
+
+def test_a_history_cut_from_the_front_reaches_the_model_without_its_orphan_tool_messages(served, upstream):
+    """A chat UI that cut its window inside a search sends tool messages whose call is gone: a
+    strict provider refuses them, so the agent drops them."""
+    c = client(served)
+    reply = c.chat.completions.create(
+        model="parallelsearch",
+        messages=[
+            {"role": "tool", "tool_call_id": "call_gone", "content": "an old result"},
+            {"role": "assistant", "content": "an earlier answer"},
+            {"role": "user", "content": "Who scored Dune?"},
+        ],
+    )
+    assert reply.choices[0].message.content == "Christopher Nolan in 2010"
+    sent = asked(upstream[1], "Who scored Dune?")[0]["messages"]
+    assert [m["role"] for m in sent] == ["system", "assistant", "user"]
+
+
+def test_a_chat_policy_spec_streams_its_usage(tmp_path_factory, monkeypatch):
+    """``--policy chat:openai:m``: the model the spec makes asks its server for the streamed
+    usage, so the endpoint's usage chunk has the tokens."""
+    from servers import make_openai_chat_test_server
+
+    app = make_openai_chat_test_server(CHAT_SCRIPT)
+    with UvicornThread(app) as up:
+        monkeypatch.setenv("OPENAI_BASE_URL", up.url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        s = settings(tmp_path_factory, policy="chat:openai:m")
+        with UvicornThread(create_app(s, searcher=Films())) as srv:
+            stream = client(srv).chat.completions.create(
+                model="parallelsearch",
+                messages=[{"role": "user", "content": QUESTION}],
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            chunks = list(stream)
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == 30
+    assert all(r["stream_options"] == {"include_usage": True} for r in app.state.requests)

@@ -86,6 +86,16 @@ def finish_reason(msg: Any) -> str:
     return "stop"
 
 
+def _streams_usage(model: Any) -> Any:
+    """A model this policy made from a spec, asked to report its tokens when it streams too
+    (ChatOpenAI leaves that off for any server but OpenAI's own): a streamed reply's usage is
+    what the OpenAI endpoint's usage chunk adds up."""
+    fields = getattr(type(model), "model_fields", {})
+    if "stream_usage" in fields and getattr(model, "stream_usage", False) is None:
+        model.stream_usage = True
+    return model
+
+
 class ChatModelPolicy:
     """A LangChain chat model as a policy. A request that names ``tools`` (a chat protocol) gets a
     tool-calling reply from the model bound to those tools; any other gets text up to the
@@ -102,7 +112,7 @@ class ChatModelPolicy:
                 ) from e
 
             self.name = f"chat:{model}"
-            model = init_chat_model(model, **init_kwargs)
+            model = _streams_usage(init_chat_model(model, **init_kwargs))
         else:
             self.name = f"chat:{type(model).__name__}"
         self.model = model

@@ -25,23 +25,30 @@ TOOL_CALL_FEEDBACK = (
 TOOL_CALL_NOT_RUN = "Not searched: this message is invalid ({reason}). Nothing of it was searched; try again."
 
 
-def _call_error(call: object) -> tuple[str, str | None, str]:
-    """(id, error or None, query) of one parsed tool call (LangChain's ``{name, args, id}``)."""
+def _unknown_tool(name: object, names: Sequence[str] | None) -> str:
+    if not names:
+        return f"unknown tool {name!r} (the only tool is {SEARCH_TOOL_NAME!r})"
+    return f"unknown tool {name!r} (the tools are {', '.join(repr(n) for n in names)})"
+
+
+def _call_error(call: object, names: Sequence[str] | None = None) -> tuple[str, str | None, str]:
+    """(id, error or None, query) of one parsed tool call (LangChain's ``{name, args, id}``).
+    ``names``: the named searchers' tools; a call's query is then ``name: query`` (routed)."""
     if not isinstance(call, dict):
         return "", f"a tool call is {type(call).__name__}, not an object", ""
     cid = call.get("id") if isinstance(call.get("id"), str) else ""
     name = call.get("name")
-    if name != SEARCH_TOOL_NAME:
-        return cid, f"unknown tool {name!r} (the only tool is {SEARCH_TOOL_NAME!r})", ""
+    if name not in (names or (SEARCH_TOOL_NAME,)):
+        return cid, _unknown_tool(name, names), ""
     args = call.get("args")
     query = args.get("query") if isinstance(args, dict) else None
     if not isinstance(query, str):
         shown = json.dumps(args, default=str)[:120]
-        return cid, f'bad arguments {shown} (search takes {{"query": string}})', ""
+        return cid, f'bad arguments {shown} ({name} takes {{"query": string}})', ""
     query = " ".join(query.split())
     if not query:
         return cid, "empty query", ""
-    return cid, None, query
+    return cid, None, f"{name}: {query}" if names else query
 
 
 #: why a tools-protocol reply without a call that stopped at the token limit is not an answer
@@ -51,7 +58,7 @@ CUT_REPLY_REASON = (
 
 
 def _read_calls(
-    calls: list[Any], broken: list[Any]
+    calls: list[Any], broken: list[Any], names: Sequence[str] | None = None
 ) -> tuple[list[ToolCallOutcome], list[str], list[str], list[str]]:
     """Each call's outcome, the errors, the distinct sub-queries and the duplicates dropped."""
     outcomes: list[ToolCallOutcome] = []
@@ -60,7 +67,7 @@ def _read_calls(
     index: dict[str, int] = {}
     dropped: list[str] = []
     for i, call in enumerate(calls):
-        cid, err, query = _call_error(call)
+        cid, err, query = _call_error(call, names)
         cid = cid or f"call_{i}"
         if err is None:
             if query in index:
@@ -100,10 +107,12 @@ def parse_tool_calls(
     max_subqueries: int = 8,
     split: bool = True,
     cut: bool = False,
+    names: Sequence[str] | None = None,
 ) -> Action:
     """Parse one tools-protocol turn (an AI message's ``tool_calls``, ``content`` and
     ``invalid_tool_calls``) into the same :class:`Action` the tag parser returns. Never raises.
-    The rules: docs/architecture.md, "The tools protocol"."""
+    ``names``: the named searchers' tools (each call's sub-query is ``name: query``). The rules:
+    docs/architecture.md, "The tools protocol"."""
     try:
         text = content_text(content)
         calls = list(tool_calls) if isinstance(tool_calls, list | tuple) else []
@@ -118,7 +127,7 @@ def parse_tool_calls(
                 return Action("invalid", reason="no tool call and no answer text")
             return Action("answer", answer=answer)
         think = text.strip() or None
-        outcomes, errors, subs, dropped = _read_calls(calls, broken)
+        outcomes, errors, subs, dropped = _read_calls(calls, broken, names)
         if not errors and len(subs) > max_subqueries:
             errors.append(
                 f"{len(subs)} search calls in one message (more than {max_subqueries} distinct); "
@@ -202,6 +211,8 @@ class Tools(SearchProtocol):
     default_template = "tools"
     tools = (SEARCH_TOOL,)
     chat = True
+    #: the named searchers' tools (``NamedTools``); None: the one ``search`` tool
+    names: tuple[str, ...] | None = None
 
     def parse(self, result: TurnResult, limits: Limits) -> Action:
         return parse_tool_calls(
@@ -211,6 +222,7 @@ class Tools(SearchProtocol):
             cut=result.finish_reason == "length",
             max_subqueries=limits.max_subqueries,
             split=limits.split,
+            names=self.names,
         )
 
     def written(self, result: TurnResult) -> Observation:

@@ -4,24 +4,26 @@ completes the thread's history record (docs/architecture.md, "Threads")."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from parallelsearch.agents.protocol import Limits, content_text
-from parallelsearch.graphs.conversation import system_text
+from parallelsearch.graphs.conversation import orphan_tool_messages, system_text
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.common import ms_since, usage_update
 from parallelsearch.graphs.record import turn_record
 from parallelsearch.graphs.state import SearchState
 from parallelsearch.graphs.turns import turn_request
 
+log = logging.getLogger(__name__)
 #: an episode's counts as it begins
 ZERO_COUNTS = dict.fromkeys(
     ("policy_calls", "search_rounds", "subqueries", "resolver_calls", "passages", "errors"), 0
@@ -70,6 +72,20 @@ def _history_records(history: list[dict[str, Any]], q: str, meta: Any, asked_id:
     return records
 
 
+def _dropped_orphans(messages: list[Any]) -> list[RemoveMessage]:
+    """Removals of the caller's tool messages that answer no call in ``messages`` (a chat UI that
+    cut its window from the front), said once: a strict provider refuses such a history."""
+    orphans = [m for m in orphan_tool_messages(messages) if m.id is not None] if messages else []
+    if orphans:
+        log.warning(
+            "dropped %d tool message(s) whose tool call is not in the conversation (tool_call_id %s): "
+            "a chat model's API refuses a tool result without its call",
+            len(orphans),
+            ", ".join(repr(m.tool_call_id) for m in orphans[:3]),
+        )
+    return [RemoveMessage(id=m.id) for m in orphans]  # type: ignore[arg-type]
+
+
 async def begin(
     engine: EpisodeEngine, state: SearchState, config: RunnableConfig, runtime: Runtime
 ) -> dict[str, Any]:
@@ -102,8 +118,9 @@ async def begin(
     }
     if state.get("question") != q:
         update["question"] = q
-    if asked is not last:
-        update["messages"] = [asked]
+    dropped = _dropped_orphans(state.get("messages") or [])
+    if asked is not last or dropped:
+        update["messages"] = [*dropped, *([asked] if asked is not last else [])]
     if meta:
         update["metadata"] = {}  # consumed: a later question on the thread does not inherit it
     if state.get("transcript"):
@@ -155,6 +172,8 @@ def _reply(
     # a chat protocol's answer, or the reply a middleware ended the run with (a call limit's)
     if engine.protocol.chat and isinstance(last, AIMessage) and not last.tool_calls:
         if given is not None or (last.id not in planned and content_text(last.content).strip()):
+            if last.name == engine.graph_name and (last.response_metadata or {}).get("status") == status:
+                return last
             merged = {**(last.response_metadata or {}), **meta}
             return last.model_copy(update={"name": engine.graph_name, "response_metadata": merged})
     answered_by = turns[-1].get("message_id") if turns and given is not None else None
@@ -188,8 +207,10 @@ async def answer(
         **{k: state.get(k, 0) for k in ("search_rounds", "subqueries", "resolver_calls")},
         "total_ms": total_ms,
     }
+    last = (state.get("messages") or [None])[-1]
+    if reply is not last or (last.response_metadata or {}).get("status") != status:
+        update["messages"] = [reply]  # the planner's own answer, already complete, is not sent twice
     update.update(
-        messages=[reply],
         answer=given,
         status=status,
         total_ms=total_ms,

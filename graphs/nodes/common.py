@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from parallelsearch.agents.protocol import TurnResult
@@ -33,3 +33,12 @@ def passages_of(row: Mapping[str, Any]) -> list[Passage]:
         Passage(p["id"], p["title"], p["text"], p.get("score"), p.get("store"), heading=p.get("heading"))
         for p in row["passages"]
     ]
+
+
+def name_tool_messages(messages: Iterable[Any], calls: Iterable[Mapping[str, Any]]) -> None:
+    """Give each new tool message of ``messages`` the name of the call it answers, as
+    ``create_agent``'s tool node names them (named in place: they are this node's own objects)."""
+    names = {c.get("id"): c.get("name") for c in calls}
+    for m in messages:
+        if getattr(m, "type", None) == "tool" and not m.name:
+            m.name = names.get(m.tool_call_id)

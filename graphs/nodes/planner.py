@@ -15,7 +15,7 @@ from parallelsearch.agents.protocol import Action, Limits, Observation, TurnResu
 from parallelsearch.agents.subquery_plan import Plan, plan_turn
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.engine import EpisodeEngine
-from parallelsearch.graphs.nodes.common import ms_since, usage_update
+from parallelsearch.graphs.nodes.common import ms_since, name_tool_messages, usage_update
 from parallelsearch.graphs.nodes.wrapped import model_turn
 from parallelsearch.graphs.record import TurnRecord, review_record, turn_record
 from parallelsearch.graphs.state import SearchState
@@ -37,6 +37,21 @@ def next_action(turn: TurnRecord, action: Action, plan: Plan | None, cfg: GraphC
         act["stages"] = [list(s) for s in plan.stages]
         act["refs"] = [[[r.k, r.target] for r in refs] for refs in plan.references]
     return act
+
+
+#: what each call of the final turn is answered with: the episode ends without searching it
+NOT_SEARCHED_FINAL = "Not searched: the turn limit (max_turns) was reached; the episode ends here."
+
+
+def not_searched(message: Any) -> list[Any]:
+    """A tool message for each call of the final turn's ``message``: a strict chat API refuses
+    a history with a call left unanswered (a larger graph sends this one on)."""
+    from langchain_core.messages import ToolMessage
+
+    return [
+        ToolMessage(content=NOT_SEARCHED_FINAL, tool_call_id=c["id"], name=c.get("name"), status="error")
+        for c in getattr(message, "tool_calls", None) or []
+    ]
 
 
 def _named(message: Any, name: str) -> Any:
@@ -102,7 +117,12 @@ async def planner(
     }
     if said.messages or note.messages:  # a chat protocol: the conversation is the record
         named = [_named(m, engine.graph_name) for m in said.messages]
-        update["messages"] = [*named, *(m for m in note.messages if m.type == "tool")]
+        if action.kind == "answer" and engine.answer_policy is None and named:
+            # the answer's status is on it as it is written: the answer node need not write it again
+            named[-1].response_metadata = {**(named[-1].response_metadata or {}), "status": "answered"}
+        name_tool_messages(note.messages, [c for m in named for c in getattr(m, "tool_calls", None) or []])
+        closed = not_searched(named[-1]) if final and named and action.kind != "answer" else []
+        update["messages"] = [*named, *(m for m in note.messages if m.type == "tool"), *closed]
         notes = [[named[-1].id if named else None, m] for m in note.messages if m.type != "tool"]
         if notes:  # a note to the model is not a turn of the conversation
             update["notes"] = [*(st.get("notes") or []), *notes]

@@ -20,7 +20,7 @@ from parallelsearch.agents.searchers.base import guarded_search
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.begin_answer import begin
-from parallelsearch.graphs.nodes.common import ms_since, passages_of
+from parallelsearch.graphs.nodes.common import ms_since, name_tool_messages, passages_of
 from parallelsearch.graphs.nodes.stages import next_stage
 from parallelsearch.graphs.nodes.wrapped import tool_call
 from parallelsearch.graphs.record import ObservationRecord, ReviewRecord, SearchRecord, review_record
@@ -237,6 +237,8 @@ async def join(
     records: list[Any] = [*_edit_review(state, act, rows, bool(stages)), entry]
     update: dict[str, Any] = {}
     if obs.messages:
+        ai = next((m for m in reversed(state.get("messages") or []) if isinstance(m, AIMessage)), None)
+        name_tool_messages(obs.messages, ai.tool_calls if ai is not None else ())
         update["messages"] = list(obs.messages)
     if stages:  # the round of a search with #k: how many stages it took, and no stage pending
         entry["stages"] = len(stages)

@@ -51,6 +51,13 @@ def _turn_of(msg: AIMessage) -> TurnResult:
     )
 
 
+def _specs(tools: Any) -> tuple[dict[str, Any], ...]:
+    """A middleware's own choice of tools in the OpenAI function format the policy binds."""
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    return tuple(t if isinstance(t, dict) else convert_to_openai_tool(t) for t in tools)
+
+
 async def model_turn(
     engine: EpisodeEngine, request: TurnRequest, state: Any, runtime: Runtime | None
 ) -> TurnResult:
@@ -64,13 +71,13 @@ async def model_turn(
     messages = request.messages if request.messages is not None else to_messages(request)
     system = messages[0] if messages and isinstance(messages[0], SystemMessage) else None
     turns: list[TurnResult] = []
+    offered = list(engine.tools.values()) if request.tools else []  # as create_agent's: LangChain tools
 
     async def handler(req: Any) -> Any:
         policy = engine.policy if req.model is model else ChatModelPolicy(req.model)
         given = [req.system_message, *req.messages] if req.system_message else list(req.messages)
-        asked = replace(
-            request, messages=given if model is not None else request.messages, tools=tuple(req.tools)
-        )
+        tools = request.tools if list(req.tools) == offered else _specs(req.tools)
+        asked = replace(request, messages=given if model is not None else request.messages, tools=tools)
         res = await policy.agenerate(asked)
         turns.append(res)
         return ModelResponse(result=[res.message if res.message is not None else AIMessage(content=res.text)])
@@ -79,7 +86,7 @@ async def model_turn(
         model=model,
         messages=messages[1:] if system else messages,
         system_message=system,
-        tools=list(request.tools),
+        tools=list(offered),
         state=state,
         runtime=runtime,
     )
@@ -90,22 +97,27 @@ async def model_turn(
     return _turn_of(msg)
 
 
-def search_tool(engine: EpisodeEngine) -> Any:
-    """The search tool as a LangChain tool (what ``ToolCallRequest.tool`` names). A middleware
-    that invokes it directly searches with the graph's own ``top_k``; the episode's calls go
-    through the handler, with the request's settings."""
+def search_tools(engine: EpisodeEngine) -> dict[str, Any]:
+    """The model's tools as LangChain tools, by name (what ``ModelRequest.tools`` and
+    ``ToolCallRequest.tool`` hold): the one ``search`` tool, or one per named searcher. A
+    middleware that invokes one directly searches with the graph's own ``top_k``; the episode's
+    calls go through the handler, with the request's settings."""
     from langchain_core.tools import StructuredTool
 
-    async def search(query: str) -> str:
-        from parallelsearch.agents.searchers.base import guarded_search
+    from parallelsearch.agents.searchers.base import guarded_search
 
-        out = await guarded_search(
-            engine.searcher, query, engine.cfg.top_k, timeout_s=engine.cfg.search_timeout_s
-        )
-        return out.error or "\n".join(p.text for p in out.passages)
+    def make(name: str, description: str) -> Any:
+        async def search(query: str) -> str:
+            routed = f"{name}: {query}" if getattr(engine.protocol, "names", None) else query
+            out = await guarded_search(
+                engine.searcher, routed, engine.cfg.top_k, timeout_s=engine.cfg.search_timeout_s
+            )
+            return out.error or "\n".join(p.text for p in out.passages)
 
-    spec = SEARCH_TOOL["function"]
-    return StructuredTool.from_function(coroutine=search, name=spec["name"], description=spec["description"])
+        return StructuredTool.from_function(coroutine=search, name=name, description=description)
+
+    specs = [t["function"] for t in engine.protocol.tools] or [SEARCH_TOOL["function"]]
+    return {spec["name"]: make(spec["name"], spec["description"]) for spec in specs}
 
 
 async def tool_call(
@@ -119,16 +131,23 @@ async def tool_call(
 
     async def handler(req: Any) -> ToolMessage:
         query = " ".join(str((req.tool_call.get("args") or {}).get("query", "")).split())
+        name = req.tool_call.get("name")
+        if query and name in (getattr(engine.protocol, "names", None) or ()):
+            query = f"{name}: {query}"  # the named searcher's routed sub-query
         row = await run(query or task["query"])
         rows.append(row)
         searched_as = row["query"] if task.get("resolved_stage") and not row.get("error") else None
         found = SubqueryResult(row["query"], _passages(row), row.get("error"), searched_as)
         _, text, failed = call_replies([found], [(req.tool_call["id"], 0)], engine.style())[0]
         return ToolMessage(
-            content=text, tool_call_id=req.tool_call["id"], status="error" if failed else "success"
+            content=text,
+            tool_call_id=req.tool_call["id"],
+            name=req.tool_call.get("name"),
+            status="error" if failed else "success",
         )
 
     call = task["call"]
+    tool = engine.tools.get(call.get("name")) or engine.search_tool
     tool_runtime = ToolRuntime(
         state=task.get("view") or {},
         context=getattr(runtime, "context", None),
@@ -136,11 +155,9 @@ async def tool_call(
         stream_writer=getattr(runtime, "stream_writer", lambda _: None),
         tool_call_id=call.get("id"),
         store=getattr(runtime, "store", None),
-        tools=[engine.search_tool],
+        tools=list(engine.tools.values()),
     )
-    req = ToolCallRequest(
-        tool_call=call, tool=engine.search_tool, state=task.get("view") or {}, runtime=tool_runtime
-    )
+    req = ToolCallRequest(tool_call=call, tool=tool, state=task.get("view") or {}, runtime=tool_runtime)
     message = await wrapped(engine.middleware.with_hook("wrap_tool_call"), "wrap_tool_call", req, handler)
     row = rows[-1] if rows else {**task, "passages": [], "attempts": 0}
     return {**row, "message": message}

@@ -183,12 +183,23 @@ def _knob(knob: str, value: Any, where: str) -> Any:
         raise _bad(f"{where}: {e}") from e
 
 
+#: OpenAI's own ranges of its sampling fields (narrower than the graph's knobs allow)
+OPENAI_RANGES: dict[str, tuple[float, float]] = {"temperature": (0.0, 2.0), "top_p": (0.0, 1.0)}
+
+
+def _in_openai_range(name: str, value: Any) -> None:
+    low, high = OPENAI_RANGES.get(name, (None, None))
+    if low is not None and isinstance(value, int | float) and not low <= value <= high:
+        raise _bad(f"{name}: {value!r} is out of range: OpenAI's {name} is between {low:g} and {high:g}")
+
+
 def _knobs(body: Mapping[str, Any], ext: Mapping[str, Any]) -> dict[str, Any]:
     """OpenAI's ``max_tokens``/``max_completion_tokens``, ``temperature``, ``top_p``, then the
-    extension's knobs over them; each validated with the graph's own bounds."""
+    extension's knobs over them; each validated with OpenAI's range and the graph's own bounds."""
     knobs: dict[str, Any] = {}
     for name, knob in [*KNOB_ALIASES.items(), *((s, s) for s in SAMPLING)]:
         if body.get(name) is not None:
+            _in_openai_range(name, body[name])
             knobs[knob] = _knob(knob, body[name], name)
     for key in PER_REQUEST_KEYS:
         if ext.get(key) is not None:

@@ -1,0 +1,253 @@
+"""The agent beside LangChain's ``create_agent`` on the same STAND-IN chat model (tests/chat_stand_in.py:
+no LLM runs here): every transcript it leaves is valid for a strict provider, and where
+``create_agent`` defines a behaviour (tool names, events, structured output, context schemas) the
+two agents agree."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from chat_stand_in import ScriptModel, calls
+from conftest import needs_data
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+
+from parallelsearch import create_parallel_search_agent
+from parallelsearch.stores import Passage
+
+
+class Films:
+    """A searcher of one made-up passage per query (the agent, not retrieval, is tested)."""
+
+    name = "films"
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
+        self.queries.append(query)
+        return [Passage(f"id-{query}", query.title(), f"all about {query}", 0.9, self.name)]
+
+
+def unanswered(messages: Sequence[BaseMessage]) -> list[str]:
+    """What a strict provider refuses: tool calls without a tool message after them, tool messages
+    without a call before them (their ids)."""
+    called: set[str] = set()
+    answered: set[str] = set()
+    problems = []
+    for m in messages:
+        if isinstance(m, AIMessage):
+            called.update(c["id"] for c in m.tool_calls)
+        elif isinstance(m, ToolMessage):
+            if m.tool_call_id not in called:
+                problems.append(f"orphan {m.tool_call_id}")
+            answered.add(m.tool_call_id)
+    return problems + [f"unanswered {c}" for c in sorted(called - answered)]
+
+
+def test_a_turn_cut_at_max_turns_answers_the_calls_it_does_not_search():
+    model = ScriptModel(replies=[calls("a", turn=0), calls("b", "c", turn=1)])
+    agent = create_parallel_search_agent(model, Films(), max_turns=1)
+    out = agent.invoke({"messages": [("user", "q?")]})
+    assert unanswered(out["messages"]) == []
+    closing = [m for m in out["messages"] if isinstance(m, ToolMessage)][1:]
+    assert [m.tool_call_id for m in closing] == ["call_1_0", "call_1_1"]
+    assert all("max_turns" in m.content and m.status == "error" and m.name == "search" for m in closing)
+    assert out["messages"][-1].response_metadata["status"] == "unanswered"
+    # the thread's next turn sends the model a history a strict provider accepts
+    model2 = ScriptModel(replies=[calls("a", turn=0), calls("b", turn=1), "done"])
+    agent2 = create_parallel_search_agent(model2, Films(), max_turns=1, checkpointer=InMemorySaver())
+    thread = {"configurable": {"thread_id": "t"}}
+    agent2.invoke({"messages": [("user", "q?")]}, thread)
+    agent2.invoke({"messages": [("user", "again?")]}, thread)
+    assert all(unanswered(seen) == [] for seen in model2.seen)
+
+
+def test_a_callers_orphan_tool_messages_are_dropped_and_said_once(caplog):
+    model = ScriptModel(replies=["an answer"])
+    agent = create_parallel_search_agent(model, Films())
+    history = [
+        ToolMessage("old result", tool_call_id="gone_1"),
+        ToolMessage("old result", tool_call_id="gone_2"),
+        AIMessage("an earlier answer"),
+        HumanMessage("q?"),
+    ]
+    with caplog.at_level(logging.WARNING):
+        out = agent.invoke({"messages": history})
+    assert [type(m).__name__ for m in model.seen[0]] == ["SystemMessage", "AIMessage", "HumanMessage"]
+    assert unanswered(out["messages"]) == [] and [m.type for m in out["messages"]] == ["ai", "human", "ai"]
+    said = [r for r in caplog.records if "tool call is not in the conversation" in r.getMessage()]
+    assert len(said) == 1 and "gone_1" in said[0].getMessage()
+
+
+def both(replies: list, tools: list, **kw):
+    """This agent and ``create_agent`` over ``tools``, each on its own copy of the scripted model."""
+    from langchain.agents import create_agent
+
+    ours, theirs = ScriptModel(replies=replies), ScriptModel(replies=replies)
+    return (
+        (create_parallel_search_agent(ours, tools, **kw), ours),
+        (create_agent(theirs, tools, **kw), theirs),
+    )
+
+
+def wiki(query: str) -> list[dict]:
+    """Search the encyclopedia: facts about people, places and works."""
+    return [{"title": query, "text": f"the wiki on {query}"}]
+
+
+def web(query: str) -> list[dict]:
+    """Search the web: news and recent events."""
+    return [{"title": query, "text": f"the web on {query}"}]
+
+
+def test_named_searchers_are_tools_of_their_own_as_create_agent_shows_them():
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    two = AIMessage("", tool_calls=[
+        {"name": "wiki", "args": {"query": "Inception"}, "id": "c1", "type": "tool_call"},
+        {"name": "web", "args": {"query": "Nolan news"}, "id": "c2", "type": "tool_call"},
+    ])  # fmt: skip
+    (ours, our_model), (theirs, their_model) = both([two, "Nolan"], [wiki, web])
+    out = ours.invoke({"messages": [("user", "Who?")]})
+    ref = theirs.invoke({"messages": [("user", "Who?")]})
+    assert our_model.tools[0] == their_model.tools[0] == ["wiki", "web"]
+    sent = [t["function"] for t in our_model._kwargs[0]["tools"]]
+    assert [(t["name"], t["description"]) for t in sent] == [
+        (convert_to_openai_tool(f)["function"]["name"], convert_to_openai_tool(f)["function"]["description"])
+        for f in (wiki, web)
+    ]
+    tool_msgs = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    ref_msgs = [m for m in ref["messages"] if isinstance(m, ToolMessage)]
+    assert [(m.name, m.tool_call_id) for m in tool_msgs] == [(m.name, m.tool_call_id) for m in ref_msgs]
+    assert "the wiki on Inception" in tool_msgs[0].content and "the web on Nolan news" in tool_msgs[1].content
+    obs = [t for t in out["trajectory"] if t["type"] == "observation"][0]
+    assert [r["query"] for r in obs["results"]] == ["wiki: Inception", "web: Nolan news"]  # who ran each
+    assert [r["passages"][0]["store"] for r in obs["results"]] == ["wiki", "web"]
+    assert out["answer"] == "Nolan" and out["subqueries"] == 2 and out["search_rounds"] == 1
+
+
+def test_the_calls_of_one_round_run_in_parallel_across_named_searchers():
+    import asyncio
+
+    barrier = asyncio.Barrier(2)  # each search waits for the other: a sequential run never gets past it
+
+    async def films(query: str) -> list[dict]:
+        """Films."""
+        await asyncio.wait_for(barrier.wait(), 60)
+        return [{"title": query, "text": "a film"}]
+
+    async def people(query: str) -> list[dict]:
+        """People."""
+        await asyncio.wait_for(barrier.wait(), 60)
+        return [{"title": query, "text": "a person"}]
+
+    two = AIMessage("", tool_calls=[
+        {"name": "films", "args": {"query": "Inception"}, "id": "c1", "type": "tool_call"},
+        {"name": "people", "args": {"query": "Nolan"}, "id": "c2", "type": "tool_call"},
+    ])  # fmt: skip
+    agent = create_parallel_search_agent(ScriptModel(replies=[two, "done"]), [films, people])
+    out = asyncio.run(agent.ainvoke({"messages": [("user", "Who?")]}))
+    assert out["errors"] == 0 and out["subqueries"] == 2
+
+
+def test_review_keyed_by_a_searchers_name_pauses_as_in_create_agent():
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+    from langgraph.types import Command
+
+    two = AIMessage("", tool_calls=[
+        {"name": "wiki", "args": {"query": "Inception"}, "id": "c1", "type": "tool_call"},
+        {"name": "web", "args": {"query": "Nolan news"}, "id": "c2", "type": "tool_call"},
+    ])  # fmt: skip
+    paused = []
+    for agent, _ in both(
+        [two, "Nolan"],
+        [wiki, web],
+        middleware=[HumanInTheLoopMiddleware(interrupt_on={"wiki": True})],
+        checkpointer=InMemorySaver(),
+    ):
+        thread = {"configurable": {"thread_id": "t"}}
+        out = agent.invoke({"messages": [("user", "Who?")]}, thread)
+        requests = out["__interrupt__"][0].value["action_requests"]
+        paused.append([(r["name"], r["args"]) for r in requests])
+        done = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), thread)
+        assert done["messages"][-1].content == "Nolan" and unanswered(done["messages"]) == []
+        searched = [m.content for m in done["messages"] if isinstance(m, ToolMessage)]
+        assert "the wiki on Inception" in searched[0] and "the web on Nolan news" in searched[1]
+    assert paused[0] == paused[1] == [("wiki", {"query": "Inception"})]
+
+
+def test_one_unnamed_searcher_or_a_lone_function_keeps_the_search_tool():
+    for given in (Films(), wiki):
+        model = ScriptModel(replies=[calls("x"), "y"])
+        out = create_parallel_search_agent(model, given).invoke({"messages": [("user", "q?")]})
+        assert model.tools[0] == ["search"] and out["answer"] == "y"
+        assert [m.name for m in out["messages"] if isinstance(m, ToolMessage)] == ["search"]
+
+
+@needs_data
+def test_named_searchers_over_one_store_share_its_encoder_call(hotpot_store, monkeypatch):
+    import asyncio
+
+    from store_probes import counting_batches
+
+    async def people(query: str, k: int) -> list:
+        """People of the HotpotQA sample."""
+        return await hotpot_store.asearch(query, k)
+
+    async def films(query: str, k: int) -> list:
+        """Films of the HotpotQA sample."""
+        return await hotpot_store.asearch(query, k)
+
+    batches = counting_batches(hotpot_store, monkeypatch)
+    two = AIMessage("", tool_calls=[
+        {"name": "people", "args": {"query": "Scott Derrickson"}, "id": "c1", "type": "tool_call"},
+        {"name": "films", "args": {"query": "Ed Wood"}, "id": "c2", "type": "tool_call"},
+    ])  # fmt: skip
+    agent = create_parallel_search_agent(ScriptModel(replies=[two, "yes"]), [people, films], top_k=1)
+    out = asyncio.run(agent.ainvoke({"messages": [("user", "Same nationality?")]}))
+    assert out["subqueries"] == 2 and out["errors"] == 0
+    assert batches == [["Scott Derrickson", "Ed Wood"]]  # one encoder call for the round
+
+
+def test_wrap_model_call_sees_the_tools_as_langchain_tools_as_in_create_agent():
+    from langchain.agents.middleware import wrap_model_call
+
+    seen: list[list[tuple[str, str]]] = []
+
+    @wrap_model_call
+    def look(request, handler):
+        seen.append([(t.name, type(t).__name__) for t in request.tools])
+        return handler(request)
+
+    for named in ([wiki, web], Films()):
+        seen.clear()
+        model = ScriptModel(replies=["y"])
+        create_parallel_search_agent(model, named, middleware=[look]).invoke({"messages": [("user", "q?")]})
+        names = ["wiki", "web"] if isinstance(named, list) else ["search"]
+        assert seen == [[(n, "StructuredTool") for n in names]] and model.tools == [names]
+    (ours, _), (theirs, _) = both(["y"], [wiki, web], middleware=[look])
+    seen.clear()
+    ours.invoke({"messages": [("user", "q?")]})
+    theirs.invoke({"messages": [("user", "q?")]})
+    assert seen[0] == seen[1]
+
+
+def test_the_final_answer_is_one_update_as_in_create_agent():
+    (ours, _), (theirs, _) = both([calls("a"), "done"], [wiki])
+
+    def answers(agent) -> list[str]:
+        parts = agent.stream({"messages": [("user", "q?")]}, stream_mode="updates")
+        return [
+            m.id
+            for part in parts
+            for update in part.values()
+            for m in (update or {}).get("messages", [])
+            if isinstance(m, AIMessage) and not m.tool_calls
+        ]
+
+    ours_ids, theirs_ids = answers(ours), answers(theirs)
+    assert len(ours_ids) == len(theirs_ids) == 1
+    out = ours.invoke({"messages": [("user", "q?")]})
+    assert out["messages"][-1].response_metadata["status"] == "answered" and out["messages"][-1].name
