@@ -54,6 +54,7 @@ from langchain_openai import ChatOpenAI  # noqa: E402
 
 from parallelsearch import create_parallel_search_agent  # noqa: E402
 from parallelsearch.agents.protocol import SEARCH_TOOL  # noqa: E402
+from parallelsearch.graphs.nodes.planner import NOT_SEARCHED_FINAL  # noqa: E402
 from parallelsearch.rl.tiny_model import TOOLS_CHAT_TEMPLATE  # noqa: E402
 
 MAX_TURNS = 2  # two search turns, then the final turn: three requests per episode
@@ -244,10 +245,13 @@ def test_strict_parameters_give_valid_parallel_calls_searched_in_rounds(
         assert st["passages"] == 2 * st["subqueries"] and st["errors"] == 0
         chat = st["messages"]
         for i, m in enumerate(chat[:-1]):  # a searched turn: one ToolMessage of passages per call, in order
-            answered = isinstance(chat[i + 1], ToolMessage)  # the final turn's calls are not searched
+            answered = isinstance(chat[i + 1], ToolMessage)
             if isinstance(m, AIMessage) and m.tool_calls and all(map(is_valid, m.tool_calls)) and answered:
                 replies = chat[i + 1 : i + 1 + len(m.tool_calls)]
                 assert [r.tool_call_id for r in replies] == [c["id"] for c in m.tool_calls]
+                if replies[0].content == NOT_SEARCHED_FINAL:  # the final turn's calls: answered, not searched
+                    assert all(r.status == "error" and r.content == NOT_SEARCHED_FINAL for r in replies)
+                    continue
                 assert all(r.status == "success" and r.content.startswith("Doc 1(Title: ") for r in replies)
         final = [t for t in st["trajectory"] if t["type"] == "turn"][-1]
         if final["action"] == "invalid":  # required: the last turn calls again instead of answering
