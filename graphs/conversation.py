@@ -40,24 +40,20 @@ def _complete(history: Sequence[AnyMessage]) -> list[AnyMessage]:
     partly reviewed search), without any tool message of it, and without a tool message that
     answers no earlier call: chat APIs refuse a call without its answer, and an answer without
     its call (a strict server's 400)."""
+    orphans = {id(m) for m in orphan_tool_messages(history)}
     answered = {m.tool_call_id for m in history if isinstance(m, ToolMessage)}
     dropped_ai: set[int] = set()
     dropped_calls: set[str | None] = set()
-    called: set[str | None] = set()
-    orphans: set[int] = set()
     for i, m in enumerate(history):
         calls = m.tool_calls if isinstance(m, AIMessage) else None
         if calls and not all(c.get("id") in answered for c in calls):
             dropped_ai.add(i)
             dropped_calls.update(c.get("id") for c in calls)
-        called.update(c.get("id") for c in calls or ())
-        if isinstance(m, ToolMessage) and m.tool_call_id not in called:
-            orphans.add(i)
     return [
         m
         for i, m in enumerate(history)
         if i not in dropped_ai
-        and i not in orphans
+        and id(m) not in orphans
         and not (isinstance(m, ToolMessage) and m.tool_call_id in dropped_calls)
     ]
 
