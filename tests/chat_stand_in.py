@@ -14,6 +14,8 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import PrivateAttr
 
+from parallelsearch.stores import Passage
+
 
 def calls(*queries: str, tool: str = "search", turn: int = 0) -> AIMessage:
     """One AI message calling ``tool`` once per query (the ids unique per ``turn``)."""
@@ -66,3 +68,16 @@ class ScriptModel(BaseChatModel):
         self._calls += 1
         msg = AIMessage(content=reply) if isinstance(reply, str) else reply.model_copy(deep=True)
         return ChatResult(generations=[ChatGeneration(message=msg)])
+
+
+class Films:
+    """A searcher of one made-up passage per query (the agent, not retrieval, is tested)."""
+
+    name = "films"
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
+        self.queries.append(query)
+        return [Passage(f"id-{query}", query.title(), f"all about {query}", 0.9, self.name)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from chat_stand_in import Films
 from conftest import UvicornThread
 from langchain.agents.middleware import AgentMiddleware
 from langchain_core.messages import AIMessage, AIMessageChunk, HumanMessage, SystemMessage, ToolMessage
@@ -17,22 +18,8 @@ from langgraph.types import Command
 from parallelsearch import create_parallel_search_agent
 from parallelsearch.cli.ask_events import event_lines, run_events
 from parallelsearch.graphs.record import Episode
-from parallelsearch.stores import Passage
 
 pytest.importorskip("langchain_openai", reason="langchain-openai is in the dev extra")
-
-
-class Films:
-    """A searcher of one made-up passage per query (the agent, not retrieval, is tested)."""
-
-    name = "films"
-
-    def __init__(self) -> None:
-        self.queries: list[str] = []
-
-    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
-        self.queries.append(query)
-        return [Passage(f"id-{query}", query.title(), f"all about {query}", 0.9, self.name)]
 
 
 @pytest.fixture

@@ -8,26 +8,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from chat_stand_in import ScriptModel, calls
+from chat_stand_in import Films, ScriptModel, calls
 from conftest import needs_data
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
 from parallelsearch import create_parallel_search_agent
-from parallelsearch.stores import Passage
-
-
-class Films:
-    """A searcher of one made-up passage per query (the agent, not retrieval, is tested)."""
-
-    name = "films"
-
-    def __init__(self) -> None:
-        self.queries: list[str] = []
-
-    async def asearch(self, query: str, k: int = 3) -> list[Passage]:
-        self.queries.append(query)
-        return [Passage(f"id-{query}", query.title(), f"all about {query}", 0.9, self.name)]
 
 
 def unanswered(messages: Sequence[BaseMessage]) -> list[str]:
