@@ -147,8 +147,9 @@ MaxHistoryMessages = Annotated[
     int | None,
     Field(
         ge=0,
-        description="earlier messages of the thread a chat protocol's planner sees (the last ones, "
-        "starting at a question); None = all",
+        description="earlier messages of the thread the planner sees (a text protocol's written into its "
+        "prompt): the newest that fit, starting at a question, each search's calls with their results; "
+        "None = all",
     ),
     # a served graph bounds it by default; a request asking for more would widen each model request
     OperatorCap("server_max_history_messages"),
