@@ -261,7 +261,8 @@ class GraphOptions(_RequestKnobs, total=False):
 class GraphContext(_RequestKnobs, total=False):
     """What one request may change, as ``config={"configurable": {"top_k": 5}}`` or LangGraph's
     runtime ``context={"top_k": 5}``; with :class:`GraphConfig`'s types, so the bounds are the same.
-    Other ``configurable`` keys (``thread_id``, ...) pass through untouched."""
+    Other ``configurable`` keys (``thread_id``, ...) pass through untouched, but for a misspelt
+    knob (``topk``), which fails the run naming the knob it meant (:func:`check_request_keys`)."""
 
     resolver: ResolverKnob
 
