@@ -319,6 +319,23 @@ def knob_bounds(keys: tuple[str, ...] = PER_REQUEST_KEYS) -> dict[str, dict[str,
 _CONTEXT = TypeAdapter(GraphContext)
 
 
+def request_overrides(*sources: Mapping[str, Any] | Any) -> dict[str, Any]:
+    """The per-request values found in ``sources`` (configurable dicts or a context; later ones
+    win), validated strictly: a bad value is a ``ValueError`` naming the key. Other keys pass
+    through (LangGraph's own, a parent graph's, a caller's context)."""
+    merged: dict[str, Any] = {}
+    for src in sources:  # a None context has no __dict__, so it adds nothing
+        items = src if isinstance(src, Mapping) else getattr(src, "__dict__", {})
+        merged.update({k: v for k, v in items.items() if k in PER_REQUEST_KEYS and v is not None})
+    if not merged:
+        return {}
+    try:
+        checked = _CONTEXT.validate_python(merged, strict=True)  # true is no number, "3" no int
+    except ValidationError as e:
+        raise ValueError(f"invalid per-request graph configuration: {describe_validation_error(e)}") from e
+    return {k: checked[k] for k in PER_REQUEST_KEYS if k in checked}
+
+
 def _spelling(key: str) -> str:
     return key.lower().replace("_", "").replace("-", "")
 
@@ -349,20 +366,3 @@ def check_request_keys(source: Mapping[str, Any] | Any, where: str) -> None:
                 f"{where} key {key!r} is not a per-request knob (did you mean {meant!r}?); the knobs are "
                 f"{', '.join(PER_REQUEST_KEYS)}"
             )
-
-
-def request_overrides(*sources: Mapping[str, Any] | Any) -> dict[str, Any]:
-    """The per-request values found in ``sources`` (configurable dicts or a context; later ones
-    win), validated strictly: a bad value is a ``ValueError`` naming the key. Other keys pass
-    through (LangGraph's own, a parent graph's, a caller's context)."""
-    merged: dict[str, Any] = {}
-    for src in sources:  # a None context has no __dict__, so it adds nothing
-        items = src if isinstance(src, Mapping) else getattr(src, "__dict__", {})
-        merged.update({k: v for k, v in items.items() if k in PER_REQUEST_KEYS and v is not None})
-    if not merged:
-        return {}
-    try:
-        checked = _CONTEXT.validate_python(merged, strict=True)  # true is no number, "3" no int
-    except ValidationError as e:
-        raise ValueError(f"invalid per-request graph configuration: {describe_validation_error(e)}") from e
-    return {k: checked[k] for k in PER_REQUEST_KEYS if k in checked}
