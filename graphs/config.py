@@ -5,6 +5,8 @@ and the per-request knobs a served graph takes (docs/architecture.md, "Configura
 
 from __future__ import annotations
 
+import difflib
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeAlias, get_type_hints
@@ -145,8 +147,9 @@ MaxHistoryMessages = Annotated[
     int | None,
     Field(
         ge=0,
-        description="earlier messages of the thread a chat protocol's planner sees (the last ones, "
-        "starting at a question); None = all",
+        description="earlier messages of the thread the planner sees (a text protocol's written into its "
+        "prompt): the newest that fit, starting at a question, each search's calls with their results; "
+        "None = all",
     ),
     # a served graph bounds it by default; a request asking for more would widen each model request
     OperatorCap("server_max_history_messages"),
@@ -258,7 +261,8 @@ class GraphOptions(_RequestKnobs, total=False):
 class GraphContext(_RequestKnobs, total=False):
     """What one request may change, as ``config={"configurable": {"top_k": 5}}`` or LangGraph's
     runtime ``context={"top_k": 5}``; with :class:`GraphConfig`'s types, so the bounds are the same.
-    Other ``configurable`` keys (``thread_id``, ...) pass through untouched."""
+    Other ``configurable`` keys (``thread_id``, ...) pass through untouched, but for a misspelt
+    knob (``topk``), which fails the run naming the knob it meant (:func:`check_request_keys`)."""
 
     resolver: ResolverKnob
 
@@ -330,3 +334,35 @@ def request_overrides(*sources: Mapping[str, Any] | Any) -> dict[str, Any]:
     except ValidationError as e:
         raise ValueError(f"invalid per-request graph configuration: {describe_validation_error(e)}") from e
     return {k: checked[k] for k in PER_REQUEST_KEYS if k in checked}
+
+
+def _spelling(key: str) -> str:
+    return key.lower().replace("_", "").replace("-", "")
+
+
+@functools.lru_cache(maxsize=1024)
+def misspelt_knob(key: Any) -> str | None:
+    """The per-request knob ``key`` misspells (``topk``, ``top-k``, ``maxTurns``, ``max_turn``:
+    case and separators aside, about one letter off), or None. Only a key this close to a knob is
+    taken for a mistake (``max_tokens``, a chat model's configurable field, is not): any other passes through,
+    since a run's ``configurable`` and ``context`` also carry LangGraph's keys, a parent graph's
+    and a caller's own."""
+    if not isinstance(key, str) or key in PER_REQUEST_KEYS:
+        return None
+    spelt = {_spelling(k): k for k in PER_REQUEST_KEYS}
+    close = difflib.get_close_matches(_spelling(key), spelt, n=1, cutoff=0.9)  # one letter off
+    return spelt[close[0]] if close else None
+
+
+def check_request_keys(source: Mapping[str, Any] | Any, where: str) -> None:
+    """A ``ValueError`` naming the first key of ``source`` (a run's ``configurable`` or its
+    ``context``; ``where`` says which) that misspells a per-request knob, with the knob it meant:
+    a silently ignored ``topk`` would run with the default."""
+    items = source if isinstance(source, Mapping) else getattr(source, "__dict__", None) or {}
+    for key in items:
+        meant = misspelt_knob(key)
+        if meant is not None:
+            raise ValueError(
+                f"{where} key {key!r} is not a per-request knob (did you mean {meant!r}?); the knobs are "
+                f"{', '.join(PER_REQUEST_KEYS)}"
+            )

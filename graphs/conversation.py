@@ -4,10 +4,10 @@ complete exchanges only), then the episode's own messages, as ``create_agent`` s
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, AnyMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 
 from parallelsearch.agents.protocol import SearchProtocol, content_text
 from parallelsearch.graphs.config import GraphConfig
@@ -58,24 +58,91 @@ def _complete(history: Sequence[AnyMessage]) -> list[AnyMessage]:
     ]
 
 
+def _units(turn: Sequence[AnyMessage]) -> list[list[AnyMessage]]:
+    """``turn`` in the pieces trimming keeps or drops whole: an AI message with tool calls together
+    with the tool messages that answer it, every other message alone."""
+    units: list[list[AnyMessage]] = []
+    calls: dict[str | None, list[AnyMessage]] = {}
+    for m in turn:
+        if isinstance(m, ToolMessage) and m.tool_call_id in calls:
+            calls[m.tool_call_id].append(m)
+            continue
+        units.append([m])
+        if isinstance(m, AIMessage) and m.tool_calls:
+            calls.update((c.get("id"), units[-1]) for c in m.tool_calls)
+    return units
+
+
+def _turns(history: Sequence[AnyMessage]) -> list[list[AnyMessage]]:
+    """``history`` cut before each human message (a caller's opening messages are a turn of their own)."""
+    turns: list[list[AnyMessage]] = [[]]
+    for m in history:
+        if isinstance(m, HumanMessage) and turns[-1]:
+            turns.append([])
+        turns[-1].append(m)
+    return [t for t in turns if t]
+
+
+def _newest_that_fit(history: Sequence[AnyMessage], fits: Callable[[int, int], bool]) -> list[AnyMessage]:
+    """The newest turns of ``history`` that fit whole (``fits(messages, tokens)``), then, of the
+    turn before them, its question and replies with the newest of its searches that still fit
+    (a search's calls and results kept or dropped together); starting at a question, as
+    LangChain's ``trim_messages(strategy="last", start_on="human")`` keeps a conversation."""
+    from langchain_core.messages.utils import count_tokens_approximately
+
+    kept: list[AnyMessage] = []
+    used = [0, 0]  # messages, approximate tokens (the count adds up per message)
+    for turn in reversed(_turns(history)):
+        if not isinstance(turn[0], HumanMessage):
+            break  # opening messages without a question: not kept once the history is cut
+        units = [(u, len(u), count_tokens_approximately(u)) for u in _units(turn)]
+        total = [sum(n for _, n, _ in units), sum(t for _, _, t in units)]
+        if fits(used[0] + total[0], used[1] + total[1]):
+            kept[:0], used = turn, [used[0] + total[0], used[1] + total[1]]
+            continue
+        core = [x for x in units if not (isinstance(x[0][0], AIMessage) and x[0][0].tool_calls)]
+        need = [used[0] + sum(n for _, n, _ in core), used[1] + sum(t for _, _, t in core)]
+        if not fits(*need):
+            break
+        chosen = {id(u) for u, _, _ in core}
+        for u, n, t in reversed([x for x in units if id(x[0]) not in chosen]):
+            if not fits(need[0] + n, need[1] + t):
+                break
+            chosen.add(id(u))
+            need = [need[0] + n, need[1] + t]
+        kept[:0] = [m for u, _, _ in units if id(u) in chosen for m in u]
+        break
+    return kept
+
+
 def bounded_history(history: Sequence[AnyMessage], cfg: GraphConfig) -> list[AnyMessage]:
-    """The last of ``history`` within ``max_history_messages`` and ``max_history_tokens``; a history
-    over a bound is cut to start at a human message so no tool message loses its call, one within
-    both is kept whole (an opening assistant message included)."""
-    from langchain_core.messages import trim_messages
+    """``history`` (complete exchanges only) within ``max_history_messages`` and
+    ``max_history_tokens``: kept whole when it fits both, else its newest messages that fit,
+    starting at a question, tool calls with their results (:func:`_newest_that_fit`)."""
     from langchain_core.messages.utils import count_tokens_approximately
 
     kept = _complete(history)
-    if cfg.max_history_messages is not None and len(kept) > cfg.max_history_messages:
-        kept = trim_messages(kept, max_tokens=cfg.max_history_messages, token_counter=len, start_on="human")
-    if cfg.max_history_tokens is not None and count_tokens_approximately(kept) > cfg.max_history_tokens:
-        kept = trim_messages(
-            kept,
-            max_tokens=cfg.max_history_tokens,
-            token_counter=count_tokens_approximately,
-            start_on="human",
-        )
-    return list(kept)
+    most, tokens = cfg.max_history_messages, cfg.max_history_tokens
+    over_count = most is not None and len(kept) > most
+    if not over_count and (tokens is None or count_tokens_approximately(kept) <= tokens):
+        return kept
+
+    def fits(n: int, t: int) -> bool:
+        return (most is None or n <= most) and (tokens is None or t <= tokens)
+
+    return _newest_that_fit(kept, fits)
+
+
+def spoken_history(history: Sequence[AnyMessage], cfg: GraphConfig) -> list[tuple[str, str]]:
+    """A text protocol's view of the thread's earlier messages: the bounded history's questions
+    and replies as ``(role, text)`` pairs for its prompt (searches, their results and empty
+    replies are left out: the text policy reads its own episode's searches, not old ones)."""
+    out: list[tuple[str, str]] = []
+    for m in bounded_history([m for m in history if not isinstance(m, SystemMessage)], cfg):
+        text = content_text(m.content).strip()
+        if text and isinstance(m, HumanMessage | AIMessage):
+            out.append(("user" if isinstance(m, HumanMessage) else "assistant", text))
+    return out
 
 
 def chat_messages(state: Mapping[str, Any], cfg: GraphConfig, protocol: SearchProtocol) -> list[AnyMessage]:

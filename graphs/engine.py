@@ -19,7 +19,7 @@ from parallelsearch.agents.policies.base import Policy
 from parallelsearch.agents.protocol import ObservationStyle, SearchProtocol
 from parallelsearch.agents.resolvers import Resolver, ResolverError, as_resolver, searcher_encoder
 from parallelsearch.agents.searchers.base import Searcher, store_names
-from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig, request_overrides
+from parallelsearch.graphs.config import PER_REQUEST_KEYS, GraphConfig, check_request_keys, request_overrides
 from parallelsearch.graphs.middleware import Middleware
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,8 @@ class EpisodeEngine:
         ``configurable`` and LangGraph's runtime ``context`` (which wins), but the pinned keys."""
         configurable = (config or {}).get("configurable") or {}
         context = getattr(runtime, "context", None)
+        check_request_keys(configurable, "configurable")
+        check_request_keys(context, "context")
         if context is None and not any(k in configurable for k in PER_REQUEST_KEYS):
             return self.cfg  # most runs set none: nothing is validated or copied
         overrides = request_overrides(configurable, context)

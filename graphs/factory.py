@@ -333,6 +333,7 @@ def make_policy(cfg: PolicyConfig | str, *, answer: bool = False) -> Policy:
         api_key=cfg.openai_api_key,
         ca_bundle=cfg.openai_ca_bundle,
         timeout_s=cfg.request_timeout_s,
+        chat_base_url=cfg.policy_base_url,
         constrained=cfg.constrained,
         think_chars=cfg.constrained_think_chars,
         engine_args=cfg.vllm_engine_args,

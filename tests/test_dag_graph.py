@@ -15,6 +15,7 @@ from conftest import RAW, needs_data
 from store_probes import counting_batches
 
 from parallelsearch.agents.protocol import INVALID_FEEDBACK, format_passages, render_prompt
+from parallelsearch.agents.protocol.templates import render_history
 from parallelsearch.agents.resolvers import ParentResult, ResolverError
 
 pytestmark = needs_data
@@ -556,7 +557,8 @@ def test_sync_invoke_and_a_thread_run_the_stages_like_ainvoke(hotpot_store, monk
     assert batches[2:] == batches[:2]
     for out in (first, second):
         assert _counts(out) == (2, 2, 2, 1, 0) and len(_observations(out)) == 1
-    assert second["transcript"].startswith(render_prompt("Again?"))
+    earlier = [("user", "Doctor Strange?"), ("assistant", first["answer"])]  # the thread, as memory
+    assert second["transcript"].startswith(render_history(render_prompt("Again?"), earlier))
     history = graph.get_state(thread).values["history"]
     assert [(h["question"], h["status"]) for h in history] == [
         ("Doctor Strange?", "answered"),

@@ -46,7 +46,8 @@ def test_second_question_on_a_thread_is_a_fresh_episode(hotpot_store, kind):
     # the second run starts over: same counts as the first, its own question in the prompt
     for key in ("policy_calls", "search_rounds", "subqueries", "passages", "answer", "status"):
         assert out2[key] == out1[key], key
-    assert Q2 in out2["transcript"] and Q1 not in out2["transcript"]
+    assert f"Question: {Q2}\n" in out2["transcript"] and f"Question: {Q1}" not in out2["transcript"]
+    assert f"User: {Q1}\nAssistant: yes\nQuestion: {Q2}" in out2["transcript"]  # the thread, as memory
     assert len(out2["trajectory"]) == len(out1["trajectory"])
     assert set(out2["node_ms"]) == set(out1["node_ms"])
     values = state.values
@@ -110,7 +111,8 @@ def test_an_episode_that_failed_is_recorded_as_abandoned(hotpot_store):
         return out, (await graph.aget_state(cfg)).values
 
     out, values = asyncio.run(go())
-    assert out["answer"] == "yes" and out["policy_calls"] == 2 and Q1 not in out["transcript"]
+    assert out["answer"] == "yes" and out["policy_calls"] == 2 and f"Question: {Q1}" not in out["transcript"]
+    assert f"User: {Q1}\nQuestion: {Q2}" in out["transcript"]  # asked, never answered: still said
     assert [(r["question"], r["status"]) for r in values["history"]] == [(Q1, "abandoned"), (Q2, "answered")]
 
 

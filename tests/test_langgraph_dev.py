@@ -137,9 +137,11 @@ def test_thread_stream_state_and_a_second_question(client):
     state = client.threads.get_state(tid)
     assert state["values"]["question"] == Q1 and state["values"]["answer"] == "yes" and state["next"] == []
 
-    # a second question on the same thread: a fresh episode, the first kept in the thread
+    # a second question on the same thread: a fresh episode, the first kept in the thread and
+    # shown to the policy as the conversation so far (the tags protocol writes it into the prompt)
     out = client.runs.wait(tid, GRAPH, input={"question": Q2})
-    assert out["policy_calls"] == 2 and Q2 in out["transcript"] and Q1 not in out["transcript"]
+    assert out["policy_calls"] == 2 and f"Question: {Q2}\n" in out["transcript"]
+    assert f"User: {Q1}\nAssistant: yes\nQuestion: {Q2}\n" in out["transcript"]
     state = client.threads.get_state(tid)
     recs = state["values"]["history"]
     assert [(r["question"], r["answer"]) for r in recs] == [(Q1, "yes"), (Q2, "yes")]

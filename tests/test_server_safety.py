@@ -234,7 +234,7 @@ def test_messages_in_every_form_langchain_accepts_run(app_server, messages):
         ),  # fmt: skip
         ({"input": {"messages": [{"role": "wizard", "content": "q"}]}}, 422, "messages[0].role 'wizard'"),
         ({"input": {"messages": [["human"]]}}, 422, "messages[0] must be [role, content]"),
-        ({**Q, "config": {"configurable": {"topk": 1}}}, 422, "unknown configurable key(s) 'topk'; known: top_k"),
+        ({**Q, "config": {"configurable": {"topk": 1}}}, 422, "unknown configurable key(s) 'topk' (did you mean 'top_k'?); known: top_k"),
         ({**Q, "config": {"configurable": {"__pregel_read": 1}}}, 422, "'__pregel_read'"),
         ({**Q, "config": {"configurable": {"__pregel_checkpointer": None}}}, 422, "'__pregel_checkpointer'"),
         ({**Q, "config": {"configurable": {"top_k": True}}}, 422, "configurable.top_k: Input should be a valid integer"),

@@ -38,6 +38,12 @@ class PolicyConfig(BaseModel):
     openai_base_url: str = Field(
         DEFAULT_OPENAI_BASE_URL, description="base URL for 'openai:MODEL' specs that name no URL"
     )
+    policy_base_url: str | None = Field(
+        None,
+        description="the server a 'chat:' policy's model talks to (init_chat_model's base_url, such as "
+        "http://HOST:8000/v1 for vllm serve behind chat:openai:MODEL); None = the provider's default "
+        "(OPENAI_BASE_URL, else api.openai.com, for openai)",
+    )
     openai_api_key: str | None = Field(
         None, repr=False, description="bearer token for the OpenAI-compatible server (also OPENAI_API_KEY)"
     )

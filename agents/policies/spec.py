@@ -68,6 +68,20 @@ def model_string_reading(model: str, *, base_url: str | None = None) -> Literal[
     return "chat"
 
 
+def _chat_server(model: str, base_url: str | None, api_key: str | None) -> dict[str, Any]:
+    """``init_chat_model``'s keywords for a ``chat:`` policy's server: its base URL when one is
+    configured, and the configured key with it when the model is OpenAI's kind (the key of the
+    OpenAI-compatible server)."""
+    if not base_url:
+        return {}
+    if not _is_url(base_url):
+        raise ValueError(f"policy_base_url {base_url!r} must be an http:// or https:// URL")
+    out: dict[str, Any] = {"base_url": base_url}
+    if api_key and model.startswith("openai:"):
+        out["api_key"] = api_key
+    return out
+
+
 def policy_from_spec(
     spec: str,
     *,
@@ -75,12 +89,14 @@ def policy_from_spec(
     api_key: str | None = None,
     ca_bundle: str | None = None,
     timeout_s: float | None = None,
+    chat_base_url: str | None = None,
     constrained: bool = False,
     think_chars: int = 600,
     engine_args: dict[str, Any] | None = None,
 ) -> Any:
     """The policy a spec string names; ``base_url``, ``api_key``, ``ca_bundle`` and ``timeout_s`` reach the
-    OpenAI-compatible backend (a URL in the spec wins). Entry points go through
+    OpenAI-compatible backend (a URL in the spec wins); ``chat_base_url`` is a ``chat:`` model's
+    server (with ``api_key`` for an ``openai`` one). Entry points go through
     ``graphs.factory.make_policy``, which passes the configured ones."""
     if not isinstance(spec, str) or not spec.strip():
         raise ValueError(f"empty policy spec; {SPEC_HELP}")
@@ -120,5 +136,5 @@ def policy_from_spec(
             model, url, api_key=api_key, constrained=constrained, think_chars=think_chars, **extra
         )
     if kind == "chat":
-        return ChatModelPolicy(rest)
+        return ChatModelPolicy(rest, **_chat_server(rest, chat_base_url, api_key))
     raise AssertionError(f"policy kind {kind!r} is in POLICY_KINDS but has no branch")

@@ -20,7 +20,7 @@ from parallelsearch.agents.protocol.grammar import (
     think_regex,
 )
 from parallelsearch.agents.protocol.observation import Observation, ObservationStyle, SubqueryResult
-from parallelsearch.agents.protocol.templates import TEMPLATES, TOOL_TEMPLATES, render_prompt
+from parallelsearch.agents.protocol.templates import TEMPLATES, TOOL_TEMPLATES, render_history, render_prompt
 from parallelsearch.agents.protocol.turn import STOP_STRINGS, TurnResult
 
 #: one search's results, in sub-query order
@@ -62,6 +62,12 @@ class SearchProtocol(ABC):
     def prompt(self, question: str, template: str | None = None, stores: Sequence[str] = ()) -> str:
         """The episode's first text: the template (name or format string) with the question."""
         return render_prompt(question, template or self.default_template, stores)
+
+    def with_history(self, prompt: str, turns: Sequence[tuple[str, str]]) -> str:
+        """A text protocol's prompt with the thread's earlier messages (``(role, text)`` pairs,
+        ``user`` or ``assistant``) before its question; unchanged when there are none. A chat
+        protocol sends them as messages instead and never calls this."""
+        return render_history(prompt, turns)
 
     def instructions(self, template: str | None = None) -> str:
         """A chat protocol's instructions, for the system message: the template without its

@@ -116,6 +116,30 @@ def render_prompt(question: str, template: str = "paper", stores: Sequence[str] 
             f"Available knowledge stores: {', '.join(stores)}. Write 'store: query' to search one store only; "
             "a query without a store name searches all of them. "
         )
-        at = max(prompt.find("Question: "), 0)
-        prompt = prompt[:at] + hint + prompt[at:]
+        prompt = _before_question(prompt, hint)
     return prompt
+
+
+def _before_question(prompt: str, text: str) -> str:
+    """``text`` inserted before the prompt's ``Question: `` (first, in a template without one)."""
+    at = max(prompt.find("Question: "), 0)
+    return prompt[:at] + text + prompt[at:]
+
+
+#: the line before a text prompt's earlier conversation
+HISTORY_INTRO = "The conversation so far (the question may refer to it):\n"
+#: how each speaker's lines start there
+HISTORY_SPEAKERS = {"user": "User: ", "assistant": "Assistant: "}
+
+
+def render_history(prompt: str, turns: Sequence[tuple[str, str]]) -> str:
+    """``prompt`` with the conversation's earlier messages (``(role, text)``, role ``user`` or
+    ``assistant``) written just before its question, one ``User:``/``Assistant:`` line each, so
+    a follow-up ("Where was he born?") reaches a text policy with what it refers to. No turns:
+    the prompt unchanged, byte for byte."""
+    lines = []
+    for role, text in turns:
+        clean, _ = scrub_text(" ".join(text.split()))
+        if clean:
+            lines.append(HISTORY_SPEAKERS[role] + clean + "\n")
+    return _before_question(prompt, HISTORY_INTRO + "".join(lines)) if lines else prompt

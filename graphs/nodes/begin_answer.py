@@ -16,7 +16,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Overwrite
 
 from parallelsearch.agents.protocol import Limits, content_text
-from parallelsearch.graphs.conversation import orphan_tool_messages, system_text
+from parallelsearch.graphs.conversation import orphan_tool_messages, spoken_history, system_text
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.common import ms_since, usage_update
 from parallelsearch.graphs.record import turn_record
@@ -96,8 +96,12 @@ async def begin(
     last = (state.get("messages") or [None])[-1]
     meta = state.get("metadata")
     prompt = engine.protocol.prompt(q, cfg.prompt_template, engine.stores)
+    system = ""
+    if not engine.protocol.chat:  # a text protocol reads the system prompt and the thread as text
+        earlier = (state.get("messages") or [])[: -1 if asked is not None and asked is last else None]
+        prompt = engine.protocol.with_history(prompt, spoken_history(earlier, cfg))
+        system = system_text(state.get("messages") or [], cfg, None)
     segments = [("prompt", prompt)]
-    system = system_text(state.get("messages") or [], cfg, None) if not engine.protocol.chat else ""
     if system:  # a text protocol's policy reads the system prompt first (a chat model as a system message)
         segments.insert(0, ("system", system + "\n\n"))
     started = time.time()

@@ -235,6 +235,12 @@ def bind_refused(args: argparse.Namespace, has_key: bool, setting: str) -> bool:
 def add_policy_args(p: argparse.ArgumentParser, *, answer_policy: bool = True) -> None:
     p.add_argument("--policy", help=SPEC_HELP + " (default: the settings', oracle)")
     p.add_argument(
+        "--policy-base-url",
+        help="the server a chat: policy's model talks to, e.g. http://127.0.0.1:8000/v1 for vllm serve "
+        "behind chat:openai:MODEL (default: the settings' policy_base_url, else the provider's own: "
+        "OPENAI_BASE_URL or api.openai.com)",
+    )
+    p.add_argument(
         "--openai-ca-bundle",
         help="CA certificates (PEM) an https:// openai: server's certificate is verified against "
         "(default: the settings' openai_ca_bundle, else SSL_CERT_FILE or certifi's bundle)",
@@ -322,6 +328,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         ("ssl_keyfile", "server_ssl_keyfile"),
         ("retriever_ca_bundle", "retriever_ca_bundle"),
         ("openai_ca_bundle", "openai_ca_bundle"),
+        ("policy_base_url", "policy_base_url"),
     ):
         if v.get(flag) is not None:
             update[field] = v[flag]

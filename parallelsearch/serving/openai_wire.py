@@ -89,13 +89,35 @@ def trace(state: Mapping[str, Any], thread_id: str | None) -> dict[str, Any]:
     return out
 
 
-def usage(state: Mapping[str, Any]) -> dict[str, int] | None:
-    """The episode's tokens over all its model calls, when the policy reports them."""
+#: characters per token of an estimated count (LangChain's ``count_tokens_approximately``)
+CHARS_PER_TOKEN = 4
+
+
+def estimated_tokens(segments: Sequence[Sequence[str]]) -> tuple[int, int]:
+    """``(prompt, completion)`` tokens of an episode's model calls estimated from its text: each
+    policy turn read everything before it and wrote its own text."""
+    read = prompt = completion = 0
+    for role, text in segments:
+        n = -(-len(text) // CHARS_PER_TOKEN)
+        if role == "policy":
+            prompt, completion = prompt + read, completion + n
+        read += n
+    return prompt, completion
+
+
+def usage(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The episode's tokens over all its model calls. A count the policy does not report (a
+    scripted policy, a chat model without usage metadata) is estimated from the episode's text,
+    and the usage says so (``"estimated": true``): OpenAI clients read the counts as numbers."""
     prompt, completion = state.get("tokens_in"), state.get("tokens_out")
-    if prompt is None and completion is None:
-        return None
-    prompt, completion = prompt or 0, completion or 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    out: dict[str, Any] = {}
+    if prompt is None or completion is None:
+        guess = estimated_tokens(state.get("segments") or [])
+        prompt = guess[0] if prompt is None else prompt
+        completion = guess[1] if completion is None else completion
+        out["estimated"] = True
+    total = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return total | out
 
 
 def completion(rid: str, model: str, created: int, state: Mapping[str, Any], thread_id: str | None) -> dict:
@@ -115,9 +137,7 @@ def completion(rid: str, model: str, created: int, state: Mapping[str, Any], thr
         ],
         EXTENSION: trace(state, thread_id),
     }
-    spent = usage(state)
-    if spent is not None:
-        out["usage"] = spent
+    out["usage"] = usage(state)
     return out
 
 

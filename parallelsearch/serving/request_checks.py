@@ -90,6 +90,14 @@ def _configurable_model() -> type[BaseModel]:
 _CONFIGURABLE = _configurable_model()
 
 
+def _named_with_hint(key: str) -> str:
+    """``'topk' (did you mean 'top_k'?)``: an unknown key with the known one it most likely meant."""
+    from parallelsearch.graphs.agent import closest
+
+    meant = closest(key, KNOWN_KEYS)
+    return f"{key!r}" + (f" (did you mean {meant!r}?)" if meant else "")
+
+
 def check_configurable(configurable: Any, caps: RequestCaps) -> dict[str, Any]:
     """The request's ``configurable`` validated (None values dropped: "not given"), or
     :class:`RequestProblem` (422) naming the key."""
@@ -99,7 +107,7 @@ def check_configurable(configurable: Any, caps: RequestCaps) -> dict[str, Any]:
         raise RequestProblem(422, "config.configurable must be an object")
     unknown = sorted(k for k in configurable if k not in KNOWN_KEYS)
     if unknown:
-        names = ", ".join(repr(k) for k in unknown)
+        names = ", ".join(_named_with_hint(k) for k in unknown)
         raise RequestProblem(422, f"unknown configurable key(s) {names}; known: {', '.join(KNOWN_KEYS)}")
     given = {k: v for k, v in configurable.items() if v is not None}
     try:
