@@ -237,3 +237,82 @@ def test_the_final_answer_is_one_update_as_in_create_agent():
     assert len(ours_ids) == len(theirs_ids) == 1
     out = ours.invoke({"messages": [("user", "q?")]})
     assert out["messages"][-1].response_metadata["status"] == "answered" and out["messages"][-1].name
+
+
+def tool_events(agent, inputs: dict) -> list[tuple]:
+    """``astream_events(v2)``'s tool events: (event, tool name, input, tool message name and call id)."""
+    import asyncio
+
+    async def collect() -> list[dict]:
+        return [
+            e async for e in agent.astream_events(inputs, version="v2") if e["event"].startswith("on_tool_")
+        ]
+
+    out = []
+    for e in asyncio.run(collect()):
+        msg = e["data"].get("output")
+        out.append(
+            (
+                e["event"],
+                e["name"],
+                e["data"]["input"],
+                getattr(msg, "name", None),
+                getattr(msg, "tool_call_id", None),
+            )
+        )
+    return out
+
+
+def test_each_search_call_is_a_tool_run_in_astream_events_as_in_create_agent():
+    two = AIMessage("", tool_calls=[
+        {"name": "wiki", "args": {"query": "Inception"}, "id": "c1", "type": "tool_call"},
+        {"name": "web", "args": {"query": "Nolan news"}, "id": "c2", "type": "tool_call"},
+    ])  # fmt: skip
+    (ours, _), (theirs, _) = both([two, "Nolan"], [wiki, web])
+    asked = {"messages": [("user", "Who?")]}
+    mine, ref = tool_events(ours, asked), tool_events(theirs, asked)
+    assert len(ref) == 4 and sorted(mine, key=str) == sorted(ref, key=str)
+    assert ("on_tool_start", "wiki", {"query": "Inception"}, None, None) in mine
+    # the event's tool message is the one the conversation keeps
+    import asyncio
+
+    async def ends() -> list:
+        return [
+            e["data"]["output"]
+            async for e in ours.astream_events(asked, version="v2")
+            if e["event"] == "on_tool_end"
+        ]
+
+    kept = [m for m in ours.invoke(asked)["messages"] if isinstance(m, ToolMessage)]
+    assert sorted((m.tool_call_id, m.content) for m in asyncio.run(ends())) == [
+        (m.tool_call_id, m.content) for m in kept
+    ]
+
+
+def test_tool_events_keep_the_round_parallel_and_name_the_search_tool_under_tags():
+    import asyncio
+
+    barrier = asyncio.Barrier(2)  # each search waits for the other: a sequential run never gets past it
+
+    async def films(query: str) -> list[dict]:
+        """Films."""
+        await asyncio.wait_for(barrier.wait(), 60)
+        return [{"title": query, "text": "a film"}]
+
+    async def people(query: str) -> list[dict]:
+        """People."""
+        await asyncio.wait_for(barrier.wait(), 60)
+        return [{"title": query, "text": "a person"}]
+
+    two = AIMessage("", tool_calls=[
+        {"name": "films", "args": {"query": "Inception"}, "id": "c1", "type": "tool_call"},
+        {"name": "people", "args": {"query": "Nolan"}, "id": "c2", "type": "tool_call"},
+    ])  # fmt: skip
+    agent = create_parallel_search_agent(ScriptModel(replies=[two, "done"]), [films, people])
+    events = tool_events(agent, {"messages": [("user", "Who?")]})
+    assert [e[0] for e in events] == ["on_tool_start", "on_tool_start", "on_tool_end", "on_tool_end"]
+    tags = ScriptModel(replies=["<search> a ## b </search>", "<answer> y </answer>"])
+    events = tool_events(create_parallel_search_agent(tags, Films(), protocol="tags"), {"question": "q?"})
+    assert sorted((e[1:3] for e in events if e[0] == "on_tool_start"), key=str) == [
+        ("search", {"query": "a"}), ("search", {"query": "b"})
+    ]  # fmt: skip
