@@ -161,21 +161,28 @@ def _nodes(given: Sequence[str] | None, middleware: Sequence[Any]) -> tuple[str,
 
 
 def _context(schema: type | None) -> type | None:
-    """A caller's context schema (a TypedDict) with the per-request knobs' fields beside its own."""
+    """A caller's context schema (a TypedDict or a dataclass, as ``create_agent`` takes it) with
+    the per-request knobs' fields beside its own (a dataclass's as fields defaulting to None)."""
     if schema is None:
         return None
+    import dataclasses
     from typing import get_type_hints
 
     from typing_extensions import TypedDict, is_typeddict
 
+    knobs = get_type_hints(GraphContext, include_extras=True)
+    if isinstance(schema, type) and dataclasses.is_dataclass(schema):
+        own = {f.name for f in dataclasses.fields(schema)}
+        added = [(k, hint, dataclasses.field(default=None)) for k, hint in knobs.items() if k not in own]
+        frozen = schema.__dataclass_params__.frozen  # type: ignore[attr-defined]  # every dataclass has it
+        merged = dataclasses.make_dataclass(schema.__name__, added, bases=(schema,), frozen=frozen)
+        merged.__module__ = schema.__module__  # where a schema reader (langgraph dev) finds it
+        return merged
     if not is_typeddict(schema):
         raise TypeError(
-            f"context_schema must be a TypedDict (its keys join the per-request knobs'), got {schema!r}"
+            f"context_schema must be a TypedDict or a dataclass (its keys join the per-request knobs'), got {schema!r}"
         )
-    fields = {
-        **get_type_hints(GraphContext, include_extras=True),
-        **get_type_hints(schema, include_extras=True),
-    }
+    fields = {**knobs, **get_type_hints(schema, include_extras=True)}
     return TypedDict(schema.__name__, fields, total=False)  # type: ignore[operator]  # a TypedDict built at run time: checkers want literal fields
 
 
@@ -216,7 +223,8 @@ def create_parallel_search_agent(
             (``HumanInTheLoopMiddleware(interrupt_on={"search": True})`` reviews each search).
         checkpointer, store, debug, interrupt_before, interrupt_after, name: as ``create_agent``
             takes them (``"model"``/``"tools"`` name the planner and the search).
-        context_schema: a TypedDict of your runtime context keys (the knobs' are added).
+        context_schema: a TypedDict or a dataclass of your runtime context keys (the knobs' are
+            added: ``context={"user_id": "u", "top_k": 2}`` sets both).
         graph: ``parallel`` (ParallelSearch), ``sequential`` (Search-R1) or ``dag`` (``#k`` plans).
         protocol: ``tools`` (the model calls a ``search`` tool; several calls per message are one
             parallel round), ``tags`` (``<search> a ## b </search>`` text) or ``auto``.

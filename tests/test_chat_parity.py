@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from chat_stand_in import Films, ScriptModel, calls
 from conftest import needs_data
@@ -67,13 +68,14 @@ def test_a_callers_orphan_tool_messages_are_dropped_and_said_once(caplog):
     assert len(said) == 1 and "gone_1" in said[0].getMessage()
 
 
-def both(replies: list, tools: list, **kw):
-    """This agent and ``create_agent`` over ``tools``, each on its own copy of the scripted model."""
+def both(replies: list, tools: list, own: dict | None = None, **kw):
+    """This agent and ``create_agent`` over ``tools``, each on its own copy of the scripted model
+    (``own``: keywords only this agent takes)."""
     from langchain.agents import create_agent
 
     ours, theirs = ScriptModel(replies=replies), ScriptModel(replies=replies)
     return (
-        (create_parallel_search_agent(ours, tools, **kw), ours),
+        (create_parallel_search_agent(ours, tools, **kw, **(own or {})), ours),
         (create_agent(theirs, tools, **kw), theirs),
     )
 
@@ -316,3 +318,55 @@ def test_tool_events_keep_the_round_parallel_and_name_the_search_tool_under_tags
     assert sorted((e[1:3] for e in events if e[0] == "on_tool_start"), key=str) == [
         ("search", {"query": "a"}), ("search", {"query": "b"})
     ]  # fmt: skip
+
+
+@dataclass
+class UserContext:
+    user_id: str
+    style: str = "short"
+
+
+def test_a_dataclass_context_schema_reaches_middleware_as_in_create_agent():
+    from langchain.agents.middleware import dynamic_prompt
+
+    @dynamic_prompt
+    def for_user(request) -> str:
+        ctx = request.runtime.context
+        return f"You help {ctx.user_id}; answer {ctx.style}."
+
+    kw = {"middleware": [for_user], "context_schema": UserContext}
+    (ours, our_model), (theirs, their_model) = both(["y"], [wiki], {"middleware_prompt": "as_given"}, **kw)
+    ours.invoke({"messages": [("user", "q?")]}, context=UserContext(user_id="ada"))
+    theirs.invoke({"messages": [("user", "q?")]}, context=UserContext(user_id="ada"))
+    assert our_model.seen[0][0].content == their_model.seen[0][0].content == "You help ada; answer short."
+    # a dict context becomes the dataclass, per-request knobs beside its fields
+    model = ScriptModel(replies=[calls("a"), "y"])
+    films = Films()
+    agent = create_parallel_search_agent(model, films, context_schema=UserContext, top_k=3)
+    out = agent.invoke({"messages": [("user", "q?")]}, context={"user_id": "bo", "top_k": 1})
+    assert out["answer"] == "y" and films.queries == ["a"]
+    import pytest
+
+    with pytest.raises(TypeError, match="context_schema must be a TypedDict or a dataclass"):
+        create_parallel_search_agent(model, films, context_schema=int)
+
+
+def test_dynamic_prompt_keeps_the_protocols_search_instructions_unless_as_given():
+    from langchain.agents.middleware import dynamic_prompt
+
+    @dynamic_prompt
+    def terse(request) -> str:
+        return "Be terse."
+
+    plain = ScriptModel(replies=["y"])
+    create_parallel_search_agent(plain, Films()).invoke({"messages": [("user", "q?")]})
+    instructions = plain.seen[0][0].content
+    kept = ScriptModel(replies=["y"])
+    create_parallel_search_agent(kept, Films(), middleware=[terse]).invoke({"messages": [("user", "q?")]})
+    assert kept.seen[0][0].content == f"Be terse.\n\n{instructions}"
+    (ours, our_model), (theirs, their_model) = both(
+        ["y"], [wiki], {"middleware_prompt": "as_given"}, middleware=[terse]
+    )
+    ours.invoke({"messages": [("user", "q?")]})
+    theirs.invoke({"messages": [("user", "q?")]})
+    assert our_model.seen[0][0].content == their_model.seen[0][0].content == "Be terse."

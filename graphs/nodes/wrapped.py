@@ -63,6 +63,23 @@ def _specs(tools: Any) -> tuple[dict[str, Any], ...]:
     return tuple(t if isinstance(t, dict) else convert_to_openai_tool(t) for t in tools)
 
 
+def with_instructions(engine: EpisodeEngine, system: SystemMessage | None) -> SystemMessage | None:
+    """The system message a middleware left (``@dynamic_prompt`` replaces it) with the protocol's
+    parallel-search instructions after its text when it dropped them, unless the graph's
+    ``middleware_prompt`` is ``as_given``."""
+    if engine.cfg.middleware_prompt == "as_given":
+        return system
+    instructions = engine.protocol.instructions(engine.cfg.prompt_template).strip()
+    if not instructions or (system is not None and instructions in content_text(system.content)):
+        return system
+    if system is None:
+        return SystemMessage(content=instructions)
+    if isinstance(system.content, str):
+        return system.model_copy(update={"content": f"{system.content.rstrip()}\n\n{instructions}"})
+    block = {"type": "text", "text": f"\n\n{instructions}"}
+    return system.model_copy(update={"content": [*system.content, block]})
+
+
 async def model_turn(
     engine: EpisodeEngine, request: TurnRequest, state: Any, runtime: Runtime | None
 ) -> TurnResult:
@@ -80,7 +97,10 @@ async def model_turn(
 
     async def handler(req: Any) -> Any:
         policy = engine.policy if req.model is model else ChatModelPolicy(req.model)
-        given = [req.system_message, *req.messages] if req.system_message else list(req.messages)
+        system_message = (
+            with_instructions(engine, req.system_message) if engine.protocol.chat else req.system_message
+        )
+        given = [system_message, *req.messages] if system_message else list(req.messages)
         tools = request.tools if list(req.tools) == offered else _specs(req.tools)
         asked = replace(request, messages=given if model is not None else request.messages, tools=tools)
         res = await policy.agenerate(asked)
