@@ -31,7 +31,6 @@ _NODE_ALIASES = {"model": "planner", "tools": "search"}
 _NODES = ("begin", "planner", "search", "join", "answer")
 #: create_agent keywords this agent does not take, and why
 _NOT_TAKEN = {
-    "response_format": "the answer is the model's text; structured output of the answer is not supported",
     "state_schema": "the graph's state is its own; middleware add their state with their state_schema",
     "prompt": "give instructions as system_prompt=, or a prompt template as prompt_template=",
 }
@@ -196,6 +195,7 @@ def create_parallel_search_agent(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     store: BaseStore | None = None,
     context_schema: type | None = None,
+    response_format: Any = None,
     name: str | None = None,
     debug: bool = False,
     interrupt_before: Sequence[str] | None = None,
@@ -215,16 +215,14 @@ def create_parallel_search_agent(
             endpoint serving a trained checkpoint, ``"vllm:PATH"``, ...) or a policy.
         tools (or ``searchers=``): a store name or list of them (opened with ``retrieval``, routed
             by ``name: query`` when several), a ``/retrieve`` URL, a LangChain retriever or vector
-            store, a tool, a function, a list of them (routed by their ``name``) or a mapping. A
-            LangChain tool, or a list of tools and functions, is shown to a tool-calling model as
-            tools with their own names and descriptions; anything else as the one ``search`` tool.
+            store, a tool, a function, a list of them (routed by their ``name``) or a mapping. Named
+            tools and functions are tools of their own to the model; anything else one ``search``.
         system_prompt: instructions (text or a SystemMessage) before the protocol's own.
-        middleware: LangChain ``AgentMiddleware`` objects, run where ``create_agent`` runs them
-            (``HumanInTheLoopMiddleware(interrupt_on={"search": True})`` reviews each search).
+        middleware: LangChain ``AgentMiddleware`` objects, run where ``create_agent`` runs them.
         checkpointer, store, debug, interrupt_before, interrupt_after, name: as ``create_agent``
-            takes them (``"model"``/``"tools"`` name the planner and the search).
-        context_schema: a TypedDict or a dataclass of your runtime context keys (the knobs' are
-            added: ``context={"user_id": "u", "top_k": 2}`` sets both).
+            takes them (``"model"``/``"tools"``: the planner and the search).
+        response_format: as ``create_agent`` takes it; the parsed answer is ``structured_response``.
+        context_schema: a TypedDict or a dataclass of your context keys (the knobs' are added).
         graph: ``parallel`` (ParallelSearch), ``sequential`` (Search-R1) or ``dag`` (``#k`` plans).
         protocol: ``tools`` (the model calls a ``search`` tool; several calls per message are one
             parallel round), ``tags`` (``<search> a ## b </search>`` text) or ``auto``.
@@ -241,7 +239,7 @@ def create_parallel_search_agent(
         middleware=tuple(middleware), name=name, context_schema=_context(context_schema), store=store,
         debug=debug, interrupt_before=_nodes(interrupt_before, middleware),
         interrupt_after=_nodes(interrupt_after, middleware),
-        named_tools=tuple((n, about) for n, about, _ in named or ()),
+        named_tools=tuple((n, about) for n, about, _ in named or ()), response_format=response_format,
     )  # fmt: skip
     return build_graph(
         graph, model, searcher, answer_policy=answer_model, checkpointer=checkpointer, config=config,

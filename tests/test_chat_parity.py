@@ -13,6 +13,7 @@ from chat_stand_in import Films, ScriptModel, calls
 from conftest import needs_data
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import BaseModel
 
 from parallelsearch import create_parallel_search_agent
 
@@ -370,3 +371,89 @@ def test_dynamic_prompt_keeps_the_protocols_search_instructions_unless_as_given(
     ours.invoke({"messages": [("user", "q?")]})
     theirs.invoke({"messages": [("user", "q?")]})
     assert our_model.seen[0][0].content == their_model.seen[0][0].content == "Be terse."
+
+
+class Film(BaseModel):
+    """A film and the year it came out."""
+
+    title: str
+    year: int
+
+
+def film_call(turn: int, year: object = 2010) -> AIMessage:
+    args = {"title": "Inception", "year": year}
+    return AIMessage(
+        "", tool_calls=[{"name": "Film", "args": args, "id": f"out_{turn}", "type": "tool_call"}]
+    )
+
+
+def transcript(messages: Sequence[BaseMessage]) -> list[tuple]:
+    """The record's shape: each message's type, name, tool calls' names and ids (search texts differ)."""
+    return [
+        (
+            m.type,
+            getattr(m, "tool_call_id", None),
+            [(c["name"], c["id"]) for c in getattr(m, "tool_calls", [])],
+        )
+        for m in messages
+    ]
+
+
+def test_response_format_tool_strategy_answers_through_its_tool_as_in_create_agent():
+    from langchain.agents.structured_output import ToolStrategy
+
+    replies = [calls("Inception", tool="wiki"), film_call(1)]
+    for given in (ToolStrategy(Film), Film):  # a bare schema: this stand-in has no provider support
+        (ours, our_model), (theirs, their_model) = both(replies, [wiki], response_format=given)
+        out = ours.invoke({"messages": [("user", "Which film?")]})
+        ref = theirs.invoke({"messages": [("user", "Which film?")]})
+        assert out["structured_response"] == ref["structured_response"] == Film(title="Inception", year=2010)
+        assert transcript(out["messages"]) == transcript(ref["messages"])
+        assert out["messages"][-1].content == ref["messages"][-1].content
+        assert our_model.tools == their_model.tools == [["wiki", "Film"]] * 2
+        assert [k.get("tool_choice") for k in our_model._kwargs] == [
+            k.get("tool_choice") for k in their_model._kwargs
+        ]
+        assert out["answer"] == '{"title": "Inception", "year": 2010}' and out["search_rounds"] == 1
+        assert unanswered(out["messages"]) == []
+
+
+def test_a_refused_structured_answer_is_retried_as_in_create_agent():
+    from langchain.agents.structured_output import ToolStrategy
+
+    replies = [film_call(0, year="not a year"), film_call(1)]
+    (ours, _), (theirs, _) = both(replies, [wiki], response_format=ToolStrategy(Film))
+    out = ours.invoke({"messages": [("user", "Which film?")]})
+    ref = theirs.invoke({"messages": [("user", "Which film?")]})
+    assert out["structured_response"] == ref["structured_response"] == Film(title="Inception", year=2010)
+    assert transcript(out["messages"]) == transcript(ref["messages"])
+    errors = [m.content for m in out["messages"] if isinstance(m, ToolMessage)][:1]
+    assert errors == [m.content for m in ref["messages"] if isinstance(m, ToolMessage)][:1]
+    import pytest
+    from langchain.agents.structured_output import StructuredOutputValidationError
+
+    for agent, _ in both(replies, [wiki], response_format=ToolStrategy(Film, handle_errors=False)):
+        with pytest.raises(StructuredOutputValidationError):
+            agent.invoke({"messages": [("user", "Which film?")]})
+
+
+def test_response_format_provider_strategy_parses_the_answer_as_in_create_agent():
+    from langchain.agents.structured_output import ProviderStrategy
+
+    replies = [calls("Inception", tool="wiki"), '{"title": "Inception", "year": 2010}']
+    for given, model_kw in ((ProviderStrategy(Film), {}), (Film, {"profile": {"structured_output": True}})):
+        ours_model, theirs_model = (
+            ScriptModel(replies=replies, **model_kw),
+            ScriptModel(replies=replies, **model_kw),
+        )
+        from langchain.agents import create_agent
+
+        out = create_parallel_search_agent(ours_model, [wiki], response_format=given).invoke(
+            {"messages": [("user", "q?")]}
+        )
+        ref = create_agent(theirs_model, [wiki], response_format=given).invoke({"messages": [("user", "q?")]})
+        assert out["structured_response"] == ref["structured_response"] == Film(title="Inception", year=2010)
+        assert transcript(out["messages"]) == transcript(ref["messages"])
+        assert ours_model.tools == theirs_model.tools == [["wiki"]] * 2
+        sent = [k.get("response_format") for k in ours_model._kwargs]
+        assert sent == [k.get("response_format") for k in theirs_model._kwargs] and sent[0] is not None

@@ -101,7 +101,8 @@ async def model_turn(
             with_instructions(engine, req.system_message) if engine.protocol.chat else req.system_message
         )
         given = [system_message, *req.messages] if system_message else list(req.messages)
-        tools = request.tools if list(req.tools) == offered else _specs(req.tools)
+        extra = engine.structured.output_tools if engine.structured is not None else ()
+        tools = request.tools if list(req.tools) == offered else (*_specs(req.tools), *extra)
         asked = replace(request, messages=given if model is not None else request.messages, tools=tools)
         res = await policy.agenerate(asked)
         turns.append(res)
@@ -112,6 +113,7 @@ async def model_turn(
         messages=messages[1:] if system else messages,
         system_message=system,
         tools=list(offered),
+        response_format=engine.structured.strategy if engine.structured is not None else None,
         state=state,
         runtime=runtime,
     )
