@@ -279,17 +279,23 @@ def test_each_search_call_is_a_tool_run_in_astream_events_as_in_create_agent():
     # the event's tool message is the one the conversation keeps
     import asyncio
 
-    async def ends() -> list:
-        return [
-            e["data"]["output"]
-            async for e in ours.astream_events(asked, version="v2")
-            if e["event"] == "on_tool_end"
-        ]
+    async def ends_and_kept() -> tuple[list, list]:
+        agent = create_parallel_search_agent(ScriptModel(replies=[two, "Nolan"]), [wiki, web])
+        ends, out = [], None
+        async for e in agent.astream_events(asked, version="v2"):
+            if e["event"] == "on_tool_end":
+                ends.append(e["data"]["output"])
+            elif e["event"] == "on_chain_end" and e["name"] == agent.name:
+                out = e["data"]["output"]
+        return ends, [m for m in out["messages"] if isinstance(m, ToolMessage)]
 
-    kept = [m for m in ours.invoke(asked)["messages"] if isinstance(m, ToolMessage)]
-    assert sorted((m.tool_call_id, m.content) for m in asyncio.run(ends())) == [
-        (m.tool_call_id, m.content) for m in kept
-    ]
+    ends, kept = asyncio.run(ends_and_kept())
+    assert len(kept) == 2
+    assert sorted((m.tool_call_id, m.content) for m in ends) == [(m.tool_call_id, m.content) for m in kept]
+    # a call repeated in one message is searched once, and each call is still one tool run
+    (ours, _), (theirs, _) = both([calls("Inception", "Inception", tool="wiki"), "Nolan"], [wiki])
+    mine, ref = tool_events(ours, asked), tool_events(theirs, asked)
+    assert len(ref) == 4 and sorted(mine, key=str) == sorted(ref, key=str)
 
 
 def test_tool_events_keep_the_round_parallel_and_name_the_search_tool_under_tags():

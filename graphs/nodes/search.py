@@ -28,7 +28,7 @@ from parallelsearch.graphs.state import SearchState, SearchTask
 from parallelsearch.graphs.turns import after_turn
 
 #: a search task's keys that are not the result row's
-_TASK_ONLY = ("top_k", "call", "view", "resolved_stage")
+_TASK_ONLY = ("top_k", "call", "also", "view", "resolved_stage")
 
 
 def route(engine: EpisodeEngine, state: SearchState) -> Any:
@@ -64,20 +64,28 @@ def made_call(query: str, round_: int, index: int) -> dict[str, Any]:
 
 def call_context(engine: EpisodeEngine, state: SearchState, view: bool = True) -> Any:
     """Sub-query i's tool call (the first call that searched it; a text protocol's sub-query gets
-    one made for it) and, for ``wrap_tool_call`` middleware (``view``), the state they read."""
+    one made for it) and, for ``wrap_tool_call`` middleware (``view``), the state they read.
+    Without middleware each call is one tool run, reported by the task of its first sub-query:
+    that task's ``also`` holds the duplicate calls its search answers, and a later piece of a
+    call split at ``##`` has no call of its own (``None``)."""
     act = state.get("last_action") or {}
     ai = next((m for m in reversed(state.get("messages") or []) if isinstance(m, AIMessage)), None)
     by_id = {c.get("id"): c for c in (ai.tool_calls if ai is not None else [])}
-    first = {}
+    first: dict[int, Any] = {}
+    owner: dict[Any, int] = {}  # each call's first sub-query
     for cid, i in act.get("calls") or []:
-        if i is not None and i not in first and cid in by_id:
-            first[i] = by_id[cid]
+        if i is not None and cid in by_id:
+            first.setdefault(i, by_id[cid])
+            owner.setdefault(cid, i)
     keys = {"messages", *(engine.middleware.state_fields() if engine.middleware else {})}
     seen = {k: state[k] for k in keys if k in state} if view else None  # type: ignore[literal-required]
 
     def context(i: int) -> dict[str, Any]:
         call = first.get(i) or made_call(act["subqueries"][i], state.get("round", 0), i)
-        return {"call": call, "view": seen} if view else {"call": call}
+        if view:
+            return {"call": call, "view": seen}
+        also = [by_id[cid] for cid, j in owner.items() if j == i and cid != call["id"]]
+        return {"call": call if owner.get(call["id"], i) == i else None, **({"also": also} if also else {})}
 
     return context
 
@@ -91,6 +99,9 @@ def _with_calls(
     out = []
     for task in tasks:
         ctx = context(task["index"])
+        if ctx["call"] is None:  # a piece of a split call: its first piece reports the call
+            out.append({**task, **ctx, "resolved_stage": True})
+            continue
         call = {**ctx["call"], "args": {**(ctx["call"].get("args") or {}), "query": task["query"]}}
         out.append({**task, **ctx, "call": call, "resolved_stage": True})
     return out
@@ -133,13 +144,15 @@ async def search(
     top_k = task.get("top_k") or engine.cfg.top_k
     cfg = engine.configured(config, runtime)
     wraps = engine.wraps_tools()
+    call = task["call"] if "call" in task else made_call(task["query"], task.get("round", 0), task["index"])
     as_call = not task.get("error") and engine.searcher is not None and (wraps or listening(config))
-    if as_call:  # inside wrap_tool_call middleware, or as its tool's run for the callback handlers
+    if (
+        as_call and call is not None
+    ):  # inside wrap_tool_call middleware, or as its tool's run for the handlers
 
         async def run(query: str) -> dict[str, Any]:
             return await _searched(engine, {**row, "query": query}, top_k, cfg)
 
-        call = task.get("call") or made_call(task["query"], task.get("round", 0), task["index"])
         row = await tool_call(engine, {**task, "call": call}, run, config, runtime)
         row = {k: v for k, v in row.items() if k not in _TASK_ONLY and (wraps or k != "message")}
     else:

@@ -207,6 +207,12 @@ async def tool_call(
         message = await _wrapped_tool_call(engine, task, answer_call, config, runtime)
     else:  # the sub-query the planner's call made (a call split at ## searches its piece)
         message = await answer_call(task["call"], as_called=False)
+        for also in task.get("also") or ():  # a duplicate call: answered by the same search
+
+            async def same(call: Mapping[str, Any] = also) -> ToolMessage:
+                return reply_message(engine, task, rows[-1], call)
+
+            await as_tool_run(engine, also, same, config)
     row = rows[-1] if rows else {**task, "passages": [], "attempts": 0}
     return {**row, "message": message}
 
