@@ -463,3 +463,20 @@ def test_response_format_provider_strategy_parses_the_answer_as_in_create_agent(
         assert ours_model.tools == theirs_model.tools == [["wiki"]] * 2
         sent = [k.get("response_format") for k in ours_model._kwargs]
         assert sent == [k.get("response_format") for k in theirs_model._kwargs] and sent[0] is not None
+
+
+def test_a_structured_answer_belongs_to_its_turn_of_the_thread():
+    from langchain.agents.structured_output import ToolStrategy
+
+    model = ScriptModel(replies=[calls("Inception", tool="wiki"), film_call(1), "no schema this time"])
+    agent = create_parallel_search_agent(
+        model, [wiki], response_format=ToolStrategy(Film), checkpointer=InMemorySaver()
+    )
+    thread = {"configurable": {"thread_id": "t"}}
+    first = agent.invoke({"messages": [("user", "Which film?")]}, thread)
+    second = agent.invoke({"messages": [("user", "And again?")]}, thread)
+    assert first["structured_response"] == Film(title="Inception", year=2010)
+    assert second.get("structured_response") is None and second["answer"] == "no schema this time"
+    assert (
+        unanswered(model.seen[-1]) == []
+    )  # the output call and its tool message are history a provider takes
