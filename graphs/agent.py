@@ -31,7 +31,6 @@ _NODE_ALIASES = {"model": "planner", "tools": "search"}
 _NODES = ("begin", "planner", "search", "join", "answer")
 #: create_agent keywords this agent does not take, and why
 _NOT_TAKEN = {
-    "response_format": "the answer is the model's text; structured output of the answer is not supported",
     "state_schema": "the graph's state is its own; middleware add their state with their state_schema",
     "prompt": "give instructions as system_prompt=, or a prompt template as prompt_template=",
 }
@@ -161,21 +160,28 @@ def _nodes(given: Sequence[str] | None, middleware: Sequence[Any]) -> tuple[str,
 
 
 def _context(schema: type | None) -> type | None:
-    """A caller's context schema (a TypedDict) with the per-request knobs' fields beside its own."""
+    """A caller's context schema (a TypedDict or a dataclass, as ``create_agent`` takes it) with
+    the per-request knobs' fields beside its own (a dataclass's as fields defaulting to None)."""
     if schema is None:
         return None
+    import dataclasses
     from typing import get_type_hints
 
     from typing_extensions import TypedDict, is_typeddict
 
+    knobs = get_type_hints(GraphContext, include_extras=True)
+    if isinstance(schema, type) and dataclasses.is_dataclass(schema):
+        own = {f.name for f in dataclasses.fields(schema)}
+        added = [(k, hint, dataclasses.field(default=None)) for k, hint in knobs.items() if k not in own]
+        frozen = schema.__dataclass_params__.frozen  # type: ignore[attr-defined]  # every dataclass has it
+        merged = dataclasses.make_dataclass(schema.__name__, added, bases=(schema,), frozen=frozen)
+        merged.__module__ = schema.__module__  # where a schema reader (langgraph dev) finds it
+        return merged
     if not is_typeddict(schema):
         raise TypeError(
-            f"context_schema must be a TypedDict (its keys join the per-request knobs'), got {schema!r}"
+            f"context_schema must be a TypedDict or a dataclass (its keys join the per-request knobs'), got {schema!r}"
         )
-    fields = {
-        **get_type_hints(GraphContext, include_extras=True),
-        **get_type_hints(schema, include_extras=True),
-    }
+    fields = {**knobs, **get_type_hints(schema, include_extras=True)}
     return TypedDict(schema.__name__, fields, total=False)  # type: ignore[operator]  # a TypedDict built at run time: checkers want literal fields
 
 
@@ -189,6 +195,7 @@ def create_parallel_search_agent(
     checkpointer: BaseCheckpointSaver[Any] | None = None,
     store: BaseStore | None = None,
     context_schema: type | None = None,
+    response_format: Any = None,
     name: str | None = None,
     debug: bool = False,
     interrupt_before: Sequence[str] | None = None,
@@ -208,15 +215,14 @@ def create_parallel_search_agent(
             endpoint serving a trained checkpoint, ``"vllm:PATH"``, ...) or a policy.
         tools (or ``searchers=``): a store name or list of them (opened with ``retrieval``, routed
             by ``name: query`` when several), a ``/retrieve`` URL, a LangChain retriever or vector
-            store, a tool, a function, a list of them (routed by their ``name``) or a mapping. A
-            LangChain tool, or a list of tools and functions, is shown to a tool-calling model as
-            tools with their own names and descriptions; anything else as the one ``search`` tool.
+            store, a tool, a function, a list of them (routed by their ``name``) or a mapping. Named
+            tools and functions are tools of their own to the model; anything else one ``search``.
         system_prompt: instructions (text or a SystemMessage) before the protocol's own.
-        middleware: LangChain ``AgentMiddleware`` objects, run where ``create_agent`` runs them
-            (``HumanInTheLoopMiddleware(interrupt_on={"search": True})`` reviews each search).
+        middleware: LangChain ``AgentMiddleware`` objects, run where ``create_agent`` runs them.
         checkpointer, store, debug, interrupt_before, interrupt_after, name: as ``create_agent``
-            takes them (``"model"``/``"tools"`` name the planner and the search).
-        context_schema: a TypedDict of your runtime context keys (the knobs' are added).
+            takes them (``"model"``/``"tools"``: the planner and the search).
+        response_format: as ``create_agent`` takes it; the parsed answer is ``structured_response``.
+        context_schema: a TypedDict or a dataclass of your context keys (the knobs' are added).
         graph: ``parallel`` (ParallelSearch), ``sequential`` (Search-R1) or ``dag`` (``#k`` plans).
         protocol: ``tools`` (the model calls a ``search`` tool; several calls per message are one
             parallel round), ``tags`` (``<search> a ## b </search>`` text) or ``auto``.
@@ -233,7 +239,7 @@ def create_parallel_search_agent(
         middleware=tuple(middleware), name=name, context_schema=_context(context_schema), store=store,
         debug=debug, interrupt_before=_nodes(interrupt_before, middleware),
         interrupt_after=_nodes(interrupt_after, middleware),
-        named_tools=tuple((n, about) for n, about, _ in named or ()),
+        named_tools=tuple((n, about) for n, about, _ in named or ()), response_format=response_format,
     )  # fmt: skip
     return build_graph(
         graph, model, searcher, answer_policy=answer_model, checkpointer=checkpointer, config=config,

@@ -30,7 +30,15 @@ from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.middleware import Middleware
 from parallelsearch.graphs.nodes import after_join, bound_nodes, route
-from parallelsearch.graphs.state import GraphInput, GraphOutput, SearchState, state_with
+from parallelsearch.graphs.state import (
+    STRUCTURED_FIELDS,
+    GraphInput,
+    GraphOutput,
+    SearchState,
+    output_with,
+    state_with,
+)
+from parallelsearch.graphs.structured import StructuredAnswer
 from parallelsearch.graphs.sync_bridge import sync_node
 from parallelsearch.graphs.wiring import add_hook_nodes, wire_search_loop
 from parallelsearch.stores.errors import check_choice
@@ -136,9 +144,10 @@ def _new_builder(
     nodes: dict[str, Callable[..., Coroutine[Any, Any, Any]]],
     state: type = SearchState,
     context: type = GraphContext,
+    output: type = GraphOutput,
 ) -> StateGraph:
     """A builder with ``nodes``, each its async function with a sync twin (``invoke``/``stream``/``batch``)."""
-    b = StateGraph(state, context_schema=context, input_schema=GraphInput, output_schema=GraphOutput)
+    b = StateGraph(state, context_schema=context, input_schema=GraphInput, output_schema=output)
     for name, afunc in nodes.items():
         _add_node(b, name, afunc)
     return b
@@ -164,6 +173,8 @@ class GraphBuild:
     interrupt_after: tuple[str, ...] | None = None
     #: searchers shown to a tool-calling model as tools of their own: (name, description)
     named_tools: tuple[tuple[str, str], ...] = ()
+    #: create_agent's response_format (a strategy or a schema): the answer's structured form
+    response_format: Any = None
 
     def compile_options(self) -> dict[str, Any]:
         out: dict[str, Any] = {"store": self.store, "debug": self.debug}
@@ -211,9 +222,12 @@ def _search_loop(
         graph_name=name,
         resolver=resolver,
         middleware=mw,
+        structured=StructuredAnswer.of(build.response_format, getattr(pol, "model", None), spoken),
     )
     nodes = bound_nodes(engine, "begin", "planner", "search", "join", "answer")
-    b = _new_builder(nodes, state_with(mw.state_fields() if mw else {}), build.context_schema or GraphContext)
+    extra = {**(mw.state_fields() if mw else {}), **(STRUCTURED_FIELDS if engine.structured else {})}
+    output = output_with(STRUCTURED_FIELDS) if engine.structured else GraphOutput
+    b = _new_builder(nodes, state_with(extra), build.context_schema or GraphContext, output)
     add_hook_nodes(b, mw)
     if wire_search_loop(b, mw, functools.partial(route, engine), after_join):
         _add_node(b, "review", bound_nodes(engine, "review")["review"])
@@ -232,9 +246,9 @@ def _one_turn(
     """The baselines' shape: an entry node (``retrieve`` once with the question, or ``begin``),
     then one answer-only turn."""
     build = build or GraphBuild()
-    if build.middleware:
+    if build.middleware or build.response_format is not None:
         raise ValueError(
-            f"middleware needs a searching graph ({', '.join(SEARCHING_KINDS)}); {kind} has none"
+            f"middleware and response_format need a searching graph ({', '.join(SEARCHING_KINDS)}); {kind} has none"
         )
     opts = dict(options)
     _resolver_option(opts)  # one answer-only turn: nothing to resolve

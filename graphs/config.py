@@ -8,8 +8,8 @@ from __future__ import annotations
 import difflib
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Annotated, Any, TypeAlias, get_type_hints
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Annotated, Any, Literal, TypeAlias, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, with_config
 from typing_extensions import TypedDict
@@ -174,6 +174,15 @@ ProtocolName = Annotated[
     ),
 ]
 
+MiddlewarePrompt = Annotated[
+    Literal["with_instructions", "as_given"],
+    Field(
+        description="a system prompt a middleware writes (@dynamic_prompt, any wrap_model_call that replaces "
+        "the system message): 'with_instructions' = the protocol's parallel-search instructions follow it, "
+        "so the model still knows how to search; 'as_given' = sent as it is (it words its own instructions)"
+    ),
+]
+
 
 class GraphConfig(BaseModel):
     """Knobs of every graph builder (arguments with defaults, validated)."""
@@ -200,6 +209,7 @@ class GraphConfig(BaseModel):
     system_prompt: SystemPrompt = None
     max_history_messages: MaxHistoryMessages = None
     max_history_tokens: MaxHistoryTokens = None
+    middleware_prompt: MiddlewarePrompt = "with_instructions"
 
     @field_validator("protocol")
     @classmethod
@@ -255,6 +265,7 @@ class GraphOptions(_RequestKnobs, total=False):
     resolver: ResolverChoice  # a builder also takes a function or an object with aresolve
     protocol: ProtocolName | Any  # a name, or a SearchProtocol object (a builder only)
     system_prompt: SystemPrompt
+    middleware_prompt: MiddlewarePrompt
 
 
 @with_config(ConfigDict(extra="allow"))
@@ -319,13 +330,20 @@ def knob_bounds(keys: tuple[str, ...] = PER_REQUEST_KEYS) -> dict[str, dict[str,
 _CONTEXT = TypeAdapter(GraphContext)
 
 
+def _fields_of(context: Any) -> Mapping[str, Any]:
+    """A context object's values by name (a dataclass with slots has no ``__dict__``)."""
+    if is_dataclass(context) and not isinstance(context, type):
+        return {f.name: getattr(context, f.name) for f in fields(context)}
+    return getattr(context, "__dict__", {})
+
+
 def request_overrides(*sources: Mapping[str, Any] | Any) -> dict[str, Any]:
     """The per-request values found in ``sources`` (configurable dicts or a context; later ones
     win), validated strictly: a bad value is a ``ValueError`` naming the key. Other keys pass
     through (LangGraph's own, a parent graph's, a caller's context)."""
     merged: dict[str, Any] = {}
     for src in sources:  # a None context has no __dict__, so it adds nothing
-        items = src if isinstance(src, Mapping) else getattr(src, "__dict__", {})
+        items = src if isinstance(src, Mapping) else _fields_of(src)
         merged.update({k: v for k, v in items.items() if k in PER_REQUEST_KEYS and v is not None})
     if not merged:
         return {}

@@ -40,6 +40,7 @@ class EpisodeEngine:
     graph_name: str = "parallelsearch"
     resolver: Any = None  # the builder's resolver function or object, if any
     middleware: Middleware | None = None  # LangChain agent middleware, hooks in create_agent's places
+    structured: Any = None  # the answer's response_format (graphs/structured.py), if any
     stores: list[str] = field(init=False)
     warned: bool = field(default=False, init=False)  # the all-invalid warning, once per graph
     _sems: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = field(

@@ -114,6 +114,18 @@ class SearchTask(TypedDict):
     resolved_stage: NotRequired[bool]
 
 
+#: the state's and the output's field under ``response_format``: the answer's structured form
+STRUCTURED_FIELDS: dict[str, Any] = {"structured_response": Any}
+
+
+def output_with(fields: dict[str, Any]) -> type:
+    """:class:`GraphOutput` with more fields (``structured_response``)."""
+    from typing import get_type_hints
+
+    own = get_type_hints(GraphOutput, include_extras=True)
+    return TypedDict("GraphOutput", {**own, **fields}, total=False)  # type: ignore[operator]  # a TypedDict built at run time: checkers want literal fields
+
+
 def state_with(fields: dict[str, Any]) -> type:
     """:class:`SearchState` with more fields (middleware state, and LangChain's ``jump_to``)."""
     from typing import get_type_hints

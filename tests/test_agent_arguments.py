@@ -136,7 +136,7 @@ def test_an_unknown_keyword_is_a_type_error_naming_it_and_the_closest_known_one(
     assert hint in msg and "Extra inputs" not in msg and "top_k" in msg.split("; its knobs are")[1]
 
 
-@pytest.mark.parametrize("keyword", ["response_format", "state_schema", "prompt"])
+@pytest.mark.parametrize("keyword", ["state_schema", "prompt"])
 def test_a_create_agent_keyword_this_agent_does_not_take_says_why(keyword):
     with pytest.raises(TypeError, match=f"does not take {keyword}=: "):
         create_parallel_search_agent("oracle", wiki, **{keyword: 3})

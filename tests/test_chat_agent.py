@@ -268,7 +268,7 @@ def test_model_call_limit_and_retry_middleware_work_unchanged(chat):
 def test_front_door_mistakes_get_did_you_mean_and_reasons():
     with pytest.raises(TypeError, match="unexpected keyword 'k'.*did you mean 'top_k'"):
         create_parallel_search_agent("oracle", Films(), k=3)
-    with pytest.raises(TypeError, match="does not take response_format=: the answer is the model's text"):
+    with pytest.raises(ValueError, match="response_format= needs a chat model speaking the tools protocol"):
         create_parallel_search_agent("oracle", Films(), response_format=dict)
     with pytest.raises(ValueError, match="unknown node to interrupt at 'tool'"):
         create_parallel_search_agent("oracle", Films(), interrupt_before=["tool"])

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from chat_stand_in import Films, ScriptModel, calls
 from conftest import needs_data
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from pydantic import BaseModel
 
 from parallelsearch import create_parallel_search_agent
 
@@ -67,13 +69,14 @@ def test_a_callers_orphan_tool_messages_are_dropped_and_said_once(caplog):
     assert len(said) == 1 and "gone_1" in said[0].getMessage()
 
 
-def both(replies: list, tools: list, **kw):
-    """This agent and ``create_agent`` over ``tools``, each on its own copy of the scripted model."""
+def both(replies: list, tools: list, own: dict | None = None, **kw):
+    """This agent and ``create_agent`` over ``tools``, each on its own copy of the scripted model
+    (``own``: keywords only this agent takes)."""
     from langchain.agents import create_agent
 
     ours, theirs = ScriptModel(replies=replies), ScriptModel(replies=replies)
     return (
-        (create_parallel_search_agent(ours, tools, **kw), ours),
+        (create_parallel_search_agent(ours, tools, **kw, **(own or {})), ours),
         (create_agent(theirs, tools, **kw), theirs),
     )
 
@@ -237,3 +240,243 @@ def test_the_final_answer_is_one_update_as_in_create_agent():
     assert len(ours_ids) == len(theirs_ids) == 1
     out = ours.invoke({"messages": [("user", "q?")]})
     assert out["messages"][-1].response_metadata["status"] == "answered" and out["messages"][-1].name
+
+
+def tool_events(agent, inputs: dict) -> list[tuple]:
+    """``astream_events(v2)``'s tool events: (event, tool name, input, tool message name and call id)."""
+    import asyncio
+
+    async def collect() -> list[dict]:
+        return [
+            e async for e in agent.astream_events(inputs, version="v2") if e["event"].startswith("on_tool_")
+        ]
+
+    out = []
+    for e in asyncio.run(collect()):
+        msg = e["data"].get("output")
+        out.append(
+            (
+                e["event"],
+                e["name"],
+                e["data"]["input"],
+                getattr(msg, "name", None),
+                getattr(msg, "tool_call_id", None),
+            )
+        )
+    return out
+
+
+def test_each_search_call_is_a_tool_run_in_astream_events_as_in_create_agent():
+    two = AIMessage("", tool_calls=[
+        {"name": "wiki", "args": {"query": "Inception"}, "id": "c1", "type": "tool_call"},
+        {"name": "web", "args": {"query": "Nolan news"}, "id": "c2", "type": "tool_call"},
+    ])  # fmt: skip
+    (ours, _), (theirs, _) = both([two, "Nolan"], [wiki, web])
+    asked = {"messages": [("user", "Who?")]}
+    mine, ref = tool_events(ours, asked), tool_events(theirs, asked)
+    assert len(ref) == 4 and sorted(mine, key=str) == sorted(ref, key=str)
+    assert ("on_tool_start", "wiki", {"query": "Inception"}, None, None) in mine
+    # the event's tool message is the one the conversation keeps
+    import asyncio
+
+    async def ends_and_kept() -> tuple[list, list]:
+        agent = create_parallel_search_agent(ScriptModel(replies=[two, "Nolan"]), [wiki, web])
+        ends, out = [], None
+        async for e in agent.astream_events(asked, version="v2"):
+            if e["event"] == "on_tool_end":
+                ends.append(e["data"]["output"])
+            elif e["event"] == "on_chain_end" and e["name"] == agent.name:
+                out = e["data"]["output"]
+        return ends, [m for m in out["messages"] if isinstance(m, ToolMessage)]
+
+    ends, kept = asyncio.run(ends_and_kept())
+    assert len(kept) == 2
+    assert sorted((m.tool_call_id, m.content) for m in ends) == [(m.tool_call_id, m.content) for m in kept]
+    # a call repeated in one message is searched once, and each call is still one tool run
+    (ours, _), (theirs, _) = both([calls("Inception", "Inception", tool="wiki"), "Nolan"], [wiki])
+    mine, ref = tool_events(ours, asked), tool_events(theirs, asked)
+    assert len(ref) == 4 and sorted(mine, key=str) == sorted(ref, key=str)
+
+
+def test_tool_events_keep_the_round_parallel_and_name_the_search_tool_under_tags():
+    import asyncio
+
+    barrier = asyncio.Barrier(2)  # each search waits for the other: a sequential run never gets past it
+
+    async def films(query: str) -> list[dict]:
+        """Films."""
+        await asyncio.wait_for(barrier.wait(), 60)
+        return [{"title": query, "text": "a film"}]
+
+    async def people(query: str) -> list[dict]:
+        """People."""
+        await asyncio.wait_for(barrier.wait(), 60)
+        return [{"title": query, "text": "a person"}]
+
+    two = AIMessage("", tool_calls=[
+        {"name": "films", "args": {"query": "Inception"}, "id": "c1", "type": "tool_call"},
+        {"name": "people", "args": {"query": "Nolan"}, "id": "c2", "type": "tool_call"},
+    ])  # fmt: skip
+    agent = create_parallel_search_agent(ScriptModel(replies=[two, "done"]), [films, people])
+    events = tool_events(agent, {"messages": [("user", "Who?")]})
+    assert [e[0] for e in events] == ["on_tool_start", "on_tool_start", "on_tool_end", "on_tool_end"]
+    tags = ScriptModel(replies=["<search> a ## b </search>", "<answer> y </answer>"])
+    events = tool_events(create_parallel_search_agent(tags, Films(), protocol="tags"), {"question": "q?"})
+    assert sorted((e[1:3] for e in events if e[0] == "on_tool_start"), key=str) == [
+        ("search", {"query": "a"}), ("search", {"query": "b"})
+    ]  # fmt: skip
+
+
+@dataclass
+class UserContext:
+    user_id: str
+    style: str = "short"
+
+
+def test_a_dataclass_context_schema_reaches_middleware_as_in_create_agent():
+    from langchain.agents.middleware import dynamic_prompt
+
+    @dynamic_prompt
+    def for_user(request) -> str:
+        ctx = request.runtime.context
+        return f"You help {ctx.user_id}; answer {ctx.style}."
+
+    kw = {"middleware": [for_user], "context_schema": UserContext}
+    (ours, our_model), (theirs, their_model) = both(["y"], [wiki], {"middleware_prompt": "as_given"}, **kw)
+    ours.invoke({"messages": [("user", "q?")]}, context=UserContext(user_id="ada"))
+    theirs.invoke({"messages": [("user", "q?")]}, context=UserContext(user_id="ada"))
+    assert our_model.seen[0][0].content == their_model.seen[0][0].content == "You help ada; answer short."
+    # a dict context becomes the dataclass, per-request knobs beside its fields
+    model = ScriptModel(replies=[calls("a"), "y"])
+    films = Films()
+    agent = create_parallel_search_agent(model, films, context_schema=UserContext, top_k=3)
+    out = agent.invoke({"messages": [("user", "q?")]}, context={"user_id": "bo", "top_k": 1})
+    assert out["answer"] == "y" and films.queries == ["a"]
+    import pytest
+
+    with pytest.raises(TypeError, match="context_schema must be a TypedDict or a dataclass"):
+        create_parallel_search_agent(model, films, context_schema=int)
+
+
+def test_dynamic_prompt_keeps_the_protocols_search_instructions_unless_as_given():
+    from langchain.agents.middleware import dynamic_prompt
+
+    @dynamic_prompt
+    def terse(request) -> str:
+        return "Be terse."
+
+    plain = ScriptModel(replies=["y"])
+    create_parallel_search_agent(plain, Films()).invoke({"messages": [("user", "q?")]})
+    instructions = plain.seen[0][0].content
+    kept = ScriptModel(replies=["y"])
+    create_parallel_search_agent(kept, Films(), middleware=[terse]).invoke({"messages": [("user", "q?")]})
+    assert kept.seen[0][0].content == f"Be terse.\n\n{instructions}"
+    (ours, our_model), (theirs, their_model) = both(
+        ["y"], [wiki], {"middleware_prompt": "as_given"}, middleware=[terse]
+    )
+    ours.invoke({"messages": [("user", "q?")]})
+    theirs.invoke({"messages": [("user", "q?")]})
+    assert our_model.seen[0][0].content == their_model.seen[0][0].content == "Be terse."
+
+
+class Film(BaseModel):
+    """A film and the year it came out."""
+
+    title: str
+    year: int
+
+
+def film_call(turn: int, year: object = 2010) -> AIMessage:
+    args = {"title": "Inception", "year": year}
+    return AIMessage(
+        "", tool_calls=[{"name": "Film", "args": args, "id": f"out_{turn}", "type": "tool_call"}]
+    )
+
+
+def transcript(messages: Sequence[BaseMessage]) -> list[tuple]:
+    """The record's shape: each message's type, name, tool calls' names and ids (search texts differ)."""
+    return [
+        (
+            m.type,
+            getattr(m, "tool_call_id", None),
+            [(c["name"], c["id"]) for c in getattr(m, "tool_calls", [])],
+        )
+        for m in messages
+    ]
+
+
+def test_response_format_tool_strategy_answers_through_its_tool_as_in_create_agent():
+    from langchain.agents.structured_output import ToolStrategy
+
+    replies = [calls("Inception", tool="wiki"), film_call(1)]
+    for given in (ToolStrategy(Film), Film):  # a bare schema: this stand-in has no provider support
+        (ours, our_model), (theirs, their_model) = both(replies, [wiki], response_format=given)
+        out = ours.invoke({"messages": [("user", "Which film?")]})
+        ref = theirs.invoke({"messages": [("user", "Which film?")]})
+        assert out["structured_response"] == ref["structured_response"] == Film(title="Inception", year=2010)
+        assert transcript(out["messages"]) == transcript(ref["messages"])
+        assert out["messages"][-1].content == ref["messages"][-1].content
+        assert our_model.tools == their_model.tools == [["wiki", "Film"]] * 2
+        assert [k.get("tool_choice") for k in our_model._kwargs] == [
+            k.get("tool_choice") for k in their_model._kwargs
+        ]
+        assert out["answer"] == '{"title": "Inception", "year": 2010}' and out["search_rounds"] == 1
+        assert unanswered(out["messages"]) == []
+
+
+def test_a_refused_structured_answer_is_retried_as_in_create_agent():
+    from langchain.agents.structured_output import ToolStrategy
+
+    replies = [film_call(0, year="not a year"), film_call(1)]
+    (ours, _), (theirs, _) = both(replies, [wiki], response_format=ToolStrategy(Film))
+    out = ours.invoke({"messages": [("user", "Which film?")]})
+    ref = theirs.invoke({"messages": [("user", "Which film?")]})
+    assert out["structured_response"] == ref["structured_response"] == Film(title="Inception", year=2010)
+    assert transcript(out["messages"]) == transcript(ref["messages"])
+    errors = [m.content for m in out["messages"] if isinstance(m, ToolMessage)][:1]
+    assert errors == [m.content for m in ref["messages"] if isinstance(m, ToolMessage)][:1]
+    import pytest
+    from langchain.agents.structured_output import StructuredOutputValidationError
+
+    for agent, _ in both(replies, [wiki], response_format=ToolStrategy(Film, handle_errors=False)):
+        with pytest.raises(StructuredOutputValidationError):
+            agent.invoke({"messages": [("user", "Which film?")]})
+
+
+def test_response_format_provider_strategy_parses_the_answer_as_in_create_agent():
+    from langchain.agents.structured_output import ProviderStrategy
+
+    replies = [calls("Inception", tool="wiki"), '{"title": "Inception", "year": 2010}']
+    for given, model_kw in ((ProviderStrategy(Film), {}), (Film, {"profile": {"structured_output": True}})):
+        ours_model, theirs_model = (
+            ScriptModel(replies=replies, **model_kw),
+            ScriptModel(replies=replies, **model_kw),
+        )
+        from langchain.agents import create_agent
+
+        out = create_parallel_search_agent(ours_model, [wiki], response_format=given).invoke(
+            {"messages": [("user", "q?")]}
+        )
+        ref = create_agent(theirs_model, [wiki], response_format=given).invoke({"messages": [("user", "q?")]})
+        assert out["structured_response"] == ref["structured_response"] == Film(title="Inception", year=2010)
+        assert transcript(out["messages"]) == transcript(ref["messages"])
+        assert ours_model.tools == theirs_model.tools == [["wiki"]] * 2
+        sent = [k.get("response_format") for k in ours_model._kwargs]
+        assert sent == [k.get("response_format") for k in theirs_model._kwargs] and sent[0] is not None
+
+
+def test_a_structured_answer_belongs_to_its_turn_of_the_thread():
+    from langchain.agents.structured_output import ToolStrategy
+
+    model = ScriptModel(replies=[calls("Inception", tool="wiki"), film_call(1), "no schema this time"])
+    agent = create_parallel_search_agent(
+        model, [wiki], response_format=ToolStrategy(Film), checkpointer=InMemorySaver()
+    )
+    thread = {"configurable": {"thread_id": "t"}}
+    first = agent.invoke({"messages": [("user", "Which film?")]}, thread)
+    second = agent.invoke({"messages": [("user", "And again?")]}, thread)
+    assert first["structured_response"] == Film(title="Inception", year=2010)
+    assert second.get("structured_response") is None and second["answer"] == "no schema this time"
+    assert (
+        unanswered(model.seen[-1]) == []
+    )  # the output call and its tool message are history a provider takes

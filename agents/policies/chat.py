@@ -117,7 +117,7 @@ class ChatModelPolicy:
             self.name = f"chat:{type(model).__name__}"
         self.model = model
         self.calls_tools = supports_tools(model)
-        self._bound: dict[int, Any] = {}  # the model bound to each set of tools, made once
+        self._bound: dict[Any, Any] = {}  # the model bound to each set of tools, made once
 
     async def agenerate(self, request: TurnRequest) -> TurnResult:
         if not request.tools:  # a text protocol: text up to the stop strings
@@ -141,22 +141,23 @@ class ChatModelPolicy:
         result.prompt_tokens, result.completion_tokens = usage.get("input_tokens"), usage.get("output_tokens")
         return result
 
-    def _with_tools(self, tools: tuple[dict[str, Any], ...]) -> Any:
+    def _with_tools(self, tools: tuple[dict[str, Any], ...], options: dict[str, Any] | None = None) -> Any:
         if not tools:
             return self.model
         if not self.calls_tools:
             raise ValueError(
                 f"{self.name} has no bind_tools, and the graph's protocol calls tools (use protocol='tags')"
             )
-        key = id(tools)  # a protocol's tools are one constant tuple: no need to serialise them per turn
+        # a protocol's tools (and a graph's binding options) are constants: no need to serialise them per turn
+        key = (id(tools), id(options)) if options else id(tools)
         if key not in self._bound:
-            self._bound[key] = self.model.bind_tools(list(tools))
+            self._bound[key] = self.model.bind_tools(list(tools), **(options or {}))
         return self._bound[key]
 
     async def _tool_message(self, request: TurnRequest) -> Any:
         messages = request.messages if request.messages is not None else to_messages(request)
         try:
-            return await _call(self._with_tools(request.tools), messages)
+            return await _call(self._with_tools(request.tools, request.bind_kwargs), messages)
         except Exception as e:
             broken = unreadable_calls(e, request.turn_index)
             if broken is None:

@@ -40,6 +40,8 @@ class TurnRequest:
     protocol: str = "tags"
     tools: tuple[dict[str, Any], ...] = ()
     messages: list[Any] | None = None
+    #: more options the tools are bound with (``tool_choice``, a provider's ``response_format``)
+    bind_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def to_payload(self) -> dict[str, Any]:
         """The request as plain data (an ``interrupt`` value a trainer reads), every field kept."""

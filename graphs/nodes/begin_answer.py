@@ -127,6 +127,8 @@ async def begin(
         update["messages"] = [*dropped, *([asked] if asked is not last else [])]
     if meta:
         update["metadata"] = {}  # consumed: a later question on the thread does not inherit it
+    if engine.structured is not None:
+        update["structured_response"] = None  # an answer's, not the thread's (create_agent clears it too)
     if state.get("transcript"):
         # the thread holds an earlier episode: its reducer channels start empty again
         update.update(
@@ -212,7 +214,9 @@ async def answer(
         "total_ms": total_ms,
     }
     last = (state.get("messages") or [None])[-1]
-    if reply is not last or (last.response_metadata or {}).get("status") != status:
+    if state.get("structured_response") is not None and getattr(last, "type", None) == "tool":
+        pass  # a structured answer ends with its output tool's message, as create_agent's does
+    elif reply is not last or (last.response_metadata or {}).get("status") != status:
         update["messages"] = [reply]  # the planner's own answer, already complete, is not sent twice
     update.update(
         answer=given,

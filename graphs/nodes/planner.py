@@ -19,6 +19,7 @@ from parallelsearch.graphs.nodes.common import ms_since, name_tool_messages, usa
 from parallelsearch.graphs.nodes.wrapped import model_turn
 from parallelsearch.graphs.record import TurnRecord, review_record, turn_record
 from parallelsearch.graphs.state import SearchState
+from parallelsearch.graphs.structured import StructuredTurn
 from parallelsearch.graphs.turns import is_final_turn, turn_request
 
 
@@ -77,6 +78,15 @@ def _said(
     return said, Observation()
 
 
+def _read(engine: EpisodeEngine, res: TurnResult, cfg: GraphConfig) -> tuple[Action, StructuredTurn | None]:
+    """The turn's action: under ``response_format`` a structured answer (or its refusal) when the
+    turn gives one, else what the protocol reads."""
+    structured = engine.structured.read(res) if engine.structured is not None else None
+    if structured is not None and structured.action is not None:
+        return structured.action, structured
+    return engine.protocol.parse(res, Limits(cfg.max_subqueries, cfg.split_subqueries)), structured
+
+
 async def planner(
     engine: EpisodeEngine, state: SearchState, config: RunnableConfig, runtime: Runtime
 ) -> dict[str, Any]:
@@ -87,10 +97,14 @@ async def planner(
         raise RuntimeError("the planner ran before an episode began (wire START -> begin -> planner)")
     final = is_final_turn(st, cfg)
     request = turn_request(st, cfg, engine.protocol, final=final, references=engine.references)
+    if engine.structured is not None:
+        request = engine.structured.request(request)
     res = await model_turn(engine, request, st, runtime)
-    action = engine.protocol.parse(res, Limits(cfg.max_subqueries, cfg.split_subqueries))
+    action, structured = _read(engine, res, cfg)
     action, plan = plan_turn(action, max_stages=cfg.max_stages, final=final)
     said, note = _said(engine, res, action, final)
+    if structured is not None and structured.replies:  # the output tool's calls are answered here
+        note = Observation(messages=structured.replies)
     problem = engine.protocol.format_problem(said.text, action) if action.kind != "invalid" else None
     turn = turn_record(
         res,
@@ -114,6 +128,7 @@ async def planner(
         "trajectory": [turn],
         "node_ms": {"planner": turn["ms"]},
         **usage_update(st, res),
+        **(structured.state() if structured is not None else {}),
     }
     if said.messages or note.messages:  # a chat protocol: the conversation is the record
         named = [_named(m, engine.graph_name) for m in said.messages]
@@ -121,7 +136,10 @@ async def planner(
             # the answer's status is on it as it is written: the answer node need not write it again
             named[-1].response_metadata = {**(named[-1].response_metadata or {}), "status": "answered"}
         name_tool_messages(note.messages, [c for m in named for c in getattr(m, "tool_calls", None) or []])
-        closed = not_searched(named[-1]) if final and named and action.kind != "answer" else []
+        open_calls = (
+            final and named and action.kind != "answer" and not any(m.type == "tool" for m in note.messages)
+        )
+        closed = not_searched(named[-1]) if open_calls else []
         update["messages"] = [*named, *(m for m in note.messages if m.type == "tool"), *closed]
         notes = [[named[-1].id if named else None, m] for m in note.messages if m.type != "tool"]
         if notes:  # a note to the model is not a turn of the conversation

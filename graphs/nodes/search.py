@@ -22,13 +22,13 @@ from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.begin_answer import begin
 from parallelsearch.graphs.nodes.common import ms_since, name_tool_messages, passages_of
 from parallelsearch.graphs.nodes.stages import next_stage
-from parallelsearch.graphs.nodes.wrapped import tool_call
+from parallelsearch.graphs.nodes.wrapped import listening, tool_call
 from parallelsearch.graphs.record import ObservationRecord, ReviewRecord, SearchRecord, review_record
 from parallelsearch.graphs.state import SearchState, SearchTask
 from parallelsearch.graphs.turns import after_turn
 
 #: a search task's keys that are not the result row's
-_TASK_ONLY = ("top_k", "call", "view", "resolved_stage")
+_TASK_ONLY = ("top_k", "call", "also", "view", "resolved_stage")
 
 
 def route(engine: EpisodeEngine, state: SearchState) -> Any:
@@ -40,7 +40,8 @@ def route(engine: EpisodeEngine, state: SearchState) -> Any:
         return where
     first = act["stages"][0] if act.get("stages") else range(len(act["subqueries"]))
     base = {"round": state.get("round", 0), "top_k": act.get("top_k")}
-    calls = call_context(engine, state) if engine.wraps_tools() else None
+    wraps = engine.wraps_tools()  # a chat protocol's calls go with their sub-queries: tool events name them
+    calls = call_context(engine, state, view=wraps) if wraps or engine.protocol.chat else None
     return [
         Send("search", {"query": act["subqueries"][i], "index": i, **base, **(calls(i) if calls else {})})
         for i in first
@@ -56,27 +57,35 @@ def after_join(state: SearchState) -> Any:
     return "planner"
 
 
-def call_context(engine: EpisodeEngine, state: SearchState) -> Any:
-    """For ``wrap_tool_call`` middleware: sub-query i's tool call (the first call that searched
-    it; a text protocol's sub-query gets one made for it) and the state the middleware read."""
+def made_call(query: str, round_: int, index: int) -> dict[str, Any]:
+    """The ``search`` call a text protocol's sub-query stands for (middleware and tool events see it)."""
+    return {"name": "search", "args": {"query": query}, "id": f"search_{round_}_{index}", "type": "tool_call"}
+
+
+def call_context(engine: EpisodeEngine, state: SearchState, view: bool = True) -> Any:
+    """Sub-query i's tool call (the first call that searched it; a text protocol's sub-query gets
+    one made for it) and, for ``wrap_tool_call`` middleware (``view``), the state they read.
+    Without middleware each call is one tool run, reported by the task of its first sub-query:
+    that task's ``also`` holds the duplicate calls its search answers, and a later piece of a
+    call split at ``##`` has no call of its own (``None``)."""
     act = state.get("last_action") or {}
     ai = next((m for m in reversed(state.get("messages") or []) if isinstance(m, AIMessage)), None)
     by_id = {c.get("id"): c for c in (ai.tool_calls if ai is not None else [])}
-    first = {}
+    first: dict[int, Any] = {}
+    owner: dict[Any, int] = {}  # each call's first sub-query
     for cid, i in act.get("calls") or []:
-        if i is not None and i not in first and cid in by_id:
-            first[i] = by_id[cid]
+        if i is not None and cid in by_id:
+            first.setdefault(i, by_id[cid])
+            owner.setdefault(cid, i)
     keys = {"messages", *(engine.middleware.state_fields() if engine.middleware else {})}
-    view = {k: state[k] for k in keys if k in state}  # type: ignore[literal-required]
+    seen = {k: state[k] for k in keys if k in state} if view else None  # type: ignore[literal-required]
 
     def context(i: int) -> dict[str, Any]:
-        made = {
-            "name": "search",
-            "args": {"query": act["subqueries"][i]},
-            "id": f"search_{state.get('round', 0)}_{i}",
-            "type": "tool_call",
-        }
-        return {"call": first.get(i, made), "view": view}
+        call = first.get(i) or made_call(act["subqueries"][i], state.get("round", 0), i)
+        if view:
+            return {"call": call, "view": seen}
+        also = [by_id[cid] for cid, j in owner.items() if j == i and cid != call["id"]]
+        return {"call": call if owner.get(call["id"], i) == i else None, **({"also": also} if also else {})}
 
     return context
 
@@ -86,10 +95,13 @@ def _with_calls(
 ) -> list[dict[str, Any]]:
     """A later stage's tasks with their tool calls for ``wrap_tool_call`` middleware, each call
     asking for the resolved query (what the handler searches), not the written ``#k``."""
-    context = call_context(engine, state)
+    context = call_context(engine, state, view=engine.wraps_tools())
     out = []
     for task in tasks:
         ctx = context(task["index"])
+        if ctx["call"] is None:  # a piece of a split call: its first piece reports the call
+            out.append({**task, **ctx, "resolved_stage": True})
+            continue
         call = {**ctx["call"], "args": {**(ctx["call"].get("args") or {}), "query": task["query"]}}
         out.append({**task, **ctx, "call": call, "resolved_stage": True})
     return out
@@ -131,13 +143,18 @@ async def search(
     row: dict[str, Any] = {k: v for k, v in task.items() if k not in _TASK_ONLY}
     top_k = task.get("top_k") or engine.cfg.top_k
     cfg = engine.configured(config, runtime)
-    if task.get("call") and not task.get("error") and engine.searcher is not None:
+    wraps = engine.wraps_tools()
+    call = task["call"] if "call" in task else made_call(task["query"], task.get("round", 0), task["index"])
+    as_call = not task.get("error") and engine.searcher is not None and (wraps or listening(config))
+    if (
+        as_call and call is not None
+    ):  # inside wrap_tool_call middleware, or as its tool's run for the handlers
 
         async def run(query: str) -> dict[str, Any]:
             return await _searched(engine, {**row, "query": query}, top_k, cfg)
 
-        row = await tool_call(engine, dict(task), run, config, runtime)
-        row = {k: v for k, v in row.items() if k not in _TASK_ONLY}
+        row = await tool_call(engine, {**task, "call": call}, run, config, runtime)
+        row = {k: v for k, v in row.items() if k not in _TASK_ONLY and (wraps or k != "message")}
     else:
         row = await _searched(engine, row, top_k, cfg)
     row["ms"] = ms_since(t0)
@@ -219,7 +236,7 @@ async def join(
     stages: list[list[int]] = act.get("stages") or []
     if state.get("stage", 0) + 1 < len(stages):
         update = await next_stage(state, engine.resolver_for(engine.configured(config, runtime)), rows, t0)
-        if engine.wraps_tools():
+        if engine.wraps_tools() or engine.protocol.chat:
             update["next_stage"] = _with_calls(engine, state, update["next_stage"])
         return update
     calls = [(cid, i) for cid, i in act.get("calls") or []]

@@ -5,6 +5,8 @@ the call's (possibly edited) query and answers with its tool message."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,9 @@ from parallelsearch.graphs.middleware import wrapped
 
 if TYPE_CHECKING:  # annotations only: the engine builds its search tool from this module
     from parallelsearch.graphs.engine import EpisodeEngine
+
+#: what a search tool's run does inside the search node: the node's own search of the call
+_CALL_RUN: ContextVar[Callable[[], Awaitable[ToolMessage]] | None] = ContextVar("call_run", default=None)
 
 
 def _result_message(out: Any) -> AIMessage:
@@ -58,6 +63,23 @@ def _specs(tools: Any) -> tuple[dict[str, Any], ...]:
     return tuple(t if isinstance(t, dict) else convert_to_openai_tool(t) for t in tools)
 
 
+def with_instructions(engine: EpisodeEngine, system: SystemMessage | None) -> SystemMessage | None:
+    """The system message a middleware left (``@dynamic_prompt`` replaces it) with the protocol's
+    parallel-search instructions after its text when it dropped them, unless the graph's
+    ``middleware_prompt`` is ``as_given``."""
+    if engine.cfg.middleware_prompt == "as_given":
+        return system
+    instructions = engine.protocol.instructions(engine.cfg.prompt_template).strip()
+    if not instructions or (system is not None and instructions in content_text(system.content)):
+        return system
+    if system is None:
+        return SystemMessage(content=instructions)
+    if isinstance(system.content, str):
+        return system.model_copy(update={"content": f"{system.content.rstrip()}\n\n{instructions}"})
+    block = {"type": "text", "text": f"\n\n{instructions}"}
+    return system.model_copy(update={"content": [*system.content, block]})
+
+
 async def model_turn(
     engine: EpisodeEngine, request: TurnRequest, state: Any, runtime: Runtime | None
 ) -> TurnResult:
@@ -75,8 +97,12 @@ async def model_turn(
 
     async def handler(req: Any) -> Any:
         policy = engine.policy if req.model is model else ChatModelPolicy(req.model)
-        given = [req.system_message, *req.messages] if req.system_message else list(req.messages)
-        tools = request.tools if list(req.tools) == offered else _specs(req.tools)
+        system_message = (
+            with_instructions(engine, req.system_message) if engine.protocol.chat else req.system_message
+        )
+        given = [system_message, *req.messages] if system_message else list(req.messages)
+        extra = engine.structured.output_tools if engine.structured is not None else ()
+        tools = request.tools if list(req.tools) == offered else (*_specs(req.tools), *extra)
         asked = replace(request, messages=given if model is not None else request.messages, tools=tools)
         res = await policy.agenerate(asked)
         turns.append(res)
@@ -87,6 +113,7 @@ async def model_turn(
         messages=messages[1:] if system else messages,
         system_message=system,
         tools=list(offered),
+        response_format=engine.structured.strategy if engine.structured is not None else None,
         state=state,
         runtime=runtime,
     )
@@ -107,7 +134,11 @@ def search_tools(engine: EpisodeEngine) -> dict[str, Any]:
     from parallelsearch.agents.searchers.base import guarded_search
 
     def make(name: str, description: str) -> Any:
-        async def search(query: str) -> str:
+        async def search(query: str) -> Any:
+            node_run = _CALL_RUN.get()
+            if node_run is not None:  # the search node's call: its search, already routed
+                _CALL_RUN.set(None)  # (this run's own context: a nested tool searches for itself)
+                return await node_run()
             routed = f"{name}: {query}" if getattr(engine.protocol, "names", None) else query
             out = await guarded_search(
                 engine.searcher, routed, engine.cfg.top_k, timeout_s=engine.cfg.search_timeout_s
@@ -120,31 +151,85 @@ def search_tools(engine: EpisodeEngine) -> dict[str, Any]:
     return {spec["name"]: make(spec["name"], spec["description"]) for spec in specs}
 
 
+def listening(config: RunnableConfig | None) -> bool:
+    """Whether a callback handler follows this run (``astream_events``, ``stream_mode="messages"``,
+    tracing): only then does a search call run as its tool's run, the events being all it adds."""
+    callbacks = (config or {}).get("callbacks")
+    return bool(callbacks if isinstance(callbacks, list) else getattr(callbacks, "handlers", None))
+
+
+async def as_tool_run(
+    engine: EpisodeEngine, call: Mapping[str, Any], answer: Callable[[], Awaitable[ToolMessage]], config: Any
+) -> ToolMessage:
+    """``answer()`` as a run of the call's tool, as ``create_agent``'s tool node runs a call
+    (``tool.ainvoke(call, config)``): callback handlers see ``on_tool_start``/``on_tool_end`` with
+    the tool's name, the call's arguments and its tool message, while the round's calls still run
+    as the search node's parallel tasks."""
+    tool = engine.tools.get(call.get("name")) or engine.search_tool
+    token = _CALL_RUN.set(answer)
+    try:
+        return await tool.ainvoke({**call, "type": "tool_call"}, config)
+    finally:
+        _CALL_RUN.reset(token)
+
+
+def reply_message(
+    engine: EpisodeEngine, task: Mapping[str, Any], row: Mapping[str, Any], call: Any
+) -> ToolMessage:
+    """The tool message answering ``call`` with ``row``'s search, as the protocol words it."""
+    searched_as = row["query"] if task.get("resolved_stage") and not row.get("error") else None
+    found = SubqueryResult(row["query"], _passages(row), row.get("error"), searched_as)
+    _, text, failed = call_replies([found], [(call["id"], 0)], engine.style())[0]
+    return ToolMessage(
+        content=text, tool_call_id=call["id"], name=call.get("name"), status="error" if failed else "success"
+    )
+
+
 async def tool_call(
     engine: EpisodeEngine, task: dict[str, Any], run: Any, config: RunnableConfig, runtime: Runtime | None
 ) -> dict[str, Any]:
-    """One search call inside the graph's ``wrap_tool_call`` middleware: ``run(query)`` searches
-    the query the call holds when it runs; the row keeps the call's final tool message."""
-    from langgraph.prebuilt.tool_node import ToolCallRequest, ToolRuntime
-
+    """One search call as ``create_agent`` runs one: inside the graph's ``wrap_tool_call``
+    middleware (``run(query)`` searches the query the call holds when it runs), as its tool's run
+    when a callback handler listens; the row keeps the call's final tool message."""
     rows: list[dict[str, Any]] = []
 
+    async def answer_call(call: Mapping[str, Any], as_called: bool = True) -> ToolMessage:
+        async def answer() -> ToolMessage:
+            query = " ".join(str((call.get("args") or {}).get("query", "")).split()) if as_called else ""
+            if query and call.get("name") in (getattr(engine.protocol, "names", None) or ()):
+                query = f"{call.get('name')}: {query}"  # the named searcher's routed sub-query
+            rows.append(await run(query or task["query"]))
+            return reply_message(engine, task, rows[-1], call)
+
+        return await (as_tool_run(engine, call, answer, config) if listening(config) else answer())
+
+    if engine.wraps_tools():  # a middleware may edit the call: its query is searched
+        message = await _wrapped_tool_call(engine, task, answer_call, config, runtime)
+    else:  # the sub-query the planner's call made (a call split at ## searches its piece)
+        message = await answer_call(task["call"], as_called=False)
+        for also in task.get("also") or ():  # a duplicate call: answered by the same search
+
+            async def same(call: Mapping[str, Any] = also) -> ToolMessage:
+                return reply_message(engine, task, rows[-1], call)
+
+            await as_tool_run(engine, also, same, config)
+    row = rows[-1] if rows else {**task, "passages": [], "attempts": 0}
+    return {**row, "message": message}
+
+
+async def _wrapped_tool_call(
+    engine: EpisodeEngine,
+    task: dict[str, Any],
+    answer_call: Any,
+    config: RunnableConfig,
+    runtime: Runtime | None,
+) -> ToolMessage:
+    """``answer_call(call)`` inside the graph's ``wrap_tool_call`` middleware (LangChain's
+    ``ToolCallRequest``, whose handler answers the call the middleware hands on)."""
+    from langgraph.prebuilt.tool_node import ToolCallRequest, ToolRuntime
+
     async def handler(req: Any) -> ToolMessage:
-        query = " ".join(str((req.tool_call.get("args") or {}).get("query", "")).split())
-        name = req.tool_call.get("name")
-        if query and name in (getattr(engine.protocol, "names", None) or ()):
-            query = f"{name}: {query}"  # the named searcher's routed sub-query
-        row = await run(query or task["query"])
-        rows.append(row)
-        searched_as = row["query"] if task.get("resolved_stage") and not row.get("error") else None
-        found = SubqueryResult(row["query"], _passages(row), row.get("error"), searched_as)
-        _, text, failed = call_replies([found], [(req.tool_call["id"], 0)], engine.style())[0]
-        return ToolMessage(
-            content=text,
-            tool_call_id=req.tool_call["id"],
-            name=req.tool_call.get("name"),
-            status="error" if failed else "success",
-        )
+        return await answer_call(req.tool_call)
 
     call = task["call"]
     tool = engine.tools.get(call.get("name")) or engine.search_tool
@@ -158,9 +243,7 @@ async def tool_call(
         tools=list(engine.tools.values()),
     )
     req = ToolCallRequest(tool_call=call, tool=tool, state=task.get("view") or {}, runtime=tool_runtime)
-    message = await wrapped(engine.middleware.with_hook("wrap_tool_call"), "wrap_tool_call", req, handler)
-    row = rows[-1] if rows else {**task, "passages": [], "attempts": 0}
-    return {**row, "message": message}
+    return await wrapped(engine.middleware.with_hook("wrap_tool_call"), "wrap_tool_call", req, handler)  # type: ignore[union-attr]
 
 
 def _passages(row: dict[str, Any]) -> list[Any]:
