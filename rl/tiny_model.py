@@ -78,9 +78,36 @@ def _corpus() -> list[str]:
     return texts * 40
 
 
-def build_tokenizer(vocab_size: int = 800) -> Any:
-    """A byte-level BPE tokenizer with Qwen2's split pattern and chat template."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+#: the tool-call markers Qwen2.5's tokenizer holds as single added tokens (not special: a decode
+#: that skips special tokens keeps them)
+TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+
+
+def _tools_corpus() -> list[str]:
+    """What a tools-format tokenizer is also trained on: the chat agent's instructions, the tool's
+    signature and an episode of calls and results, as :data:`TOOLS_CHAT_TEMPLATE` lays them out."""
+    import json
+
+    from parallelsearch.agents.protocol.templates import SEARCH_TOOL, TOOLS_TEMPLATE
+
+    calls = "\n".join(
+        '<tool_call>\n{"name": "search", "arguments": ' + json.dumps({"query": q}) + "}\n</tool_call>"
+        for q in ("Scott Derrickson", "Ed Wood")
+    )
+    episode = (
+        f"{calls}<|im_end|>\n<|im_start|>user\n<tool_response>\n"
+        'Doc 1(Title: "Scott Derrickson") Scott Derrickson is an American director.\n'
+        "</tool_response><|im_end|>\n<|im_start|>assistant\nyes<|im_end|>"
+    )
+    return [TOOLS_TEMPLATE.replace("{question}", QUESTION), json.dumps(SEARCH_TOOL), episode]
+
+
+def build_tokenizer(vocab_size: int = 800, *, tools: bool = False) -> Any:
+    """A byte-level BPE tokenizer with Qwen2's split pattern and chat template. ``tools=True``: a
+    tokenizer for the tools format, as a chat model's is: also trained on tool-call text, with
+    :data:`TOOL_TOKENS` as single tokens and :data:`TOOLS_CHAT_TEMPLATE` (a call is then about as
+    many tokens as a tag search, where the tags-only tokenizer spends four times as many)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token=None, byte_fallback=False))
@@ -92,7 +119,7 @@ def build_tokenizer(vocab_size: int = 800) -> Any:
     )
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(
-        _corpus(),
+        _corpus() + (_tools_corpus() * 40 if tools else []),
         trainers.BpeTrainer(
             vocab_size=vocab_size,
             special_tokens=SPECIAL,
@@ -109,6 +136,9 @@ def build_tokenizer(vocab_size: int = 800) -> Any:
         clean_up_tokenization_spaces=False,
     )
     hf.chat_template = CHAT_TEMPLATE
+    if tools:
+        hf.add_tokens([AddedToken(t, special=False, normalized=False) for t in TOOL_TOKENS])
+        hf.chat_template = TOOLS_CHAT_TEMPLATE
     return hf
 
 
@@ -135,10 +165,11 @@ def build_model(tokenizer: Any, *, hidden: int = 64, layers: int = 2, heads: int
     return LlamaForCausalLM(cfg).eval()
 
 
-def save_tiny(folder: str | Path, **model_kwargs: Any) -> Path:
-    """Build both and save them as one model folder (what ``vllm serve PATH`` loads)."""
+def save_tiny(folder: str | Path, *, tools: bool = False, **model_kwargs: Any) -> Path:
+    """Build both and save them as one model folder (what ``vllm serve PATH`` loads); ``tools``:
+    the tools-format tokenizer (:func:`build_tokenizer`)."""
     folder = Path(folder)
-    tok = build_tokenizer()
+    tok = build_tokenizer(tools=tools)
     model = build_model(tok, **model_kwargs)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)

@@ -230,6 +230,20 @@ COMPARED = (
 ).split()
 
 
+def test_the_default_agent_is_prompted_as_served_whatever_the_runs_text_template(tok):
+    """The paper preset's ``official`` template teaches ``<search>`` tags: the chat agent trained
+    in gateway mode must get the tools instructions it is served with, not those."""
+    from parallelsearch.agents.protocol.templates import TOOLS_TEMPLATE
+
+    cfg = GraphConfig(top_k=1, max_turns=1, prompt_template="official")
+    gateway = GatewayExecutor(default_agent("parallel", cfg)(gateway_chat_model(), Library()))
+    eng = KeyedEngine(tok, {QUESTION: ["yes<|im_end|>"]})
+    prompt = train_record({"id": "0", "question": QUESTION, "golden_answers": ["yes"]}, tokenizer=tok)
+    run(gateway.execute(prompt["prompt"], prompt["label"], SamplingParamsStandIn(), 8192, tok, eng))
+    first = decode_tokens(tok, gateway.last_session.calls[0][0])
+    assert TOOLS_TEMPLATE.split(" Question:")[0] in first and "<search>" not in first
+
+
 def parity(tok, n: int) -> tuple[list[dict], list[dict]]:
     """``n`` scripted episodes through the gateway and through the tool_text environment."""
     from parallelsearch.rl.env import EnvGraph

@@ -311,6 +311,38 @@ def test_learning_json_names_the_mode_and_the_token_evidence():
     assert learning_record(state, LearnSettings(), {})["mode"] == "text"
 
 
+def test_a_failed_closed_sample_is_checked_for_carrying_no_loss_not_for_the_forks_ids(tok):
+    """A forked episode's later turns come from another render: its ids differ from the engine's
+    calls by design, so it counts no token mismatch, and fails its check only if it carries loss."""
+    from parallelsearch.rl.episode import decode_tokens
+    from parallelsearch.training.checks import EngineTurn, check_sample
+
+    first = EngineTurn([1, 2], [3, 4], decode_tokens(tok, [3, 4]))
+    turns = [first, EngineTurn([7, 7, 7], [5], "")]  # turn 2 generated from a fork's render
+    seq = [1, 2, 3, 4, 9]
+    assert check_sample(seq, [0, 0, 0, 0], turns, tok, failed_closed=True) == (None, 0)
+    reason, _ = check_sample(seq, [0, 1, 1, 0], turns, tok, failed_closed=True)
+    assert reason == "a failed-closed episode has tokens in its action mask"
+    reason, bad = check_sample(seq, [0, 1, 1, 0], turns, tok)  # the same sample, not failed closed
+    assert "does not start with" in reason and bad == 4
+
+
+def test_the_gateway_smoke_model_has_a_tools_format_tokenizer():
+    """In gateway mode the tiny model's tokenizer knows the tools format as a chat model's does:
+    the call markers are single tokens and a call costs about what a tag search does."""
+    from parallelsearch.rl.tiny_model import TOOL_TOKENS, TOOLS_CHAT_TEMPLATE, build_tokenizer
+
+    plain, tools = build_tokenizer(), build_tokenizer(tools=True)
+    call = '<tool_call>\n{"name": "search", "arguments": {"query": "Ed Wood"}}\n</tool_call>'
+    assert tools.chat_template == TOOLS_CHAT_TEMPLATE
+    assert all(len(tools(t, add_special_tokens=False)["input_ids"]) == 1 for t in TOOL_TOKENS)
+    n_tools = len(tools(call, add_special_tokens=False)["input_ids"])
+    assert n_tools * 2 < len(plain(call, add_special_tokens=False)["input_ids"])
+    assert tools.decode(tools(call, add_special_tokens=False)["input_ids"], skip_special_tokens=True) == call
+    # the text environment's tokenizer is unchanged by the option
+    assert len(plain) == len(build_tokenizer()) and plain.get_vocab() == build_tokenizer().get_vocab()
+
+
 def test_the_control_shuffles_rewards_within_the_step_or_each_prompts_group():
     """The control gives each group's own rewards to random episodes of the group (the run's advantages,
     no signal); ``step`` mixes all the step's rewards, so nearly every group gets advantages."""

@@ -102,6 +102,23 @@ def check_action_mask(
     return MaskCheck(True, "ok", sum(b - a for a, b in spans), len(observation), spans)
 
 
+def check_sample(
+    sequence: Sequence[int],
+    action_mask: Sequence[int],
+    turns: Sequence[EngineTurn],
+    tokenizer: Any,
+    *,
+    failed_closed: bool = False,
+) -> tuple[str | None, int]:
+    """(why the sample fails its checks or None, its token mismatches). A failed-closed sample (a
+    gateway fork: its later turns were generated from another render, so its ids are not the engine's
+    calls by design) must carry no loss at all, and is checked for that only."""
+    if failed_closed:
+        return ("a failed-closed episode has tokens in its action mask" if any(action_mask) else None), 0
+    mc = check_action_mask(sequence, action_mask, turns, tokenizer)
+    return (None if mc.ok else mc.reason), token_mismatches(sequence, turns)
+
+
 def logprob_gap(actor_log_probs: Any, rollout_log_probs: Any, action_mask: Any) -> float:
     """Mean |engine - actor| log-prob over the tokens ``action_mask`` marks (OpenRLHF's shifted layout)."""
     mask = action_mask.bool()

@@ -142,18 +142,25 @@ class LearningRun:
 
     def check_masks(self, results: Sequence[dict[str, Any]]) -> None:
         """The action-mask check on every episode (failures kept, not raised: the run reports them)."""
-        from parallelsearch.training.checks import check_action_mask, token_mismatches
+        from parallelsearch.training.checks import check_sample
 
         for r, e in zip(results, self.trainer.samples(results), strict=True):
             seq = e.sequences[0].tolist()
-            mc = check_action_mask(seq, e.action_mask[0].tolist(), r["engine_turns"], self.trainer.tokenizer)
             self.state.mask_checked += 1
-            self.state.token_mismatches += token_mismatches(seq, r["engine_turns"])
             for key in ("gateway_forks", "gateway_retokenized", "gateway_failed_closed"):
                 if key in r["extra_logs"]:
                     self.state.gateway[key] = self.state.gateway.get(key, 0.0) + float(r["extra_logs"][key])
-            if not mc.ok:
-                self.state.mask_failures.append(mc.reason)
+            failed = bool(float(r["extra_logs"].get("gateway_failed_closed", 0.0)))
+            reason, bad = check_sample(
+                seq,
+                e.action_mask[0].tolist(),
+                r["engine_turns"],
+                self.trainer.tokenizer,
+                failed_closed=failed,
+            )
+            self.state.token_mismatches += bad
+            if reason is not None:
+                self.state.mask_failures.append(reason)
 
     async def evaluate(self, name: str, label: str = "held-out") -> Evaluation:
         """The held-out prompts, ``heldout_samples`` seeded episodes each, with the weights the engine holds;

@@ -26,6 +26,7 @@ def learning_record(state: LearnState, settings: LearnSettings, config: dict[str
         "token_mismatches": state.token_mismatches,
         "forks": int(state.gateway.get("gateway_forks", 0)),
         "retokenized": int(state.gateway.get("gateway_retokenized", 0)),
+        "failed_closed": int(state.gateway.get("gateway_failed_closed", 0)),
         "steps": state.steps,
         "heldout_before": ev["before"].mean,
         "heldout_after": ev["after"].mean,

@@ -59,18 +59,15 @@ async def smoke_session(
     with contextlib.ExitStack() as stack:
         work = stack.enter_context(setup.work_folder(workdir))
         t0 = time.perf_counter()
-        model_dir = save_tiny(work / "tiny-llama", **(model_kwargs or {}))
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        seconds["tiny_model"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
         url = stack.enter_context(setup.retriever(retriever_url, store_questions, echo))
         seconds["retriever"] = time.perf_counter() - t0
+        model_dir = work / "tiny-llama"
         cfg = setup.smoke_config(model_dir, work / "prompts.jsonl", url, overrides)
-        if cfg.agent.mode == "gateway":  # the chat agent's tools, rendered by the model's own template
-            from parallelsearch.rl.tiny_model import TOOLS_CHAT_TEMPLATE
-
-            tokenizer.chat_template = TOOLS_CHAT_TEMPLATE
-            tokenizer.save_pretrained(model_dir)
+        t0 = time.perf_counter()
+        # gateway mode: a tokenizer and template for the tools format, as a chat model has
+        save_tiny(model_dir, tools=cfg.agent.mode == "gateway", **(model_kwargs or {}))
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        seconds["tiny_model"] = time.perf_counter() - t0
         args = setup.openrlhf_train_args(cfg)
         records = setup.prompt_records(questions, cfg, tokenizer)
         setup.write_prompts(records, Path(cfg.prompt_data))

@@ -45,7 +45,12 @@ def load_factory(spec: str) -> AgentFactory:
 
 
 def default_agent(graph: str, config: GraphConfig) -> AgentFactory:
-    """The README chat agent with the run's graph and knobs (the tools protocol)."""
+    """The README chat agent with the run's graph and knobs (the tools protocol). Its prompt is
+    the chat agent's own, as served: the run's ``prompt_template`` is the text environment's (the
+    paper preset's ``official`` teaches ``<search>`` tags, which a tools agent must not be told);
+    a run that wants other instructions gives its own ``agent.factory``."""
+    own = config.model_dump(exclude_unset=True, exclude={"prompt_template"})
+    chat = GraphConfig.model_validate({**own, "protocol": "tools"})
 
     def build(model: Any, searcher: Any) -> Any:
         return create_parallel_search_agent(
@@ -53,7 +58,7 @@ def default_agent(graph: str, config: GraphConfig) -> AgentFactory:
             searcher,
             graph=graph,
             protocol="tools",
-            config=config.updated(protocol="tools"),  # type: ignore[arg-type]
+            config=chat,  # type: ignore[arg-type]
         )
 
     return build
