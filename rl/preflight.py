@@ -233,7 +233,7 @@ def check_reward_prompts(cfg: TrainConfig, record: dict[str, Any] | None) -> str
         if ASSISTANT_MARKER not in str(prompt):
             raise PreflightError(
                 f"reward mode official needs '{ASSISTANT_MARKER}' in every episode but {cfg.prompt_data}'s "
-                "prompts are not chat-templated: set apply_chat_template=true, or agent.reward.mode=paper"
+                "prompts are not chat-templated: set apply_chat_template=true, or agent.reward.mode=paper-strict"
             )
     how = "OpenRLHF chat-templates the prompts" if cfg.apply_chat_template else "prompts used as written"
     return f"reward mode {mode}: {how}"
@@ -250,7 +250,7 @@ def check_protocol(cfg: TrainConfig, record: dict[str, Any] | None) -> str:
         raise PreflightError(
             f"agent.graph_config.protocol tools with agent.reward.mode {mode}: that mode scores the tags "
             "(official: as the official code does; dag: the #k plan of <search> tags); set "
-            "agent.reward.mode=paper for the tool-call text form"
+            "agent.reward.mode=paper-strict for the tool-call text form"
         )
     prompt = record.get(cfg.input_key) if record else None
     if isinstance(prompt, str):
@@ -403,6 +403,6 @@ def check_episode_prompt(mode: str, prompt: str) -> None:
         raise PreflightError(
             f"reward mode official scores what follows '{ASSISTANT_MARKER}', which the prompts lack (a chat "
             "template other than ChatML, or apply_chat_template off): every episode would fail the format; "
-            "set agent.reward.mode=paper"
+            "set agent.reward.mode=paper-strict"
         )
     _checked(check_template_reward, mode, [{"prompt": prompt, "label": "{}"}], "prompt", "label")

@@ -44,7 +44,7 @@ def check_chat_template(tokenizer: Any, model: str, prompt: str | None, mode: st
         raise ValueError(
             f"apply_chat_template=true but the tokenizer of {model} has no chat template: OpenRLHF's "
             "PromptDataset would fail on the cluster; use an instruct model's tokenizer, or set "
-            "apply_chat_template=false with agent.reward.mode=paper"
+            "apply_chat_template=false with agent.reward.mode=paper-strict"
         )
     rendered = tokenizer.apply_chat_template(
         [{"role": "user", "content": prompt or "Question: q?\n"}], tokenize=False, add_generation_prompt=True
@@ -53,7 +53,7 @@ def check_chat_template(tokenizer: Any, model: str, prompt: str | None, mode: st
         raise ValueError(
             f"reward mode official scores what follows '{ASSISTANT_MARKER}' (ChatML, Qwen's template), "
             f"but the chat template of {model} renders {rendered[-40:]!r} before the answer: every "
-            "episode would fail the format (a perfect one scores 1.70); set agent.reward.mode=paper"
+            "episode would fail the format (a perfect one scores 1.70); set agent.reward.mode=paper-strict"
         )
     return f"chat template of {model}: renders the prompts" + (
         f" with '{ASSISTANT_MARKER}'" if mode == "official" else ""

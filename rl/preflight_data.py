@@ -82,12 +82,12 @@ def check_template_reward(mode: str, records: list[dict[str, Any]], input_key: s
                     f"prompts ({said}) hold {have[0]} <search> and {have[1]} <answer> where the official "
                     f"template holds {want[0]} and {want[1]}: its search-count target would move (a second "
                     "search would score more than one); make the data with `make-train-data --template "
-                    "official`, or set agent.reward.mode=paper"
+                    "official`, or set agent.reward.mode=paper-strict"
                 )
     if mode == "dag" and template not in ("dag", None):
         raise ValueError(
             f"reward mode dag rewards #k plans but the prompts ({said}) never teach #k: make the data with "
-            "`make-train-data --template dag`, or set agent.reward.mode=paper"
+            "`make-train-data --template dag`, or set agent.reward.mode=paper-strict"
         )
     return f"prompts in {said} (of the first {len(records)}), scored by reward mode {mode}"
 

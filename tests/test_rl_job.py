@@ -100,7 +100,7 @@ def test_job_folder_moved_elsewhere_runs_as_printed(tmp_path, train_data, monkey
     parsed = check_command(ppo)  # OpenRLHF's parser, argument checks and train() assertions
     assert parsed.data.apply_chat_template and parsed.ckpt.output_dir == str(tmp_path / "ckpt")
     agent = load_agent_config(moved / agent_file)
-    assert agent.reward.mode == "official" and agent.graph_config.prompt_template == "official"
+    assert agent.reward.mode == "paper-strict" and agent.graph_config.prompt_template == "official"
     resolved = load_train_config(moved / "train_config.yaml")
     # a job folder's config names its paths relative to the folder; read back, they are the folder's
     assert isinstance(resolved, TrainConfig) and resolved.job_dir == str(moved)
@@ -185,12 +185,14 @@ def test_list_keys_shows_types_defaults_and_aliases(capsys):
     assert main(["train", "--list-keys"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^agent\.search_failures\.max_share +float  = 0\.01  # ", out, re.M)
-    assert re.search(r"^agent\.reward\.mode +Literal\['paper', 'official', 'dag'\]  = 'paper'$", out, re.M)
+    modes = r"Literal\['paper', 'paper-strict', 'official', 'dag'\]"
+    assert re.search(rf"^agent\.reward\.mode +{modes}  = 'paper-strict'  # ", out, re.M)
     assert re.search(r"^n_samples_per_prompt +int  = 1$", out, re.M)
     assert "grpo -> group_norm" in out and "rollout.batch_size" in out
     assert main(["train", "--list-keys", "--preset", "paper"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^agent\.reward\.mode +Literal\['paper', 'official', 'dag'\]  = 'official'$", out, re.M)
+    modes = r"Literal\['paper', 'paper-strict', 'official', 'dag'\]"
+    assert re.search(rf"^agent\.reward\.mode +{modes}  = 'paper-strict'  # ", out, re.M)
     assert re.search(r"^apply_chat_template +bool  = True", out, re.M)
 
 

@@ -114,7 +114,7 @@ def test_the_smoke_config_is_the_paper_preset_sized_for_a_cpu(tmp_path):
     from parallelsearch.smoke.setup import openrlhf_train_args, smoke_config
 
     cfg = smoke_config(tmp_path / "m", tmp_path / "p.jsonl", "http://127.0.0.1:1/retrieve")
-    assert cfg.agent.reward.mode == "official" and cfg.apply_chat_template and not cfg.agent.constrained
+    assert cfg.agent.reward.mode == "paper-strict" and cfg.apply_chat_template and not cfg.agent.constrained
     assert cfg.agent.graph_config.prompt_template == "official" and cfg.algorithm == "group_norm"
     args = openrlhf_train_args(cfg)  # OpenRLHF's own parser and checks accept it
     assert args.algo.advantage.estimator == "group_norm" and args.rollout.n_samples_per_prompt == 4

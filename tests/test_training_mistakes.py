@@ -210,12 +210,15 @@ def test_official_reward_refuses_prompts_of_another_template(template, tmp_path,
     if template == "search_r1":
         assert scores[1] > scores[0]  # the inversion the check exists for
     data = write_data(tmp_path / "train.jsonl", template)
-    code = main(["train", "--preset", "paper", "--check", "--skip-probe", "--set", f"prompt_data={data}"])
+    official = ["--set", "agent.reward.mode=official"]
+    code = main(
+        ["train", "--preset", "paper", "--check", "--skip-probe", "--set", f"prompt_data={data}", *official]
+    )
     lines = check_lines(capsys)
     assert code == 1 and lines[-1].startswith("check failed: reward mode official counts the prompt's own")
     assert f"template {template}" in lines[-1] and "--template official" in lines[-1]
     # the launcher refuses it too, before writing anything
-    assert main(["train", "--preset", "paper", "--dry-run", "--set", f"prompt_data={data}"]) == 2
+    assert main(["train", "--preset", "paper", "--dry-run", "--set", f"prompt_data={data}", *official]) == 2
     # the same data with the paper reward passes that check
     ok = main(["train", "--preset", "paper", "--check", "--skip-probe", "--set", f"prompt_data={data}",
                "--set", "agent.reward.mode=paper"])  # fmt: skip
@@ -266,11 +269,12 @@ def test_a_tokenizer_without_chat_template_or_without_chatml_is_refused(tmp_path
     tok.save_pretrained(llama)
     assert main([*argv, "--set", f"model={bare}"]) == 1
     assert f"the tokenizer of {bare} has no chat template" in check_lines(capsys)[-1]
-    assert main([*argv, "--set", f"model={llama}"]) == 1
+    assert main([*argv, "--set", f"model={llama}", "--set", "agent.reward.mode=official"]) == 1
     line = check_lines(capsys)[-1]
     assert "reward mode official scores what follows '<|im_start|>assistant'" in line and "1.70" in line
     assert main([*argv, "--set", f"model={llama}", "--set", "agent.reward.mode=paper"]) == 0
-    assert main([*argv, "--set", f"model={tiny_model_dir}"]) == 0  # the tiny tokenizer carries ChatML
+    # the tiny tokenizer carries ChatML
+    assert main([*argv, "--set", f"model={tiny_model_dir}", "--set", "agent.reward.mode=official"]) == 0
     assert f"ok: chat template of {tiny_model_dir}: renders the prompts with '<|im_start|>assistant'" in (
         capsys.readouterr().out
     )
