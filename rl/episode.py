@@ -135,6 +135,14 @@ class EpisodeRun:
     ledger: TokenLedger | None = None
     reward: RewardBreakdown | None = None
 
+    @property
+    def cut(self) -> bool:
+        """The episode was cut before the graph ended it: the context ran out, or its last turn
+        stopped at its token cap (without a ledger: the policy's last turn finished on length)."""
+        if self.ledger is not None:
+            return self.ledger.overflowed or self.ledger.truncated
+        return bool(self.turns) and self.turns[-1].get("finish_reason") == "length"
+
 
 async def _turns(env: SearchEnv, generate: TurnGenerator, ledger: TokenLedger | None) -> list[dict[str, Any]]:
     """Generate, append and step until the graph ends the episode or the context is full."""
@@ -164,9 +172,12 @@ async def run_episode(
     *,
     metadata: dict[str, Any] | None = None,
     ledger_for: Callable[[str], TokenLedger | None] = lambda prompt: None,
+    chat: Callable[[str], str] | None = None,
 ) -> EpisodeRun:
     """One episode of ``generate`` in ``env_graph``, scored once. ``ledger_for(prompt)`` gives
-    the ledger (the executor's starts from OpenRLHF's prompt, a rollout's from the env's)."""
+    the ledger (the executor's starts from OpenRLHF's prompt, a rollout's from the env's prompt
+    as the job's chat template frames it); without a ledger ``chat`` frames the prompt of the
+    text the reward reads."""
     env = env_graph.new_episode()
     try:
         prompt = await env.reset(question, label, metadata)
@@ -176,6 +187,9 @@ async def run_episode(
     finally:
         env.close()
     episode = Episode.from_state(state)
-    text = ledger.text() if ledger is not None else env.transcript
+    if ledger is not None:
+        text = ledger.text()
+    else:
+        text = (chat(prompt) if chat else prompt) + env.transcript[len(prompt) :]
     reward = env_graph.score(episode, label, text) if label is not None else None
     return EpisodeRun(episode, state, prompt, text, turns, ledger, reward)

@@ -153,10 +153,9 @@ def episode_reward(
     """The sample's reward: an episode cut before its answer (the context ran out, or its last
     turn hit its cap) keeps no positive shaped terms (``cut_episodes="unshaped"``); an eval record
     (``make-train-data --eval``) is scored by exact match alone, so OpenRLHF's eval pass@1 is EM."""
-    assert run.reward is not None and run.ledger is not None
+    assert run.reward is not None
     breakdown = run.reward
-    cut = run.ledger.overflowed or run.ledger.truncated
-    if cut and not run.episode.answered and cut_episodes == "unshaped":
+    if run.cut and not run.episode.answered and cut_episodes == "unshaped":
         breakdown = unshaped(breakdown)
     return (breakdown.outcome if label.get("score") == SCORE_EM else breakdown.total), breakdown
 
