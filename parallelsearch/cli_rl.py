@@ -449,6 +449,7 @@ def rollout_environment(args: argparse.Namespace, s: Any) -> tuple[Any, Any]:
             max_length=cfg.max_len,
             turn_cap=cfg.max_new_tokens_per_turn,
             cut_episodes=agent.reward.cut_episodes,
+            observation_cap=agent.max_observation_tokens,
             training_question=True,
         )
         return env_graph, (replay, cfg.model)

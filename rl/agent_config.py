@@ -123,6 +123,12 @@ class AgentConfig(RetrievalConfig):
     )
     constrained: Constrained = False
     constrained_think_chars: ConstrainedThinkChars = 600
+    max_observation_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="cut each observation to this many tokens before the next turn reads it, as the official "
+        "code's max_obs_length (unset: no cap)",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -47,10 +47,17 @@ class TokenLedger:
     (a text policy) is tokenised from its text and counted in ``retokenized``."""
 
     def __init__(
-        self, tokenizer: Any, prompt: str, max_length: int | None = None, turn_cap: int | None = None
+        self,
+        tokenizer: Any,
+        prompt: str,
+        max_length: int | None = None,
+        turn_cap: int | None = None,
+        observation_cap: int | None = None,
     ):
         self.tokenizer = tokenizer
         self.max_length = max_length
+        self.observation_cap = observation_cap
+        self.observations_cut = 0  # observations cut at observation_cap
         self.context_full = False  # a turn or an observation was cut at max_length: the episode stops
         self.prompt_cut = False  # the prompt was cut to leave room for a turn
         self.truncated = False  # OpenRLHF's meaning: the last turn stopped on length (its token cap)
@@ -100,8 +107,12 @@ class TokenLedger:
         return decode_tokens(self.tokenizer, ids)
 
     def add_observation(self, text: str) -> None:
-        """Append the environment's text, cut where the context ends."""
+        """Append the environment's text, cut at ``observation_cap`` tokens (the official code cuts
+        an observation's ids the same way) and where the context ends."""
         ids = self.encode(text)
+        if self.observation_cap is not None and len(ids) > self.observation_cap:
+            log.warning("observation of %d tokens cut to %d", len(ids), self.observation_cap)
+            ids, self.observations_cut = ids[: self.observation_cap], self.observations_cut + 1
         room = self.room()
         if room is not None and len(ids) > room:
             ids, self.context_full = ids[: max(room, 0)], True

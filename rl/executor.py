@@ -173,8 +173,10 @@ class EpisodeExecutor:
         think_chars: int = 600,
         search_guard: SearchFailureGuard | None = None,
         cut_episodes: str = "unshaped",
+        max_observation_tokens: int | None = None,
     ) -> None:
         self.env_graph = env_graph
+        self.max_observation_tokens = max_observation_tokens
         self.cut_episodes = cut_episodes
         self.prompt_checked = False  # the first prompt is checked against the reward mode
         self.max_new_tokens_per_turn = max_new_tokens_per_turn
@@ -261,7 +263,13 @@ class EpisodeExecutor:
             question_from(clean_prompt, lab),
             lab,
             self._engine_turns(sampling_params, llm_engine, turn_cap, want_lp),
-            ledger_for=lambda _: TokenLedger(hf_tokenizer, clean_prompt, max_length, turn_cap=turn_cap),
+            ledger_for=lambda _: TokenLedger(
+                hf_tokenizer,
+                clean_prompt,
+                max_length,
+                turn_cap=turn_cap,
+                observation_cap=self.max_observation_tokens,
+            ),
         )
         if self.search_guard is not None:
             self.search_guard.record(run.state)

@@ -45,6 +45,7 @@ class AgentExecutor(EpisodeExecutor, AgentExecutorBase):
             constrained=cfg.constrained,
             think_chars=cfg.constrained_think_chars,
             cut_episodes=cfg.reward.cut_episodes,
+            max_observation_tokens=cfg.max_observation_tokens,
             search_guard=SearchFailureGuard(
                 first_episodes=limits.first_episodes, max_share=limits.max_share, source=retriever_name(cfg)
             ),

@@ -365,6 +365,8 @@ def tokenizer_checks(
 def preflight(cfg: TrainConfig, *, probe: bool = True) -> list[str]:
     """Every check, in order; returns one line per check passed (or ``not checked: ...``), raises on the
     first failure."""
+    from parallelsearch.rl.schedule import schedule_line
+
     lines = [check_resources(cfg)]
     data_line, record = check_data(cfg)
     lines.append(data_line)
@@ -372,6 +374,7 @@ def preflight(cfg: TrainConfig, *, probe: bool = True) -> list[str]:
     lines.append(check_reward_prompts(cfg, record))
     records = first_records(cfg.prompt_data)
     lines.extend(data_checks(cfg, records))
+    lines.append(schedule_line(cfg))
     passages = None
     if probe:
         if cfg.agent.retriever_url:

@@ -41,6 +41,7 @@ class Replay:
     max_length: int | None = None
     turn_cap: int | None = None
     cut_episodes: str = "unshaped"
+    observation_cap: int | None = None
     training_question: bool = False  # reset with the question as the training record holds it
 
     def frame(self, prompt: str) -> str:
@@ -64,7 +65,13 @@ class Replay:
     def ledger(self, prompt: str) -> TokenLedger | None:
         if self.tokenizer is None:
             return None
-        return TokenLedger(self.tokenizer, self.frame(prompt), self.max_length, turn_cap=self.turn_cap)
+        return TokenLedger(
+            self.tokenizer,
+            self.frame(prompt),
+            self.max_length,
+            turn_cap=self.turn_cap,
+            observation_cap=self.observation_cap,
+        )
 
     def question(self, q: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         """The question the environment is reset with, and the label the reward reads."""

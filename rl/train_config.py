@@ -54,6 +54,15 @@ class TrainConfig(BaseModel):
     gamma: float = 1.0
     lambd: float = 1.0
     num_episodes: int = Field(15, ge=1)
+    total_training_steps: int | None = Field(
+        None,
+        ge=1,
+        description="the run's rollout steps, as the official script's total_training_steps: num_episodes "
+        "becomes the whole passes over prompt_data that come closest (OpenRLHF 0.11.2 runs whole passes)",
+    )
+    lr_scheduler: str = Field(
+        "cosine_with_min_lr", description="actor and critic LR schedule (transformers' get_scheduler names)"
+    )
     max_epochs: int = Field(1, ge=1)
     seed: int = 42
     # lengths and sampling
@@ -94,6 +103,11 @@ class TrainConfig(BaseModel):
     wandb_run_name: str | None = None
     tensorboard_dir: str | None = None
     logging_steps: int = 1
+    openrlhf_flags: dict[str, Any] = Field(
+        default_factory=dict,
+        description="any other OpenRLHF 0.11.2 train_ppo_ray flag by its dotted name (--set "
+        "actor.entropy_coef=0.001), checked by OpenRLHF's own parser",
+    )
     # the agent (written to the file named by PARALLELSEARCH_AGENT_CONFIG)
     agent: AgentConfig = Field(
         default_factory=lambda: AgentConfig(retriever_url="http://127.0.0.1:8000/retrieve")
@@ -141,6 +155,11 @@ class TrainConfig(BaseModel):
         lo, hi = self.dynamic_filtering_range
         if lo >= hi:
             raise ValueError("dynamic_filtering_range: must be (low, high) with low < high")
+        if self.total_training_steps is not None and "num_episodes" in self.model_fields_set:
+            raise ValueError(
+                "num_episodes: total_training_steps sets it from the data; give one of them "
+                "(set total_training_steps=null to give num_episodes)"
+            )
         if self.train_batch_size > self.rollout_batch_size * self.n_samples_per_prompt:
             raise ValueError(
                 f"train_batch_size: {self.train_batch_size} exceeds rollout_batch_size * n_samples_per_prompt "
@@ -186,6 +205,10 @@ def paper_preset(**overrides: Any) -> TrainConfig:
         "prompt_data": "data/nq_hotpotqa_train/train.jsonl",
         "apply_chat_template": True,
         "wandb_project": "ParallelSearch",
+        "total_training_steps": 1005,
+        "lr_scheduler": "constant_with_warmup",
+        # the official validation: greedy, one answer per question
+        "openrlhf_flags": {"eval.temperature": 0.0, "eval.n_samples_per_prompt": 1},
         "agent": {
             "retriever_url": "http://127.0.0.1:8000/retrieve",
             "graph": "parallel",
@@ -196,6 +219,7 @@ def paper_preset(**overrides: Any) -> TrainConfig:
                 "prompt_template": "official",
             },
             "reward": {"mode": "paper-strict"},
+            "max_observation_tokens": 1000,
         },
     }
     return TrainConfig(**_deep_merge(base, overrides))
@@ -240,6 +264,8 @@ OPENRLHF_NAMES: dict[str, str] = {
     "train.async_enable": "async_train",
     "actor.adam.lr": "actor_lr",
     "actor.lr_warmup_ratio": "actor_warmup_ratio",
+    "actor.lr_scheduler": "lr_scheduler",
+    "critic.lr_scheduler": "lr_scheduler",
     "actor.eps_clip": "eps_clip",
     "actor.gradient_checkpointing_enable": "gradient_checkpointing",
     "critic.adam.lr": "critic_lr",
@@ -297,7 +323,8 @@ def loopback_endpoint(agent: AgentConfig) -> str | None:
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     """``key.sub=value`` strings -> a nested dict; values as :func:`override_value` reads them.
 
-    OpenRLHF's dotted flag names (:data:`OPENRLHF_NAMES`) are accepted for the fields they set.
+    OpenRLHF's dotted flag names (:data:`OPENRLHF_NAMES`) are accepted for the fields they set, and
+    any other flag OpenRLHF 0.11.2's parser knows goes to ``openrlhf_flags`` as it is.
     """
     out: dict[str, Any] = {}
     for item in items:
@@ -305,15 +332,30 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ValueError(f"--set expects key=value, got {item!r}")
         node = out
-        key = OPENRLHF_NAMES.get(key.strip().removeprefix("--"), key.strip())
+        key = OPENRLHF_NAMES.get(key.strip().removeprefix("--"), key.strip().removeprefix("--"))
         parts = key.split(".")
         if len(parts) > 1 and parts[0] not in TrainConfig.model_fields:
+            if key in openrlhf_flag_names():
+                out.setdefault("openrlhf_flags", {})[key] = override_value(raw)
+                continue
             known = [row[0] for row in flat_keys(TrainConfig)] + list(OPENRLHF_NAMES)
             raise ValueError(f"--set {key}: unknown key{did_you_mean(key, known)}; {LIST_KEYS}")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = override_value(raw)
     return out
+
+
+def openrlhf_flag_names() -> frozenset[str]:
+    """The dotted flag names OpenRLHF 0.11.2's ``train_ppo_ray`` parser knows (empty without OpenRLHF)."""
+    from parallelsearch.rl.openrlhf_cli import build_parser
+    from parallelsearch.stores.errors import UnavailableError
+
+    try:
+        parser = build_parser()
+    except UnavailableError:
+        return frozenset()
+    return frozenset(o[2:] for a in parser._actions for o in a.option_strings if o.startswith("--"))
 
 
 def override_value(raw: str) -> Any:

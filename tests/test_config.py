@@ -420,7 +420,14 @@ def test_precedence_agent_config_and_train_overrides(tmp_path, monkeypatch, caps
     assert load_agent_config(path).graph_config.top_k == 2
     path.write_text("retriever_url: http://127.0.0.1:9/retrieve\n")
     assert load_agent_config(path).graph_config.top_k == 3
-    assert main(["train", "--preset", "paper", "--dry-run", "--set", "agent.graph_config.top_k=5"]) == 0
+    from parallelsearch.data import load_questions
+    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+    from parallelsearch.rl.data import train_record
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps(train_record(load_questions(HOTPOTQA_SAMPLE)[0], template="official")) + "\n")
+    argv = ["train", "--preset", "paper", "--dry-run", "--skip-probe", "--set", f"prompt_data={data}"]
+    assert main([*argv, "--set", "agent.graph_config.top_k=5"]) == 0
     assert "top_k: 5" in capsys.readouterr().out
 
 

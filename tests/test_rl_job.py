@@ -72,7 +72,7 @@ def train_data(tmp_path):
 def test_job_folder_moved_elsewhere_runs_as_printed(tmp_path, train_data, monkeypatch, capsys):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     job = tmp_path / "job"
-    argv = ["train", "--preset", "paper", "--runner", "print", "--set", f"job_dir={job}"]
+    argv = ["train", "--preset", "paper", "--runner", "print", "--skip-probe", "--set", f"job_dir={job}"]
     argv += ["--set", f"prompt_data={train_data}", "--set", f"save_path={tmp_path / 'ckpt'}"]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -116,7 +116,7 @@ def test_job_folder_moved_elsewhere_runs_as_printed(tmp_path, train_data, monkey
 def test_wandb_key_comes_from_the_environment_never_a_literal(tmp_path, train_data, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_API_KEY", "k-123")
     job = tmp_path / "job"
-    argv = ["train", "--preset", "paper", "--runner", "print", "--set", f"job_dir={job}"]
+    argv = ["train", "--preset", "paper", "--runner", "print", "--skip-probe", "--set", f"job_dir={job}"]
     assert main([*argv, "--set", f"prompt_data={train_data}", "--set", f"save_path={tmp_path / 'ckpt'}"]) == 0
     out = capsys.readouterr().out
     assert "wandb: on (WANDB_API_KEY from the environment, shipped in Ray's runtime env)" in out
@@ -149,7 +149,7 @@ def test_wandb_key_comes_from_the_environment_never_a_literal(tmp_path, train_da
 def test_python_runner_script_sets_absolute_paths(tmp_path, train_data, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     job = tmp_path / "job"
-    argv = ["train", "--preset", "paper", "--runner", "print", "--set", f"job_dir={job}"]
+    argv = ["train", "--preset", "paper", "--runner", "print", "--skip-probe", "--set", f"job_dir={job}"]
     assert main([*argv, "--set", f"prompt_data={train_data}", "--set", f"save_path={tmp_path / 'c'}"]) == 0
     # --runner print writes the ray form; the python form is what `--runner python` writes and runs
     from parallelsearch.rl.launch import plan_job, write_job
@@ -247,6 +247,7 @@ def test_openrlhf_dotted_names_set_exactly_their_flag(monkeypatch):
             "wandb_run_name": "r",
         },
         {"algorithm": "group_norm", "n_samples_per_prompt": 4, "dynamic_filtering": True},
+        {"total_training_steps": None},  # num_episodes is derived from the data unless this is unset
     ]
     for base in bases:
         cfg0 = paper_preset(**base)
