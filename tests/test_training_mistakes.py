@@ -457,7 +457,10 @@ def test_relative_outputs_are_the_job_folders_and_its_config_reads_back(tmp_path
     # the folder's config reads back from any directory (it used to resolve against the current one,
     # or copy the data onto itself: "... are the same file"), and writes the same command
     monkeypatch.chdir(tmp_path)
-    assert main(["train", "--config", str(moved / "train_config.yaml"), "--runner", "print", "--skip-probe"]) == 0
+    assert (
+        main(["train", "--config", str(moved / "train_config.yaml"), "--runner", "print", "--skip-probe"])
+        == 0
+    )
     assert f"run it as: bash {moved / 'command.sh'}" in capsys.readouterr().out
     _, _, again = run_script(moved / "command.sh", tmp_path, bin_dir)
     tmp_file = args.index("--runtime-env") + 1  # mktemp's name differs per run
