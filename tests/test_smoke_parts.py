@@ -255,3 +255,55 @@ def test_under_constrained_decoding_the_sync_goals_are_not_claimed():
     assert record["logprob_gap"] is None and record["logprob_gap_shifted_mask"] is None
     assert not [goal for goal in record["goals"] if "sync" in goal] and all(record["goals"].values())
     assert "weight sync: not checked (constrained decoding)" in summary_lines(record)
+
+
+def _eval_episode(reward, *, paid, decomposed, valid=1.0, cut=False, answered=True):
+    logs = {
+        "reward_outcome": 0.0,
+        "reward_decomposition": 0.45 if paid else 0.0,
+        "reward_search_count": 0.0,
+        "reward_format": 0.0,
+        "format_valid": valid,
+        "decomposed": float(decomposed),
+        "search_rounds": 1.0,
+        "truncated": float(cut),
+        "overflowed": 0.0,
+        "answered": float(answered),
+    }
+    return {"reward": reward, "extra_logs": logs}
+
+
+def test_paid_decomposition_must_equal_the_measured_and_validity_must_hold():
+    """The reward loophole the goals catch: episodes paid the decomposition bonus without a split
+    (the official reward's unclosed search), and a run that trades format validity for it."""
+    from parallelsearch.smoke.learning_loop import LearnSettings, LearnState
+    from parallelsearch.smoke.report import learning_record, summary_lines
+    from parallelsearch.smoke.rollouts import evaluation
+
+    honest = [
+        _eval_episode(0.8, paid=True, decomposed=True),
+        _eval_episode(0.3, paid=False, decomposed=False),
+    ] * 4
+    # a decomposed episode cut before its answer is paid nothing: not a mismatch
+    honest.append(_eval_episode(-0.35, paid=False, decomposed=True, cut=True, answered=False))
+    loophole = [_eval_episode(0.45, paid=True, decomposed=False, valid=0.0)] * 6 + honest[:3]
+    classes = lambda rs: ["parallel"] * len(rs)  # noqa: E731
+    before, after = evaluation(honest, classes(honest)), evaluation(loophole, classes(loophole))
+    assert before.decomposition_mismatches == 0 and after.decomposition_mismatches == 6
+    assert before.by_class["parallel"]["paid_decomposition"] == pytest.approx(4 / 9, abs=1e-4)
+    assert before.by_class["parallel"]["measured_decomposition"] == pytest.approx(4 / 9, abs=1e-4)
+    state = LearnState(steps=[{"step": 1, "reward": 0.3}], evaluations={"before": before, "after": after})
+    record = learning_record(state, LearnSettings(control=False, sync_check=False), {})
+    failed = [k for k, ok in record["goals"].items() if not ok and not k.startswith("heldout rises")]
+    assert failed == [
+        "paid decomposition == measured decomposition (held-out, before and after)",
+        "format validity does not fall (by more than 1 s.e.)",
+    ]
+    assert any(
+        line.startswith("held-out parallel (9 episodes): decomposed 0.56 -> ") and "(paid 0.44 -> " in line
+        for line in summary_lines(record)
+    )
+    state.evaluations["after"] = evaluation(honest, classes(honest))
+    goals = learning_record(state, LearnSettings(control=False, sync_check=False), {})["goals"]
+    assert goals["paid decomposition == measured decomposition (held-out, before and after)"]
+    assert goals["format validity does not fall (by more than 1 s.e.)"]

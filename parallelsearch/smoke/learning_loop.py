@@ -39,6 +39,9 @@ class LearnSettings:
     sft_steps: int = 150
     sft_lr: float = 1e-2
     control: bool = True
+    #: held-out episodes at a time: 1 makes each evaluation independent of batching, so a rerun of
+    #: the same seed repeats it to the last digit
+    eval_concurrency: int = 1
     #: compare the engine's log-probs with the actor's (off where the session is not
     #: ``sync_checkable``)
     sync_check: bool = True
@@ -116,7 +119,9 @@ class LearningRun:
         self.args = trainer.args
         self.state = LearnState()
 
-    async def rollout(self, records: Sequence[dict[str, Any]], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    async def rollout(
+        self, records: Sequence[dict[str, Any]], seeds: Sequence[int], concurrency: int | None = None
+    ) -> list[dict[str, Any]]:
         results = await rollouts(
             self.actor,
             records,
@@ -125,6 +130,7 @@ class LearningRun:
             tokenizer=self.trainer.tokenizer,
             temperature=self.args.rollout.temperature,
             top_p=self.args.rollout.top_p,
+            concurrency=concurrency,
         )
         self.check_masks(results)
         return results
@@ -147,7 +153,7 @@ class LearningRun:
         t0 = time.perf_counter()
         n = self.settings.heldout_samples
         records = [r for r in self.heldout for _ in range(n)]
-        results = await self.rollout(records, self.seeds(0, len(records)))
+        results = await self.rollout(records, self.seeds(0, len(records)), self.settings.eval_concurrency)
         ev = evaluation(results, [r["type"] for r in records])
         self.state.evaluations[name] = ev
         sync = ""

@@ -55,6 +55,7 @@ async def warm_start(run: LearningRun, questions: Sequence[dict[str, Any]], smok
         samples_generator_params(),
         smoke.args.data.max_len,
         smoke.tokenizer,
+        concurrency=1,  # each search alone: the demonstrations' passages never depend on batching
     )
     run.check_masks(demos)
     run.state.seconds["teacher_episodes"] = round(time.perf_counter() - t0, 1)
