@@ -28,7 +28,8 @@ from parallelsearch.rl.openrlhf_cli import check_command
 from parallelsearch.rl.train_config import OPENRLHF_NAMES, TrainConfig, load_train_config, paper_preset
 
 STANDIN = """#!/usr/bin/env bash
-# stand-in for the {name} executable: records where and how it was called, and the runtime env file
+# stand-in for the {name} executable (parallelsearch: command.sh's check): records where and how it was
+# called, and the runtime env file
 {{ echo "cwd=$PWD"; echo "env=${{{env}:-}}"; printf 'arg=%s\\n' "$@"; }} > "$STANDIN_LOG"
 prev=""; for a in "$@"; do [ "$prev" = --runtime-env ] && cp "$a" "$STANDIN_LOG.runtime_env"; prev="$a"; done
 """
@@ -37,7 +38,7 @@ prev=""; for a in "$@"; do [ "$prev" = --runtime-env ] && cp "$a" "$STANDIN_LOG.
 def standins(tmp_path: Path) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("ray", "python3"):
+    for name in ("ray", "python3", "parallelsearch"):
         p = bin_dir / name
         p.write_text(STANDIN.format(name=name, env=ENV_VAR))
         p.chmod(0o755)
