@@ -28,7 +28,7 @@ from parallelsearch.agents.policies.config import Constrained, ConstrainedThinkC
 from parallelsearch.graphs.builders import SEARCHING_KINDS, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.factory import make_searcher
-from parallelsearch.rl.rewards import RewardMode, check_reward_weights
+from parallelsearch.rl.rewards import DEFAULT_TRAIN_MODE, RewardMode, check_reward_weights
 from parallelsearch.rl.search_failures import DEFAULT_MAX_SHARE
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.errors import ParallelSearchError, describe_validation_error
@@ -46,7 +46,11 @@ class AgentConfigError(ParallelSearchError, RuntimeError):
 class RewardConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    mode: RewardMode = "paper"
+    mode: RewardMode = Field(
+        DEFAULT_TRAIN_MODE,
+        description="paper-strict (decomposition paid only for splits the record shows searched), paper, "
+        "dag, or official (the official code's numbers, for parity with released checkpoints)",
+    )
     weights: dict[str, float] = Field(default_factory=dict, description="overrides of the mode's weights")
     cut_episodes: Literal["unshaped", "shaped"] = Field(
         "unshaped",
@@ -139,6 +143,12 @@ class AgentConfig(RetrievalConfig):
         description="a folder every rollout actor appends one health record per episode to (a file each); "
         "`parallelsearch train-health FOLDER` prints the steps and their alarms (a path every node writes)",
     )
+    max_observation_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="cut each observation to this many tokens before the next turn reads it, as the official "
+        "code's max_obs_length (unset: no cap)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -195,7 +205,7 @@ class AgentConfig(RetrievalConfig):
         if self.reward.mode == "official":
             raise ValueError(
                 "agent.mode=gateway scores the chat agent's record; reward.mode 'official' reads the tags "
-                "text: set agent.reward.mode=paper (or dag)"
+                "text: set agent.reward.mode=paper-strict (or paper, dag)"
             )
         if self.constrained:
             raise ValueError(

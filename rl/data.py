@@ -81,10 +81,16 @@ def label_of(q: dict[str, Any]) -> dict[str, Any]:
 
 
 def train_record(
-    q: dict[str, Any], *, template: str = "paper", tokenizer: Any = None, score: str | None = None
+    q: dict[str, Any],
+    *,
+    template: str = "paper",
+    tokenizer: Any = None,
+    score: str | None = None,
+    origin: str | None = None,
 ) -> dict[str, Any]:
     """One OpenRLHF prompt record from one FlashRAG question record; ``score="em"`` marks an
-    evaluation record (the executor's reward is then exact match, so OpenRLHF's pass@1 is EM)."""
+    evaluation record (the executor's reward is then exact match, so OpenRLHF's pass@1 is EM);
+    ``origin`` (``eval_origin`` in the label) says the question came from an evaluation file."""
     question = prompt_question(q["question"])
     text = render_prompt(question, template)
     if tokenizer is not None:
@@ -92,6 +98,8 @@ def train_record(
             [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
         )
     label = {**label_of(q), "question": question, **({"score": score} if score else {})}
+    if origin:
+        label["eval_origin"] = origin
     return {
         "prompt": text,
         "label": json.dumps(label, ensure_ascii=False),
@@ -108,18 +116,27 @@ def eval_split_word(path: str | Path) -> str | None:
     return next((w for w in words if w in EVAL_SPLIT_WORDS), None)
 
 
-def refuse_eval_question(q: dict[str, Any], path: str | Path) -> None:
-    """A ValueError when ``q`` comes from an evaluation file (its own or its prepare-data source's
-    name says test/dev/...), naming the file and the fix."""
+def eval_origin(q: dict[str, Any], path: str | Path) -> str | None:
+    """Why ``q`` comes from an evaluation file (its own or its prepare-data source's name says
+    test/dev/..., or its id is an evaluation split's), or None."""
     meta = q.get("metadata") or {}
     source = meta.get("source") or str(path)
     word = eval_split_word(source) or eval_split_word(path)
     qid = next((i for i in (q.get("id"), meta.get("source_id")) if EVAL_ID_RE.fullmatch(str(i))), None)
     if word is None and qid is None:
+        return None
+    return f"{source}; " + (
+        f"its file name says {word!r}" if word else f"its id {qid!r} is an evaluation split's"
+    )
+
+
+def refuse_eval_question(q: dict[str, Any], path: str | Path) -> None:
+    """A ValueError when ``q`` comes from an evaluation file, naming the file and the fix."""
+    origin = eval_origin(q, path)
+    if origin is None:
         return
-    what = f"its file name says {word!r}" if word else f"its id {qid!r} is an evaluation split's"
     raise ValueError(
-        f"{path}: question {q.get('id')!r} comes from an evaluation file ({source}; {what}): training on it "
+        f"{path}: question {q.get('id')!r} comes from an evaluation file ({origin}): training on it "
         "contaminates every later evaluation. Use the train split (FlashRAG's train.jsonl), make eval "
         "records with --eval, or pass --allow-eval-questions for a run whose model is never evaluated"
     )
@@ -155,9 +172,13 @@ def make_train_data(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(out.suffix + ".tmp")
     with tmp.open("w", encoding="utf-8") as f:
-        for q in chosen:
+        for q, origin in chosen:
             rec = train_record(
-                q, template=template, tokenizer=tokenizer, score=SCORE_EM if eval_set else None
+                q,
+                template=template,
+                tokenizer=tokenizer,
+                score=SCORE_EM if eval_set else None,
+                origin=None if eval_set else origin,
             )
             f.write(json.dumps(rec, ensure_ascii=False) + "\n")
             meta = q.get("metadata") or {}
@@ -182,11 +203,11 @@ def _check_sources(paths: Sequence[str | Path], recipe: str | None) -> None:
 
 def _choose_questions(
     paths: Sequence[str | Path], recipe: str | None, report: TrainDataReport, *, skip_bad: bool, check: bool
-) -> list[dict[str, Any]]:
+) -> list[tuple[dict[str, Any], str | None]]:
     """The questions of ``paths`` the recipe keeps, each id once (left-out and duplicate counts go
-    to ``report``); ``check`` refuses evaluation questions."""
+    to ``report``), each with its :func:`eval_origin`; ``check`` refuses evaluation questions."""
     seen: set[str] = set()
-    chosen: list[dict[str, Any]] = []
+    chosen: list[tuple[dict[str, Any], str | None]] = []
     for path in paths:
         for q in load_questions(path, skip_bad=skip_bad):
             ds = (q.get("metadata") or {}).get("dataset") or "unknown"
@@ -200,7 +221,7 @@ def _choose_questions(
                 report.duplicates += 1
                 continue
             seen.add(qid)
-            chosen.append(q)
+            chosen.append((q, eval_origin(q, path)))
     if recipe and not chosen:
         raise ValueError(
             f"recipe {recipe!r} needs questions from {', '.join(RECIPES[recipe])}; none were given"

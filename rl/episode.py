@@ -47,10 +47,17 @@ class TokenLedger:
     (a text policy) is tokenised from its text and counted in ``retokenized``."""
 
     def __init__(
-        self, tokenizer: Any, prompt: str, max_length: int | None = None, turn_cap: int | None = None
+        self,
+        tokenizer: Any,
+        prompt: str,
+        max_length: int | None = None,
+        turn_cap: int | None = None,
+        observation_cap: int | None = None,
     ):
         self.tokenizer = tokenizer
         self.max_length = max_length
+        self.observation_cap = observation_cap
+        self.observations_cut = 0  # observations cut at observation_cap
         self.context_full = False  # a turn or an observation was cut at max_length: the episode stops
         self.prompt_cut = False  # the prompt was cut to leave room for a turn
         self.truncated = False  # OpenRLHF's meaning: the last turn stopped on length (its token cap)
@@ -100,8 +107,12 @@ class TokenLedger:
         return decode_tokens(self.tokenizer, ids)
 
     def add_observation(self, text: str) -> None:
-        """Append the environment's text, cut where the context ends."""
+        """Append the environment's text, cut at ``observation_cap`` tokens (the official code cuts
+        an observation's ids the same way) and where the context ends."""
         ids = self.encode(text)
+        if self.observation_cap is not None and len(ids) > self.observation_cap:
+            log.warning("observation of %d tokens cut to %d", len(ids), self.observation_cap)
+            ids, self.observations_cut = ids[: self.observation_cap], self.observations_cut + 1
         room = self.room()
         if room is not None and len(ids) > room:
             ids, self.context_full = ids[: max(room, 0)], True
@@ -135,6 +146,14 @@ class EpisodeRun:
     ledger: TokenLedger | None = None
     reward: RewardBreakdown | None = None
 
+    @property
+    def cut(self) -> bool:
+        """The episode was cut before the graph ended it: the context ran out, or its last turn
+        stopped at its token cap (without a ledger: the policy's last turn finished on length)."""
+        if self.ledger is not None:
+            return self.ledger.overflowed or self.ledger.truncated
+        return bool(self.turns) and self.turns[-1].get("finish_reason") == "length"
+
 
 async def _turns(env: SearchEnv, generate: TurnGenerator, ledger: TokenLedger | None) -> list[dict[str, Any]]:
     """Generate, append and step until the graph ends the episode or the context is full."""
@@ -167,9 +186,12 @@ async def run_episode(
     *,
     metadata: dict[str, Any] | None = None,
     ledger_for: Callable[[str], TokenLedger | None] = lambda prompt: None,
+    chat: Callable[[str], str] | None = None,
 ) -> EpisodeRun:
     """One episode of ``generate`` in ``env_graph``, scored once. ``ledger_for(prompt)`` gives
-    the ledger (the executor's starts from OpenRLHF's prompt, a rollout's from the env's)."""
+    the ledger (the executor's starts from OpenRLHF's prompt, a rollout's from the env's prompt
+    as the job's chat template frames it); without a ledger ``chat`` frames the prompt of the
+    text the reward reads."""
     env = env_graph.new_episode()
     try:
         prompt = await env.reset(question, label, metadata)
@@ -179,6 +201,9 @@ async def run_episode(
     finally:
         env.close()
     episode = Episode.from_state(state)
-    text = ledger.text() if ledger is not None else env.transcript
+    if ledger is not None:
+        text = ledger.text()
+    else:
+        text = (chat(prompt) if chat else prompt) + env.transcript[len(prompt) :]
     reward = env_graph.score(episode, label, text) if label is not None else None
     return EpisodeRun(episode, state, prompt, text, turns, ledger, reward)

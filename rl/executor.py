@@ -156,12 +156,21 @@ def episode_reward(
     """The sample's reward: an episode cut before its answer (the context ran out, or its last
     turn hit its cap) keeps no positive shaped terms (``cut_episodes="unshaped"``); an eval record
     (``make-train-data --eval``) is scored by exact match alone, so OpenRLHF's eval pass@1 is EM."""
-    assert run.reward is not None and run.ledger is not None
+    assert run.reward is not None
     breakdown = run.reward
-    cut = run.ledger.overflowed or run.ledger.truncated
-    if cut and not run.episode.answered and cut_episodes == "unshaped":
+    if run.cut and not run.episode.answered and cut_episodes == "unshaped":
         breakdown = unshaped(breakdown)
     return (breakdown.outcome if label.get("score") == SCORE_EM else breakdown.total), breakdown
+
+
+def logged_health(health_log: str | None, sample: dict[str, Any]) -> dict[str, Any]:
+    """``sample``, its health record appended to ``health_log`` first (when set): every executor
+    (text or gateway) writes the record of what it hands OpenRLHF, so the summary reads one format."""
+    if health_log:
+        from parallelsearch.rl.health import episode_health, write_record
+
+        write_record(health_log, episode_health(sample, time.time()))
+    return sample
 
 
 class EpisodeExecutor:
@@ -178,8 +187,10 @@ class EpisodeExecutor:
         search_guard: SearchFailureGuard | None = None,
         cut_episodes: str = "unshaped",
         health_log: str | None = None,
+        max_observation_tokens: int | None = None,
     ) -> None:
         self.env_graph = env_graph
+        self.max_observation_tokens = max_observation_tokens
         self.cut_episodes = cut_episodes
         self.health_log = health_log
         self.prompt_checked = False  # the first prompt is checked against the reward mode
@@ -267,7 +278,13 @@ class EpisodeExecutor:
             question_from(clean_prompt, lab),
             lab,
             self._engine_turns(sampling_params, llm_engine, turn_cap, want_lp),
-            ledger_for=lambda _: TokenLedger(hf_tokenizer, clean_prompt, max_length, turn_cap=turn_cap),
+            ledger_for=lambda _: TokenLedger(
+                hf_tokenizer,
+                clean_prompt,
+                max_length,
+                turn_cap=turn_cap,
+                observation_cap=self.max_observation_tokens,
+            ),
         )
         if self.search_guard is not None:
             self.search_guard.record(run.state)
@@ -287,8 +304,4 @@ class EpisodeExecutor:
             "truncated": ledger.truncated,  # OpenRLHF's meaning: the last turn stopped on length
             "extra_logs": extra_logs(run, breakdown, replaced),
         }
-        if self.health_log:
-            from parallelsearch.rl.health import episode_health, write_record
-
-            write_record(self.health_log, episode_health(result, time.time()))
-        return result
+        return logged_health(self.health_log, result)

@@ -12,6 +12,7 @@ of the folder. Every command is checked by OpenRLHF's own parser and assertions
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import sys
@@ -108,6 +109,7 @@ class Job:
     runner: str
     wandb: str
     copies: dict[str, Path] = field(default_factory=dict)  # name in the folder -> source file
+    probe: bool = True  # command.sh's check probes the retriever (train --skip-probe: not)
 
     def keys(self) -> dict[str, str]:
         """Environment variables the job's actors need from ``command.sh``'s environment -> why."""
@@ -129,6 +131,13 @@ class Job:
             'cd "$(dirname "${BASH_SOURCE[0]}")"',
         ]
         lines += [f': "${{{var}:?{why}}}"' for var, why in self.keys().items()]
+        lines += [
+            "# the checks of `train --check` first (PARALLELSEARCH_SKIP_CHECK=1 skips them)",
+            'if [ -z "${PARALLELSEARCH_SKIP_CHECK:-}" ]; then',
+            f'    "${{PARALLELSEARCH_CLI:-parallelsearch}}" train --config {CONFIG_FILE} --check'
+            + ("" if self.probe else " --skip-probe"),
+            "fi",
+        ]
         if self.runner == "python":  # OpenRLHF starts Ray here: its workers inherit this environment
             lines.append(f'export {ENV_VAR}="$PWD/{AGENT_FILE}"')
         else:
@@ -223,7 +232,9 @@ def write_job(job: Job) -> Path:
     folder = job.folder
     folder.mkdir(parents=True, exist_ok=True)
     (folder / AGENT_FILE).write_text(job.config.agent_config_yaml(), encoding="utf-8")
-    resolved = job.config.model_dump(mode="json", exclude_none=True, exclude={"agent"})
+    # with total_training_steps the passes are derived from the data, so num_episodes is not written
+    derived = {"num_episodes"} if job.config.total_training_steps is not None else set()
+    resolved = job.config.model_dump(mode="json", exclude_none=True, exclude={"agent", *derived})
     resolved["agent"] = job.config.agent.file_dump()
     resolved["job_dir"] = "."  # paths relative to this folder (load_train_config reads them so)
     for key in ("save_path", "ckpt_path", "tensorboard_dir"):
@@ -288,11 +299,13 @@ def launch(
     (``dry_run``: nothing written) or write and print (``runner="print"``)."""
     import subprocess
 
-    from parallelsearch.rl.preflight import preflight, retriever_name
+    from parallelsearch.rl.preflight import preflight
 
     out = out or sys.stdout
     status = static_checks(cfg)
+    checks = preflight(cfg, probe=probe)  # the same checks as train --check, for every runner
     job = plan_job(cfg, runner)
+    job.probe = probe
     where = "not written: dry run" if dry_run else "written"
     print(f"# job folder {job.folder} ({where}): {', '.join(job.files())}", file=out)
     print(f"# {AGENT_FILE} ({ENV_VAR}):", file=out)
@@ -304,8 +317,8 @@ def launch(
             f"# Ray's runtime env (command.sh writes it from its environment when it runs): {shipped}",
             file=out,
         )
-    if dry_run or runner == "print":
-        print(f"# {retriever_name(cfg.agent)}: not probed here (train --check probes it)", file=out)
+    for line in checks:
+        print(f"# check: {line}", file=out)
     if not Path(cfg.prompt_data).is_file():
         print(
             f"# prompt_data {cfg.prompt_data}: not a file here (make-train-data makes it; "
@@ -326,9 +339,8 @@ def launch(
     print(f"# run it as: bash {script}", file=out)
     if runner == "print":
         return 0
-    for line in preflight(cfg, probe=probe):
-        print(f"# check: {line}", file=out)
     try:
-        return subprocess.call(["bash", str(script)])
+        # the checks ran above, in this process: command.sh need not run them again
+        return subprocess.call(["bash", str(script)], env={**os.environ, "PARALLELSEARCH_SKIP_CHECK": "1"})
     except FileNotFoundError as e:
         raise UnavailableError("cannot run bash: run the written command.sh on the GPU machine") from e

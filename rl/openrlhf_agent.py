@@ -82,6 +82,7 @@ class AgentExecutor(EpisodeExecutor, AgentExecutorBase):
             think_chars=cfg.constrained_think_chars,
             cut_episodes=cfg.reward.cut_episodes,
             health_log=cfg.health_log,
+            max_observation_tokens=cfg.max_observation_tokens,
             search_guard=guard,
         )
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from parallelsearch.rl.schedule import plan
 from parallelsearch.rl.train_config import OPENRLHF_NAMES, TrainConfig
 
 
@@ -49,6 +50,7 @@ def openrlhf_args(
     flags["vllm.enable_sleep"] = flags["ds.enable_sleep"] = cfg.colocate_all and not cfg.async_train
     flags["train.agent_func_path"] = agent_func_path or str(agent_module_path())
     flags.update({flag: getattr(cfg, name) for flag, name in OPENRLHF_NAMES.items()})
+    flags["train.num_episodes"] = plan(cfg).episodes
     flags["critic.model_name_or_path"] = cfg.critic_model or cfg.model
     flags["ckpt.path"] = cfg.ckpt_path or str(Path(cfg.save_path) / "ckpt")
     flags["logger.wandb.key"], _ = wandb_key_source(cfg, environ)
@@ -60,6 +62,7 @@ def openrlhf_args(
         "logger.wandb.": not flags["logger.wandb.key"],
     }
     skipped = tuple(prefix for prefix, skip in off.items() if skip)
+    flags.update(cfg.openrlhf_flags)
     a: list[str] = []
     for flag, value in flags.items():
         if value is None or value is False or flag.startswith(skipped):

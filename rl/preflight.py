@@ -248,7 +248,7 @@ def check_reward_prompts(cfg: TrainConfig, record: dict[str, Any] | None) -> str
         if ASSISTANT_MARKER not in str(prompt):
             raise PreflightError(
                 f"reward mode official needs '{ASSISTANT_MARKER}' in every episode but {cfg.prompt_data}'s "
-                "prompts are not chat-templated: set apply_chat_template=true, or agent.reward.mode=paper"
+                "prompts are not chat-templated: set apply_chat_template=true, or agent.reward.mode=paper-strict"
             )
     how = "OpenRLHF chat-templates the prompts" if cfg.apply_chat_template else "prompts used as written"
     return f"reward mode {mode}: {how}"
@@ -265,7 +265,7 @@ def check_protocol(cfg: TrainConfig, record: dict[str, Any] | None) -> str:
         raise PreflightError(
             f"agent.graph_config.protocol tools with agent.reward.mode {mode}: that mode scores the tags "
             "(official: as the official code does; dag: the #k plan of <search> tags); set "
-            "agent.reward.mode=paper for the tool-call text form"
+            "agent.reward.mode=paper-strict for the tool-call text form"
         )
     prompt = record.get(cfg.input_key) if record else None
     if isinstance(prompt, str):
@@ -366,7 +366,9 @@ def tokenizer_checks(
     )
     gc = cfg.agent.graph_config
     passage = passage_tokens(passages, tokenizer) if passages else DEFAULT_PASSAGE_TOKENS
-    wide, wide_said = widest_observation(gc, passage)
+    # the executor cuts each observation to the cap; the gateway's tool messages are the agent's own
+    cap = cfg.agent.max_observation_tokens if cfg.agent.mode == "text" else None
+    wide, wide_said = widest_observation(gc, passage, cap)
     budget = EpisodeBudget(
         prompt=max(count_tokens(p, tokenizer) for p in prompts),
         turn=cfg.max_new_tokens_per_turn,
@@ -375,6 +377,7 @@ def tokenizer_checks(
         top_k=gc.top_k,
         wide=wide,
         wide_said=wide_said,
+        cap=cap,
     )
     how += (
         "; passages as long as the probe's (mean)"
@@ -471,6 +474,8 @@ def corpus_line(cfg: TrainConfig, shape: DataShape | None) -> str:
 def preflight(cfg: TrainConfig, *, probe: bool = True) -> list[str]:
     """Every check, in order; returns one line per check passed (or ``not checked: ...``), raises on the
     first failure."""
+    from parallelsearch.rl.schedule import schedule_line
+
     lines = [check_resources(cfg), *config_checks(cfg)]
     data_line, record = check_data(cfg)
     lines.append(data_line)
@@ -479,7 +484,7 @@ def preflight(cfg: TrainConfig, *, probe: bool = True) -> list[str]:
     records = first_records(cfg.prompt_data)
     lines.extend(data_checks(cfg, records))
     shape_lines, shape = shape_checks(cfg)
-    lines += [*shape_lines, is_correction_line(cfg)]
+    lines += [*shape_lines, schedule_line(cfg), is_correction_line(cfg)]
     passages = None
     if probe:
         if cfg.agent.retriever_url:
@@ -513,6 +518,6 @@ def check_episode_prompt(mode: str, prompt: str) -> None:
         raise PreflightError(
             f"reward mode official scores what follows '{ASSISTANT_MARKER}', which the prompts lack (a chat "
             "template other than ChatML, or apply_chat_template off): every episode would fail the format; "
-            "set agent.reward.mode=paper"
+            "set agent.reward.mode=paper-strict"
         )
     _checked(check_template_reward, mode, [{"prompt": prompt, "label": "{}"}], "prompt", "label")

@@ -46,7 +46,7 @@ def check_chat_template(tokenizer: Any, model: str, prompt: str | None, mode: st
         raise ValueError(
             f"apply_chat_template=true but the tokenizer of {model} has no chat template: OpenRLHF's "
             "PromptDataset would fail on the cluster; use an instruct model's tokenizer, or set "
-            "apply_chat_template=false with agent.reward.mode=paper"
+            "apply_chat_template=false with agent.reward.mode=paper-strict"
         )
     rendered = tokenizer.apply_chat_template(
         [{"role": "user", "content": prompt or "Question: q?\n"}], tokenize=False, add_generation_prompt=True
@@ -55,7 +55,7 @@ def check_chat_template(tokenizer: Any, model: str, prompt: str | None, mode: st
         raise ValueError(
             f"reward mode official scores what follows '{ASSISTANT_MARKER}' (ChatML, Qwen's template), "
             f"but the chat template of {model} renders {rendered[-40:]!r} before the answer: every "
-            "episode would fail the format (a perfect one scores 1.70); set agent.reward.mode=paper"
+            "episode would fail the format (a perfect one scores 1.70); set agent.reward.mode=paper-strict"
         )
     return f"chat template of {model}: renders the prompts" + (
         f" with '{ASSISTANT_MARKER}'" if mode == "official" else ""
@@ -81,18 +81,25 @@ class EpisodeBudget:
         """One turn that searches as wide as allowed, then the answer."""
         return self.prompt + self.turn + self.wide + self.turn
 
+    #: tokens an observation is cut to before the next turn (``agent.max_observation_tokens``)
+    cap: int | None = None
+
     @property
     def observation(self) -> int:
-        return self.top_k * self.passage
+        full = self.top_k * self.passage
+        return min(full, self.cap) if self.cap else full
 
     @property
     def need(self) -> int:
         return self.prompt + self.max_turns * (self.turn + self.observation) + self.turn
 
     def spelled(self) -> str:
+        observation = f"top_k {self.top_k} x passage {self.passage}"
+        if self.observation < self.top_k * self.passage:
+            observation = f"max_observation_tokens {self.cap}"
         return (
-            f"prompt {self.prompt} + max_turns {self.max_turns} x (turn {self.turn} + top_k {self.top_k} x "
-            f"passage {self.passage}) + final turn {self.turn} = {self.need}"
+            f"prompt {self.prompt} + max_turns {self.max_turns} x (turn {self.turn} + {observation}) "
+            f"+ final turn {self.turn} = {self.need}"
         )
 
 
@@ -105,9 +112,10 @@ def passage_tokens(passages: Sequence[Any], tokenizer: Any) -> int:
     return math.ceil(sum(count_tokens(line, tokenizer) for line in lines) / len(lines))
 
 
-def widest_observation(graph_config: Any, passage: int) -> tuple[int, str]:
+def widest_observation(graph_config: Any, passage: int, cap: int | None = None) -> tuple[int, str]:
     """Tokens of the observation of a search of ``max_subqueries`` sub-queries: top_k passages
-    each (fewer under ``passage_budget``), within ``max_observation_words``; and the sum spelled out."""
+    each (fewer under ``passage_budget``), within ``max_observation_words`` and the observation
+    cap ``cap`` (tokens); and the sum spelled out."""
     k = graph_config.max_subqueries
     each = graph_config.search_top_k(k)
     tokens = k * each * passage
@@ -116,6 +124,8 @@ def widest_observation(graph_config: Any, passage: int) -> tuple[int, str]:
     if words and math.ceil(words * TOKENS_PER_WORD) < tokens:
         tokens = math.ceil(words * TOKENS_PER_WORD)
         said = f"max_observation_words {words} x {TOKENS_PER_WORD}"
+    if cap and cap < tokens:
+        tokens, said = cap, "max_observation_tokens"
     return tokens, f"{said} = {tokens}"
 
 

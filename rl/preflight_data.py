@@ -82,12 +82,12 @@ def check_template_reward(mode: str, records: list[dict[str, Any]], input_key: s
                     f"prompts ({said}) hold {have[0]} <search> and {have[1]} <answer> where the official "
                     f"template holds {want[0]} and {want[1]}: its search-count target would move (a second "
                     "search would score more than one); make the data with `make-train-data --template "
-                    "official`, or set agent.reward.mode=paper"
+                    "official`, or set agent.reward.mode=paper-strict"
                 )
     if mode == "dag" and template not in ("dag", None):
         raise ValueError(
             f"reward mode dag rewards #k plans but the prompts ({said}) never teach #k: make the data with "
-            "`make-train-data --template dag`, or set agent.reward.mode=paper"
+            "`make-train-data --template dag`, or set agent.reward.mode=paper-strict"
         )
     return f"prompts in {said} (of the first {len(records)}), scored by reward mode {mode}"
 
@@ -101,10 +101,16 @@ def question_key(rec: dict[str, Any], input_key: str, label_key: str) -> str:
     return " ".join(re.sub(r"[^\w\s]", " ", question.lower()).split())
 
 
-def _eval_marks(path: str, records: Iterator[tuple[int, dict[str, Any]]], label_key: str) -> None:
-    """A ValueError at the first training record that is an evaluation record or has an eval id."""
+def _eval_marks(path: str, records: Iterator[tuple[int, dict[str, Any]]], label_key: str) -> str:
+    """A ValueError at the first training record that is an evaluation record or has an eval id;
+    returns what the data says of its questions: none from evaluation files, or how many
+    ``make-train-data --allow-eval-questions`` took from them (its label's ``eval_origin``)."""
+    allowed, first = 0, ""
     for n, rec in records:
         label = label_dict(rec, label_key)
+        if label.get("eval_origin"):
+            allowed += 1
+            first = first or f"line {n}: {label['eval_origin']}"
         ids = [rec.get("id"), label.get("id")]
         bad = next((str(i) for i in ids if i is not None and EVAL_ID_RE.fullmatch(str(i))), None)
         if label.get("score") == SCORE_EM:
@@ -115,6 +121,12 @@ def _eval_marks(path: str, records: Iterator[tuple[int, dict[str, Any]]], label_
                 "training on it contaminates every later evaluation; make the training file from train "
                 "splits (`make-train-data` refuses evaluation files)"
             )
+    if not allowed:
+        return "no evaluation ids or eval records"
+    return (
+        f"{allowed} record(s) from evaluation files, written with make-train-data --allow-eval-questions "
+        f"(first: {first}): never evaluate this run's model on those files"
+    )
 
 
 def _digest(path: Path) -> str:
@@ -129,9 +141,9 @@ def check_contamination(prompt_data: str, eval_data: str | None, input_key: str,
     """Evaluation data kept out of training: no eval record or evaluation id in ``prompt_data``,
     and ``eval_data`` neither the same file nor sharing a question with it (local files only)."""
     train = Path(prompt_data)
-    _eval_marks(prompt_data, iter_records(train), label_key)
+    marks = _eval_marks(prompt_data, iter_records(train), label_key)
     if not eval_data or not Path(eval_data).is_file():
-        return f"prompt_data {prompt_data}: no evaluation ids or eval records"
+        return f"prompt_data {prompt_data}: {marks}"
     held = Path(eval_data)
     if held.resolve() == train.resolve() or _digest(held) == _digest(train):
         raise ValueError(
@@ -147,6 +159,4 @@ def check_contamination(prompt_data: str, eval_data: str | None, input_key: str,
             f"(first: line {n}, {question_key(rec, input_key, label_key)[:80]!r}); keep evaluation "
             "questions out of the training file"
         )
-    return (
-        f"prompt_data {prompt_data}: no evaluation ids or eval records; eval_data shares no question with it"
-    )
+    return f"prompt_data {prompt_data}: {marks}; eval_data shares no question with it"

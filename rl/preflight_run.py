@@ -8,13 +8,13 @@ after Ray has placed the GPUs, others never. Each raises a ValueError naming the
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from parallelsearch.rl.preflight_data import iter_records, label_dict
+from parallelsearch.rl.schedule import passes
 from parallelsearch.rl.train_config import TrainConfig
 
 #: file suffixes that make a data name a local path (anything else may be a hub dataset name)
@@ -88,7 +88,7 @@ def check_graph_reward(cfg: TrainConfig) -> str:
         raise ValueError(
             "agent.graph sequential with agent.reward.mode official: the official reward pays for '##' "
             "decompositions that the sequential graph refuses (every such search is an invalid action); set "
-            "agent.graph=parallel, or agent.reward.mode=paper"
+            "agent.graph=parallel, or agent.reward.mode=paper-strict"
         )
     return f"graph {graph}: reward mode {mode} pays what it runs"
 
@@ -167,8 +167,9 @@ def check_eval_path(cfg: TrainConfig) -> str | None:
 
 def run_steps(cfg: TrainConfig, prompts: int) -> int:
     """The run's steps as OpenRLHF 0.11.2 counts them (one per rollout batch, the last one partial)."""
-    used = min(prompts, cfg.max_samples) if cfg.max_samples else prompts
-    return cfg.num_episodes * math.ceil(used / cfg.rollout_batch_size)
+    steps = passes(cfg, prompts).steps
+    assert steps is not None
+    return steps
 
 
 def check_steps(cfg: TrainConfig, prompts: int) -> str:
@@ -182,12 +183,12 @@ def check_steps(cfg: TrainConfig, prompts: int) -> str:
     steps = run_steps(cfg, prompts)
     if cfg.eval_data and cfg.eval_steps != -1 and cfg.eval_steps > steps:
         raise ValueError(
-            f"eval_steps {cfg.eval_steps} > the run's {steps} steps (num_episodes {cfg.num_episodes} x "
+            f"eval_steps {cfg.eval_steps} > the run's {steps} steps ({passes(cfg, prompts).episodes} pass(es) x "
             f"{prompts} prompts / rollout_batch_size {cfg.rollout_batch_size}): evaluation never runs; set "
             f"eval_steps <= {steps}"
         )
     every = f"; evaluation every {cfg.eval_steps} steps" if cfg.eval_data else ""
-    return f"steps: {steps} ({cfg.num_episodes} episode(s) of {prompts} prompts){every}"
+    return f"steps: {steps} ({passes(cfg, prompts).episodes} pass(es) of {prompts} prompts){every}"
 
 
 def ckpt_folder(cfg: TrainConfig) -> Path:

@@ -1,7 +1,8 @@
 """ParallelSearch rewards: the paper's equations and the official code's exact numbers.
 
-The three modes (``paper``, the default; ``dag``; ``official``, the official
-``compute_score_em`` quirks included) and the tool-call protocol's scoring are specified in
+The four modes (``paper``, the library default; ``paper-strict``, the default of new training runs,
+which pays decomposition only for splits the record shows were searched; ``dag``; ``official``, the
+official ``compute_score_em`` quirks included) and the tool-call protocol's scoring are specified in
 docs/training.md, "Reward modes"; the parity tests pin the official numbers.
 """
 
@@ -26,9 +27,11 @@ from parallelsearch.data.metrics import exact_match
 from parallelsearch.graphs.record import Episode, TurnRecord, turn_record
 from parallelsearch.stores.errors import check_choice
 
-RewardMode = Literal["paper", "official", "dag"]
+RewardMode = Literal["paper", "paper-strict", "official", "dag"]
 #: the reward modes, derived from :data:`RewardMode` (configs type their field with it)
 MODES: tuple[str, ...] = get_args(RewardMode)
+#: the mode a new training run scores with (the ``paper`` preset's and ``RewardConfig``'s default)
+DEFAULT_TRAIN_MODE = "paper-strict"
 PAPER_WEIGHTS: dict[str, float] = {"lambda_d": 0.15, "lambda_s": 0.35, "alpha": 3.0, "lambda_f": 0.1}
 #: The official training script's values (train_parallelsearch.sh) under the official names.
 OFFICIAL_WEIGHTS: dict[str, float] = {
@@ -186,7 +189,7 @@ def check_reward_protocol(mode: str, protocol: str) -> None:
     if mode == "official" and protocol != "tags":
         raise ValueError(
             f"reward mode 'official' scores the tags text as the official code does; protocol {protocol!r} "
-            "needs mode 'paper' or 'dag'"
+            "needs mode 'paper-strict', 'paper' or 'dag'"
         )
 
 
@@ -195,8 +198,10 @@ def score_episode(
 ) -> RewardBreakdown:
     """Score one episode's record. ``label`` holds ``golden_answers`` and ``type`` or ``split``.
 
-    The ``paper`` and ``dag`` modes read the record: the searches that ran (sub-queries, stages),
-    the answer, each turn's validity and format. ``official`` reproduces the official code, which
+    The ``paper``, ``paper-strict`` and ``dag`` modes read the record: the searches that ran
+    (sub-queries, stages), the answer, each turn's validity and format; ``paper-strict`` counts a
+    split only where the search's observation shows two or more distinct sub-queries searched side
+    by side (:func:`searched_split`). ``official`` reproduces the official code, which
     reads the decoded episode ``text`` (prompt included) for parity with its published runs.
     Weight names: ``lambda_d``, ``lambda_s``, ``alpha``, ``lambda_f`` (every mode), and in official
     mode also ``structure_format_score``, ``final_format_score``, ``count_score``, ``comp_score``,
@@ -211,7 +216,7 @@ def score_episode(
         return over_searched(_official(text, lab, w), lab, w)
     if mode == "dag":
         return over_searched(_dag(lab, w, episode), lab, w)
-    return over_searched(_paper(lab, w, episode), lab, w)
+    return over_searched(_paper(lab, w, episode, strict=mode == "paper-strict"), lab, w)
 
 
 def needed_subqueries(label: dict[str, Any]) -> int:
@@ -296,19 +301,52 @@ def _search_count(qclass: str, n: int, w: dict[str, float]) -> float:
     return w["lambda_s"] * (1 - abs(n - 1))
 
 
-def _paper(lab: dict[str, Any], w: dict[str, float], episode: Episode) -> RewardBreakdown:
-    """The paper's Eqs. 3-7 (docs/training.md, "Reward modes")."""
+def searched_split(episode: Episode) -> list[int]:
+    """Per search that ran, the most distinct sub-queries its observation shows searched side by
+    side (in one stage): what ``paper-strict`` calls a split. A sub-query the graph did not split
+    off (the sequential graph searches ``A ## B`` as one query), a duplicate, an empty piece or a
+    rejected search never counts. Each search of a live episode has one observation, in order; a
+    transcript read back (:func:`read_episode`) has none, and its parsed sub-queries stand in."""
+    widths: list[int] = []
+    observations = list(episode.observations)
+    for i, turn in enumerate(episode.searches):
+        searched = [r.get("query") for r in observations[i]["results"]] if i < len(observations) else None
+        queries = [" ".join(str(q or "").lower().split()) for q in (searched or turn["subqueries"])]
+        stages = turn.get("stages") or [list(range(len(queries)))]
+        width = 0
+        for stage in stages:
+            width = max(width, len({queries[i] for i in stage if i < len(queries) and queries[i]}))
+        widths.append(width)
+    return widths
+
+
+def _decomposition(qclass: str, w: dict[str, float], episode: Episode, strict: bool) -> tuple[float, bool]:
+    """The decomposition term and whether the episode counts as decomposed. Strict: a split is
+    one the record shows searched, and the bonus for not splitting a non-parallel question needs
+    a search that ran (an episode of invalid turns earns nothing for not splitting)."""
+    if not strict:
+        decomposed = episode.decomposed
+        if qclass == "parallel":
+            return (w["alpha"] * w["lambda_d"] if decomposed else 0.0), decomposed
+        return (w["lambda_d"] if not decomposed else 0.0), decomposed
+    widths = searched_split(episode)
+    decomposed = any(n >= 2 for n in widths)
+    if qclass == "parallel":
+        return (w["alpha"] * w["lambda_d"] if decomposed else 0.0), decomposed
+    return (w["lambda_d"] if widths and not decomposed else 0.0), decomposed
+
+
+def _paper(
+    lab: dict[str, Any], w: dict[str, float], episode: Episode, strict: bool = False
+) -> RewardBreakdown:
+    """The paper's Eqs. 3-7 (docs/training.md, "Reward modes"); ``strict``: ``paper-strict``."""
     qclass = question_class(lab)
     sizes = episode.subqueries_per_search
-    decomposed = episode.decomposed
     valid, reason = episode.format_check()
     correct = bool(exact_match(episode.answer, lab["golden_answers"]))
 
     outcome = 1.0 if correct else 0.0
-    if qclass == "parallel":
-        decomposition = w["alpha"] * w["lambda_d"] if decomposed else 0.0
-    else:
-        decomposition = w["lambda_d"] if not decomposed else 0.0
+    decomposition, decomposed = _decomposition(qclass, w, episode, strict)
     n = len(sizes)
     search_count = _search_count(qclass, n, w)
     if valid and not correct:
@@ -320,7 +358,7 @@ def _paper(lab: dict[str, Any], w: dict[str, float], episode: Episode) -> Reward
     parts = (outcome, decomposition, search_count, fmt)
     return _breakdown(
         parts,
-        mode="paper",
+        mode="paper-strict" if strict else "paper",
         question_class=qclass,
         answer=episode.answer,
         correct=correct,

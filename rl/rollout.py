@@ -20,10 +20,67 @@ from pathlib import Path
 from typing import Any
 
 from parallelsearch.agents.protocol import TurnRequest
-from parallelsearch.rl.data import label_of
+from parallelsearch.rl.data import label_of, prompt_question
 from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.episode import EpisodeRun, Generated, TokenLedger, TurnGenerator, run_episode
+from parallelsearch.rl.executor import episode_reward
 from parallelsearch.rl.rewards import REWARD_PARTS
+
+#: ChatML's user turn around a prompt: the frame of the official reward when no tokenizer is given
+CHATML = "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+
+
+@dataclass(frozen=True)
+class Replay:
+    """How a training job frames and scores an episode, so a rollout replays it: the question as
+    ``make-train-data`` writes it, the chat template OpenRLHF applies to the prompt (the
+    tokenizer's, through OpenRLHF's own ``preprocess_data``; ChatML without a tokenizer), the
+    context and per-turn token caps, and the rule for episodes cut before their answer."""
+
+    chat_template: bool = False
+    tokenizer: Any = None
+    max_length: int | None = None
+    turn_cap: int | None = None
+    cut_episodes: str = "unshaped"
+    observation_cap: int | None = None
+    training_question: bool = False  # reset with the question as the training record holds it
+
+    def frame(self, prompt: str) -> str:
+        """The prompt as the policy's context holds it in training."""
+        if not self.chat_template:
+            return prompt
+        if self.tokenizer is None:
+            return CHATML.format(prompt=prompt)
+        try:
+            from parallelsearch.rl.openrlhf_cpu import preprocess_data
+
+            framed, _ = preprocess_data()(
+                {"prompt": prompt}, input_key="prompt", apply_chat_template=self.tokenizer.apply_chat_template
+            )
+            return framed
+        except ImportError:  # no OpenRLHF here: the same call it makes, with the prompt as text
+            return self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+
+    def ledger(self, prompt: str) -> TokenLedger | None:
+        if self.tokenizer is None:
+            return None
+        return TokenLedger(
+            self.tokenizer,
+            self.frame(prompt),
+            self.max_length,
+            turn_cap=self.turn_cap,
+            observation_cap=self.observation_cap,
+        )
+
+    def question(self, q: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The question the environment is reset with, and the label the reward reads."""
+        label = label_of(q)
+        if not self.training_question:
+            return q["question"], label
+        question = prompt_question(q["question"])
+        return question, {**label, "question": question}
 
 
 def _policy_turns(policy: Any) -> TurnGenerator:
@@ -32,7 +89,9 @@ def _policy_turns(policy: Any) -> TurnGenerator:
 
     async def generate(request: TurnRequest, ledger: TokenLedger | None) -> Generated:
         if ledger is not None:
-            request = replace(request, token_ids=list(ledger.ids), logprobs=True)
+            room = ledger.room()  # as the executor caps a turn: never past the context
+            cap = request.max_tokens if room is None else min(request.max_tokens, room)
+            request = replace(request, token_ids=list(ledger.ids), logprobs=True, max_tokens=cap)
         res = await policy.agenerate(request)
         info = {
             "prompt_tokens": res.prompt_tokens,
@@ -56,14 +115,21 @@ def _token_fields(ledger: TokenLedger) -> dict[str, Any]:
 
 
 async def rollout_episode(
-    env_graph: EnvGraph, policy: Any, q: dict[str, Any], *, tokenizer: Any = None
+    env_graph: EnvGraph,
+    policy: Any,
+    q: dict[str, Any],
+    *,
+    tokenizer: Any = None,
+    replay: Replay | None = None,
 ) -> dict[str, Any]:
     """One episode of ``policy`` in the environment as one record; a failure becomes an ``error``
-    field, never a crash. With ``tokenizer`` the record carries the episode's tokens, action mask
-    and log-probs, and the environment gets each turn decoded from the policy's ids, as in training.
+    field, never a crash. With a tokenizer (``tokenizer`` or ``replay``'s) the record carries the
+    episode's tokens, action mask and log-probs, and the environment gets each turn decoded from
+    the policy's ids, as in training; ``replay`` frames and scores the episode as a training job does.
     """
     t0 = time.perf_counter()
-    label = label_of(q)
+    replay = replay or Replay(tokenizer=tokenizer)
+    question, label = replay.question(q)
     rec: dict[str, Any] = {
         "id": q.get("id"),
         "question": q.get("question"),
@@ -72,13 +138,14 @@ async def rollout_episode(
     try:
         run = await run_episode(
             env_graph,
-            q["question"],
+            question,
             label,
             _policy_turns(policy),
             metadata=q.get("metadata") or {},
-            ledger_for=lambda prompt: TokenLedger(tokenizer, prompt) if tokenizer is not None else None,
+            ledger_for=replay.ledger,
+            chat=replay.frame,
         )
-        rec.update(_record_fields(run))
+        rec.update(_record_fields(run, label, replay.cut_episodes))
     except Exception as e:  # noqa: BLE001 - one bad episode is reported, the rollout goes on
         rec.update(turns=[], error=f"{type(e).__name__}: {e}"[:500], reward=None)
     rec["labels"] = sorted({lab for t in rec["turns"] for lab in t.get("labels") or []})
@@ -86,9 +153,11 @@ async def rollout_episode(
     return rec
 
 
-def _record_fields(run: EpisodeRun) -> dict[str, Any]:
-    """What a rollout record keeps of a driven episode."""
+def _record_fields(run: EpisodeRun, label: dict[str, Any], cut_episodes: str) -> dict[str, Any]:
+    """What a rollout record keeps of a driven episode; its reward is the executor's (a cut
+    episode's under ``cut_episodes``)."""
     out, turns = run.state, run.turns
+    reward = episode_reward(run, label, cut_episodes)[1] if run.reward is not None else None
     tokens = [t["completion_tokens"] for t in turns if t.get("completion_tokens") is not None]
     return {
         "prompt": run.prompt,
@@ -102,7 +171,8 @@ def _record_fields(run: EpisodeRun) -> dict[str, Any]:
         "passages": out.get("passages"),
         "search_errors": out.get("errors"),
         "completion_tokens": sum(tokens) if tokens else None,
-        "reward": run.reward.to_dict() if run.reward else None,
+        "reward": reward.to_dict() if reward else None,
+        "cut": run.cut,
         "error": None,
         **(_token_fields(run.ledger) if run.ledger is not None else {}),
     }
@@ -240,6 +310,7 @@ async def rollout(
     sft_out: str | Path | None = None,
     allow_oracle: bool = False,
     tokenizer: Any = None,
+    replay: Replay | None = None,
     progress: bool = True,
 ) -> RolloutSummary:
     """Run every question (``concurrency`` at a time), writing each episode as it finishes.
@@ -264,7 +335,7 @@ async def rollout(
 
     async def one(q: dict[str, Any]) -> dict[str, Any]:
         async with sem:
-            return await rollout_episode(env_graph, policy, q, tokenizer=tokenizer)
+            return await rollout_episode(env_graph, policy, q, tokenizer=tokenizer, replay=replay)
 
     with (
         out.open("w", encoding="utf-8") as f,

@@ -65,6 +65,15 @@ class TrainConfig(BaseModel):
     gamma: float = 1.0
     lambd: float = 1.0
     num_episodes: int = Field(15, ge=1)
+    total_training_steps: int | None = Field(
+        None,
+        ge=1,
+        description="the run's rollout steps, as the official script's total_training_steps: num_episodes "
+        "becomes the whole passes over prompt_data that come closest (OpenRLHF 0.11.2 runs whole passes)",
+    )
+    lr_scheduler: str = Field(
+        "cosine_with_min_lr", description="actor and critic LR schedule (transformers' get_scheduler names)"
+    )
     max_epochs: int = Field(1, ge=1)
     seed: int = 42
     # lengths and sampling
@@ -111,6 +120,11 @@ class TrainConfig(BaseModel):
     )
     corpus_check_floor: float = Field(
         0.2, ge=0, le=1, description="least share of them with a gold answer in the top-k passages"
+    )
+    openrlhf_flags: dict[str, Any] = Field(
+        default_factory=dict,
+        description="any other OpenRLHF 0.11.2 train_ppo_ray flag by its dotted name (--set "
+        "actor.entropy_coef=0.001), checked by OpenRLHF's own parser",
     )
     # the agent (written to the file named by PARALLELSEARCH_AGENT_CONFIG)
     agent: AgentConfig = Field(
@@ -167,6 +181,11 @@ class TrainConfig(BaseModel):
             raise ValueError("dynamic_filtering_range: must be (low, high) with low < high")
         if not 0 <= self.is_clip[0] < 1 < self.is_clip[1]:
             raise ValueError(f"is_clip: must be (low, high) with 0 <= low < 1 < high, got {self.is_clip}")
+        if self.total_training_steps is not None and "num_episodes" in self.model_fields_set:
+            raise ValueError(
+                "num_episodes: total_training_steps sets it from the data; give one of them "
+                "(set total_training_steps=null to give num_episodes)"
+            )
         if self.train_batch_size > self.rollout_batch_size * self.n_samples_per_prompt:
             raise ValueError(
                 f"train_batch_size: {self.train_batch_size} exceeds rollout_batch_size * n_samples_per_prompt "
@@ -201,16 +220,21 @@ class TrainConfig(BaseModel):
 def paper_preset(**overrides: Any) -> TrainConfig:
     """The official train_parallelsearch.sh settings (Qwen2.5-7B-Instruct, PPO/GAE, 8 GPUs, NQ+HotpotQA).
 
-    Reward, prompt and template as the official code trains (docs/training.md): prompts
-    in the official template, raw in the data file and chat-templated by OpenRLHF with the
-    actor's tokenizer (as verl's dataset does), scored by the ``official`` reward, which
-    reads the episode after ``<|im_start|>assistant``.
+    Prompt and template as the official code trains (docs/training.md): prompts in the official
+    template, raw in the data file and chat-templated by OpenRLHF with the actor's tokenizer (as
+    verl's dataset does). The reward is ``paper-strict`` (the paper's terms, read from the record,
+    decomposition paid only for splits that were searched); ``agent.reward.mode=official`` gives
+    the official code's numbers, quirks included, for parity with its published runs.
     """
     base: dict[str, Any] = {  # the rest are the field defaults (the script's PPO values)
         "model": "Qwen/Qwen2.5-7B-Instruct",
         "prompt_data": "data/nq_hotpotqa_train/train.jsonl",
         "apply_chat_template": True,
         "wandb_project": "ParallelSearch",
+        "total_training_steps": 1005,
+        "lr_scheduler": "constant_with_warmup",
+        # the official validation: greedy, one answer per question
+        "openrlhf_flags": {"eval.temperature": 0.0, "eval.n_samples_per_prompt": 1},
         "agent": {
             "retriever_url": "http://127.0.0.1:8000/retrieve",
             "graph": "parallel",
@@ -220,7 +244,8 @@ def paper_preset(**overrides: Any) -> TrainConfig:
                 "max_new_tokens": 500,
                 "prompt_template": "official",
             },
-            "reward": {"mode": "official"},
+            "reward": {"mode": "paper-strict"},
+            "max_observation_tokens": 1000,
         },
     }
     return TrainConfig(**_deep_merge(base, overrides))
@@ -278,6 +303,8 @@ OPENRLHF_NAMES: dict[str, str] = {
     "train.async_enable": "async_train",
     "actor.adam.lr": "actor_lr",
     "actor.lr_warmup_ratio": "actor_warmup_ratio",
+    "actor.lr_scheduler": "lr_scheduler",
+    "critic.lr_scheduler": "lr_scheduler",
     "actor.eps_clip": "eps_clip",
     "algo.advantage.is_correction_threshold": "is_clip",
     "actor.gradient_checkpointing_enable": "gradient_checkpointing",
@@ -336,7 +363,8 @@ def loopback_endpoint(agent: AgentConfig) -> str | None:
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     """``key.sub=value`` strings -> a nested dict; values as :func:`override_value` reads them.
 
-    OpenRLHF's dotted flag names (:data:`OPENRLHF_NAMES`) are accepted for the fields they set.
+    OpenRLHF's dotted flag names (:data:`OPENRLHF_NAMES`) are accepted for the fields they set, and
+    any other flag OpenRLHF 0.11.2's parser knows goes to ``openrlhf_flags`` as it is.
     """
     out: dict[str, Any] = {}
     for item in items:
@@ -344,15 +372,30 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ValueError(f"--set expects key=value, got {item!r}")
         node = out
-        key = OPENRLHF_NAMES.get(key.strip().removeprefix("--"), key.strip())
+        key = OPENRLHF_NAMES.get(key.strip().removeprefix("--"), key.strip().removeprefix("--"))
         parts = key.split(".")
         if len(parts) > 1 and parts[0] not in TrainConfig.model_fields:
+            if key in openrlhf_flag_names():
+                out.setdefault("openrlhf_flags", {})[key] = override_value(raw)
+                continue
             known = [row[0] for row in flat_keys(TrainConfig)] + list(OPENRLHF_NAMES)
             raise ValueError(f"--set {key}: unknown key{did_you_mean(key, known)}; {LIST_KEYS}")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
         node[parts[-1]] = override_value(raw)
     return out
+
+
+def openrlhf_flag_names() -> frozenset[str]:
+    """The dotted flag names OpenRLHF 0.11.2's ``train_ppo_ray`` parser knows (empty without OpenRLHF)."""
+    from parallelsearch.rl.openrlhf_cli import build_parser
+    from parallelsearch.stores.errors import UnavailableError
+
+    try:
+        parser = build_parser()
+    except UnavailableError:
+        return frozenset()
+    return frozenset(o[2:] for a in parser._actions for o in a.option_strings if o.startswith("--"))
 
 
 def override_value(raw: str) -> Any:

@@ -16,7 +16,7 @@ import typing
 
 import httpx
 import pytest
-from conftest import ROOT, UvicornThread, needs_data
+from conftest import ROOT, UvicornThread, fill_batch, needs_data
 from pydantic import TypeAdapter
 from servers import make_openai_test_server
 
@@ -420,7 +420,22 @@ def test_precedence_agent_config_and_train_overrides(tmp_path, monkeypatch, caps
     assert load_agent_config(path).graph_config.top_k == 2
     path.write_text("retriever_url: http://127.0.0.1:9/retrieve\n")
     assert load_agent_config(path).graph_config.top_k == 3
-    assert main(["train", "--preset", "paper", "--dry-run", "--set", "agent.graph_config.top_k=5"]) == 0
+    from parallelsearch.data import load_questions
+    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+    from parallelsearch.rl.data import train_record
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps(train_record(load_questions(HOTPOTQA_SAMPLE)[0], template="official")) + "\n")
+    argv = [
+        "train",
+        "--preset",
+        "paper",
+        "--dry-run",
+        "--skip-probe",
+        "--set",
+        f"prompt_data={fill_batch(data)}",
+    ]
+    assert main([*argv, "--set", "agent.graph_config.top_k=5"]) == 0
     assert "top_k: 5" in capsys.readouterr().out
 
 

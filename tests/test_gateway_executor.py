@@ -33,6 +33,7 @@ from parallelsearch.rl.episode import decode_tokens
 from parallelsearch.rl.gateway import gateway_chat_model
 from parallelsearch.rl.gateway.executor import GatewayExecutor
 from parallelsearch.rl.gateway.factory import default_agent
+from parallelsearch.rl.rewards import REWARD_PARTS
 
 RECORD = {
     "id": "gateway-1",
@@ -223,10 +224,9 @@ SCRIPTS = [
         "x",
     ),
 ]
-COMPARED = (
-    "reward_outcome reward_decomposition reward_search_count reward_format format_valid decomposed answered "
-    "searches subqueries policy_calls search_rounds search_errors invalid unanswered class_parallel "
-    "class_sequential decomposed_parallel searches_parallel"
+COMPARED = [f"reward_{part}" for part in REWARD_PARTS] + (
+    "format_valid decomposed answered searches subqueries policy_calls search_rounds search_errors "
+    "invalid unanswered class_parallel class_sequential decomposed_parallel searches_parallel"
 ).split()
 
 
@@ -244,14 +244,16 @@ def test_the_default_agent_is_prompted_as_served_whatever_the_runs_text_template
     assert TOOLS_TEMPLATE.split(" Question:")[0] in first and "<search>" not in first
 
 
-def parity(tok, n: int) -> tuple[list[dict], list[dict]]:
-    """``n`` scripted episodes through the gateway and through the tool_text environment."""
+def parity(tok, n: int, mode: str = "paper") -> tuple[list[dict], list[dict]]:
+    """``n`` scripted episodes through the gateway and through the tool_text environment, both
+    scored with reward ``mode``."""
     from parallelsearch.rl.env import EnvGraph
     from parallelsearch.rl.executor import EpisodeExecutor
 
     cfg = GraphConfig(top_k=1, max_turns=2)
-    gateway = GatewayExecutor(default_agent("parallel", cfg)(gateway_chat_model(), Library()))
-    text = EpisodeExecutor(EnvGraph(Library(), config=cfg.updated(protocol="tools")))
+    agent = default_agent("parallel", cfg)(gateway_chat_model(), Library())
+    gateway = GatewayExecutor(agent, reward_mode=mode)
+    text = EpisodeExecutor(EnvGraph(Library(), reward_mode=mode, config=cfg.updated(protocol="tools")))
     chat_turns, text_turns, records = {}, {}, []
     for i in range(n):
         chat, written, gold = SCRIPTS[i % len(SCRIPTS)]
@@ -280,9 +282,10 @@ def parity(tok, n: int) -> tuple[list[dict], list[dict]]:
     return out
 
 
-def test_parity_scripted_episodes_through_the_gateway_equal_the_tool_text_environment(tok):
+@pytest.mark.parametrize("mode", ["paper", "paper-strict"])
+def test_parity_scripted_episodes_through_the_gateway_equal_the_tool_text_environment(tok, mode):
     n = int(os.environ.get("GATEWAY_PARITY_EPISODES", "12"))
-    chat, text = parity(tok, n)
+    chat, text = parity(tok, n, mode)
     assert len(chat) == len(text) == n
     for i, (a, b) in enumerate(zip(chat, text, strict=True)):
         forks = a.pop("forks")

@@ -6,6 +6,7 @@ beyond the sub-questions a question needs) is off in the ``paper`` preset and on
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -97,19 +98,28 @@ def test_the_subquestions_a_question_needs():
     )
 
 
-def test_the_paper_preset_leaves_it_off_and_the_oversearch_preset_turns_it_on():
+def test_the_paper_preset_leaves_it_off_and_the_oversearch_preset_turns_it_on(tmp_path):
+    from conftest import fill_batch
+
     from parallelsearch.cli import main
+    from parallelsearch.data import load_questions
+    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+    from parallelsearch.rl.data import train_record
     from parallelsearch.rl.openrlhf_cli import check_command
     from parallelsearch.rl.openrlhf_command import openrlhf_args
 
     assert "lambda_o" not in PRESETS["paper"]().agent.reward.weights
     cfg = load_train_config(preset="paper-oversearch")
-    assert cfg.agent.reward.weights == {"lambda_o": 0.05} and cfg.agent.reward.mode == "official"
+    assert cfg.agent.reward.weights == {"lambda_o": 0.05}
+    assert cfg.agent.reward.mode == PRESETS["paper"]().agent.reward.mode == "paper-strict"
     check_command(openrlhf_args(cfg))
     assert "lambda_o: 0.05" in cfg.agent_config_yaml()
     tuned = load_train_config(preset="paper-oversearch", overrides=["agent.reward.weights.lambda_o=0.1"])
     assert tuned.agent.reward.weights == {"lambda_o": 0.1}
-    assert main(["train", "--preset", "paper-oversearch", "--dry-run"]) == 0
+    data = tmp_path / "train.jsonl"  # the dry run runs train --check's checks: they read the prompts
+    data.write_text("".join(json.dumps(train_record(q)) + "\n" for q in load_questions(HOTPOTQA_SAMPLE)[:8]))
+    dry = ["train", "--preset", "paper-oversearch", "--dry-run", "--skip-probe"]
+    assert main([*dry, "--set", f"prompt_data={fill_batch(data)}"]) == 0
     with pytest.raises(ValueError, match=r"unknown reward weight 'lambda_oo'.*did you mean 'lambda_o'"):
         load_train_config(preset="paper", overrides=["agent.reward.weights.lambda_oo=0.1"])
 

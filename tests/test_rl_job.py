@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import fill_batch
 
 from parallelsearch.cli import main
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE
@@ -28,7 +29,8 @@ from parallelsearch.rl.openrlhf_command import openrlhf_args
 from parallelsearch.rl.train_config import OPENRLHF_NAMES, TrainConfig, load_train_config, paper_preset
 
 STANDIN = """#!/usr/bin/env bash
-# stand-in for the {name} executable: records where and how it was called, and the runtime env file
+# stand-in for the {name} executable (parallelsearch: command.sh's check): records where and how it was
+# called, and the runtime env file
 {{ echo "cwd=$PWD"; echo "env=${{{env}:-}}"; printf 'arg=%s\\n' "$@"; }} > "$STANDIN_LOG"
 prev=""; for a in "$@"; do [ "$prev" = --runtime-env ] && cp "$a" "$STANDIN_LOG.runtime_env"; prev="$a"; done
 """
@@ -37,7 +39,7 @@ prev=""; for a in "$@"; do [ "$prev" = --runtime-env ] && cp "$a" "$STANDIN_LOG.
 def standins(tmp_path: Path) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name in ("ray", "python3"):
+    for name in ("ray", "python3", "parallelsearch"):
         p = bin_dir / name
         p.write_text(STANDIN.format(name=name, env=ENV_VAR))
         p.chmod(0o755)
@@ -66,13 +68,13 @@ def train_data(tmp_path):
     make_train_data(
         [HOTPOTQA_SAMPLE], data, recipe="paper", template="official", limit=8, allow_eval_questions=True
     )
-    return data
+    return fill_batch(data)  # the checks --runner print runs refuse a file smaller than a rollout batch
 
 
 def test_job_folder_moved_elsewhere_runs_as_printed(tmp_path, train_data, monkeypatch, capsys):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     job = tmp_path / "job"
-    argv = ["train", "--preset", "paper", "--runner", "print", "--set", f"job_dir={job}"]
+    argv = ["train", "--preset", "paper", "--runner", "print", "--skip-probe", "--set", f"job_dir={job}"]
     argv += ["--set", f"prompt_data={train_data}", "--set", f"save_path={tmp_path / 'ckpt'}"]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -96,11 +98,11 @@ def test_job_folder_moved_elsewhere_runs_as_printed(tmp_path, train_data, monkey
     named = [agent_file, flag(ppo, "--train.agent_func_path"), flag(ppo, "--data.prompt_dataset")]
     for name in named:
         assert not Path(name).is_absolute() and (moved / name).is_file(), name
-    assert len((moved / flag(ppo, "--data.prompt_dataset")).read_text().splitlines()) == 8
+    assert len((moved / flag(ppo, "--data.prompt_dataset")).read_text().splitlines()) == 512
     parsed = check_command(ppo)  # OpenRLHF's parser, argument checks and train() assertions
     assert parsed.data.apply_chat_template and parsed.ckpt.output_dir == str(tmp_path / "ckpt")
     agent = load_agent_config(moved / agent_file)
-    assert agent.reward.mode == "official" and agent.graph_config.prompt_template == "official"
+    assert agent.reward.mode == "paper-strict" and agent.graph_config.prompt_template == "official"
     resolved = load_train_config(moved / "train_config.yaml")
     # a job folder's config names its paths relative to the folder; read back, they are the folder's
     assert isinstance(resolved, TrainConfig) and resolved.job_dir == str(moved)
@@ -116,7 +118,7 @@ def test_job_folder_moved_elsewhere_runs_as_printed(tmp_path, train_data, monkey
 def test_wandb_key_comes_from_the_environment_never_a_literal(tmp_path, train_data, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_API_KEY", "k-123")
     job = tmp_path / "job"
-    argv = ["train", "--preset", "paper", "--runner", "print", "--set", f"job_dir={job}"]
+    argv = ["train", "--preset", "paper", "--runner", "print", "--skip-probe", "--set", f"job_dir={job}"]
     assert main([*argv, "--set", f"prompt_data={train_data}", "--set", f"save_path={tmp_path / 'ckpt'}"]) == 0
     out = capsys.readouterr().out
     assert "wandb: on (WANDB_API_KEY from the environment, shipped in Ray's runtime env)" in out
@@ -149,7 +151,7 @@ def test_wandb_key_comes_from_the_environment_never_a_literal(tmp_path, train_da
 def test_python_runner_script_sets_absolute_paths(tmp_path, train_data, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     job = tmp_path / "job"
-    argv = ["train", "--preset", "paper", "--runner", "print", "--set", f"job_dir={job}"]
+    argv = ["train", "--preset", "paper", "--runner", "print", "--skip-probe", "--set", f"job_dir={job}"]
     assert main([*argv, "--set", f"prompt_data={train_data}", "--set", f"save_path={tmp_path / 'c'}"]) == 0
     # --runner print writes the ray form; the python form is what `--runner python` writes and runs
     from parallelsearch.rl.launch import plan_job, write_job
@@ -185,12 +187,14 @@ def test_list_keys_shows_types_defaults_and_aliases(capsys):
     assert main(["train", "--list-keys"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"^agent\.search_failures\.max_share +float  = 0\.01  # ", out, re.M)
-    assert re.search(r"^agent\.reward\.mode +Literal\['paper', 'official', 'dag'\]  = 'paper'$", out, re.M)
+    modes = r"Literal\['paper', 'paper-strict', 'official', 'dag'\]"
+    assert re.search(rf"^agent\.reward\.mode +{modes}  = 'paper-strict'  # ", out, re.M)
     assert re.search(r"^n_samples_per_prompt +int  = 1$", out, re.M)
     assert "grpo -> group_norm" in out and "rollout.batch_size" in out
     assert main(["train", "--list-keys", "--preset", "paper"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^agent\.reward\.mode +Literal\['paper', 'official', 'dag'\]  = 'official'$", out, re.M)
+    modes = r"Literal\['paper', 'paper-strict', 'official', 'dag'\]"
+    assert re.search(rf"^agent\.reward\.mode +{modes}  = 'paper-strict'  # ", out, re.M)
     assert re.search(r"^apply_chat_template +bool  = True", out, re.M)
 
 
@@ -245,6 +249,7 @@ def test_openrlhf_dotted_names_set_exactly_their_flag(monkeypatch):
             "wandb_run_name": "r",
         },
         {"algorithm": "group_norm", "n_samples_per_prompt": 4, "dynamic_filtering": True},
+        {"total_training_steps": None},  # num_episodes is derived from the data unless this is unset
     ]
     for base in bases:
         cfg0 = paper_preset(**base)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import RAW, UvicornThread, needs_data
+from conftest import RAW, UvicornThread, fill_batch, needs_data
 
 from parallelsearch.cli import main
 from parallelsearch.rl.openrlhf_cli import build_parser, check_command
@@ -100,8 +100,19 @@ def test_config_validation_names_the_field(tmp_path):
     check_command(openrlhf_args(cfg))
 
 
-def test_train_dry_run_cli(capsys):
-    assert main(["train", "--preset", "paper", "--dry-run", "--set", "model=/models/qwen"]) == 0
+def test_train_dry_run_cli(capsys, tmp_path):
+    from parallelsearch.data import load_questions
+    from parallelsearch.demo_data import HOTPOTQA_SAMPLE
+    from parallelsearch.rl.data import train_record
+
+    data = tmp_path / "train.jsonl"
+    records = [train_record(q, template="official") for q in load_questions(HOTPOTQA_SAMPLE)[:4]]
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    argv = ["train", "--preset", "paper", "--dry-run", "--skip-probe", "--set", "model=/models/qwen"]
+    # the dry run runs the checks of train --check: a prompt file that is not there stops it
+    assert main(argv) == 2
+    assert "data/nq_hotpotqa_train/train.jsonl does not exist" in capsys.readouterr().err
+    assert main([*argv, "--set", f"prompt_data={fill_batch(data)}"]) == 0
     out = capsys.readouterr().out
     assert "checked against OpenRLHF's own parser" in out
     assert "ray job submit" in out and "PARALLELSEARCH_AGENT_CONFIG" in out

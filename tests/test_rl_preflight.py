@@ -175,15 +175,17 @@ def test_reward_mode_and_prompts_must_agree(tmp_path):
         + "\n"
     )
     rec = lambda p: json.loads(p.read_text())  # noqa: E731
+    official = {"reward": {"mode": "official"}}
     # official reward on raw prompts without OpenRLHF's chat template: every episode would fail the format
-    cfg = paper_preset(prompt_data=str(raw), apply_chat_template=False)
+    cfg = paper_preset(prompt_data=str(raw), apply_chat_template=False, agent=official)
     with pytest.raises(PreflightError, match="set apply_chat_template=true"):
         check_reward_prompts(cfg, rec(raw))
     # templated twice
     with pytest.raises(PreflightError, match="template them twice"):
         check_reward_prompts(paper_preset(prompt_data=str(templated)), rec(templated))
-    # the stated default: raw prompts, OpenRLHF templates them, official reward
-    assert "official" in check_reward_prompts(paper_preset(prompt_data=str(raw)), rec(raw))
+    # the stated default: raw prompts, OpenRLHF templates them, paper-strict reward (official: also)
+    assert "paper-strict" in check_reward_prompts(paper_preset(prompt_data=str(raw)), rec(raw))
+    assert "official" in check_reward_prompts(paper_preset(prompt_data=str(raw), agent=official), rec(raw))
     assert check_reward_prompts(
         paper_preset(prompt_data=str(templated), apply_chat_template=False), rec(templated)
     )
@@ -203,6 +205,8 @@ def test_reward_mode_and_prompts_must_agree(tmp_path):
                 f"prompt_data={raw}",
                 "--set",
                 "apply_chat_template=false",
+                "--set",
+                "agent.reward.mode=official",
             ]
         )
         == 2
@@ -226,7 +230,10 @@ def test_protocol_reward_mode_and_prompts_must_agree(tmp_path, capsys):
     rec = lambda p: json.loads(p.read_text())  # noqa: E731
     tools = {"graph_config": {"protocol": "tools"}, "reward": {"mode": "paper"}}
     # the official mode reproduces the official code's numbers for the tags only
-    official = paper_preset(prompt_data=str(tools_data), agent={"graph_config": {"protocol": "tools"}})
+    official = paper_preset(
+        prompt_data=str(tools_data),
+        agent={"graph_config": {"protocol": "tools"}, "reward": {"mode": "official"}},
+    )
     with pytest.raises(PreflightError, match="set agent.reward.mode=paper"):
         check_protocol(official, rec(tools_data))
     # the dag mode scores the #k plan of <search> tags: refused here as the environment refuses it
@@ -247,7 +254,10 @@ def test_protocol_reward_mode_and_prompts_must_agree(tmp_path, capsys):
     assert "protocol: tools" in good.agent_config_yaml()
     # the launcher refuses the mismatch at the dry run, naming the fix
     argv = ["train", "--preset", "paper", "--dry-run", "--set", f"prompt_data={tools_data}"]
-    assert main([*argv, "--set", "agent.graph_config.protocol=tools"]) == 2
+    assert (
+        main([*argv, "--set", "agent.graph_config.protocol=tools", "--set", "agent.reward.mode=official"])
+        == 2
+    )
     assert "set agent.reward.mode=paper" in capsys.readouterr().err
 
 
@@ -264,7 +274,7 @@ def test_check_passes_against_a_real_retriever(retriever, hotpot_comparison_file
     assert code == 0, out
     assert f"ok: retriever {retriever.url}/retrieve answered a probe query" in out
     assert "ok: GPUs: actor/ref/critic/vLLM colocated on 1 x 8 = 8 <= 8 available" in out
-    assert "ok: reward mode official: OpenRLHF chat-templates the prompts" in out
+    assert "ok: reward mode paper-strict: OpenRLHF chat-templates the prompts" in out
     assert "probe" in probe_retriever(AgentConfig(retriever_url=f"{retriever.url}/retrieve"))
 
 

@@ -53,7 +53,7 @@ def test_learning_json_holds_the_run(short_run):
     assert set(saved["anchor_logprob"]) == {"before", "after", "control_before", "control_after"}
     assert saved["anchor_logprob"]["control_before"] == saved["anchor_logprob"]["before"]
     # the paper preset's agent config by default; the control starts where the run started
-    assert saved["config"]["reward_mode"] == "official" and saved["config"]["apply_chat_template"] is True
+    assert saved["config"]["reward_mode"] == "paper-strict" and saved["config"]["apply_chat_template"] is True
     assert saved["config"]["constrained"] is False and saved["config"]["prompts_per_step"] == 4
     assert saved["control_before"] == saved["heldout_before"]
     assert (work / "learning.svg").read_text().startswith("<svg")

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from parallelsearch.rl.rewards import REWARD_PARTS
 from parallelsearch.training.checks import EngineTurn, check_action_mask, logprob_gap, shifted
 
 pytest.importorskip("openrlhf", reason="the smoke's config is checked with OpenRLHF's own parser")
@@ -114,7 +115,7 @@ def test_the_smoke_config_is_the_paper_preset_sized_for_a_cpu(tmp_path):
     from parallelsearch.training.setup import openrlhf_train_args, smoke_config
 
     cfg = smoke_config(tmp_path / "m", tmp_path / "p.jsonl", "http://127.0.0.1:1/retrieve")
-    assert cfg.agent.reward.mode == "official" and cfg.apply_chat_template and not cfg.agent.constrained
+    assert cfg.agent.reward.mode == "paper-strict" and cfg.apply_chat_template and not cfg.agent.constrained
     assert cfg.agent.graph_config.prompt_template == "official" and cfg.algorithm == "group_norm"
     args = openrlhf_train_args(cfg)  # OpenRLHF's own parser and checks accept it
     assert args.algo.advantage.estimator == "group_norm" and args.rollout.n_samples_per_prompt == 4
@@ -271,7 +272,7 @@ def test_the_gateway_smoke_scores_the_record_and_its_teacher_writes_tool_calls(t
     )
     assert (
         cfg.agent.mode == "gateway"
-        and cfg.agent.reward.mode == "paper"
+        and cfg.agent.reward.mode == "paper-strict"
         and cfg.max_new_tokens_per_turn == 160
     )
     mine = smoke_config(
@@ -365,3 +366,56 @@ def test_the_control_shuffles_rewards_within_the_step_or_each_prompts_group():
     shuffle_rewards(mixed, random.Random(3))
     assert sorted(float(s.rewards) for s in mixed) == pytest.approx(sorted(rewards))
     assert [float(s.rewards) for s in mixed[:4]] != pytest.approx([0.2] * 4)
+
+
+def _eval_episode(reward, *, paid, decomposed, valid=1.0, cut=False, answered=True):
+    from parallelsearch.training.rollouts import TERMS
+
+    logs = {
+        **dict.fromkeys(TERMS, 0.0),
+        **{f"reward_{part}": 0.0 for part in REWARD_PARTS},
+        "reward_decomposition": 0.45 if paid else 0.0,
+        "format_valid": valid,
+        "decomposed": float(decomposed),
+        "search_rounds": 1.0,
+        "truncated": float(cut),
+        "overflowed": 0.0,
+        "answered": float(answered),
+    }
+    return {"reward": reward, "extra_logs": logs}
+
+
+def test_paid_decomposition_must_equal_the_measured_and_validity_must_hold():
+    """The reward loophole the goals catch: episodes paid the decomposition bonus without a split
+    (the official reward's unclosed search), and a run that trades format validity for it."""
+    from parallelsearch.training.learning_loop import LearnSettings, LearnState
+    from parallelsearch.training.report import learning_record, summary_lines
+    from parallelsearch.training.rollouts import evaluation
+
+    honest = [
+        _eval_episode(0.8, paid=True, decomposed=True),
+        _eval_episode(0.3, paid=False, decomposed=False),
+    ] * 4
+    # a decomposed episode cut before its answer is paid nothing: not a mismatch
+    honest.append(_eval_episode(-0.35, paid=False, decomposed=True, cut=True, answered=False))
+    loophole = [_eval_episode(0.45, paid=True, decomposed=False, valid=0.0)] * 6 + honest[:3]
+    classes = lambda rs: ["parallel"] * len(rs)  # noqa: E731
+    before, after = evaluation(honest, classes(honest)), evaluation(loophole, classes(loophole))
+    assert before.decomposition_mismatches == 0 and after.decomposition_mismatches == 6
+    assert before.by_class["parallel"]["paid_decomposition"] == pytest.approx(4 / 9, abs=1e-4)
+    assert before.by_class["parallel"]["measured_decomposition"] == pytest.approx(4 / 9, abs=1e-4)
+    state = LearnState(steps=[{"step": 1, "reward": 0.3}], evaluations={"before": before, "after": after})
+    record = learning_record(state, LearnSettings(control=False, sync_check=False), {})
+    failed = [k for k, ok in record["goals"].items() if not ok and not k.startswith("heldout rises")]
+    assert failed == [
+        "paid decomposition == measured decomposition (held-out, before and after)",
+        "format validity does not fall (by more than 1 s.e.)",
+    ]
+    assert any(
+        line.startswith("held-out parallel (9 episodes): decomposed 0.56 -> ") and "(paid 0.44 -> " in line
+        for line in summary_lines(record)
+    )
+    state.evaluations["after"] = evaluation(honest, classes(honest))
+    goals = learning_record(state, LearnSettings(control=False, sync_check=False), {})["goals"]
+    assert goals["paid decomposition == measured decomposition (held-out, before and after)"]
+    assert goals["format validity does not fall (by more than 1 s.e.)"]

@@ -236,9 +236,9 @@ def test_invalid_turns_are_corrected_and_cost_the_format():
 
 
 def test_official_reward_with_the_text_form_is_refused():
-    with pytest.raises(ValueError, match="official.*needs mode 'paper'"):
+    with pytest.raises(ValueError, match="official.*needs mode 'paper-strict'"):
         EnvGraph(Library(), reward_mode="official", protocol="tools")
-    with pytest.raises(ValueError, match="protocol 'tool_text'.*mode 'paper'"):
+    with pytest.raises(ValueError, match="protocol 'tool_text'.*mode 'paper-strict'"):
         score_trajectory("Question: q\n" + ANSWER, LABEL, "official", protocol="tool_text")
     with pytest.raises(ValueError, match="unknown protocol 'hermes'"):
         score_trajectory("Question: q\n" + ANSWER, LABEL, protocol="hermes")

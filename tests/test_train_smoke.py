@@ -43,5 +43,5 @@ def test_train_smoke_prints_checked_masks_a_step_and_a_synced_engine(tmp_path, c
     assert sync and float(sync.group(1)) <= 0.05 < float(sync.group(2))
     # the user's --set reached the agent config every rollout actor read
     agent = yaml.safe_load((work / "agent.yaml").read_text())
-    assert agent["graph_config"]["top_k"] == 2 and agent["reward"]["mode"] == "official"
+    assert agent["graph_config"]["top_k"] == 2 and agent["reward"]["mode"] == "paper-strict"
     assert (work / "tiny-llama" / "config.json").is_file() and (work / "prompts.jsonl").is_file()

@@ -215,12 +215,15 @@ def test_official_reward_refuses_prompts_of_another_template(template, tmp_path,
     if template == "search_r1":
         assert scores[1] > scores[0]  # the inversion the check exists for
     data = write_data(tmp_path / "train.jsonl", template)
-    code = main(["train", "--preset", "paper", "--check", "--skip-probe", "--set", f"prompt_data={data}"])
+    official = ["--set", "agent.reward.mode=official"]
+    code = main(
+        ["train", "--preset", "paper", "--check", "--skip-probe", "--set", f"prompt_data={data}", *official]
+    )
     lines = check_lines(capsys)
     assert code == 1 and lines[-1].startswith("check failed: reward mode official counts the prompt's own")
     assert f"template {template}" in lines[-1] and "--template official" in lines[-1]
     # the launcher refuses it too, before writing anything
-    assert main(["train", "--preset", "paper", "--dry-run", "--set", f"prompt_data={data}"]) == 2
+    assert main(["train", "--preset", "paper", "--dry-run", "--set", f"prompt_data={data}", *official]) == 2
     # the same data with the paper reward passes that check
     ok = main(["train", "--preset", "paper", "--check", "--skip-probe", "--set", f"prompt_data={data}",
                "--set", "agent.reward.mode=paper"])  # fmt: skip
@@ -272,11 +275,12 @@ def test_a_tokenizer_without_chat_template_or_without_chatml_is_refused(tmp_path
     tok.save_pretrained(llama)
     assert main([*argv, "--set", f"model={bare}"]) == 1
     assert f"the tokenizer of {bare} has no chat template" in check_lines(capsys)[-1]
-    assert main([*argv, "--set", f"model={llama}"]) == 1
+    assert main([*argv, "--set", f"model={llama}", "--set", "agent.reward.mode=official"]) == 1
     line = check_lines(capsys)[-1]
     assert "reward mode official scores what follows '<|im_start|>assistant'" in line and "1.70" in line
     assert main([*argv, "--set", f"model={llama}", "--set", "agent.reward.mode=paper"]) == 0
-    assert main([*argv, "--set", f"model={tiny_model_dir}"]) == 0  # the tiny tokenizer carries ChatML
+    # the tiny tokenizer carries ChatML
+    assert main([*argv, "--set", f"model={tiny_model_dir}", "--set", "agent.reward.mode=official"]) == 0
     assert f"ok: chat template of {tiny_model_dir}: renders the prompts with '<|im_start|>assistant'" in (
         capsys.readouterr().out
     )
@@ -376,7 +380,7 @@ def test_the_retriever_key_travels_in_the_runtime_env(tmp_path, monkeypatch, cap
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     data = write_data(tmp_path / "train.jsonl")
     job = tmp_path / "job"
-    argv = paper_argv("--runner", "print", sets={"job_dir": job, "prompt_data": data})
+    argv = paper_argv("--runner", "print", "--skip-probe", sets={"job_dir": job, "prompt_data": data})
     assert main(argv) == 0
     assert "runtime env (command.sh writes it from its environment when it runs): " in capsys.readouterr().out
     for path in job.rglob("*"):
@@ -415,7 +419,7 @@ def test_relative_outputs_are_the_job_folders_and_its_config_reads_back(tmp_path
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     data = write_data(tmp_path / "made" / "train.jsonl")
     job = tmp_path / "job"
-    argv = paper_argv("--runner", "print", sets={"job_dir": job, "prompt_data": data})
+    argv = paper_argv("--runner", "print", "--skip-probe", sets={"job_dir": job, "prompt_data": data})
     assert main(argv) == 0  # save_path is the preset's relative ./checkpoints/parallelsearch
     capsys.readouterr()
     assert str(tmp_path) not in (job / "command.sh").read_text().replace(str(job), "")
@@ -431,7 +435,10 @@ def test_relative_outputs_are_the_job_folders_and_its_config_reads_back(tmp_path
     # the folder's config reads back from any directory (it used to resolve against the current one,
     # or copy the data onto itself: "... are the same file"), and writes the same command
     monkeypatch.chdir(tmp_path)
-    assert main(["train", "--config", str(moved / "train_config.yaml"), "--runner", "print"]) == 0
+    assert (
+        main(["train", "--config", str(moved / "train_config.yaml"), "--runner", "print", "--skip-probe"])
+        == 0
+    )
     assert f"run it as: bash {moved / 'command.sh'}" in capsys.readouterr().out
     _, _, again = run_script(moved / "command.sh", tmp_path, bin_dir)
     tmp_file = args.index("--runtime-env") + 1  # mktemp's name differs per run

@@ -55,8 +55,8 @@ def skip_probe_check(*settings: str) -> int:
         (["train_batch_size=250"], ["train_batch_size 250 is not a multiple of micro_train_batch_size x GPUs = 8 x 8 = 64", "set train_batch_size=192"]),
         (["rollout_batch_size=320"], ["rollout_batch_size x n_samples_per_prompt = 320 x 1 = 320 is not a multiple of train_batch_size 256", "set train_batch_size to a divisor of 320"]),
         (["algorithm=grpo", "n_samples_per_prompt=8", "temperature=0"], ["temperature 0 with algorithm group_norm", "every advantage is 0", "set temperature=1.0"]),
-        (["agent.graph=sequential"], ["agent.graph sequential with agent.reward.mode official", "set agent.graph=parallel"]),
-        (["agent.graph_config.top_k=5"], ["max_len 6196 < the ", "max_subqueries 8 x 5 passage(s) x 160", "set max_len >= "]),
+        (["agent.graph=sequential", "agent.reward.mode=official"], ["agent.graph sequential with agent.reward.mode official", "set agent.graph=parallel"]),
+        (["agent.graph_config.top_k=5", "agent.max_observation_tokens=null"], ["max_len 6196 < the ", "max_subqueries 8 x 5 passage(s) x 160", "set max_len >= "]),
         (["critic_model=meta-llama/Llama-3.1-8B-Instruct"], ["critic_model meta-llama/Llama-3.1-8B-Instruct (llama)", "actor's family (Qwen/Qwen2.5-7B-Instruct: qwen2)", "unset critic_model"]),
         (["eval_data=data/missing_eval.jsonl"], ["eval_data data/missing_eval.jsonl does not exist", "unset eval_data"]),
     ],
@@ -74,7 +74,7 @@ def test_the_paper_preset_passes_and_says_so(data, capsys):
         in out
     )
     assert f"ok: prompt_data {data}: 512 records, each with golden answers" in out
-    assert "ok: steps: 15 (15 episode(s) of 512 prompts)" in out
+    assert "ok: steps: 1005 (1005 pass(es) of 512 prompts)" in out
     assert (
         "ok: log-prob mismatch correction on: tis clips the token ratio pi_train/pi_engine to [0, 2]" in out
     )
@@ -111,11 +111,16 @@ def test_evaluation_that_never_runs_is_refused(data, tmp_path, capsys):
     held = write_data(
         tmp_path / "eval.jsonl", questions=[{"id": "e", "question": "q", "golden_answers": ["a"]}], score="em"
     )
-    code = skip_probe_check(f"prompt_data={data}", f"eval_data={held}")
+    code = skip_probe_check(f"prompt_data={data}", f"eval_data={held}", "total_training_steps=15")
     refused(
         capsys, code, "eval_steps 100 > the run's 15 steps", "evaluation never runs; set eval_steps <= 15"
     )
-    assert skip_probe_check(f"prompt_data={data}", f"eval_data={held}", "eval_steps=15") == 0
+    assert (
+        skip_probe_check(
+            f"prompt_data={data}", f"eval_data={held}", "total_training_steps=15", "eval_steps=15"
+        )
+        == 0
+    )
     assert "evaluation every 15 steps" in capsys.readouterr().out
 
 

@@ -18,7 +18,7 @@ from parallelsearch.cli.common import (
 )
 from parallelsearch.graphs.builders import SEARCHING_KINDS
 from parallelsearch.rl.launch import RUNNERS
-from parallelsearch.rl.rewards import MODES
+from parallelsearch.rl.rewards import DEFAULT_TRAIN_MODE, MODES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -129,6 +129,11 @@ def _add_train_command(sub: argparse._SubParsersAction) -> None:
 def _add_rollout_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollout", help="run the training environment with any policy and record episodes")
     p.add_argument("--data", required=True, help="question file (prepare-data output or a benchmark file)")
+    p.add_argument(
+        "--config",
+        help="a training config (JOB/train_config.yaml): replay its environment exactly (retriever, graph, "
+        "reward block, chat template, max_len, per-turn cap, cut-episode rule; tokens always recorded)",
+    )
     p.add_argument("--dataset", help="dataset name when the path does not say it (hotpotqa, nq, ...)")
     add_policy_args(p, answer_policy=False)
     add_retrieval_args(p)
@@ -153,8 +158,12 @@ def _add_rollout_command(sub: argparse._SubParsersAction) -> None:
         "--tokenizer",
         help="Hugging Face tokenizer (path) for --tokens (default: the policy's own, e.g. vllm:PATH's)",
     )
-    p.add_argument("--graph", choices=SEARCHING_KINDS, default="parallel")
-    p.add_argument("--reward-mode", choices=MODES, default="paper")
+    p.add_argument("--graph", choices=SEARCHING_KINDS, help="default parallel")
+    p.add_argument(
+        "--reward-mode",
+        choices=MODES,
+        help=f"default {DEFAULT_TRAIN_MODE}; official chat-templates the prompt (the tokenizer's, else ChatML)",
+    )
     p.add_argument("--limit", type=int)
     p.add_argument("--concurrency", type=int, default=8)
     add_graph_args(p)
@@ -426,17 +435,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     return launch(cfg, dry_run=args.dry_run, runner=args.runner, probe=not args.skip_probe)
 
 
-def rollout_tokenizer(args: argparse.Namespace, policy: Any) -> Any:
-    """The tokenizer of ``rollout --tokens``: ``--tokenizer``, else the policy's own."""
-    if args.tokenizer and not args.tokens:
+def rollout_tokenizer(args: argparse.Namespace, policy: Any, job_model: str | None = None) -> Any:
+    """The tokenizer of ``rollout --tokens`` (always with ``--config``): ``--tokenizer``, else the
+    policy's own, else (``--config``) the job's actor model's."""
+    if args.tokenizer and not (args.tokens or job_model):
         raise ValueError("--tokenizer is for --tokens; add --tokens to record token ids")
-    if not args.tokens:
+    if not (args.tokens or job_model):
         return None
-    if args.tokenizer:
-        from transformers import AutoTokenizer
+    from transformers import AutoTokenizer
 
+    if args.tokenizer:
         return AutoTokenizer.from_pretrained(args.tokenizer)
     tokenizer = getattr(policy, "tokenizer", None)
+    if tokenizer is None and job_model:
+        try:
+            return AutoTokenizer.from_pretrained(job_model)
+        except (OSError, ValueError) as e:
+            raise ValueError(
+                f"rollout --config: the job's model {job_model} gives no tokenizer here ({e}); name its "
+                "Hugging Face folder with --tokenizer PATH"
+            ) from e
     if tokenizer is None:
         raise ValueError(
             f"--tokens: the policy {getattr(policy, 'name', policy)!r} has no tokenizer; name one with "
@@ -445,10 +463,85 @@ def rollout_tokenizer(args: argparse.Namespace, policy: Any) -> Any:
     return tokenizer
 
 
-def cmd_rollout(args: argparse.Namespace) -> int:
-    from parallelsearch.data import load_questions
-    from parallelsearch.graphs.factory import make_policy, make_searcher
+#: rollout flags a training config gives (refused beside --config: the job's values are replayed)
+_JOB_FLAGS = ("store", "retriever", "chroma_host", "graph", "reward_mode")
+
+
+def _replayed_job(args: argparse.Namespace) -> Any:
+    """The job's config that ``rollout --config`` replays: no flag may change its settings, and a
+    gateway-mode job (the chat agent, not the text environment) is refused; the job's
+    ``agent.health_log`` is the training run's, so a rollout writes nothing there."""
+    from parallelsearch.graphs.config import CLI_FLAGS
+    from parallelsearch.rl.train_config import load_train_config
+
+    given = [f"--{k.replace('_', '-')}" for k in _JOB_FLAGS if getattr(args, k, None)]
+    given += [flag for name, flag in CLI_FLAGS.items() if getattr(args, name, None) is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)}: rollout --config {args.config} replays the job's own settings")
+    cfg = load_train_config(args.config)
+    if cfg.agent.mode == "gateway":
+        raise ValueError(
+            f"rollout --config {args.config}: the job trains with agent.mode=gateway (the chat agent through "
+            "the session gateway), which rollout's text environment does not replay; run its episodes with "
+            "`train --smoke --learn --set agent.mode=gateway`, or give a job with agent.mode=text"
+        )
+    return cfg
+
+
+def rollout_environment(args: argparse.Namespace, s: Any) -> tuple[Any, Any]:
+    """The environment and replay of ``rollout``: the job's (``--config``), else the flags' over
+    the settings (whose file may not hold a ``reward:`` block: it would not be read)."""
+    from parallelsearch.graphs.factory import make_searcher
     from parallelsearch.rl.env import EnvGraph
+    from parallelsearch.rl.rollout import Replay
+
+    if args.config:
+        cfg = _replayed_job(args)
+        agent = cfg.agent
+        env_graph = EnvGraph(
+            agent.make_searcher(),
+            graph=agent.graph,
+            reward_mode=agent.reward.mode,
+            reward_weights=agent.reward.weights,
+            config=agent.graph_config,
+        )
+        replay = Replay(
+            chat_template=cfg.apply_chat_template,
+            max_length=cfg.max_len,
+            turn_cap=cfg.max_new_tokens_per_turn,
+            cut_episodes=agent.reward.cut_episodes,
+            observation_cap=agent.max_observation_tokens,
+            training_question=True,
+        )
+        return env_graph, (replay, cfg.model)
+    _no_settings_reward()
+    mode = args.reward_mode or DEFAULT_TRAIN_MODE
+    env_graph = EnvGraph(
+        make_searcher(s.retrieval()), graph=args.graph or "parallel", reward_mode=mode, config=s.graph_config
+    )
+    return env_graph, (Replay(chat_template=mode == "official"), None)
+
+
+def _no_settings_reward() -> None:
+    """A settings file with a ``reward:`` block is refused: the settings carry no reward, and a
+    block read by nothing would silently score with another reward."""
+    from parallelsearch.rl.agent_config import read_config_file
+    from parallelsearch.settings import _config_file
+
+    path = _config_file()
+    if path is not None and path.suffix.lower() in (".yaml", ".yml", ".json"):
+        if "reward" in read_config_file(path):
+            raise ValueError(
+                f"{path} (the settings file) holds a reward: block, which rollout does not read from settings; "
+                "give the job's config with rollout --config JOB/train_config.yaml, or --reward-mode"
+            )
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from parallelsearch.data import load_questions
+    from parallelsearch.graphs.factory import make_policy
     from parallelsearch.rl.rollout import rollout
 
     s = settings_from_args(args)
@@ -459,11 +552,10 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         questions = questions[: args.limit]
     if not questions:
         raise ValueError(f"{args.data} holds no questions")
-    env_graph = EnvGraph(
-        make_searcher(s.retrieval()), graph=args.graph, reward_mode=args.reward_mode, config=s.graph_config
-    )
+    env_graph, (replay, job_model) = rollout_environment(args, s)
     policy = make_policy(s.policy_config())
-    tokenizer = rollout_tokenizer(args, policy)
+    tokenizer = rollout_tokenizer(args, policy, job_model)
+    replay = dataclasses.replace(replay, tokenizer=tokenizer)
     summary = asyncio.run(
         rollout(
             questions,
@@ -473,7 +565,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             sft_out=args.sft_out,
             allow_oracle=args.allow_oracle,
-            tokenizer=tokenizer,
+            replay=replay,
         )
     )
     print("\n".join(summary.lines()))

@@ -43,6 +43,9 @@ class LearnSettings:
     #: advantages, each group's, given to random episodes of the group) or among all the step's samples
     #: ("step": every group gets rewards of other prompts, so nearly every group has advantages)
     control_shuffle: str = "step"
+    #: held-out episodes at a time: 1 makes each evaluation independent of batching, so a rerun of
+    #: the same seed repeats it to the last digit
+    eval_concurrency: int = 1
     #: compare the engine's log-probs with the actor's (off where the session is not
     #: ``sync_checkable``)
     sync_check: bool = True
@@ -127,7 +130,9 @@ class LearningRun:
         self.args = trainer.args
         self.state = LearnState()
 
-    async def rollout(self, records: Sequence[dict[str, Any]], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    async def rollout(
+        self, records: Sequence[dict[str, Any]], seeds: Sequence[int], concurrency: int | None = None
+    ) -> list[dict[str, Any]]:
         results = await rollouts(
             self.actor,
             records,
@@ -136,6 +141,7 @@ class LearningRun:
             tokenizer=self.trainer.tokenizer,
             temperature=self.args.rollout.temperature,
             top_p=self.args.rollout.top_p,
+            concurrency=concurrency,
         )
         self.check_masks(results)
         return results
@@ -168,7 +174,7 @@ class LearningRun:
         t0 = time.perf_counter()
         n = self.settings.heldout_samples
         records = [r for r in self.heldout for _ in range(n)]
-        results = await self.rollout(records, self.seeds(0, len(records)))
+        results = await self.rollout(records, self.seeds(0, len(records)), self.settings.eval_concurrency)
         ev = evaluation(results, [r["type"] for r in records])
         self.state.evaluations[name] = ev
         self.anchor = results if name == "before" else getattr(self, "anchor", results)

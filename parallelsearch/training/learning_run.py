@@ -57,6 +57,7 @@ async def warm_start(run: LearningRun, questions: Sequence[dict[str, Any]], smok
         smoke.args.data.max_len,
         smoke.tokenizer,
         form="tools" if smoke.cfg.agent.mode == "gateway" else "tags",
+        concurrency=1,  # each search alone: the demonstrations' passages never depend on batching
     )
     run.check_masks(demos)
     run.state.seconds["teacher_episodes"] = round(time.perf_counter() - t0, 1)

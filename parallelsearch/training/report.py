@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,46 @@ def goals(record: dict[str, Any]) -> dict[str, bool]:
         out[f"control moves < {MAX_CONTROL_SE:g} s.e. either way"] = (
             abs(record["control_rise"]) < MAX_CONTROL_SE * record["control_stderr"]
         )
+    return {**out, **_learning_goals(record)}
+
+
+def _learning_goals(record: dict[str, Any]) -> dict[str, bool]:
+    """What the run learned is what the reward means: every held-out episode paid the decomposition
+    bonus decomposed (and every decomposed one was paid), and format validity did not fall by more
+    than the standard error of its change."""
+    ev = record["evaluations"]
+    before, after = ev["before"], ev["after"]
+    out = {
+        "paid decomposition == measured decomposition (held-out, before and after)": not (
+            before.get("decomposition_mismatches") or after.get("decomposition_mismatches")
+        )
+    }
+    if "format_valid" in before["terms"] and "format_valid" in after["terms"]:
+        se = math.hypot(before.get("format_valid_stderr", 0.0), after.get("format_valid_stderr", 0.0))
+        out["format validity does not fall (by more than 1 s.e.)"] = (
+            after["terms"]["format_valid"] >= before["terms"]["format_valid"] - se
+        )
     return out
+
+
+def class_lines(record: dict[str, Any]) -> list[str]:
+    """Per question class, before -> after: decomposition (paid and measured where the class is
+    parallelizable) and format validity."""
+    before, after = record["evaluations"]["before"]["by_class"], record["evaluations"]["after"]["by_class"]
+    lines = []
+    for qclass in sorted(set(before) & set(after)):
+        b, a = before[qclass], after[qclass]
+        paid = (
+            f" (paid {b['paid_decomposition']:.2f} -> {a['paid_decomposition']:.2f})"
+            if "paid_decomposition" in b and "paid_decomposition" in a
+            else ""
+        )
+        lines.append(
+            f"{qclass} ({b.get('episodes', 0)} episodes): decomposed {b.get('decomposed', 0):.2f} -> "
+            f"{a.get('decomposed', 0):.2f}{paid}, format valid {b.get('format_valid', 0):.2f} -> "
+            f"{a.get('format_valid', 0):.2f}, reward {b.get('reward', 0):.3f} -> {a.get('reward', 0):.3f}"
+        )
+    return lines
 
 
 def _sync_line(record: dict[str, Any]) -> str:
@@ -112,6 +152,7 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
         f"action masks checked against the engine's turns: {record['mask_check']['episodes']} episodes, "
         f"{len(record['mask_check']['failures'])} failed"
     )
+    lines += [f"held-out {line}" for line in class_lines(record)]
     lines += [f"goal {'met' if ok else 'NOT met'}: {name}" for name, ok in record["goals"].items()]
     return lines
 

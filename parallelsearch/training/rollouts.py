@@ -78,13 +78,22 @@ async def rollouts(
     tokenizer: Any,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    concurrency: int | None = None,
 ) -> list[dict[str, Any]]:
     """One episode per (record, seed), in that order, through ``actor.generate_responses`` with the
-    sampling parameters OpenRLHF's samples generator sends (plus the seed)."""
+    sampling parameters OpenRLHF's samples generator sends (plus the seed). ``concurrency`` episodes
+    at a time (None: all): with 1 every engine call and every search is alone in its batch, so the
+    numbers do not depend on which other episodes shared a batch, and a rerun repeats them exactly."""
     from parallelsearch.rl.openrlhf_cpu import samples_generator_params
+
+    sem = asyncio.Semaphore(concurrency or max(len(records), 1))
 
     async def one(rec: dict[str, Any], seed: int) -> dict[str, Any]:
         params = samples_generator_params(seed=seed, temperature=temperature, top_p=top_p)
+        async with sem:
+            return await _episode(rec, params)
+
+    async def _episode(rec: dict[str, Any], params: Any) -> dict[str, Any]:
         out = await actor.generate_responses(
             prompt=rec["prompt"],
             label=rec["label"],
@@ -115,6 +124,9 @@ class Evaluation:
     episodes: int
     terms: dict[str, float]
     by_class: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: parallelizable episodes paid the decomposition bonus without a measured split, or the other way
+    decomposition_mismatches: int = 0
+    format_valid_stderr: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -123,7 +135,33 @@ class Evaluation:
             "episodes": self.episodes,
             "terms": self.terms,
             "by_class": self.by_class,
+            "decomposition_mismatches": self.decomposition_mismatches,
+            "format_valid_stderr": self.format_valid_stderr,
         }
+
+
+def paid_split(result: dict[str, Any]) -> bool:
+    """The episode was paid the decomposition bonus of a parallelizable question."""
+    return float(result["extra_logs"]["reward_decomposition"]) > 0
+
+
+def measured_split(result: dict[str, Any]) -> bool:
+    """The record shows a split search, in an episode the trainer scores whole (one cut before its
+    answer keeps no positive shaped term: docs/training.md, "Episodes cut before their answer")."""
+    logs = result["extra_logs"]
+    cut = (float(logs["truncated"]) or float(logs["overflowed"])) and not float(logs["answered"])
+    return bool(float(logs["decomposed"])) and not cut
+
+
+def _decomposition_facts(group: Sequence[dict[str, Any]]) -> tuple[dict[str, float], int]:
+    """A parallelizable class's paid and measured decomposition shares, and the episodes where they differ."""
+    paid = [paid_split(r) for r in group]
+    measured = [measured_split(r) for r in group]
+    shares = {
+        "paid_decomposition": round(statistics.fmean(paid), 4),
+        "measured_decomposition": round(statistics.fmean(measured), 4),
+    }
+    return shares, sum(p != m for p, m in zip(paid, measured, strict=True))
 
 
 def evaluation(results: Sequence[dict[str, Any]], classes: Sequence[str]) -> Evaluation:
@@ -133,10 +171,19 @@ def evaluation(results: Sequence[dict[str, Any]], classes: Sequence[str]) -> Eva
     groups: dict[str, list[dict[str, Any]]] = {}
     for r, c in zip(results, classes, strict=True):
         groups.setdefault(c, []).append(r)
+    by_class = {c: {"episodes": len(g), **term_means(g)} for c, g in sorted(groups.items())}
+    mismatches = 0
+    if "parallel" in groups:
+        shares, mismatches = _decomposition_facts(groups["parallel"])
+        by_class["parallel"].update(shares)
+    valid = [float(r["extra_logs"]["format_valid"]) for r in results]
+    valid_se = statistics.stdev(valid) / math.sqrt(len(valid)) if len(valid) > 1 else 0.0
     return Evaluation(
         mean=round(statistics.fmean(rewards), 4),
         stderr=round(stderr, 4),
         episodes=len(rewards),
         terms=term_means(results),
-        by_class={c: {"episodes": len(g), **term_means(g)} for c, g in sorted(groups.items())},
+        by_class=by_class,
+        decomposition_mismatches=mismatches,
+        format_valid_stderr=round(valid_se, 4),
     )

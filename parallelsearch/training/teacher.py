@@ -128,6 +128,7 @@ def fit(
     opt = torch.optim.AdamW(trainer.actor.parameters(), lr=lr, weight_decay=0.0)
     loss_fn = SFTLoss()
     rng = random.Random(seed)
+    torch.manual_seed(seed)  # nothing here draws from torch's generator today; a change that does repeats
     losses = []
     for _ in range(steps):
         chunk = rng.sample(samples, min(batch, len(samples)))
