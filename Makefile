@@ -72,8 +72,10 @@ smoke-learn: $(VSTAMP)
 # The two tiers (and their environments) are built and run at once: most of either tier waits on
 # servers, child processes and pip, so together they fill the cores (on 2 cores, about a third less
 # wall time than one after the other). Each tier's output is printed whole when it ends.
+# TIER_JOBS=1: one tier after the other (a machine short of memory for both at once).
+TIER_JOBS ?= 2
 test:
-	$(MAKE) -j2 --output-sync=target test-main test-vllm
+	$(MAKE) -j$(TIER_JOBS) --output-sync=target test-main test-vllm
 
 # The main tier on TEST_WORKERS pytest-xdist workers, one test module per worker at a time (its
 # module fixtures made once); modules with slow tests start first (tests/conftest.py).
