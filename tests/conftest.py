@@ -161,15 +161,46 @@ def module_loop():
     loop.close()
 
 
+def pytest_collection_modifyitems(items):
+    """Modules holding a ``slow`` test first, each kept whole (its module fixtures are made once):
+    parallel workers (``make test-main`` runs pytest-xdist, one module per worker at a time) start
+    the long ones early instead of one of them running alone at the end. Stable otherwise."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
+
+
+def _serving_report() -> tuple[list, list]:
+    serving = sys.modules.get("serving")
+    return (list(serving.TIMINGS), [str(p) for p in serving.ARTIFACT_FILES]) if serving else ([], [])
+
+
+def pytest_sessionfinish(session):
+    """A parallel worker hands its serving-tier timings to the main process, which prints them."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["serving"] = _serving_report()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    timings, files = getattr(node, "workeroutput", {}).get("serving", ([], []))
+    _WORKER_SERVING[0].extend(map(tuple, timings))
+    _WORKER_SERVING[1].extend(files)
+
+
+#: what parallel workers reported of the serving tier (timings, artefact paths)
+_WORKER_SERVING: tuple[list, list] = ([], [])
+
+
 def pytest_terminal_summary(terminalreporter):
     """The serving tier's timings and artefacts (tests/serving.py), when it ran."""
-    serving = sys.modules.get("serving")
-    if serving is None or not (serving.TIMINGS or serving.ARTIFACT_FILES):
+    timings, files = _serving_report()
+    timings, files = timings + _WORKER_SERVING[0], files + _WORKER_SERVING[1]
+    if not (timings or files):
         return
     terminalreporter.section("serving tier")
-    for what, seconds in serving.TIMINGS:
+    for what, seconds in timings:
         terminalreporter.write_line(f"{seconds:7.1f} s  {what}")
-    for path in serving.ARTIFACT_FILES:
+    for path in files:
         terminalreporter.write_line(f"artefact: {path}")
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Request
 
@@ -95,7 +95,9 @@ def _sse_chunks(body: dict, message: dict, finish: str, rid: str) -> list[str]:
 
 
 def make_openai_chat_test_server(
-    script: list[list[str | dict] | str] = CHAT_SCRIPT, turn_of: Callable[[list[dict]], int] | None = None
+    script: list[list[str | dict] | str] = CHAT_SCRIPT,
+    turn_of: Callable[[list[dict]], int] | None = None,
+    hold: Callable[[], Awaitable[None]] | None = None,
 ) -> FastAPI:
     """A TEST SERVER implementing the OpenAI /v1/chat/completions shape with parallel tool calls.
 
@@ -103,7 +105,8 @@ def make_openai_chat_test_server(
     the user's last question) answers ``script[i]``, as ``tool_calls`` (arguments as JSON text,
     as OpenAI sends them; a dict gives a call's raw ``arguments``) or as content, streamed when
     asked (``stream: true``). ``turn_of`` counts the turn another way (under a text protocol the
-    observations come back as user messages). Every request body is kept in ``app.state.requests``.
+    observations come back as user messages). Every request body is kept in ``app.state.requests``;
+    ``hold`` is awaited before each reply (a test looks at its client while a request is in flight).
     """
     from fastapi.responses import StreamingResponse
 
@@ -114,6 +117,8 @@ def make_openai_chat_test_server(
     async def chat(req: Request):
         body = await req.json()
         app.state.requests.append(body)
+        if hold is not None:
+            await hold()
         turn = (turn_of or _chat_turn)(body["messages"])
         message, finish = _chat_message(script[min(turn, len(script) - 1)], turn)
         rid = f"chatcmpl-{len(app.state.requests)}"

@@ -3,6 +3,11 @@ index``, and a record of every batch a store encodes."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,38 @@ def index_sample(tmp_path: Path, capsys: pytest.CaptureFixture[str] | None, reco
     if capsys is not None:
         capsys.readouterr()
     return "hp-sample"
+
+
+def cli(home: Path, *args: str) -> subprocess.CompletedProcess:
+    """``parallelsearch ARGS`` with ``home`` as its settings home, run in this process, as a fresh
+    process would run it: Chroma's per-process cache of open stores is set aside first (what it
+    reads is what is on disk), the environment is put back after. A child process would add only its
+    start, seconds of Python, torch and encoder imports each, where a test is not about a process;
+    stores are still read in the command's own child process where it makes one."""
+    from chromadb.api.shared_system_client import SharedSystemClient as Shared
+
+    from parallelsearch.cli import main
+
+    cached, environ = (Shared._identifier_to_system, Shared._identifier_to_refcount), dict(os.environ)
+    Shared.clear_system_cache()
+    out, err = io.StringIO(), io.StringIO()
+    os.environ.update(PARALLELSEARCH_HOME=str(home), HF_HUB_OFFLINE="1")
+    os.environ.pop("PARALLELSEARCH_CHROMA_PATH", None)
+    # a fresh process has no log handler, so Python writes warnings to stderr; pytest has its own
+    last_resort = logging.StreamHandler(err)
+    last_resort.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(last_resort)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(list(args))
+    except SystemExit as e:  # argparse refusing the arguments
+        code = e.code if isinstance(e.code, int) else 2
+    finally:
+        logging.getLogger().removeHandler(last_resort)
+        Shared._identifier_to_system, Shared._identifier_to_refcount = cached
+        os.environ.clear()
+        os.environ.update(environ)
+    return subprocess.CompletedProcess(["parallelsearch", *args], code, out.getvalue(), err.getvalue())
 
 
 def counting_batches(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:

@@ -17,38 +17,51 @@ from parallelsearch.stores.encoding.encoder_threads import EncoderThreads, usabl
 from parallelsearch.stores.http.request_batching import RequestBatcher
 
 
-def _meet(barrier: threading.Barrier) -> str:
-    barrier.wait()  # raises BrokenBarrierError unless another call is running at the same time
-    return threading.current_thread().name
+class _Gate:
+    """Calls that record how many of them run at once: each waits until ``n`` are inside together,
+    or (``n`` = 1) runs straight through. Waits on events, never on a clock."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.inside, self.most = n, 0, 0
+        self.names: list[str] = []
+        self._cond = threading.Condition()
+
+    def __call__(self) -> str:
+        with self._cond:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+            self.names.append(threading.current_thread().name)
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self.most >= self.n)
+            self.inside -= 1
+        return threading.current_thread().name
 
 
 def test_two_workers_run_two_calls_at_once_and_one_runs_them_in_turn():
-    one = EncoderThreads(1)
-    barrier = threading.Barrier(2, timeout=1)
+    two, both = EncoderThreads(2), _Gate(2)  # each call waits for the other: only two threads finish
     with ThreadPoolExecutor(2) as callers:
-        futs = [callers.submit(one.run, _meet, barrier) for _ in range(2)]
-        with pytest.raises(threading.BrokenBarrierError):
-            [f.result(timeout=30) for f in futs]
+        names = [f.result() for f in [callers.submit(two.run, both) for _ in range(2)]]
+    assert (
+        both.most == 2 and len(set(names)) == 2 and all(n.startswith("parallelsearch-encoder") for n in names)
+    )
 
-    two = EncoderThreads(2)
-    barrier = threading.Barrier(2, timeout=30)
+    one, alone = EncoderThreads(1), _Gate(1)
     with ThreadPoolExecutor(2) as callers:
-        names = [f.result(timeout=60) for f in [callers.submit(two.run, _meet, barrier) for _ in range(2)]]
-    assert len(set(names)) == 2 and all(n.startswith("parallelsearch-encoder") for n in names)
+        names = [f.result() for f in [callers.submit(one.run, alone) for _ in range(4)]]
+    assert alone.most == 1 and len(set(names)) == 1 and names[0].startswith("parallelsearch-encoder")
 
 
 def test_every_worker_gets_the_configured_team_size():
     import torch
 
-    pool = EncoderThreads(2, team=1)
-    barrier = threading.Barrier(2, timeout=30)
+    pool, both = EncoderThreads(2, team=1), _Gate(2)
 
     def team() -> int:
-        barrier.wait()  # both workers answer, not one twice
+        both()  # both workers answer, not one twice
         return torch.get_num_threads()
 
     with ThreadPoolExecutor(2) as callers:
-        sizes = [f.result(timeout=60) for f in [callers.submit(pool.run, team) for _ in range(2)]]
+        sizes = [f.result() for f in [callers.submit(pool.run, team) for _ in range(2)]]
     assert sizes == [1, 1]
 
 
@@ -100,12 +113,12 @@ def _stand_in_embedder(workers: int, encode) -> object:
 
 def test_one_batch_is_split_over_the_encoder_threads_and_runs_on_all_at_once():
     """A batch of 5 on 2 encoder threads: parts of 3 and 2 (in order of length), each on its own
-    thread, at once (the barrier breaks unless both run together); one item or one thread: one call."""
-    barrier = threading.Barrier(2, timeout=30)
+    thread, at once (each part waits until both run); one item or one thread: one call."""
+    both = _Gate(2)
     seen: list[tuple[list[str], str]] = []
 
     def part(texts: list[str]) -> np.ndarray:
-        barrier.wait()
+        both()
         seen.append((texts, threading.current_thread().name))
         return np.zeros((len(texts), 1), dtype=np.float32)
 
@@ -159,31 +172,60 @@ def test_a_split_batch_encodes_as_one_call_would(embedder):
 
 
 class _HeldSearcher:
-    """A searcher whose calls wait until ``n`` of them run at once (or time out)."""
+    """A searcher whose calls are held until the test releases them; it counts the calls inside."""
 
-    def __init__(self, n: int) -> None:
-        self.barrier = threading.Barrier(n, timeout=2)
+    def __init__(self) -> None:
+        self.inside = 0
+        self.release = threading.Event()
+        self._cond = threading.Condition()
 
     def search_batch(self, queries, k=3):
         from parallelsearch.stores.passages import Passage
 
-        self.barrier.wait()
+        with self._cond:
+            self.inside += 1
+            self._cond.notify_all()
+        self.release.wait()
         return [[Passage(id=f"{q}-{i}", title="", text=q, score=1.0 - i) for i in range(k)] for q in queries]
+
+    def wait_inside(self, n: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self.inside >= n)
+
+
+async def _settle() -> None:
+    """Let every task the loop has ready take its next step (the batcher dispatches synchronously)."""
+    for _ in range(3):
+        await asyncio.sleep(0)
 
 
 def test_the_request_batcher_runs_as_many_batches_at_once_as_it_is_given():
-    async def two_waves(batcher: RequestBatcher):
+    async def two_batches_held_together(held: _HeldSearcher):
+        batcher = RequestBatcher(held, concurrent_batches=2)
         first = asyncio.ensure_future(batcher.search(["a", "b"], 2))
-        await asyncio.sleep(0.05)  # the first batch is running (held) when the second request comes
+        await asyncio.to_thread(held.wait_inside, 1)
         second = asyncio.ensure_future(batcher.search(["c"], 1))
-        return await asyncio.gather(first, second, return_exceptions=True)
+        await asyncio.to_thread(held.wait_inside, 2)  # the second batch runs while the first is held
+        held.release.set()
+        return await asyncio.gather(first, second)
 
-    a, c = asyncio.run(two_waves(RequestBatcher(_HeldSearcher(2), concurrent_batches=2)))
+    a, c = asyncio.run(two_batches_held_together(_HeldSearcher()))
     assert [[p.id for p in r] for r in a] == [["a-0", "a-1"], ["b-0", "b-1"]]
     assert [[p.id for p in r] for r in c] == [["c-0"]]
-    # one batch at a time: the held batch cannot meet a second one, so its barrier breaks
-    a, _ = asyncio.run(two_waves(RequestBatcher(_HeldSearcher(2), concurrent_batches=1)))
-    assert isinstance(a, Exception) and "BrokenBarrierError" in str(a)
+
+    async def one_at_a_time(held: _HeldSearcher):
+        # batches of one, so a second batch would start at once if a second one were allowed
+        batcher = RequestBatcher(held, max_batch=1, concurrent_batches=1)
+        first = asyncio.ensure_future(batcher.search(["a"], 1))
+        await asyncio.to_thread(held.wait_inside, 1)
+        second = asyncio.ensure_future(batcher.search(["c"], 1))
+        await _settle()
+        started_while_held = batcher._coalescer.batches
+        held.release.set()
+        return started_while_held, await asyncio.gather(first, second)
+
+    started, (a, c) = asyncio.run(one_at_a_time(_HeldSearcher()))
+    assert started == 1 and [[p.id for p in r] for r in a + c] == [["a-0"], ["c-0"]]
 
 
 def test_encoder_workers_flow_from_flag_to_the_retrieve_batcher():

@@ -14,6 +14,7 @@ def test_there_are_five_notebooks():
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_executes(path, tmp_path, monkeypatch):
     import nbformat

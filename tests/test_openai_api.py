@@ -64,6 +64,17 @@ def client(srv: UvicornThread, key: str = "unused") -> openai.OpenAI:
     return openai.OpenAI(base_url=srv.url + "/v1", api_key=key, max_retries=0, timeout=60)
 
 
+def streamed_with_usage(srv: UvicornThread) -> list:
+    """Every chunk of a streamed answer to QUESTION that asks for the usage chunk at its end."""
+    stream = client(srv).chat.completions.create(
+        model="parallelsearch",
+        messages=[{"role": "user", "content": QUESTION}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    return list(stream)
+
+
 def settings(tmp_path_factory, **kw) -> Settings:
     return Settings(home=tmp_path_factory.mktemp("home"), **{"server_checkpointer": "memory", **kw})
 
@@ -123,13 +134,7 @@ def test_a_completion_is_the_answer_with_the_searches_beside_it(served, upstream
 
 
 def test_a_stream_sends_the_models_tokens_as_they_come_and_the_searches_as_they_run(served):
-    stream = client(served).chat.completions.create(
-        model="parallelsearch",
-        messages=[{"role": "user", "content": QUESTION}],
-        stream=True,
-        stream_options={"include_usage": True},
-    )
-    chunks = list(stream)
+    chunks = streamed_with_usage(served)
     assert chunks[0].choices[0].delta.role == "assistant"
     words = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     assert words == ["Christopher", " Nolan", " in", " 2010"]  # the upstream's chunks, one by one
@@ -518,12 +523,6 @@ def test_a_chat_policy_spec_streams_its_usage(tmp_path_factory, monkeypatch):
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         s = settings(tmp_path_factory, policy="chat:openai:m")
         with UvicornThread(create_app(s, searcher=Films())) as srv:
-            stream = client(srv).chat.completions.create(
-                model="parallelsearch",
-                messages=[{"role": "user", "content": QUESTION}],
-                stream=True,
-                stream_options={"include_usage": True},
-            )
-            chunks = list(stream)
+            chunks = streamed_with_usage(srv)
     assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens == 30
     assert all(r["stream_options"] == {"include_usage": True} for r in app.state.requests)

@@ -136,6 +136,7 @@ def _index_in_a_fresh_process(home, corpus, *extra: str) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_a_rerun_adds_nothing_in_a_fresh_process_and_with_another_backend(
     tmp_path, corpus_with_a_long_passage
 ):

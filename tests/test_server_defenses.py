@@ -23,7 +23,7 @@ import time
 import httpx
 import pytest
 from conftest import UvicornThread, needs_data
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from servers import make_openai_chat_test_server
 from serving import record
 
@@ -187,20 +187,12 @@ def test_the_served_defaults_bound_the_response_and_the_read():
 def held_chat_server(arrived: threading.Event, release: threading.Event) -> FastAPI:
     """A STAND-IN OpenAI chat server that answers "yes" once ``release`` is set, so the test can
     look at the app while a request is in flight; it records every request body."""
-    app = FastAPI()
-    app.state.requests = []
 
-    @app.post("/v1/chat/completions")
-    async def chat(req: Request):
-        body = await req.json()
-        app.state.requests.append(body)
+    async def hold() -> None:
         arrived.set()
         await asyncio.to_thread(release.wait, 300)
-        message = {"role": "assistant", "content": "yes"}
-        return {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}  # fmt: skip
 
-    return app
+    return make_openai_chat_test_server(["yes"], hold=hold)
 
 
 def conversation(n: int, pad: int = 15) -> list[dict]:

@@ -436,3 +436,29 @@ def test_the_password_travels_as_basic_auth_and_a_failing_model_server_is_a_502(
         with UvicornThread(app) as srv:
             r = invoke(srv, Q)
     assert r.status_code == 502 and f"{url}/completions answered 500" in r.json()["detail"]
+
+
+def _client_errors() -> list[tuple[Exception, int]]:
+    """Each kind of model-server failure as the openai package and httpx raise it, with its status."""
+    import openai
+
+    req = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    answer = httpx.Response(500, request=req, json={"error": {"message": "overloaded"}})
+    return [
+        (openai.APITimeoutError(request=req), 504),  # a connection error too: the timeout wins
+        (openai.APIConnectionError(request=req), 503),
+        (openai.InternalServerError("overloaded", response=answer, body=None), 502),
+        (httpx.ReadTimeout("slow", request=req), 504),
+        (httpx.ConnectError("refused", request=req), 503),
+        (httpx.HTTPStatusError("bad", request=req, response=answer), 502),
+    ]
+
+
+def test_each_kind_of_model_server_failure_has_its_status_from_either_client():
+    from parallelsearch.serving.openai_errors import _http_problem
+
+    for exc, status in _client_errors():
+        got = _http_problem(exc)
+        assert got is not None and got[0] == status, (type(exc).__name__, got)
+        assert got[1].startswith("the model server") and "127.0.0.1:9" in got[1], got
+    assert _http_problem(ValueError("not a client error")) is None

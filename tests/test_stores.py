@@ -13,6 +13,7 @@ import time
 import pytest
 from conftest import RAW, needs_data
 from serving import ChromaServer
+from store_probes import cli
 
 from parallelsearch.stores import (
     ChromaStore,
@@ -123,12 +124,6 @@ def test_missing_store_and_bad_names(tmp_path, embedder):
         ChromaStore("a b", path=tmp_path / "db", embedder=embedder)
 
 
-def _cli(*args, env=None, **kw):
-    return subprocess.run(
-        [sys.executable, "-m", "parallelsearch.cli", *args], capture_output=True, text=True, env=env, **kw
-    )
-
-
 @pytest.mark.slow
 def test_kill_and_resume_ingestion(tmp_path):
     """SIGKILL half-way, re-run: exactly the right count, no duplicates."""
@@ -166,7 +161,7 @@ def test_kill_and_resume_ingestion(tmp_path):
     proc.wait(timeout=30)
     partial = open_store("resume", settings=settings).count()
     assert 0 < partial < 1000
-    done = _cli(*args, env=env, timeout=600)
+    done = cli(tmp_path / "home", *args)  # the re-run: in this process (no second start to pay)
     assert done.returncode == 0, done.stderr
     assert "total 1000" in done.stdout
     assert f"already present {partial}" in done.stdout or "already present" in done.stdout

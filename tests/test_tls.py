@@ -79,6 +79,7 @@ def https_retriever(hotpot_store, tmp_path_factory, _model_cache):
         srv.kill()
 
 
+@pytest.mark.slow
 def test_the_retriever_serves_https_and_the_client_verifies_it_with_the_bundle(https_retriever):
     from parallelsearch.stores import RetrieverClient
 

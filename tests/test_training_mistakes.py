@@ -321,6 +321,7 @@ def test_check_refuses_evaluation_data_in_training(tmp_path, capsys):
 
 
 @needs_data
+@pytest.mark.slow
 def test_a_retriever_of_another_model_or_corpus_is_refused(retriever, hotpot_store, tmp_path, capsys):
     data = write_data(tmp_path / "train.jsonl")
     argv = paper_argv("--check", sets={"prompt_data": data, "agent.retriever_url": retriever})
@@ -458,6 +459,7 @@ def test_relative_outputs_are_the_job_folders_and_its_config_reads_back(tmp_path
 
 
 @needs_data
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["rollout", "eval"])
 def test_rollout_and_eval_exit_non_zero_when_searches_failed(
     command, hotpot_comparison_file, tmp_path, capsys

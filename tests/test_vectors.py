@@ -173,6 +173,7 @@ def _cli(args: list[str], home: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cli_index_vectors_hnsw_parameters_and_stores(tmp_path, data):
     vecs, corpus = data
     home = tmp_path / "home"

@@ -39,24 +39,24 @@ def _where(exc: Exception) -> str:
 
 
 def _http_problem(exc: Exception) -> tuple[int, str] | None:
-    """A model server's failure as an HTTP client reports it (the openai package, httpx)."""
+    """A model server's failure as an HTTP client reports it (the openai package, httpx): both
+    libraries' timeouts, unreachable servers and error statuses, each kind one answer."""
     import httpx
 
     try:
         import openai
     except ImportError:  # a deployment without the openai package: its errors cannot occur
         openai = None  # type: ignore[assignment]  # the optional openai package
-    if openai is not None:
-        if isinstance(exc, openai.APITimeoutError):
-            return 504, f"the model server{_where(exc)} did not answer in time ({exc})"
-        if isinstance(exc, openai.APIConnectionError):
-            return 503, f"the model server{_where(exc)} cannot be reached ({exc})"
-        if isinstance(exc, openai.APIStatusError):
-            return 502, f"the model server{_where(exc)} answered {exc.status_code}: {exc.message}"
-    if isinstance(exc, httpx.TimeoutException):
+    timeouts: tuple[type[Exception], ...] = (httpx.TimeoutException,)
+    unreachable: tuple[type[Exception], ...] = (httpx.TransportError,)
+    if openai is not None:  # its timeout is a connection error: timeouts are looked at first
+        timeouts, unreachable = (*timeouts, openai.APITimeoutError), (*unreachable, openai.APIConnectionError)
+    if isinstance(exc, timeouts):
         return 504, f"the model server{_where(exc)} did not answer in time ({exc})"
-    if isinstance(exc, httpx.TransportError):
+    if isinstance(exc, unreachable):
         return 503, f"the model server{_where(exc)} cannot be reached ({exc})"
+    if openai is not None and isinstance(exc, openai.APIStatusError):
+        return 502, f"the model server{_where(exc)} answered {exc.status_code}: {exc.message}"
     if isinstance(exc, httpx.HTTPStatusError):
         return 502, f"the model server{_where(exc)} answered {exc.response.status_code}"
     return None
