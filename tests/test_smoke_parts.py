@@ -119,6 +119,7 @@ def test_the_smoke_config_is_the_paper_preset_sized_for_a_cpu(tmp_path):
     assert cfg.agent.graph_config.prompt_template == "official" and cfg.algorithm == "group_norm"
     args = openrlhf_train_args(cfg)  # OpenRLHF's own parser and checks accept it
     assert args.algo.advantage.estimator == "group_norm" and args.rollout.n_samples_per_prompt == 4
+    assert args.algo.kl.use_loss and args.algo.kl.estimator == "k3" and args.algo.kl.init_coef == 1.0
     mine = smoke_config(
         tmp_path / "m",
         tmp_path / "p.jsonl",
