@@ -90,7 +90,7 @@ def advantages(rewards: list[float], group: int) -> torch.Tensor:
     return ((r - r.mean(-1, keepdim=True)) / (r.std(-1, keepdim=True) + 1e-9)).reshape(-1)
 
 
-def rl_step(model, opt, loss_fn, tok, prompts, seed, mode, rng) -> None:
+def rl_step(model, opt, loss_fn, tok, prompts, seed, mode, rng, ref=None, kl_coef: float = 0.0) -> None:
     seqs, texts = sample(model, tok, prompts, seed)
     rewards = [reward(t) for t in texts]
     if mode == "step":
@@ -107,6 +107,11 @@ def rl_step(model, opt, loss_fn, tok, prompts, seed, mode, rng) -> None:
 
     with torch.no_grad():
         old = lps(list(range(len(seqs))))
+        base = None
+        if ref is not None and kl_coef:
+            base = torch.cat(
+                [token_logprobs(ref, seqs[i][None], len(seqs[i]) - NEW_TOKENS) for i in range(len(seqs))]
+            )
     order = list(range(len(seqs)))
     rng.shuffle(order)
     for k in range(0, len(order), 32):
@@ -119,6 +124,11 @@ def rl_step(model, opt, loss_fn, tok, prompts, seed, mode, rng) -> None:
             loss, *_ = loss_fn(
                 lp, old[m], adv[m, None].expand_as(lp), action_mask=mask, rollout_log_probs=old[m]
             )
+            if base is not None:  # OpenRLHF's use_kl_loss: k3 to the reference (the warm start)
+                from openrlhf.models.utils import compute_approx_kl
+
+                kl = compute_approx_kl(lp, base[m], kl_estimator="k3")
+                loss = loss + kl_coef * kl.mean()
             (loss / 2).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -145,7 +155,7 @@ def measure(model, tok, held, pairs, start_w, seed) -> dict:
     }
 
 
-def run(seed: int, steps: int) -> dict:
+def run(seed: int, steps: int, lr: float = 1e-3, kl_coef: float = 0.0, modes=("signal", "step")) -> dict:
     models = import_openrlhf_models()
     qs = [q for q in load_questions(HOTPOTQA_SAMPLE) if (q.get("metadata") or {}).get("type") == "comparison"]
     train, held = qs[: len(qs) - 12], qs[len(qs) - 12 :]
@@ -153,10 +163,15 @@ def run(seed: int, steps: int) -> dict:
     base = build_model(tok, seed=seed).float().train()
     pairs = fit(base, tok, train)
     start_w = {n: p.detach().clone() for n, p in base.named_parameters()}
-    out = {"before": measure(base, tok, held, pairs, start_w, 10**6 + seed)}
-    for mode in ("signal", "step", "group"):
+    out = {"lr": lr, "kl_coef": kl_coef, "before": measure(base, tok, held, pairs, start_w, 10**6 + seed)}
+    ref = None
+    if kl_coef:
+        import copy
+
+        ref = copy.deepcopy(base).eval()
+    for mode in modes:
         base.load_state_dict({**base.state_dict(), **start_w})
-        opt = torch.optim.Adam(base.parameters(), lr=1e-3)
+        opt = torch.optim.Adam(base.parameters(), lr=lr)
         loss_fn = models.PolicyLoss(
             0.2,
             0.2,
@@ -168,7 +183,7 @@ def run(seed: int, steps: int) -> dict:
         order = random.Random(seed)
         for step in range(steps):
             prompts = [prompt_of(q) for q in order.sample(train, 16) for _ in range(4)]
-            rl_step(base, opt, loss_fn, tok, prompts, seed * 1000 + step, mode, rng)
+            rl_step(base, opt, loss_fn, tok, prompts, seed * 1000 + step, mode, rng, ref, kl_coef)
         out[mode] = measure(base, tok, held, pairs, start_w, 10**6 + seed)
     return out
 
@@ -177,10 +192,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--kl-coef", type=float, default=0.0, help="k3 KL loss to the warm start (use_kl_loss)")
+    ap.add_argument("--modes", default="signal,step,group")
     a = ap.parse_args()
     torch.set_num_threads(1)
     for seed in range(a.seeds):
-        print(json.dumps({"seed": seed, **run(seed, a.steps)}), flush=True)
+        out = run(seed, a.steps, a.lr, a.kl_coef, tuple(a.modes.split(",")))
+        print(json.dumps({"seed": seed, **out}), flush=True)
 
 
 if __name__ == "__main__":

@@ -231,7 +231,7 @@ class EpisodeExecutor:
         """The prompt, its lone surrogates (a dataset's ``"\\ud800"`` escape, which cannot be
         tokenized) replaced and counted; the first prompt is checked against the reward mode."""
         if not self.prompt_checked:
-            from parallelsearch.rl.preflight import check_episode_prompt
+            from parallelsearch.rl.preflight_prompt import check_episode_prompt
 
             check_episode_prompt(self.env_graph.reward_mode, prompt)
             self.prompt_checked = True

@@ -26,10 +26,9 @@ log = logging.getLogger(__name__)
 
 def gateway_executor(cfg: AgentConfig, searcher: Any, guard: SearchFailureGuard) -> GatewayExecutor:
     """Gateway mode: the configured factory's agent with the gateway's chat model."""
-    from parallelsearch.rl.gateway.factory import default_agent, load_factory
+    from parallelsearch.rl.gateway.factory import gateway_agent
     from parallelsearch.rl.gateway.transport import gateway_chat_model
 
-    factory = load_factory(cfg.factory) if cfg.factory else default_agent(cfg.graph, cfg.graph_config)
     registry = None
     model = gateway_chat_model()
     if cfg.gateway_transport == "loopback":
@@ -40,7 +39,7 @@ def gateway_executor(cfg: AgentConfig, searcher: Any, guard: SearchFailureGuard)
         log.info("gateway sessions served at %s/sessions/<id>/v1", server.url)
         model = loopback_chat_model(server.url)
     return GatewayExecutor(
-        factory(model, searcher),
+        gateway_agent(cfg, model, searcher),
         registry=registry,
         max_new_tokens_per_turn=cfg.graph_config.max_new_tokens,
         reward_mode=cfg.reward.mode,
@@ -48,6 +47,7 @@ def gateway_executor(cfg: AgentConfig, searcher: Any, guard: SearchFailureGuard)
         client_sampling=cfg.gateway_sampling,
         cut_episodes=cfg.reward.cut_episodes,
         search_guard=guard,
+        health_log=cfg.health_log,
     )
 
 

@@ -29,7 +29,13 @@ from parallelsearch.rl.preflight_budget import (
     passage_tokens,
     widest_observation,
 )
-from parallelsearch.rl.preflight_data import TEMPLATE_SAMPLE, check_contamination, check_template_reward
+from parallelsearch.rl.preflight_data import (
+    TEMPLATE_SAMPLE,
+    check_contamination,
+    check_template_reward,
+    label_dict,
+)
+from parallelsearch.rl.preflight_prompt import PreflightError
 from parallelsearch.rl.preflight_run import (
     DataShape,
     check_batches,
@@ -44,16 +50,12 @@ from parallelsearch.rl.preflight_run import (
     data_shape,
 )
 from parallelsearch.rl.train_config import TrainConfig
-from parallelsearch.stores.errors import ParallelSearchError, json_of
+from parallelsearch.stores.errors import json_of
 
 __all__ = ["ASSISTANT_MARKER", "NOT_CHECKED", "PreflightError", "preflight"]
 _TEMPLATED = ("<|im_start|>", "<|start_header_id|>")
 #: how a line of a check that could not run here begins (the CLI prints it as is, not as ``ok:``)
 NOT_CHECKED = "not checked: "
-
-
-class PreflightError(ParallelSearchError, RuntimeError):
-    """A training run would fail (or train on garbage) for the named cause."""
 
 
 def retriever_name(agent: AgentConfig) -> str:
@@ -369,8 +371,10 @@ def tokenizer_checks(
     # the executor cuts each observation to the cap; the gateway's tool messages are the agent's own
     cap = cfg.agent.max_observation_tokens if cfg.agent.mode == "text" else None
     wide, wide_said = widest_observation(gc, passage, cap)
+    first, first_said = first_prompt_tokens(cfg, records, prompts, tokenizer)
+    how += first_said
     budget = EpisodeBudget(
-        prompt=max(count_tokens(p, tokenizer) for p in prompts),
+        prompt=first,
         turn=cfg.max_new_tokens_per_turn,
         passage=passage,
         max_turns=gc.max_turns,
@@ -386,6 +390,27 @@ def tokenizer_checks(
     )
     lines.append(_checked(check_budget, cfg.max_len, budget, how))
     return lines
+
+
+def first_prompt_tokens(
+    cfg: TrainConfig, records: list[dict[str, Any]], prompts: list[str], tokenizer: Any
+) -> tuple[int, str]:
+    """The longest first prompt of an episode, in tokens, and how it was counted. Text mode: the
+    training prompts as OpenRLHF hands them over. Gateway mode: the agent's own first model call as
+    the gateway renders it (its system prompt and tools), which needs the model's tokenizer."""
+    if cfg.agent.mode != "gateway" or not records:
+        return max(count_tokens(p, tokenizer) for p in prompts), ""
+    if tokenizer is None:
+        return max(count_tokens(p, tokenizer) for p in prompts), (
+            "; gateway mode: the agent's own first prompt needs the model's tokenizer, the training "
+            "prompt stands in"
+        )
+    from parallelsearch.rl.executor import question_from
+    from parallelsearch.rl.gateway.first_prompt import first_prompt_tokens as gateway_first
+
+    questions = [question_from(str(r.get(cfg.input_key, "")), label_dict(r, cfg.label_key)) for r in records]
+    counts = gateway_first(cfg.agent, tokenizer, questions)
+    return max(counts), "; the prompt is the gateway agent's first model call (its system prompt and tools)"
 
 
 #: the job folder's record of the chat template a gateway-mode run was checked with
@@ -506,18 +531,3 @@ def executor_startup(agent: AgentConfig) -> list[str]:
     retriever's identity and key against its ``/health``, then one probe query."""
     lines = [check_retriever_identity(agent)] if agent.retriever_url else []
     return [*lines, probe_retriever(agent)]
-
-
-def check_episode_prompt(mode: str, prompt: str) -> None:
-    """What each executor checks on its first prompt, as OpenRLHF hands it over (chat-templated or
-    not): the ``official`` reward needs ChatML's assistant marker and the official template's own
-    ``<search>``/``<answer>`` counts. Raises :class:`PreflightError` naming the fix."""
-    if mode != "official":
-        return
-    if ASSISTANT_MARKER not in prompt:
-        raise PreflightError(
-            f"reward mode official scores what follows '{ASSISTANT_MARKER}', which the prompts lack (a chat "
-            "template other than ChatML, or apply_chat_template off): every episode would fail the format; "
-            "set agent.reward.mode=paper-strict"
-        )
-    _checked(check_template_reward, mode, [{"prompt": prompt, "label": "{}"}], "prompt", "label")

@@ -250,8 +250,9 @@ def recording_episodes() -> Iterator[list[Any]]:
         EnvGraph.new_episode = real
 
 
-def openrlhf_function(relpath: str, name: str) -> Any:
-    """A top-level function of the installed OpenRLHF, compiled from its own source file.
+def openrlhf_function(relpath: str, name: str, *, inside: str | None = None, **names: Any) -> Any:
+    """A top-level function of the installed OpenRLHF (or with ``inside`` a method of that class,
+    as a plain function of ``self``), compiled from its own source file with ``names`` as globals.
 
     Modules such as ``openrlhf.trainer.ppo_trainer`` import Ray and DeepSpeed at the top, which
     the main tier lacks; the function itself (e.g. ``compute_eval_metrics``) needs only torch,
@@ -266,8 +267,11 @@ def openrlhf_function(relpath: str, name: str) -> Any:
     spec = importlib.util.find_spec("openrlhf")
     path = Path(next(iter(spec.submodule_search_locations))) / relpath
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == name)
-    namespace: dict[str, Any] = {"torch": torch, "__name__": f"openrlhf_source_{name}"}
+    body = tree.body
+    if inside is not None:
+        body = next(n for n in body if isinstance(n, ast.ClassDef) and n.name == inside).body
+    node = next(n for n in body if isinstance(n, ast.FunctionDef | ast.ClassDef) and n.name == name)
+    namespace: dict[str, Any] = {"torch": torch, "__name__": f"openrlhf_source_{name}", **names}
     exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
     return namespace[name]
 

@@ -9,6 +9,7 @@ import hashlib
 import json
 
 import pytest
+from engines import SamplingParamsStandIn
 from test_training_mistakes import check_lines, write_data
 
 from parallelsearch.cli import main
@@ -81,3 +82,48 @@ def test_a_template_that_is_not_append_only_is_refused_by_name(
         line.startswith("check failed: the chat template is not append-only for tool turns") and named in line
     )
     assert not (tmp_path / "job" / "chat_template.json").exists()
+
+
+def test_the_budget_counts_the_gateway_agents_own_first_prompt(tmp_path, capsys, tiny_model_dir):
+    """In gateway mode the context budget starts from the chat agent's first model call (its system
+    prompt and the search tool, as the gateway renders them), not the text environment's prompt."""
+    import asyncio
+    import re
+
+    from gateway_support import END, engine
+    from test_training_mistakes import QUESTIONS
+    from transformers import AutoTokenizer
+
+    from parallelsearch.graphs.config import GraphConfig
+    from parallelsearch.rl.data import train_record
+    from parallelsearch.rl.gateway import gateway_chat_model
+    from parallelsearch.rl.gateway.executor import GatewayExecutor
+    from parallelsearch.rl.gateway.factory import default_agent
+
+    model = _model(tmp_path, tiny_model_dir, "tools", TOOLS_CHAT_TEMPLATE)
+    assert _check(tmp_path, model) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("ok: max_len "))
+    counted = int(re.search(r">= prompt (\d+) \+", line).group(1))
+    assert "the prompt is the gateway agent's first model call" in line
+    # the agent's first prompt, from a real episode of the preset's graph through the gateway
+    tok = AutoTokenizer.from_pretrained(model)
+    gc = GraphConfig(top_k=3, max_turns=4, prompt_template="official")
+    executor = GatewayExecutor(default_agent("parallel", gc)(gateway_chat_model(), lambda q: []))
+    firsts = []
+    for q in QUESTIONS:
+        rec = train_record(q, template="official")  # as write_data wrote the run's prompt file
+        eng = engine(tok, ["no idea" + END])
+        asyncio.run(executor.execute(rec["prompt"], rec["label"], SamplingParamsStandIn(), 8192, tok, eng))
+        firsts.append(executor.last_session.ledger.prompt_len)
+    assert counted == max(firsts)
+    text_prompt = int(re.search(r">= prompt (\d+) \+", _text_mode_line(tmp_path, model, capsys)).group(1))
+    assert counted != text_prompt  # what the check counted before: the text environment's prompt
+
+
+def _text_mode_line(tmp_path, model, capsys) -> str:
+    data = write_data(tmp_path / "train.jsonl")
+    sets = [f"prompt_data={data}", f"model={model}", "agent.reward.mode=paper"]
+    argv = ["train", "--preset", "paper", "--check", "--skip-probe", *(x for s in sets for x in ("--set", s))]
+    assert main(argv) == 0
+    return next(x for x in capsys.readouterr().out.splitlines() if x.startswith("ok: max_len "))

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import textwrap
+import typing
 
 import pytest
 from conftest import UvicornThread
@@ -87,7 +88,10 @@ def test_a_user_factory_with_its_own_middleware_trains_through_the_gateway(
     engine's spans and its reward is the record's."""
     with UvicornThread(retrieve_app()) as srv:
         path = tmp_path / "agent.yaml"
-        path.write_text(f"retriever_url: {srv.url}/retrieve\nmode: gateway\nfactory: {user_factory}\n")
+        health = tmp_path / "health"
+        path.write_text(
+            f"retriever_url: {srv.url}/retrieve\nmode: gateway\nfactory: {user_factory}\nhealth_log: {health}\n"
+        )
         monkeypatch.setenv(ENV_VAR, str(path))
         executor = load_like_openrlhf()
         eng = engine(tok, [TWO_CALLS, "yes" + END])
@@ -95,6 +99,11 @@ def test_a_user_factory_with_its_own_middleware_trains_through_the_gateway(
         sample = run(
             executor.execute(rec["prompt"], rec["label"], SamplingParamsStandIn(logprobs=1), 4096, tok, eng)
         )
+    # the health record every executor writes, from this sample (agent.health_log)
+    from parallelsearch.rl.health import episode_health
+
+    (written,) = [json.loads(line) for f in health.glob("*.jsonl") for line in f.read_text().splitlines()]
+    assert {**written, "time": 0.0} == episode_health(sample)
     ids, ranges = sample["observation_tokens"], sample["action_ranges"]
     assert "House rule: cite the page title you used." in decode_tokens(tok, ids[: ranges[0][0]])
     assert [ids[a:b] for a, b in ranges] == eng.outputs and ids[: ranges[0][0]] == eng.requests[0]
@@ -139,7 +148,25 @@ def test_a_forked_episode_fails_closed(tok):
     )
     logs = {k: v.item() for k, v in sample["extra_logs"].items()}
     assert logs["gateway_forks"] == 1 and logs["gateway_failed_closed"] == 1
-    assert sample["action_ranges"] == [] and sample["reward"] == 0.0
+    end = len(sample["observation_tokens"])
+    assert sample["action_ranges"] == [(end - 1, end)] and sample["reward"] == 0.0
+    # OpenRLHF's own sample -> experience and its per-sample KL mean (experience_maker's masked_mean
+    # over dim -1): one action token keeps it finite where an empty mask gave 0/0 = NaN
+    import torch
+    from engines import openrlhf_function
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    masked_mean = openrlhf_function("models/utils.py", "masked_mean", Optional=typing.Optional)
+    to_experience = openrlhf_function(
+        "trainer/ppo_utils/samples_generator.py",
+        "_process_response_into_experience",
+        inside="SamplesGenerator",
+        Experience=Experience,
+    )
+    exp = to_experience(None, sample, max_len=4096)
+    kl = torch.full(exp.action_mask.shape, 0.25)
+    assert int(exp.action_mask.sum()) == 1
+    assert torch.isfinite(masked_mean(kl, exp.action_mask, dim=-1)).all()
 
 
 @pytest.mark.parametrize(

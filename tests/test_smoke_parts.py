@@ -119,6 +119,7 @@ def test_the_smoke_config_is_the_paper_preset_sized_for_a_cpu(tmp_path):
     assert cfg.agent.graph_config.prompt_template == "official" and cfg.algorithm == "group_norm"
     args = openrlhf_train_args(cfg)  # OpenRLHF's own parser and checks accept it
     assert args.algo.advantage.estimator == "group_norm" and args.rollout.n_samples_per_prompt == 4
+    assert args.algo.kl.use_loss and args.algo.kl.estimator == "k3" and args.algo.kl.init_coef == 1.0
     mine = smoke_config(
         tmp_path / "m",
         tmp_path / "p.jsonl",
@@ -314,16 +315,17 @@ def test_learning_json_names_the_mode_and_the_token_evidence():
 
 def test_a_failed_closed_sample_is_checked_for_carrying_no_loss_not_for_the_forks_ids(tok):
     """A forked episode's later turns come from another render: its ids differ from the engine's
-    calls by design, so it counts no token mismatch, and fails its check only if it carries loss."""
+    calls by design, so it counts no token mismatch, and fails its check only if it carries more
+    loss than the one token kept for OpenRLHF's means."""
     from parallelsearch.rl.episode import decode_tokens
     from parallelsearch.training.checks import EngineTurn, check_sample
 
     first = EngineTurn([1, 2], [3, 4], decode_tokens(tok, [3, 4]))
     turns = [first, EngineTurn([7, 7, 7], [5], "")]  # turn 2 generated from a fork's render
     seq = [1, 2, 3, 4, 9]
-    assert check_sample(seq, [0, 0, 0, 0], turns, tok, failed_closed=True) == (None, 0)
+    assert check_sample(seq, [0, 0, 0, 1], turns, tok, failed_closed=True) == (None, 0)
     reason, _ = check_sample(seq, [0, 1, 1, 0], turns, tok, failed_closed=True)
-    assert reason == "a failed-closed episode has tokens in its action mask"
+    assert reason == "a failed-closed episode has 2 tokens in its action mask (at most 1)"
     reason, bad = check_sample(seq, [0, 1, 1, 0], turns, tok)  # the same sample, not failed closed
     assert "does not start with" in reason and bad == 4
 
@@ -419,3 +421,48 @@ def test_paid_decomposition_must_equal_the_measured_and_validity_must_hold():
     goals = learning_record(state, LearnSettings(control=False, sync_check=False), {})["goals"]
     assert goals["paid decomposition == measured decomposition (held-out, before and after)"]
     assert goals["format validity does not fall (by more than 1 s.e.)"]
+
+
+def test_the_kl_anchor_is_the_warm_start_and_its_loss_is_openrlhfs(tmp_path, tiny_model_dir):
+    """``use_kl_loss`` with ``init_kl_coef``: the reference is the warm start's weights, frozen while
+    the actor moves, and the loss is OpenRLHF's k3 KL to it times the coefficient (0 at the start)."""
+    pytest.importorskip("peft")  # OpenRLHF's actor (the vLLM tier's environment)
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from parallelsearch.training.setup import openrlhf_train_args, smoke_config
+    from parallelsearch.training.trainer import CpuTrainer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    sets = ["use_kl_loss=true", "kl_estimator=k3", "init_kl_coef=0.5"]
+    cfg = smoke_config(tiny_model_dir, tmp_path / "p.jsonl", "http://127.0.0.1:1/retrieve", sets)
+    trainer = CpuTrainer(tiny_model_dir, openrlhf_train_args(cfg), tok)
+    start = trainer.weights()
+    trainer.anchor(start)
+    seq = torch.randint(5, 100, (1, 12))
+    ones = torch.ones_like(seq)
+    mask = torch.ones(1, 11, dtype=torch.bool)
+    base = trainer.reference(seq, mask, attention_mask=ones)
+    batch = SimpleNamespace(base_action_log_probs=base, action_log_probs=base, action_mask=mask)
+    assert float(trainer.kl_loss(trainer.log_probs(batch_of(seq, ones, mask)), batch)) == pytest.approx(0.0)
+    with torch.no_grad():
+        for p in trainer.actor.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    moved = trainer.log_probs(batch_of(seq, ones, mask), grad=True)
+    assert torch.equal(trainer.reference(seq, mask, attention_mask=ones), base)  # the anchor did not move
+    loss = trainer.kl_loss(moved, batch)
+    assert float(loss) > 0 and loss.requires_grad
+    off = smoke_config(
+        tiny_model_dir, tmp_path / "p.jsonl", "http://127.0.0.1:1/retrieve", ["init_kl_coef=0"]
+    )
+    plain = CpuTrainer(tiny_model_dir, openrlhf_train_args(off), tok)
+    plain.anchor(start)
+    assert plain.reference is None and plain.kl_loss(moved, batch) == 0.0
+
+
+def batch_of(seq, attention, mask):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(sequences=seq, attention_mask=attention, action_mask=mask)

@@ -112,9 +112,13 @@ def check_sample(
 ) -> tuple[str | None, int]:
     """(why the sample fails its checks or None, its token mismatches). A failed-closed sample (a
     gateway fork: its later turns were generated from another render, so its ids are not the engine's
-    calls by design) must carry no loss at all, and is checked for that only."""
+    calls by design) carries no loss but the one token that keeps OpenRLHF's per-sample means finite
+    (``failed_closed_ranges``), and is checked for that only."""
     if failed_closed:
-        return ("a failed-closed episode has tokens in its action mask" if any(action_mask) else None), 0
+        kept = sum(1 for x in action_mask if x)
+        return (
+            f"a failed-closed episode has {kept} tokens in its action mask (at most 1)" if kept > 1 else None
+        ), 0
     mc = check_action_mask(sequence, action_mask, turns, tokenizer)
     return (None if mc.ok else mc.reason), token_mismatches(sequence, turns)
 

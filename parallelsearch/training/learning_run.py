@@ -116,6 +116,7 @@ async def learning_smoke(
         run.state.seconds.update({k: round(v, 1) for k, v in smoke.seconds.items()})
         await warm_start(run, train_q, smoke)
         start = trainer.weights()
+        trainer.anchor(start)  # the reference of the KL term: the warm start, for the run and its control
         await run.evaluate("before")
         run.state.steps = await run.train(control=False)
         await run.evaluate("after")

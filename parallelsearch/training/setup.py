@@ -69,6 +69,12 @@ SMOKE_TRAIN: dict[str, Any] = {
     "micro_train_batch_size": 16,
     "micro_rollout_batch_size": 16,
     "actor_lr": 1e-3,
+    # the anchor to the warm start (OpenRLHF's KL loss to its reference, k3 as in GRPO): without it a
+    # zero-mean update still random-walks the weights away from the warm start and the control falls
+    # (docs/training.md, "The anchor"); the same setting for the run and its control
+    "use_kl_loss": True,
+    "kl_estimator": "k3",
+    "init_kl_coef": 1.0,
     "max_len": 3000,
     "max_new_tokens_per_turn": 64,
     "agent": {"graph_config": {"top_k": 1, "max_turns": 1, "max_observation_words": 30}},

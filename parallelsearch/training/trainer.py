@@ -69,8 +69,27 @@ class CpuTrainer:
         maker.args = args
         maker.advantage_estimator = args.algo.advantage.estimator
         maker.tokenizer = tokenizer
-        maker.kl_ctl = FixedKLController(0.0)  # no reference model
+        kl = args.algo.kl
+        # the KL to the reference in the reward (use_loss off), as the experience maker adds it
+        maker.kl_ctl = FixedKLController(0.0 if kl.use_loss else kl.init_coef)
         self.maker = maker
+        self.reference: Any = None  # the warm start's actor, frozen (anchor)
+
+    def anchor(self, weights: dict[str, Any]) -> None:
+        """The reference policy the KL term pulls toward: ``weights`` (the warm start) in a frozen
+        copy of the actor, as OpenRLHF's reference model holds the initial policy. Without a KL
+        coefficient there is no reference (OpenRLHF's ``init_kl_coef`` 0 builds none either)."""
+        import copy
+
+        if not self.args.algo.kl.init_coef:
+            self.reference = None
+            return
+        ref = copy.deepcopy(self.actor)
+        ref.model.load_state_dict(weights)
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        self.reference = ref
 
     def new_optimizer(self) -> Any:
         """Adam with the arguments' settings (OpenRLHF's DeepSpeed Adam, here torch's)."""
@@ -115,14 +134,21 @@ class CpuTrainer:
 
         ``samples`` are prompt-major (a prompt's samples next to each other), as the generator returns them."""
         import torch
+        from openrlhf.models.utils import compute_approx_kl, masked_mean
 
+        kl_args = self.args.algo.kl
         batches = self.maker.split_rollout_samples(samples)
         for b in batches:
             b.action_log_probs = self.log_probs(b)
-            b.base_action_log_probs = None
             b.values = None
-            b.kl = torch.zeros_like(b.action_log_probs)
-            b.info["kl"] = torch.zeros(len(b.sequences))
+            b.base_action_log_probs, b.kl = None, torch.zeros_like(b.action_log_probs)
+            if self.reference is not None:
+                with torch.no_grad():
+                    base = self.reference(b.sequences, b.action_mask, attention_mask=b.attention_mask)
+                if not kl_args.use_loss:  # as make_experience_batch: the per-token KL the reward pays
+                    b.kl = compute_approx_kl(b.action_log_probs, base, kl_estimator=kl_args.estimator)
+                b.base_action_log_probs = base if kl_args.use_loss else None
+            b.info["kl"] = masked_mean(b.kl, b.action_mask, dim=-1)
         return self.maker.compute_advantages_and_returns(batches)
 
     def train(self, experiences: list[Any], seed: int) -> StepStats:
@@ -154,6 +180,7 @@ class CpuTrainer:
                     action_mask=batch.action_mask,
                     rollout_log_probs=batch.rollout_log_probs,
                 )
+                loss = loss + self.kl_loss(log_probs, batch)
                 (loss / gas).backward()
                 losses.append(float(loss.detach()))
                 clips.append(float(clip_ratio))
@@ -175,6 +202,23 @@ class CpuTrainer:
             optimizer_steps=steps,
             parameters_changed=changed,
         )
+
+    def kl_loss(self, log_probs: Any, batch: Any) -> Any:
+        """OpenRLHF's KL loss to the reference (``use_kl_loss``), as ``PPOActor`` adds it: the
+        estimator's KL per action token, its mean, times ``init_kl_coef``; 0 without it."""
+        kl_args = self.args.algo.kl
+        if self.reference is None or not kl_args.use_loss or batch.base_action_log_probs is None:
+            return 0.0
+        from openrlhf.models.utils import compute_approx_kl, masked_mean
+
+        kl = compute_approx_kl(
+            log_probs,
+            batch.base_action_log_probs,
+            log_probs_old=batch.action_log_probs,
+            kl_estimator=kl_args.estimator,
+            unbiased_gradient=kl_args.unbiased_gradient,
+        )
+        return masked_mean(kl, batch.action_mask) * kl_args.init_coef
 
     def direction(self, items: list[Any]) -> float:
         """The advantage-weighted change of the items' action log-probs since their experience was made."""

@@ -10,7 +10,7 @@ from typing import Any
 
 from parallelsearch.graphs.record import Episode
 from parallelsearch.rl.episode import EpisodeRun, decode_tokens
-from parallelsearch.rl.executor import episode_reward, extra_logs, question_from
+from parallelsearch.rl.executor import episode_reward, extra_logs, logged_health, question_from
 from parallelsearch.rl.gateway.http import SessionRegistry
 from parallelsearch.rl.gateway.sampling import ClientSampling
 from parallelsearch.rl.gateway.session import GatewaySession, SessionLimits
@@ -19,6 +19,15 @@ from parallelsearch.rl.gateway.transport import current_session
 from parallelsearch.rl.rewards import check_reward_mode, parse_label, score_episode
 from parallelsearch.rl.search_failures import SearchFailureGuard
 from parallelsearch.stores.text import scrub_text
+
+
+def failed_closed_ranges(ranges: list[tuple[int, int]], length: int) -> list[tuple[int, int]]:
+    """The action span a failed-closed sample keeps: its last token alone. OpenRLHF averages each
+    sample's KL and log-prob difference over its action mask (``masked_mean``, ``dim=-1``): an
+    empty mask divides 0 by 0, so the step's logged ``kl`` (and an adaptive KL controller fed with
+    it) would be NaN. One token keeps the divisor at 1; its loss weighs one token of the step's."""
+    end = ranges[-1][1] if ranges else length
+    return [(end - 1, end)] if end > 1 else []
 
 
 class GatewayExecutor:
@@ -36,8 +45,10 @@ class GatewayExecutor:
         cut_episodes: str = "unshaped",
         search_guard: SearchFailureGuard | None = None,
         registry: SessionRegistry | None = None,
+        health_log: str | None = None,
     ) -> None:
         self.agent = agent
+        self.health_log = health_log
         self.registry = registry  # the loopback server's sessions (None: in-process only)
         self.max_new_tokens_per_turn = max_new_tokens_per_turn
         self.reward_mode = check_reward_mode(reward_mode)
@@ -134,7 +145,7 @@ class GatewayExecutor:
         gateway = session.counters.logs(ledger.retokenized, session.token_mismatches(), session.failed)
         logs.update({k: torch.tensor(v) for k, v in gateway.items()})
         failed = session.failed
-        return {
+        result = {
             "prompt": prompt,
             "label": label,
             "images": None,
@@ -142,10 +153,13 @@ class GatewayExecutor:
             "reward": 0.0 if failed else float(reward),
             "scores": 0.0 if failed else float(breakdown.outcome),
             "observation_tokens": ledger.ids,
-            "action_ranges": [] if failed else ledger.ranges,
+            "action_ranges": failed_closed_ranges(ledger.ranges, len(ledger.ids))
+            if failed
+            else ledger.ranges,
             "rollout_log_probs": [lp or 0.0 for lp in ledger.logprobs]
             if session.limits.want_logprobs
             else None,
             "truncated": ledger.truncated,
             "extra_logs": logs,
         }
+        return logged_health(self.health_log, result)

@@ -62,3 +62,13 @@ def default_agent(graph: str, config: GraphConfig) -> AgentFactory:
         )
 
     return build
+
+
+def gateway_agent(agent_cfg: Any, model: Any, searcher: Any) -> Any:
+    """The compiled agent a gateway-mode run trains (``agent.factory``, else the README chat agent),
+    built with ``model`` and ``searcher``: what the executor and ``train --check`` both run."""
+    if agent_cfg.factory:
+        factory = load_factory(agent_cfg.factory)
+    else:
+        factory = default_agent(agent_cfg.graph, agent_cfg.graph_config)
+    return factory(model, searcher)
