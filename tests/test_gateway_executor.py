@@ -123,6 +123,40 @@ def test_a_user_factory_with_its_own_middleware_trains_through_the_gateway(
     )
 
 
+@pytest.mark.parametrize(
+    "turn",
+    [
+        '<tool_call>":"</tool_call>',  # a block that is JSON but not an object
+        '<tool_call>\n{"name": "search", "arguments": {"query": "J\\u Wa"}}\n</tool_call>',  # not JSON
+        'x <tool_call></tool_call>"}}<tool_call>\n{"name": "search", "arguments": {"query": "a"}}\n</tool_call>',
+        '<tool_call>\n{"name": "search", "arguments": ""}\n</tool_call>',  # empty arguments: no arguments
+    ],
+)
+def test_a_broken_tool_call_is_answered_as_a_served_vllm_answers_it_and_does_not_fork(tok, turn):
+    """A block vLLM's Hermes parser cannot read comes back as the turn's content (as it does), so the
+    agent's next request repeats exactly what the model wrote: no fork, the sample keeps its loss,
+    and the agent tells the model its call was not read."""
+    agent = default_agent("parallel", GraphConfig(top_k=1, max_turns=2))(gateway_chat_model(), Library())
+    gateway = GatewayExecutor(agent)
+    eng = engine(tok, [turn + END, "yes" + END])
+    sample = run(gateway.execute("", json.dumps(LABEL), SamplingParamsStandIn(), 4096, tok, eng))
+    logs = {k: v.item() for k, v in sample["extra_logs"].items()}
+    assert (logs["gateway_forks"], logs["gateway_failed_closed"], logs["gateway_token_mismatches"]) == (
+        0,
+        0,
+        0,
+    )
+    assert len(sample["action_ranges"]) == 2 and logs["answered"] == 1
+
+
+def test_a_reply_with_unread_tool_call_markup_is_not_an_answer():
+    from parallelsearch.agents.protocol.tools import UNREAD_CALL_REASON, parse_tool_calls
+
+    action = parse_tool_calls([], 'x <tool_call>":"</tool_call>')
+    assert (action.kind, action.reason) == ("invalid", UNREAD_CALL_REASON)
+    assert parse_tool_calls([], "Beijing").kind == "answer"
+
+
 def test_a_forked_episode_fails_closed(tok):
     """A middleware that rewrites the history the model was shown (here: the question of the
     earlier turn) forks the session: the agent is answered, the sample carries no loss."""

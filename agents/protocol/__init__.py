@@ -39,6 +39,7 @@ from parallelsearch.agents.protocol.tool_text import (
     ToolText,
     parse_tool_text,
     read_tool_call_blocks,
+    server_reads_calls,
     tool_text_observation,
 )
 from parallelsearch.agents.protocol.tools import (
@@ -118,6 +119,7 @@ __all__ = [
     "split_subqueries",
     "tool_feedback",
     "read_tool_call_blocks",
+    "server_reads_calls",
     "tool_text_observation",
     "truncate_at_stop",
 ]

@@ -77,6 +77,20 @@ def read_tool_call_blocks(text: str) -> tuple[str, list[dict]]:
     return text[: blocks[0].start()], [_text_call(m.group(1), i) for i, m in enumerate(blocks)]
 
 
+def server_reads_calls(text: str) -> bool:
+    """Whether vLLM's Hermes tool parser reads ``text``'s ``<tool_call>`` blocks as calls: each a
+    JSON object with a string ``name`` and an ``arguments`` key. Otherwise it returns the whole
+    reply as content with no call, and a served agent sees that text (the gateway answers alike)."""
+    for m in _TOOL_BLOCK_RE.finditer(text):
+        try:
+            obj = json.loads(m.group(1))
+        except ValueError:
+            return False
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or "arguments" not in obj:
+            return False
+    return True
+
+
 def parse_tool_text(text: object, *, max_subqueries: int = 8, split: bool = True) -> Action:
     """Parse one turn of the tools protocol's text form (``<tool_call>`` blocks, ids ``call_0``...
     in order, or an ``<answer>``) into the same :class:`Action` as :func:`parse_tool_calls`."""

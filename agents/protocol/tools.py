@@ -51,6 +51,12 @@ def _call_error(call: object, names: Sequence[str] | None = None) -> tuple[str, 
     return cid, None, f"{name}: {query}" if names else query
 
 
+#: why a reply whose text holds ``<tool_call>`` markup is not an answer (a server's tool parser could
+#: not read the block, so it sent the text on as content: vLLM's Hermes parser does)
+UNREAD_CALL_REASON = (
+    "the reply holds a <tool_call> the server could not read as a call (each block must be a JSON object "
+    'with "name" and "arguments")'
+)
 #: why a tools-protocol reply without a call that stopped at the token limit is not an answer
 CUT_REPLY_REASON = (
     "the reply was cut at the token limit before it finished (no call, and its text is not an answer)"
@@ -122,6 +128,8 @@ def parse_tool_calls(
         if not calls and not broken:
             if cut:
                 return Action("invalid", reason=CUT_REPLY_REASON)
+            if "<tool_call>" in text or "</tool_call>" in text:
+                return Action("invalid", reason=UNREAD_CALL_REASON)
             answer = _untagged(text.strip())
             if not answer:
                 return Action("invalid", reason="no tool call and no answer text")

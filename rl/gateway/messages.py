@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from parallelsearch.agents.protocol import read_tool_call_blocks
+from parallelsearch.agents.protocol import read_tool_call_blocks, server_reads_calls
 from parallelsearch.rl.gateway.errors import GatewayError
 
 #: the roles a request may add after the session's last reply
@@ -16,7 +16,10 @@ NEW_ROLES = ("tool", "user", "system")
 
 
 def _args(value: Any) -> Any:
-    """Tool arguments as parsed JSON (text that is not JSON stays text)."""
+    """Tool arguments as parsed JSON (text that is not JSON stays text; an empty string is no
+    arguments, as LangChain reads it)."""
+    if isinstance(value, str) and not value.strip():
+        return {}
     if isinstance(value, str):
         try:
             return json.loads(value)
@@ -77,10 +80,13 @@ def template_message(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_reply(text: str, end: str, turn: int) -> dict[str, Any]:
-    """A generated turn (decoded, special tokens kept) as an OpenAI assistant message: the text
-    before the first ``<tool_call>`` as content and each block as a call; a block that is not
-    JSON keeps its text as the arguments, which an OpenAI client reports as an invalid call."""
+    """A generated turn (decoded, special tokens kept) as an OpenAI assistant message, as vLLM's
+    Hermes parser answers it: the text before the first ``<tool_call>`` as content and each block
+    as a call; when a block is not a call it can read, the whole turn as content and no call (so
+    the client's next request repeats exactly what the model wrote)."""
     body = text[: -len(end)] if end and text.endswith(end) else text
+    if not server_reads_calls(body):
+        return {"role": "assistant", "content": body or None}
     content, calls = read_tool_call_blocks(body)
     message: dict[str, Any] = {"role": "assistant", "content": content or None}
     if calls:
