@@ -248,6 +248,19 @@ class AgentConfig(RetrievalConfig):
             )
         return make_searcher(self.retrieval())
 
+    def env_graph(self) -> Any:
+        """The text environment this configuration describes: its searcher, graph, reward and knobs
+        (what the executor runs and ``rollout --config`` replays)."""
+        from parallelsearch.rl.env import EnvGraph
+
+        return EnvGraph(
+            self.make_searcher(),
+            graph=self.graph,
+            reward_mode=self.reward.mode,
+            reward_weights=self.reward.weights,
+            config=self.graph_config,
+        )
+
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """A YAML or JSON mapping from ``path``; errors name the file."""

@@ -15,7 +15,6 @@ from typing import Any
 from openrlhf.utils.agent import AgentExecutorBase
 
 from parallelsearch.rl.agent_config import AgentConfig, load_agent_config
-from parallelsearch.rl.env import EnvGraph
 from parallelsearch.rl.executor import EpisodeExecutor
 from parallelsearch.rl.gateway.executor import GatewayExecutor
 from parallelsearch.rl.preflight import executor_startup, retriever_name
@@ -68,13 +67,7 @@ class AgentExecutor(EpisodeExecutor, AgentExecutorBase):
         self.gateway = gateway_executor(cfg, cfg.make_searcher(), guard) if cfg.mode == "gateway" else None
         if self.gateway is not None:
             return
-        env_graph = EnvGraph(
-            cfg.make_searcher(),
-            graph=cfg.graph,
-            reward_mode=cfg.reward.mode,
-            reward_weights=cfg.reward.weights,
-            config=cfg.graph_config,
-        )
+        env_graph = cfg.env_graph()
         super().__init__(
             env_graph,
             max_new_tokens_per_turn=cfg.graph_config.max_new_tokens,

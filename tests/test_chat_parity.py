@@ -117,10 +117,12 @@ def test_named_searchers_are_tools_of_their_own_as_create_agent_shows_them():
     assert out["answer"] == "Nolan" and out["subqueries"] == 2 and out["search_rounds"] == 1
 
 
-def test_the_calls_of_one_round_run_in_parallel_across_named_searchers():
+def waiting_pair_agent():
+    """An agent with two named searchers that each wait for the other (a sequential run of one
+    round's calls never gets past them), and a model that calls both in one message."""
     import asyncio
 
-    barrier = asyncio.Barrier(2)  # each search waits for the other: a sequential run never gets past it
+    barrier = asyncio.Barrier(2)
 
     async def films(query: str) -> list[dict]:
         """Films."""
@@ -136,7 +138,13 @@ def test_the_calls_of_one_round_run_in_parallel_across_named_searchers():
         {"name": "films", "args": {"query": "Inception"}, "id": "c1", "type": "tool_call"},
         {"name": "people", "args": {"query": "Nolan"}, "id": "c2", "type": "tool_call"},
     ])  # fmt: skip
-    agent = create_parallel_search_agent(ScriptModel(replies=[two, "done"]), [films, people])
+    return create_parallel_search_agent(ScriptModel(replies=[two, "done"]), [films, people])
+
+
+def test_the_calls_of_one_round_run_in_parallel_across_named_searchers():
+    import asyncio
+
+    agent = waiting_pair_agent()
     out = asyncio.run(agent.ainvoke({"messages": [("user", "Who?")]}))
     assert out["errors"] == 0 and out["subqueries"] == 2
 
@@ -299,25 +307,8 @@ def test_each_search_call_is_a_tool_run_in_astream_events_as_in_create_agent():
 
 
 def test_tool_events_keep_the_round_parallel_and_name_the_search_tool_under_tags():
-    import asyncio
 
-    barrier = asyncio.Barrier(2)  # each search waits for the other: a sequential run never gets past it
-
-    async def films(query: str) -> list[dict]:
-        """Films."""
-        await asyncio.wait_for(barrier.wait(), 60)
-        return [{"title": query, "text": "a film"}]
-
-    async def people(query: str) -> list[dict]:
-        """People."""
-        await asyncio.wait_for(barrier.wait(), 60)
-        return [{"title": query, "text": "a person"}]
-
-    two = AIMessage("", tool_calls=[
-        {"name": "films", "args": {"query": "Inception"}, "id": "c1", "type": "tool_call"},
-        {"name": "people", "args": {"query": "Nolan"}, "id": "c2", "type": "tool_call"},
-    ])  # fmt: skip
-    agent = create_parallel_search_agent(ScriptModel(replies=[two, "done"]), [films, people])
+    agent = waiting_pair_agent()
     events = tool_events(agent, {"messages": [("user", "Who?")]})
     assert [e[0] for e in events] == ["on_tool_start", "on_tool_start", "on_tool_end", "on_tool_end"]
     tags = ScriptModel(replies=["<search> a ## b </search>", "<answer> y </answer>"])

@@ -498,13 +498,7 @@ def rollout_environment(args: argparse.Namespace, s: Any) -> tuple[Any, Any]:
     if args.config:
         cfg = _replayed_job(args)
         agent = cfg.agent
-        env_graph = EnvGraph(
-            agent.make_searcher(),
-            graph=agent.graph,
-            reward_mode=agent.reward.mode,
-            reward_weights=agent.reward.weights,
-            config=agent.graph_config,
-        )
+        env_graph = agent.env_graph()
         replay = Replay(
             chat_template=cfg.apply_chat_template,
             max_length=cfg.max_len,
