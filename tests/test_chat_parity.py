@@ -91,13 +91,18 @@ def web(query: str) -> list[dict]:
     return [{"title": query, "text": f"the web on {query}"}]
 
 
-def test_named_searchers_are_tools_of_their_own_as_create_agent_shows_them():
-    from langchain_core.utils.function_calling import convert_to_openai_tool
-
-    two = AIMessage("", tool_calls=[
+def wiki_and_web_calls() -> AIMessage:
+    """One message calling both named searchers (a round of two sub-queries)."""
+    return AIMessage("", tool_calls=[
         {"name": "wiki", "args": {"query": "Inception"}, "id": "c1", "type": "tool_call"},
         {"name": "web", "args": {"query": "Nolan news"}, "id": "c2", "type": "tool_call"},
     ])  # fmt: skip
+
+
+def test_named_searchers_are_tools_of_their_own_as_create_agent_shows_them():
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    two = wiki_and_web_calls()
     (ours, our_model), (theirs, their_model) = both([two, "Nolan"], [wiki, web])
     out = ours.invoke({"messages": [("user", "Who?")]})
     ref = theirs.invoke({"messages": [("user", "Who?")]})
@@ -153,10 +158,7 @@ def test_review_keyed_by_a_searchers_name_pauses_as_in_create_agent():
     from langchain.agents.middleware import HumanInTheLoopMiddleware
     from langgraph.types import Command
 
-    two = AIMessage("", tool_calls=[
-        {"name": "wiki", "args": {"query": "Inception"}, "id": "c1", "type": "tool_call"},
-        {"name": "web", "args": {"query": "Nolan news"}, "id": "c2", "type": "tool_call"},
-    ])  # fmt: skip
+    two = wiki_and_web_calls()
     paused = []
     for agent, _ in both(
         [two, "Nolan"],
@@ -275,10 +277,7 @@ def tool_events(agent, inputs: dict) -> list[tuple]:
 
 
 def test_each_search_call_is_a_tool_run_in_astream_events_as_in_create_agent():
-    two = AIMessage("", tool_calls=[
-        {"name": "wiki", "args": {"query": "Inception"}, "id": "c1", "type": "tool_call"},
-        {"name": "web", "args": {"query": "Nolan news"}, "id": "c2", "type": "tool_call"},
-    ])  # fmt: skip
+    two = wiki_and_web_calls()
     (ours, _), (theirs, _) = both([two, "Nolan"], [wiki, web])
     asked = {"messages": [("user", "Who?")]}
     mine, ref = tool_events(ours, asked), tool_events(theirs, asked)
