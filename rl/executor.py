@@ -173,7 +173,44 @@ def logged_health(health_log: str | None, sample: dict[str, Any]) -> dict[str, A
     return sample
 
 
-class EpisodeExecutor:
+@dataclasses.dataclass(frozen=True)
+class SampleRequest:
+    """What OpenRLHF hands an executor for one sample (its ``execute`` arguments, text only)."""
+
+    prompt: Any
+    label: Any
+    sampling_params: Any
+    max_length: int
+    tokenizer: Any
+    engine: Any
+
+
+class SampleExecutor:
+    """OpenRLHF's executor contract, in one place: ``execute`` with its signature (a sample with
+    images is refused: the agent is text-only); each kind of episode is an :meth:`episode`."""
+
+    async def execute(
+        self,
+        prompt: str,
+        label: Any,
+        sampling_params: Any,
+        max_length: int,
+        hf_tokenizer: Any,
+        llm_engine: Any,
+        images: Any = None,
+    ) -> dict[str, Any]:
+        """One episode; OpenRLHF's sample dict."""
+        if images:
+            raise ValueError("the ParallelSearch agent is text-only; this sample carries images")
+        return await self.episode(
+            SampleRequest(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
+        )
+
+    async def episode(self, request: SampleRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class EpisodeExecutor(SampleExecutor):
     """Runs OpenRLHF samples as episodes of ``env_graph``, with OpenRLHF's ``execute`` signature:
     the agent module's executor is this class with the agent config's knobs."""
 
@@ -248,17 +285,8 @@ class EpisodeExecutor:
         outer_cap = getattr(sampling_params, "max_tokens", None)
         return min(turn_cap, int(outer_cap)) if outer_cap else turn_cap
 
-    async def execute(
-        self,
-        prompt: str,
-        label: Any,
-        sampling_params: Any,
-        max_length: int,
-        hf_tokenizer: Any,
-        llm_engine: Any,
-        images: Any = None,
-    ) -> dict[str, Any]:
-        """One episode; OpenRLHF's sample dict (a sample with images is refused: text only).
+    async def episode(self, r: SampleRequest) -> dict[str, Any]:
+        """One episode of ``env_graph``; OpenRLHF's sample dict.
 
         The environment gets each turn as the decoded generated ids, not the engine's ``text``:
         vLLM cuts ``text`` right after a stop string but keeps the whole token that completed it
@@ -267,21 +295,19 @@ class EpisodeExecutor:
         grammar (its log-probs are then off-policy: docs/vllm.md); ``search_guard`` stops the run
         past its limits of failed searches instead of training on ``Search failed`` observations.
         """
-        if images:
-            raise ValueError("the ParallelSearch agent is text-only; this sample carries images")
-        lab = parse_label(label)
-        clean_prompt, replaced = self._checked_prompt(prompt)
-        turn_cap = self._turn_cap(sampling_params)
-        want_lp = getattr(sampling_params, "logprobs", None) is not None
+        lab = parse_label(r.label)
+        clean_prompt, replaced = self._checked_prompt(r.prompt)
+        turn_cap = self._turn_cap(r.sampling_params)
+        want_lp = getattr(r.sampling_params, "logprobs", None) is not None
         run = await run_episode(
             self.env_graph,
             question_from(clean_prompt, lab),
             lab,
-            self._engine_turns(sampling_params, llm_engine, turn_cap, want_lp),
+            self._engine_turns(r.sampling_params, r.engine, turn_cap, want_lp),
             ledger_for=lambda _: TokenLedger(
-                hf_tokenizer,
+                r.tokenizer,
                 clean_prompt,
-                max_length,
+                r.max_length,
                 turn_cap=turn_cap,
                 observation_cap=self.max_observation_tokens,
             ),
@@ -292,8 +318,8 @@ class EpisodeExecutor:
         ledger = run.ledger
         reward, breakdown = episode_reward(run, lab, self.cut_episodes)
         result = {
-            "prompt": prompt,
-            "label": label,
+            "prompt": r.prompt,
+            "label": r.label,
             "images": None,
             "mm_train_inputs": None,
             "reward": float(reward),

@@ -15,7 +15,7 @@ from typing import Any
 from openrlhf.utils.agent import AgentExecutorBase
 
 from parallelsearch.rl.agent_config import AgentConfig, load_agent_config
-from parallelsearch.rl.executor import EpisodeExecutor
+from parallelsearch.rl.executor import EpisodeExecutor, SampleRequest
 from parallelsearch.rl.gateway.executor import GatewayExecutor
 from parallelsearch.rl.preflight import executor_startup, retriever_name
 from parallelsearch.rl.search_failures import SearchFailureGuard
@@ -52,7 +52,7 @@ def gateway_executor(cfg: AgentConfig, searcher: Any, guard: SearchFailureGuard)
 
 class AgentExecutor(EpisodeExecutor, AgentExecutorBase):
     """Runs each sample as one ParallelSearch episode over the compiled graph (``execute`` is
-    :meth:`EpisodeExecutor.execute`, with the agent config's knobs), or in gateway mode as one
+    :meth:`EpisodeExecutor.episode`, with the agent config's knobs), or in gateway mode as one
     episode of the configured chat agent (:class:`GatewayExecutor`)."""
 
     def __init__(self) -> None:
@@ -79,8 +79,8 @@ class AgentExecutor(EpisodeExecutor, AgentExecutorBase):
             search_guard=guard,
         )
 
-    async def execute(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    async def episode(self, r: SampleRequest) -> dict[str, Any]:
         """One sample, in the configured mode."""
         if self.gateway is not None:
-            return await self.gateway.execute(*args, **kwargs)
-        return await super().execute(*args, **kwargs)
+            return await self.gateway.episode(r)
+        return await super().episode(r)

@@ -74,7 +74,7 @@ SMOKE_TRAIN: dict[str, Any] = {
     # (docs/training.md, "The anchor"); the same setting for the run and its control
     "use_kl_loss": True,
     "kl_estimator": "k3",
-    "init_kl_coef": 0.1,
+    "init_kl_coef": 0.3,
     "max_len": 3000,
     "max_new_tokens_per_turn": 64,
     "agent": {"graph_config": {"top_k": 1, "max_turns": 1, "max_observation_words": 30}},

@@ -10,7 +10,14 @@ from typing import Any
 
 from parallelsearch.graphs.record import Episode
 from parallelsearch.rl.episode import EpisodeRun, decode_tokens
-from parallelsearch.rl.executor import episode_reward, extra_logs, logged_health, question_from
+from parallelsearch.rl.executor import (
+    SampleExecutor,
+    SampleRequest,
+    episode_reward,
+    extra_logs,
+    logged_health,
+    question_from,
+)
 from parallelsearch.rl.gateway.http import SessionRegistry
 from parallelsearch.rl.gateway.sampling import ClientSampling
 from parallelsearch.rl.gateway.session import GatewaySession, SessionLimits
@@ -30,7 +37,7 @@ def failed_closed_ranges(ranges: list[tuple[int, int]], length: int) -> list[tup
     return [(end - 1, end)] if end > 1 else []
 
 
-class GatewayExecutor:
+class GatewayExecutor(SampleExecutor):
     """Runs OpenRLHF samples as episodes of a compiled chat agent whose model is the gateway's
     (``agent`` was built by the factory with :func:`gateway_chat_model`)."""
 
@@ -97,28 +104,17 @@ class GatewayExecutor:
             if self.registry is not None:
                 self.registry.close(session)
 
-    async def execute(
-        self,
-        prompt: str,
-        label: Any,
-        sampling_params: Any,
-        max_length: int,
-        hf_tokenizer: Any,
-        llm_engine: Any,
-        images: Any = None,
-    ) -> dict[str, Any]:
+    async def episode(self, r: SampleRequest) -> dict[str, Any]:
         """One episode; OpenRLHF's sample dict. The prompt gives the question only: the agent
         writes its own messages, and the sample's tokens start with their render."""
-        if images:
-            raise ValueError("the ParallelSearch agent is text-only; this sample carries images")
-        lab = parse_label(label)
-        clean, replaced = scrub_text(prompt) if isinstance(prompt, str) else (prompt, 0)
-        session = self.session(sampling_params, max_length, hf_tokenizer, llm_engine)
+        lab = parse_label(r.label)
+        clean, replaced = scrub_text(r.prompt) if isinstance(r.prompt, str) else (r.prompt, 0)
+        session = self.session(r.sampling_params, r.max_length, r.tokenizer, r.engine)
         self.last_session = session
         state = await self.run_agent(session, question_from(clean, lab))
         if self.search_guard is not None:
             self.search_guard.record(state)
-        return self.sample(session, state, prompt, label, lab, replaced)
+        return self.sample(session, state, r.prompt, r.label, lab, replaced)
 
     def sample(
         self,
