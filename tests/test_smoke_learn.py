@@ -18,9 +18,12 @@ pytest.importorskip("openrlhf", reason="OpenRLHF is installed with --no-deps in 
 from parallelsearch.training.checks import SYNC_TOLERANCE  # noqa: E402
 from parallelsearch.training.learning_loop import LearnSettings  # noqa: E402
 
-SETTINGS = LearnSettings(steps=2, heldout=4, heldout_samples=2, questions=24, sft_steps=20)
+#: 50 SFT steps: after 20 the tiny model writes no valid turn and every group scores alike
+SETTINGS = LearnSettings(steps=2, heldout=4, heldout_samples=2, questions=24, sft_steps=50)
 #: 4 prompts x 4 samples per step, one optimizer step: what CI can afford
-OVERRIDES = ["rollout_batch_size=4", "train_batch_size=16"]
+#: the ``paper`` reward (the optimizer's direction is what this short run checks, and the strict
+#: default pays a short warm start's turns less often)
+OVERRIDES = ["rollout_batch_size=4", "train_batch_size=16", "agent.reward.mode=paper"]
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +55,8 @@ def test_learning_json_holds_the_run(short_run):
     assert saved["steps"][1]["weight_distance"] > saved["steps"][0]["weight_distance"] > 0
     assert set(saved["anchor_logprob"]) == {"before", "after", "control_before", "control_after"}
     assert saved["anchor_logprob"]["control_before"] == saved["anchor_logprob"]["before"]
-    # the paper preset's agent config by default; the control starts where the run started
-    assert saved["config"]["reward_mode"] == "paper-strict" and saved["config"]["apply_chat_template"] is True
+    # the paper preset's agent config (its reward mode set above); the control starts where the run started
+    assert saved["config"]["reward_mode"] == "paper" and saved["config"]["apply_chat_template"] is True
     assert saved["config"]["constrained"] is False and saved["config"]["prompts_per_step"] == 4
     assert saved["control_before"] == saved["heldout_before"]
     assert (work / "learning.svg").read_text().startswith("<svg")
@@ -76,6 +79,10 @@ def test_every_action_mask_matches_the_engines_turns(short_run):
 
 def test_training_steps_move_toward_what_the_advantages_favour(short_run):
     record, _ = short_run
+    moved = 0
     for row in record["steps"] + record["control_steps"]:
         assert row["parameters_changed"] > 0 and row["optimizer_steps"] >= 1
-        assert row["advantage_weighted_change"] > 0, row
+        if row["health"]["equal_groups"] < 1:  # a step whose groups all scored alike has no advantage
+            assert row["advantage_weighted_change"] > 0, row
+            moved += 1
+    assert moved, "no step of the short run had a group with advantages"

@@ -27,7 +27,7 @@ def test_train_smoke_prints_checked_masks_a_step_and_a_synced_engine(tmp_path, c
     )  # fmt: skip
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert "reward official, chat template on, constrained decoding off, group_norm advantages" in out
+    assert "reward paper-strict, chat template on, constrained decoding off, group_norm advantages" in out
     assert re.search(r"warm start: 4 teacher episodes .*; weights synced into the engine", out, flags=re.S)
     assert len(re.findall(r"^episode \d+: ", out, flags=re.M)) == 4  # 2 prompts x 2 samples
     assert out.count("action_mask == the engine's turns: yes") == 4 and "turns: NO" not in out
