@@ -6,6 +6,7 @@ here: ``openrlhf_agent.py`` wraps it, and tests call it with engine stand-ins to
 
 from __future__ import annotations
 
+import abc
 import copy
 import dataclasses
 import logging
@@ -185,7 +186,7 @@ class SampleRequest:
     engine: Any
 
 
-class SampleExecutor:
+class SampleExecutor(abc.ABC):
     """OpenRLHF's executor contract, in one place: ``execute`` with its signature (a sample with
     images is refused: the agent is text-only); each kind of episode is an :meth:`episode`."""
 
@@ -206,8 +207,9 @@ class SampleExecutor:
             SampleRequest(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
         )
 
+    @abc.abstractmethod
     async def episode(self, request: SampleRequest) -> dict[str, Any]:
-        raise NotImplementedError
+        """One episode of this executor's kind; OpenRLHF's sample dict."""
 
 
 class EpisodeExecutor(SampleExecutor):

@@ -214,10 +214,11 @@ async def answer(
         "total_ms": total_ms,
     }
     last = (state.get("messages") or [None])[-1]
-    if state.get("structured_response") is not None and getattr(last, "type", None) == "tool":
-        pass  # a structured answer ends with its output tool's message, as create_agent's does
-    elif reply is not last or (last.response_metadata or {}).get("status") != status:
-        update["messages"] = [reply]  # the planner's own answer, already complete, is not sent twice
+    # a structured answer ends with its output tool's message, as create_agent's does; the planner's
+    # own answer, already complete, is not sent twice
+    structured_end = state.get("structured_response") is not None and getattr(last, "type", None) == "tool"
+    if not structured_end and (reply is not last or (last.response_metadata or {}).get("status") != status):
+        update["messages"] = [reply]
     update.update(
         answer=given,
         status=status,
