@@ -21,7 +21,7 @@ from parallelsearch.stores.coalesced_search import VectorSearch
 from parallelsearch.stores.encoding.backend import embedding_family
 from parallelsearch.stores.encoding.embedder import Embedder, get_embedder
 from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError, missing_store_error
-from parallelsearch.stores.passages import Passage
+from parallelsearch.stores.passages import Passage, best_first
 from parallelsearch.stores.shard_spec import validate_store_name
 from parallelsearch.stores.store_files import repair_hint
 from parallelsearch.stores.vector_checksum import CHECKSUM_KEY, mismatched, rot_message, vector_checksums
@@ -69,6 +69,9 @@ def require_stores(client: Any, names: Sequence[str], location: str) -> None:
         if name not in existing:
             raise missing_store_error(name, location, existing)
 
+
+#: extra hits asked of Chroma beyond k, so passages tied at the k-th place are ranked by id
+TIE_MARGIN = 4
 
 HnswKey = Literal["space", "ef_construction", "max_neighbors", "ef_search"]
 HNSW_KEYS: tuple[str, ...] = get_args(HnswKey)
@@ -338,15 +341,21 @@ class ChromaStore(VectorSearch):
             )
 
     def _query_vectors(self, vecs: np.ndarray, k: int) -> list[list[Passage]]:
-        # Chroma returns fewer than k rows when the store holds fewer passages: no count() needed
+        # Chroma returns fewer rows when the store holds fewer passages: no count() needed. A few
+        # more than k are asked for, so ties at the k-th place are broken by id (best_first).
         res = self.collection.query(
-            query_embeddings=vecs, n_results=k, include=["documents", "metadatas", "distances"]
+            query_embeddings=vecs,
+            n_results=k + TIE_MARGIN,
+            include=["documents", "metadatas", "distances"],
         )
         return [
-            [
-                Passage(i, (m or {}).get("title", ""), d or "", 1.0 - float(dist), self.name)
-                for i, d, m, dist in zip(ids, docs, metas, dists, strict=True)
-            ]
+            best_first(
+                (
+                    Passage(i, (m or {}).get("title", ""), d or "", 1.0 - float(dist), self.name)
+                    for i, d, m, dist in zip(ids, docs, metas, dists, strict=True)
+                ),
+                k,
+            )
             for ids, docs, metas, dists in zip(
                 res["ids"], res["documents"], res["metadatas"], res["distances"], strict=True
             )

@@ -5,7 +5,9 @@ hashes of title + text, so a paragraph read from two benchmark files is one pass
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from math import inf
 
 
 def passage_id(title: str, text: str) -> str:
@@ -60,3 +62,9 @@ class Passage:
     def to_dict(self) -> dict:
         # not dataclasses.asdict: it deep-copies every field of every search result (docs/performance.md)
         return dict(vars(self))
+
+
+def best_first(passages: Iterable[Passage], k: int) -> list[Passage]:
+    """The ``k`` best ``passages`` by score, equal scores by id: duplicate paragraphs under other
+    titles score exactly alike, and an index returns them in an order its build decided."""
+    return sorted(passages, key=lambda p: (-(p.score if p.score is not None else -inf), p.id))[:k]

@@ -26,7 +26,7 @@ from parallelsearch.stores.coalesced_search import VectorSearch
 from parallelsearch.stores.encoding.backend import embedding_family
 from parallelsearch.stores.encoding.embedder import Embedder
 from parallelsearch.stores.errors import ModelMismatchError, ParallelSearchError, StoreNotFoundError
-from parallelsearch.stores.passages import Passage
+from parallelsearch.stores.passages import Passage, best_first
 from parallelsearch.stores.shard_spec import ShardSpec, StoreSpec
 from parallelsearch.stores.store_files import require_sound_store
 
@@ -69,8 +69,7 @@ def merge_by_distance(per_shard: Sequence[Sequence[Passage]], k: int, store: str
             have = best.get(p.id)
             if have is None or (p.score or 0.0) > (have.score or 0.0):
                 best[p.id] = p
-    ranked = sorted(best.values(), key=lambda p: (-(p.score if p.score is not None else -np.inf), p.id))
-    return [Passage(p.id, p.title, p.text, p.score, store) for p in ranked[:k]]
+    return [Passage(p.id, p.title, p.text, p.score, store) for p in best_first(best.values(), k)]
 
 
 def _set_http_timeout(client: Any, timeout_s: float) -> None:
