@@ -52,6 +52,9 @@ def pip(venv: Path, words: list[str], log: Path, **env: str) -> subprocess.Compl
     return res
 
 
+#: the three installs' own deadlines and the venv's: on a loaded machine the torch install alone
+#: took over 600 s (pytest's hang guard), where it takes about 70 s on a quiet one
+@pytest.mark.timeout(300 + 3 * 900)
 def test_the_install_commands_resolve_in_a_fresh_environment(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
