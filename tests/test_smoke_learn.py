@@ -11,7 +11,9 @@ import json
 
 import pytest
 
-pytestmark = pytest.mark.vllm
+#: a short learning run in a module fixture: 2-3 minutes here, over 600 s (the hang guard) beside
+#: 8 CPU-burning processes
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
 pytest.importorskip("openrlhf", reason="OpenRLHF is installed with --no-deps in the vLLM tier")
 

@@ -14,7 +14,8 @@ import yaml
 
 from parallelsearch.cli import main
 
-pytestmark = pytest.mark.vllm
+#: the one-step smoke: about a minute here, 466 s beside 8 CPU-burning processes
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
 pytest.importorskip("openrlhf", reason="OpenRLHF is installed with --no-deps in the vLLM tier")
 

@@ -18,7 +18,8 @@ import pytest
 from conftest import UvicornThread, needs_data
 from rollout_actor import responses, rollout_actor
 
-pytestmark = [pytest.mark.vllm, needs_data]
+#: 200 episodes on the engine: 450 s beside 8 CPU-burning processes, against the 600 s hang guard
+pytestmark = [pytest.mark.vllm, needs_data, pytest.mark.timeout(1800)]
 vllm = pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
 pytest.importorskip("openrlhf", reason="OpenRLHF is installed with --no-deps in the vLLM tier")
 
