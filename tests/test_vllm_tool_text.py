@@ -141,6 +141,7 @@ def test_the_rollout_actor_runs_text_form_episodes_with_valid_turns(actor, rollo
         want = score_trajectory(
             decode_tokens(tokenizer, toks),
             json.loads(result["label"]),
+            mode=actor.executor.env_graph.reward_mode,  # paper-strict: a repeated query is no split
             prompt=decode_tokens(tokenizer, toks[:prompt_len]),
             protocol="tool_text",
         )
