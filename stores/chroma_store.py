@@ -9,6 +9,7 @@ parameters are fixed at creation, except ``ef_search`` (processes opening the st
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -198,10 +199,6 @@ class ChromaStore(VectorSearch):
         self.collection = self._open(create)
         #: the store keeps unit vectors (cosine): checksums are of the normalised vector
         self.normalizes = (hnsw_of(self.collection).get("space") or self._hnsw["space"]) == "cosine"
-        #: hits asked beyond k so that ties at the k-th place are settled by id: only where the
-        #: search is exhaustive (elsewhere the index decides the k-th place anyway, and each extra
-        #: hit's document and metadata cost /retrieve 6-9% of its throughput)
-        self.tie_margin = TIE_MARGIN if self._searches_exhaustively() else 0
 
     def _open(self, create: bool) -> Any:
         backend = getattr(self.embedder, "backend", "torch")
@@ -299,11 +296,15 @@ class ChromaStore(VectorSearch):
     def count(self) -> int:
         return int(self.collection.count())
 
-    def _searches_exhaustively(self) -> bool:
-        """Whether a query walks the whole HNSW graph (``ef_search`` above the passage count): its
-        top-k is then a brute-force search's, the same in every process but for equal scores."""
+    @functools.cached_property
+    def tie_margin(self) -> int:
+        """Hits asked beyond k so that ties at the k-th place are settled by id: only where a query
+        walks the whole HNSW graph (``ef_search`` above the passage count), whose top-k is then a
+        brute-force search's. Elsewhere the index decides the k-th place anyway, and each extra
+        hit's document and metadata cost ``/retrieve`` 6-9% of its throughput. Read at the first
+        search, not at the open: opening a store reads nothing a damaged index could hang."""
         ef = hnsw_of(self.collection).get("ef_search")
-        return ef is not None and ef > self.count()
+        return TIE_MARGIN if ef is not None and ef > self.count() else 0
 
     def existing_ids(self, ids: Sequence[str]) -> set[str]:
         if not ids:
