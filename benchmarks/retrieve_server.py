@@ -110,9 +110,11 @@ def compare_with_baseline(args: argparse.Namespace, home: Path, served: str, que
         for srv in servers.values():
             running.enter_context(srv)
             asyncio.run(load(srv.url, 4, 1, 8, queries, client=args.client))  # warm-up
-        for _ in tqdm(range(args.rounds), desc="rounds"):
+        for i in tqdm(range(args.rounds), desc="rounds"):
             for lname, (c, per, each) in loads.items():
-                for name, srv in servers.items():  # alternate within a load: drift hits both alike
+                # alternate within a load, and which goes first from round to round: drift and
+                # the order hit both alike
+                for name, srv in list(servers.items())[:: 1 if i % 2 == 0 else -1]:
                     samples[name][lname].append(
                         asyncio.run(load(srv.url, c, per, each, queries, srv.proc.pid, args.client))
                     )
