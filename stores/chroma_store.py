@@ -301,7 +301,7 @@ class ChromaStore(VectorSearch):
         """Hits asked beyond k so that ties at the k-th place are settled by id: only where a query
         walks the whole HNSW graph (``ef_search`` above the passage count), whose top-k is then a
         brute-force search's. Elsewhere the index decides the k-th place anyway, and each extra
-        hit's document and metadata cost ``/retrieve`` 6-9% of its throughput. Read at the first
+        hit's document and metadata cost ``/retrieve`` throughput (docs/performance.md). Read at the first
         search, not at the open: opening a store reads nothing a damaged index could hang."""
         ef = hnsw_of(self.collection).get("ef_search")
         return TIE_MARGIN if ef is not None and ef > self.count() else 0

@@ -19,6 +19,9 @@ RAW = DATA / "raw"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 needs_data = pytest.mark.skipif(not RAW.is_dir(), reason=f"benchmark data folder {RAW} is missing")
+#: the hang guard of a test whose work is a learning run or an engine's episodes: minutes quiet, past
+#: the 600 s default beside 8 CPU-burning processes (docs/performance.md, "The test suite on a loaded machine")
+long_work = pytest.mark.timeout(30 * 60)
 
 
 from parallelsearch.serving.loopback import LoopbackServer as UvicornThread  # noqa: E402

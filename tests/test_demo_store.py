@@ -44,7 +44,7 @@ def test_demo_store_ranks_as_brute_force(store):
         ties += len(within) > 3
         # passages tied exactly with the third (the same paragraph under other titles): the first by id
         tied = sorted(ids[i] for i in np.flatnonzero(np.abs(row - best[-1]) <= 1e-9))
-        kept = [p.id for p in hits if p.id in set(tied)]
+        kept = [p.id for p in hits if p.id in tied]
         assert kept == tied[: len(kept)]
         # equal scores come back by id, whatever order the index found them in
         assert [p.id for p in hits] == [p.id for p in sorted(hits, key=lambda p: (-p.score, p.id))]

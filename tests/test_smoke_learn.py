@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import long_work
 
-#: a short learning run in a module fixture: 2-3 minutes here, over 600 s (the hang guard) beside
-#: 8 CPU-burning processes
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.vllm, long_work]  # a short learning run in a module fixture
 pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
 pytest.importorskip("openrlhf", reason="OpenRLHF is installed with --no-deps in the vLLM tier")
 

@@ -11,11 +11,11 @@ import re
 
 import pytest
 import yaml
+from conftest import long_work
 
 from parallelsearch.cli import main
 
-#: the one-step smoke: about a minute here, 466 s beside 8 CPU-burning processes
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.vllm, long_work]  # the one-step smoke
 pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
 pytest.importorskip("openrlhf", reason="OpenRLHF is installed with --no-deps in the vLLM tier")
 

@@ -15,11 +15,10 @@ import os
 import shutil
 
 import pytest
-from conftest import UvicornThread, needs_data
+from conftest import UvicornThread, long_work, needs_data
 from rollout_actor import responses, rollout_actor
 
-#: 200 episodes on the engine: 450 s beside 8 CPU-burning processes, against the 600 s hang guard
-pytestmark = [pytest.mark.vllm, needs_data, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.vllm, needs_data, long_work]  # 200 episodes on the engine
 vllm = pytest.importorskip("vllm", reason="the vLLM tier runs in .venv-vllm (make test-vllm)")
 pytest.importorskip("openrlhf", reason="OpenRLHF is installed with --no-deps in the vLLM tier")
 
