@@ -44,6 +44,7 @@ from parallelsearch.stores.store_files import (
     require_sound_store,
     sqlite_store_names,
 )
+from parallelsearch.stores.safe_files import refuse_links_under
 from parallelsearch.stores.store_lock import StoreWriteLock
 
 if TYPE_CHECKING:
@@ -183,6 +184,8 @@ def writing_store(
         timeout = cfg.store_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
         lock = StoreWriteLock(where.path, name, timeout_s=timeout, on_wait=on_wait)
     with lock:
+        if not where.host and where.path is not None:
+            refuse_links_under(where.path, f"a file of store {name!r}")  # Chroma would write through it
         with _named_damage(cfg, name):
             client = make_chroma_client(cfg)
             recorded = store_backend(client, name) if cfg.encoder_backend == "auto" else None

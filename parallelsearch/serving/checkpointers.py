@@ -8,18 +8,27 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
-from parallelsearch.stores.errors import check_choice
+from parallelsearch.stores.errors import ParallelSearchError, check_choice
 from parallelsearch.stores.redact import redact_url
+from parallelsearch.stores.safe_files import LockFile, describe_holder
 
 #: what ``open_checkpointer`` accepts (the settings' ``server_checkpointer``)
 CheckpointerKind = Literal["none", "memory", "sqlite", "postgres"]
 CHECKPOINTERS: tuple[str, ...] = get_args(CheckpointerKind)
-__all__ = ["CHECKPOINTERS", "CheckpointerKind", "open_checkpointer", "redact_url"]
+__all__ = [
+    "CHECKPOINTERS",
+    "CheckpointerKind",
+    "ThreadsFileBusy",
+    "check_threads_file",
+    "claim_threads_file",
+    "open_checkpointer",
+    "redact_url",
+]
 
 #: the Postgres advisory lock that serialises checkpoint-table migrations across processes
 _SETUP_LOCK = 0x70617261_6C6C656C  # "parallel"
@@ -55,6 +64,47 @@ async def open_checkpointer(
             yield saver
 
 
+class ThreadsFileBusy(ParallelSearchError, RuntimeError):
+    """Another server process keeps its threads in this SQLite file."""
+
+
+def sqlite_path(target: str | None) -> Path:
+    """The thread database file a sqlite target names."""
+    if not target:
+        raise ValueError("the sqlite checkpointer needs a database file (server_checkpoint_url)")
+    return Path(target.removeprefix("sqlite:///")).expanduser()
+
+
+@contextlib.contextmanager
+def claim_threads_file(path: Path) -> Iterator[LockFile]:
+    """Hold ``<file>.lock`` for the block: one server per SQLite threads file. Each process runs one
+    run per thread with an in-process lock, so two servers on one file would both continue a
+    thread from its last checkpoint and the file would keep one of their episodes (Postgres
+    has a lock across processes). The kernel drops the ``flock`` when the holder dies."""
+    lock = LockFile(path.with_name(path.name + ".lock"), f"the lock file of the thread database {path}")
+    if not lock.try_acquire():
+        who = describe_holder(lock.holder())
+        raise ThreadsFileBusy(
+            f"the thread database {path} is in use by another server, {who}: one server process per "
+            "SQLite file; give this one its own --checkpoint-url FILE, or use --checkpointer postgres "
+            "for several servers sharing threads"
+        )
+    try:
+        yield lock
+    finally:
+        lock.release()
+
+
+def check_threads_file(kind: str, target: str | None) -> None:
+    """Refuse at start (:class:`ThreadsFileBusy`, one line) when another server holds the SQLite
+    threads file, before anything is loaded; the app's lifespan takes the lock for good."""
+    if kind == "sqlite":
+        path = sqlite_path(target)
+        if path.parent.is_dir():
+            with claim_threads_file(path):
+                pass
+
+
 @contextlib.asynccontextmanager
 async def _sqlite_saver(target: str | None) -> AsyncIterator[Any]:
     import sqlite3
@@ -63,19 +113,18 @@ async def _sqlite_saver(target: str | None) -> AsyncIterator[Any]:
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
     except ImportError as e:
         raise _missing("langgraph-checkpoint-sqlite", "serve") from e
-    if not target:
-        raise ValueError("the sqlite checkpointer needs a database file (server_checkpoint_url)")
-    path = Path(target.removeprefix("sqlite:///")).expanduser()
+    path = sqlite_path(target)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ValueError(f"cannot create the folder for the thread database {path}: {e}") from e
-    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
-        try:
-            await saver.setup()
-        except sqlite3.Error as e:
-            raise ValueError(f"cannot use {path} as the thread database: {e}") from e
-        yield saver
+    with claim_threads_file(path):
+        async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+            try:
+                await saver.setup()
+            except sqlite3.Error as e:
+                raise ValueError(f"cannot use {path} as the thread database: {e}") from e
+            yield saver
 
 
 @contextlib.asynccontextmanager
