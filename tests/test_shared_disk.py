@@ -150,4 +150,3 @@ def test_a_link_among_a_stores_files_is_refused_before_chroma_writes(tmp_path, c
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "symbolic link" in err and str(target) in err, err
     assert victim.read_text(encoding="utf-8") == "do not truncate me\n"
-
