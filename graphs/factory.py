@@ -35,6 +35,7 @@ from parallelsearch.stores.errors import check_choice
 from parallelsearch.stores.http.retrieval_client import RetrieverClient
 from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, StoreLocation, list_stores
 from parallelsearch.stores.redact import redact_url
+from parallelsearch.stores.safe_files import refuse_links_under
 from parallelsearch.stores.shard_spec import StoreSpec
 from parallelsearch.stores.store_files import (
     StoreDamagedError,
@@ -44,7 +45,6 @@ from parallelsearch.stores.store_files import (
     require_sound_store,
     sqlite_store_names,
 )
-from parallelsearch.stores.safe_files import refuse_links_under
 from parallelsearch.stores.store_lock import StoreWriteLock
 
 if TYPE_CHECKING:
