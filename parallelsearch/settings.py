@@ -32,6 +32,7 @@ from parallelsearch.stores.config import RetrievalConfig
 
 if TYPE_CHECKING:
     from parallelsearch.graphs.factory import GraphParts
+    from parallelsearch.stores.http.api_key import KeyFailures
     from parallelsearch.stores.http.read_limits import ReadLimits
 
 MultitaskStrategy = Literal["enqueue", "reject"]
@@ -80,6 +81,18 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
     )
     server_key_failure_window_s: float = Field(
         60.0, gt=0, description="the window of server_key_failure_limit, in seconds"
+    )
+    server_key_failure_prefix_limit: int | None = Field(
+        None,
+        ge=0,
+        description="failed key checks one network (/24 of IPv4, /64 of IPv6) may make within the window "
+        "(None = server_key_failure_limit): many addresses of one host do not multiply the guesses",
+    )
+    server_key_failure_total_limit: int | None = Field(
+        None,
+        ge=0,
+        description="failed key checks all clients together may make within the window before every "
+        "request without the right key gets 429 (None = 10 x server_key_failure_limit)",
     )
     server_allowed_hosts: _HostList | None = Field(
         None,
@@ -142,6 +155,12 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
     server_body_timeout_s: float = Field(
         60.0, gt=0, description="seconds a client has to send a request's body after its head (408)"
     )
+    server_send_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="seconds a client that stops reading may leave a response unread in a full send "
+        "buffer before the connection is closed and the response freed (nginx's send_timeout)",
+    )
     server_max_head_bytes: int = Field(
         64 * 1024, ge=1024, description="largest request line and headers together (431)"
     )
@@ -195,8 +214,20 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
             keep_alive_s=self.server_keep_alive_s,
             head_timeout_s=self.server_head_timeout_s,
             body_timeout_s=self.server_body_timeout_s,
+            send_timeout_s=self.server_send_timeout_s,
             max_head_bytes=self.server_max_head_bytes,
             forwarded_allow_ips=tuple(self.server_forwarded_allow_ips or ()),
+        )
+
+    def key_failures(self) -> KeyFailures:
+        """The servers' count of failed key checks (:class:`KeyFailures`), from these settings."""
+        from parallelsearch.stores.http.api_key import KeyFailures
+
+        return KeyFailures(
+            self.server_key_failure_limit,
+            self.server_key_failure_window_s,
+            prefix_limit=self.server_key_failure_prefix_limit,
+            total_limit=self.server_key_failure_total_limit,
         )
 
     def served(self) -> Settings:

@@ -323,14 +323,13 @@ def cmd_serve_retriever(args: argparse.Namespace) -> int:
     tls = ssl_options(s)
     spin = let_idle_threads_sleep()  # before torch loads
     from parallelsearch.graphs.factory import make_named_store
-    from parallelsearch.stores.http.api_key import KeyFailures
     from parallelsearch.stores.http.retrieval_server import create_retrieval_app, run_server
 
     store = make_named_store(cfg, args.store)
     batching = {k: v for k in ("max_batch", "concurrent_batches") if (v := getattr(args, k)) is not None}
     key = cfg.retriever_api_key.get_secret_value() if cfg.retriever_api_key is not None else None
     hosts = frozenset(s.server_allowed_hosts) if s.server_allowed_hosts is not None else None
-    failures = KeyFailures(s.server_key_failure_limit, s.server_key_failure_window_s)
+    failures = s.key_failures()
     app = create_retrieval_app(
         store, default_topk=args.topk, api_key=key, key_failures=failures, allowed_hosts=hosts, **batching
     )

@@ -21,6 +21,7 @@ from parallelsearch.serving.request_checks import (
     ORACLE_NEEDS_GOLD_SERVED,
     RequestCaps,
     RequestProblem,
+    check_message_count,
     checked_configurables,
     typed_messages,
 )
@@ -70,10 +71,7 @@ def _checked_input(item: Any, settings: Settings, needs_gold: bool) -> Any:
     if q is not None and item.get("messages") is not None:
         raise RequestProblem(422, "send 'question' or 'messages', not both")
     if q is None and "messages" in item:
-        count = len(item["messages"]) if isinstance(item["messages"], list) else 0
-        if count > settings.server_max_messages:
-            limit = settings.server_max_messages
-            raise RequestProblem(413, f"{count} messages exceed the limit of {limit} (server_max_messages)")
+        check_message_count(item["messages"], settings.server_max_messages)
         item = {**item, "messages": typed_messages(item["messages"])}
         last = item["messages"][-1]
         q = last["content"] if last["type"] == "human" else None
@@ -208,9 +206,7 @@ class RequestGuard:
         self.admission = admission
         self.routes = frozenset(routes)
         self.needs_gold = needs_gold
-        self.key_failures = key_failures or KeyFailures(
-            settings.server_key_failure_limit, settings.server_key_failure_window_s
-        )
+        self.key_failures = key_failures or settings.key_failures()
         self.thread_locks = thread_locks or ThreadLocks(
             settings.server_multitask_strategy, settings.server_queue_timeout_s
         )

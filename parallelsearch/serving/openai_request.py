@@ -15,7 +15,12 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from parallelsearch.graphs.agent import closest
 from parallelsearch.graphs.config import PER_REQUEST_KEYS, request_overrides
-from parallelsearch.serving.request_checks import ORACLE_NEEDS_GOLD_SERVED, RequestCaps, RequestProblem
+from parallelsearch.serving.request_checks import (
+    ORACLE_NEEDS_GOLD_SERVED,
+    RequestCaps,
+    RequestProblem,
+    check_message_count,
+)
 from parallelsearch.stores.errors import did_you_mean
 
 CHAT_PATH = "/v1/chat/completions"
@@ -42,6 +47,8 @@ class RequestRules:
     needs_gold: bool = False
     #: the operator's per-request limits, the same the LangServe routes apply
     caps: RequestCaps = field(default_factory=RequestCaps)
+    #: the most messages one request may carry (``server_max_messages``), as on the LangServe routes
+    max_messages: int = 1000
 
 
 @dataclass(frozen=True)
@@ -280,6 +287,7 @@ def read_chat_request(body: Any, rules: RequestRules) -> ChatRequest:
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
     model = _model(body, rules)
+    check_message_count(body.get("messages"), rules.max_messages)
     messages = _messages(body.get("messages"), rules.max_question_chars)
     _refuse_what_cannot_be_honoured(body)
     stream, include_usage = _stream(body)

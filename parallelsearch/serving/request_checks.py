@@ -46,6 +46,14 @@ class RequestProblem(ValueError):
         self.status, self.detail = status, detail
 
 
+def check_message_count(messages: Any, limit: int) -> None:
+    """A 413 when ``messages`` holds more than ``limit`` (``server_max_messages``): each one is
+    parsed and kept, on every route that takes messages."""
+    count = len(messages) if isinstance(messages, list) else 0
+    if count > limit:
+        raise RequestProblem(413, f"{count} messages exceed the limit of {limit} (server_max_messages)")
+
+
 @dataclass(frozen=True)
 class RequestCaps:
     """The operator's per-request limits, ``{knob: (cap, the setting that sets it)}``: a request

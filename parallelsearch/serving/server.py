@@ -23,7 +23,6 @@ from parallelsearch.serving.guard import RequestGuard
 from parallelsearch.serving.request_checks import RequestCaps
 from parallelsearch.serving.thread_routes import ThreadLocks
 from parallelsearch.settings import Settings, get_settings
-from parallelsearch.stores.http.api_key import KeyFailures
 from parallelsearch.stores.redact import redact_urls
 
 log = logging.getLogger("parallelsearch.serving")
@@ -121,7 +120,12 @@ def _add_openai_routes(
     chat = ChatCompletions(
         served,
         RequestRules(
-            tuple(ROUTES), s.server_max_question_chars, keeps_threads, needs_gold, RequestCaps.of(s)
+            tuple(ROUTES),
+            s.server_max_question_chars,
+            keeps_threads,
+            needs_gold,
+            RequestCaps.of(s),
+            max_messages=s.server_max_messages,
         ),
     )
     chat.add_routes(app)
@@ -140,7 +144,7 @@ def _add_guards(
     # and is answered and logged once (no app-level exception handler: it would log again)
     admission = AdmissionQueue(s.server_max_concurrency, s.server_queue_size, s.server_queue_timeout_s)
     app.state.admission = admission
-    app.state.key_failures = KeyFailures(s.server_key_failure_limit, s.server_key_failure_window_s)
+    app.state.key_failures = s.key_failures()
     app.state.thread_locks = thread_locks
     app.add_middleware(
         RequestGuard,

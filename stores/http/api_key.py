@@ -70,53 +70,100 @@ async def refuse(send: Any, problem: KeyProblem) -> None:
     )
 
 
+def client_prefix(client: str) -> str:
+    """The network ``client`` is in: its /24 (IPv4) or /64 (IPv6); one host holds a whole /24 of
+    loopback and a /64 of IPv6, so counting exact addresses multiplies the guesses."""
+    try:
+        address = ipaddress.ip_address(client)
+    except ValueError:
+        return client
+    bits = 24 if address.version == 4 else 64
+    return str(ipaddress.ip_network(f"{address}/{bits}", strict=False))
+
+
+class FailureWindow:
+    """Failure times per key (an address, a prefix, all) within ``window_s``; at most ``max_keys``
+    keys are remembered, the least recently failed forgotten first."""
+
+    def __init__(self, limit: int, window_s: float, max_keys: int, clock: Callable[[], float]):
+        self.limit, self.window_s, self.max_keys, self.clock = limit, window_s, max_keys, clock
+        self._times: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def _recent(self, key: str) -> deque[float] | None:
+        times = self._times.get(key)
+        if times is not None:
+            horizon = self.clock() - self.window_s
+            while times and times[0] <= horizon:
+                times.popleft()
+            if not times:
+                del self._times[key]
+                return None
+        return times
+
+    def retry_after_s(self, key: str) -> int | None:
+        """Seconds before ``key``'s next try, or None when under the limit."""
+        times = self._recent(key) if self.limit else None
+        if times is None or len(times) < self.limit:
+            return None
+        return max(1, int(times[0] + self.window_s - self.clock() + 0.999))
+
+    def add(self, key: str) -> None:
+        if not self.limit:
+            return
+        times = self._recent(key)
+        if times is None:
+            times = self._times[key] = deque(maxlen=self.limit)
+        times.append(self.clock())
+        self._times.move_to_end(key)
+        while len(self._times) > self.max_keys:
+            self._times.popitem(last=False)
+
+
 class KeyFailures:
-    """Failed key checks per client address. After ``limit`` failures within ``window_s`` seconds
-    every request from that address without the right key is refused (429, ``Retry-After``) until
-    the oldest failure is older than the window: a guessing client is told to stop and counted
-    (``refused``), and a request with the right key still passes. ``limit`` 0: off.
-    At most ``max_clients`` addresses are remembered (the least recently failed are forgotten)."""
+    """Failed key checks, counted three ways: per client address (``limit``), per network (/24 of
+    IPv4, /64 of IPv6: ``prefix_limit``, default ``limit``) and in total (``total_limit``, default
+    10 x ``limit``), each within ``window_s`` seconds. Past any of them every request without the
+    right key from that address, network or anyone is refused (429, ``Retry-After``) until the
+    window passes: many addresses do not multiply the guesses. A request with the right key always
+    passes. ``limit`` 0: off. At most ``max_clients`` addresses and networks are remembered."""
 
     def __init__(
         self,
         limit: int = 10,
         window_s: float = 60.0,
         *,
+        prefix_limit: int | None = None,
+        total_limit: int | None = None,
         max_clients: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
     ):
-        self.limit, self.window_s, self.max_clients, self.clock = limit, window_s, max_clients, clock
-        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+        self.limit, self.window_s = limit, window_s
+        prefix_limit = limit if prefix_limit is None else prefix_limit
+        total_limit = 10 * limit if total_limit is None else total_limit
+        self._scopes = [
+            (lambda c: c, FailureWindow(limit, window_s, max_clients, clock)),
+            (client_prefix, FailureWindow(prefix_limit, window_s, max_clients, clock)),
+            (lambda c: "all", FailureWindow(total_limit, window_s, 1, clock)),
+        ]
         self.refused = 0
 
-    def _recent(self, client: str) -> deque[float] | None:
-        times = self._failures.get(client)
-        if times is not None:
-            horizon = self.clock() - self.window_s
-            while times and times[0] <= horizon:
-                times.popleft()
-            if not times:
-                del self._failures[client]
-                return None
-        return times
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self._scopes[0][1].clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        for _, window in self._scopes:
+            window.clock = clock
 
     def retry_after_s(self, client: str) -> int | None:
         """Seconds ``client`` must wait before its next try, or None when it may try now."""
-        times = self._recent(client) if self.limit else None
-        if times is None or len(times) < self.limit:
-            return None
-        return max(1, int(times[0] + self.window_s - self.clock() + 0.999))
+        waits = [w for key, window in self._scopes if (w := window.retry_after_s(key(client))) is not None]
+        return max(waits) if waits else None
 
     def failed(self, client: str) -> None:
-        if not self.limit:
-            return
-        times = self._recent(client)
-        if times is None:
-            times = self._failures[client] = deque(maxlen=self.limit)
-        times.append(self.clock())
-        self._failures.move_to_end(client)
-        while len(self._failures) > self.max_clients:
-            self._failures.popitem(last=False)
+        for key, window in self._scopes:
+            window.add(key(client))
 
 
 def client_address(scope: Any) -> str:

@@ -8,25 +8,32 @@ so any local process could pick the address a failed key is counted against. Her
 has a head deadline (from the connection's opening, or from the first read of a head that did
 not arrive whole; between requests uvicorn's keep-alive timeout holds) and a body deadline (from
 the first read of a body that did not arrive whole), a head over ``max_head_bytes`` is a 431,
-and forwarded headers are read only from the proxies an operator names.
+and forwarded headers are read only from the proxies an operator names. A response the client
+does not read is the same hold the other way: once the connection's send buffer is full, the
+client has ``send_timeout_s`` to take some of it (as nginx's ``send_timeout``), or the connection
+is aborted, its buffered response freed and one line logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+log = logging.getLogger("parallelsearch.http")
+
 
 @dataclass(frozen=True)
 class ReadLimits:
-    """The read and header limits of one server (settings ``server_*``; see the module doc)."""
+    """The read, write and header limits of one server (settings ``server_*``; see the module doc)."""
 
     keep_alive_s: float = 30.0
     head_timeout_s: float = 20.0
     body_timeout_s: float = 60.0
+    send_timeout_s: float = 30.0
     max_head_bytes: int = 64 * 1024
     forwarded_allow_ips: tuple[str, ...] = ()
 
@@ -63,6 +70,7 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
+        self._send_deadline: asyncio.TimerHandle | None = None
         self._in_head, self._in_body, self._too_large = True, False, False
         self._head_bytes = 0
         super().connection_made(transport)
@@ -134,8 +142,41 @@ class GuardedHttpTools(HttpToolsProtocol):
         self._disarm()
         super().on_message_complete()
 
+    def pause_writing(self) -> None:
+        """The send buffer is full: the client has ``send_timeout_s`` to read some of it."""
+        super().pause_writing()
+        if self._send_deadline is None:
+            self._send_deadline = self.loop.call_later(self.limits.send_timeout_s, self._send_expired)
+
+    def resume_writing(self) -> None:
+        self._disarm_send()
+        super().resume_writing()
+
+    def _disarm_send(self) -> None:
+        if self._send_deadline is not None:
+            self._send_deadline.cancel()
+            self._send_deadline = None
+
+    def _send_expired(self) -> None:
+        """Abort a connection whose client stopped reading: ``abort`` drops the buffered response
+        (``close`` would keep it until it drained), and the app's pending send returns."""
+        self._send_deadline = None
+        if self.transport.is_closing():
+            return
+        peer = (self.client or ("?",))[0]
+        size = self.transport.get_write_buffer_size()
+        log.warning(
+            "closed the connection from %s: its response did not drain within %g s "
+            "(server_send_timeout_s; %d bytes unsent)",
+            peer,
+            self.limits.send_timeout_s,
+            size,
+        )
+        self.transport.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._disarm_send()
         super().connection_lost(exc)
 
 
