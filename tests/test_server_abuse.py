@@ -196,3 +196,30 @@ def test_server_max_messages_holds_on_every_route_that_takes_messages(hotpot_sto
         too_many = httpx.post(srv.url + path, json=sent, timeout=60)
         assert too_many.status_code == 413, too_many.text
         assert "6 messages exceed the limit of 5 (server_max_messages)" in too_many.text
+
+
+# ---- a stream over the response cap ----------------------------------------------------------------------
+STREAMS = [
+    ("/parallelsearch/stream", {"input": {"question": Q}}),
+    ("/parallelsearch/stream_events", {"input": {"question": Q}}),
+    (
+        "/v1/chat/completions",
+        {"model": "parallelsearch", "messages": [{"role": "user", "content": Q}], "stream": True},
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), STREAMS)
+def test_a_stream_over_the_cap_ends_with_one_line_and_no_traceback(hotpot_store, caplog, path, body):
+    caplog.set_level(logging.INFO)
+    with UvicornThread(app_of(hotpot_store, server_max_response_bytes=6_000)) as srv:
+        with httpx.stream("POST", srv.url + path, json=body, timeout=120) as r:
+            got = b"".join(r.iter_bytes())
+        assert b"server_max_response_bytes" in got.rsplit(b"event: error", 1)[-1]
+        wait_for(
+            lambda: any("cut the response" in m for m in caplog.messages), "the server's line on the cut"
+        )
+        assert httpx.get(srv.url + "/health", timeout=30).json()["admission"]["in_flight"] == 0
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not errors, [r.getMessage() for r in errors]
+    assert sum("cut the response" in m for m in caplog.messages) == 1

@@ -123,20 +123,19 @@ def check_payload(
     return None
 
 
-class ResponseTooLarge(Exception):
-    """A stream passed ``server_max_response_bytes``; it has been ended with an error event."""
-
-
 class WatchedSend:
     """The app's ``send`` for a graph call: the body is cut at ``limit`` bytes (an invoke past it
-    becomes a 422, a stream ends with an error event), and LangServe's generic stream error event
-    is held until the error behind it is known, so an upstream failure can be named in it."""
+    becomes a 422, a stream ends with an error event and the app is told the client left, so it
+    stops as for a dropped stream: no exception runs through the stream's generators), and
+    LangServe's generic stream error event is held until the error behind it is known, so an
+    upstream failure can be named in it."""
 
     def __init__(self, send: Any, limit: int | None):
         self.send, self.limit = send, limit
         self.sent = 0
         self.streaming = self.closed = False
         self.held: dict[str, Any] | None = None
+        self.cut = asyncio.Event()
 
     def _too_large(self) -> str:
         return (
@@ -162,8 +161,29 @@ class WatchedSend:
         self.sent += len(body)
         if self.limit is not None and self.sent > self.limit and self.streaming:
             await self.end_stream(422, self._too_large())
-            raise ResponseTooLarge
+            self.cut.set()
+            return
         await self.send(message)
+
+    def receive_for(self, receive: Any) -> Any:
+        """``receive`` that answers ``http.disconnect`` once the stream was cut, so the app stops."""
+
+        async def wrapped() -> dict[str, Any]:
+            if self.cut.is_set():
+                return {"type": "http.disconnect"}
+            message = asyncio.ensure_future(receive())
+            cut = asyncio.ensure_future(self.cut.wait())
+            await asyncio.wait({message, cut}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (message, cut):
+                if not task.done():
+                    task.cancel()
+            return (
+                message.result()
+                if message.done() and not message.cancelled()
+                else {"type": "http.disconnect"}
+            )
+
+        return wrapped
 
     async def flush(self) -> None:
         if self.held is not None:
@@ -288,15 +308,13 @@ class RequestGuard:
         watch = WatchedSend(send, self.s.server_max_response_bytes)
         try:
             async with self.thread_locks.hold(threads), self.admission.slot(weight, gone=gone):
-                await self.app(scope, receive, watch)
+                await self.app(scope, watch.receive_for(receive), watch)
         except ThreadBusy as b:
             await json_reply(send, b.status, b.detail, headers={"Retry-After": str(b.retry_after_s)})
         except Refused as r:
             await json_reply(send, 429, r.reason, headers={"Retry-After": str(r.retry_after_s)})
         except ClientGone:
             log.info("client left %s while its request waited in the queue", scope["path"])
-        except ResponseTooLarge:
-            log.info("cut the response to %s at %d bytes", scope["path"], watch.sent)
         except Exception as exc:
             if watch.held is not None:  # a stream's error event: name what failed in it
                 exc.error_id = uuid.uuid4().hex[:12]  # type: ignore[attr-defined]  # tagging any exception
@@ -305,3 +323,9 @@ class RequestGuard:
             raise
         else:
             await watch.flush()
+            if watch.cut.is_set():
+                log.info(
+                    "cut the response to %s at %d bytes (server_max_response_bytes)",
+                    scope["path"],
+                    watch.sent,
+                )
