@@ -46,6 +46,7 @@ from parallelsearch.stores.store_files import (
     sqlite_store_names,
 )
 from parallelsearch.stores.store_lock import StoreWriteLock
+from parallelsearch.stores.write_errors import write_failure
 
 if TYPE_CHECKING:
     from parallelsearch.stores.sharded_store import ShardedStore
@@ -196,8 +197,9 @@ def writing_store(
         try:
             yield store
         except BaseException:
-            if store.created and store.count() == 0:
-                store.drop()
+            with contextlib.suppress(Exception):  # the error that got here is the one to report
+                if store.created and store.count() == 0:
+                    store.drop()
             raise
 
 
@@ -210,6 +212,9 @@ def _named_damage(cfg: RetrievalConfig, name: str) -> Iterator[None]:
     except Exception as e:  # noqa: BLE001 - Chroma's error classes differ by client and version
         if cfg.chroma_host or not is_chroma_error(e):
             raise
+        failure = write_failure(name, cfg.location(), e, "opening it for writing")
+        if failure is not None:  # a full disk or a read-only folder, not damage
+            raise failure from e
         raise StoreDamagedError(
             f"store {name} at {cfg.location()} cannot be opened for writing ({type(e).__name__}: {e}"[:400]
             + f"). {repair_hint(name, new_folder=True)}"

@@ -26,6 +26,7 @@ from parallelsearch.stores.passages import Passage, best_first
 from parallelsearch.stores.shard_spec import validate_store_name
 from parallelsearch.stores.store_files import repair_hint
 from parallelsearch.stores.vector_checksum import CHECKSUM_KEY, mismatched, rot_message, vector_checksums
+from parallelsearch.stores.write_errors import write_failure
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +310,13 @@ class ChromaStore(VectorSearch):
     def existing_ids(self, ids: Sequence[str]) -> set[str]:
         if not ids:
             return set()
-        got = self.collection.get(ids=list(ids), include=[])
+        try:
+            got = self.collection.get(ids=list(ids), include=[])
+        except Exception as e:  # noqa: BLE001 - Chroma applies its pending log here: a write too
+            failure = self._write_failure(e, "applying the store's pending writes")
+            if failure is None:
+                raise
+            raise failure from e
         return set(got["ids"])
 
     def upsert(
@@ -321,6 +328,21 @@ class ChromaStore(VectorSearch):
         if embeddings is None:
             embeddings = self.embedder.encode_passages([p.text for p in passages])
         embeddings = np.asarray(embeddings, dtype=np.float32)
+        try:
+            self._upsert(passages, embeddings)
+        except Exception as e:  # noqa: BLE001 - Chroma's error classes differ by client and version
+            failure = self._write_failure(e, f"writing {len(passages)} passages")
+            if failure is None:
+                raise
+            raise failure from e
+
+    def _write_failure(self, exc: BaseException, what: str) -> Exception | None:
+        """A full disk or a read-only folder behind ``exc``, as one line (embedded stores only)."""
+        if self.location.startswith(("http://", "https://")) or self.location == "client":
+            return None
+        return write_failure(self.name, self.location, exc, what)
+
+    def _upsert(self, passages: Sequence[Passage], embeddings: np.ndarray) -> None:
         self.collection.upsert(
             ids=[p.id for p in passages],
             embeddings=embeddings,

@@ -150,3 +150,85 @@ def test_a_link_among_a_stores_files_is_refused_before_chroma_writes(tmp_path, c
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "symbolic link" in err and str(target) in err, err
     assert victim.read_text(encoding="utf-8") == "do not truncate me\n"
+
+
+# ---- a full disk, a read-only folder -----------------------------------------------------------------
+def _passages(tmp_path: Path, n: int) -> Path:
+    from test_store_lock import _sentences, _write
+
+    return _write(tmp_path / f"p{n}.jsonl", _sentences(n))
+
+
+def _added(out: str) -> tuple[int, int]:
+    """``added`` and ``already present`` of an ``index`` run's summary line."""
+    line = next(x for x in out.splitlines() if "added " in x)
+    return int(line.split("added ")[1].split(",")[0]), int(line.split("already present ")[1].split(",")[0])
+
+
+@needs_data
+@pytest.mark.parametrize(("code", "said"), [(28, "is full"), (30, "read-only")], ids=["ENOSPC", "EROFS"])
+def test_a_disk_that_refuses_a_write_is_one_line_and_a_rerun_adds_no_duplicates(
+    tmp_path, capsys, monkeypatch, code, said
+):
+    """The third chunk's write fails as the disk would fail it (injected at the store's write seam);
+    the rerun once it is fixed adds the rest, none twice, and every vector reads back."""
+    from parallelsearch.stores.chroma_store import ChromaStore
+
+    monkeypatch.setenv("PARALLELSEARCH_HOME", str(tmp_path / "home"))
+    data = _passages(tmp_path, 40)
+    real, calls = ChromaStore._upsert, []
+
+    def failing(self, passages, embeddings):
+        calls.append(len(passages))
+        if len(calls) == 3:
+            raise OSError(code, os.strerror(code))
+        return real(self, passages, embeddings)
+
+    monkeypatch.setattr(ChromaStore, "_upsert", failing)
+    index = ["index", "--store", "disk", "--no-progress", "--chunk-size", "8", "--batch-size", "8", str(data)]
+    assert main(index) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err and "run the same command again" in err, err
+    monkeypatch.setattr(ChromaStore, "_upsert", real)
+    assert main(index) == 0
+    assert _added(capsys.readouterr().out) == (24, 16)
+    assert main(["stores", "--check", "disk"]) == 0
+    assert "all 40 vectors read back" in capsys.readouterr().out
+
+
+def _mount_tmpfs(folder: Path, size: str) -> bool:
+    folder.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+    )
+    return done.returncode == 0
+
+
+@needs_data
+@pytest.mark.slow
+def test_a_real_full_disk_then_space_freed(tmp_path):
+    """A 3 MB tmpfs fills during ``index`` (real Chroma, real ENOSPC); after it is grown, the same
+    command finishes the store with no passage twice. Needs the right to mount (root)."""
+    disk = tmp_path / "disk"
+    if os.geteuid() != 0 or not _mount_tmpfs(disk, "3m"):
+        pytest.skip("mounting a small tmpfs needs root (the injected test above covers the seam)")
+    try:
+        data = _passages(tmp_path, 3000)
+        env = dict(os.environ, PARALLELSEARCH_HOME=str(disk / "home"), HF_HUB_OFFLINE="1")
+        index = [sys.executable, "-m", "parallelsearch.cli", "index", "--store", "full", "--no-progress"]
+        first = subprocess.run([*index, str(data)], env=env, capture_output=True, text=True, timeout=1200)
+        assert first.returncode == 2, first
+        err = first.stderr.strip()
+        assert len(err.splitlines()) == 1 and "is full" in err and "Traceback" not in err, err
+        subprocess.run(["mount", "-o", "remount,size=256m", str(disk)], check=True)
+        second = subprocess.run([*index, str(data)], env=env, capture_output=True, text=True, timeout=1200)
+        assert second.returncode == 0, second.stderr
+        added, present = _added(second.stdout)
+        check = subprocess.run(
+            [sys.executable, "-m", "parallelsearch.cli", "stores", "--check", "full"],
+            env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert check.returncode == 0, check
+        assert f"total {added + present}" in second.stdout and added + present == 3000, second.stdout
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
