@@ -203,16 +203,18 @@ def run(
     store_dir: Path | None = None,
     store_name: str = "soak",
     questions: list[dict] | None = None,
+    server_env: dict[str, str] | None = None,
 ) -> dict:
     """Start both servers, drive the mix for ``duration_s``, stop them; the figures as a dict.
 
     ``store_dir``/``store_name``/``questions`` reuse an existing embedded store (tests);
     by default the store is built from the shipped HotpotQA sample's first ``n_questions``.
+    ``server_env``: added to both servers' environment (``PYTHONPATH`` of the code before a change).
     """
     tmp = Path(tempfile.mkdtemp(prefix="soak-"))
     t_setup = time.perf_counter()
     store_dir, questions = soak_store(tmp, n_questions, store_dir, questions)
-    servers = soak_servers(tmp, store_dir, store_name)
+    servers = soak_servers(tmp, store_dir, store_name, server_env)
     retriever, app = servers
     warmup_s = warmup_s if warmup_s is not None else min(60.0, duration_s / 10)
     tally = Tally()
@@ -275,10 +277,12 @@ def soak_store(
     return store_dir, load_questions(src, dataset="hotpotqa")
 
 
-def soak_servers(tmp: Path, store_dir: Path, store_name: str) -> tuple[ServerProcess, ServerProcess]:
+def soak_servers(
+    tmp: Path, store_dir: Path, store_name: str, server_env: dict[str, str] | None = None
+) -> tuple[ServerProcess, ServerProcess]:
     """``serve-retriever`` over the store and ``serve`` searching through it, not yet started, as
     the CLI runs them, so the soak drives the processes a user would run."""
-    env = cli_env(tmp / "home", PARALLELSEARCH_CHROMA_PATH=str(store_dir))
+    env = cli_env(tmp / "home", PARALLELSEARCH_CHROMA_PATH=str(store_dir), **(server_env or {}))
     kw = {"env": env, "start_timeout_s": 300}
     retriever = cli_server(
         "serve-retriever", "--store", store_name, name="serve-retriever", log=tmp / "retriever.log", **kw
