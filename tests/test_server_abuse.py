@@ -16,7 +16,7 @@ from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.serving.server import create_app
 from parallelsearch.settings import Settings
 from parallelsearch.stores import create_retrieval_app
-from parallelsearch.stores.http.api_key import KeyFailures, client_prefix
+from parallelsearch.stores.http.api_key import KeyFailures
 from parallelsearch.stores.http.read_limits import ReadLimits
 
 pytestmark = needs_data
@@ -102,7 +102,9 @@ def test_a_retrieve_client_that_stops_reading_is_closed_with_one_line(hotpot_sto
         full = len(httpx.post(srv.url + "/retrieve", json=body, timeout=300).content)
         sock = _ask_and_stop_reading(srv.port, _post("/retrieve", body))
         try:
-            wait_for(lambda: closed_lines, "the server closing the connection that stopped reading")
+            wait_for(
+                lambda: closed_lines, "the server closing the connection that stopped reading", timeout_s=300
+            )
             got, ended = _rest(sock, full)
         finally:
             sock.close()
@@ -121,7 +123,9 @@ def test_a_langserve_client_that_stops_reading_is_closed_with_one_line(hotpot_st
         ask = b"GET /openapi.json HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 40
         sock = _ask_and_stop_reading(srv.port, ask)
         try:
-            wait_for(lambda: closed_lines, "the server closing the connection that stopped reading")
+            wait_for(
+                lambda: closed_lines, "the server closing the connection that stopped reading", timeout_s=300
+            )
             got, ended = _rest(sock, one * 40)
         finally:
             sock.close()
@@ -167,6 +171,8 @@ def test_600_wrong_keys_from_60_addresses_get_at_most_the_limit_then_429_on_both
 
 
 def test_failures_count_per_network_and_in_total():
+    from parallelsearch.stores.http.api_key import client_prefix
+
     failures = KeyFailures(limit=3, window_s=60, total_limit=5)
     assert client_prefix("127.0.0.9") == "127.0.0.0/24"
     assert client_prefix("2001:db8::1") == client_prefix("2001:db8::ffff:1") == "2001:db8::/64"

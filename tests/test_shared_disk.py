@@ -18,7 +18,6 @@ from conftest import UvicornThread, needs_data
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.cli import main
-from parallelsearch.serving.checkpointers import claim_threads_file
 from parallelsearch.serving.server import create_app
 from parallelsearch.settings import Settings
 
@@ -30,7 +29,6 @@ SCRIPT = [
 HOLD_THREADS_FILE = """
 import sys, time
 from pathlib import Path
-from parallelsearch.serving.checkpointers import claim_threads_file
 with claim_threads_file(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(600)
@@ -54,11 +52,15 @@ def test_a_second_serve_on_one_sqlite_threads_file_is_refused_naming_the_file_an
         assert len(err.splitlines()) == 1 and "Traceback" not in err, err
         assert str(db) in err and f"pid {os.getpid()}" in err and "postgres" in err, err
     # the first server stopped: its lock went with it
+    from parallelsearch.serving.checkpointers import claim_threads_file
+
     with claim_threads_file(db) as lock:
         assert lock.held
 
 
 def test_the_threads_file_lock_goes_when_its_holder_is_killed(tmp_path):
+    from parallelsearch.serving.checkpointers import claim_threads_file
+
     db = tmp_path / "threads.sqlite"
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD_THREADS_FILE, str(db)], stdout=subprocess.PIPE, text=True
@@ -104,6 +106,7 @@ def test_a_store_lock_file_that_is_a_link_is_refused_and_its_target_kept(tmp_pat
 
 
 def test_the_threads_file_lock_is_not_written_through_a_link(tmp_path):
+    from parallelsearch.serving.checkpointers import claim_threads_file
     from parallelsearch.stores.safe_files import UnsafeFileError
 
     victim = _victim(tmp_path)
