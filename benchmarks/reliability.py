@@ -91,17 +91,42 @@ def stalled_client(port: int) -> socket.socket:
     return sock
 
 
-def still_open(sock: socket.socket) -> bool:
-    """Whether the server has not closed ``sock`` (read what it sent, without waiting)."""
+def peek(sock: socket.socket) -> str:
+    """``data`` (the answer started), ``waiting`` or ``closed``, without reading anything."""
     sock.setblocking(False)
     try:
-        while sock.recv(1 << 20):
-            pass
+        return "data" if sock.recv(1, socket.MSG_PEEK) else "closed"
     except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    return False
+        return "waiting"
+    except OSError:  # the server's abort arrives as a reset
+        return "closed"
+
+
+def watch_stalled(socks: list[socket.socket], pid: int, limit_s: float = 600) -> dict:
+    """Poll the stalled connections: when each got its first bytes and when the server closed it;
+    the RSS ``send timeout + 5 s`` after the last one's answer started (at most ``limit_s``)."""
+    first: list[float | None] = [None] * len(socks)
+    closed: list[float | None] = [None] * len(socks)
+    t0, peak = time.monotonic(), rss_of(pid)
+    while time.monotonic() - t0 < limit_s:
+        now = time.monotonic() - t0
+        for i, s in enumerate(socks):
+            state = peek(s)
+            first[i] = first[i] if first[i] is not None or state == "waiting" else now
+            closed[i] = closed[i] if closed[i] is not None or state != "closed" else now
+        peak = max(peak, rss_of(pid))
+        started = [f for f in first if f is not None]
+        if len(started) == len(socks) and now >= max(started) + SEND_TIMEOUT_S + 5:
+            break
+        time.sleep(0.25)
+    held = [c - f for f, c in zip(first, closed, strict=True) if f is not None and c is not None]
+    return {
+        "rss_peak_mb": round(peak, 1),
+        "rss_at_send_timeout_plus_5s_mb": round(rss_of(pid), 1),
+        "answers_started": sum(f is not None for f in first),
+        "connections_open_at_send_timeout_plus_5s": sum(c is None for c in closed),
+        "longest_stall_before_close_s": round(max(held), 1) if held else None,
+    }
 
 
 def slow_part(overlay: Path | None, store_dir: Path, tmp: Path) -> dict:
@@ -110,24 +135,17 @@ def slow_part(overlay: Path | None, store_dir: Path, tmp: Path) -> dict:
     with cli_server("serve-retriever", "--store", "soak", env=env, start_timeout_s=300) as srv:
         assert srv.proc is not None
         httpx.post(srv.url + "/retrieve", json=BIG_QUERY, timeout=600).raise_for_status()  # warm
-        pid = srv.proc.pid
-        start = rss_of(pid)
+        start = rss_of(srv.proc.pid)
         socks = [stalled_client(srv.port) for _ in range(SLOW_CLIENTS)]
-        peak, t0 = start, time.monotonic()
-        while time.monotonic() - t0 < SEND_TIMEOUT_S + 5:
-            peak = max(peak, rss_of(pid))
-            time.sleep(0.25)
-        after = rss_of(pid)
-        open_after = sum(still_open(s) for s in socks)
+        seen = watch_stalled(socks, srv.proc.pid)
         for s in socks:
             s.close()
         answers = httpx.post(srv.url + "/retrieve", json={"queries": ["Ed Wood"]}, timeout=120).status_code
+    after = seen["rss_at_send_timeout_plus_5s_mb"]
     return {
         "rss_start_mb": round(start, 1),
-        "rss_peak_mb": round(peak, 1),
-        "rss_after_timeout_plus_5s_mb": round(after, 1),
+        **seen,
         "rss_after_vs_start_pct": round(100 * (after / start - 1), 2),
-        "connections_open_after": open_after,
         "serves_after": answers,
     }
 
@@ -144,8 +162,8 @@ def second_server(env: dict[str, str], retriever: str, threads: Path) -> ServerP
     try:
         return srv.start()
     except Exception:  # noqa: BLE001 - a refused server exits; its log says why
-        srv.stop()
         lines = [x for x in srv.tail().splitlines() if x.strip()]
+        srv.stop()
         return lines[-1] if lines else "exited"
 
 

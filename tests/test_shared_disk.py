@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import UvicornThread, needs_data
+from conftest import UvicornThread, long_work, needs_data
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.cli import main
@@ -209,14 +209,15 @@ def _mount_tmpfs(folder: Path, size: str) -> bool:
 
 @needs_data
 @pytest.mark.slow
+@long_work
 def test_a_real_full_disk_then_space_freed(tmp_path):
-    """A 3 MB tmpfs fills during ``index`` (real Chroma, real ENOSPC); after it is grown, the same
+    """A 2 MB tmpfs fills during ``index`` (real Chroma, real ENOSPC); after it is grown, the same
     command finishes the store with no passage twice. Needs the right to mount (root)."""
     disk = tmp_path / "disk"
-    if os.geteuid() != 0 or not _mount_tmpfs(disk, "3m"):
+    if os.geteuid() != 0 or not _mount_tmpfs(disk, "2m"):
         pytest.skip("mounting a small tmpfs needs root (the injected test above covers the seam)")
     try:
-        data = _passages(tmp_path, 3000)
+        data = _passages(tmp_path, 1500)
         env = dict(os.environ, PARALLELSEARCH_HOME=str(disk / "home"), HF_HUB_OFFLINE="1")
         index = [sys.executable, "-m", "parallelsearch.cli", "index", "--store", "full", "--no-progress"]
         first = subprocess.run([*index, str(data)], env=env, capture_output=True, text=True, timeout=1200)
@@ -232,6 +233,6 @@ def test_a_real_full_disk_then_space_freed(tmp_path):
             env=env, capture_output=True, text=True, timeout=600,
         )  # fmt: skip
         assert check.returncode == 0, check
-        assert f"total {added + present}" in second.stdout and added + present == 3000, second.stdout
+        assert f"total {added + present}" in second.stdout and added + present == 1500, second.stdout
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
