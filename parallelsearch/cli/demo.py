@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from parallelsearch.cli.common import add_graph_args, add_policy_args, settings_from_args
+from parallelsearch.cli.policy_check import check_policy
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE, demo_store
 from parallelsearch.settings import get_settings
 
@@ -39,6 +40,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from parallelsearch.data import load_questions
 
     settings = settings_from_args(args)
+    check_policy(settings.policy_config())
     store = demo_store(args.limit)
     questions = load_questions(HOTPOTQA_SAMPLE)[: args.limit or None]
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", settings.policy)[:60]
