@@ -236,3 +236,25 @@ def test_the_demo_folder_and_ratio_line_the_readme_states_come_from_the_demo():
     assert ratio_line(par, seq) in readme
     assert f"| {par['policy_calls']:.3f} | {par['search_rounds']:.3f} |" in readme
     assert f"| {seq['policy_calls']:.3f} | {seq['search_rounds']:.3f} |" in readme
+
+
+# ---- links --------------------------------------------------------------------------------------------
+def test_every_relative_link_and_anchor_resolves():
+    bad = []
+    for page in pages():
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                bad.append(f"{page.name}: {target} (no such file)")
+            elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
+                bad.append(f"{page.name}: {target} (no such heading)")
+    assert not bad, bad
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
+    heads = re.findall(r"^#+ (.*)$", page.read_text(encoding="utf-8"), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in heads}
