@@ -130,7 +130,7 @@ def test_the_smoke_config_is_the_paper_preset_sized_for_a_cpu(tmp_path):
     )
     assert mine.agent.reward.mode == "paper" and mine.agent.constrained and not mine.apply_chat_template
     assert openrlhf_train_args(mine).actor.adam.lr == 1e-4
-    with pytest.raises(ValueError, match="--set model: the smoke trains the tiny model"):
+    with pytest.raises(ValueError, match="--set model: the smoke trains the model it builds"):
         smoke_config(tmp_path / "m", tmp_path / "p.jsonl", "http://x/retrieve", ["model=Qwen/Qwen2.5-7B"])
     with pytest.raises(ValueError, match="algorithm=gae: GAE needs a critic"):
         smoke_config(tmp_path / "m", tmp_path / "p.jsonl", "http://x/retrieve", ["algorithm=gae"])
