@@ -34,6 +34,14 @@ def _commands(policy: list[str], tmp) -> dict[str, list[str]]:
     }
 
 
+@pytest.fixture(autouse=True)
+def _no_server_starts(monkeypatch):
+    """A ``serve`` that got past the check would block in uvicorn: fail at once instead."""
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **k: pytest.fail("serve started its server"))
+
+
 def _one_error_line(capsys) -> str:
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err, captured.err
