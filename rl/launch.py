@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from parallelsearch.rl.agent_config import ENV_VAR, KEY_ENV_VAR
+from parallelsearch.rl.job_folder import check_reuse
 from parallelsearch.rl.openrlhf_command import (
     WANDB_FROM_ENV,
     agent_module_path,
     openrlhf_args,
     wandb_key_source,
 )
+from parallelsearch.rl.schedule import Schedule, plan
 from parallelsearch.rl.train_config import TrainConfig
 from parallelsearch.stores.errors import UnavailableError, check_choice
 
@@ -110,6 +112,7 @@ class Job:
     wandb: str
     copies: dict[str, Path] = field(default_factory=dict)  # name in the folder -> source file
     probe: bool = True  # command.sh's check probes the retriever (train --skip-probe: not)
+    schedule: Schedule | None = None  # the run's length, counted on the data the folder ships
 
     def keys(self) -> dict[str, str]:
         """Environment variables the job's actors need from ``command.sh``'s environment -> why."""
@@ -164,11 +167,19 @@ def _local(path: str | None) -> Path | None:
     return Path(path) if path and Path(path).is_file() else None
 
 
-def plan_job(cfg: TrainConfig, runner: str = "ray", environ: Mapping[str, str] | None = None) -> Job:
-    """The job folder's contents for ``cfg`` (nothing written): data copied in or absolute, outputs absolute."""
+def plan_job(
+    cfg: TrainConfig,
+    runner: str = "ray",
+    environ: Mapping[str, str] | None = None,
+    schedule: Schedule | None = None,
+) -> Job:
+    """The job folder's contents for ``cfg`` (nothing written): data copied in or absolute, outputs
+    absolute, a gateway factory's module shipped. The run's length is ``schedule``, else
+    :func:`~parallelsearch.rl.schedule.plan` of ``cfg``: counted on the file the folder ships (its
+    source here), never on a path the job's config names relative to the folder."""
     check_choice(runner, RUNNERS, "runner")
     folder = Path(cfg.job_dir).resolve()
-    copies: dict[str, Path] = {}
+    copies: dict[str, Path] = factory_copies(cfg)
     updates: dict[str, Any] = {}
     for key, name in (("prompt_data", "data/train"), ("eval_data", "data/eval")):
         src = _local(getattr(cfg, key))
@@ -188,10 +199,13 @@ def plan_job(cfg: TrainConfig, runner: str = "ray", environ: Mapping[str, str] |
             "node mounts and set copy_data=false"
         )
     updates.update(output_paths(cfg))
+    schedule = schedule or plan(cfg)  # on the source of the copy: the same records
     job_cfg = cfg.model_copy(update=updates)
     _, note = wandb_key_source(job_cfg, environ)
     if runner == "python":
-        command = python_command(job_cfg, agent_func_path=f"$PWD/{AGENT_MODULE_FILE}", environ=environ)
+        command = python_command(
+            job_cfg, agent_func_path=f"$PWD/{AGENT_MODULE_FILE}", environ=environ, schedule=schedule
+        )
     else:
         command = ray_submit_command(
             job_cfg,
@@ -199,8 +213,26 @@ def plan_job(cfg: TrainConfig, runner: str = "ray", environ: Mapping[str, str] |
             runtime_env_file=RUNTIME_ENV_VAR,
             agent_func_path=AGENT_MODULE_FILE,
             environ=environ,
+            schedule=schedule,
         )
-    return Job(folder, job_cfg, command, runner if runner != "print" else "ray", note, copies)
+    runner = runner if runner != "print" else "ray"
+    return Job(folder, job_cfg, command, runner, note, copies, schedule=schedule)
+
+
+def factory_copies(cfg: TrainConfig) -> dict[str, Path]:
+    """A gateway-mode factory's module files, shipped in the folder (every actor imports it from its
+    copy of the folder); a module that cannot be found here is refused at every runner."""
+    if cfg.agent.mode != "gateway" or not cfg.agent.factory:
+        return {}
+    from parallelsearch.rl.preflight_factory import factory_files
+
+    files, _ = factory_files(cfg.agent.factory)
+    clash = sorted(set(files) & {AGENT_FILE, CONFIG_FILE, AGENT_MODULE_FILE, COMMAND_FILE})
+    if clash:
+        raise ValueError(
+            f"agent.factory {cfg.agent.factory!r}: its module {clash[0]} is a file the job writes; rename it"
+        )
+    return files
 
 
 def output_paths(cfg: TrainConfig) -> dict[str, str]:
@@ -209,9 +241,12 @@ def output_paths(cfg: TrainConfig) -> dict[str, str]:
     working_dir); a local model, absolute. With several nodes outputs must be named absolutely,
     on storage every node writes (DeepSpeed writes checkpoint shards from every rank)."""
     out: dict[str, str] = {}
+    folder = Path(cfg.job_dir).resolve()
     for key in ("save_path", "ckpt_path", "tensorboard_dir"):
         value = getattr(cfg, key)
-        if value and not Path(value).is_absolute():
+        if value and cfg.nodes == 1 and Path(value).is_absolute() and Path(value).is_relative_to(folder):
+            out[key] = "$PWD/" + Path(value).relative_to(folder).as_posix()  # a read-back job's own outputs
+        elif value and not Path(value).is_absolute():
             if cfg.nodes > 1:
                 raise ValueError(
                     f"{key} {value} is relative with nodes={cfg.nodes}: name an absolute path on storage every "
@@ -225,13 +260,10 @@ def output_paths(cfg: TrainConfig) -> dict[str, str]:
     return out
 
 
-def write_job(job: Job) -> Path:
-    """Write the job folder; returns the path of ``command.sh``."""
+def config_text(job: Job) -> str:
+    """The folder's ``train_config.yaml``: the resolved config, paths relative to the folder."""
     import yaml
 
-    folder = job.folder
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / AGENT_FILE).write_text(job.config.agent_config_yaml(), encoding="utf-8")
     # with total_training_steps the passes are derived from the data, so num_episodes is not written
     derived = {"num_episodes"} if job.config.total_training_steps is not None else set()
     resolved = job.config.model_dump(mode="json", exclude_none=True, exclude={"agent", *derived})
@@ -240,8 +272,27 @@ def write_job(job: Job) -> Path:
     for key in ("save_path", "ckpt_path", "tensorboard_dir"):
         if isinstance(resolved.get(key), str):
             resolved[key] = resolved[key].removeprefix("$PWD/")
-    (folder / CONFIG_FILE).write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+    return yaml.safe_dump(resolved, sort_keys=False)
+
+
+def check_folder(job: Job) -> None:
+    """The folder is this job's to write: empty, the same job again, or resumed (else a ValueError)."""
+    check_reuse(job.folder, CONFIG_FILE, config_text(job), job.config)
+
+
+def write_job(job: Job) -> Path:
+    """Write the job folder; returns the path of ``command.sh``. Data files of an earlier write that
+    this job does not ship are removed (they would travel with it)."""
+    folder = job.folder
+    text = config_text(job)
+    check_reuse(folder, CONFIG_FILE, text, job.config)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / AGENT_FILE).write_text(job.config.agent_config_yaml(), encoding="utf-8")
+    (folder / CONFIG_FILE).write_text(text, encoding="utf-8")
     shutil.copyfile(agent_module_path(), folder / AGENT_MODULE_FILE)
+    for stale in (folder / "data").glob("*"):
+        if stale.is_file() and f"data/{stale.name}" not in job.copies:
+            stale.unlink()
     for name, src in job.copies.items():
         dest = folder / name
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -299,13 +350,16 @@ def launch(
     (``dry_run``: nothing written) or write and print (``runner="print"``)."""
     import subprocess
 
-    from parallelsearch.rl.preflight import preflight
+    from parallelsearch.rl.preflight import job_schedule, preflight
 
     out = out or sys.stdout
     status = static_checks(cfg)
-    checks = preflight(cfg, probe=probe)  # the same checks as train --check, for every runner
-    job = plan_job(cfg, runner)
+    schedule = job_schedule(cfg)  # once: the command, the check's line and the warm-up state it
+    checks = preflight(cfg, probe=probe, schedule=schedule)  # the checks of train --check, every runner
+    job = plan_job(cfg, runner, schedule=schedule)
     job.probe = probe
+    if not dry_run:
+        check_folder(job)
     where = "not written: dry run" if dry_run else "written"
     print(f"# job folder {job.folder} ({where}): {', '.join(job.files())}", file=out)
     print(f"# {AGENT_FILE} ({ENV_VAR}):", file=out)

@@ -49,13 +49,16 @@ from parallelsearch.rl.preflight_run import (
     check_steps,
     data_shape,
 )
+from parallelsearch.rl.schedule import Schedule, passes_warning, plan, schedule_line
 from parallelsearch.rl.train_config import TrainConfig
 from parallelsearch.stores.errors import json_of
 
-__all__ = ["ASSISTANT_MARKER", "NOT_CHECKED", "PreflightError", "preflight"]
+__all__ = ["ASSISTANT_MARKER", "NOT_CHECKED", "WARNING", "PreflightError", "job_schedule", "preflight"]
 _TEMPLATED = ("<|im_start|>", "<|start_header_id|>")
 #: how a line of a check that could not run here begins (the CLI prints it as is, not as ``ok:``)
 NOT_CHECKED = "not checked: "
+#: how a line begins that passes but names a likely mistake and its fix (printed as is)
+WARNING = "warning: "
 
 
 def retriever_name(agent: AgentConfig) -> str:
@@ -460,7 +463,7 @@ def config_checks(cfg: TrainConfig) -> list[str]:
     ]
 
 
-def shape_checks(cfg: TrainConfig) -> tuple[list[str], DataShape | None]:
+def shape_checks(cfg: TrainConfig, schedule: Schedule) -> tuple[list[str], DataShape | None]:
     """The data's gold answers, the run's steps and evaluation; the training file's shape (None:
     not a local file), whose sample the corpus check searches."""
     lines, shape = [], None
@@ -470,7 +473,8 @@ def shape_checks(cfg: TrainConfig) -> tuple[list[str], DataShape | None]:
         except ValueError as e:
             raise PreflightError(str(e)) from e
         lines.append(_checked(check_gold, shape, "prompt_data"))
-        lines.append(_checked(check_steps, cfg, shape.records))
+    if schedule.prompts is not None:
+        lines.append(_checked(check_steps, cfg, schedule))
     if cfg.eval_data and Path(cfg.eval_data).is_file():
         lines.append(_checked(check_gold, data_shape(cfg.eval_data, cfg.label_key), "eval_data"))
     return lines, shape
@@ -496,20 +500,41 @@ def corpus_line(cfg: TrainConfig, shape: DataShape | None) -> str:
     )
 
 
-def preflight(cfg: TrainConfig, *, probe: bool = True) -> list[str]:
-    """Every check, in order; returns one line per check passed (or ``not checked: ...``), raises on the
-    first failure."""
-    from parallelsearch.rl.schedule import schedule_line
+def job_schedule(cfg: TrainConfig) -> Schedule:
+    """The run's schedule on its data (:func:`~parallelsearch.rl.schedule.plan`); a missing file, or
+    one that cannot be counted without ``num_episodes``, is a :class:`PreflightError`."""
+    check_data(cfg)
+    return _checked(plan, cfg)
 
-    lines = [check_resources(cfg), *config_checks(cfg)]
+
+def schedule_lines(cfg: TrainConfig, schedule: Schedule) -> list[str]:
+    """The run-length line, and a warning when it passes over the prompts too often."""
+    warning = passes_warning(cfg, schedule)
+    return [schedule_line(cfg, schedule), *([WARNING + warning] if warning else [])]
+
+
+def factory_lines(cfg: TrainConfig) -> list[str]:
+    """Gateway mode with ``agent.factory``: its module ships and it returns an agent."""
+    if cfg.agent.mode != "gateway" or not cfg.agent.factory:
+        return []
+    from parallelsearch.rl.preflight_factory import check_factory
+
+    return [_checked(check_factory, cfg.agent)]
+
+
+def preflight(cfg: TrainConfig, *, probe: bool = True, schedule: Schedule | None = None) -> list[str]:
+    """Every check, in order; returns one line per check passed (or ``not checked: ...``, or
+    ``warning: ...``), raises on the first failure. ``schedule``: the job's (else computed here)."""
+    lines = [check_resources(cfg), *config_checks(cfg), *factory_lines(cfg)]
     data_line, record = check_data(cfg)
+    schedule = schedule or job_schedule(cfg)
     lines.append(data_line)
     lines.append(check_protocol(cfg, record))
     lines.append(check_reward_prompts(cfg, record))
     records = first_records(cfg.prompt_data)
     lines.extend(data_checks(cfg, records))
-    shape_lines, shape = shape_checks(cfg)
-    lines += [*shape_lines, schedule_line(cfg), is_correction_line(cfg)]
+    shape_lines, shape = shape_checks(cfg, schedule)
+    lines += [*shape_lines, *schedule_lines(cfg, schedule), is_correction_line(cfg)]
     passages = None
     if probe:
         if cfg.agent.retriever_url:

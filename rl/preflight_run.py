@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from parallelsearch.rl.preflight_data import iter_records, label_dict
-from parallelsearch.rl.schedule import passes
+from parallelsearch.rl.schedule import Schedule
 from parallelsearch.rl.train_config import TrainConfig
 
 #: file suffixes that make a data name a local path (anything else may be a hub dataset name)
@@ -165,30 +165,25 @@ def check_eval_path(cfg: TrainConfig) -> str | None:
     return f"eval_data {cfg.eval_data}: not a local file (a hub dataset; not checked)"
 
 
-def run_steps(cfg: TrainConfig, prompts: int) -> int:
-    """The run's steps as OpenRLHF 0.11.2 counts them (one per rollout batch, the last one partial)."""
-    steps = passes(cfg, prompts).steps
-    assert steps is not None
-    return steps
-
-
-def check_steps(cfg: TrainConfig, prompts: int) -> str:
-    """The prompt file fills a rollout batch, and evaluation runs at least once."""
+def check_steps(cfg: TrainConfig, schedule: Schedule) -> str:
+    """The prompt file fills a rollout batch, and evaluation runs at least once (``schedule``: the
+    run's, on a file that was counted)."""
+    prompts, steps = schedule.prompts, schedule.steps
+    assert prompts is not None and steps is not None
     if prompts < cfg.rollout_batch_size:
         raise ValueError(
             f"prompt_data {cfg.prompt_data} holds {prompts} prompts, fewer than one rollout batch "
             f"(rollout_batch_size {cfg.rollout_batch_size}): every step would be one short batch; set "
             f"rollout_batch_size <= {prompts}, or use more data"
         )
-    steps = run_steps(cfg, prompts)
     if cfg.eval_data and cfg.eval_steps != -1 and cfg.eval_steps > steps:
         raise ValueError(
-            f"eval_steps {cfg.eval_steps} > the run's {steps} steps ({passes(cfg, prompts).episodes} pass(es) x "
+            f"eval_steps {cfg.eval_steps} > the run's {steps} steps ({schedule.episodes} pass(es) x "
             f"{prompts} prompts / rollout_batch_size {cfg.rollout_batch_size}): evaluation never runs; set "
             f"eval_steps <= {steps}"
         )
     every = f"; evaluation every {cfg.eval_steps} steps" if cfg.eval_data else ""
-    return f"steps: {steps} ({passes(cfg, prompts).episodes} pass(es) of {prompts} prompts){every}"
+    return f"steps: {steps} ({schedule.episodes} pass(es) of {prompts} prompts){every}"
 
 
 def ckpt_folder(cfg: TrainConfig) -> Path:

@@ -50,7 +50,7 @@ def test_the_preset_runs_the_official_length_and_warm_up(tmp_path):
     args = check_command(openrlhf_args(cfg))  # OpenRLHF's own parser and checks
     assert args.train.num_episodes == 3 and args.actor.lr_scheduler == "constant_with_warmup"
     assert args.actor.lr_warmup_ratio == 0.285 and args.critic.lr_scheduler == "constant_with_warmup"
-    line = schedule_line(cfg)
+    line = schedule_line(cfg, s)
     assert "332 rollout steps a pass x 3 passes = 996 steps for total_training_steps 1005" in line
     # 0.285 of 1986 optimizer steps (2 a rollout step) = 567, about 284 rollout steps (verl: 286)
     assert "= 567 (about 284 rollout steps)" in line
