@@ -184,6 +184,10 @@ def plan_job(
     for key, name in (("prompt_data", "data/train"), ("eval_data", "data/eval")):
         src = _local(getattr(cfg, key))
         if src is None:
+            if (
+                getattr(cfg, key) and Path(getattr(cfg, key)).is_dir()
+            ):  # a dataset saved to disk, named absolutely
+                updates[key] = str(Path(getattr(cfg, key)).resolve())
             continue  # a hub dataset name, or a path only the cluster has
         if cfg.copy_data:
             dest = name + "".join(src.suffixes[-1:])

@@ -290,6 +290,11 @@ def check_protocol(cfg: TrainConfig, record: dict[str, Any] | None) -> str:
 def check_data(cfg: TrainConfig) -> tuple[str, dict[str, Any] | None]:
     """The prompt file exists locally and holds the input and label keys (a hub dataset is not checked)."""
     record = first_record(cfg.prompt_data)
+    if record is None and Path(cfg.prompt_data).is_dir():
+        return (
+            f"prompt_data {cfg.prompt_data}: a folder (a dataset saved to disk; its records not checked)",
+            None,
+        )
     if record is None:
         if Path(cfg.prompt_data).suffix in (".jsonl", ".json", ".parquet") or Path(cfg.prompt_data).exists():
             raise PreflightError(
