@@ -32,10 +32,14 @@ from parallelsearch.rl.preflight_budget import (
 from parallelsearch.rl.preflight_data import (
     TEMPLATE_SAMPLE,
     check_contamination,
+    check_split_taught,
     check_template_reward,
+    iter_records,
     label_dict,
+    scan_prompts,
 )
 from parallelsearch.rl.preflight_prompt import PreflightError
+from parallelsearch.rl.preflight_reward import check_weights
 from parallelsearch.rl.preflight_run import (
     DataShape,
     check_batches,
@@ -48,7 +52,9 @@ from parallelsearch.rl.preflight_run import (
     check_sampling,
     check_steps,
     data_shape,
+    repeat_warnings,
 )
+from parallelsearch.rl.rewards import check_reward_weights
 from parallelsearch.rl.schedule import Schedule, passes_warning, plan, schedule_line
 from parallelsearch.rl.train_config import TrainConfig
 from parallelsearch.stores.errors import json_of
@@ -328,7 +334,7 @@ def first_records(path: str | Path, n: int = TEMPLATE_SAMPLE) -> list[dict[str, 
     return out
 
 
-def _checked(check: Any, *args: Any) -> str:
+def _checked(check: Any, *args: Any) -> Any:
     """``check(*args)``, its ValueError as a :class:`PreflightError` (the data and budget checks raise those)."""
     try:
         return check(*args)
@@ -337,12 +343,19 @@ def _checked(check: Any, *args: Any) -> str:
 
 
 def data_checks(cfg: TrainConfig, records: list[dict[str, Any]]) -> list[str]:
-    """The prompt template against the reward mode, and contamination (local files only)."""
+    """Every prompt's template against the reward mode (one template, teaching ``##`` when the reward
+    pays for splitting), and contamination (local files only; the whole file is read)."""
     if not records:
         return [f"{NOT_CHECKED}prompt_data {cfg.prompt_data} is not a local file: template and contamination"]
     mode = cfg.agent.reward.mode
+    every = (rec for _, rec in iter_records(cfg.prompt_data))
+    scan = _checked(scan_prompts, every, cfg.input_key, cfg.label_key)
+    weights = check_reward_weights(mode, cfg.agent.reward.weights)
+    split = weights.get("comp_score", weights.get("lambda_d", 0.0))
+    template = _checked(check_template_reward, mode, scan)
+    _checked(check_split_taught, scan, mode, split, cfg.agent.graph_config.protocol)
     return [
-        _checked(check_template_reward, mode, records, cfg.input_key, cfg.label_key),
+        template,
         _checked(check_contamination, cfg.prompt_data, cfg.eval_data, cfg.input_key, cfg.label_key),
     ]
 
@@ -460,9 +473,11 @@ def is_correction_line(cfg: TrainConfig) -> str:
 
 
 def config_checks(cfg: TrainConfig) -> list[str]:
-    """The run's shape from its settings alone: batches, sampling, graph and reward, the eval file's
-    path, resume and critic."""
+    """The run's shape from its settings alone: batches, sampling, graph and reward, the reward's
+    weights against its mode's own, the eval file's path, resume and critic."""
     lines = [_checked(check, cfg) for check in (check_batches, check_sampling, check_graph_reward)]
+    weights, warnings = _checked(check_weights, cfg.agent.reward.mode, cfg.agent.reward.weights)
+    lines += [weights, *(WARNING + w for w in warnings)]
     return lines + [
         line for check in (check_eval_path, check_resume, check_critic) if (line := _checked(check, cfg))
     ]
@@ -474,10 +489,13 @@ def shape_checks(cfg: TrainConfig, schedule: Schedule) -> tuple[list[str], DataS
     lines, shape = [], None
     if Path(cfg.prompt_data).is_file():
         try:
-            shape = data_shape(cfg.prompt_data, cfg.label_key, keep=cfg.corpus_check_questions)
+            shape = data_shape(
+                cfg.prompt_data, cfg.label_key, keep=cfg.corpus_check_questions, input_key=cfg.input_key
+            )
         except ValueError as e:
             raise PreflightError(str(e)) from e
         lines.append(_checked(check_gold, shape, "prompt_data"))
+        lines += [WARNING + w for w in repeat_warnings(shape)]
     if schedule.prompts is not None:
         lines.append(_checked(check_steps, cfg, schedule))
     if cfg.eval_data and Path(cfg.eval_data).is_file():
