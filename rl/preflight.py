@@ -23,10 +23,12 @@ from parallelsearch.rl.preflight_budget import (
     DEFAULT_PASSAGE_TOKENS,
     EpisodeBudget,
     check_budget,
+    check_cap,
     check_chat_template,
     count_tokens,
     local_tokenizer,
     passage_tokens,
+    subquery_room,
     widest_observation,
 )
 from parallelsearch.rl.preflight_data import (
@@ -409,8 +411,16 @@ def tokenizer_checks(
         if passages
         else "; passages assumed at " + str(DEFAULT_PASSAGE_TOKENS)
     )
-    lines.append(_checked(check_budget, cfg.max_len, budget, how))
-    return lines
+    return lines + budget_lines(cfg, budget, how)
+
+
+def budget_lines(cfg: TrainConfig, budget: EpisodeBudget, how: str) -> list[str]:
+    """The observation cap against one passage, ``max_len`` against a full episode, and the
+    sub-queries one search holds whole (a warning under two)."""
+    _checked(check_cap, budget.cap, budget.passage, budget.top_k, how)
+    lines = [_checked(check_budget, cfg.max_len, budget, how)]
+    room, short = subquery_room(cfg.max_len, budget, cfg.agent.graph_config)
+    return [*lines, WARNING + room if short else room]
 
 
 def first_prompt_tokens(
