@@ -61,26 +61,29 @@ def checked_passes(out: str) -> int:
 # -- the run's length: the command runs what the check says -----------------------------------------
 
 
-@pytest.mark.parametrize("layout", ["copied", "absolute", "another folder"])
+@pytest.mark.parametrize("layout", ["copied", "absolute", "another folder", "not copied"])
 def test_command_sh_runs_the_length_its_check_states(layout, tmp_path, monkeypatch, capsys):
     """The job's prompt_data is the folder's copy, ``data/train.jsonl``; it was counted relative to the
     directory ``train`` ran in: missing there (15 passes) or another file (here 300 prompts, 1,005
-    passes), while the check counted the real file (335 passes)."""
+    passes), while the check counted the real file (335 passes). ``train`` runs in ``here`` (with
+    another run's ``data/train.jsonl``), the data lies in it, elsewhere, or is named absolutely."""
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     here = tmp_path / "here"
-    decoy = write_data(here / "data" / "train.jsonl", fill=300)  # another run's data where train runs
-    data = write_data(tmp_path / "made" / "train.jsonl", fill=PROMPTS)
+    decoy = write_data(here / "data" / "train.jsonl", fill=300)
+    inside = write_data(here / "made" / "train.jsonl", fill=PROMPTS)
+    outside = write_data(tmp_path / "made" / "train.jsonl", fill=PROMPTS)
     given = {
-        "copied": ["--set", "prompt_data=../made/train.jsonl"],
-        "absolute": ["--set", f"prompt_data={data}", "--set", "copy_data=false"],
-        "another folder": ["--set", "prompt_data=../made/train.jsonl", "--set", "copy_data=false"],
+        "copied": ["--set", "prompt_data=made/train.jsonl"],
+        "absolute": ["--set", f"prompt_data={outside}"],
+        "another folder": ["--set", "prompt_data=../made/train.jsonl"],
+        "not copied": ["--set", "prompt_data=../made/train.jsonl", "--set", "copy_data=false"],
     }[layout]
     monkeypatch.chdir(here)
     job = tmp_path / "job"
     argv = ["train", "--preset", "paper", "--runner", "print", "--skip-probe", "--set", f"job_dir={job}"]
     assert main([*argv, *given]) == 0
     printed = capsys.readouterr().out
-    assert decoy.is_file() and checked_passes(printed) == PASSES
+    assert decoy.is_file() and inside.is_file() and checked_passes(printed) == PASSES
     out, args = run_command_sh(job, tmp_path)
     episodes = int(args[args.index("--train.num_episodes") + 1])
     assert episodes == checked_passes(out) == PASSES, out
