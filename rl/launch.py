@@ -179,29 +179,8 @@ def plan_job(
     source here), never on a path the job's config names relative to the folder."""
     check_choice(runner, RUNNERS, "runner")
     folder = Path(cfg.job_dir).resolve()
-    copies: dict[str, Path] = factory_copies(cfg)
-    updates: dict[str, Any] = {}
-    for key, name in (("prompt_data", "data/train"), ("eval_data", "data/eval")):
-        src = _local(getattr(cfg, key))
-        if src is None:
-            if (
-                getattr(cfg, key) and Path(getattr(cfg, key)).is_dir()
-            ):  # a dataset saved to disk, named absolutely
-                updates[key] = str(Path(getattr(cfg, key)).resolve())
-            continue  # a hub dataset name, or a path only the cluster has
-        if cfg.copy_data:
-            dest = name + "".join(src.suffixes[-1:])
-            copies[dest] = src.resolve()
-            updates[key] = dest
-        else:
-            updates[key] = str(src.resolve())
-    size = sum(p.stat().st_size for p in copies.values())
-    if size > COPY_LIMIT_BYTES:
-        raise ValueError(
-            f"copy_data: the data files hold {size / 2**20:.0f} MiB, over the {COPY_LIMIT_BYTES // 2**20} MiB "
-            "this job folder may ship (Ray refuses a working_dir over 500 MiB): put them on storage every "
-            "node mounts and set copy_data=false"
-        )
+    copies, updates = data_files(cfg)
+    copies.update(factory_copies(cfg))
     updates.update(output_paths(cfg))
     schedule = schedule or plan(cfg)  # on the source of the copy: the same records
     job_cfg = cfg.model_copy(update=updates)
@@ -221,6 +200,34 @@ def plan_job(
         )
     runner = runner if runner != "print" else "ray"
     return Job(folder, job_cfg, command, runner, note, copies, schedule=schedule)
+
+
+def data_files(cfg: TrainConfig) -> tuple[dict[str, Path], dict[str, Any]]:
+    """The data files the folder ships (name in the folder -> source) and the config's data paths as
+    the job names them: a copy's name in the folder, else an absolute path (a hub name as given)."""
+    copies: dict[str, Path] = {}
+    updates: dict[str, Any] = {}
+    for key, name in (("prompt_data", "data/train"), ("eval_data", "data/eval")):
+        value = getattr(cfg, key)
+        src = _local(value)
+        if src is None:
+            if value and Path(value).is_dir():  # a dataset saved to disk, named absolutely
+                updates[key] = str(Path(value).resolve())
+            continue  # a hub dataset name, or a path only the cluster has
+        if cfg.copy_data:
+            dest = name + "".join(src.suffixes[-1:])
+            copies[dest] = src.resolve()
+            updates[key] = dest
+        else:
+            updates[key] = str(src.resolve())
+    size = sum(p.stat().st_size for p in copies.values())
+    if size > COPY_LIMIT_BYTES:
+        raise ValueError(
+            f"copy_data: the data files hold {size / 2**20:.0f} MiB, over the {COPY_LIMIT_BYTES // 2**20} MiB "
+            "this job folder may ship (Ray refuses a working_dir over 500 MiB): put them on storage every "
+            "node mounts and set copy_data=false"
+        )
+    return copies, updates
 
 
 def factory_copies(cfg: TrainConfig) -> dict[str, Path]:
@@ -342,6 +349,22 @@ def static_checks(cfg: TrainConfig) -> str:
     return status
 
 
+def job_notes(cfg: TrainConfig, job: Job) -> list[str]:
+    """What ``train`` says of the job beside its checks: data that is not a file here, shared outputs."""
+    notes = []
+    if not Path(cfg.prompt_data).is_file():
+        notes.append(
+            f"prompt_data {cfg.prompt_data}: not a file here (make-train-data makes it; a hub dataset name is "
+            "passed as is)"
+        )
+    if cfg.nodes > 1:
+        notes.append(
+            f"outputs: {job.config.save_path} must be on storage all {cfg.nodes} nodes can write (DeepSpeed "
+            "writes checkpoint shards from every rank)"
+        )
+    return notes
+
+
 def launch(
     cfg: TrainConfig,
     *,
@@ -375,20 +398,8 @@ def launch(
             f"# Ray's runtime env (command.sh writes it from its environment when it runs): {shipped}",
             file=out,
         )
-    for line in checks:
-        print(f"# check: {line}", file=out)
-    if not Path(cfg.prompt_data).is_file():
-        print(
-            f"# prompt_data {cfg.prompt_data}: not a file here (make-train-data makes it; "
-            "a hub dataset name is passed as is)",
-            file=out,
-        )
-    if cfg.nodes > 1:
-        print(
-            f"# outputs: {job.config.save_path} must be on storage all {cfg.nodes} nodes can write "
-            "(DeepSpeed writes checkpoint shards from every rank)",
-            file=out,
-        )
+    for line in [*(f"check: {x}" for x in checks), *job_notes(cfg, job)]:
+        print(f"# {line}", file=out)
     print(f"# command ({status})", file=out)
     print(shell(job.command), file=out)
     if dry_run:
