@@ -29,6 +29,7 @@ SCRIPT = [
 HOLD_THREADS_FILE = """
 import sys, time
 from pathlib import Path
+from parallelsearch.serving.checkpointers import claim_threads_file
 with claim_threads_file(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(600)
