@@ -17,7 +17,10 @@ is aborted, its buffered response freed and one line logged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
+import struct
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,7 +162,8 @@ class GuardedHttpTools(HttpToolsProtocol):
 
     def _send_expired(self) -> None:
         """Abort a connection whose client stopped reading: ``abort`` drops the buffered response
-        (``close`` would keep it until it drained), and the app's pending send returns."""
+        (``close`` would keep it until it drained), a zero linger resets the connection so the
+        kernel's send buffer goes too, and the app's pending send returns."""
         self._send_deadline = None
         if self.transport.is_closing():
             return
@@ -172,6 +176,10 @@ class GuardedHttpTools(HttpToolsProtocol):
             self.limits.send_timeout_s,
             size,
         )
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:  # a reset, so the kernel drops its send buffer too (no lingering FIN)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
