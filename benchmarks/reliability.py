@@ -92,13 +92,17 @@ def stalled_client(port: int) -> socket.socket:
 
 
 def peek(sock: socket.socket) -> str:
-    """``data`` (the answer started), ``waiting`` or ``closed``, without reading anything."""
+    """``data`` (the answer started), ``waiting`` or ``closed``, without reading anything: the
+    kernel's TCP state says closed (a reset or a FIN) even while unread data waits."""
+    state = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+    if state in (7, 8):  # TCP_CLOSE, TCP_CLOSE_WAIT
+        return "closed"
     sock.setblocking(False)
     try:
         return "data" if sock.recv(1, socket.MSG_PEEK) else "closed"
     except BlockingIOError:
         return "waiting"
-    except OSError:  # the server's abort arrives as a reset
+    except OSError:
         return "closed"
 
 
@@ -112,7 +116,7 @@ def watch_stalled(socks: list[socket.socket], pid: int, limit_s: float = 600) ->
         now = time.monotonic() - t0
         for i, s in enumerate(socks):
             state = peek(s)
-            first[i] = first[i] if first[i] is not None or state == "waiting" else now
+            first[i] = first[i] if first[i] is not None or state != "data" else now
             closed[i] = closed[i] if closed[i] is not None or state != "closed" else now
         peak = max(peak, rss_of(pid))
         started = [f for f in first if f is not None]
