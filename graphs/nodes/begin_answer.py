@@ -34,17 +34,33 @@ NO_ANSWER = "No answer: the planner did not give one within its turns."
 _EPISODE_CHANNELS = ("answer", "status", "total_ms", "last_action", "next_stage", "notes")
 
 
+def _last_human(messages: list[Any]) -> HumanMessage | None:
+    """The conversation's last human message (a note of the environment's is none)."""
+    from parallelsearch.agents.protocol.tools import NOTE_NAME
+
+    return next((m for m in reversed(messages) if isinstance(m, HumanMessage) and m.name != NOTE_NAME), None)
+
+
 def _question(state: Mapping[str, Any]) -> tuple[str, HumanMessage | None]:
     """The question and its message: the last message when it is a human message no earlier
-    episode answered, else the ``question`` input."""
+    episode answered, else the ``question`` input, else the conversation's last human message
+    (the agent as a node after a router's message, a handoff, or its own earlier answer, as
+    ``create_agent`` answers there)."""
     history = state.get("history") or []
-    last = (state.get("messages") or [None])[-1]
+    messages = state.get("messages") or []
+    last = messages[-1] if messages else None
     consumed = history[-1].get("asked") if history else None
     asked = last if isinstance(last, HumanMessage) and (last.id is None or last.id != consumed) else None
     q = content_text(asked.content) if asked is not None else state.get("question")
+    if (not isinstance(q, str) or not q.strip()) and asked is None and not state.get("question"):
+        asked = _last_human(messages)
+        q = content_text(asked.content) if asked is not None else None
     if not isinstance(q, str) or not q.strip():
+        kinds = ", ".join(dict.fromkeys(getattr(m, "type", type(m).__name__) for m in messages)) or "none"
         raise ValueError(
-            "the graph input needs a non-empty 'question' string or 'messages' ending in a new human message"
+            "the graph input needs a non-empty 'question' string or 'messages' holding a human message "
+            f"(the agent answers the conversation's last one); got {len(messages)} message(s) ({kinds}) "
+            "and no question"
         )
     meta = state.get("metadata")
     if meta is not None and not isinstance(meta, dict):
@@ -93,12 +109,11 @@ async def begin(
     thread that holds one, the episode's channels are reset; the earlier stays in ``history``."""
     cfg = engine.configured(config, runtime)
     q, asked = _question(state)
-    last = (state.get("messages") or [None])[-1]
     meta = state.get("metadata")
     prompt = engine.protocol.prompt(q, cfg.prompt_template, engine.stores)
     system = ""
     if not engine.protocol.chat:  # a text protocol reads the system prompt and the thread as text
-        earlier = (state.get("messages") or [])[: -1 if asked is not None and asked is last else None]
+        earlier = [m for m in state.get("messages") or [] if m is not asked]
         prompt = engine.protocol.with_history(prompt, spoken_history(earlier, cfg))
         system = system_text(state.get("messages") or [], cfg, None)
     segments = [("prompt", prompt)]
@@ -123,8 +138,9 @@ async def begin(
     if state.get("question") != q:
         update["question"] = q
     dropped = _dropped_orphans(state.get("messages") or [])
-    if asked is not last or dropped:
-        update["messages"] = [*dropped, *([asked] if asked is not last else [])]
+    new = not any(m is asked for m in state.get("messages") or [])  # a question input joins the thread
+    if new or dropped:
+        update["messages"] = [*dropped, *([asked] if new else [])]
     if meta:
         update["metadata"] = {}  # consumed: a later question on the thread does not inherit it
     if engine.structured is not None:
