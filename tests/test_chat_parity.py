@@ -470,3 +470,24 @@ def test_a_structured_answer_belongs_to_its_turn_of_the_thread():
     assert (
         unanswered(model.seen[-1]) == []
     )  # the output call and its tool message are history a provider takes
+
+
+def test_interrupt_on_naming_no_tool_warns_once_with_the_tools_names():
+    import warnings
+
+    import pytest
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    def build(searchers, names: dict):
+        review = HumanInTheLoopMiddleware(interrupt_on=names)
+        return create_parallel_search_agent(ScriptModel(replies=["y"]), searchers, middleware=[review])
+
+    with pytest.warns(
+        UserWarning, match="interrupt_on names no tool of this agent: 'wiki'; its tools are 'search'"
+    ) as seen:
+        build(wiki, {"wiki": True})
+    assert len([w for w in seen if "interrupt_on" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build(wiki, {"search": True})  # the README's shape
+        build([wiki, web], {"wiki": True})  # named tools: each reviewed under its own name
