@@ -63,7 +63,8 @@ def test_a_callers_orphan_tool_messages_are_dropped_and_said_once(caplog):
     ]
     with caplog.at_level(logging.WARNING):
         out = agent.invoke({"messages": history})
-    assert [type(m).__name__ for m in model.seen[0]] == ["SystemMessage", "AIMessage", "HumanMessage"]
+    # what is left of the cut window is no history a provider takes first: the request starts at the question
+    assert [type(m).__name__ for m in model.seen[0]] == ["SystemMessage", "HumanMessage"]
     assert unanswered(out["messages"]) == [] and [m.type for m in out["messages"]] == ["ai", "human", "ai"]
     said = [r for r in caplog.records if "tool call is not in the conversation" in r.getMessage()]
     assert len(said) == 1 and "gone_1" in said[0].getMessage()
