@@ -492,3 +492,58 @@ def test_interrupt_on_naming_no_tool_warns_once_with_the_tools_names():
         warnings.simplefilter("error")
         build(wiki, {"search": True})  # the README's shape
         build([wiki, web], {"wiki": True})  # named tools: each reviewed under its own name
+
+
+def lookup(query: str) -> str:
+    """Look a query up: one line of text."""
+    return f"{query}: a 2010 film by Christopher Nolan."
+
+
+def test_a_tool_returning_text_is_read_as_its_text_as_in_create_agent():
+    from langchain_core.tools import tool
+
+    as_tool = tool(lookup)
+    for given in ([lookup], [as_tool]):
+        (ours, _), (theirs, _) = both([calls("Inception", tool="lookup"), "Nolan"], given)
+        out = ours.invoke({"messages": [("user", "Who?")]})
+        ref = theirs.invoke({"messages": [("user", "Who?")]})
+        mine = [(m.name, m.content, m.status) for m in out["messages"] if isinstance(m, ToolMessage)]
+        assert mine == [(m.name, m.content, m.status) for m in ref["messages"] if isinstance(m, ToolMessage)]
+        assert mine[0][1] == "Inception: a 2010 film by Christopher Nolan." and out["errors"] == 0
+    # a lone function is the one search tool: the model reads its text all the same
+    model = ScriptModel(replies=[calls("Inception"), "Nolan"])
+    out = create_parallel_search_agent(model, lookup).invoke({"messages": [("user", "Who?")]})
+    assert [m.content for m in out["messages"] if isinstance(m, ToolMessage)] == [lookup("Inception")]
+    assert out["errors"] == 0 and out["messages"][-1].response_metadata["status"] == "answered"
+
+
+def test_a_content_and_artifact_tool_keeps_its_artifact_as_in_create_agent():
+    from langchain_core.documents import Document
+    from langchain_core.tools import tool
+
+    @tool(response_format="content_and_artifact")
+    def sources(query: str) -> tuple:
+        """Search the sources; the documents come back as the artifact."""
+        docs = [Document(f"{query} came out in 2010.", metadata={"title": query, "url": "https://x/1"})]
+        return f"1 source found for {query}.", docs
+
+    (ours, _), (theirs, _) = both([calls("Inception", tool="sources"), "Nolan"], [sources])
+    out = ours.invoke({"messages": [("user", "When?")]})
+    ref = theirs.invoke({"messages": [("user", "When?")]})
+    mine = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    want = [m for m in ref["messages"] if isinstance(m, ToolMessage)]
+    assert [m.content for m in mine] == [m.content for m in want] == ["1 source found for Inception."]
+    assert mine[0].artifact == want[0].artifact and mine[0].artifact[0].metadata["url"] == "https://x/1"
+    obs = [t for t in out["trajectory"] if t["type"] == "observation"][0]
+    assert [p["title"] for p in obs["results"][0]["passages"]] == ["Inception"]  # the record: the artifact's
+
+
+def test_a_searcher_the_graph_cannot_take_is_refused_at_build_naming_it():
+    import pytest
+
+    def count(query: str) -> int:
+        """How many pages mention it."""
+        return 3
+
+    with pytest.raises(TypeError, match="searcher function 'count' returns int"):
+        create_parallel_search_agent(ScriptModel(replies=["y"]), [count])

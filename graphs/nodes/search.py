@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage
@@ -131,6 +132,8 @@ async def _searched(
         )
         if outcome.note:
             row["note"] = outcome.note
+        if outcome.content is not None:  # a tool's own text and artifact: its tool message's
+            row.update(content=outcome.content, artifact=outcome.artifact)
     return row
 
 
@@ -197,9 +200,25 @@ def _results(act: dict[str, Any], rows: list[dict[str, Any]], staged: bool) -> l
             passages_of(row),
             row.get("error"),
             row["query"] if staged and act["refs"][row["index"]] and not row.get("error") else None,
+            row.get("content"),
         )
         for row in rows
     ]
+
+
+def _keep_artifacts(
+    messages: Sequence[Any], calls: list[tuple[str, int | None]], rows: list[dict[str, Any]]
+) -> None:
+    """Each tool message with its search's artifact (a ``content_and_artifact`` tool's), as
+    ``create_agent``'s tool node keeps it (set in place: they are this node's own messages)."""
+    artifacts = {row["index"]: row["artifact"] for row in rows if row.get("artifact") is not None}
+    if not artifacts:
+        return
+    index = dict(calls)
+    for m in messages:
+        i = index.get(getattr(m, "tool_call_id", None))
+        if i in artifacts and getattr(m, "artifact", None) is None:
+            m.artifact = artifacts[i]
 
 
 def _wrapped_observation(
@@ -254,6 +273,7 @@ async def join(
     records: list[Any] = [*_edit_review(state, act, rows, bool(stages)), entry]
     update: dict[str, Any] = {}
     if obs.messages:
+        _keep_artifacts(obs.messages, calls, rows)
         ai = next((m for m in reversed(state.get("messages") or []) if isinstance(m, AIMessage)), None)
         name_tool_messages(obs.messages, ai.tool_calls if ai is not None else ())
         update["messages"] = list(obs.messages)
