@@ -547,3 +547,31 @@ def test_a_searcher_the_graph_cannot_take_is_refused_at_build_naming_it():
 
     with pytest.raises(TypeError, match="searcher function 'count' returns int"):
         create_parallel_search_agent(ScriptModel(replies=["y"]), [count])
+
+
+@needs_data
+def test_sync_named_searchers_over_one_store_share_its_encoder_call(hotpot_store, monkeypatch):
+    import asyncio
+
+    from store_probes import counting_batches
+
+    def people(query: str, k: int) -> list:
+        """People of the HotpotQA sample."""
+        return hotpot_store.search(query, k)
+
+    def films(query: str, k: int) -> list:
+        """Films of the HotpotQA sample."""
+        return hotpot_store.search(query, k)
+
+    batches = counting_batches(hotpot_store, monkeypatch)
+    two = AIMessage("", tool_calls=[
+        {"name": "people", "args": {"query": "Scott Derrickson"}, "id": "c1", "type": "tool_call"},
+        {"name": "films", "args": {"query": "Ed Wood"}, "id": "c2", "type": "tool_call"},
+    ])  # fmt: skip
+    for run in ("invoke", "ainvoke"):
+        batches.clear()
+        agent = create_parallel_search_agent(ScriptModel(replies=[two, "yes"]), [people, films], top_k=1)
+        asked = {"messages": [("user", "Same nationality?")]}
+        out = agent.invoke(asked) if run == "invoke" else asyncio.run(agent.ainvoke(asked))
+        assert out["subqueries"] == 2 and out["errors"] == 0
+        assert [sorted(b) for b in batches] == [["Ed Wood", "Scott Derrickson"]], run  # one encoder call
