@@ -23,15 +23,17 @@ def system_text(messages: Sequence[AnyMessage], cfg: GraphConfig, protocol: Sear
 
 
 def orphan_tool_messages(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
-    """The tool messages no earlier AI message called (a caller's window cut from the front):
-    a chat API refuses an answer without its call."""
+    """The tool messages no earlier AI message called (a caller's window cut from the front), and
+    a second answer to a call already answered: a chat API refuses an answer without its call."""
     called: set[str | None] = set()
     orphans = []
     for m in messages:
         if isinstance(m, AIMessage):
             called.update(c.get("id") for c in m.tool_calls)
-        elif isinstance(m, ToolMessage) and m.tool_call_id not in called:
-            orphans.append(m)
+        elif isinstance(m, ToolMessage):
+            if m.tool_call_id not in called:
+                orphans.append(m)
+            called.discard(m.tool_call_id)
     return orphans
 
 

@@ -19,6 +19,7 @@ from parallelsearch.agents.protocol import Limits, content_text
 from parallelsearch.graphs.conversation import orphan_tool_messages, spoken_history, system_text
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.common import ms_since, usage_update
+from parallelsearch.graphs.nodes.planner import not_searched
 from parallelsearch.graphs.record import turn_record
 from parallelsearch.graphs.state import SearchState
 from parallelsearch.graphs.turns import turn_request
@@ -235,6 +236,9 @@ async def answer(
     structured_end = state.get("structured_response") is not None and getattr(last, "type", None) == "tool"
     if not structured_end and (reply is not last or (last.response_metadata or {}).get("status") != status):
         update["messages"] = [reply]
+    closed = not_searched(state.get("messages") or []) if engine.protocol.chat else []
+    if closed:  # calls the episode ends without searching (the final turn's), answered before the reply
+        update["messages"] = [*closed, *update.get("messages", [])]
     update.update(
         answer=given,
         status=status,
