@@ -155,6 +155,22 @@ def test_a_turn_cut_with_calls_pending():
     assert first["messages"][-1].response_metadata["status"] == "unanswered" and problems(model.seen) == []
 
 
+def test_a_turn_cut_with_calls_pending_that_a_reviewer_rejects():
+    model = ScriptModel(replies=[calls("a", turn=0), calls("b", "c", turn=1), "done"])
+    review = HumanInTheLoopMiddleware(interrupt_on={"search": True})
+    agent = create_parallel_search_agent(
+        model, Films(), max_turns=1, middleware=[review], checkpointer=InMemorySaver()
+    )
+    config = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"messages": [("user", "one?")]}, config)
+    agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+    out = agent.invoke(Command(resume={"decisions": [{"type": "reject"}, {"type": "approve"}]}), config)
+    answers = [m.tool_call_id for m in out["messages"] if m.type == "tool"]
+    assert answers == ["call_0_0", "call_1_0", "call_1_1"]  # one answer per call, the cut turn's included
+    agent.invoke({"messages": [("user", "two?")]}, config)
+    assert problems(model.seen) == []
+
+
 # -- random threads -------------------------------------------------------------------------------
 
 
