@@ -233,8 +233,7 @@ def create_parallel_search_agent(
     """
     check_graph_kind(graph, get_args(AgentGraph))  # the protocol name is GraphConfig's to check
     check_options(options)
-    searcher, named = _searchers_of(_given_searchers(tools, searchers), retrieval)
-    warn_unreviewed(middleware, [n for n, _, _ in named] if named else [SEARCH_TOOL_NAME])
+    searcher, named = _searchers_of(_given_searchers(tools, searchers), retrieval, middleware)
     if system_prompt is not None:
         options = {**options, "system_prompt": content_text(getattr(system_prompt, "content", system_prompt))}
     build = GraphBuild(
@@ -266,10 +265,12 @@ def warn_unreviewed(middleware: Sequence[Any], tool_names: Sequence[str]) -> Non
 
 
 def _searchers_of(
-    given: Searchers, retrieval: RetrievalConfig | None
+    given: Searchers, retrieval: RetrievalConfig | None, middleware: Sequence[Any] = ()
 ) -> tuple[Searchers, list[tuple[str, str, Any]] | None]:
-    """The searchers the graph gets (named tools as a name -> searcher mapping) and the named tools."""
+    """The searchers the graph gets (named tools as a name -> searcher mapping) and the named tools
+    (a reviewer's ``interrupt_on`` naming none of the tools is said once)."""
     named = named_searchers(given)
+    warn_unreviewed(middleware, [n for n, _, _ in named] if named else [SEARCH_TOOL_NAME])
     return ({n: s for n, _, s in named} if named else _searcher(given, retrieval)), named
 
 
