@@ -18,7 +18,7 @@ from langgraph.types import Overwrite
 from parallelsearch.agents.protocol import Limits, content_text
 from parallelsearch.graphs.conversation import orphan_tool_messages, spoken_history, system_text
 from parallelsearch.graphs.engine import EpisodeEngine
-from parallelsearch.graphs.nodes.common import ms_since, usage_update
+from parallelsearch.graphs.nodes.common import ms_since, only_changed, usage_update
 from parallelsearch.graphs.nodes.planner import not_searched
 from parallelsearch.graphs.record import turn_record
 from parallelsearch.graphs.state import SearchState
@@ -155,7 +155,7 @@ async def begin(
             results=Overwrite([]),
             node_ms=Overwrite({}),
         )
-    return update
+    return only_changed(state, update)
 
 
 async def _answer_turn(
@@ -246,4 +246,4 @@ async def answer(
         node_ms={"answer": ms_since(t0)},
         history=[record],
     )
-    return update
+    return only_changed(state, update)

@@ -16,7 +16,7 @@ from parallelsearch.agents.protocol import Action, Limits, Observation, TurnResu
 from parallelsearch.agents.subquery_plan import Plan, plan_turn
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.engine import EpisodeEngine
-from parallelsearch.graphs.nodes.common import ms_since, name_tool_messages, usage_update
+from parallelsearch.graphs.nodes.common import ms_since, name_tool_messages, only_changed, usage_update
 from parallelsearch.graphs.nodes.wrapped import model_turn
 from parallelsearch.graphs.record import TurnRecord, review_record, turn_record
 from parallelsearch.graphs.state import SearchState
@@ -150,7 +150,7 @@ async def planner(
             update["notes"] = [*(st.get("notes") or []), *notes]
     if action.kind == "answer":
         update["answer"] = action.answer
-    return update
+    return only_changed(st, update)
 
 
 def _second_answers(replies: Sequence[Any]) -> list[Any]:

@@ -6,6 +6,7 @@ baseline's entry: one search of the question itself."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -21,11 +22,11 @@ from parallelsearch.agents.searchers.base import guarded_search
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.begin_answer import begin
-from parallelsearch.graphs.nodes.common import ms_since, name_tool_messages, passages_of
+from parallelsearch.graphs.nodes.common import ms_since, name_tool_messages, only_changed, passages_of
 from parallelsearch.graphs.nodes.stages import next_stage
 from parallelsearch.graphs.nodes.wrapped import listening, tool_call
 from parallelsearch.graphs.record import ObservationRecord, ReviewRecord, SearchRecord, review_record
-from parallelsearch.graphs.state import SearchState, SearchTask
+from parallelsearch.graphs.state import JoinView, RouteView, SearchState, SearchTask
 from parallelsearch.graphs.turns import after_turn
 
 #: a search task's keys that are not the result row's
@@ -49,7 +50,19 @@ def route(engine: EpisodeEngine, state: SearchState) -> Any:
     ]
 
 
-def after_join(state: SearchState) -> Any:
+def router(engine: EpisodeEngine) -> Any:
+    """``route`` for ``engine``'s graph, reading only :class:`RouteView`'s channels, unless
+    ``wrap_tool_call`` middleware read their own state fields with each call."""
+    if engine.wraps_tools():
+        return functools.partial(route, engine)
+
+    def route_turn(state: RouteView) -> Any:
+        return route(engine, state)  # type: ignore[arg-type]  # the channels route reads
+
+    return route_turn
+
+
+def after_join(state: JoinView) -> Any:
     """The next stage of a search with ``#k`` (its resolved sub-queries, fanned out like the
     first), or the planner once the search is complete."""
     tasks = state.get("next_stage")
@@ -280,18 +293,21 @@ async def join(
     if stages:  # the round of a search with #k: how many stages it took, and no stage pending
         entry["stages"] = len(stages)
         update.update(stage=0, next_stage=None)
-    return {
-        **update,
-        "transcript": state["transcript"] + obs.text,
-        "segments": list(state.get("segments") or []) + [("observation", obs.text)],
-        "round": r + 1,
-        "search_rounds": state.get("search_rounds", 0) + max(len(stages), 1),
-        "subqueries": state.get("subqueries", 0) + len(rows),
-        "passages": state.get("passages", 0) + sum(len(row["passages"]) for row in rows),
-        "errors": state.get("errors", 0) + sum(1 for row in rows if row.get("error")),
-        "trajectory": records,
-        "node_ms": {"search": sum(row.get("ms") or 0.0 for row in rows), "join": ms_since(t0)},
-    }
+    return only_changed(
+        state,
+        {
+            **update,
+            "transcript": state["transcript"] + obs.text,
+            "segments": list(state.get("segments") or []) + [("observation", obs.text)],
+            "round": r + 1,
+            "search_rounds": state.get("search_rounds", 0) + max(len(stages), 1),
+            "subqueries": state.get("subqueries", 0) + len(rows),
+            "passages": state.get("passages", 0) + sum(len(row["passages"]) for row in rows),
+            "errors": state.get("errors", 0) + sum(1 for row in rows if row.get("error")),
+            "trajectory": records,
+            "node_ms": {"search": sum(row.get("ms") or 0.0 for row in rows), "join": ms_since(t0)},
+        },
+    )
 
 
 async def retrieve_once(
