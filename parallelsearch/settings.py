@@ -27,7 +27,6 @@ from parallelsearch.graphs.config import (
     OPERATOR_CAPS,
     GraphConfig,
 )
-from parallelsearch.serving.checkpointers import CheckpointerKind
 from parallelsearch.stores.config import RetrievalConfig
 
 if TYPE_CHECKING:
@@ -35,6 +34,8 @@ if TYPE_CHECKING:
     from parallelsearch.stores.http.read_limits import ReadLimits
 
 MultitaskStrategy = Literal["enqueue", "reject"]
+#: where a server keeps its threads (``serving/checkpointers.py`` opens each kind)
+CheckpointerKind = Literal["none", "memory", "sqlite", "postgres"]
 _HostList = Annotated[list[str], NoDecode]
 
 
