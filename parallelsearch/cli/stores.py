@@ -30,7 +30,7 @@ from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, check_st
 from parallelsearch.stores.store_files import read_only_message
 
 if TYPE_CHECKING:
-    from parallelsearch.stores.chroma_store import StoreCheck
+    from parallelsearch.stores.store_check import StoreCheck
 
 RETRIEVER_KEY_SETTING = "PARALLELSEARCH_RETRIEVER_API_KEY"
 
@@ -248,7 +248,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def cmd_stores(args: argparse.Namespace) -> int:
     from parallelsearch.graphs.factory import describe_stores, store_location
-    from parallelsearch.stores.chroma_store import StoreCheck
+    from parallelsearch.stores.store_check import StoreCheck
 
     cfg = settings_from_args(args).retrieval()
     if args.check:

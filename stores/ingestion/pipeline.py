@@ -24,7 +24,7 @@ from parallelsearch.stores.ingestion.readers import read_passages
 from parallelsearch.stores.passages import Passage
 
 if TYPE_CHECKING:
-    from parallelsearch.stores.chroma_store import ChromaStore
+    from parallelsearch.stores.passage_store import PassageStore
 
 
 @dataclass
@@ -82,7 +82,7 @@ def _rows(source: Iterable[Passage], start: int, stop: int | None) -> Iterable[P
 
 
 def ingest(
-    store: ChromaStore,
+    store: PassageStore,
     paths: Iterable[str | Path] | None = None,
     *,
     passages: Iterable[Passage] | None = None,
