@@ -29,6 +29,8 @@ class StoreCheck:
     checksummed: int = 0
     #: the damage is in chroma.sqlite3, shared by every store of the folder: repair in a new folder
     new_folder: bool = False
+    #: the kind records a checksum per vector (Chroma does; a FAISS flat index has nowhere to keep one)
+    checksums_apply: bool = True
 
     @property
     def bad(self) -> list[str]:
@@ -58,6 +60,8 @@ class StoreCheck:
         return line + (f"; first error: {self.first_error}" if self.first_error else "") + self._twice()
 
     def _sums(self) -> str:
+        if not self.checksums_apply:
+            return ""
         if self.checksummed:
             return f", all {self.checksummed} match their checksums"
         return f"; vector checksums are absent ({CHECKSUMS_ABSENT})" if self.checked else ""

@@ -26,7 +26,7 @@ from parallelsearch.cli.common import (
 )
 from parallelsearch.cli.index import add_index_scale_args, cmd_index_vectors, index_embedder_for, index_pool
 from parallelsearch.stores.errors import StoreNotFoundError
-from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, check_store
+from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S
 from parallelsearch.stores.store_files import read_only_message
 
 if TYPE_CHECKING:
@@ -187,7 +187,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def cmd_index(args: argparse.Namespace) -> int:
     from parallelsearch.cli.index import limit_kwargs, row_range
-    from parallelsearch.graphs.factory import store_location, writing_store
+    from parallelsearch.graphs.factory import check_named_store, writing_store
     from parallelsearch.stores.ingestion.jsonfiles import expand_paths
     from parallelsearch.stores.ingestion.passage_budget import budget_line, check_budget
     from parallelsearch.stores.ingestion.passage_limit import DEFAULT_MAX_TOKENS
@@ -216,8 +216,8 @@ def cmd_index(args: argparse.Namespace) -> int:
             budget = limit_kwargs(args).get("max_passage_tokens", DEFAULT_MAX_TOKENS)
             print(check_budget(store, budget) if files else budget_line(store))
             # read in a child while this process holds the writer lock and has not loaded the index
-            check = check_store(
-                store_location(cfg), store.name, timeout_s=args.read_timeout, progress=not args.no_progress
+            check = check_named_store(
+                cfg, store.name, timeout_s=args.read_timeout, progress=not args.no_progress
             )
             if report_check(check, note="nothing was added. "):
                 return 1
@@ -247,12 +247,12 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def cmd_stores(args: argparse.Namespace) -> int:
-    from parallelsearch.graphs.factory import describe_stores, store_location
+    from parallelsearch.graphs.factory import check_named_store, describe_stores
     from parallelsearch.stores.store_check import StoreCheck
 
     cfg = settings_from_args(args).retrieval()
     if args.check:
-        check = check_store(store_location(cfg), args.check, timeout_s=args.read_timeout, progress=False)
+        check = check_named_store(cfg, args.check, timeout_s=args.read_timeout, progress=False)
         return report_check(check, as_json=args.json)
     if args.set_ef_search is not None:
         from parallelsearch.graphs.factory import make_chroma_client
