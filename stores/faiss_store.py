@@ -147,6 +147,7 @@ class FaissStore(VectorSearch):
         self.embedder = embedder
         self.location = location
         self.created = not files.index.exists()
+        self.writable = writable
         self.index = self._load(writable, gpu)
         cache = files.folder / "corpus.offsets.npy" if os.access(files.folder, os.W_OK) else None
         self.corpus = CorpusLines(files.corpus, cache)
@@ -238,6 +239,10 @@ class FaissStore(VectorSearch):
         stored is refused, naming it)."""
         if not passages:
             return
+        if not self.writable:  # FAISS aborts the process when a memory-mapped index is added to
+            raise ValueError(
+                f"store {self.name} was opened for reading (memory-mapped); add passages with index"
+            )
         twice = self.existing_ids([p.id for p in passages])
         if twice:
             raise ValueError(
