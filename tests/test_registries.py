@@ -93,3 +93,49 @@ def test_estimator_aliases_and_typos():
         assert _config(alias, 4).algorithm == name and estimator(alias) is ESTIMATORS[name]
     with pytest.raises(ValueError, match="unknown algorithm 'grop'.*group_norm"):
         _config("grop", 4)
+
+
+def _rows() -> list[dict]:
+    base = {"em": 1.0, "f1": 1.0, "acc": 1.0, "policy_calls": 2, "search_rounds": 1, "subqueries": 2}
+    base.update(resolver_calls=0, latency_ms=10.0, gold_recall=0.5, hop_recall=0.5, answer_coverage=1.0)
+    return [
+        {
+            **base,
+            "variant": v,
+            "id": str(i),
+            "split": "parallel",
+            "decomposed": i % 2,
+            "dataset": "d",
+            "type": "t",
+        }
+        for v in ("parallel", "sequential")
+        for i in range(4)
+    ]
+
+
+def test_every_metric_is_in_the_summary_and_its_tables(tmp_path):
+    """The summary's keys, the report's columns and the notes under its tables all come from METRICS."""
+    from parallelsearch.eval.report import comparison_lines, notes_line, table_metrics, type_lines
+    from parallelsearch.eval.summary import METRICS, by_type, summarize
+
+    summary = summarize(_rows())
+    assert list(summary["parallel"]["all"]) == [m.name for m in METRICS]
+    assert summary["parallel"]["parallel"]["decomposition_ratio"] == 0.5
+    for table, lines in (
+        ("comparison", comparison_lines(summary, False)),
+        ("types", type_lines(by_type(_rows()), False)),
+    ):
+        header = [c.strip() for c in lines[0].strip("|").split("|")][2:]
+        assert header == [m.column for m in table_metrics(table)] and len(header) > 5
+        assert all(f"{m.column} = {m.note}" in notes_line(table) for m in table_metrics(table) if m.note)
+    assert all(m.column for m in METRICS if m.tables)
+
+
+def test_every_figure_is_drawn(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plots extra draws the figures")
+    from parallelsearch.eval.report import FIGURES, plots
+    from parallelsearch.eval.summary import summarize
+
+    files = plots(_rows(), summarize(_rows()), tmp_path, False)
+    assert len(files) == len(FIGURES) == len(set(files))
+    assert all((tmp_path / f).stat().st_size > 1000 for f in files)
