@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,9 @@ class Metric:
     ``source`` field, a ``p50``/``p95`` of it, ``count`` of the rows, or ``parallel`` for the mean over
     the group's parallelizable questions), and how the report shows it: its column header, the tables
     it is a column of (``comparison``: per graph and split; ``types``: per question type) and the
-    note under them. ``accuracy``: shown as ``oracle`` in an oracle run, absent without scoring."""
+    note under them. ``accuracy``: shown as ``oracle`` in an oracle run, absent without scoring.
+    ``per_row``: the metric's value of one result row, when it is computed from the row's fields
+    rather than read from ``source`` (None: the row does not count)."""
 
     name: str
     how: str = "mean"
@@ -25,6 +27,10 @@ class Metric:
     tables: tuple[str, ...] = ()
     note: str = ""
     accuracy: bool = False
+    per_row: Callable[[dict[str, Any]], float | None] | None = None
+
+    def of(self, row: dict[str, Any]) -> Any:
+        return self.per_row(row) if self.per_row is not None else row.get(self.field)
 
     @property
     def field(self) -> str:
@@ -90,12 +96,12 @@ def _value(metric: Metric, ok: list[dict[str, Any]], split: str) -> Any:
     if metric.how == "count":
         return len(ok)
     if metric.how in _PERCENTILES:
-        values = [r[metric.field] for r in ok if r.get(metric.field) is not None]
+        values = [v for r in ok if (v := metric.of(r)) is not None]
         return percentile(values, _PERCENTILES[metric.how], 3)
     if metric.how == "parallel":
         par = [r for r in ok if r.get("split") == "parallel"]
         return _mean(float(r[metric.field]) for r in par) if split in ("all", "parallel") and par else None
-    return _mean(r.get(metric.field) for r in ok)
+    return _mean(metric.of(r) for r in ok)
 
 
 def metrics(rows: list[dict[str, Any]], *, split: str, accuracy: bool = True) -> dict[str, Any]:
