@@ -28,6 +28,7 @@ from parallelsearch.graphs.config import (
     GraphConfig,
 )
 from parallelsearch.stores.config import RetrievalConfig
+from parallelsearch.stores.home import default_home
 
 if TYPE_CHECKING:
     from parallelsearch.graphs.factory import GraphParts
@@ -37,14 +38,6 @@ MultitaskStrategy = Literal["enqueue", "reject"]
 #: where a server keeps its threads (``serving/checkpointers.py`` opens each kind)
 CheckpointerKind = Literal["none", "memory", "sqlite", "postgres"]
 _HostList = Annotated[list[str], NoDecode]
-
-
-def default_home() -> Path:
-    local = Path.cwd() / ".parallelsearch"
-    if local.is_dir():
-        return local
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "parallelsearch"
 
 
 def _config_file() -> Path | None:
