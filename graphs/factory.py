@@ -46,7 +46,7 @@ from parallelsearch.stores.isolated_read import (
     check_store,
     list_stores,
 )
-from parallelsearch.stores.passage_store import PassageStore
+from parallelsearch.stores.passage_store import PassageStore, dropped_unless_written
 from parallelsearch.stores.redact import redact_url
 from parallelsearch.stores.shard_spec import StoreSpec
 from parallelsearch.stores.store_check import StoreCheck
@@ -234,12 +234,8 @@ def _writing_chroma_store(
             embedder = embedder_for(recorded)
         with _named_damage(cfg, name):
             store = make_store(cfg, name, create=True, embedder=embedder, hnsw=hnsw, client=client)
-        try:
+        with dropped_unless_written(store):
             yield store
-        except BaseException:
-            if store.created and store.count() == 0:
-                store.drop()
-            raise
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.encoding.embedder import Embedder, make_embedder
 from parallelsearch.stores.errors import ParallelSearchError
 from parallelsearch.stores.faiss_store import FaissStore, find_files, store_names
+from parallelsearch.stores.passage_store import dropped_unless_written
 from parallelsearch.stores.store_check import StoreCheck
 from parallelsearch.stores.store_lock import StoreWriteLock
 
@@ -42,34 +43,27 @@ def open_faiss_store(cfg: RetrievalConfig, name: str, *, embedder: Embedder | No
 
 
 @contextlib.contextmanager
-def writing_faiss_store(
-    cfg: RetrievalConfig,
-    name: str,
-    *,
-    lock_timeout_s: float | None = None,
-    on_wait: Callable[[str], None] | None = None,
-    embedder: Embedder | None = None,
-    embedder_for: Callable[[str | None], Embedder] | None = None,
-    hnsw: dict[str, Any] | None = None,
-) -> Iterator[FaissStore]:
+def writing_faiss_store(cfg: RetrievalConfig, name: str, **options: Any) -> Iterator[FaissStore]:
     """Store ``name`` opened (created when missing) for writing under the store's writer lock; a
-    store this call created is removed again when the block fails before adding anything."""
-    if hnsw:
+    store this call created is removed again when the block fails before adding anything.
+    ``options``: ``graphs.factory.writing_store``'s keywords (``lock_timeout_s``, ``on_wait``,
+    ``embedder``, ``embedder_for``; ``hnsw`` is Chroma's and refused)."""
+    if options.get("hnsw"):
         raise ValueError("HNSW parameters (--hnsw-*, --space) are Chroma's; a FAISS flat store has none")
     root = faiss_root(cfg)
+    lock_timeout_s = options.get("lock_timeout_s")
     timeout = cfg.store_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
-    with StoreWriteLock(root, name, timeout_s=timeout, on_wait=on_wait):
+    embedder: Embedder | None = options.get("embedder")
+    embedder_for: Callable[[str | None], Embedder] | None = options.get("embedder_for")
+    with StoreWriteLock(root, name, timeout_s=timeout, on_wait=options.get("on_wait")):
         files = find_files(root, name, create=True)
         if embedder is None:
             recorded = files.manifest.get("encoder_backend") if cfg.encoder_backend == "auto" else None
             embedder = embedder_for(recorded) if embedder_for else _embedder(cfg, files.manifest, name)
         store = FaissStore(files, embedder, location=faiss_location(cfg), writable=True)
         try:
-            yield store
-        except BaseException:
-            if store.created and store.count() == 0:
-                store.drop()
-            raise
+            with dropped_unless_written(store):
+                yield store
         finally:
             store.close()
 

@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -70,3 +71,15 @@ class PassageStore(Protocol):
     def verify(self, batch_size: int = 512, progress: bool = False) -> StoreCheck:
         """Read every vector back; what is missing, unreadable or overwritten."""
         ...
+
+
+@contextlib.contextmanager
+def dropped_unless_written(store: Any) -> Iterator[Any]:
+    """``store`` for a writer's block; a store the opening created (``store.created``) is dropped
+    again when the block fails before adding anything, so a failed first ``index`` leaves no store."""
+    try:
+        yield store
+    except BaseException:
+        if store.created and store.count() == 0:
+            store.drop()
+        raise
