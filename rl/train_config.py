@@ -53,6 +53,18 @@ class TrainConfig(BaseModel):
     use_kl_loss: bool = False
     kl_estimator: Literal["k1", "k2", "k3"] = "k1"
     eps_clip: float = 0.2
+    # the official run's verl defaults (ppo_trainer.yaml, fsdp_workers.py); OpenRLHF's own differ
+    entropy_coef: float | None = Field(
+        0.001,
+        description="entropy bonus of the actor's loss (verl's entropy_coeff 0.001; null: no entropy term, "
+        "OpenRLHF's default)",
+    )
+    adam_betas: tuple[float, float] = Field(
+        (0.9, 0.999), description="AdamW betas of actor and critic (verl's; OpenRLHF's default (0.9, 0.95))"
+    )
+    weight_decay: float = Field(
+        0.01, ge=0, description="AdamW weight decay of actor and critic (verl's; OpenRLHF's default 0)"
+    )
     # the engine's and the trainer's log-probs of a sampled token differ (kernels, precision, the
     # weight sync): a ratio pi_train / pi_engine corrects the off-policy gradient (docs/training.md)
     is_correction: Literal["tis", "icepop", "off"] = Field(
@@ -126,7 +138,7 @@ class TrainConfig(BaseModel):
     openrlhf_flags: dict[str, Any] = Field(
         default_factory=dict,
         description="any other OpenRLHF 0.11.2 train_ppo_ray flag by its dotted name (--set "
-        "actor.entropy_coef=0.001), checked by OpenRLHF's own parser",
+        "actor.max_norm=0.5), checked by OpenRLHF's own parser",
     )
     # the agent (written to the file named by PARALLELSEARCH_AGENT_CONFIG)
     agent: AgentConfig = Field(
@@ -313,6 +325,11 @@ OPENRLHF_NAMES: dict[str, str] = {
     "actor.lr_scheduler": "lr_scheduler",
     "critic.lr_scheduler": "lr_scheduler",
     "actor.eps_clip": "eps_clip",
+    "actor.entropy_coef": "entropy_coef",
+    "actor.adam.betas": "adam_betas",
+    "critic.adam.betas": "adam_betas",
+    "actor.adam.weight_decay": "weight_decay",
+    "critic.adam.weight_decay": "weight_decay",
     "algo.advantage.is_correction_threshold": "is_clip",
     "actor.gradient_checkpointing_enable": "gradient_checkpointing",
     "critic.adam.lr": "critic_lr",

@@ -64,11 +64,33 @@ def default_agent(graph: str, config: GraphConfig) -> AgentFactory:
     return build
 
 
+def not_an_agent(agent: Any) -> str | None:
+    """What ``agent`` is when it is not a runnable agent (None: it is one): nothing, a chat model
+    (bound to tools or not), or an object without ``ainvoke``."""
+    from langchain_core.language_models import BaseLanguageModel
+    from langchain_core.runnables import RunnableBinding
+
+    if agent is None:
+        return "None (does the function end without `return`?)"
+    bound = agent.bound if isinstance(agent, RunnableBinding) else agent
+    if isinstance(bound, BaseLanguageModel):
+        return f"a chat model ({type(bound).__name__}{', bound to tools' if bound is not agent else ''}), not an agent"
+    if not callable(getattr(agent, "ainvoke", None)):
+        return f"a {type(agent).__name__}, which has no ainvoke"
+    return None
+
+
 def gateway_agent(agent_cfg: Any, model: Any, searcher: Any) -> Any:
     """The compiled agent a gateway-mode run trains (``agent.factory``, else the README chat agent),
-    built with ``model`` and ``searcher``: what the executor and ``train --check`` both run."""
-    if agent_cfg.factory:
-        factory = load_factory(agent_cfg.factory)
-    else:
-        factory = default_agent(agent_cfg.graph, agent_cfg.graph_config)
-    return factory(model, searcher)
+    built with ``model`` and ``searcher``: what the executor and ``train --check`` both run. A
+    factory that returns no agent is a ValueError naming ``agent.factory``."""
+    if not agent_cfg.factory:
+        return default_agent(agent_cfg.graph, agent_cfg.graph_config)(model, searcher)
+    agent = load_factory(agent_cfg.factory)(model, searcher)
+    problem = not_an_agent(agent)
+    if problem:
+        raise ValueError(
+            f"agent.factory {agent_cfg.factory!r} returned {problem}: return the compiled agent built "
+            "with the model it is given (LangChain's create_agent(model, tools), or a compiled LangGraph graph)"
+        )
+    return agent
