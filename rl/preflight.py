@@ -190,7 +190,7 @@ def gpu_demand(cfg: TrainConfig) -> tuple[int, str]:
             f"{cfg.vllm_num_engines} x {cfg.vllm_tensor_parallel_size} = {vllm} (async colocates only DeepSpeed)"
         )
     roles = (
-        ["actor"] + (["ref"] if cfg.init_kl_coef > 0 else []) + (["critic"] if cfg.algorithm == "gae" else [])
+        ["actor"] + (["ref"] if cfg.init_kl_coef > 0 else []) + (["critic"] if cfg.estimator.critic else [])
     )
     parts = " + ".join(f"{r} {group}" for r in roles)
     how = f"{parts} + vLLM {cfg.vllm_num_engines} x {cfg.vllm_tensor_parallel_size} = {vllm}"
