@@ -5,6 +5,8 @@ no OpenRLHF import here."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 from typing import Any
 
@@ -18,6 +20,7 @@ from parallelsearch.rl.executor import (
     logged_health,
     question_from,
 )
+from parallelsearch.rl.gateway.guard import EpisodeStuck, GatewayGuard, within_deadline
 from parallelsearch.rl.gateway.http import SessionRegistry
 from parallelsearch.rl.gateway.sampling import ClientSampling
 from parallelsearch.rl.gateway.session import GatewaySession, SessionLimits
@@ -26,6 +29,8 @@ from parallelsearch.rl.gateway.transport import current_session
 from parallelsearch.rl.rewards import check_reward_mode, parse_label, score_episode
 from parallelsearch.rl.search_failures import SearchFailureGuard
 from parallelsearch.stores.text import scrub_text
+
+log = logging.getLogger(__name__)
 
 
 def failed_closed_ranges(ranges: list[tuple[int, int]], length: int) -> list[tuple[int, int]]:
@@ -53,8 +58,12 @@ class GatewayExecutor(SampleExecutor):
         search_guard: SearchFailureGuard | None = None,
         registry: SessionRegistry | None = None,
         health_log: str | None = None,
+        timeout_s: float = 600.0,
+        guard: GatewayGuard | None = None,
     ) -> None:
         self.agent = agent
+        self.timeout_s = timeout_s  # each model call's deadline, and the longest an episode may idle
+        self.guard = guard
         self.health_log = health_log
         self.registry = registry  # the loopback server's sessions (None: in-process only)
         self.max_new_tokens_per_turn = max_new_tokens_per_turn
@@ -88,17 +97,21 @@ class GatewayExecutor(SampleExecutor):
             max_length=max_length,
             want_logprobs=getattr(sampling_params, "logprobs", None) is not None,
             client_sampling=self.client_sampling,
+            call_timeout_s=self.timeout_s,
         )
         return GatewaySession(self.template(tokenizer), engine, limits)
 
     async def run_agent(self, session: GatewaySession, question: str) -> dict[str, Any]:
-        """The agent's final state for one question, every model call answered by ``session``."""
+        """The agent's final state for one question, every model call answered by ``session``;
+        :class:`EpisodeStuck` when it idles past the deadline."""
         token = current_session.set(session)
+        session.loop = asyncio.get_running_loop()
         if self.registry is not None:
             self.registry.open(session)
         try:
             config = {"configurable": {"thread_id": f"gateway-{uuid.uuid4().hex}"}}
-            return dict(await self.agent.ainvoke({"messages": [("user", question)]}, config))
+            work = self.agent.ainvoke({"messages": [("user", question)]}, config)
+            return dict(await within_deadline(work, session, self.timeout_s))
         finally:
             current_session.reset(token)
             if self.registry is not None:
@@ -111,10 +124,23 @@ class GatewayExecutor(SampleExecutor):
         clean, replaced = scrub_text(r.prompt) if isinstance(r.prompt, str) else (r.prompt, 0)
         session = self.session(r.sampling_params, r.max_length, r.tokenizer, r.engine)
         self.last_session = session
-        state = await self.run_agent(session, question_from(clean, lab))
-        if self.search_guard is not None:
-            self.search_guard.record(state)
-        return self.sample(session, state, r.prompt, r.label, lab, replaced)
+        question = question_from(clean, lab)
+        try:
+            state = await self.run_agent(session, question)
+        except Exception as e:
+            if session.stuck_reason is None and not isinstance(e, EpisodeStuck):
+                raise
+            log.warning("gateway episode stuck: %s; its sample fails closed", session.stuck_reason)
+            state = {}
+            if session.ledger is None:  # stuck before its first model call: the question alone
+                session.start_from([{"role": "user", "content": question}])
+        else:
+            if self.search_guard is not None:
+                self.search_guard.record(state)
+        sample = self.sample(session, state, r.prompt, r.label, lab, replaced)
+        if self.guard is not None:
+            self.guard.record(session.counters)
+        return sample
 
     def sample(
         self,
