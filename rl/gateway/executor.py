@@ -10,6 +10,7 @@ import logging
 import uuid
 from typing import Any
 
+from parallelsearch.agents.protocol import Limits
 from parallelsearch.graphs.record import Episode
 from parallelsearch.rl.episode import EpisodeRun, decode_tokens
 from parallelsearch.rl.executor import (
@@ -20,6 +21,7 @@ from parallelsearch.rl.executor import (
     logged_health,
     question_from,
 )
+from parallelsearch.rl.gateway.conversation import conversation_episode
 from parallelsearch.rl.gateway.guard import EpisodeStuck, GatewayGuard, within_deadline
 from parallelsearch.rl.gateway.http import SessionRegistry
 from parallelsearch.rl.gateway.sampling import ClientSampling
@@ -60,8 +62,10 @@ class GatewayExecutor(SampleExecutor):
         health_log: str | None = None,
         timeout_s: float = 600.0,
         guard: GatewayGuard | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.agent = agent
+        self.limits = limits or Limits()  # what a turn may ask for, when the conversation is read
         self.timeout_s = timeout_s  # each model call's deadline, and the longest an episode may idle
         self.guard = guard
         self.health_log = health_log
@@ -142,6 +146,13 @@ class GatewayExecutor(SampleExecutor):
             self.guard.record(session.counters)
         return sample
 
+    def episode_of(self, session: GatewaySession, state: dict[str, Any]) -> Episode:
+        """What the agent did: the project graph's record when its state holds one, else the
+        conversation the agent held through the session (any LangChain/LangGraph agent)."""
+        if state.get("trajectory"):
+            return Episode.from_state(state)
+        return conversation_episode(session.held, session.answered, self.limits)
+
     def sample(
         self,
         session: GatewaySession,
@@ -156,7 +167,7 @@ class GatewayExecutor(SampleExecutor):
         ledger = session.ledger
         if ledger is None:
             raise RuntimeError("the agent finished without calling its model: there is nothing to train")
-        episode = Episode.from_state(state)
+        episode = self.episode_of(session, state)
         text = decode_tokens(ledger.tokenizer, ledger.ids)
         breakdown = score_episode(episode, lab, self.reward_mode, text=text, **self.reward_weights)
         run = EpisodeRun(episode, state, prompt, text, [], ledger, breakdown)

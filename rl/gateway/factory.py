@@ -64,11 +64,29 @@ def default_agent(graph: str, config: GraphConfig) -> AgentFactory:
     return build
 
 
+def check_agent(agent: Any, spec: str) -> Any:
+    """``agent`` when it is one the gateway can run (an object with ``ainvoke`` taking the
+    ``{"messages": [...]}`` input, as a compiled LangGraph graph or ``create_agent``'s), else a
+    one-line ValueError naming ``agent.factory`` and what it returned."""
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.runnables import RunnableBinding
+
+    model = agent.bound if isinstance(agent, RunnableBinding) else agent
+    if isinstance(model, BaseChatModel):
+        got = "a chat model" + (" bound to tools" if model is not agent else "")
+    elif agent is None or not callable(getattr(agent, "ainvoke", None)):
+        got = f"returned {type(agent).__name__}"
+    else:
+        return agent
+    raise ValueError(
+        f"agent.factory {spec!r} {got}, not an agent: FUNCTION(model, searcher) must return the compiled "
+        "agent (create_agent(model, tools=[...]), create_parallel_search_agent(model, searcher), a compiled graph)"
+    )
+
+
 def gateway_agent(agent_cfg: Any, model: Any, searcher: Any) -> Any:
     """The compiled agent a gateway-mode run trains (``agent.factory``, else the README chat agent),
     built with ``model`` and ``searcher``: what the executor and ``train --check`` both run."""
-    if agent_cfg.factory:
-        factory = load_factory(agent_cfg.factory)
-    else:
-        factory = default_agent(agent_cfg.graph, agent_cfg.graph_config)
-    return factory(model, searcher)
+    if not agent_cfg.factory:
+        return default_agent(agent_cfg.graph, agent_cfg.graph_config)(model, searcher)
+    return check_agent(load_factory(agent_cfg.factory)(model, searcher), agent_cfg.factory)

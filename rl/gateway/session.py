@@ -24,6 +24,7 @@ from typing import Any
 
 from parallelsearch.rl.episode import Generated, TokenLedger
 from parallelsearch.rl.executor import sampled_logprobs, turn_params
+from parallelsearch.rl.gateway.conversation import HeldTurn
 from parallelsearch.rl.gateway.errors import GatewayError
 from parallelsearch.rl.gateway.messages import NEW_ROLES, canonical_all, read_reply, template_message
 from parallelsearch.rl.gateway.sampling import ClientSampling, trainer_owned
@@ -88,12 +89,23 @@ class GatewaySession:
         self.failed = False  # the episode got stuck: the sample carries no loss
         self.stuck_reason: str | None = None
         self.calls: list[tuple[list[int], list[int]]] = []  # (ids sent, ids generated) per engine call
+        self.held: list[HeldTurn] = []  # every reply, in order: the conversation the reward reads
+        self.answered: dict[str, Any] = {}  # tool_call_id -> the tool message the agent sent back
+        self.first_tools: Any = None  # the tools of the first request (what the agent offers its model)
         self.loop: asyncio.AbstractEventLoop | None = (
             None  # the episode's loop (a sync client hands over to it)
         )
         self.last_activity = time.monotonic()
         self.in_call = False
         self._lock = asyncio.Lock()
+
+    def _note_request(self, norm: list[dict[str, Any]], tools: Any) -> None:
+        """What the agent did since the last reply: the tool messages answering its calls."""
+        if self.counters.requests == 1:
+            self.first_tools = tools
+        for m in norm:
+            if m["role"] == "tool" and m.get("tool_call_id") is not None:
+                self.answered[m["tool_call_id"]] = m["content"]
 
     def where(self) -> str:
         """The episode's step as the session sees it: which model call, and what was awaited."""
@@ -130,10 +142,12 @@ class GatewaySession:
                 self.counters.retries += 1
                 return self.last_reply
             self.in_call, self.last_activity = True, time.monotonic()
+            self._note_request(norm, tools)
             try:
                 message, finish, usage = await self._turn(messages, norm, tools)
             finally:
                 self.in_call, self.last_activity = False, time.monotonic()
+            self.held.append(HeldTurn(message, finish))
             reply = _completion(self.id, self.counters.requests, body.get("model"), message, finish, usage)
             self.last_request, self.last_reply = norm, reply
             self.history = [*norm, *canonical_all([message])]
