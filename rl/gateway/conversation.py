@@ -71,6 +71,11 @@ def conversation_episode(
     return Episode(tuple(records), tuple(observations), answer=answer, question=question, protocol="tools")
 
 
+def reader_limits(agent_cfg: Any) -> Limits:
+    """What a turn may ask for in this run's graph (the conversation reader's limits)."""
+    return Limits(max_subqueries=agent_cfg.graph_config.max_subqueries, split=agent_cfg.graph != "sequential")
+
+
 def unreadable_tools(tools: Any) -> str | None:
     """Why the conversation's searches cannot be read from an agent offering ``tools`` (OpenAI's
     function list of its first model call), or None: the reader needs one ``search`` tool taking a
