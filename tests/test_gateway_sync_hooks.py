@@ -170,3 +170,18 @@ def test_the_run_stops_with_the_reason_once_stuck_episodes_pass_the_limit(tok):
         GatewayRunError, match=r"2 gateway episodes got stuck \(> agent.gateway_max_stuck=1\)"
     ):
         run(gateway.execute("", labels[1], params, 4096, tok, eng))
+
+
+def test_the_run_stops_once_forks_pass_their_share_but_not_for_a_dynamic_prompt():
+    from parallelsearch.rl.gateway import GatewayCounters
+
+    drifting = GatewayGuard(max_fork_share=0.2, min_episodes=20)
+    for _ in range(40):  # every episode's system prompt changes between calls: trained, not stopped
+        drifting.record(GatewayCounters(forks=2, drifts=2))
+    rewriting = GatewayGuard(max_fork_share=0.2, min_episodes=20)
+    for i in range(19):
+        rewriting.record(GatewayCounters(forks=int(i % 2 == 0)))  # 10 of 19: too few episodes to judge
+    with pytest.raises(
+        GatewayRunError, match=r"11 of 20 gateway episodes forked \(55% > agent.gateway_max_fork_share=0.2\)"
+    ):
+        rewriting.record(GatewayCounters(forks=1))
