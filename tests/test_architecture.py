@@ -82,7 +82,7 @@ def test_the_check_catches_upward_imports(tmp_path):
 
 
 def test_the_aliases_deprecated_in_0_2_are_gone():
-    """The names that moved in 0.2 resolve only in their new homes (README, "Removed")."""
+    """The names that moved in 0.2 resolve only in their new homes (CHANGELOG.md, "0.3")."""
     import importlib
 
     import parallelsearch.rl.launch as launch

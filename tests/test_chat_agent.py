@@ -283,16 +283,20 @@ def test_front_door_mistakes_get_did_you_mean_and_reasons():
     assert agent.get_state(thread).next == ("search", "search")  # paused before the searches
 
 
-def test_the_readme_chat_script_runs_verbatim(monkeypatch, capsys):
-    """README's chat example (memory, a system prompt, human review, streaming; at most 20
+def test_the_chat_page_script_runs_verbatim(monkeypatch, capsys):
+    """docs/chat-agent.md's chat example (memory, a system prompt, human review, streaming; at most 20
     lines), unchanged: ChatOpenAI finds the local test server through OPENAI_BASE_URL."""
     import re
 
     from conftest import ROOT
     from servers import make_openai_chat_test_server
 
-    section = (ROOT / "README.md").read_text().split("## A chat agent (LangGraph users start here)", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    section = (
+        (ROOT / "docs" / "chat-agent.md")
+        .read_text()
+        .split("## A chat agent (LangGraph users start here)", 1)[1]
+    )
+    code = re.search(r"```python[^\n]*\n(.*?)```", section, re.S).group(1)
     assert len([line for line in code.splitlines() if line.strip()]) <= 20, code
     app = make_openai_chat_test_server(
         [["Inception director", "Inception release"], "Christopher Nolan, in 2010."]
@@ -300,7 +304,7 @@ def test_the_readme_chat_script_runs_verbatim(monkeypatch, capsys):
     with UvicornThread(app) as srv:
         monkeypatch.setenv("OPENAI_BASE_URL", srv.url + "/v1")
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+        exec(compile(code, "docs/chat-agent.md", "exec"), {"__name__": "docs"})
     printed = capsys.readouterr().out
     assert printed.count("searching: ['Inception director', 'Inception release']") == 2
     assert printed.count("Christopher Nolan, in 2010.") == 2  # streamed, token by token, twice

@@ -1,6 +1,6 @@
-"""``eval``, ``rollout`` and ``demo`` with an unreachable policy server :
-each prints the first error of every kind with its count, names the URL it used and says
-connection refused, and exits non-zero because no question succeeded.
+"""``rollout`` with an unreachable policy server prints the first error of every kind with its
+count, names the URL it used and says connection refused, and exits non-zero because no question
+succeeded. (``eval`` and ``demo`` refuse such a server before they start: tests/test_policy_check.py.)
 
 The policy server is a real closed port on 127.0.0.1 (bound, then released: nothing listens).
 """
@@ -26,20 +26,6 @@ def _check_errors(text: str, url: str, count: int, unit: str) -> None:
     assert url in text and "connection refused" in text, text
 
 
-def test_eval_exits_non_zero_and_names_the_refused_url(
-    hotpot_store, hotpot_comparison_file, tmp_path, capsys, monkeypatch, dead_policy
-):
-    monkeypatch.setenv("PARALLELSEARCH_CHROMA_PATH", hotpot_store.location)
-    spec, url = dead_policy
-    rc = main(["eval", "--dataset", str(hotpot_comparison_file), "--store", "hotpot", "--graphs", "parallel",
-               "--policy", spec, "--limit", "2", "--out", str(tmp_path / "run"), "--no-plots"])  # fmt: skip
-    captured = capsys.readouterr()
-    assert rc != 0
-    assert "ran 2 (graph, question) pairs, 2 failed" in captured.out
-    _check_errors(captured.err, url, 2, "x")
-    assert "no question succeeded" in captured.err
-
-
 def test_rollout_prints_error_kinds_and_exits_non_zero(
     hotpot_store, hotpot_comparison_file, tmp_path, capsys, monkeypatch, dead_policy
 ):
@@ -50,12 +36,3 @@ def test_rollout_prints_error_kinds_and_exits_non_zero(
     captured = capsys.readouterr()
     assert rc != 0
     _check_errors(captured.out, url, 2, "episode(s) failed with")
-
-
-def test_demo_exits_non_zero_when_every_question_failed(tmp_path, capsys, dead_policy):
-    spec, url = dead_policy
-    rc = main(["demo", "--limit", "2", "--policy", spec, "--out", str(tmp_path / "demo")])
-    captured = capsys.readouterr()
-    assert rc != 0
-    _check_errors(captured.err, url, 4, "x")
-    assert "no question succeeded" in captured.err

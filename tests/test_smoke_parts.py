@@ -130,7 +130,7 @@ def test_the_smoke_config_is_the_paper_preset_sized_for_a_cpu(tmp_path):
     )
     assert mine.agent.reward.mode == "paper" and mine.agent.constrained and not mine.apply_chat_template
     assert openrlhf_train_args(mine).actor.adam.lr == 1e-4
-    with pytest.raises(ValueError, match="--set model: the smoke trains the tiny model"):
+    with pytest.raises(ValueError, match="--set model: the smoke trains the model it builds"):
         smoke_config(tmp_path / "m", tmp_path / "p.jsonl", "http://x/retrieve", ["model=Qwen/Qwen2.5-7B"])
     with pytest.raises(ValueError, match="algorithm=gae: GAE needs a critic"):
         smoke_config(tmp_path / "m", tmp_path / "p.jsonl", "http://x/retrieve", ["algorithm=gae"])
@@ -423,6 +423,44 @@ def test_paid_decomposition_must_equal_the_measured_and_validity_must_hold():
     goals = learning_record(state, LearnSettings(control=False, sync_check=False), {})["goals"]
     assert goals["paid decomposition == measured decomposition (held-out, before and after)"]
     assert goals["format validity does not fall (by more than 1 s.e.)"]
+
+
+def test_a_real_models_run_is_judged_by_exact_match_not_the_shaped_reward():
+    """With ``--model`` the rise that counts is held-out exact match (the outcome term alone): a run whose
+    shaped reward rose by format and decomposition bonuses while no more answers were right fails."""
+    from parallelsearch.training.learning_loop import LearnSettings, LearnState
+    from parallelsearch.training.report import learning_record, summary_lines
+    from parallelsearch.training.rollouts import evaluation
+
+    def episodes(right: int, wrong: int) -> list[dict]:
+        out = []
+        for i in range(right + wrong):
+            ep = _eval_episode(1.0 if i < right else 0.45, paid=True, decomposed=True)
+            ep["extra_logs"]["reward_outcome"] = 1.0 if i < right else 0.0
+            out.append(ep)
+        return out
+
+    parallel = lambda rs: ["parallel"] * len(rs)  # noqa: E731
+    before, bonus_only = episodes(10, 30), episodes(10, 30)
+    for ep in bonus_only:
+        ep["reward"] += 0.3  # shaped reward up, answers unchanged
+    real, tiny = (
+        LearnSettings(model="smollm2-135m", control=False, sync_check=False),
+        LearnSettings(control=False),
+    )
+    state = LearnState(evaluations={"before": evaluation(before, parallel(before))})
+    state.evaluations["after"] = evaluation(bonus_only, parallel(bonus_only))
+    goals = learning_record(state, real, {})["goals"]
+    assert goals["held-out exact match rises >= 3 s.e."] is False
+    assert learning_record(state, tiny, {})["goals"]["heldout rises >= 3 s.e."] is True
+    better = episodes(30, 10)
+    state.evaluations["after"] = evaluation(better, parallel(better))
+    record = learning_record(state, real, {})
+    assert (
+        record["heldout_em_rise"] == pytest.approx(0.5)
+        and record["goals"]["held-out exact match rises >= 3 s.e."]
+    )
+    assert "held-out exact match: before 0.250 +- 0.069, after 0.750 +- 0.069" in summary_lines(record)
 
 
 @pytest.mark.vllm  # OpenRLHF's actor needs peft: the vLLM tier's environment has it

@@ -309,8 +309,8 @@ def test_chat_openai_arguments_that_are_not_an_object_cost_a_turn_not_the_episod
     assert "true is not an object" in notes[0]["content"] and '{"query": string}' in notes[2]["content"]
 
 
-def test_the_readme_newcomer_script_runs_verbatim_against_a_local_openai_server(monkeypatch, capsys):
-    """The README's front-door script (at most 10 lines), unchanged: ChatOpenAI finds the local
+def test_the_chat_page_newcomer_script_runs_verbatim_against_a_local_openai_server(monkeypatch, capsys):
+    """docs/chat-agent.md's front-door script (at most 10 lines), unchanged: ChatOpenAI finds the local
     test server through OPENAI_BASE_URL, as it would find api.openai.com."""
     pytest.importorskip("langchain_openai", reason="langchain-openai is in the dev extra")
     import re
@@ -318,16 +318,16 @@ def test_the_readme_newcomer_script_runs_verbatim_against_a_local_openai_server(
     from conftest import ROOT
     from servers import make_openai_chat_test_server
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## A chat model and your searcher", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    page = (ROOT / "docs" / "chat-agent.md").read_text()
+    section = page.split("## A chat model and your searcher", 1)[1]
+    code = re.search(r"```python[^\n]*\n(.*?)```", section, re.S).group(1)
     lines = [line for line in code.splitlines() if line.strip()]
     assert len(lines) <= 10, code
     app = make_openai_chat_test_server([["Paris", "Rome"], "yes"])
     with UvicornThread(app) as srv:
         monkeypatch.setenv("OPENAI_BASE_URL", srv.url + "/v1")
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-        exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+        exec(compile(code, "docs/chat-agent.md", "exec"), {"__name__": "docs"})
     printed = capsys.readouterr().out.splitlines()
     assert printed[0] == "yes" and any("'search'" in line for line in printed[1:])
     assert len(app.state.requests) == 4 and all(

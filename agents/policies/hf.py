@@ -22,7 +22,10 @@ class HFPolicy:
         if isinstance(model, str):
             from transformers import AutoModelForCausalLM, AutoTokenizer
 
+            from parallelsearch.agents.policies.models import resolve_model
+
             self.name = f"hf:{model}"
+            model = resolve_model(model)  # a packaged name or a GGUF file: its converted folder
             tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
             model = AutoModelForCausalLM.from_pretrained(model, dtype=dtype)
             if device:

@@ -43,6 +43,9 @@ class VLLMPolicy:
         self.constrained = constrained
         self.think_chars = think_chars
         if engine is None:
+            from parallelsearch.agents.policies.models import resolve_model
+
+            model = resolve_model(model)  # a packaged name or a GGUF file: its converted folder
             engine = vllm.AsyncLLMEngine.from_engine_args(vllm.AsyncEngineArgs(model=model, **engine_kwargs))
         self.engine = engine
         if tokenizer is None:

@@ -143,3 +143,44 @@ def render_history(prompt: str, turns: Sequence[tuple[str, str]]) -> str:
         if clean:
             lines.append(HISTORY_SPEAKERS[role] + clean + "\n")
     return _before_question(prompt, HISTORY_INTRO + "".join(lines)) if lines else prompt
+
+
+#: Qwen2.5's tool layout (what vLLM's hermes parser reads): the tools' signatures in the system
+#: turn, calls as ``<tool_call>`` JSON blocks, results as ``<tool_response>`` blocks in one user
+#: turn; plain messages render as the ChatML layout ``<|im_start|>role\n...<|im_end|>``. The gateway's tests, its
+#: smoke and the tool rendering added to a packaged model's template use it.
+TOOLS_CHAT_TEMPLATE = r"""
+{%- if tools %}
+    {{- '<|im_start|>system\n' }}
+    {%- if messages[0].role == 'system' %}{{- messages[0].content + '\n\n' }}{%- endif %}
+    {{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' }}
+    {{- 'You are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}
+    {%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}
+    {{- '\n</tools>\n\nFor each function call, return a json object with function name and arguments '
+        'within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, '
+        '"arguments": <args-json-object>}\n</tool_call><|im_end|>\n' }}
+{%- elif messages[0].role == 'system' %}
+    {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+{%- endif %}
+{%- for m in messages %}
+    {%- if m.role == 'user' or (m.role == 'system' and not loop.first)
+        or (m.role == 'assistant' and not m.tool_calls) %}
+        {{- '<|im_start|>' + m.role + '\n' + (m.content or '') + '<|im_end|>\n' }}
+    {%- elif m.role == 'assistant' %}
+        {{- '<|im_start|>assistant' }}
+        {%- if m.content %}{{- '\n' + m.content }}{%- endif %}
+        {%- for tc in m.tool_calls %}
+            {%- set f = tc.function if tc.function is defined else tc %}
+            {{- '\n<tool_call>\n{"name": "' + f.name + '", "arguments": ' }}
+            {%- if f.arguments is string %}{{- f.arguments }}{%- else %}{{- f.arguments | tojson }}{%- endif %}
+            {{- '}\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\n' }}
+    {%- elif m.role == 'tool' %}
+        {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}
+        {{- '\n<tool_response>\n' + m.content + '\n</tool_response>' }}
+        {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}
+""".strip()

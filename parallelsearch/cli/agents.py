@@ -15,6 +15,7 @@ from parallelsearch.cli.common import (
     clean_text_arg,
     settings_from_args,
 )
+from parallelsearch.cli.policy_check import check_policy
 from parallelsearch.graphs.builders import GRAPH_KINDS
 from parallelsearch.stores.errors import json_of
 
@@ -55,7 +56,9 @@ def _emit(event: dict[str, Any], as_json: bool) -> None:
 async def _run(args: argparse.Namespace) -> dict[str, Any] | None:
     meta = json_of(args.metadata, "--metadata") if args.metadata else {}
     inp = {"question": clean_text_arg(args.question, "question"), "metadata": meta}
-    graph = settings_from_args(args).graph_parts([args.graph]).graph(args.graph)
+    settings = settings_from_args(args)
+    check_policy(settings.policy_config())
+    graph = settings.graph_parts([args.graph]).graph(args.graph)
     if args.stream:
         async for event in stream_events(graph, inp):
             _emit(event, args.json)

@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from parallelsearch.cli.common import add_graph_args, add_policy_args, settings_from_args
+from parallelsearch.cli.policy_check import check_policy
 from parallelsearch.demo_data import HOTPOTQA_SAMPLE, demo_store
 from parallelsearch.settings import get_settings
 
@@ -33,16 +34,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_demo)
 
 
+def report_folder(home: Path, policy: str) -> Path:
+    """Where the demo writes its report: one folder per policy, so a model's run keeps the oracle's."""
+    return home / "demo-report" / re.sub(r"[^A-Za-z0-9_.-]+", "_", policy)[:60]
+
+
+def ratio_line(par: dict[str, float], seq: dict[str, float]) -> str:
+    """The demo's last line: the parallel graph's policy calls and search rounds per question on
+    parallelizable questions, as a share of the sequential graph's."""
+    return (
+        f"on parallelizable questions the parallel graph needs {par['policy_calls'] / seq['policy_calls']:.2f}x "
+        f"the policy calls and {par['search_rounds'] / seq['search_rounds']:.2f}x the search rounds of the sequential one"
+    )
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from parallelsearch.agents.searchers import StoreSearcher
     from parallelsearch.cli.evaluate import run_and_report
     from parallelsearch.data import load_questions
 
     settings = settings_from_args(args)
+    check_policy(settings.policy_config())
     store = demo_store(args.limit)
     questions = load_questions(HOTPOTQA_SAMPLE)[: args.limit or None]
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", settings.policy)[:60]
-    out = Path(args.out) if args.out else get_settings().home / "demo-report" / slug
+    out = Path(args.out) if args.out else report_folder(get_settings().home, settings.policy)
     if args.fresh and out.exists():
         shutil.rmtree(out)
     n_par = sum(q["metadata"]["split"] == "parallel" for q in questions)
@@ -64,10 +79,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
     par, seq = summary["parallel"]["parallel"], summary["sequential"]["parallel"]
     if par["policy_calls"] and seq["policy_calls"]:
-        print(
-            f"on parallelizable questions the parallel graph needs {par['policy_calls'] / seq['policy_calls']:.2f}x "
-            f"the policy calls and {par['search_rounds'] / seq['search_rounds']:.2f}x the search rounds of the sequential one"
-        )
+        print(ratio_line(par, seq))
     (out / "demo.json").write_text(
         json.dumps({"questions": len(questions), "store": store.info()}, indent=2, default=str)
     )

@@ -16,6 +16,7 @@ from parallelsearch.cli.common import (
     retrieval_source,
     settings_from_args,
 )
+from parallelsearch.cli.policy_check import check_policy
 from parallelsearch.graphs.builders import GRAPH_KINDS, check_graph_kind
 from parallelsearch.settings import Settings
 from parallelsearch.stores.errors import ParallelSearchError
@@ -152,6 +153,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from parallelsearch.data import load_questions
 
     graphs = parse_graphs(args.graphs)
+    settings = settings_from_args(args)
+    check_policy(settings.policy_config())
     questions = load_questions(args.dataset, dataset=args.dataset_name)
     if args.split:
         questions = [q for q in questions if (q.get("metadata") or {}).get("split") == args.split]
@@ -163,7 +166,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     run_and_report(
         questions,
         graphs,
-        settings_from_args(args),
+        settings,
         Path(args.out),
         dataset=str(args.dataset),
         concurrency=args.concurrency,

@@ -15,6 +15,7 @@ from parallelsearch.cli.common import (
     settings_from_args,
     ssl_options,
 )
+from parallelsearch.cli.policy_check import check_policy
 from parallelsearch.serving.checkpointers import CHECKPOINTERS
 
 SERVER_KEY_SETTING = "PARALLELSEARCH_SERVER_API_KEY"
@@ -64,6 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     s = bind_settings(args, settings_from_args(args))
     if bind_refused(args, bool(s.server_api_key), SERVER_KEY_SETTING):
         return 2
+    check_policy(s.policy_config())
     tls = ssl_options(s)
     print(f"OpenMP: {let_idle_threads_sleep()}")  # before torch loads (stores/encoding/encoder_threads.py)
     import uvicorn

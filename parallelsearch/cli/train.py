@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,13 @@ def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveG
     g.add_argument(
         "--smoke-samples", type=int, help="samples per prompt (the config's n_samples_per_prompt, 4)"
     )
-    g.add_argument("--smoke-steps", type=int, help="--learn: training steps (20)")
+    p.add_argument(
+        "--model",
+        help="the policy model: a packaged name (smollm2-135m, converted once under the home), a GGUF file, "
+        "a Hugging Face folder or hub id; for a launch the same as --set model=...; for --smoke the model "
+        "the smoke trains instead of the tiny one it builds",
+    )
+    g.add_argument("--smoke-steps", type=int, help="--learn: training steps (20; 15 with --model)")
     g.add_argument("--smoke-heldout", type=int, help="--learn: held-out questions (24)")
     g.add_argument(
         "--smoke-pool",
@@ -304,6 +311,7 @@ def cmd_train_smoke(args: argparse.Namespace) -> int:
         engine_args=engine_args_from(args),
         retriever_url=args.smoke_retriever,
         workdir=args.smoke_dir,
+        model=args.model,
     )
     return 0 if result.ok else 1
 
@@ -311,7 +319,7 @@ def cmd_train_smoke(args: argparse.Namespace) -> int:
 def cmd_train_smoke_learn(args: argparse.Namespace) -> int:
     """``train --smoke --learn``: the learning run; exit 1 unless every goal of ``learning.json`` is met."""
     from parallelsearch.settings import get_settings
-    from parallelsearch.training.learning_loop import LearnSettings
+    from parallelsearch.training.learning_loop import REAL_MODEL_LEARN, LearnSettings
     from parallelsearch.training.learning_run import run_learning_smoke
 
     if args.smoke_prompts is not None:
@@ -320,8 +328,9 @@ def cmd_train_smoke_learn(args: argparse.Namespace) -> int:
         )
     if args.smoke_samples is not None and args.smoke_samples < 1:
         raise ValueError(f"--smoke-samples must be >= 1, got {args.smoke_samples}")
-    defaults = LearnSettings()
-    settings = LearnSettings(
+    defaults = LearnSettings(**(REAL_MODEL_LEARN if args.model else {}), model=args.model)
+    settings = dataclasses.replace(
+        defaults,
         steps=defaults.steps if args.smoke_steps is None else args.smoke_steps,
         heldout=defaults.heldout if args.smoke_heldout is None else args.smoke_heldout,
         pool=args.smoke_pool or defaults.pool,
@@ -408,6 +417,7 @@ def cmd_train_list_keys(preset: str | None) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from parallelsearch.agents.policies.models import resolve_model
     from parallelsearch.rl.launch import launch
     from parallelsearch.rl.train_config import load_train_config
 
@@ -420,7 +430,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ValueError(f"{', '.join(given)} {_apply(given)} only with --smoke")
     if not (args.config or args.preset):
         raise ValueError("train needs --config FILE or --preset NAME (or --list-keys, or --smoke)")
-    cfg = load_train_config(args.config, args.preset, args.set)
+    model = [f"model={args.model}"] if args.model else []
+    cfg = load_train_config(args.config, args.preset, [*model, *args.set])
+    cfg = cfg.model_copy(
+        update={"model": resolve_model(cfg.model, echo=print)}
+    )  # a packaged name: its folder
     if args.check:
         from parallelsearch.rl.preflight import NOT_CHECKED, PreflightError, preflight
 

@@ -75,7 +75,7 @@ class ChatCompletions:
 
         @app.post(CHAT_PATH, tags=["openai"])
         async def chat_completions(request: Request) -> Any:
-            """OpenAI's chat completions, answered by the agent (README, "Serving")."""
+            """OpenAI's chat completions, answered by the agent (docs/serving.md)."""
             parsed = request.scope.get(SCOPE_JSON)
             body = parsed.value if parsed is not None else await request.json()
             try:

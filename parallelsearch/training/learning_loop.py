@@ -49,6 +49,13 @@ class LearnSettings:
     seed: int = 0
     sft_steps: int = 150
     sft_lr: float = 1e-2
+    sft_batch: int = 16
+    #: a real model to train instead of the tiny one (``--model``: a packaged name, a GGUF file or a
+    #: Hugging Face folder); it is also evaluated zero-shot, before its warm start
+    model: str | None = None
+    #: train only the top N transformer layers (and the final norm), the rest frozen: on a CPU the
+    #: backward pass then stops N layers down; None trains every weight
+    train_layers: int | None = None
     control: bool = True
     #: how the control shuffles a step's rewards: among each prompt's samples ("group": the run's own
     #: advantages, each group's, given to random episodes of the group) or among all the step's samples
@@ -62,7 +69,7 @@ class LearnSettings:
     sync_check: bool = True
 
     def check(self) -> LearnSettings:
-        for name in ("steps", "heldout", "heldout_samples", "questions", "sft_steps"):
+        for name in ("steps", "heldout", "heldout_samples", "questions", "sft_steps", "sft_batch"):
             if getattr(self, name) < 1:
                 flag = f"--smoke-{name}" if name in ("steps", "heldout") else f"LearnSettings.{name}"
                 raise ValueError(f"{flag} must be >= 1, got {getattr(self, name)}")
@@ -72,7 +79,22 @@ class LearnSettings:
             raise ValueError(f"control_shuffle {self.control_shuffle!r}: group or step")
         if self.pool not in POOLS:
             raise ValueError(f"pool {self.pool!r}: one of {', '.join(POOLS)}")
+        if self.train_layers is not None and self.train_layers < 1:
+            raise ValueError(f"--smoke-train-layers must be >= 1, got {self.train_layers}")
         return self
+
+
+#: the learning run's own knobs for a real model (docs/training.md, "A real model on a laptop"): an SFT
+#: learning rate for 135M parameters, fewer and smaller SFT batches, the top layers trained, held-out
+#: episodes batched in the engine (one at a time would take most of the run)
+REAL_MODEL_LEARN: dict[str, Any] = {
+    "sft_steps": 60,
+    "sft_lr": 5e-5,
+    "sft_batch": 8,
+    "train_layers": 8,
+    "steps": 15,
+    "eval_concurrency": 16,
+}
 
 
 def split_questions(

@@ -71,7 +71,7 @@ async def warm_start(run: LearningRun, questions: Sequence[dict[str, Any]], smok
         run.trainer,
         demos,
         steps=s.sft_steps,
-        batch=16,
+        batch=s.sft_batch,
         lr=s.sft_lr,
         seed=s.seed,
         progress=lambda i, loss: run.echo(f"  SFT step {i}/{s.sft_steps}: loss {loss:.3f}"),
@@ -107,13 +107,19 @@ async def learning_smoke(
         load_questions(HOTPOTQA_SAMPLE)[: settings.questions], settings.heldout, settings.pool
     )
     async with smoke_session(
-        train_q + held_q, store_questions=settings.questions, echo=echo, **session_kwargs
+        train_q + held_q,
+        store_questions=settings.questions,
+        model=settings.model,
+        echo=echo,
+        **session_kwargs,
     ) as smoke:
         settings = dataclasses.replace(settings, sync_check=settings.sync_check and smoke.sync_checkable)
-        trainer = CpuTrainer(smoke.model_dir, smoke.args, smoke.tokenizer)
+        trainer = CpuTrainer(smoke.model_dir, smoke.args, smoke.tokenizer, train_layers=settings.train_layers)
         recs = smoke.records
         run = LearningRun(smoke.actor, trainer, recs[: len(train_q)], recs[len(train_q) :], settings, echo)
         run.state.seconds.update({k: round(v, 1) for k, v in smoke.seconds.items()})
+        if settings.model:
+            await run.evaluate("zero_shot")  # the pretrained model as it comes, before its warm start
         await warm_start(run, train_q, smoke)
         start = trainer.weights()
         trainer.anchor(start)  # the reference of the KL term: the warm start, for the run and its control

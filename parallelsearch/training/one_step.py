@@ -13,6 +13,7 @@ advantages, ``PolicyLoss``), the weights synced into the engine, and the sync ch
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -158,6 +159,8 @@ def actor_log_probs(model_dir: Path, experiences: list[Any]) -> tuple[Any, Any, 
 
 #: SFT steps of the smoke's warm start on its own prompts' teacher episodes (enough for valid searches)
 SMOKE_SFT_STEPS = 100
+#: the same for a real model, which already writes text: enough to see the loss fall
+REAL_MODEL_SMOKE_SFT_STEPS = 10
 
 
 async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[str], None]) -> SmokeResult:
@@ -165,7 +168,7 @@ async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[s
     the warm start, the episodes with their masks, the step, the sync and its check."""
     from parallelsearch.data import load_questions
     from parallelsearch.demo_data import HOTPOTQA_SAMPLE
-    from parallelsearch.training.learning_loop import LearningRun, LearnSettings
+    from parallelsearch.training.learning_loop import REAL_MODEL_LEARN, LearningRun, LearnSettings
     from parallelsearch.training.learning_run import warm_start
     from parallelsearch.training.session import smoke_session
     from parallelsearch.training.trainer import CpuTrainer
@@ -173,8 +176,11 @@ async def _smoke(prompts: int, session_kwargs: dict[str, Any], echo: Callable[[s
     questions = load_questions(HOTPOTQA_SAMPLE)[:prompts]
     async with smoke_session(questions, store_questions=prompts, echo=echo, **session_kwargs) as smoke:
         n, tok = smoke.args.rollout.n_samples_per_prompt, smoke.tokenizer
-        trainer = CpuTrainer(smoke.model_dir, smoke.args, tok)
         settings = LearnSettings(sft_steps=SMOKE_SFT_STEPS, sync_check=smoke.sync_checkable)
+        if session_kwargs.get("model"):  # a real model: its SFT settings, a few steps (the format, not a fit)
+            real = {k: REAL_MODEL_LEARN[k] for k in ("sft_lr", "sft_batch", "train_layers")}
+            settings = dataclasses.replace(settings, sft_steps=REAL_MODEL_SMOKE_SFT_STEPS, **real)
+        trainer = CpuTrainer(smoke.model_dir, smoke.args, tok, train_layers=settings.train_layers)
         run = LearningRun(smoke.actor, trainer, smoke.records, smoke.records, settings, echo)
         await warm_start(run, questions, smoke)
         records = [r for r in smoke.records for _ in range(n)]
@@ -222,9 +228,10 @@ def run_smoke(
     engine_args: dict[str, Any] | None = None,
     retriever_url: str | None = None,
     workdir: str | Path | None = None,
+    model: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> SmokeResult:
-    """Build the tiny model, warm-start it on the teacher's episodes of the ``prompts`` questions, roll out
+    """Build the tiny model (or resolve ``model``), warm-start it on the teacher's episodes of the ``prompts`` questions, roll out
     ``prompts`` x ``samples`` episodes (the config's ``n_samples_per_prompt`` unless given), take one
     training step, sync, check.
 
@@ -237,5 +244,6 @@ def run_smoke(
         "engine_args": engine_args,
         "retriever_url": retriever_url,
         "workdir": workdir,
+        "model": model,
     }
     return asyncio.run(_smoke(prompts, kwargs, echo))

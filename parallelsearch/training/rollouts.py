@@ -129,9 +129,12 @@ class Evaluation:
     #: parallelizable episodes paid the decomposition bonus without a measured split, or the other way
     decomposition_mismatches: int = 0
     format_valid_stderr: float = 0.0
+    #: the standard error of the mean outcome term (exact match, the answer's score alone)
+    outcome_stderr: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "outcome_stderr": self.outcome_stderr,
             "mean": self.mean,
             "stderr": self.stderr,
             "episodes": self.episodes,
@@ -178,8 +181,7 @@ def evaluation(results: Sequence[dict[str, Any]], classes: Sequence[str]) -> Eva
     if "parallel" in groups:
         shares, mismatches = _decomposition_facts(groups["parallel"])
         by_class["parallel"].update(shares)
-    valid = [float(r["extra_logs"]["format_valid"]) for r in results]
-    valid_se = statistics.stdev(valid) / math.sqrt(len(valid)) if len(valid) > 1 else 0.0
+    valid_se = _stderr([float(r["extra_logs"]["format_valid"]) for r in results])
     return Evaluation(
         mean=round(statistics.fmean(rewards), 4),
         stderr=round(stderr, 4),
@@ -188,4 +190,9 @@ def evaluation(results: Sequence[dict[str, Any]], classes: Sequence[str]) -> Eva
         by_class=by_class,
         decomposition_mismatches=mismatches,
         format_valid_stderr=round(valid_se, 4),
+        outcome_stderr=round(_stderr([float(r["extra_logs"]["reward_outcome"]) for r in results]), 4),
     )
+
+
+def _stderr(values: Sequence[float]) -> float:
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0

@@ -1,4 +1,4 @@
-"""One CPU smoke session: the tiny model, the retriever, the config, the prompts and OpenRLHF's rollout
+"""One CPU smoke session: the model (the tiny one built here, or a real one named by ``model``), the retriever, the config, the prompts and OpenRLHF's rollout
 actor on a vLLM CPU engine, set up in order and torn down in reverse (both smoke forms start here)."""
 
 from __future__ import annotations
@@ -41,13 +41,16 @@ async def smoke_session(
     retriever_url: str | None = None,
     workdir: str | Path | None = None,
     model_kwargs: dict[str, Any] | None = None,
+    model: str | None = None,
     echo: Callable[[str], None] = print,
 ) -> AsyncIterator[Smoke]:
-    """Build the tiny model into the work folder, serve the demo store of the sample's first
+    """Build the tiny model into the work folder (or resolve ``model``, a real one: a packaged name such as
+    ``smollm2-135m``, a GGUF file or a Hugging Face folder), serve the demo store of the sample's first
     ``store_questions`` questions (unless ``retriever_url``), resolve the config (``overrides`` = ``--set``),
     write the prompts of ``questions`` and the agent config, and start the rollout actor."""
     from transformers import AutoTokenizer
 
+    from parallelsearch.agents.policies.models import resolve_model
     from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process
     from parallelsearch.rl.tiny_model import save_tiny
     from parallelsearch.training import setup
@@ -61,19 +64,20 @@ async def smoke_session(
         t0 = time.perf_counter()
         url = stack.enter_context(setup.retriever(retriever_url, store_questions, echo))
         seconds["retriever"] = time.perf_counter() - t0
-        model_dir = work / "tiny-llama"
-        cfg = setup.smoke_config(model_dir, work / "prompts.jsonl", url, overrides)
         t0 = time.perf_counter()
-        # gateway mode: a tokenizer and template for the tools format, as a chat model has
-        save_tiny(model_dir, tools=cfg.agent.mode == "gateway", **(model_kwargs or {}))
+        model_dir = Path(resolve_model(model, echo=echo)) if model else work / "tiny-llama"
+        cfg = setup.smoke_config(model_dir, work / "prompts.jsonl", url, overrides, real_model=bool(model))
+        if not model:
+            # gateway mode: a tokenizer and template for the tools format, as a chat model has
+            save_tiny(model_dir, tools=cfg.agent.mode == "gateway", **(model_kwargs or {}))
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        seconds["tiny_model"] = time.perf_counter() - t0
+        seconds["model"] = time.perf_counter() - t0
         args = setup.openrlhf_train_args(cfg)
         records = setup.prompt_records(questions, cfg, tokenizer)
         setup.write_prompts(records, Path(cfg.prompt_data))
         stack.enter_context(setup.agent_config_file(cfg, work / "agent.yaml"))
         engine = {**setup.SMOKE_ENGINE_ARGS, **(engine_args or {})}
-        echo(_setup_line(model_dir, cfg, args, engine))
+        echo(_setup_line(model or "tiny Llama", model_dir, cfg, args, engine))
         t0 = time.perf_counter()
         actor = await rollout_actor_in_process(str(model_dir), **engine)
         seconds["engine_start"] = time.perf_counter() - t0
@@ -90,12 +94,12 @@ async def smoke_session(
             actor.llm = None  # released now, not by the interpreter's exit
 
 
-def _setup_line(model_dir: Path, cfg: Any, args: Any, engine: dict[str, Any]) -> str:
+def _setup_line(name: str, model_dir: Path, cfg: Any, args: Any, engine: dict[str, Any]) -> str:
     """The one line that says what the smoke runs."""
     import json
 
     return (
-        f"smoke: tiny Llama ({model_dir}), reward {cfg.agent.reward.mode}, chat template "
+        f"smoke: {name} ({model_dir}), reward {cfg.agent.reward.mode}, chat template "
         f"{'on' if cfg.apply_chat_template else 'off'}, constrained decoding "
         f"{'on' if cfg.agent.constrained else 'off'}, {args.algo.advantage.estimator} advantages, "
         f"engine {json.dumps(engine)}"

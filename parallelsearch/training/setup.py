@@ -82,15 +82,33 @@ SMOKE_TRAIN: dict[str, Any] = {
 #: what gateway mode changes (``--set`` still wins): room for a turn of two tool calls in the tiny
 #: tokenizer's tokens; the reward is the preset's (``paper-strict`` reads the record, as in text mode)
 GATEWAY_SMOKE: dict[str, Any] = {"max_new_tokens_per_turn": 160}
+#: what a real model changes (``--set`` still wins; docs/training.md, "A real model on a laptop"): a
+#: learning rate for 135M parameters, 8 prompts x 4 samples a step in one optimizer step (the actor's
+#: forward and backward passes are the run's largest cost on a CPU), a passage of 40 words a sub-query
+REAL_MODEL_TRAIN: dict[str, Any] = {
+    "actor_lr": 2e-6,
+    "rollout_batch_size": 8,
+    "train_batch_size": 32,
+    "micro_train_batch_size": 8,
+    "micro_rollout_batch_size": 8,
+    "max_new_tokens_per_turn": 48,
+    "agent": {"graph_config": {"max_observation_words": 40}},
+}
 #: keys the smoke sets itself: it trains the model it builds on the prompts it writes
 FIXED_KEYS = ("model", "prompt_data", "critic_model", "eval_data")
 
 
 def smoke_config(
-    model_dir: Path, prompt_file: Path, retriever_url: str, overrides: Sequence[str] = ()
+    model_dir: Path,
+    prompt_file: Path,
+    retriever_url: str,
+    overrides: Sequence[str] = (),
+    *,
+    real_model: bool = False,
 ) -> Any:
-    """The smoke's :class:`TrainConfig`: the paper preset, :data:`SMOKE_TRAIN`, then ``overrides``
-    (``--set KEY=VALUE``, the launch's syntax); a key the smoke sets itself is refused by name."""
+    """The smoke's :class:`TrainConfig`: the paper preset, :data:`SMOKE_TRAIN` (and
+    :data:`REAL_MODEL_TRAIN` for a real model), then ``overrides`` (``--set KEY=VALUE``, the launch's
+    syntax); a key the smoke sets itself is refused by name."""
     from pydantic import ValidationError
 
     from parallelsearch.rl.agent_config import LIST_KEYS
@@ -101,10 +119,12 @@ def smoke_config(
     fixed = [k for k in FIXED_KEYS if k in extra]
     if fixed:
         raise ValueError(
-            f"--set {fixed[0]}: the smoke trains the tiny model it builds on the prompts it writes; "
-            "set the agent (agent.*) or the training knobs instead"
+            f"--set {fixed[0]}: the smoke trains the model it builds (or the one --model names) on the "
+            "prompts it writes; set the agent (agent.*) or the training knobs instead"
         )
     base = _deep_merge(SMOKE_TRAIN, {"agent": {"retriever_url": retriever_url}})
+    if real_model:
+        base = _deep_merge(base, REAL_MODEL_TRAIN)
     if (extra.get("agent") or {}).get("mode") == "gateway":
         base = _deep_merge(base, GATEWAY_SMOKE)
     base.update(model=str(model_dir), prompt_data=str(prompt_file))

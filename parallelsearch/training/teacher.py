@@ -125,7 +125,8 @@ def fit(
     from openrlhf.trainer.ppo_utils.experience import Experience
 
     samples = trainer.samples(demos)
-    opt = torch.optim.AdamW(trainer.actor.parameters(), lr=lr, weight_decay=0.0)
+    trainable = [p for p in trainer.actor.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0)
     loss_fn = SFTLoss()
     rng = random.Random(seed)
     torch.manual_seed(seed)  # nothing here draws from torch's generator today; a change that does repeats
@@ -136,7 +137,7 @@ def fit(
         loss = loss_fn(trainer.log_probs(b, grad=True), b.action_mask)
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(trainer.actor.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
         losses.append(float(loss.detach()))
         if progress is not None and len(losses) % 25 == 0:

@@ -35,7 +35,9 @@ class StepStats:
 class CpuTrainer:
     """OpenRLHF's actor, loss and advantage code over one model folder, driven from one process."""
 
-    def __init__(self, model_dir: Path, args: Any, tokenizer: Any) -> None:
+    def __init__(
+        self, model_dir: Path, args: Any, tokenizer: Any, *, train_layers: int | None = None
+    ) -> None:
         from parallelsearch.rl.openrlhf_cpu import import_openrlhf_models
 
         models = import_openrlhf_models()
@@ -51,6 +53,8 @@ class CpuTrainer:
             temperature=args.rollout.temperature,
         )
         self.actor.model.float()  # fp32: the engine runs fp32 too, so their log-probs agree
+        if train_layers is not None:
+            freeze_below(self.actor.model, train_layers)
         self.optimizer = self.new_optimizer()
         low, high = args.actor.eps_clip_low_high
         self.loss_fn = models.PolicyLoss(
@@ -97,7 +101,7 @@ class CpuTrainer:
 
         adam = self.args.actor.adam
         return torch.optim.Adam(
-            self.actor.parameters(),
+            [p for p in self.actor.parameters() if p.requires_grad],
             lr=adam.lr,
             betas=tuple(adam.betas),
             eps=adam.eps,
@@ -238,3 +242,17 @@ class CpuTrainer:
         from parallelsearch.rl.openrlhf_cpu import sync_weights
 
         return await sync_weights(rollout_actor, self.actor.model)
+
+
+def freeze_below(model: Any, top: int) -> int:
+    """Freeze every weight but the top ``top`` decoder layers and the final norm (the embeddings, tied to
+    the output layer in small models, stay frozen too); returns the number of trainable parameters."""
+    layers = model.model.layers
+    if top > len(layers):
+        raise ValueError(f"--smoke-train-layers {top}: the model has {len(layers)} layers")
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for part in [*layers[len(layers) - top :], model.model.norm]:
+        for p in part.parameters():
+            p.requires_grad_(True)
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
