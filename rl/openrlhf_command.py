@@ -64,7 +64,7 @@ def openrlhf_args(
     flags["logger.wandb.key"], _ = wandb_key_source(cfg, environ)
     flags.update(is_correction_flags(cfg))
     off = {
-        "critic.": cfg.algorithm != "gae",
+        "critic.": not cfg.estimator.critic,
         "eval.": not cfg.eval_data,
         "algo.dynamic_filtering_range": not cfg.dynamic_filtering,
         "logger.wandb.": not flags["logger.wandb.key"],

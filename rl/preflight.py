@@ -190,7 +190,7 @@ def gpu_demand(cfg: TrainConfig) -> tuple[int, str]:
             f"{cfg.vllm_num_engines} x {cfg.vllm_tensor_parallel_size} = {vllm} (async colocates only DeepSpeed)"
         )
     roles = (
-        ["actor"] + (["ref"] if cfg.init_kl_coef > 0 else []) + (["critic"] if cfg.algorithm == "gae" else [])
+        ["actor"] + (["ref"] if cfg.init_kl_coef > 0 else []) + (["critic"] if cfg.estimator.critic else [])
     )
     parts = " + ".join(f"{r} {group}" for r in roles)
     how = f"{parts} + vLLM {cfg.vllm_num_engines} x {cfg.vllm_tensor_parallel_size} = {vllm}"
@@ -444,6 +444,8 @@ def first_prompt_tokens(
     return max(counts), "; the prompt is the gateway agent's first model call (its system prompt and tools)"
 
 
+#: the question of the gateway's scripted check episode
+CHECK_QUESTION = "Were Scott Derrickson and Ed Wood of the same nationality?"
 #: the job folder's record of the chat template a gateway-mode run was checked with
 TEMPLATE_DIGEST_FILE = "chat_template.json"
 
@@ -464,7 +466,14 @@ def gateway_checks(cfg: TrainConfig, tokenizer: Any, said: str) -> list[str]:
     path = Path(cfg.job_dir) / TEMPLATE_DIGEST_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"model": cfg.model, "chat_template_sha256": digest}, indent=2) + "\n")
-    return [f"{line}; sha256 {digest[:12]}... written to {path}"]
+    from parallelsearch.rl.gateway.conversation import reader_limits
+    from parallelsearch.rl.gateway.episode_check import check_gateway_episode
+
+    try:
+        episode = check_gateway_episode(cfg.agent, tokenizer, CHECK_QUESTION, reader_limits(cfg.agent))
+    except ValueError as e:
+        raise PreflightError(str(e)) from e
+    return [f"{line}; sha256 {digest[:12]}... written to {path}", *episode]
 
 
 def is_correction_line(cfg: TrainConfig) -> str:

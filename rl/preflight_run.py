@@ -71,7 +71,7 @@ def check_batches(cfg: TrainConfig) -> str:
 def check_sampling(cfg: TrainConfig) -> str:
     """A group baseline needs different samples of one prompt: at temperature 0 every group is
     identical and every advantage 0."""
-    grouped = cfg.algorithm != "gae" or cfg.n_samples_per_prompt > 1
+    grouped = cfg.estimator.group or cfg.n_samples_per_prompt > 1
     if grouped and cfg.temperature == 0:
         raise ValueError(
             f"temperature 0 with algorithm {cfg.algorithm} and n_samples_per_prompt {cfg.n_samples_per_prompt}: "
@@ -276,7 +276,7 @@ def model_family(model: str) -> tuple[str | None, int | None]:
 
 def check_critic(cfg: TrainConfig) -> str | None:
     """A GAE critic of another family than the actor reads the actor's token ids with another vocabulary."""
-    if cfg.algorithm != "gae" or not cfg.critic_model or cfg.critic_model == cfg.model:
+    if not cfg.estimator.critic or not cfg.critic_model or cfg.critic_model == cfg.model:
         return None
     (actor, av), (critic, cv) = model_family(cfg.model), model_family(cfg.critic_model)
     if actor is None or critic is None:

@@ -14,10 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from parallelsearch.graphs.config import MaxNewTokens, Temperature, TopP
 from parallelsearch.rl.agent_config import LIST_KEYS, AgentConfig
+from parallelsearch.rl.estimators import ALGORITHM_ALIASES, ESTIMATORS, Estimator, estimator, estimator_name
 from parallelsearch.stores.errors import describe_validation_error, did_you_mean, sub_model
-
-#: names researchers type for an estimator -> OpenRLHF's name (GRPO is group_norm in OpenRLHF)
-ALGORITHM_ALIASES = {"grpo": "group_norm", "ppo": "gae"}
 
 
 class TrainConfig(BaseModel):
@@ -34,9 +32,13 @@ class TrainConfig(BaseModel):
     label_key: str = "label"
     apply_chat_template: bool = Field(False, description="let OpenRLHF chat-template raw prompts")
     max_samples: int | None = None
-    # algorithm: gae, or an estimator OpenRLHF 0.11.2 accepts with a critic-free baseline
-    algorithm: Literal["gae", "reinforce_baseline", "group_norm", "rloo", "dr_grpo"] = Field(
-        "gae", description="advantage estimator; 'grpo' means group_norm, 'ppo' means gae"
+    # algorithm: a row of rl/estimators.py's ESTIMATORS (what it needs is read from the row)
+    algorithm: str = Field(
+        "gae",
+        description="advantage estimator: "
+        + ", ".join(ESTIMATORS)
+        + "; "
+        + ", ".join(f"'{a}' means {n}" for a, n in ALGORITHM_ALIASES.items()),
     )
     n_samples_per_prompt: int = Field(1, ge=1)
     rollout_batch_size: int = Field(512, ge=1)
@@ -165,7 +167,7 @@ class TrainConfig(BaseModel):
     @field_validator("algorithm", mode="before")
     @classmethod
     def _algorithm_alias(cls, value: Any) -> Any:
-        return ALGORITHM_ALIASES.get(value, value) if isinstance(value, str) else value
+        return estimator_name(value) if isinstance(value, str) else value
 
     @field_validator("wandb", mode="before")
     @classmethod
@@ -179,9 +181,14 @@ class TrainConfig(BaseModel):
         """YAML reads ``off`` as false."""
         return "off" if value is False else value
 
+    @property
+    def estimator(self) -> Estimator:
+        """The algorithm's row of ``ESTIMATORS``: whether it trains a critic, whether it needs a group."""
+        return estimator(self.algorithm)
+
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        if self.algorithm != "gae" and self.n_samples_per_prompt < 2:
+        if self.estimator.group and self.n_samples_per_prompt < 2:
             raise ValueError(
                 f"n_samples_per_prompt: algorithm {self.algorithm} needs >= 2 (a per-prompt baseline), "
                 f"got {self.n_samples_per_prompt}"

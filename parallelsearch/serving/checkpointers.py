@@ -10,15 +10,15 @@ import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 from urllib.parse import urlsplit
 
+from parallelsearch.settings import CheckpointerKind
 from parallelsearch.stores.errors import ParallelSearchError, check_choice
 from parallelsearch.stores.redact import redact_url
 from parallelsearch.stores.safe_files import LockFile, describe_holder
 
 #: what ``open_checkpointer`` accepts (the settings' ``server_checkpointer``)
-CheckpointerKind = Literal["none", "memory", "sqlite", "postgres"]
 CHECKPOINTERS: tuple[str, ...] = get_args(CheckpointerKind)
 __all__ = [
     "CHECKPOINTERS",

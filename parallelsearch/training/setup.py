@@ -117,6 +117,7 @@ def smoke_config(
     from pydantic import ValidationError
 
     from parallelsearch.rl.agent_config import LIST_KEYS
+    from parallelsearch.rl.estimators import ESTIMATORS
     from parallelsearch.rl.train_config import TrainConfig, _deep_merge, paper_preset, parse_overrides
     from parallelsearch.stores.errors import describe_validation_error
 
@@ -139,10 +140,11 @@ def smoke_config(
         raise ValueError(
             f"the smoke's config is invalid: {describe_validation_error(e, TrainConfig, keys_hint=LIST_KEYS)}"
         ) from e
-    if cfg.algorithm == "gae":
+    if cfg.estimator.critic:
+        free = ", ".join(name for name, row in ESTIMATORS.items() if not row.critic)
         raise ValueError(
-            "--set algorithm=gae: GAE needs a critic, which the smoke does not train; choose a critic-free "
-            "estimator (group_norm, reinforce_baseline, rloo, dr_grpo)"
+            f"--set algorithm={cfg.algorithm}: {cfg.algorithm.upper()} needs a critic, which the smoke does not "
+            f"train; choose a critic-free estimator ({free})"
         )
     return cfg
 

@@ -76,8 +76,22 @@ def not_an_agent(agent: Any) -> str | None:
     if isinstance(bound, BaseLanguageModel):
         return f"a chat model ({type(bound).__name__}{', bound to tools' if bound is not agent else ''}), not an agent"
     if not callable(getattr(agent, "ainvoke", None)):
-        return f"a {type(agent).__name__}, which has no ainvoke"
+        return f"{type(agent).__name__}, which has no ainvoke"
     return None
+
+
+def check_agent(agent: Any, spec: str) -> Any:
+    """``agent`` when it is one the gateway can run (an object with ``ainvoke`` taking the
+    ``{"messages": [...]}`` input, as a compiled LangGraph graph or ``create_agent``'s), else a
+    one-line ValueError naming ``agent.factory`` and what it returned."""
+    problem = not_an_agent(agent)
+    if problem is None:
+        return agent
+    raise ValueError(
+        f"agent.factory {spec!r} returned {problem}: FUNCTION(model, searcher) must return the compiled agent "
+        "built with the model it is given (create_agent(model, tools), create_parallel_search_agent(model, "
+        "searcher), a compiled LangGraph graph)"
+    )
 
 
 def gateway_agent(agent_cfg: Any, model: Any, searcher: Any) -> Any:
@@ -86,11 +100,4 @@ def gateway_agent(agent_cfg: Any, model: Any, searcher: Any) -> Any:
     factory that returns no agent is a ValueError naming ``agent.factory``."""
     if not agent_cfg.factory:
         return default_agent(agent_cfg.graph, agent_cfg.graph_config)(model, searcher)
-    agent = load_factory(agent_cfg.factory)(model, searcher)
-    problem = not_an_agent(agent)
-    if problem:
-        raise ValueError(
-            f"agent.factory {agent_cfg.factory!r} returned {problem}: return the compiled agent built "
-            "with the model it is given (LangChain's create_agent(model, tools), or a compiled LangGraph graph)"
-        )
-    return agent
+    return check_agent(load_factory(agent_cfg.factory)(model, searcher), agent_cfg.factory)
