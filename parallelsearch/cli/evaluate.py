@@ -17,6 +17,7 @@ from parallelsearch.cli.common import (
     settings_from_args,
 )
 from parallelsearch.cli.policy_check import check_policy
+from parallelsearch.cli.suite import add_suite_args
 from parallelsearch.graphs.builders import GRAPH_KINDS, check_graph_kind
 from parallelsearch.settings import Settings
 from parallelsearch.stores.errors import ParallelSearchError
@@ -29,14 +30,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval", help="evaluate graph variants on a question file; writes results, summary, report"
     )
-    p.add_argument(
-        "--dataset", required=True, help="question file (prepare-data output or any benchmark file)"
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--dataset", help="question file (prepare-data output or any benchmark file)")
+    what.add_argument(
+        "--suite",
+        choices=["paper"],
+        help="the paper's benchmarks and tables (docs/evaluation.md): every dataset with its corpus, "
+        "the graphs direct, rag, sequential and parallel unless --graphs, one or more --policy",
     )
     p.add_argument("--dataset-name", help="dataset name when the path does not say it (hotpotqa, nq, ...)")
     add_retrieval_args(p)
-    add_policy_args(p)
-    p.add_argument("--graphs", default="parallel,sequential", help=f"comma list of {', '.join(GRAPH_KINDS)}")
-    p.add_argument("--limit", type=int, help="first N questions (after --split)")
+    add_policy_args(p, repeat=True)
+    p.add_argument(
+        "--graphs",
+        help=f"comma list of {', '.join(GRAPH_KINDS)} (default: parallel,sequential; with --suite "
+        "direct,rag,sequential,parallel)",
+    )
+    p.add_argument("--limit", type=int, help="first N questions (after --split; per dataset with --suite)")
+    add_suite_args(p)
     p.add_argument("--split", choices=["parallel", "sequential", "single", "other"], help="only this split")
     p.add_argument("--out", required=True, help="output folder (re-running resumes)")
     p.add_argument("--concurrency", type=int, default=4, help="questions in flight")
@@ -79,18 +90,20 @@ def run_and_report(
     resolver_delay_ms: float = 0.0,
     searcher: Any = None,
     max_failed_search_share: float | None = None,
+    parts: Any = None,
 ) -> dict[str, Any]:
-    """Evaluate ``graphs`` with the settings' policy, searcher (or ``searcher``) and graph config;
-    past ``max_failed_search_share`` of failed searches it raises after writing the report."""
+    """Evaluate ``graphs`` with the settings' policy, searcher (or ``searcher``) and graph config,
+    or with ``parts`` already built (a suite's policy, loaded once); past
+    ``max_failed_search_share`` of failed searches it raises after writing the report."""
     from parallelsearch.eval import comparison_lines, evaluate, write_report
 
-    parts = settings.graph_parts(graphs, searcher=searcher)
+    parts = parts or settings.graph_parts(graphs, searcher=searcher)
     run = asyncio.run(
         evaluate(
             questions,
             graphs,
             parts.policy,
-            parts.searcher,
+            searcher if searcher is not None else parts.searcher,
             out,
             policy_spec=settings.policy,
             answer_policy=parts.answer_policy,
@@ -152,7 +165,15 @@ def _check_failed_share(run: EvalRun, max_share: float, source: str, out: Path) 
 def cmd_eval(args: argparse.Namespace) -> int:
     from parallelsearch.data import load_questions
 
-    graphs = parse_graphs(args.graphs)
+    if args.suite:
+        from parallelsearch.cli.suite import cmd_suite
+
+        return cmd_suite(args)
+    policies = args.policy or []
+    if len(policies) > 1:
+        raise ValueError(f"--policy is given {len(policies)} times: several policies need --suite paper")
+    args.policy = policies[0] if policies else None
+    graphs = parse_graphs(args.graphs or "parallel,sequential")
     settings = settings_from_args(args)
     check_policy(settings.policy_config())
     questions = load_questions(args.dataset, dataset=args.dataset_name)
