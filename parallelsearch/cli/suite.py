@@ -61,7 +61,7 @@ def _configured_searcher(args: argparse.Namespace) -> Any:
 
 
 def cmd_suite(args: argparse.Namespace) -> int:
-    from parallelsearch.cli.evaluate import parse_graphs
+    from parallelsearch.cli.eval_run import parse_graphs
     from parallelsearch.eval.suite import SUITE_GRAPHS, pick_datasets, plan_suite
 
     graphs = parse_graphs(args.graphs or ",".join(SUITE_GRAPHS))
@@ -97,7 +97,7 @@ def _run_policy(
 ) -> dict[str, Path]:
     """Every dataset through ``graphs`` with one policy, built once (a model loads once per policy);
     returns dataset -> its eval folder."""
-    from parallelsearch.cli.evaluate import run_and_report
+    from parallelsearch.cli.eval_run import run_and_report
     from parallelsearch.eval.suite import slug
 
     settings = _settings_for(args, spec)
