@@ -131,24 +131,36 @@ def package_of(module: str, modules: dict[str, Path]) -> str:
     return package.removeprefix("parallelsearch").lstrip(".") or "parallelsearch"
 
 
-def block(root: Path = ROOT) -> str:
-    """The page's import-graph block: each package and the packages it imports."""
-    modules = project_modules(root)
+def package_edges(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Each package -> the other packages its modules import."""
     edges: dict[str, set[str]] = {}
     for name, deps in module_graph(modules).items():
         src = package_of(name, modules)
         edges.setdefault(src, set()).update(package_of(d, modules) for d in deps)
+    return {src: targets - {src} for src, targets in edges.items()}
+
+
+def mutual_pairs(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """The package pairs that import each other (a parent and its subpackage often do)."""
+    return sorted((a, b) for a in edges for b in edges[a] if a < b and a in edges.get(b, set()))
+
+
+def block(root: Path = ROOT) -> str:
+    """The page's import-graph block: each package and the packages it imports, the pairs that import
+    each other and whether modules import in a circle (no module count: a new file changes nothing
+    here unless it adds an arrow)."""
+    modules = project_modules(root)
+    edges = package_edges(modules)
     width = max(map(len, edges))
     lines = [
-        f"{src:<{width}} -> {', '.join(sorted(edges[src] - {src})) or '(nothing of the project)'}"
+        f"{src:<{width}} -> {', '.join(sorted(edges[src])) or '(nothing of the project)'}"
         for src in sorted(edges)
     ]
-    count = (
-        f"{len(modules)} modules in {len(edges)} packages; no import circle"
-        if not import_circles(module_graph(modules))
-        else f"{len(modules)} modules; IMPORT CIRCLES: {import_circles(module_graph(modules))}"
-    )
-    return "\n".join([BEGIN, "```", *lines, "```", count, END])
+    pairs = mutual_pairs(edges)
+    mutual = "packages importing each other: " + (", ".join(f"{a} <-> {b}" for a, b in pairs) or "none")
+    circles = import_circles(module_graph(modules))
+    circle = f"IMPORT CIRCLES: {circles}" if circles else "no import circle between modules"
+    return "\n".join([BEGIN, "```", *lines, "```", mutual + "; " + circle, END])
 
 
 def page_block(text: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import warnings
 from collections.abc import Sequence
 from typing import Any, Literal, get_args
 
@@ -17,7 +18,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.store.base import BaseStore
 from typing_extensions import Unpack
 
-from parallelsearch.agents.protocol import content_text
+from parallelsearch.agents.protocol import SEARCH_TOOL_NAME, content_text
 from parallelsearch.agents.searchers.backends import Searchers
 from parallelsearch.graphs.builders import GraphBuild, Planner, SearchGraph, build_graph, check_graph_kind
 from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
@@ -232,7 +233,7 @@ def create_parallel_search_agent(
     """
     check_graph_kind(graph, get_args(AgentGraph))  # the protocol name is GraphConfig's to check
     check_options(options)
-    searcher, named = _searchers_of(_given_searchers(tools, searchers), retrieval)
+    searcher, named = _searchers_of(_given_searchers(tools, searchers), retrieval, middleware)
     if system_prompt is not None:
         options = {**options, "system_prompt": content_text(getattr(system_prompt, "content", system_prompt))}
     build = GraphBuild(
@@ -247,11 +248,29 @@ def create_parallel_search_agent(
     )  # fmt: skip
 
 
+def warn_unreviewed(middleware: Sequence[Any], tool_names: Sequence[str]) -> None:
+    """One warning when a middleware's ``interrupt_on`` (``HumanInTheLoopMiddleware``'s) names no
+    tool of this agent: its searches would run unreviewed without a word (a lone function is the
+    one ``search`` tool, not a tool under its own name)."""
+    asked = [n for mw in middleware for n in (getattr(mw, "interrupt_on", None) or {}) if isinstance(n, str)]
+    missing = [n for n in dict.fromkeys(asked) if n not in tool_names]
+    if missing:
+        warnings.warn(
+            f"interrupt_on names no tool of this agent: {', '.join(map(repr, missing))}; its tools are "
+            f"{', '.join(map(repr, tool_names))} (a lone searcher is the one 'search' tool; give a list of "
+            "named functions or tools to have each one a tool of its own)",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 def _searchers_of(
-    given: Searchers, retrieval: RetrievalConfig | None
+    given: Searchers, retrieval: RetrievalConfig | None, middleware: Sequence[Any] = ()
 ) -> tuple[Searchers, list[tuple[str, str, Any]] | None]:
-    """The searchers the graph gets (named tools as a name -> searcher mapping) and the named tools."""
+    """The searchers the graph gets (named tools as a name -> searcher mapping) and the named tools
+    (a reviewer's ``interrupt_on`` naming none of the tools is said once)."""
     named = named_searchers(given)
+    warn_unreviewed(middleware, [n for n, _, _ in named] if named else [SEARCH_TOOL_NAME])
     return ({n: s for n, _, s in named} if named else _searcher(given, retrieval)), named
 
 

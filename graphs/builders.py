@@ -8,7 +8,6 @@ keywords or ``config=``, and some may change per request (docs/architecture.md, 
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from parallelsearch.agents.searchers.base import Searcher
 from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.middleware import Middleware
-from parallelsearch.graphs.nodes import after_join, bound_nodes, route
+from parallelsearch.graphs.nodes import after_join, bound_nodes, router
 from parallelsearch.graphs.state import (
     STRUCTURED_FIELDS,
     GraphInput,
@@ -229,7 +228,7 @@ def _search_loop(
     output = output_with(STRUCTURED_FIELDS) if engine.structured else GraphOutput
     b = _new_builder(nodes, state_with(extra), build.context_schema or GraphContext, output)
     add_hook_nodes(b, mw)
-    if wire_search_loop(b, mw, functools.partial(route, engine), after_join):
+    if wire_search_loop(b, mw, router(engine), after_join):
         _add_node(b, "review", bound_nodes(engine, "review")["review"])
     return _compile(b, cfg, checkpointer, name, **build.compile_options())
 

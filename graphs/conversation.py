@@ -23,15 +23,17 @@ def system_text(messages: Sequence[AnyMessage], cfg: GraphConfig, protocol: Sear
 
 
 def orphan_tool_messages(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
-    """The tool messages no earlier AI message called (a caller's window cut from the front):
-    a chat API refuses an answer without its call."""
+    """The tool messages no earlier AI message called (a caller's window cut from the front), and
+    a second answer to a call already answered: a chat API refuses an answer without its call."""
     called: set[str | None] = set()
     orphans = []
     for m in messages:
         if isinstance(m, AIMessage):
             called.update(c.get("id") for c in m.tool_calls)
-        elif isinstance(m, ToolMessage) and m.tool_call_id not in called:
-            orphans.append(m)
+        elif isinstance(m, ToolMessage):
+            if m.tool_call_id not in called:
+                orphans.append(m)
+            called.discard(m.tool_call_id)
     return orphans
 
 
@@ -115,13 +117,21 @@ def _newest_that_fit(history: Sequence[AnyMessage], fits: Callable[[int, int], b
     return kept
 
 
+def from_first_question(history: list[AnyMessage]) -> list[AnyMessage]:
+    """``history`` from its first human message on: providers refuse a conversation whose first
+    message after the system message is not the user's (what is left of a window cut from the
+    front, an assistant's greeting), and tool messages go with the calls they answer."""
+    first = next((i for i, m in enumerate(history) if isinstance(m, HumanMessage)), len(history))
+    return history[first:] if first else history
+
+
 def bounded_history(history: Sequence[AnyMessage], cfg: GraphConfig) -> list[AnyMessage]:
-    """``history`` (complete exchanges only) within ``max_history_messages`` and
+    """``history`` (complete exchanges only, from its first question) within ``max_history_messages`` and
     ``max_history_tokens``: kept whole when it fits both, else its newest messages that fit,
     starting at a question, tool calls with their results (:func:`_newest_that_fit`)."""
     from langchain_core.messages.utils import count_tokens_approximately
 
-    kept = _complete(history)
+    kept = from_first_question(_complete(history))
     most, tokens = cfg.max_history_messages, cfg.max_history_tokens
     over_count = most is not None and len(kept) > most
     if not over_count and (tokens is None or count_tokens_approximately(kept) <= tokens):

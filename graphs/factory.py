@@ -32,10 +32,24 @@ from parallelsearch.stores.chroma_store import (
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.encoding.embedder import Embedder, make_embedder
 from parallelsearch.stores.errors import check_choice
+from parallelsearch.stores.faiss_kind import (
+    check_faiss_store,
+    describe_faiss_stores,
+    faiss_location,
+    open_faiss_store,
+    writing_faiss_store,
+)
 from parallelsearch.stores.http.retrieval_client import RetrieverClient
-from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, StoreLocation, list_stores
+from parallelsearch.stores.isolated_read import (
+    DEFAULT_READ_TIMEOUT_S,
+    StoreLocation,
+    check_store,
+    list_stores,
+)
+from parallelsearch.stores.passage_store import PassageStore, dropped_unless_written
 from parallelsearch.stores.redact import redact_url
 from parallelsearch.stores.shard_spec import StoreSpec
+from parallelsearch.stores.store_check import StoreCheck
 from parallelsearch.stores.store_files import (
     StoreDamagedError,
     inspect_store,
@@ -151,15 +165,45 @@ def make_sharded_store(
     )
 
 
-def make_named_store(cfg: RetrievalConfig, name: str) -> ChromaStore | ShardedStore:
-    """The store ``name`` for reading: a sharded one when ``cfg.stores`` declares it so (or ``name`` is
-    a ``NAME=SHARD,...`` declaration), else :func:`make_store`."""
+def _open_chroma(cfg: RetrievalConfig, name: str) -> ChromaStore | ShardedStore:
+    """Chroma store ``name`` for reading: a sharded one when ``cfg.stores`` declares it so (or ``name``
+    is a ``NAME=SHARD,...`` declaration), else :func:`make_store`."""
     spec = cfg.store_spec(name)
     return make_sharded_store(cfg, spec) if spec.sharded else make_store(cfg, spec.name)
 
 
+def make_named_store(cfg: RetrievalConfig, name: str) -> PassageStore | ShardedStore:
+    """The store ``name`` for reading, of the configured kind (``STORE_KINDS``)."""
+    return store_kind(cfg).open(cfg, name)
+
+
+def writing_store(cfg: RetrievalConfig, name: str, **options: Any) -> contextlib.AbstractContextManager[Any]:
+    """The store ``name`` opened (created when missing) for writing, one writer at a time, of the
+    configured kind; ``options``: :func:`_writing_chroma_store`'s keywords."""
+    return store_kind(cfg).open_for_writing(cfg, name, **options)
+
+
+def describe_stores(
+    cfg: RetrievalConfig, *, timeout_s: float = DEFAULT_READ_TIMEOUT_S
+) -> list[dict[str, Any]]:
+    """Every store of the configured kind where ``cfg`` says they live (``stores``)."""
+    return store_kind(cfg).describe(cfg, timeout_s=timeout_s)
+
+
+def check_named_store(
+    cfg: RetrievalConfig, name: str, *, timeout_s: float = DEFAULT_READ_TIMEOUT_S, progress: bool = False
+) -> StoreCheck:
+    """Every vector of store ``name`` read back (``stores --check``, ``index --verify``)."""
+    return store_kind(cfg).check(cfg, name, timeout_s=timeout_s, progress=progress)
+
+
+def stores_location(cfg: RetrievalConfig) -> str:
+    """Where stores of the configured kind live, as people read it."""
+    return store_kind(cfg).location(cfg)
+
+
 @contextlib.contextmanager
-def writing_store(
+def _writing_chroma_store(
     cfg: RetrievalConfig,
     name: str,
     *,
@@ -190,12 +234,8 @@ def writing_store(
             embedder = embedder_for(recorded)
         with _named_damage(cfg, name):
             store = make_store(cfg, name, create=True, embedder=embedder, hnsw=hnsw, client=client)
-        try:
+        with dropped_unless_written(store):
             yield store
-        except BaseException:
-            if store.created and store.count() == 0:
-                store.drop()
-            raise
 
 
 @contextlib.contextmanager
@@ -221,7 +261,7 @@ def store_location(cfg: RetrievalConfig) -> StoreLocation:
     return StoreLocation(path=cfg.chroma_path, host=cfg.chroma_host, port=cfg.chroma_port)
 
 
-def describe_stores(
+def _describe_chroma_stores(
     cfg: RetrievalConfig, *, timeout_s: float = DEFAULT_READ_TIMEOUT_S
 ) -> list[dict[str, Any]]:
     """Name, count, model and location of every store where ``cfg`` says stores live, read in a
@@ -268,25 +308,81 @@ def _remote_searcher(cfg: RetrievalConfig) -> Searcher:
     return RemoteSearcher(client)
 
 
-def _store_searcher(cfg: RetrievalConfig) -> Searcher:
-    """The ``stores`` (sharded ones opened shard by shard); several are routed by ``name: query``."""
+def _open_chroma_stores(cfg: RetrievalConfig) -> dict[str, Any]:
+    """The Chroma ``stores`` through one client (sharded ones opened shard by shard)."""
     specs = [cfg.store_spec(entry) for entry in cfg.stores]
     plain = [spec.name for spec in specs if not spec.sharded]
     client, samples = reading_client(cfg, plain) if plain else (None, {})
-    searchers: dict[str, Searcher] = {
-        spec.name: StoreSearcher(
-            make_sharded_store(cfg, spec)
-            if spec.sharded
-            else make_store(cfg, spec.name, client=client, sample_ids=samples.get(spec.name))
-        )
+    return {
+        spec.name: make_sharded_store(cfg, spec)
+        if spec.sharded
+        else make_store(cfg, spec.name, client=client, sample_ids=samples.get(spec.name))
         for spec in specs
     }
+
+
+def _store_searcher(cfg: RetrievalConfig) -> Searcher:
+    """The ``stores`` of the configured kind; several are routed by ``name: query``."""
+    kind = store_kind(cfg)
+    if kind.open_all is not None:
+        stores = kind.open_all(cfg)
+    else:
+        stores = {cfg.store_spec(entry).name: kind.open(cfg, entry) for entry in cfg.stores}
+    searchers: dict[str, Searcher] = {name: StoreSearcher(store) for name, store in stores.items()}
     return next(iter(searchers.values())) if len(searchers) == 1 else MultiStoreSearcher(searchers)
 
 
 def _store_names(cfg: RetrievalConfig) -> list[str]:
     """The stores ``stores`` names (a sharded declaration by its name), known before any opens."""
     return [cfg.store_spec(entry).name for entry in cfg.stores]
+
+
+def _check_chroma_store(
+    cfg: RetrievalConfig, name: str, *, timeout_s: float = DEFAULT_READ_TIMEOUT_S, progress: bool = False
+) -> StoreCheck:
+    """:func:`~parallelsearch.stores.isolated_read.check_store`: read in a child process, since a
+    damaged segment can crash or hang Chroma's reader."""
+    return check_store(store_location(cfg), name, timeout_s=timeout_s, progress=progress)
+
+
+@dataclass(frozen=True)
+class StoreKind:
+    """A store kind a configuration can name (``RetrievalConfig.store_kind``): how its stores open
+    for reading and for writing, how they are listed and checked, and where they live.
+    ``open_all``: the configured ``stores`` opened together (Chroma shares one client)."""
+
+    open: Callable[[RetrievalConfig, str], Any]
+    open_for_writing: Callable[..., contextlib.AbstractContextManager[Any]]
+    describe: Callable[..., list[dict[str, Any]]]
+    check: Callable[..., StoreCheck]
+    location: Callable[[RetrievalConfig], str]
+    open_all: Callable[[RetrievalConfig], dict[str, Any]] | None = None
+
+
+#: every store kind, one row each: ``--store-kind``'s choices, the searchers, ``index``, ``stores``,
+#: ``--check`` and ``--verify`` read it (a new kind is its module and one row)
+STORE_KINDS: dict[str, StoreKind] = {
+    "chroma": StoreKind(
+        _open_chroma,
+        _writing_chroma_store,
+        _describe_chroma_stores,
+        _check_chroma_store,
+        RetrievalConfig.location,
+        open_all=_open_chroma_stores,
+    ),
+    "faiss": StoreKind(
+        lambda cfg, name: open_faiss_store(cfg, name),
+        writing_faiss_store,
+        describe_faiss_stores,
+        check_faiss_store,
+        faiss_location,
+    ),
+}
+
+
+def store_kind(cfg: RetrievalConfig) -> StoreKind:
+    """The row of ``STORE_KINDS`` the configuration names, or a ValueError listing the kinds."""
+    return STORE_KINDS[check_choice(cfg.store_kind, tuple(STORE_KINDS), "store kind")]
 
 
 @dataclass(frozen=True)
@@ -370,7 +466,9 @@ def deferred_searcher(cfg: RetrievalConfig) -> Searcher:
     if kind.deferred_names is None:
         return kind.open(cfg)
     names = kind.deferred_names(cfg)
-    return DeferredSearcher(lambda: kind.open(cfg), names, what=f"the stores {names} at {cfg.location()}")
+    return DeferredSearcher(
+        lambda: kind.open(cfg), names, what=f"the stores {names} at {stores_location(cfg)}"
+    )
 
 
 def make_parts(

@@ -7,7 +7,6 @@ state fields join the graph's state."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -99,17 +98,14 @@ def can_jump_to(mw: Any, hook: str) -> list[str]:
 
 
 async def _wrapped_call(mw: Any, hook: str, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
-    """``mw``'s async ``hook`` around ``handler``; a sync-only hook runs in a worker thread with a
-    handler that hands the call back to this loop."""
+    """``mw``'s async ``hook`` around ``handler``; a sync-only hook runs in a thread of its own
+    with a handler that hands the call back to this loop (``sync_bridge.run_sync_hook``)."""
     sync, asyn = overrides(mw, hook)
     if asyn or not sync:
         return await getattr(mw, f"a{hook}")(request, handler)
-    loop = asyncio.get_running_loop()
+    from parallelsearch.graphs.sync_bridge import run_sync_hook
 
-    def sync_handler(req: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(handler(req), loop).result()
-
-    return await asyncio.to_thread(getattr(mw, hook), request, sync_handler)
+    return await run_sync_hook(getattr(mw, hook), request, handler)
 
 
 async def wrapped(

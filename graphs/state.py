@@ -97,6 +97,25 @@ class SearchState(_Outcome, total=False):
     node_ms: Annotated[dict[str, float], sum_ms]
 
 
+class RouteView(TypedDict, total=False):
+    """What routing after a turn reads: a branch that declares it reads these channels only,
+    instead of a fresh copy of every channel of the state after each turn."""
+
+    last_action: dict[str, Any]
+    round: int
+    messages: Annotated[list[AnyMessage], add_messages]
+
+
+class JoinView(TypedDict, total=False):
+    """What routing after a join reads: the next stage of a search with ``#k``, if any."""
+
+    next_stage: list[dict[str, Any]] | None
+
+
+#: the channels whose writes a reducer merges (a write adds to them, whatever its value)
+REDUCED_KEYS = frozenset({"messages", "history", "trajectory", "results", "node_ms"})
+
+
 class SearchTask(TypedDict):
     """What one ``Send`` hands a searcher node (``error``: a dependent sub-query that is not
     searched, because what its ``#k`` names failed)."""

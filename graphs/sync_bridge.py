@@ -7,6 +7,7 @@ model takes its own sync path (its async client would bind to this loop).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import threading
 from collections.abc import Callable, Coroutine
@@ -53,3 +54,46 @@ def sync_node(afunc: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
             SYNC_RUN.reset(token)
 
     return func
+
+
+async def run_sync_hook(hook: Callable[[Any, Callable[[Any], Any]], T], request: Any, handler: Any) -> T:
+    """A sync-only middleware hook (``wrap_model_call``, ``wrap_tool_call``) awaited from the
+    loop: it runs in a thread of its own, never one of the loop's shared worker threads, because
+    it blocks on its handler, and the handler's work may itself need those workers (a sync
+    searcher, a sync ``before_model`` node): many episodes at once would otherwise take every
+    worker and wait forever. Its handler hands each call back to this loop; cancelling the await
+    (an episode's deadline) cancels the call the thread waits on, so the thread ends too."""
+    loop = asyncio.get_running_loop()
+    pending: set[Any] = set()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def sync_handler(req: Any) -> Any:
+        work = asyncio.run_coroutine_threadsafe(handler(req), loop)
+        pending.add(work)
+        try:
+            return work.result()
+        finally:
+            pending.discard(work)
+
+    def settle(ok: bool, value: Any) -> None:
+        if not done.done():
+            done.set_result(value) if ok else done.set_exception(value)
+
+    def run() -> None:
+        try:
+            outcome = (True, hook(request, sync_handler))
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting task as it is
+            outcome = (False, e)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop closed while the hook ran: nobody waits for it
+            pass
+
+    context = contextvars.copy_context()
+    name = f"sync-hook-{getattr(hook, '__qualname__', 'hook')}"
+    threading.Thread(target=context.run, args=(run,), name=name, daemon=True).start()
+    try:
+        return await done
+    finally:
+        for work in list(pending):
+            work.cancel()

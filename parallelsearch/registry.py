@@ -6,10 +6,15 @@ objects themselves are built by :mod:`parallelsearch.graphs.factory`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from parallelsearch.graphs import factory
 from parallelsearch.settings import Settings, get_settings
-from parallelsearch.stores.chroma_store import ChromaStore
 from parallelsearch.stores.config import RetrievalConfig
+from parallelsearch.stores.passage_store import PassageStore
+
+if TYPE_CHECKING:
+    from parallelsearch.stores.sharded_store import ShardedStore
 
 
 def retrieval_config(
@@ -35,8 +40,8 @@ def open_store(
     model: str | None = None,
     host: str | None = None,
     port: int | None = None,
-) -> ChromaStore:
-    """The store ``name``; ``create=False`` makes a missing store an error naming where it looked,
+) -> PassageStore | ShardedStore:
+    """The store ``name`` (of the settings' store kind); ``create=False`` makes a missing store an error naming where it looked,
     and opens a store the settings declare sharded (or a ``NAME=SHARD,...`` name) as one."""
     cfg = retrieval_config(settings, model=model, host=host, port=port)
     if not create:

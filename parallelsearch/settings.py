@@ -27,7 +27,6 @@ from parallelsearch.graphs.config import (
     OPERATOR_CAPS,
     GraphConfig,
 )
-from parallelsearch.serving.checkpointers import CheckpointerKind
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.home import default_home
 
@@ -36,6 +35,8 @@ if TYPE_CHECKING:
     from parallelsearch.stores.http.read_limits import ReadLimits
 
 MultitaskStrategy = Literal["enqueue", "reject"]
+#: where a server keeps its threads (``serving/checkpointers.py`` opens each kind)
+CheckpointerKind = Literal["none", "memory", "sqlite", "postgres"]
 _HostList = Annotated[list[str], NoDecode]
 
 
@@ -282,6 +283,8 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
     def _embedded_store_under_home(self) -> Settings:
         if self.chroma_path is None:
             self.chroma_path = Path(self.home) / "chroma"
+        if self.faiss_path is None:
+            self.faiss_path = Path(self.home) / "faiss"
         if self.model_cache_dir is None:
             self.model_cache_dir = Path(self.home) / "models"
         return self

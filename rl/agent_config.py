@@ -187,6 +187,23 @@ class AgentConfig(RetrievalConfig):
         "socket) or loopback (an HTTP server on 127.0.0.1 per actor, for agents that need a socket)",
     )
 
+    gateway_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="gateway mode: each model call's deadline, and the longest an episode may wait between "
+        "calls; a stuck episode fails its sample with a log line naming the step",
+    )
+    gateway_max_stuck: int = Field(
+        2, ge=0, description="gateway mode: the run stops once more episodes than this got stuck (per actor)"
+    )
+    gateway_max_fork_share: float = Field(
+        0.2,
+        ge=0,
+        le=1,
+        description="gateway mode: the run stops once more than this share of episodes forked (the agent "
+        "rewrote the history it sends; a dynamic system prompt is not counted), after 20 episodes",
+    )
+
     @field_validator("factory")
     @classmethod
     def _factory_form(cls, value: str | None) -> str | None:

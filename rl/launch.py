@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from parallelsearch.rl.agent_config import ENV_VAR, KEY_ENV_VAR
+from parallelsearch.rl.job_folder import check_reuse
 from parallelsearch.rl.openrlhf_command import (
     WANDB_FROM_ENV,
     agent_module_path,
     openrlhf_args,
     wandb_key_source,
 )
+from parallelsearch.rl.schedule import Schedule, plan
 from parallelsearch.rl.train_config import TrainConfig
 from parallelsearch.stores.errors import UnavailableError, check_choice
 
@@ -110,6 +112,7 @@ class Job:
     wandb: str
     copies: dict[str, Path] = field(default_factory=dict)  # name in the folder -> source file
     probe: bool = True  # command.sh's check probes the retriever (train --skip-probe: not)
+    schedule: Schedule | None = None  # the run's length, counted on the data the folder ships
 
     def keys(self) -> dict[str, str]:
         """Environment variables the job's actors need from ``command.sh``'s environment -> why."""
@@ -164,15 +167,52 @@ def _local(path: str | None) -> Path | None:
     return Path(path) if path and Path(path).is_file() else None
 
 
-def plan_job(cfg: TrainConfig, runner: str = "ray", environ: Mapping[str, str] | None = None) -> Job:
-    """The job folder's contents for ``cfg`` (nothing written): data copied in or absolute, outputs absolute."""
+def plan_job(
+    cfg: TrainConfig,
+    runner: str = "ray",
+    environ: Mapping[str, str] | None = None,
+    schedule: Schedule | None = None,
+) -> Job:
+    """The job folder's contents for ``cfg`` (nothing written): data copied in or absolute, outputs
+    absolute, a gateway factory's module shipped. The run's length is ``schedule``, else
+    :func:`~parallelsearch.rl.schedule.plan` of ``cfg``: counted on the file the folder ships (its
+    source here), never on a path the job's config names relative to the folder."""
     check_choice(runner, RUNNERS, "runner")
     folder = Path(cfg.job_dir).resolve()
+    copies, updates = data_files(cfg)
+    copies.update(factory_copies(cfg))
+    updates.update(output_paths(cfg))
+    schedule = schedule or plan(cfg)  # on the source of the copy: the same records
+    job_cfg = cfg.model_copy(update=updates)
+    _, note = wandb_key_source(job_cfg, environ)
+    if runner == "python":
+        command = python_command(
+            job_cfg, agent_func_path=f"$PWD/{AGENT_MODULE_FILE}", environ=environ, schedule=schedule
+        )
+    else:
+        command = ray_submit_command(
+            job_cfg,
+            working_dir=".",
+            runtime_env_file=RUNTIME_ENV_VAR,
+            agent_func_path=AGENT_MODULE_FILE,
+            environ=environ,
+            schedule=schedule,
+        )
+    runner = runner if runner != "print" else "ray"
+    return Job(folder, job_cfg, command, runner, note, copies, schedule=schedule)
+
+
+def data_files(cfg: TrainConfig) -> tuple[dict[str, Path], dict[str, Any]]:
+    """The data files the folder ships (name in the folder -> source) and the config's data paths as
+    the job names them: a copy's name in the folder, else an absolute path (a hub name as given)."""
     copies: dict[str, Path] = {}
     updates: dict[str, Any] = {}
     for key, name in (("prompt_data", "data/train"), ("eval_data", "data/eval")):
-        src = _local(getattr(cfg, key))
+        value = getattr(cfg, key)
+        src = _local(value)
         if src is None:
+            if value and Path(value).is_dir():  # a dataset saved to disk, named absolutely
+                updates[key] = str(Path(value).resolve())
             continue  # a hub dataset name, or a path only the cluster has
         if cfg.copy_data:
             dest = name + "".join(src.suffixes[-1:])
@@ -187,20 +227,23 @@ def plan_job(cfg: TrainConfig, runner: str = "ray", environ: Mapping[str, str] |
             "this job folder may ship (Ray refuses a working_dir over 500 MiB): put them on storage every "
             "node mounts and set copy_data=false"
         )
-    updates.update(output_paths(cfg))
-    job_cfg = cfg.model_copy(update=updates)
-    _, note = wandb_key_source(job_cfg, environ)
-    if runner == "python":
-        command = python_command(job_cfg, agent_func_path=f"$PWD/{AGENT_MODULE_FILE}", environ=environ)
-    else:
-        command = ray_submit_command(
-            job_cfg,
-            working_dir=".",
-            runtime_env_file=RUNTIME_ENV_VAR,
-            agent_func_path=AGENT_MODULE_FILE,
-            environ=environ,
+    return copies, updates
+
+
+def factory_copies(cfg: TrainConfig) -> dict[str, Path]:
+    """A gateway-mode factory's module files, shipped in the folder (every actor imports it from its
+    copy of the folder); a module that cannot be found here is refused at every runner."""
+    if cfg.agent.mode != "gateway" or not cfg.agent.factory:
+        return {}
+    from parallelsearch.rl.preflight_factory import factory_files
+
+    files, _ = factory_files(cfg.agent.factory)
+    clash = sorted(set(files) & {AGENT_FILE, CONFIG_FILE, AGENT_MODULE_FILE, COMMAND_FILE})
+    if clash:
+        raise ValueError(
+            f"agent.factory {cfg.agent.factory!r}: its module {clash[0]} is a file the job writes; rename it"
         )
-    return Job(folder, job_cfg, command, runner if runner != "print" else "ray", note, copies)
+    return files
 
 
 def output_paths(cfg: TrainConfig) -> dict[str, str]:
@@ -209,9 +252,12 @@ def output_paths(cfg: TrainConfig) -> dict[str, str]:
     working_dir); a local model, absolute. With several nodes outputs must be named absolutely,
     on storage every node writes (DeepSpeed writes checkpoint shards from every rank)."""
     out: dict[str, str] = {}
+    folder = Path(cfg.job_dir).resolve()
     for key in ("save_path", "ckpt_path", "tensorboard_dir"):
         value = getattr(cfg, key)
-        if value and not Path(value).is_absolute():
+        if value and cfg.nodes == 1 and Path(value).is_absolute() and Path(value).is_relative_to(folder):
+            out[key] = "$PWD/" + Path(value).relative_to(folder).as_posix()  # a read-back job's own outputs
+        elif value and not Path(value).is_absolute():
             if cfg.nodes > 1:
                 raise ValueError(
                     f"{key} {value} is relative with nodes={cfg.nodes}: name an absolute path on storage every "
@@ -225,13 +271,10 @@ def output_paths(cfg: TrainConfig) -> dict[str, str]:
     return out
 
 
-def write_job(job: Job) -> Path:
-    """Write the job folder; returns the path of ``command.sh``."""
+def config_text(job: Job) -> str:
+    """The folder's ``train_config.yaml``: the resolved config, paths relative to the folder."""
     import yaml
 
-    folder = job.folder
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / AGENT_FILE).write_text(job.config.agent_config_yaml(), encoding="utf-8")
     # with total_training_steps the passes are derived from the data, so num_episodes is not written
     derived = {"num_episodes"} if job.config.total_training_steps is not None else set()
     resolved = job.config.model_dump(mode="json", exclude_none=True, exclude={"agent", *derived})
@@ -240,8 +283,27 @@ def write_job(job: Job) -> Path:
     for key in ("save_path", "ckpt_path", "tensorboard_dir"):
         if isinstance(resolved.get(key), str):
             resolved[key] = resolved[key].removeprefix("$PWD/")
-    (folder / CONFIG_FILE).write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+    return yaml.safe_dump(resolved, sort_keys=False)
+
+
+def check_folder(job: Job) -> None:
+    """The folder is this job's to write: empty, the same job again, or resumed (else a ValueError)."""
+    check_reuse(job.folder, CONFIG_FILE, config_text(job), job.config)
+
+
+def write_job(job: Job) -> Path:
+    """Write the job folder; returns the path of ``command.sh``. Data files of an earlier write that
+    this job does not ship are removed (they would travel with it)."""
+    folder = job.folder
+    text = config_text(job)
+    check_reuse(folder, CONFIG_FILE, text, job.config)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / AGENT_FILE).write_text(job.config.agent_config_yaml(), encoding="utf-8")
+    (folder / CONFIG_FILE).write_text(text, encoding="utf-8")
     shutil.copyfile(agent_module_path(), folder / AGENT_MODULE_FILE)
+    for stale in (folder / "data").glob("*"):
+        if stale.is_file() and f"data/{stale.name}" not in job.copies:
+            stale.unlink()
     for name, src in job.copies.items():
         dest = folder / name
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -287,6 +349,22 @@ def static_checks(cfg: TrainConfig) -> str:
     return status
 
 
+def job_notes(cfg: TrainConfig, job: Job) -> list[str]:
+    """What ``train`` says of the job beside its checks: data that is not a file here, shared outputs."""
+    notes = []
+    if not Path(cfg.prompt_data).is_file():
+        notes.append(
+            f"prompt_data {cfg.prompt_data}: not a file here (make-train-data makes it; a hub dataset name is "
+            "passed as is)"
+        )
+    if cfg.nodes > 1:
+        notes.append(
+            f"outputs: {job.config.save_path} must be on storage all {cfg.nodes} nodes can write (DeepSpeed "
+            "writes checkpoint shards from every rank)"
+        )
+    return notes
+
+
 def launch(
     cfg: TrainConfig,
     *,
@@ -299,13 +377,16 @@ def launch(
     (``dry_run``: nothing written) or write and print (``runner="print"``)."""
     import subprocess
 
-    from parallelsearch.rl.preflight import preflight
+    from parallelsearch.rl.preflight import job_schedule, preflight
 
     out = out or sys.stdout
     status = static_checks(cfg)
-    checks = preflight(cfg, probe=probe)  # the same checks as train --check, for every runner
-    job = plan_job(cfg, runner)
+    schedule = job_schedule(cfg)  # once: the command, the check's line and the warm-up state it
+    checks = preflight(cfg, probe=probe, schedule=schedule)  # the checks of train --check, every runner
+    job = plan_job(cfg, runner, schedule=schedule)
     job.probe = probe
+    if not dry_run:
+        check_folder(job)
     where = "not written: dry run" if dry_run else "written"
     print(f"# job folder {job.folder} ({where}): {', '.join(job.files())}", file=out)
     print(f"# {AGENT_FILE} ({ENV_VAR}):", file=out)
@@ -317,20 +398,8 @@ def launch(
             f"# Ray's runtime env (command.sh writes it from its environment when it runs): {shipped}",
             file=out,
         )
-    for line in checks:
-        print(f"# check: {line}", file=out)
-    if not Path(cfg.prompt_data).is_file():
-        print(
-            f"# prompt_data {cfg.prompt_data}: not a file here (make-train-data makes it; "
-            "a hub dataset name is passed as is)",
-            file=out,
-        )
-    if cfg.nodes > 1:
-        print(
-            f"# outputs: {job.config.save_path} must be on storage all {cfg.nodes} nodes can write "
-            "(DeepSpeed writes checkpoint shards from every rank)",
-            file=out,
-        )
+    for line in [*(f"check: {x}" for x in checks), *job_notes(cfg, job)]:
+        print(f"# {line}", file=out)
     print(f"# command ({status})", file=out)
     print(shell(job.command), file=out)
     if dry_run:

@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 
 def gateway_executor(cfg: AgentConfig, searcher: Any, guard: SearchFailureGuard) -> GatewayExecutor:
     """Gateway mode: the configured factory's agent with the gateway's chat model."""
+    from parallelsearch.rl.gateway.conversation import reader_limits
     from parallelsearch.rl.gateway.factory import gateway_agent
+    from parallelsearch.rl.gateway.guard import GatewayGuard
     from parallelsearch.rl.gateway.transport import gateway_chat_model
 
     registry = None
@@ -47,6 +49,9 @@ def gateway_executor(cfg: AgentConfig, searcher: Any, guard: SearchFailureGuard)
         cut_episodes=cfg.reward.cut_episodes,
         search_guard=guard,
         health_log=cfg.health_log,
+        timeout_s=cfg.gateway_timeout_s,
+        guard=GatewayGuard(max_stuck=cfg.gateway_max_stuck, max_fork_share=cfg.gateway_max_fork_share),
+        limits=reader_limits(cfg),
     )
 
 

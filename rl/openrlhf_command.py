@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.rl.schedule import plan
+from parallelsearch.rl.schedule import Schedule, plan
 from parallelsearch.rl.train_config import OPENRLHF_NAMES, TrainConfig
 
 
@@ -39,10 +39,18 @@ def wandb_key_source(cfg: TrainConfig, environ: Mapping[str, str] | None = None)
 
 
 def openrlhf_args(
-    cfg: TrainConfig, *, agent_func_path: str | None = None, environ: Mapping[str, str] | None = None
+    cfg: TrainConfig,
+    *,
+    agent_func_path: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    schedule: Schedule | None = None,
 ) -> list[str]:
     """The flags after ``python -m openrlhf.cli.train_ppo_ray`` (OpenRLHF 0.11.2's dotted names):
-    each field of :data:`OPENRLHF_NAMES` that applies, the layout and the agent module."""
+    each field of :data:`OPENRLHF_NAMES` that applies, the layout and the agent module.
+
+    ``--train.num_episodes`` is ``schedule``'s (the job's: :func:`~parallelsearch.rl.schedule.plan`
+    on the file it ships); without one, only the flags' shape is being checked, and the passes are
+    counted where the config's data is (``num_episodes`` when it cannot be)."""
     flags: dict[str, Any] = {}
     for role in ("ref", "actor", "critic"):
         flags[f"{role}.num_nodes"] = cfg.nodes
@@ -50,13 +58,13 @@ def openrlhf_args(
     flags["vllm.enable_sleep"] = flags["ds.enable_sleep"] = cfg.colocate_all and not cfg.async_train
     flags["train.agent_func_path"] = agent_func_path or str(agent_module_path())
     flags.update({flag: getattr(cfg, name) for flag, name in OPENRLHF_NAMES.items()})
-    flags["train.num_episodes"] = plan(cfg).episodes
+    flags["train.num_episodes"] = (schedule or _shape_only(cfg)).episodes
     flags["critic.model_name_or_path"] = cfg.critic_model or cfg.model
     flags["ckpt.path"] = cfg.ckpt_path or str(Path(cfg.save_path) / "ckpt")
     flags["logger.wandb.key"], _ = wandb_key_source(cfg, environ)
     flags.update(is_correction_flags(cfg))
     off = {
-        "critic.": cfg.algorithm != "gae",
+        "critic.": not cfg.estimator.critic,
         "eval.": not cfg.eval_data,
         "algo.dynamic_filtering_range": not cfg.dynamic_filtering,
         "logger.wandb.": not flags["logger.wandb.key"],
@@ -71,6 +79,14 @@ def openrlhf_args(
         if value is not True:
             a.extend(str(v) for v in (value if isinstance(value, list | tuple) else [value]))
     return a
+
+
+def _shape_only(cfg: TrainConfig) -> Schedule:
+    """A schedule for checking the command's flags only (never for a command that runs)."""
+    try:
+        return plan(cfg)
+    except ValueError:
+        return Schedule(cfg.num_episodes)
 
 
 #: :attr:`TrainConfig.is_correction` -> OpenRLHF 0.11.2's (level, mode, gating)

@@ -23,19 +23,25 @@ from parallelsearch.rl.preflight_budget import (
     DEFAULT_PASSAGE_TOKENS,
     EpisodeBudget,
     check_budget,
+    check_cap,
     check_chat_template,
     count_tokens,
     local_tokenizer,
     passage_tokens,
+    subquery_room,
     widest_observation,
 )
 from parallelsearch.rl.preflight_data import (
     TEMPLATE_SAMPLE,
     check_contamination,
+    check_split_taught,
     check_template_reward,
+    iter_records,
     label_dict,
+    scan_prompts,
 )
 from parallelsearch.rl.preflight_prompt import PreflightError
+from parallelsearch.rl.preflight_reward import check_weights
 from parallelsearch.rl.preflight_run import (
     DataShape,
     check_batches,
@@ -48,14 +54,19 @@ from parallelsearch.rl.preflight_run import (
     check_sampling,
     check_steps,
     data_shape,
+    repeat_warnings,
 )
+from parallelsearch.rl.rewards import check_reward_weights
+from parallelsearch.rl.schedule import Schedule, passes_warning, plan, schedule_line
 from parallelsearch.rl.train_config import TrainConfig
 from parallelsearch.stores.errors import json_of
 
-__all__ = ["ASSISTANT_MARKER", "NOT_CHECKED", "PreflightError", "preflight"]
+__all__ = ["ASSISTANT_MARKER", "NOT_CHECKED", "WARNING", "PreflightError", "job_schedule", "preflight"]
 _TEMPLATED = ("<|im_start|>", "<|start_header_id|>")
 #: how a line of a check that could not run here begins (the CLI prints it as is, not as ``ok:``)
 NOT_CHECKED = "not checked: "
+#: how a line begins that passes but names a likely mistake and its fix (printed as is)
+WARNING = "warning: "
 
 
 def retriever_name(agent: AgentConfig) -> str:
@@ -179,7 +190,7 @@ def gpu_demand(cfg: TrainConfig) -> tuple[int, str]:
             f"{cfg.vllm_num_engines} x {cfg.vllm_tensor_parallel_size} = {vllm} (async colocates only DeepSpeed)"
         )
     roles = (
-        ["actor"] + (["ref"] if cfg.init_kl_coef > 0 else []) + (["critic"] if cfg.algorithm == "gae" else [])
+        ["actor"] + (["ref"] if cfg.init_kl_coef > 0 else []) + (["critic"] if cfg.estimator.critic else [])
     )
     parts = " + ".join(f"{r} {group}" for r in roles)
     how = f"{parts} + vLLM {cfg.vllm_num_engines} x {cfg.vllm_tensor_parallel_size} = {vllm}"
@@ -287,6 +298,11 @@ def check_protocol(cfg: TrainConfig, record: dict[str, Any] | None) -> str:
 def check_data(cfg: TrainConfig) -> tuple[str, dict[str, Any] | None]:
     """The prompt file exists locally and holds the input and label keys (a hub dataset is not checked)."""
     record = first_record(cfg.prompt_data)
+    if record is None and Path(cfg.prompt_data).is_dir():
+        return (
+            f"prompt_data {cfg.prompt_data}: a folder (a dataset saved to disk; its records not checked)",
+            None,
+        )
     if record is None:
         if Path(cfg.prompt_data).suffix in (".jsonl", ".json", ".parquet") or Path(cfg.prompt_data).exists():
             raise PreflightError(
@@ -320,7 +336,7 @@ def first_records(path: str | Path, n: int = TEMPLATE_SAMPLE) -> list[dict[str, 
     return out
 
 
-def _checked(check: Any, *args: Any) -> str:
+def _checked(check: Any, *args: Any) -> Any:
     """``check(*args)``, its ValueError as a :class:`PreflightError` (the data and budget checks raise those)."""
     try:
         return check(*args)
@@ -329,12 +345,19 @@ def _checked(check: Any, *args: Any) -> str:
 
 
 def data_checks(cfg: TrainConfig, records: list[dict[str, Any]]) -> list[str]:
-    """The prompt template against the reward mode, and contamination (local files only)."""
+    """Every prompt's template against the reward mode (one template, teaching ``##`` when the reward
+    pays for splitting), and contamination (local files only; the whole file is read)."""
     if not records:
         return [f"{NOT_CHECKED}prompt_data {cfg.prompt_data} is not a local file: template and contamination"]
     mode = cfg.agent.reward.mode
+    every = (rec for _, rec in iter_records(cfg.prompt_data))
+    scan = _checked(scan_prompts, every, cfg.input_key, cfg.label_key)
+    weights = check_reward_weights(mode, cfg.agent.reward.weights)
+    split = weights.get("comp_score", weights.get("lambda_d", 0.0))
+    template = _checked(check_template_reward, mode, scan)
+    _checked(check_split_taught, scan, mode, split, cfg.agent.graph_config.protocol)
     return [
-        _checked(check_template_reward, mode, records, cfg.input_key, cfg.label_key),
+        template,
         _checked(check_contamination, cfg.prompt_data, cfg.eval_data, cfg.input_key, cfg.label_key),
     ]
 
@@ -388,8 +411,16 @@ def tokenizer_checks(
         if passages
         else "; passages assumed at " + str(DEFAULT_PASSAGE_TOKENS)
     )
-    lines.append(_checked(check_budget, cfg.max_len, budget, how))
-    return lines
+    return lines + budget_lines(cfg, budget, how)
+
+
+def budget_lines(cfg: TrainConfig, budget: EpisodeBudget, how: str) -> list[str]:
+    """The observation cap against one passage, ``max_len`` against a full episode, and the
+    sub-queries one search holds whole (a warning under two)."""
+    _checked(check_cap, budget.cap, budget.passage, budget.top_k, how)
+    lines = [_checked(check_budget, cfg.max_len, budget, how)]
+    room, short = subquery_room(cfg.max_len, budget, cfg.agent.graph_config)
+    return [*lines, WARNING + room if short else room]
 
 
 def first_prompt_tokens(
@@ -413,6 +444,8 @@ def first_prompt_tokens(
     return max(counts), "; the prompt is the gateway agent's first model call (its system prompt and tools)"
 
 
+#: the question of the gateway's scripted check episode
+CHECK_QUESTION = "Were Scott Derrickson and Ed Wood of the same nationality?"
 #: the job folder's record of the chat template a gateway-mode run was checked with
 TEMPLATE_DIGEST_FILE = "chat_template.json"
 
@@ -433,7 +466,14 @@ def gateway_checks(cfg: TrainConfig, tokenizer: Any, said: str) -> list[str]:
     path = Path(cfg.job_dir) / TEMPLATE_DIGEST_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"model": cfg.model, "chat_template_sha256": digest}, indent=2) + "\n")
-    return [f"{line}; sha256 {digest[:12]}... written to {path}"]
+    from parallelsearch.rl.gateway.conversation import reader_limits
+    from parallelsearch.rl.gateway.episode_check import check_gateway_episode
+
+    try:
+        episode = check_gateway_episode(cfg.agent, tokenizer, CHECK_QUESTION, reader_limits(cfg.agent))
+    except ValueError as e:
+        raise PreflightError(str(e)) from e
+    return [f"{line}; sha256 {digest[:12]}... written to {path}", *episode]
 
 
 def is_correction_line(cfg: TrainConfig) -> str:
@@ -452,25 +492,31 @@ def is_correction_line(cfg: TrainConfig) -> str:
 
 
 def config_checks(cfg: TrainConfig) -> list[str]:
-    """The run's shape from its settings alone: batches, sampling, graph and reward, the eval file's
-    path, resume and critic."""
+    """The run's shape from its settings alone: batches, sampling, graph and reward, the reward's
+    weights against its mode's own, the eval file's path, resume and critic."""
     lines = [_checked(check, cfg) for check in (check_batches, check_sampling, check_graph_reward)]
+    weights, warnings = _checked(check_weights, cfg.agent.reward.mode, cfg.agent.reward.weights)
+    lines += [weights, *(WARNING + w for w in warnings)]
     return lines + [
         line for check in (check_eval_path, check_resume, check_critic) if (line := _checked(check, cfg))
     ]
 
 
-def shape_checks(cfg: TrainConfig) -> tuple[list[str], DataShape | None]:
+def shape_checks(cfg: TrainConfig, schedule: Schedule) -> tuple[list[str], DataShape | None]:
     """The data's gold answers, the run's steps and evaluation; the training file's shape (None:
     not a local file), whose sample the corpus check searches."""
     lines, shape = [], None
     if Path(cfg.prompt_data).is_file():
         try:
-            shape = data_shape(cfg.prompt_data, cfg.label_key, keep=cfg.corpus_check_questions)
+            shape = data_shape(
+                cfg.prompt_data, cfg.label_key, keep=cfg.corpus_check_questions, input_key=cfg.input_key
+            )
         except ValueError as e:
             raise PreflightError(str(e)) from e
         lines.append(_checked(check_gold, shape, "prompt_data"))
-        lines.append(_checked(check_steps, cfg, shape.records))
+        lines += [WARNING + w for w in repeat_warnings(shape)]
+    if schedule.prompts is not None:
+        lines.append(_checked(check_steps, cfg, schedule))
     if cfg.eval_data and Path(cfg.eval_data).is_file():
         lines.append(_checked(check_gold, data_shape(cfg.eval_data, cfg.label_key), "eval_data"))
     return lines, shape
@@ -496,20 +542,41 @@ def corpus_line(cfg: TrainConfig, shape: DataShape | None) -> str:
     )
 
 
-def preflight(cfg: TrainConfig, *, probe: bool = True) -> list[str]:
-    """Every check, in order; returns one line per check passed (or ``not checked: ...``), raises on the
-    first failure."""
-    from parallelsearch.rl.schedule import schedule_line
+def job_schedule(cfg: TrainConfig) -> Schedule:
+    """The run's schedule on its data (:func:`~parallelsearch.rl.schedule.plan`); a missing file, or
+    one that cannot be counted without ``num_episodes``, is a :class:`PreflightError`."""
+    check_data(cfg)
+    return _checked(plan, cfg)
 
-    lines = [check_resources(cfg), *config_checks(cfg)]
+
+def schedule_lines(cfg: TrainConfig, schedule: Schedule) -> list[str]:
+    """The run-length line, and a warning when it passes over the prompts too often."""
+    warning = passes_warning(cfg, schedule)
+    return [schedule_line(cfg, schedule), *([WARNING + warning] if warning else [])]
+
+
+def factory_lines(cfg: TrainConfig) -> list[str]:
+    """Gateway mode with ``agent.factory``: its module ships and it returns an agent."""
+    if cfg.agent.mode != "gateway" or not cfg.agent.factory:
+        return []
+    from parallelsearch.rl.preflight_factory import check_factory
+
+    return [_checked(check_factory, cfg.agent)]
+
+
+def preflight(cfg: TrainConfig, *, probe: bool = True, schedule: Schedule | None = None) -> list[str]:
+    """Every check, in order; returns one line per check passed (or ``not checked: ...``, or
+    ``warning: ...``), raises on the first failure. ``schedule``: the job's (else computed here)."""
+    lines = [check_resources(cfg), *config_checks(cfg), *factory_lines(cfg)]
     data_line, record = check_data(cfg)
+    schedule = schedule or job_schedule(cfg)
     lines.append(data_line)
     lines.append(check_protocol(cfg, record))
     lines.append(check_reward_prompts(cfg, record))
     records = first_records(cfg.prompt_data)
     lines.extend(data_checks(cfg, records))
-    shape_lines, shape = shape_checks(cfg)
-    lines += [*shape_lines, schedule_line(cfg), is_correction_line(cfg)]
+    shape_lines, shape = shape_checks(cfg, schedule)
+    lines += [*shape_lines, *schedule_lines(cfg, schedule), is_correction_line(cfg)]
     passages = None
     if probe:
         if cfg.agent.retriever_url:

@@ -147,6 +147,58 @@ def check_budget(max_len: int, budget: EpisodeBudget, how: str) -> str:
             f"<information>; set max_len >= {budget.need_wide}, or fewer agent.graph_config.max_subqueries, "
             "a passage_budget or max_observation_words"
         )
-    room = (max_len - budget.need) // max(budget.max_turns * budget.observation, 1) + 1
-    queries = "sub-query" if room == 1 else "sub-queries"
-    return f"max_len {max_len} >= {budget.spelled()} ({how}; room for about {room} {queries} per search)"
+    return f"max_len {max_len} >= {budget.spelled()} ({how})"
+
+
+def whole_subqueries(graph_config: Any, passage: int, limit: int) -> int:
+    """The most sub-queries one search may hold whose passages all fit in ``limit`` tokens."""
+    fit = 0
+    for k in range(1, graph_config.max_subqueries + 1):
+        if k * graph_config.search_top_k(k) * passage > limit:
+            break
+        fit = k
+    return fit
+
+
+def check_cap(cap: int | None, passage: int, top_k: int, how: str) -> None:
+    """An observation cap below one passage cuts every observation inside its first passage."""
+    if cap is not None and cap < passage:
+        raise ValueError(
+            f"agent.max_observation_tokens {cap} < one passage ({passage} tokens; {how}): every observation is "
+            f"cut inside its first passage; set agent.max_observation_tokens >= {2 * top_k * passage} (two "
+            "sub-queries' top_k passages), or unset it"
+        )
+
+
+def subquery_room(max_len: int, budget: EpisodeBudget, graph_config: Any) -> tuple[str, bool]:
+    """How many sub-queries of one search keep every passage (within the observation cap, the word cap
+    and what ``max_len`` leaves after the prompt and two turns), and whether that is under two (a
+    warning: a split search would read its second sub-query's passages cut)."""
+    limits = {
+        "max_len": (
+            max_len - budget.prompt - 2 * budget.turn,
+            f"max_len {max_len} after the prompt and two turns",
+        )
+    }
+    if budget.cap:
+        limits["agent.max_observation_tokens"] = (budget.cap, f"max_observation_tokens {budget.cap}")
+    words = graph_config.max_observation_words
+    if words:
+        limits["agent.graph_config.max_observation_words"] = (
+            math.ceil(words * TOKENS_PER_WORD),
+            f"max_observation_words {words} x {TOKENS_PER_WORD}",
+        )
+    setting, (limit, by) = min(limits.items(), key=lambda kv: kv[1][0])
+    fit = whole_subqueries(graph_config, budget.passage, limit)
+    each = f"top_k {graph_config.top_k} x passage {budget.passage} = {graph_config.top_k * budget.passage}"
+    queries = "sub-query's" if fit == 1 else "sub-queries'"
+    held = f"{fit} {queries} passages whole ({by}: {limit} tokens; {each} a sub-query)"
+    if fit >= 2:
+        return f"budget: one search holds {held}", False
+    need = 2 * graph_config.search_top_k(2) * budget.passage
+    raise_to = f"{setting} >= {need}" if setting != "agent.graph_config.max_observation_words" else setting
+    return (
+        f"budget: one search holds only {held}: a split search's second sub-query is cut, so decomposing "
+        f"reads fewer passages than searching once; set agent.graph_config.top_k <= "
+        f"{max(1, limit // (2 * budget.passage))}, or raise {raise_to}"
+    ), True

@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from parallelsearch.agents.protocol import TEMPLATES, TOOL_TEMPLATES, render_pro
 from parallelsearch.rl.data import EVAL_ID_RE, SCORE_EM
 from parallelsearch.stores.errors import json_of
 
-#: prompts read to tell the data's template (the first ones; make-train-data writes one template)
+#: prompts the checks that need a tokenizer read (spread through the file); the template check reads all
 TEMPLATE_SAMPLE = 16
 _SEARCH_OPEN = "<search>"
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -42,21 +44,28 @@ def label_dict(record: dict[str, Any], label_key: str) -> dict[str, Any]:
     return label if isinstance(label, dict) else {}
 
 
-def detect_template(records: list[dict[str, Any]], input_key: str, label_key: str) -> str | None:
-    """The name of the template every sampled prompt was rendered with around its label's question
-    (raw or chat-templated), or None when no known template fits them all."""
-    names = [*TEMPLATES, *TOOL_TEMPLATES]
-    for name in names:
-        fits = 0
-        for rec in records:
-            question = label_dict(rec, label_key).get("question")
-            prompt = rec.get(input_key)
-            if not isinstance(question, str) or not isinstance(prompt, str):
-                return None
-            fits += render_prompt(question, name).rstrip("\n") in prompt
-        if records and fits == len(records):
-            return name
-    return None
+def template_of(rec: dict[str, Any], input_key: str, label_key: str) -> str | None:
+    """The name of the template a prompt was rendered with around its label's question (raw or
+    chat-templated), or None when no known template fits it."""
+    question = label_dict(rec, label_key).get("question")
+    prompt = rec.get(input_key)
+    if not isinstance(question, str) or not isinstance(prompt, str):
+        return None
+    return next(
+        (
+            name
+            for name in (*TEMPLATES, *TOOL_TEMPLATES)
+            if render_prompt(question, name).rstrip("\n") in prompt
+        ),
+        None,
+    )
+
+
+def detect_template(records: Iterable[dict[str, Any]], input_key: str, label_key: str) -> str | None:
+    """The name of the template every prompt of ``records`` was rendered with, or None when no known
+    template fits them all."""
+    found = {template_of(rec, input_key, label_key) for rec in records}
+    return found.pop() if len(found) == 1 else None
 
 
 def official_offsets(text: str) -> tuple[int, int]:
@@ -66,30 +75,94 @@ def official_offsets(text: str) -> tuple[int, int]:
     return text.count(_SEARCH_OPEN), len(_ANSWER_RE.findall(text))
 
 
-def check_template_reward(mode: str, records: list[dict[str, Any]], input_key: str, label_key: str) -> str:
-    """The data's template (detected) can be scored by ``mode``: the official reward counts the
-    prompt's own ``<search>`` and ``<answer>`` examples, so any prompt but the official template's
+@dataclass
+class PromptScan:
+    """What one pass over the prompts tells: each one's template, whether it teaches ``##``, and the
+    official reward's counts of its own ``<search>``/``<answer>`` examples."""
+
+    records: int = 0
+    templates: Counter = field(default_factory=Counter)
+    first: dict[str | None, int] = field(default_factory=dict)  # template -> its first record
+    no_split: int = 0
+    first_no_split: int | None = None
+    odd_offsets: tuple[int, tuple[int, int]] | None = None  # (record, its counts) unlike the official's
+
+
+def scan_prompts(records: Iterable[dict[str, Any]], input_key: str, label_key: str) -> PromptScan:
+    """Every record's template, ``##`` and official counts (records numbered from 1)."""
+    scan, want = PromptScan(), official_offsets(render_prompt("q", "official"))
+    for n, rec in enumerate(records, 1):
+        scan.records = n
+        name = template_of(rec, input_key, label_key)
+        scan.templates[name] += 1
+        scan.first.setdefault(name, n)
+        prompt = str(rec.get(input_key, ""))
+        if "##" not in prompt:
+            scan.no_split += 1
+            scan.first_no_split = scan.first_no_split or n
+        have = official_offsets(prompt)
+        if have != want and scan.odd_offsets is None:
+            scan.odd_offsets = (n, have)
+    return scan
+
+
+def _said(name: str | None) -> str:
+    return f"template {name}" if name else "an unknown template"
+
+
+def one_template(scan: PromptScan) -> str | None:
+    """The template all prompts share; a ValueError naming the records where they switch."""
+    if len(scan.templates) <= 1:
+        return next(iter(scan.templates), None)
+    parts = [f"{_said(k)} ({v}, first: record {scan.first[k]})" for k, v in scan.templates.most_common()]
+    raise ValueError(
+        f"the prompts switch template: {'; '.join(parts)}; a policy trained on a mix learns two protocols "
+        "and the reward scores one; make the whole file with one `make-train-data --template`"
+    )
+
+
+def check_template_reward(
+    mode: str,
+    records: Iterable[dict[str, Any]] | PromptScan,
+    input_key: str = "prompt",
+    label_key: str = "label",
+) -> str:
+    """Every prompt is in one template (detected), which ``mode`` can score: the official reward counts
+    the prompt's own ``<search>`` and ``<answer>`` examples, so any prompt but the official template's
     shifts its targets (Search-R1's prompt makes two searches score more than one)."""
-    template = detect_template(records, input_key, label_key)
-    said = f"template {template}" if template else "an unknown template"
-    if mode == "official":
+    scan = records if isinstance(records, PromptScan) else scan_prompts(records, input_key, label_key)
+    template = one_template(scan)
+    said = _said(template)
+    if mode == "official" and scan.odd_offsets:
+        n, have = scan.odd_offsets
         want = official_offsets(render_prompt("q", "official"))
-        for rec in records:
-            have = official_offsets(str(rec.get(input_key, "")))
-            if have != want:
-                raise ValueError(
-                    f"reward mode official counts the prompt's own <search> and <answer> tags, but the "
-                    f"prompts ({said}) hold {have[0]} <search> and {have[1]} <answer> where the official "
-                    f"template holds {want[0]} and {want[1]}: its search-count target would move (a second "
-                    "search would score more than one); make the data with `make-train-data --template "
-                    "official`, or set agent.reward.mode=paper-strict"
-                )
+        raise ValueError(
+            f"reward mode official counts the prompt's own <search> and <answer> tags, but the "
+            f"prompts ({said}) hold {have[0]} <search> and {have[1]} <answer> (first: record {n}) where the "
+            f"official template holds {want[0]} and {want[1]}: its search-count target would move (a second "
+            "search would score more than one); make the data with `make-train-data --template "
+            "official`, or set agent.reward.mode=paper-strict"
+        )
     if mode == "dag" and template not in ("dag", None):
         raise ValueError(
             f"reward mode dag rewards #k plans but the prompts ({said}) never teach #k: make the data with "
             "`make-train-data --template dag`, or set agent.reward.mode=paper-strict"
         )
-    return f"prompts in {said} (of the first {len(records)}), scored by reward mode {mode}"
+    return f"prompts in {said} (all {scan.records}), scored by reward mode {mode}"
+
+
+def check_split_taught(scan: PromptScan, mode: str, split_weight: float, protocol: str) -> str | None:
+    """Under a reward that pays for splitting (``split_weight`` > 0) the tags prompts must teach ``##``:
+    Search-R1's template never tells the policy it may split, so the decomposition term is never earned."""
+    if protocol == "tools" or split_weight <= 0 or not scan.no_split:
+        return None
+    raise ValueError(
+        f"reward mode {mode} pays for '##' decompositions (weight {split_weight:g}) but {scan.no_split} of "
+        f"{scan.records} prompts never mention '##' (first: record {scan.first_no_split}, "
+        f"{_said(scan.templates and max(scan.templates, key=scan.templates.__getitem__))}): the policy is never "
+        "told it may split; make the data with `make-train-data --template official` (or paper), or set "
+        "agent.reward.weights.lambda_d=0"
+    )
 
 
 def question_key(rec: dict[str, Any], input_key: str, label_key: str) -> str:

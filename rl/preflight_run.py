@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parallelsearch.rl.preflight_data import iter_records, label_dict
-from parallelsearch.rl.schedule import passes
+from parallelsearch.rl.preflight_data import iter_records, label_dict, question_key
+from parallelsearch.rl.schedule import Schedule
 from parallelsearch.rl.train_config import TrainConfig
 
 #: file suffixes that make a data name a local path (anything else may be a hub dataset name)
@@ -71,7 +71,7 @@ def check_batches(cfg: TrainConfig) -> str:
 def check_sampling(cfg: TrainConfig) -> str:
     """A group baseline needs different samples of one prompt: at temperature 0 every group is
     identical and every advantage 0."""
-    grouped = cfg.algorithm != "gae" or cfg.n_samples_per_prompt > 1
+    grouped = cfg.estimator.group or cfg.n_samples_per_prompt > 1
     if grouped and cfg.temperature == 0:
         raise ValueError(
             f"temperature 0 with algorithm {cfg.algorithm} and n_samples_per_prompt {cfg.n_samples_per_prompt}: "
@@ -100,13 +100,18 @@ def looks_local(path: str) -> bool:
 
 @dataclass
 class DataShape:
-    """What one pass over a local jsonl file tells: its records and those without gold answers."""
+    """What one pass over a local jsonl file tells: its records, those without gold answers, those
+    repeating an earlier question, and those whose id an earlier record with another question holds."""
 
     path: str
     records: int = 0
     missing_gold: int = 0
     first_missing: int | None = None
     sample: list[dict[str, Any]] = field(default_factory=list)
+    repeats: int = 0
+    first_repeat: tuple[int, int] | None = None  # (line, the earlier line it repeats)
+    id_clashes: int = 0
+    first_clash: tuple[str, int, int] | None = None  # (id, earlier line, line)
 
 
 def gold_answers(record: dict[str, Any], label_key: str) -> list[str]:
@@ -123,11 +128,13 @@ def gold_answers(record: dict[str, Any], label_key: str) -> list[str]:
     return [g for g in gold or [] if isinstance(g, str) and g.strip()]
 
 
-def data_shape(path: str, label_key: str, keep: int = 0) -> DataShape:
-    """One pass over ``path``: records, those without gold answers, and ``keep`` records spread
-    evenly through the file (the corpus check's sample)."""
+def data_shape(path: str, label_key: str, keep: int = 0, input_key: str = "prompt") -> DataShape:
+    """One pass over ``path``: records, those without gold answers, repeats and id clashes, and
+    ``keep`` records spread evenly through the file (the corpus check's sample)."""
     shape = DataShape(path)
     rows: list[dict[str, Any]] = []
+    questions: dict[str, int] = {}  # normalised question -> its first line
+    ids: dict[str, tuple[str, int]] = {}  # id -> (its question, its first line)
     for n, rec in iter_records(path):
         shape.records += 1
         if keep:
@@ -135,10 +142,57 @@ def data_shape(path: str, label_key: str, keep: int = 0) -> DataShape:
         if not gold_answers(rec, label_key):
             shape.missing_gold += 1
             shape.first_missing = shape.first_missing or n
+        _count_repeats(shape, rec, n, questions, ids, input_key, label_key)
     if keep and rows:
         step = max(1, len(rows) // keep)
         shape.sample = rows[::step][:keep]
     return shape
+
+
+def _count_repeats(
+    shape: DataShape,
+    rec: dict[str, Any],
+    n: int,
+    questions: dict[str, int],
+    ids: dict[str, tuple[str, int]],
+    input_key: str,
+    label_key: str,
+) -> None:
+    """Count ``rec`` (line ``n``) in ``shape`` when it repeats an earlier question, or holds an
+    earlier record's id with another question."""
+    question = question_key(rec, input_key, label_key)
+    first = questions.setdefault(question, n)
+    if first != n:
+        shape.repeats += 1
+        shape.first_repeat = shape.first_repeat or (n, first)
+    rid = rec.get("id", label_dict(rec, label_key).get("id"))
+    if rid is None:
+        return
+    held, line = ids.setdefault(str(rid), (question, n))
+    if held != question:
+        shape.id_clashes += 1
+        shape.first_clash = shape.first_clash or (str(rid), line, n)
+
+
+def repeat_warnings(shape: DataShape) -> list[str]:
+    """A line each when the file repeats questions or reuses ids for other questions."""
+    out = []
+    if shape.first_repeat:
+        n, first = shape.first_repeat
+        out.append(
+            f"prompt_data {shape.path}: {shape.repeats} of {shape.records} records repeat an earlier question "
+            f"(first: line {n} repeats line {first}): every pass trains on those questions again, weighting "
+            "them over the rest; keep each question once (make-train-data does)"
+        )
+    if shape.first_clash:
+        rid, first, n = shape.first_clash
+        out.append(
+            f"prompt_data {shape.path}: {shape.id_clashes} records reuse the id of an earlier record with another "
+            f"question (first: id {rid!r}, lines {first} and {n}; datasets merged with their own positional ids?): "
+            "per-id logs and deduplication mix them up; give each dataset's ids a prefix (make-train-data "
+            "derives ids from the question)"
+        )
+    return out
 
 
 def check_gold(shape: DataShape, key: str) -> str:
@@ -165,30 +219,25 @@ def check_eval_path(cfg: TrainConfig) -> str | None:
     return f"eval_data {cfg.eval_data}: not a local file (a hub dataset; not checked)"
 
 
-def run_steps(cfg: TrainConfig, prompts: int) -> int:
-    """The run's steps as OpenRLHF 0.11.2 counts them (one per rollout batch, the last one partial)."""
-    steps = passes(cfg, prompts).steps
-    assert steps is not None
-    return steps
-
-
-def check_steps(cfg: TrainConfig, prompts: int) -> str:
-    """The prompt file fills a rollout batch, and evaluation runs at least once."""
+def check_steps(cfg: TrainConfig, schedule: Schedule) -> str:
+    """The prompt file fills a rollout batch, and evaluation runs at least once (``schedule``: the
+    run's, on a file that was counted)."""
+    prompts, steps = schedule.prompts, schedule.steps
+    assert prompts is not None and steps is not None
     if prompts < cfg.rollout_batch_size:
         raise ValueError(
             f"prompt_data {cfg.prompt_data} holds {prompts} prompts, fewer than one rollout batch "
             f"(rollout_batch_size {cfg.rollout_batch_size}): every step would be one short batch; set "
             f"rollout_batch_size <= {prompts}, or use more data"
         )
-    steps = run_steps(cfg, prompts)
     if cfg.eval_data and cfg.eval_steps != -1 and cfg.eval_steps > steps:
         raise ValueError(
-            f"eval_steps {cfg.eval_steps} > the run's {steps} steps ({passes(cfg, prompts).episodes} pass(es) x "
+            f"eval_steps {cfg.eval_steps} > the run's {steps} steps ({schedule.episodes} pass(es) x "
             f"{prompts} prompts / rollout_batch_size {cfg.rollout_batch_size}): evaluation never runs; set "
             f"eval_steps <= {steps}"
         )
     every = f"; evaluation every {cfg.eval_steps} steps" if cfg.eval_data else ""
-    return f"steps: {steps} ({passes(cfg, prompts).episodes} pass(es) of {prompts} prompts){every}"
+    return f"steps: {steps} ({schedule.episodes} pass(es) of {prompts} prompts){every}"
 
 
 def ckpt_folder(cfg: TrainConfig) -> Path:
@@ -227,7 +276,7 @@ def model_family(model: str) -> tuple[str | None, int | None]:
 
 def check_critic(cfg: TrainConfig) -> str | None:
     """A GAE critic of another family than the actor reads the actor's token ids with another vocabulary."""
-    if cfg.algorithm != "gae" or not cfg.critic_model or cfg.critic_model == cfg.model:
+    if not cfg.estimator.critic or not cfg.critic_model or cfg.critic_model == cfg.model:
         return None
     (actor, av), (critic, cv) = model_family(cfg.model), model_family(cfg.critic_model)
     if actor is None or critic is None:

@@ -14,10 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from parallelsearch.graphs.config import MaxNewTokens, Temperature, TopP
 from parallelsearch.rl.agent_config import LIST_KEYS, AgentConfig
+from parallelsearch.rl.estimators import ALGORITHM_ALIASES, ESTIMATORS, Estimator, estimator, estimator_name
 from parallelsearch.stores.errors import describe_validation_error, did_you_mean, sub_model
-
-#: names researchers type for an estimator -> OpenRLHF's name (GRPO is group_norm in OpenRLHF)
-ALGORITHM_ALIASES = {"grpo": "group_norm", "ppo": "gae"}
 
 
 class TrainConfig(BaseModel):
@@ -34,9 +32,13 @@ class TrainConfig(BaseModel):
     label_key: str = "label"
     apply_chat_template: bool = Field(False, description="let OpenRLHF chat-template raw prompts")
     max_samples: int | None = None
-    # algorithm: gae, or an estimator OpenRLHF 0.11.2 accepts with a critic-free baseline
-    algorithm: Literal["gae", "reinforce_baseline", "group_norm", "rloo", "dr_grpo"] = Field(
-        "gae", description="advantage estimator; 'grpo' means group_norm, 'ppo' means gae"
+    # algorithm: a row of rl/estimators.py's ESTIMATORS (what it needs is read from the row)
+    algorithm: str = Field(
+        "gae",
+        description="advantage estimator: "
+        + ", ".join(ESTIMATORS)
+        + "; "
+        + ", ".join(f"'{a}' means {n}" for a, n in ALGORITHM_ALIASES.items()),
     )
     n_samples_per_prompt: int = Field(1, ge=1)
     rollout_batch_size: int = Field(512, ge=1)
@@ -51,6 +53,18 @@ class TrainConfig(BaseModel):
     use_kl_loss: bool = False
     kl_estimator: Literal["k1", "k2", "k3"] = "k1"
     eps_clip: float = 0.2
+    # the official run's verl defaults (ppo_trainer.yaml, fsdp_workers.py); OpenRLHF's own differ
+    entropy_coef: float | None = Field(
+        0.001,
+        description="entropy bonus of the actor's loss (verl's entropy_coeff 0.001; null: no entropy term, "
+        "OpenRLHF's default)",
+    )
+    adam_betas: tuple[float, float] = Field(
+        (0.9, 0.999), description="AdamW betas of actor and critic (verl's; OpenRLHF's default (0.9, 0.95))"
+    )
+    weight_decay: float = Field(
+        0.01, ge=0, description="AdamW weight decay of actor and critic (verl's; OpenRLHF's default 0)"
+    )
     # the engine's and the trainer's log-probs of a sampled token differ (kernels, precision, the
     # weight sync): a ratio pi_train / pi_engine corrects the off-policy gradient (docs/training.md)
     is_correction: Literal["tis", "icepop", "off"] = Field(
@@ -124,7 +138,7 @@ class TrainConfig(BaseModel):
     openrlhf_flags: dict[str, Any] = Field(
         default_factory=dict,
         description="any other OpenRLHF 0.11.2 train_ppo_ray flag by its dotted name (--set "
-        "actor.entropy_coef=0.001), checked by OpenRLHF's own parser",
+        "actor.max_norm=0.5), checked by OpenRLHF's own parser",
     )
     # the agent (written to the file named by PARALLELSEARCH_AGENT_CONFIG)
     agent: AgentConfig = Field(
@@ -153,7 +167,7 @@ class TrainConfig(BaseModel):
     @field_validator("algorithm", mode="before")
     @classmethod
     def _algorithm_alias(cls, value: Any) -> Any:
-        return ALGORITHM_ALIASES.get(value, value) if isinstance(value, str) else value
+        return estimator_name(value) if isinstance(value, str) else value
 
     @field_validator("wandb", mode="before")
     @classmethod
@@ -167,9 +181,14 @@ class TrainConfig(BaseModel):
         """YAML reads ``off`` as false."""
         return "off" if value is False else value
 
+    @property
+    def estimator(self) -> Estimator:
+        """The algorithm's row of ``ESTIMATORS``: whether it trains a critic, whether it needs a group."""
+        return estimator(self.algorithm)
+
     @model_validator(mode="after")
     def _consistent(self) -> TrainConfig:
-        if self.algorithm != "gae" and self.n_samples_per_prompt < 2:
+        if self.estimator.group and self.n_samples_per_prompt < 2:
             raise ValueError(
                 f"n_samples_per_prompt: algorithm {self.algorithm} needs >= 2 (a per-prompt baseline), "
                 f"got {self.n_samples_per_prompt}"
@@ -306,6 +325,11 @@ OPENRLHF_NAMES: dict[str, str] = {
     "actor.lr_scheduler": "lr_scheduler",
     "critic.lr_scheduler": "lr_scheduler",
     "actor.eps_clip": "eps_clip",
+    "actor.entropy_coef": "entropy_coef",
+    "actor.adam.betas": "adam_betas",
+    "critic.adam.betas": "adam_betas",
+    "actor.adam.weight_decay": "weight_decay",
+    "critic.adam.weight_decay": "weight_decay",
     "algo.advantage.is_correction_threshold": "is_clip",
     "actor.gradient_checkpointing_enable": "gradient_checkpointing",
     "critic.adam.lr": "critic_lr",

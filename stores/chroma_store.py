@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -24,6 +23,7 @@ from parallelsearch.stores.encoding.embedder import Embedder, get_embedder
 from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError, missing_store_error
 from parallelsearch.stores.passages import Passage, best_first
 from parallelsearch.stores.shard_spec import validate_store_name
+from parallelsearch.stores.store_check import CHECKSUMS_ABSENT, StoreCheck
 from parallelsearch.stores.store_files import repair_hint
 from parallelsearch.stores.vector_checksum import CHECKSUM_KEY, mismatched, rot_message, vector_checksums
 
@@ -35,6 +35,8 @@ FINGERPRINT_PASSAGES = 64
 PROBE_VECTORS = 32
 _META_MODEL = "ps_embedding_model"
 META_DIM = "ps_dimension"
+#: collection metadata: the ``--max-passage-tokens`` the store's passages were split with (0: none)
+BUDGET_KEY = "ps_max_passage_tokens"
 _META_BACKEND = "ps_encoder_backend"  # absent in stores built before it existed: torch
 
 
@@ -246,7 +248,7 @@ class ChromaStore(VectorSearch):
         """Chroma reads the store once, as a search does: a search returning texts and titles (it
         loads the index and the metadata), so a store Chroma cannot read fails when it is opened,
         naming it, not at the first question. Then :meth:`check_sample`."""
-        from parallelsearch.stores.store_files import StoreDamagedError, repair_hint
+        from parallelsearch.stores.store_files import StoreDamagedError
 
         vector = np.zeros((1, self.embedder.dimension), dtype=np.float32)
         vector[0, 0] = 1.0
@@ -265,7 +267,7 @@ class ChromaStore(VectorSearch):
         """``sample_ids``' vectors (else the first passages') read back and compared with their
         checksums: a vector that differs is :class:`StoreDamagedError` naming the ids and the repair.
         A sample Chroma cannot read back is a warning (``stores --check`` reads every vector)."""
-        from parallelsearch.stores.store_files import StoreDamagedError, repair_hint
+        from parallelsearch.stores.store_files import StoreDamagedError
 
         ids = list(sample_ids or [])[:PROBE_VECTORS]
         try:
@@ -333,6 +335,14 @@ class ChromaStore(VectorSearch):
             ],
         )
 
+    def recorded_budget(self) -> int | None:
+        """The passage token budget the collection's metadata records (``passage_budget.py``)."""
+        value = (self.collection.metadata or {}).get(BUDGET_KEY)
+        return int(value) if isinstance(value, int) else None
+
+    def record_budget(self, budget: int) -> None:
+        self.collection.modify(metadata={**(self.collection.metadata or {}), BUDGET_KEY: budget})
+
     def drop(self) -> None:
         """Delete the whole store (used to remove a store a failed first ``index`` created)."""
         self.client.delete_collection(self.name)
@@ -382,82 +392,6 @@ class ChromaStore(VectorSearch):
         it tells two corpora apart, it does not prove two stores equal passage by passage."""
         got = self.collection.get(limit=FINGERPRINT_PASSAGES, include=["documents"])
         return corpus_fingerprint(self.count(), got["ids"], got["documents"] or [])
-
-
-@dataclass
-class StoreCheck:
-    """What :meth:`ChromaStore.verify` found: ids whose vector is missing or cannot be read."""
-
-    store: str
-    count: int
-    checked: int = 0
-    missing: list[str] = field(default_factory=list)
-    unreadable: list[str] = field(default_factory=list)
-    first_error: str | None = None
-    #: why Chroma could not open the store here (its files were checked, its vectors not read)
-    read_only: str | None = None
-    #: groups of ids holding the same text (or one text beginning another of the same title)
-    duplicates: list[list[str]] = field(default_factory=list)
-    #: ids whose vector differs from the checksum recorded at ingestion (overwritten: bit rot)
-    rotted: list[str] = field(default_factory=list)
-    #: vectors that had a checksum to compare with (0 with vectors read: made before checksums)
-    checksummed: int = 0
-    #: the damage is in chroma.sqlite3, shared by every store of the folder: repair in a new folder
-    new_folder: bool = False
-
-    @property
-    def bad(self) -> list[str]:
-        return self.missing + self.unreadable + self.rotted
-
-    @property
-    def ok(self) -> bool:
-        read = self.read_only is not None or self.checked == self.count
-        return self.count >= 0 and read and not self.bad and self.first_error is None
-
-    def summary(self) -> str:
-        if self.ok and self.read_only:
-            return (
-                f"store {self.store}: READ-ONLY ({self.read_only}): its files add up ({self.count} passages); "
-                "its vectors were not read back (Chroma cannot open a store it may not write)"
-            )
-        if self.ok:
-            return f"store {self.store}: all {self.checked} vectors read back" + self._sums() + self._twice()
-        if self.count < 0 or self.checked < 0:
-            return f"store {self.store}: CORRUPT: it cannot be read ({self.first_error})"
-        line = (
-            f"store {self.store}: CORRUPT: {len(self.unreadable)} unreadable and {len(self.missing)} missing "
-            f"vector(s) of {self.count} passages ({self.checked} checked)"
-        )
-        if self.rotted:
-            line += "; " + rot_message(self.store, self.rotted, self.checksummed)
-        return line + (f"; first error: {self.first_error}" if self.first_error else "") + self._twice()
-
-    def _sums(self) -> str:
-        if self.checksummed:
-            return f", all {self.checksummed} match their checksums"
-        return f"; vector checksums are absent ({CHECKSUMS_ABSENT})" if self.checked else ""
-
-    def _twice(self) -> str:
-        if not self.duplicates:
-            return ""
-        n = sum(len(g) - 1 for g in self.duplicates)
-        shown = ", ".join("=".join(g) for g in self.duplicates[:3])
-        return (
-            f"; {n} passage(s) stored twice (the same text under other ids, e.g. {shown}): search can return "
-            "their text twice; index the files into a new store to drop them"
-        )
-
-    def repair(self) -> str:
-        """The repair that holds: Chroma 1.x cannot repair a collection in place, and a copy in the same
-        process lost passages from search, so a fresh store is built from the source files."""
-        return repair_hint(self.store, new_folder=self.new_folder)
-
-
-#: what a store without vector checksums is told (opening it works; its vectors are not compared)
-CHECKSUMS_ABSENT = (
-    "the store was indexed before they were recorded, so overwritten vectors cannot be found; "
-    "index its files into a new store to record them"
-)
 
 
 class _StoredTwice:

@@ -50,6 +50,14 @@ class RetrievalConfig(BaseModel):
     shard_timeout_s: float = Field(
         10.0, gt=0, description="deadline of one query to all shards of a sharded store (retries included)"
     )
+    store_kind: str = Field(
+        "chroma",
+        description="the store kind named stores are opened as: a key of graphs.factory.STORE_KINDS "
+        "(chroma: embedded or a Chroma server; faiss: a FAISS flat index and its corpus jsonl under faiss_path)",
+    )
+    faiss_path: Path | None = Field(
+        None, description="the folder of FAISS stores, one folder each (the app's settings: <home>/faiss)"
+    )
     chroma_host: str | None = Field(None, description="Chroma server host; unset = embedded store")
     chroma_port: int = Field(8000, ge=1, le=65535, description="Chroma server port")
     chroma_path: Path | None = Field(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from parallelsearch.stores.errors import StoreNotFoundError, UnavailableError
 
 if TYPE_CHECKING:
-    from parallelsearch.stores.chroma_store import StoreCheck
+    from parallelsearch.stores.store_check import StoreCheck
 
 DEFAULT_READ_TIMEOUT_S = 120.0  # silence allowed between two steps: loading a 1M-vector segment takes a while
 #: the child's start (Python and Chroma's imports, no store read yet): seconds on a loaded machine,
@@ -153,7 +153,7 @@ def check_store(
     embedded store's files are looked at too (``store_files.py``): a store they show broken is not
     ok even when every vector Chroma lists reads back, and a read-only one is checked by its
     files alone (Chroma cannot open it)."""
-    from parallelsearch.stores.chroma_store import StoreCheck
+    from parallelsearch.stores.store_check import StoreCheck
     from parallelsearch.stores.store_files import inspect_store, read_only_reason
 
     files = None
@@ -178,7 +178,7 @@ def _check_in_child(
 ) -> StoreCheck:
     from tqdm.auto import tqdm
 
-    from parallelsearch.stores.chroma_store import StoreCheck
+    from parallelsearch.stores.store_check import StoreCheck
 
     argv = [*location.argv(), "check", name, "--batch-size", str(batch_size)]
     with tqdm(desc=f"checking {name}", disable=not progress) as bar:

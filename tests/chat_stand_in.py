@@ -81,3 +81,57 @@ class Films:
     async def asearch(self, query: str, k: int = 3) -> list[Passage]:
         self.queries.append(query)
         return [Passage(f"id-{query}", query.title(), f"all about {query}", 0.9, self.name)]
+
+
+#: the queries the random model searches (few, so duplicate calls in one message are common)
+RANDOM_QUERIES = ("Inception", "Nolan", "Tenet", "hang")
+
+
+class RandomChatModel(BaseChatModel):
+    """A STAND-IN that replies at random but reproducibly: the reply to a request depends only on
+    ``seed``, the conversation's first question and the request's length. It calls 1-3 of the
+    tools it is bound to (often the same query twice, now and then an output tool beside a
+    search), or answers; ``seen`` holds every request's messages."""
+
+    seed: int = 0
+    _seen: list[list[BaseMessage]] = PrivateAttr(default_factory=list)
+
+    @property
+    def _llm_type(self) -> str:
+        return "random-stand-in"
+
+    @property
+    def seen(self) -> list[list[BaseMessage]]:
+        return self._seen
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        import random
+
+        self._seen.append(list(messages))
+        first = next((m.content for m in messages if m.type == "human"), "")
+        rng = random.Random(f"{self.seed}:{first}:{len(messages)}")
+        names = [t["function"]["name"] for t in kwargs.get("tools") or []]
+        must_call = kwargs.get("tool_choice") == "any"
+        if not names or (not must_call and rng.random() < 0.35):
+            return ChatResult(
+                generations=[ChatGeneration(message=AIMessage(content=f"answer {rng.randint(0, 99)}"))]
+            )
+        tool_calls = [_random_call(rng, names) for _ in range(rng.choice((1, 1, 2, 3)))]
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content="", tool_calls=tool_calls))])
+
+
+def _random_call(rng: Any, names: list[str]) -> dict[str, Any]:
+    """One tool call: an output tool (capitalised name) gets a film, now and then a wrong one."""
+    from uuid import uuid4
+
+    name = rng.choice(names)
+    if name[:1].isupper():
+        args: dict[str, Any] = {"title": "Inception", "year": rng.choice((2010, 2010, "soon"))}
+    else:
+        args = {"query": rng.choice(RANDOM_QUERIES)}
+    return {"name": name, "args": args, "id": f"call_{uuid4().hex[:8]}", "type": "tool_call"}

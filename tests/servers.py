@@ -60,7 +60,7 @@ def _chat_message(step: list[str | dict] | str, turn: int) -> tuple[dict, str]:
             "id": f"call_{turn}_{j}",
             "type": "function",
             "function": {
-                "name": "search",
+                "name": q.get("name", "search") if isinstance(q, dict) else "search",
                 "arguments": q["arguments"] if isinstance(q, dict) else json.dumps({"query": q}),
             },
         }
@@ -94,10 +94,61 @@ def _sse_chunks(body: dict, message: dict, finish: str, rid: str) -> list[str]:
     return [*parts, "data: [DONE]\n\n"]
 
 
+def _schema_problems(schema: object, where: str) -> list[str]:
+    """What OpenAI's strict mode refuses in a JSON schema: an object whose ``additionalProperties``
+    is not false, or whose ``required`` does not list every property (checked all the way down)."""
+    if not isinstance(schema, dict):
+        return []
+    out = []
+    if schema.get("type") == "object" or "properties" in schema:
+        props = schema.get("properties") or {}
+        if schema.get("additionalProperties") is not False:
+            out.append(f"{where}: additionalProperties must be false")
+        if sorted(schema.get("required") or []) != sorted(props):
+            out.append(f"{where}: required must list every property ({sorted(props)})")
+        for name, sub in props.items():
+            out += _schema_problems(sub, f"{where}.{name}")
+    nested = [schema.get("items"), *(schema.get("anyOf") or [])]
+    for key in ("$defs", "definitions"):
+        nested += list((schema.get(key) or {}).values())
+    for i, sub in enumerate(nested):
+        out += _schema_problems(sub, f"{where}[{i}]")
+    return out
+
+
+def strict_provider_problems(body: dict) -> list[str]:
+    """What a strict OpenAI-compatible provider answers with a 400: a strict tool or a strict
+    ``json_schema`` response format whose schema breaks strict mode, a tool call without its tool
+    message, a tool message without its call, a first non-system message that is not the user's."""
+    out = []
+    for tool in body.get("tools") or []:
+        fn = tool.get("function") or {}
+        if fn.get("strict"):
+            out += _schema_problems(fn.get("parameters"), f"tool {fn.get('name')}")
+    fmt = body.get("response_format") or {}
+    if fmt.get("type") == "json_schema" and (fmt.get("json_schema") or {}).get("strict"):
+        out += _schema_problems(fmt["json_schema"].get("schema"), "response_format")
+    messages = [m for m in body.get("messages") or [] if m.get("role") not in ("system", "developer")]
+    if messages and messages[0].get("role") != "user":
+        out.append(f"the first non-system message is {messages[0].get('role')}, not user")
+    pending: set[str] = set()
+    for m in messages:
+        if m.get("role") == "tool":
+            if m.get("tool_call_id") not in pending:
+                out.append(f"tool message {m.get('tool_call_id')} answers no call")
+            pending.discard(m.get("tool_call_id"))
+            continue
+        if pending:
+            out.append(f"tool calls {sorted(pending)} have no tool message")
+        pending = {c["id"] for c in m.get("tool_calls") or []}
+    return out + ([f"tool calls {sorted(pending)} have no tool message"] if pending else [])
+
+
 def make_openai_chat_test_server(
     script: list[list[str | dict] | str] = CHAT_SCRIPT,
     turn_of: Callable[[list[dict]], int] | None = None,
     hold: Callable[[], Awaitable[None]] | None = None,
+    strict: bool = False,
 ) -> FastAPI:
     """A TEST SERVER implementing the OpenAI /v1/chat/completions shape with parallel tool calls.
 
@@ -107,6 +158,7 @@ def make_openai_chat_test_server(
     asked (``stream: true``). ``turn_of`` counts the turn another way (under a text protocol the
     observations come back as user messages). Every request body is kept in ``app.state.requests``;
     ``hold`` is awaited before each reply (a test looks at its client while a request is in flight).
+    ``strict``: a request a strict provider refuses (:func:`strict_provider_problems`) gets its 400.
     """
     from fastapi.responses import StreamingResponse
 
@@ -117,6 +169,12 @@ def make_openai_chat_test_server(
     async def chat(req: Request):
         body = await req.json()
         app.state.requests.append(body)
+        problems = strict_provider_problems(body) if strict else []
+        if problems:
+            from fastapi.responses import JSONResponse
+
+            error = {"message": "; ".join(problems), "type": "invalid_request_error", "code": None}
+            return JSONResponse({"error": error}, status_code=400)
         if hold is not None:
             await hold()
         turn = (turn_of or _chat_turn)(body["messages"])

@@ -174,3 +174,19 @@ def test_no_function_is_over_60_lines():
                 if lines > 60:
                     long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
     assert long == []
+
+
+def test_the_import_graph_block_names_mutual_pairs_and_no_module_count(tmp_path):
+    """A new module in a package that adds no arrow leaves the page's block as it was; package pairs
+    that import each other are printed."""
+    for pkg in ("stores", "rl"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("")
+    (tmp_path / "parallelsearch").mkdir()
+    (tmp_path / "parallelsearch" / "__init__.py").write_text("")
+    (tmp_path / "stores" / "a.py").write_text("import parallelsearch.rl.b\n")
+    (tmp_path / "rl" / "b.py").write_text("def f():\n    import parallelsearch.stores.a\n")
+    before = import_graph.block(tmp_path)
+    assert "rl <-> stores" in before and "modules" not in before
+    (tmp_path / "rl" / "c.py").write_text("import parallelsearch.stores.a\n")
+    assert import_graph.block(tmp_path) == before

@@ -63,7 +63,8 @@ def test_a_callers_orphan_tool_messages_are_dropped_and_said_once(caplog):
     ]
     with caplog.at_level(logging.WARNING):
         out = agent.invoke({"messages": history})
-    assert [type(m).__name__ for m in model.seen[0]] == ["SystemMessage", "AIMessage", "HumanMessage"]
+    # what is left of the cut window is no history a provider takes first: the request starts at the question
+    assert [type(m).__name__ for m in model.seen[0]] == ["SystemMessage", "HumanMessage"]
     assert unanswered(out["messages"]) == [] and [m.type for m in out["messages"]] == ["ai", "human", "ai"]
     said = [r for r in caplog.records if "tool call is not in the conversation" in r.getMessage()]
     assert len(said) == 1 and "gone_1" in said[0].getMessage()
@@ -470,3 +471,107 @@ def test_a_structured_answer_belongs_to_its_turn_of_the_thread():
     assert (
         unanswered(model.seen[-1]) == []
     )  # the output call and its tool message are history a provider takes
+
+
+def test_interrupt_on_naming_no_tool_warns_once_with_the_tools_names():
+    import warnings
+
+    import pytest
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+
+    def build(searchers, names: dict):
+        review = HumanInTheLoopMiddleware(interrupt_on=names)
+        return create_parallel_search_agent(ScriptModel(replies=["y"]), searchers, middleware=[review])
+
+    with pytest.warns(
+        UserWarning, match="interrupt_on names no tool of this agent: 'wiki'; its tools are 'search'"
+    ) as seen:
+        build(wiki, {"wiki": True})
+    assert len([w for w in seen if "interrupt_on" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build(wiki, {"search": True})  # the README's shape
+        build([wiki, web], {"wiki": True})  # named tools: each reviewed under its own name
+
+
+def lookup(query: str) -> str:
+    """Look a query up: one line of text."""
+    return f"{query}: a 2010 film by Christopher Nolan."
+
+
+def test_a_tool_returning_text_is_read_as_its_text_as_in_create_agent():
+    from langchain_core.tools import tool
+
+    as_tool = tool(lookup)
+    for given in ([lookup], [as_tool]):
+        (ours, _), (theirs, _) = both([calls("Inception", tool="lookup"), "Nolan"], given)
+        out = ours.invoke({"messages": [("user", "Who?")]})
+        ref = theirs.invoke({"messages": [("user", "Who?")]})
+        mine = [(m.name, m.content, m.status) for m in out["messages"] if isinstance(m, ToolMessage)]
+        assert mine == [(m.name, m.content, m.status) for m in ref["messages"] if isinstance(m, ToolMessage)]
+        assert mine[0][1] == "Inception: a 2010 film by Christopher Nolan." and out["errors"] == 0
+    # a lone function is the one search tool: the model reads its text all the same
+    model = ScriptModel(replies=[calls("Inception"), "Nolan"])
+    out = create_parallel_search_agent(model, lookup).invoke({"messages": [("user", "Who?")]})
+    assert [m.content for m in out["messages"] if isinstance(m, ToolMessage)] == [lookup("Inception")]
+    assert out["errors"] == 0 and out["messages"][-1].response_metadata["status"] == "answered"
+
+
+def test_a_content_and_artifact_tool_keeps_its_artifact_as_in_create_agent():
+    from langchain_core.documents import Document
+    from langchain_core.tools import tool
+
+    @tool(response_format="content_and_artifact")
+    def sources(query: str) -> tuple:
+        """Search the sources; the documents come back as the artifact."""
+        docs = [Document(f"{query} came out in 2010.", metadata={"title": query, "url": "https://x/1"})]
+        return f"1 source found for {query}.", docs
+
+    (ours, _), (theirs, _) = both([calls("Inception", tool="sources"), "Nolan"], [sources])
+    out = ours.invoke({"messages": [("user", "When?")]})
+    ref = theirs.invoke({"messages": [("user", "When?")]})
+    mine = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    want = [m for m in ref["messages"] if isinstance(m, ToolMessage)]
+    assert [m.content for m in mine] == [m.content for m in want] == ["1 source found for Inception."]
+    assert mine[0].artifact == want[0].artifact and mine[0].artifact[0].metadata["url"] == "https://x/1"
+    obs = [t for t in out["trajectory"] if t["type"] == "observation"][0]
+    assert [p["title"] for p in obs["results"][0]["passages"]] == ["Inception"]  # the record: the artifact's
+
+
+def test_a_searcher_the_graph_cannot_take_is_refused_at_build_naming_it():
+    import pytest
+
+    def count(query: str) -> int:
+        """How many pages mention it."""
+        return 3
+
+    with pytest.raises(TypeError, match="searcher function 'count' returns int"):
+        create_parallel_search_agent(ScriptModel(replies=["y"]), [count])
+
+
+@needs_data
+def test_sync_named_searchers_over_one_store_share_its_encoder_call(hotpot_store, monkeypatch):
+    import asyncio
+
+    from store_probes import counting_batches
+
+    def people(query: str, k: int) -> list:
+        """People of the HotpotQA sample."""
+        return hotpot_store.search(query, k)
+
+    def films(query: str, k: int) -> list:
+        """Films of the HotpotQA sample."""
+        return hotpot_store.search(query, k)
+
+    batches = counting_batches(hotpot_store, monkeypatch)
+    two = AIMessage("", tool_calls=[
+        {"name": "people", "args": {"query": "Scott Derrickson"}, "id": "c1", "type": "tool_call"},
+        {"name": "films", "args": {"query": "Ed Wood"}, "id": "c2", "type": "tool_call"},
+    ])  # fmt: skip
+    for run in ("invoke", "ainvoke"):
+        batches.clear()
+        agent = create_parallel_search_agent(ScriptModel(replies=[two, "yes"]), [people, films], top_k=1)
+        asked = {"messages": [("user", "Same nationality?")]}
+        out = agent.invoke(asked) if run == "invoke" else asyncio.run(agent.ainvoke(asked))
+        assert out["subqueries"] == 2 and out["errors"] == 0
+        assert [sorted(b) for b in batches] == [["Ed Wood", "Scott Derrickson"]], run  # one encoder call

@@ -11,7 +11,7 @@ from conftest import needs_data
 
 from parallelsearch.agents.policies import OraclePolicy, ScriptedPolicy
 from parallelsearch.cli import main
-from parallelsearch.eval import METRICS, SPLITS, evaluate, score_output, summarize, write_report
+from parallelsearch.eval import METRIC_NAMES, SPLITS, evaluate, score_output, summarize, write_report
 
 
 def row(variant, split, em, calls, latency, decomposed=False, recall=None, cover=None, qid=None, error=None):
@@ -31,7 +31,7 @@ def test_summary_hand_computed():
     ]
     s = summarize(rows)
     assert set(s) == {"parallel"} and set(s["parallel"]) == set(SPLITS)
-    assert all(set(m) == set(METRICS) for m in s["parallel"].values())
+    assert all(set(m) == set(METRIC_NAMES) for m in s["parallel"].values())
     par, seq, all_ = s["parallel"]["parallel"], s["parallel"]["sequential"], s["parallel"]["all"]
     assert (
         par["n"] == 2
@@ -47,7 +47,7 @@ def test_summary_hand_computed():
         all_["n"] == 3 and all_["em"] == pytest.approx(2 / 3, abs=1e-4) and all_["decomposition_ratio"] == 0.5
     )
     assert all_["latency_p50_ms"] == 20.0 and all_["policy_calls"] == pytest.approx(8 / 3, abs=1e-4)
-    assert s["parallel"]["single"] == {k: (0 if k == "n" else None) for k in METRICS}
+    assert s["parallel"]["single"] == {k: (0 if k == "n" else None) for k in METRIC_NAMES}
     assert summarize(rows, accuracy=False)["parallel"]["all"]["em"] is None
 
 

@@ -206,23 +206,47 @@ EDITS = [
 ]
 
 
+def check_restarted(sess, eng) -> None:
+    """After a fork the sample is the engine's last call exactly: the ids it was sent (the fork's
+    own render, the earlier turn in it as context) and the ids it generated, the only span trained."""
+    ledger = sess.ledger
+    assert sess.counters.forks == 1 and not sess.failed and sess.counters.untrained_turns == 1
+    assert ledger.ids == eng.requests[-1] + eng.outputs[-1] and sess.token_mismatches() == 0
+    assert ledger.ranges == [(len(eng.requests[-1]), len(ledger.ids))]
+
+
 @pytest.mark.parametrize("edit", EDITS, ids=[e.__name__.strip("_") for e in EDITS])
-def test_every_history_edit_is_a_fork_answered_and_failed_closed(tok, edit):
+def test_every_history_edit_is_a_fork_answered_and_the_sample_restarts_at_its_render(tok, edit):
     eng = engine(tok, [CANONICAL, "yes" + END])
     sess = session(tok, eng)
     _, _, second = _first_two(tok, sess)
     edit(second["messages"])
     reply = run(sess.complete(second))
     assert reply["choices"][0]["message"]["role"] == "assistant" and len(eng.outputs) == 2  # answered
-    assert sess.counters.forks == 1 and sess.failed
-    assert len(sess.ledger.ranges) == 1  # the fork's reply is not in the sample
+    check_restarted(sess, eng)
+    assert sess.counters.drifts == 0  # a rewritten history, not a dynamic system prompt
+
+
+def test_a_changed_system_prompt_is_a_drift_trained_on_its_own_render(tok):
+    """What a ``@dynamic_prompt`` does: the same history under a new system message. The engine
+    is sent that render, and the sample trains on it token for token."""
+    eng = engine(tok, [CANONICAL, "yes" + END])
+    sess = session(tok, eng)
+    first = {"model": "policy", "messages": [{"role": "system", "content": "Searches so far: 0"},
+                                             {"role": "user", "content": QUESTION}], "tools": [SEARCH_TOOL]}  # fmt: skip
+    reply = run(sess.complete(first))
+    again = [{"role": "system", "content": "Searches so far: 1"}, *first["messages"][1:]]
+    run(sess.complete({**first, "messages": [*again, *tool_messages(reply, ["r1", "r2"])]}))
+    check_restarted(sess, eng)
+    assert sess.counters.drifts == 1 and "Searches so far: 1" in decode_tokens(tok, eng.requests[-1])
 
 
 def test_other_tools_than_the_first_request_s_are_a_fork(tok):
-    sess = session(tok, engine(tok, [CANONICAL, "yes" + END]))
+    eng = engine(tok, [CANONICAL, "yes" + END])
+    sess = session(tok, eng)
     _, _, second = _first_two(tok, sess)
     run(sess.complete({**second, "tools": None}))
-    assert sess.counters.forks == 1 and sess.failed
+    check_restarted(sess, eng)
 
 
 def test_client_sampling_is_overridden_and_counted(tok):

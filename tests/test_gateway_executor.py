@@ -157,9 +157,10 @@ def test_a_reply_with_unread_tool_call_markup_is_not_an_answer():
     assert parse_tool_calls([], "Beijing").kind == "answer"
 
 
-def test_a_forked_episode_fails_closed(tok):
+def test_a_forked_episode_trains_on_the_render_it_was_answered_from(tok):
     """A middleware that rewrites the history the model was shown (here: the question of the
-    earlier turn) forks the session: the agent is answered, the sample carries no loss."""
+    earlier turn) forks the session: the agent is answered from the rewritten render, and the
+    sample restarts there: its tokens are that call's, its earlier turn context without loss."""
     from langchain.agents.middleware import AgentMiddleware
     from langchain_core.messages import HumanMessage
 
@@ -181,7 +182,39 @@ def test_a_forked_episode_fails_closed(tok):
         )
     )
     logs = {k: v.item() for k, v in sample["extra_logs"].items()}
-    assert logs["gateway_forks"] == 1 and logs["gateway_failed_closed"] == 1
+    assert logs["gateway_forks"] == 1 and logs["gateway_failed_closed"] == 0
+    assert logs["gateway_untrained_turns"] == 1 and logs["gateway_token_mismatches"] == 0
+    # the engine's calls from the fork on (the reworded question restarts the scripted engine's turns)
+    ids, ranges = sample["observation_tokens"], sample["action_ranges"]
+    assert len(ranges) == len(eng.outputs) - 1 and ids == eng.requests[-1] + eng.outputs[-1]
+    for (start, end), sent, out in zip(ranges, eng.requests[1:], eng.outputs[1:], strict=True):
+        assert (ids[:start], ids[start:end]) == (sent, out)
+    assert "reworded" in decode_tokens(tok, ids[: ranges[0][0]]) and sample["reward"] > 0
+
+
+def test_a_stuck_episode_fails_closed_and_the_sample_keeps_a_finite_mean(tok):
+    """An agent that waits without a bound (here a tool that never returns) meets the episode's
+    deadline: one log line names the step, the sample fails closed, and its one action token keeps
+    OpenRLHF's per-sample KL mean finite."""
+    import asyncio
+
+    from langchain.agents.middleware import AgentMiddleware
+
+    class Stalls(AgentMiddleware):
+        async def awrap_tool_call(self, request, handler):
+            await asyncio.Event().wait()  # never set
+
+    from parallelsearch import create_parallel_search_agent
+
+    agent = create_parallel_search_agent(
+        gateway_chat_model(), Library(), middleware=[Stalls()], top_k=1, max_turns=2
+    )
+    eng = engine(tok, [TWO_CALLS, "yes" + END])
+    gateway = GatewayExecutor(agent, timeout_s=0.5)
+    sample = run(gateway.execute("", json.dumps(LABEL), SamplingParamsStandIn(logprobs=1), 4096, tok, eng))
+    logs = {k: v.item() for k, v in sample["extra_logs"].items()}
+    assert logs["gateway_stuck"] == 1 and logs["gateway_failed_closed"] == 1
+    assert "after model call 1, which replied with 2 tool call(s)" in gateway.last_session.stuck_reason
     end = len(sample["observation_tokens"])
     assert sample["action_ranges"] == [(end - 1, end)] and sample["reward"] == 0.0
     # OpenRLHF's own sample -> experience and its per-sample KL mean (experience_maker's masked_mean

@@ -74,3 +74,26 @@ def test_a_session_is_reached_by_its_url_and_an_unknown_one_is_a_404(tok, gatewa
     ]
     assert gone.status_code == 404 and "'nope'" in gone.json()["error"]["message"]
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "stream"
+
+
+def test_a_sync_model_call_over_loopback_reaches_its_session(tok, gateway):
+    """``invoke`` from a sync node (a worker thread) names the current session as ``ainvoke`` does."""
+    from langgraph.graph import END as DONE
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    registry, server = gateway
+    model = loopback_chat_model(server.url)
+
+    def answer(state: MessagesState) -> dict:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("answer", answer)
+    graph.add_edge(START, "answer")
+    graph.add_edge("answer", DONE)
+    executor = GatewayExecutor(graph.compile(), registry=registry)
+    eng = engine(tok, ["yes" + END])
+    sample = run(executor.execute("", json.dumps(LABEL), SamplingParamsStandIn(logprobs=1), 4096, tok, eng))
+    ids, ranges = sample["observation_tokens"], sample["action_ranges"]
+    assert [ids[a:b] for a, b in ranges] == eng.outputs and ids[: ranges[0][0]] == eng.requests[0]
+    assert sample["extra_logs"]["answered"].item() == 1

@@ -168,3 +168,15 @@ def test_a_damaged_folder_is_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert resolve_model(str(gguf), home=tmp_path, echo=said.append) == str(folder)
     assert said and "config.json is missing or damaged" in said[0]
     assert check_folder(folder) is None and config.read_text() == "{}"
+
+
+@needs_smollm2
+def test_the_extended_template_passes_the_gateways_check(smollm2: Path) -> None:
+    """Gateway training renders the served agent's tool turns with the model's template: the added tool
+    rendering must be append-only (a generated call round-trips, history is not re-rendered)."""
+    from transformers import AutoTokenizer
+
+    from parallelsearch.rl.gateway.template_check import check_gateway_template
+
+    line, digest = check_gateway_template(AutoTokenizer.from_pretrained(smollm2))
+    assert line.startswith("chat template append-only") and len(digest) == 64

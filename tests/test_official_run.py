@@ -50,7 +50,7 @@ def test_the_preset_runs_the_official_length_and_warm_up(tmp_path):
     args = check_command(openrlhf_args(cfg))  # OpenRLHF's own parser and checks
     assert args.train.num_episodes == 3 and args.actor.lr_scheduler == "constant_with_warmup"
     assert args.actor.lr_warmup_ratio == 0.285 and args.critic.lr_scheduler == "constant_with_warmup"
-    line = schedule_line(cfg)
+    line = schedule_line(cfg, s)
     assert "332 rollout steps a pass x 3 passes = 996 steps for total_training_steps 1005" in line
     # 0.285 of 1986 optimizer steps (2 a rollout step) = 567, about 284 rollout steps (verl: 286)
     assert "= 567 (about 284 rollout steps)" in line
@@ -59,6 +59,19 @@ def test_the_preset_runs_the_official_length_and_warm_up(tmp_path):
         load_train_config(preset="paper", overrides=["num_episodes=5"])
     own = load_train_config(preset="paper", overrides=["total_training_steps=null", "num_episodes=5"])
     assert plan(own).episodes == 5
+
+
+def test_the_preset_optimises_as_the_official_run(prompts):
+    """verl's defaults under the official script: entropy_coeff 0.001, AdamW betas (0.9, 0.999) and
+    weight decay 0.01 (actor and critic); OpenRLHF's own are no entropy term, (0.9, 0.95) and 0."""
+    args = check_command(openrlhf_args(paper_preset(prompt_data=str(prompts))))  # OpenRLHF's own parser
+    assert args.actor.entropy_coef == 0.001
+    for role in (args.actor, args.critic):
+        assert tuple(role.adam.betas) == (0.9, 0.999) and role.adam.weight_decay == 0.01
+    off = load_train_config(preset="paper", overrides=[f"prompt_data={prompts}", "entropy_coef=null"])
+    assert check_command(openrlhf_args(off)).actor.entropy_coef is None
+    by_flag = load_train_config(preset="paper", overrides=["actor.adam.betas=[0.9, 0.95]"])
+    assert by_flag.adam_betas == (0.9, 0.95)
 
 
 def test_the_preset_caps_observations_and_validates_as_the_official_run(prompts):
@@ -95,15 +108,15 @@ def test_an_observation_is_cut_at_its_token_cap(tiny_lm):
 def test_set_takes_any_flag_openrlhfs_parser_knows(prompts):
     cfg = load_train_config(
         preset="paper",
-        overrides=[f"prompt_data={prompts}", "actor.entropy_coef=0.001", "--actor.max_norm=0.5"],
+        overrides=[f"prompt_data={prompts}", "actor.aux_loss_coef=0.01", "--actor.max_norm=0.5"],
     )
-    assert cfg.openrlhf_flags["actor.entropy_coef"] == 0.001
+    assert cfg.openrlhf_flags["actor.aux_loss_coef"] == 0.01
     args = check_command(openrlhf_args(cfg))
-    assert args.actor.entropy_coef == 0.001 and args.actor.max_norm == 0.5
+    assert args.actor.aux_loss_coef == 0.01 and args.actor.max_norm == 0.5
     with pytest.raises(ValueError, match=r"--set actor\.entropy_coeff: unknown key"):
         load_train_config(preset="paper", overrides=["actor.entropy_coeff=0.001"])
     # a flag OpenRLHF knows with a value its parser refuses fails the check that runs its parser
-    bad = load_train_config(preset="paper", overrides=[f"prompt_data={prompts}", "actor.entropy_coef=lots"])
+    bad = load_train_config(preset="paper", overrides=[f"prompt_data={prompts}", "actor.max_norm=lots"])
     with pytest.raises(ValueError, match="OpenRLHF's parser rejects the command"):
         check_command(openrlhf_args(bad))
 

@@ -270,6 +270,8 @@ def test_openrlhf_dotted_names_set_exactly_their_flag(monkeypatch):
                 new = [0.2, 0.8]
             elif field == "is_clip":
                 new = [0.2, 3.0]
+            elif field == "adam_betas":
+                new = [0.8, 0.9]
             elif field == "zero_stage":
                 new = 2
             elif field in ("max_len", "rollout_batch_size"):

@@ -199,7 +199,7 @@ def test_no_question_is_one_clear_error():
     from parallelsearch import ScriptedToolChatModel, create_parallel_search_agent
 
     agent = create_parallel_search_agent(ScriptedToolChatModel(turns=["x"]), ToySearcher())
-    with pytest.raises(ValueError, match="'messages' ending in a new human message"):
+    with pytest.raises(ValueError, match="'messages' holding a human message"):
         agent.invoke({"messages": [AIMessage("hello")]})
 
 

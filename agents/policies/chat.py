@@ -96,6 +96,21 @@ def _streams_usage(model: Any) -> Any:
     return model
 
 
+def strict_specs(tools: Any) -> list[Any]:
+    """``tools`` with each OpenAI function spec marked ``strict`` (its object schemas closed):
+    ``bind_tools(strict=True)`` passes a spec that is already a dict on unchanged, and OpenAI's
+    structured output refuses a function tool that is not strict."""
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    out = []
+    for t in tools:
+        fn = t.get("function") if isinstance(t, dict) and t.get("type") == "function" else None
+        out.append(
+            convert_to_openai_tool(fn, strict=True) if isinstance(fn, dict) and "strict" not in fn else t
+        )
+    return out
+
+
 class ChatModelPolicy:
     """A LangChain chat model as a policy. A request that names ``tools`` (a chat protocol) gets a
     tool-calling reply from the model bound to those tools; any other gets text up to the
@@ -151,7 +166,8 @@ class ChatModelPolicy:
         # a protocol's tools (and a graph's binding options) are constants: no need to serialise them per turn
         key = (id(tools), id(options)) if options else id(tools)
         if key not in self._bound:
-            self._bound[key] = self.model.bind_tools(list(tools), **(options or {}))
+            given = strict_specs(tools) if (options or {}).get("strict") else list(tools)
+            self._bound[key] = self.model.bind_tools(given, **(options or {}))
         return self._bound[key]
 
     async def _tool_message(self, request: TurnRequest) -> Any:

@@ -26,6 +26,8 @@ class SubqueryResult:
     passages: Sequence[Passage] = ()
     error: str | None = None
     searched_as: str | None = None
+    #: a tool's own text (a tool, a function returning text): what the model reads, verbatim
+    content: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,8 @@ def subquery_texts(results: Sequence[SubqueryResult], style: ObservationStyle) -
     for r in results:
         if r.error:
             body = failure_line(r.query, r.error)
+        elif r.content is not None:
+            body = scrub_text(r.content)[0]
         else:
             body = scrub_text(format_passages(r.passages, style).strip())[0] or "No passages found."
         if r.searched_as is not None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from parallelsearch.agents.searchers.base import describe_searcher, store_names
-from parallelsearch.agents.searchers.normalise import to_passages
+from parallelsearch.agents.searchers.normalise import text_result, to_passages
 from parallelsearch.stores.passages import Passage
 
 #: the parameter names that receive the graph's ``top_k``: a function's or a tool's parameter of
@@ -65,6 +65,33 @@ def _k_param(fn: Callable[..., Any], name: str) -> inspect.Parameter | None:
     return k
 
 
+#: return annotations a searcher function cannot have: no passages and no text in them
+_NOT_RESULTS = ("int", "float", "bool", "bytes", "dict", "None", "NoneType", "Mapping")
+
+
+def _check_returns(fn: Callable[..., Any], name: str) -> None:
+    """Refuse, naming the function, one whose return annotation says it gives neither text nor a
+    list (``-> int``, ``-> dict``): every search of it would fail at run time."""
+    try:
+        returns = inspect.signature(fn).return_annotation
+    except (TypeError, ValueError):
+        return
+    shown = returns if isinstance(returns, str) else getattr(returns, "__name__", repr(returns))
+    if returns is None or str(shown).split("[")[0].split(".")[-1] in _NOT_RESULTS:
+        raise TypeError(
+            f"searcher function {name!r} returns {shown}; a searcher returns text (-> str: the tool's result "
+            "as the model reads it) or a list of passages, dicts, Documents or strings"
+        )
+
+
+def _text(content: Any) -> str:
+    """A tool message's content as text (a list of content blocks joined)."""
+    if isinstance(content, str):
+        return content
+    blocks = content if isinstance(content, list) else [content]
+    return "".join(b if isinstance(b, str) else str((b or {}).get("text", "")) for b in blocks)
+
+
 class FunctionSearcher:
     """Any callable ``query -> list`` or ``(query, k) -> list``, sync (run in a thread) or async.
     Only a parameter named like k (:data:`K_NAMES`) receives ``top_k``: ``(query, filter)`` is
@@ -73,6 +100,7 @@ class FunctionSearcher:
     def __init__(self, fn: Callable[..., Any], name: str | None = None):
         self.fn = fn
         self.name = name or _name_of(fn)
+        _check_returns(fn, self.name)
         k = _k_param(fn, self.name)
         self._k_positional = k is not None and k.kind == k.POSITIONAL_ONLY
         self._k_keyword = k.name if k is not None and not self._k_positional else None
@@ -87,6 +115,8 @@ class FunctionSearcher:
             result = await asyncio.to_thread(self.fn, *args, **kwargs)
             if inspect.isawaitable(result):  # a plain function that returns a coroutine
                 result = await result
+        if isinstance(result, str):  # its text is the result, as create_agent's tool message holds it
+            return text_result(result, self.name)
         return to_passages(result, self.name, k)
 
 
@@ -185,8 +215,10 @@ class VectorStoreSearcher:
 
 
 class ToolSearcher:
-    """Any LangChain tool with one text argument (and optionally ``k``/``top_k``/...). Text is one
-    passage, a list is normalised item by item, a ``content_and_artifact`` tool gives its artifact."""
+    """Any LangChain tool with one text argument (and optionally ``k``/``top_k``/...). Its text is
+    what the model reads, verbatim (one passage for the record); a list is normalised item by item;
+    a ``content_and_artifact`` tool's content is what the model reads and its artifact stays on the
+    tool message (its items, when passages, the record's passages)."""
 
     def __init__(self, tool: Any, name: str | None = None):
         self.tool = tool
@@ -208,10 +240,11 @@ class ToolSearcher:
         if getattr(self.tool, "response_format", "content") == "content_and_artifact":
             call = {"name": self.tool.name, "args": payload, "id": "parallelsearch", "type": "tool_call"}
             msg = await self.tool.ainvoke(call)
-            result: Any = msg.artifact if isinstance(msg.artifact, list) else msg.content
-        else:
-            result = await self.tool.ainvoke(payload)
-        return to_passages([result] if isinstance(result, str) else result, self.name, k)
+            return text_result(_text(msg.content), self.name, msg.artifact)
+        result = await self.tool.ainvoke(payload)
+        if isinstance(result, str):
+            return text_result(result, self.name)
+        return to_passages(result, self.name, k)
 
 
 class RunnableSearcher:

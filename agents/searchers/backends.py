@@ -17,17 +17,17 @@ from parallelsearch.agents.searchers import adapters as ad
 from parallelsearch.agents.searchers.base import Searcher, describe_searcher
 from parallelsearch.agents.searchers.deferred import DeferredSearcher
 from parallelsearch.agents.searchers.normalise import shown
-from parallelsearch.stores.chroma_store import ChromaStore
 from parallelsearch.stores.http.retrieval_client import RetrieverClient
+from parallelsearch.stores.passage_store import PassageStore
 from parallelsearch.stores.passages import Passage
 from parallelsearch.stores.sharded_store import ShardedStore
 
 
 class StoreSearcher:
-    """A :class:`ChromaStore` or :class:`ShardedStore`; concurrent queries are coalesced into one
-    encoder batch."""
+    """A store of any kind (:class:`PassageStore`) or a :class:`ShardedStore`; concurrent queries are
+    coalesced into one encoder batch."""
 
-    def __init__(self, store: ChromaStore | ShardedStore):
+    def __init__(self, store: PassageStore | ShardedStore):
         self.store = store
         self.name = store.name
 
@@ -101,7 +101,7 @@ class MultiStoreSearcher:
 
 #: what as_searcher accepts, as its refusal names it
 ACCEPTED_SEARCHERS = (
-    "a store name, a /retrieve URL, a ChromaStore, a RetrieverClient, a {name: searcher} mapping, "
+    "a store name, a /retrieve URL, a store (ChromaStore, FaissStore), a RetrieverClient, a {name: searcher} mapping, "
     "a LangChain BaseRetriever, VectorStore, tool or other Runnable, a function query -> list or (query, k) -> list "
     "(sync or async), or an object with an async asearch(query, k)"
 )
@@ -111,7 +111,7 @@ ACCEPTED_SEARCHERS = (
 SearcherLike: TypeAlias = (
     str
     | Searcher
-    | ChromaStore
+    | PassageStore
     | ShardedStore
     | RetrieverClient
     | BaseRetriever
@@ -181,7 +181,7 @@ def as_searcher(
     """
     if isinstance(obj, _OWN):
         return obj
-    if isinstance(obj, ChromaStore | ShardedStore):  # a sharded store's partial answers keep their note
+    if isinstance(obj, ShardedStore | PassageStore):  # a sharded store's partial answers keep their note
         return StoreSearcher(obj)
     if isinstance(obj, RetrieverClient) or (isinstance(obj, str) and obj.startswith(("http://", "https://"))):
         return RemoteSearcher(obj)

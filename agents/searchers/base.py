@@ -34,6 +34,9 @@ class SearchOutcome:
     attempts: int
     #: what the searcher said about an answer it gave (a sharded store answering without a shard)
     note: str | None = None
+    #: a tool's own text and artifact (``normalise.ToolResult``): what its tool message holds
+    content: str | None = None
+    artifact: Any = None
 
 
 async def _with_timeout(aw: Awaitable[list[Passage]], timeout_s: float) -> list[Passage]:
@@ -63,7 +66,10 @@ async def guarded_search(
     for attempt in range(1, retries + 2):
         try:
             res = await _with_timeout(searcher.asearch(query, k), timeout_s)
-            return SearchOutcome(list(res)[:k], None, attempt, getattr(res, "note", None))
+            content = getattr(res, "content", None)
+            if content is None:
+                return SearchOutcome(list(res)[:k], None, attempt, getattr(res, "note", None))
+            return SearchOutcome(list(res)[:k], None, attempt, None, content, getattr(res, "artifact", None))
         except asyncio.TimeoutError:
             err = f"timed out after {timeout_s:g} s"
         except (asyncio.CancelledError, RetrieverAuthError, SearcherOpenError):

@@ -98,6 +98,36 @@ def to_passages(result: Any, searcher: str, k: int | None = None) -> list[Passag
     return out
 
 
+class ToolResult(list):  # type: ignore[type-arg]  # a list of passages, as every searcher returns
+    """What a tool or a text-returning function gave, as ``create_agent`` keeps it: its passages
+    (for the record), the tool's own ``content`` (what the model reads, verbatim) and its
+    ``artifact`` (kept on the tool message, as a ``content_and_artifact`` tool's)."""
+
+    def __init__(self, passages: Iterable[Passage], content: str, artifact: Any = None):
+        super().__init__(passages)
+        self.content = content
+        self.artifact = artifact
+
+
+def text_result(text: str, searcher: str, artifact: Any = None) -> ToolResult:
+    """A tool's text: one passage for the record (a Search-R1 entry: its first line the title) and
+    the text itself as what the model reads; ``artifact`` (a list of passage-like items) gives the
+    record its passages instead."""
+    passages: list[Passage] = []
+    if (
+        artifact is not None
+        and not isinstance(artifact, str | bytes | Mapping)
+        and isinstance(artifact, Iterable)
+    ):
+        try:
+            passages = to_passages(artifact, searcher)
+        except SearcherOutputError:
+            passages = []
+    if not passages and text.strip():
+        passages = [_from_contents(text, None, None, searcher)]
+    return ToolResult(passages, text, artifact)
+
+
 def shown(value: Any, width: int = 120) -> str:
     """``repr(value)``, cut to ``width`` characters, for an error message."""
     text = repr(value)

@@ -12,7 +12,7 @@ from typing import Any
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.begin_answer import answer, begin
 from parallelsearch.graphs.nodes.planner import planner, review
-from parallelsearch.graphs.nodes.search import after_join, join, retrieve_once, route, search
+from parallelsearch.graphs.nodes.search import after_join, join, retrieve_once, route, router, search
 
 __all__ = [
     "after_join",
@@ -23,6 +23,7 @@ __all__ = [
     "planner",
     "retrieve_once",
     "route",
+    "router",
     "search",
 ]
 

@@ -18,7 +18,8 @@ from langgraph.types import Overwrite
 from parallelsearch.agents.protocol import Limits, content_text
 from parallelsearch.graphs.conversation import orphan_tool_messages, spoken_history, system_text
 from parallelsearch.graphs.engine import EpisodeEngine
-from parallelsearch.graphs.nodes.common import ms_since, usage_update
+from parallelsearch.graphs.nodes.common import ms_since, only_changed, usage_update
+from parallelsearch.graphs.nodes.planner import not_searched
 from parallelsearch.graphs.record import turn_record
 from parallelsearch.graphs.state import SearchState
 from parallelsearch.graphs.turns import turn_request
@@ -34,17 +35,33 @@ NO_ANSWER = "No answer: the planner did not give one within its turns."
 _EPISODE_CHANNELS = ("answer", "status", "total_ms", "last_action", "next_stage", "notes")
 
 
+def _last_human(messages: list[Any]) -> HumanMessage | None:
+    """The conversation's last human message (a note of the environment's is none)."""
+    from parallelsearch.agents.protocol.tools import NOTE_NAME
+
+    return next((m for m in reversed(messages) if isinstance(m, HumanMessage) and m.name != NOTE_NAME), None)
+
+
 def _question(state: Mapping[str, Any]) -> tuple[str, HumanMessage | None]:
     """The question and its message: the last message when it is a human message no earlier
-    episode answered, else the ``question`` input."""
+    episode answered, else the ``question`` input, else the conversation's last human message
+    (the agent as a node after a router's message, a handoff, or its own earlier answer, as
+    ``create_agent`` answers there)."""
     history = state.get("history") or []
-    last = (state.get("messages") or [None])[-1]
+    messages = state.get("messages") or []
+    last = messages[-1] if messages else None
     consumed = history[-1].get("asked") if history else None
     asked = last if isinstance(last, HumanMessage) and (last.id is None or last.id != consumed) else None
     q = content_text(asked.content) if asked is not None else state.get("question")
+    if (not isinstance(q, str) or not q.strip()) and asked is None and not state.get("question"):
+        asked = _last_human(messages)
+        q = content_text(asked.content) if asked is not None else None
     if not isinstance(q, str) or not q.strip():
+        kinds = ", ".join(dict.fromkeys(getattr(m, "type", type(m).__name__) for m in messages)) or "none"
         raise ValueError(
-            "the graph input needs a non-empty 'question' string or 'messages' ending in a new human message"
+            "the graph input needs a non-empty 'question' string or 'messages' holding a human message "
+            f"(the agent answers the conversation's last one); got {len(messages)} message(s) ({kinds}) "
+            "and no question"
         )
     meta = state.get("metadata")
     if meta is not None and not isinstance(meta, dict):
@@ -93,12 +110,11 @@ async def begin(
     thread that holds one, the episode's channels are reset; the earlier stays in ``history``."""
     cfg = engine.configured(config, runtime)
     q, asked = _question(state)
-    last = (state.get("messages") or [None])[-1]
     meta = state.get("metadata")
     prompt = engine.protocol.prompt(q, cfg.prompt_template, engine.stores)
     system = ""
     if not engine.protocol.chat:  # a text protocol reads the system prompt and the thread as text
-        earlier = (state.get("messages") or [])[: -1 if asked is not None and asked is last else None]
+        earlier = [m for m in state.get("messages") or [] if m is not asked]
         prompt = engine.protocol.with_history(prompt, spoken_history(earlier, cfg))
         system = system_text(state.get("messages") or [], cfg, None)
     segments = [("prompt", prompt)]
@@ -123,8 +139,9 @@ async def begin(
     if state.get("question") != q:
         update["question"] = q
     dropped = _dropped_orphans(state.get("messages") or [])
-    if asked is not last or dropped:
-        update["messages"] = [*dropped, *([asked] if asked is not last else [])]
+    new = not any(m is asked for m in state.get("messages") or [])  # a question input joins the thread
+    if new or dropped:
+        update["messages"] = [*dropped, *([asked] if new else [])]
     if meta:
         update["metadata"] = {}  # consumed: a later question on the thread does not inherit it
     if engine.structured is not None:
@@ -138,7 +155,7 @@ async def begin(
             results=Overwrite([]),
             node_ms=Overwrite({}),
         )
-    return update
+    return only_changed(state, update)
 
 
 async def _answer_turn(
@@ -219,6 +236,9 @@ async def answer(
     structured_end = state.get("structured_response") is not None and getattr(last, "type", None) == "tool"
     if not structured_end and (reply is not last or (last.response_metadata or {}).get("status") != status):
         update["messages"] = [reply]
+    closed = not_searched(state.get("messages") or []) if engine.protocol.chat else []
+    if closed:  # calls the episode ends without searching (the final turn's), answered before the reply
+        update["messages"] = [*closed, *update.get("messages", [])]
     update.update(
         answer=given,
         status=status,
@@ -226,4 +246,4 @@ async def answer(
         node_ms={"answer": ms_since(t0)},
         history=[record],
     )
-    return update
+    return only_changed(state, update)

@@ -27,6 +27,20 @@ def usage_update(state: Mapping[str, Any], res: TurnResult) -> dict[str, Any]:
     return update
 
 
+def only_changed(state: Mapping[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``update`` without the plain channels it would set to the value they hold: each write is
+    a new channel version the checkpointer serialises again, on every step of a long thread."""
+    from langgraph.types import Overwrite
+
+    from parallelsearch.graphs.state import REDUCED_KEYS
+
+    return {
+        k: v
+        for k, v in update.items()
+        if k in REDUCED_KEYS or k not in state or isinstance(v, Overwrite) or state[k] != v  # type: ignore[index]
+    }
+
+
 def passages_of(row: Mapping[str, Any]) -> list[Passage]:
     """A searcher node's result row's passages as objects again (the row's dicts carry a ``source``)."""
     return [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -15,7 +16,7 @@ from parallelsearch.agents.protocol import Action, Limits, Observation, TurnResu
 from parallelsearch.agents.subquery_plan import Plan, plan_turn
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.engine import EpisodeEngine
-from parallelsearch.graphs.nodes.common import ms_since, name_tool_messages, usage_update
+from parallelsearch.graphs.nodes.common import ms_since, name_tool_messages, only_changed, usage_update
 from parallelsearch.graphs.nodes.wrapped import model_turn
 from parallelsearch.graphs.record import TurnRecord, review_record, turn_record
 from parallelsearch.graphs.state import SearchState
@@ -40,18 +41,25 @@ def next_action(turn: TurnRecord, action: Action, plan: Plan | None, cfg: GraphC
     return act
 
 
-#: what each call of the final turn is answered with: the episode ends without searching it
+#: what each call still unanswered when the episode ends is answered with (the final turn's, or a
+#: turn a middleware ended the run after)
 NOT_SEARCHED_FINAL = "Not searched: the turn limit (max_turns) was reached; the episode ends here."
 
 
-def not_searched(message: Any) -> list[Any]:
-    """A tool message for each call of the final turn's ``message``: a strict chat API refuses
-    a history with a call left unanswered (a larger graph sends this one on)."""
-    from langchain_core.messages import ToolMessage
+def not_searched(messages: Sequence[Any]) -> list[Any]:
+    """A tool message for each call of the last AI message in ``messages`` that no tool message
+    answered: a strict chat API refuses a history with a call left unanswered (a larger graph
+    sends this one on). Written by the answer node, after any reviewer answered some."""
+    from langchain_core.messages import AIMessage, ToolMessage
 
+    at = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
+    if at is None:
+        return []
+    answered = {m.tool_call_id for m in messages[at + 1 :] if isinstance(m, ToolMessage)}
     return [
         ToolMessage(content=NOT_SEARCHED_FINAL, tool_call_id=c["id"], name=c.get("name"), status="error")
-        for c in getattr(message, "tool_calls", None) or []
+        for c in messages[at].tool_calls
+        if c.get("id") not in answered
     ]
 
 
@@ -136,17 +144,27 @@ async def planner(
             # the answer's status is on it as it is written: the answer node need not write it again
             named[-1].response_metadata = {**(named[-1].response_metadata or {}), "status": "answered"}
         name_tool_messages(note.messages, [c for m in named for c in getattr(m, "tool_calls", None) or []])
-        open_calls = (
-            final and named and action.kind != "answer" and not any(m.type == "tool" for m in note.messages)
-        )
-        closed = not_searched(named[-1]) if open_calls else []
-        update["messages"] = [*named, *(m for m in note.messages if m.type == "tool"), *closed]
+        update["messages"] = [*named, *(m for m in note.messages if m.type == "tool")]
         notes = [[named[-1].id if named else None, m] for m in note.messages if m.type != "tool"]
         if notes:  # a note to the model is not a turn of the conversation
             update["notes"] = [*(st.get("notes") or []), *notes]
     if action.kind == "answer":
         update["answer"] = action.answer
-    return update
+    return only_changed(st, update)
+
+
+def _second_answers(replies: Sequence[Any]) -> list[Any]:
+    """Removals of the tool messages among ``replies`` that answer a call answered before them."""
+    from langchain_core.messages import RemoveMessage
+
+    seen: set[str] = set()
+    twice = []
+    for m in replies:
+        if getattr(m, "type", None) == "tool":
+            if m.tool_call_id in seen and m.id is not None:
+                twice.append(RemoveMessage(id=m.id))
+            seen.add(m.tool_call_id)
+    return twice
 
 
 async def review(
@@ -154,13 +172,19 @@ async def review(
 ) -> dict[str, Any]:
     """After ``after_model`` middleware: the search runs the calls a reviewer left without an
     answer (``HumanInTheLoopMiddleware`` answers a rejected call with its tool message); when
-    none is left, the planner goes on with the reviewer's answers."""
+    none is left, the planner goes on with the reviewer's answers. A reviewer's answer to a call
+    the planner had answered already (an invalid or structured turn's) is dropped: a call has one."""
     from langchain_core.messages import AIMessage, ToolMessage
 
     act = state.get("last_action") or {}
     messages = state.get("messages") or []
     at = next((i for i in range(len(messages) - 1, -1, -1) if isinstance(messages[i], AIMessage)), None)
-    if act.get("kind") != "search" or not engine.protocol.chat or at is None:
+    if at is None or not engine.protocol.chat:
+        return {}
+    twice = _second_answers(messages[at + 1 :])
+    if twice:
+        return {"messages": twice}
+    if act.get("kind") != "search":
         return {}
     ai = messages[at]
     answered = {m.tool_call_id for m in messages[at + 1 :] if isinstance(m, ToolMessage)}

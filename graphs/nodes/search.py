@@ -6,7 +6,9 @@ baseline's entry: one search of the question itself."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from langchain_core.messages import AIMessage
@@ -20,11 +22,11 @@ from parallelsearch.agents.searchers.base import guarded_search
 from parallelsearch.graphs.config import GraphConfig
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.nodes.begin_answer import begin
-from parallelsearch.graphs.nodes.common import ms_since, name_tool_messages, passages_of
+from parallelsearch.graphs.nodes.common import ms_since, name_tool_messages, only_changed, passages_of
 from parallelsearch.graphs.nodes.stages import next_stage
 from parallelsearch.graphs.nodes.wrapped import listening, tool_call
 from parallelsearch.graphs.record import ObservationRecord, ReviewRecord, SearchRecord, review_record
-from parallelsearch.graphs.state import SearchState, SearchTask
+from parallelsearch.graphs.state import JoinView, RouteView, SearchState, SearchTask
 from parallelsearch.graphs.turns import after_turn
 
 #: a search task's keys that are not the result row's
@@ -48,7 +50,19 @@ def route(engine: EpisodeEngine, state: SearchState) -> Any:
     ]
 
 
-def after_join(state: SearchState) -> Any:
+def router(engine: EpisodeEngine) -> Any:
+    """``route`` for ``engine``'s graph, reading only :class:`RouteView`'s channels, unless
+    ``wrap_tool_call`` middleware read their own state fields with each call."""
+    if engine.wraps_tools():
+        return functools.partial(route, engine)
+
+    def route_turn(state: RouteView) -> Any:
+        return route(engine, state)  # type: ignore[arg-type]  # the channels route reads
+
+    return route_turn
+
+
+def after_join(state: JoinView) -> Any:
     """The next stage of a search with ``#k`` (its resolved sub-queries, fanned out like the
     first), or the planner once the search is complete."""
     tasks = state.get("next_stage")
@@ -131,6 +145,8 @@ async def _searched(
         )
         if outcome.note:
             row["note"] = outcome.note
+        if outcome.content is not None:  # a tool's own text and artifact: its tool message's
+            row.update(content=outcome.content, artifact=outcome.artifact)
     return row
 
 
@@ -197,9 +213,25 @@ def _results(act: dict[str, Any], rows: list[dict[str, Any]], staged: bool) -> l
             passages_of(row),
             row.get("error"),
             row["query"] if staged and act["refs"][row["index"]] and not row.get("error") else None,
+            row.get("content"),
         )
         for row in rows
     ]
+
+
+def _keep_artifacts(
+    messages: Sequence[Any], calls: list[tuple[str, int | None]], rows: list[dict[str, Any]]
+) -> None:
+    """Each tool message with its search's artifact (a ``content_and_artifact`` tool's), as
+    ``create_agent``'s tool node keeps it (set in place: they are this node's own messages)."""
+    artifacts = {row["index"]: row["artifact"] for row in rows if row.get("artifact") is not None}
+    if not artifacts:
+        return
+    index = dict(calls)
+    for m in messages:
+        i = index.get(getattr(m, "tool_call_id", None))
+        if i in artifacts and getattr(m, "artifact", None) is None:
+            m.artifact = artifacts[i]
 
 
 def _wrapped_observation(
@@ -254,24 +286,28 @@ async def join(
     records: list[Any] = [*_edit_review(state, act, rows, bool(stages)), entry]
     update: dict[str, Any] = {}
     if obs.messages:
+        _keep_artifacts(obs.messages, calls, rows)
         ai = next((m for m in reversed(state.get("messages") or []) if isinstance(m, AIMessage)), None)
         name_tool_messages(obs.messages, ai.tool_calls if ai is not None else ())
         update["messages"] = list(obs.messages)
     if stages:  # the round of a search with #k: how many stages it took, and no stage pending
         entry["stages"] = len(stages)
         update.update(stage=0, next_stage=None)
-    return {
-        **update,
-        "transcript": state["transcript"] + obs.text,
-        "segments": list(state.get("segments") or []) + [("observation", obs.text)],
-        "round": r + 1,
-        "search_rounds": state.get("search_rounds", 0) + max(len(stages), 1),
-        "subqueries": state.get("subqueries", 0) + len(rows),
-        "passages": state.get("passages", 0) + sum(len(row["passages"]) for row in rows),
-        "errors": state.get("errors", 0) + sum(1 for row in rows if row.get("error")),
-        "trajectory": records,
-        "node_ms": {"search": sum(row.get("ms") or 0.0 for row in rows), "join": ms_since(t0)},
-    }
+    return only_changed(
+        state,
+        {
+            **update,
+            "transcript": state["transcript"] + obs.text,
+            "segments": list(state.get("segments") or []) + [("observation", obs.text)],
+            "round": r + 1,
+            "search_rounds": state.get("search_rounds", 0) + max(len(stages), 1),
+            "subqueries": state.get("subqueries", 0) + len(rows),
+            "passages": state.get("passages", 0) + sum(len(row["passages"]) for row in rows),
+            "errors": state.get("errors", 0) + sum(1 for row in rows if row.get("error")),
+            "trajectory": records,
+            "node_ms": {"search": sum(row.get("ms") or 0.0 for row in rows), "join": ms_since(t0)},
+        },
+    )
 
 
 async def retrieve_once(

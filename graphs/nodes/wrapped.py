@@ -178,10 +178,14 @@ def reply_message(
 ) -> ToolMessage:
     """The tool message answering ``call`` with ``row``'s search, as the protocol words it."""
     searched_as = row["query"] if task.get("resolved_stage") and not row.get("error") else None
-    found = SubqueryResult(row["query"], _passages(row), row.get("error"), searched_as)
+    found = SubqueryResult(row["query"], _passages(row), row.get("error"), searched_as, row.get("content"))
     _, text, failed = call_replies([found], [(call["id"], 0)], engine.style())[0]
     return ToolMessage(
-        content=text, tool_call_id=call["id"], name=call.get("name"), status="error" if failed else "success"
+        content=text,
+        tool_call_id=call["id"],
+        name=call.get("name"),
+        status="error" if failed else "success",
+        artifact=row.get("artifact"),
     )
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 import typing
+from pathlib import Path
 from typing import Any, get_args
 
 from parallelsearch.agents.policies.spec import SPEC_HELP
-from parallelsearch.graphs.factory import SEARCHER_KINDS
+from parallelsearch.graphs.factory import SEARCHER_KINDS, STORE_KINDS
 from parallelsearch.settings import Settings, get_settings
 from parallelsearch.stores.chroma_store import HNSW_KEYS, Space
 from parallelsearch.stores.config import EncoderBackend
@@ -74,6 +75,12 @@ def add_retrieval_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_chroma_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--store-kind",
+        choices=list(STORE_KINDS),
+        help="what kind of store --store names (default: the settings', chroma)",
+    )
+    p.add_argument("--faiss-path", type=Path, help="the folder of FAISS stores (default: <home>/faiss)")
     p.add_argument(
         "--chroma-host", help="Chroma server host (default: the settings'; unset = embedded store under home)"
     )
@@ -307,6 +314,8 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
         update.update(retriever_url=v["retriever"], stores=[])
     for flag, field in (
         ("searcher", "searcher"),
+        ("store_kind", "store_kind"),
+        ("faiss_path", "faiss_path"),
         ("chroma_host", "chroma_host"),
         ("chroma_port", "chroma_port"),
         ("encoder_threads", "encoder_threads"),

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from parallelsearch.cli.common import (
     add_bind_args,
@@ -26,11 +26,11 @@ from parallelsearch.cli.common import (
 )
 from parallelsearch.cli.index import add_index_scale_args, cmd_index_vectors, index_embedder_for, index_pool
 from parallelsearch.stores.errors import StoreNotFoundError
-from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S, check_store
+from parallelsearch.stores.isolated_read import DEFAULT_READ_TIMEOUT_S
 from parallelsearch.stores.store_files import read_only_message
 
 if TYPE_CHECKING:
-    from parallelsearch.stores.chroma_store import StoreCheck
+    from parallelsearch.stores.store_check import StoreCheck
 
 RETRIEVER_KEY_SETTING = "PARALLELSEARCH_RETRIEVER_API_KEY"
 
@@ -187,10 +187,8 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 def cmd_index(args: argparse.Namespace) -> int:
     from parallelsearch.cli.index import limit_kwargs, row_range
-    from parallelsearch.graphs.factory import store_location, writing_store
+    from parallelsearch.graphs.factory import writing_store
     from parallelsearch.stores.ingestion.jsonfiles import expand_paths
-    from parallelsearch.stores.ingestion.passage_budget import budget_line, check_budget
-    from parallelsearch.stores.ingestion.passage_limit import DEFAULT_MAX_TOKENS
     from parallelsearch.stores.ingestion.pipeline import ingest
     from parallelsearch.stores.ingestion.readers import count_passages
 
@@ -213,13 +211,7 @@ def cmd_index(args: argparse.Namespace) -> int:
         index_pool(args, store.embedder) as pool,
     ):
         if args.verify:
-            budget = limit_kwargs(args).get("max_passage_tokens", DEFAULT_MAX_TOKENS)
-            print(check_budget(store, budget) if files else budget_line(store))
-            # read in a child while this process holds the writer lock and has not loaded the index
-            check = check_store(
-                store_location(cfg), store.name, timeout_s=args.read_timeout, progress=not args.no_progress
-            )
-            if report_check(check, note="nothing was added. "):
+            if not verified_before_adding(args, cfg, store, has_files=bool(files)):
                 return 1
             if not files:
                 return 0
@@ -234,6 +226,25 @@ def cmd_index(args: argparse.Namespace) -> int:
             rows=rows,
             **limit_kwargs(args),
         )
+    _print_index_report(store, rep, args)
+    return 0
+
+
+def verified_before_adding(args: argparse.Namespace, cfg: Any, store: Any, *, has_files: bool) -> bool:
+    """``index --verify``: the passage budget and every vector read back (a Chroma store in a child,
+    while this process holds the writer lock and has not loaded the index); False when it failed."""
+    from parallelsearch.cli.index import limit_kwargs
+    from parallelsearch.graphs.factory import check_named_store
+    from parallelsearch.stores.ingestion.passage_budget import budget_line, check_budget
+    from parallelsearch.stores.ingestion.passage_limit import DEFAULT_MAX_TOKENS
+
+    budget = limit_kwargs(args).get("max_passage_tokens", DEFAULT_MAX_TOKENS)
+    print(check_budget(store, budget) if has_files else budget_line(store))
+    check = check_named_store(cfg, store.name, timeout_s=args.read_timeout, progress=not args.no_progress)
+    return report_check(check, note="nothing was added. ") == 0
+
+
+def _print_index_report(store: Any, rep: Any, args: argparse.Namespace) -> None:
     d = rep.to_dict()
     print(
         f"store {store.name} ({store.location}): added {d['added']}, already present {d['already_present']}, "
@@ -243,16 +254,15 @@ def cmd_index(args: argparse.Namespace) -> int:
     )
     if rep.skipped.count or rep.skipped.notes or rep.skipped.replaced or args.skip_bad:
         print(rep.skipped.summary(), file=sys.stderr)
-    return 0
 
 
 def cmd_stores(args: argparse.Namespace) -> int:
-    from parallelsearch.graphs.factory import describe_stores, store_location
-    from parallelsearch.stores.chroma_store import StoreCheck
+    from parallelsearch.graphs.factory import check_named_store, describe_stores
+    from parallelsearch.stores.store_check import StoreCheck
 
     cfg = settings_from_args(args).retrieval()
     if args.check:
-        check = check_store(store_location(cfg), args.check, timeout_s=args.read_timeout, progress=False)
+        check = check_named_store(cfg, args.check, timeout_s=args.read_timeout, progress=False)
         return report_check(check, as_json=args.json)
     if args.set_ef_search is not None:
         from parallelsearch.graphs.factory import make_chroma_client

@@ -78,6 +78,7 @@ def cmd_suite(args: argparse.Namespace) -> int:
         data_dir,
         out / "cache",
         limit=args.limit,
+        retrieval=_settings_for(args, None).retrieval(),
         configured=configured,
         use_configured_for_all=args.corpus == "configured",
     )

@@ -393,6 +393,12 @@ def add_train_job_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not send the probe query from this machine (when only the cluster reaches the retriever)",
     )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run whose job folder job_dir is (resume=true: OpenRLHF loads its latest checkpoint); "
+        "a job_dir that holds another job is refused without it",
+    )
     p.add_argument("--list-keys", action="store_true", help="list every config key with its type and default")
 
 
@@ -424,6 +430,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.list_keys:
         return cmd_train_list_keys(args.preset)
     if args.smoke:
+        if args.resume:
+            raise ValueError("--resume continues a launched job; it does not apply with --smoke")
         return cmd_train_smoke(args)
     given = [f"--{k.replace('_', '-')}" for k in SMOKE_ONLY if _given(getattr(args, k))]
     if given:
@@ -431,12 +439,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not (args.config or args.preset):
         raise ValueError("train needs --config FILE or --preset NAME (or --list-keys, or --smoke)")
     model = [f"model={args.model}"] if args.model else []
-    cfg = load_train_config(args.config, args.preset, [*model, *args.set])
+    resume = ["resume=true"] if args.resume else []
+    cfg = load_train_config(args.config, args.preset, [*model, *args.set, *resume])
     cfg = cfg.model_copy(
         update={"model": resolve_model(cfg.model, echo=print)}
     )  # a packaged name: its folder
     if args.check:
-        from parallelsearch.rl.preflight import NOT_CHECKED, PreflightError, preflight
+        from parallelsearch.rl.preflight import NOT_CHECKED, WARNING, PreflightError, preflight
 
         try:
             lines = preflight(cfg, probe=not args.skip_probe)
@@ -444,7 +453,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(f"check failed: {e}")
             return 1
         for line in lines:
-            print(line if line.startswith(NOT_CHECKED) else f"ok: {line}")
+            print(line if line.startswith((NOT_CHECKED, WARNING)) else f"ok: {line}")
         return 0
     return launch(cfg, dry_run=args.dry_run, runner=args.runner, probe=not args.skip_probe)
 

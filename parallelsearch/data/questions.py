@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -150,8 +150,57 @@ def _evidence_hops(evidences: list, titles: list[str]) -> list[dict] | None:
     return hops
 
 
+def _read_supporting_facts(rec: dict, meta_in: dict, found: dict[str, Any]) -> None:
+    """HotpotQA and 2WikiMultihopQA: ``supporting_facts`` (original or HF layout) name the titles."""
+    found["titles"] = _supporting_titles(rec.get("supporting_facts") or meta_in.get("supporting_facts"))
+
+
+def _read_musique(rec: dict, meta_in: dict, found: dict[str, Any]) -> None:
+    """MuSiQue: supporting ``paragraphs`` and the ``question_decomposition`` (FlashRAG keeps its gold
+    paragraphs under each hop's ``support_paragraph``), read into hops."""
+    if isinstance(rec.get("paragraphs"), list):
+        found["titles"] = [p["title"] for p in rec["paragraphs"] if p.get("is_supporting")]
+    decomp = rec.get("question_decomposition") or meta_in.get("question_decomposition")
+    if not isinstance(decomp, list):
+        return
+    found["question_decomposition"] = [
+        {"question": d.get("question", ""), "answer": d.get("answer", "")} for d in decomp
+    ]
+    if not found["titles"]:
+        found["titles"] = [
+            d["support_paragraph"]["title"] for d in decomp if isinstance(d.get("support_paragraph"), dict)
+        ]
+    found["hops"] = _musique_hops(decomp, rec.get("paragraphs"))
+
+
+def _read_evidence_list(rec: dict, meta_in: dict, found: dict[str, Any]) -> None:
+    """MultiHop-RAG: the ``evidence_list``'s titles."""
+    if isinstance(rec.get("evidence_list"), list):
+        found["titles"] = [e.get("title", "") for e in rec["evidence_list"] if e.get("title")]
+
+
+def _read_evidences(rec: dict, meta_in: dict, found: dict[str, Any]) -> None:
+    """2WikiMultihopQA: the ``evidences`` triples, read into hops where no decomposition gave them."""
+    evid = rec.get("evidences") or meta_in.get("evidences")
+    if isinstance(evid, list) and evid:
+        found["evidences"] = evid
+        if found.get("hops") is None:
+            found["hops"] = _evidence_hops(evid, found["titles"])
+
+
+#: one reader per benchmark record shape, run in this order over every record: each fills what its
+#: shape offers (``titles``, ``question_decomposition``, ``evidences``, ``hops``); a new dataset shape
+#: is one function and one entry here
+SHAPE_READERS: tuple[Callable[[dict, dict, dict[str, Any]], None], ...] = (
+    _read_supporting_facts,
+    _read_musique,
+    _read_evidence_list,
+    _read_evidences,
+)
+
+
 def question_record(rec: dict, dataset: str, source: str) -> dict:
-    """One FlashRAG question record from any supported benchmark record."""
+    """One FlashRAG question record from any supported benchmark record (:data:`SHAPE_READERS`)."""
     q = rec.get("question")
     if not isinstance(q, str) or not q.strip():
         raise KeyError("question")
@@ -163,32 +212,18 @@ def question_record(rec: dict, dataset: str, source: str) -> dict:
         "split": split_of(dataset, qtype),
         "source": source,
     }
-    titles = _supporting_titles(rec.get("supporting_facts") or meta_in.get("supporting_facts"))
-    if isinstance(rec.get("paragraphs"), list):
-        titles = [p["title"] for p in rec["paragraphs"] if p.get("is_supporting")]
-    decomp = rec.get("question_decomposition") or meta_in.get("question_decomposition")
-    if isinstance(decomp, list):
-        meta["question_decomposition"] = [
-            {"question": d.get("question", ""), "answer": d.get("answer", "")} for d in decomp
-        ]
-        if not titles:
-            titles = [
-                d["support_paragraph"]["title"]
-                for d in decomp
-                if isinstance(d.get("support_paragraph"), dict)
-            ]
-    if isinstance(rec.get("evidence_list"), list):
-        titles = [e.get("title", "") for e in rec["evidence_list"] if e.get("title")]
+    found: dict[str, Any] = {}
+    for read in SHAPE_READERS:
+        read(rec, meta_in, found)
+    titles = found["titles"]
+    if "question_decomposition" in found:
+        meta["question_decomposition"] = found["question_decomposition"]
     if titles:
         meta["supporting_titles"] = list(dict.fromkeys(titles))
-    evid = rec.get("evidences") or meta_in.get("evidences")
-    if isinstance(evid, list) and evid:
-        meta["evidences"] = evid
-    hops = _musique_hops(decomp, rec.get("paragraphs")) if isinstance(decomp, list) else None
-    if hops is None and isinstance(evid, list) and evid:
-        hops = _evidence_hops(evid, titles)
-    if hops:
-        meta["hops"] = hops
+    if "evidences" in found:
+        meta["evidences"] = found["evidences"]
+    if found.get("hops"):
+        meta["hops"] = found["hops"]
     if dataset == "hotpotqa" and qtype == "bridge" and len(titles) >= 2:
         meta["bridge_title"] = titles[1]
     if rec.get("level"):

@@ -7,10 +7,11 @@ from parallelsearch.eval.report import comparison_lines, write_report
 from parallelsearch.eval.runner import EvalRun, evaluate, read_results
 from parallelsearch.eval.scoring import score_output
 from parallelsearch.eval.simulated_latency import DelayedPolicy
-from parallelsearch.eval.summary import METRICS, SPLITS, summarize
+from parallelsearch.eval.summary import METRIC_NAMES, METRICS, SPLITS, summarize
 
 __all__ = [
     "METRICS",
+    "METRIC_NAMES",
     "SPLITS",
     "DelayedPolicy",
     "EvalRun",

@@ -8,26 +8,13 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from parallelsearch.eval.runner import RESULTS, read_results
-from parallelsearch.eval.summary import SPLITS, by_type, dedup, is_oracle_run, summarize
-
-#: a table column's header -> the summary metric it shows
-_COLUMNS = {
-    "calls": "policy_calls",
-    "rounds": "search_rounds",
-    "sub-q": "subqueries",
-    "resolver": "resolver_calls",
-    "DR": "decomposition_ratio",
-    "p50 ms": "latency_p50_ms",
-    "p95 ms": "latency_p95_ms",
-    "recall": "gold_recall",
-    "hop recall": "hop_recall",
-    "dep. hop recall": "dependent_hop_recall",
-    "coverage": "answer_coverage",
-}
+from parallelsearch.eval.summary import METRICS, SPLITS, Metric, by_type, dedup, is_oracle_run, summarize
 
 
 def _fmt(v: Any, oracle: bool = False, pct: bool = False) -> str:
@@ -46,42 +33,44 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     ]
 
 
+def table_metrics(table: str) -> list[Metric]:
+    """The metrics that are columns of ``table`` (``comparison``, ``types``), in :data:`METRICS` order."""
+    return [m for m in METRICS if table in m.tables]
+
+
+def _cell(metric: Metric, values: dict[str, Any], oracle: bool) -> str:
+    return (
+        str(values[metric.name])
+        if metric.how == "count"
+        else _fmt(values[metric.name], oracle and metric.accuracy)
+    )
+
+
 def _metrics_table(
-    labels: list[str], columns: list[str], groups: list[tuple[list[str], Any]], oracle: bool
+    labels: list[str], table: str, groups: list[tuple[list[str], Any]], oracle: bool
 ) -> list[str]:
-    """One row per non-empty group of ``(label values, metrics)``: the labels, n, EM, then ``columns``."""
-    rows = [
-        [*names, str(m["n"]), _fmt(m["em"], oracle), *(_fmt(m[_COLUMNS[c]]) for c in columns)]
-        for names, m in groups
-        if m and m["n"]
-    ]
-    return _table([*labels, "n", "EM", *columns], rows)
+    """One row per non-empty group of ``(label values, metrics)``: the labels, then ``table``'s columns."""
+    columns = table_metrics(table)
+    rows = [[*names, *(_cell(c, m, oracle) for c in columns)] for names, m in groups if m and m["n"]]
+    return _table([*labels, *(str(c.column) for c in columns)], rows)
+
+
+def notes_line(table: str) -> str:
+    """What ``table``'s columns with a note mean, as one line under it."""
+    return "; ".join(f"{m.column} = {m.note}" for m in table_metrics(table) if m.note) + "."
 
 
 def comparison_lines(summary: dict[str, Any], oracle: bool) -> list[str]:
     """The compact table the demo prints: per variant and split, efficiency and retrieval."""
-    columns = ["calls", "rounds", "sub-q", "DR", "p50 ms", "p95 ms", "recall", "coverage"]
     groups = [([v, s], splits[s]) for v, splits in summary.items() for s in SPLITS]
-    return _metrics_table(["graph", "split"], columns, groups, oracle)
+    return _metrics_table(["graph", "split"], "comparison", groups, oracle)
 
 
 def type_lines(breakdown: dict[str, Any], oracle: bool) -> list[str]:
-    """Per question type (``dataset/type``) and graph: a turn's counts, retrieval (gold-passage
-    recall, every hop's gold paragraph, the dependent hops' alone, answer coverage) and latency."""
-    columns = [
-        "calls",
-        "rounds",
-        "sub-q",
-        "resolver",
-        "recall",
-        "hop recall",
-        "dep. hop recall",
-        "coverage",
-        "p50 ms",
-    ]
+    """Per question type (``dataset/type``) and graph: the ``types`` columns of :data:`METRICS`."""
     types = sorted({k for by_key in breakdown.values() for k in by_key})
     groups = [([k, v], by_key.get(k)) for k in types for v, by_key in breakdown.items()]
-    return _metrics_table(["type", "graph"], columns, groups, oracle)
+    return _metrics_table(["type", "graph"], "types", groups, oracle)
 
 
 def ratio_lines(summary: dict[str, Any]) -> list[str]:
@@ -101,8 +90,65 @@ def ratio_lines(summary: dict[str, Any]) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class Figures:
+    """What every figure of a report draws from: the successful rows per graph and the summary."""
+
+    ok: dict[str, list[dict[str, Any]]]
+    summary: dict[str, Any]
+    oracle: bool
+
+
+def accuracy_vs_calls(ax: Any, f: Figures) -> str:
+    """Each graph's EM (gold recall in an oracle run) against its policy calls per question."""
+    for v in f.summary:
+        m = f.summary[v]["all"]
+        y = m["gold_recall"] if f.oracle else m["em"]
+        if m["policy_calls"] is not None and y is not None:
+            ax.scatter(m["policy_calls"], y, s=60, label=v)
+            ax.annotate(v, (m["policy_calls"], y), textcoords="offset points", xytext=(5, 5))
+    ax.set_xlabel("policy calls per question")
+    ax.set_ylabel("gold-passage recall (oracle run)" if f.oracle else "EM")
+    ax.set_title("Accuracy vs. policy calls" if not f.oracle else "Retrieval vs. policy calls (oracle)")
+    ax.grid(alpha=0.3)
+    return "em_vs_calls.png"
+
+
+def latency_boxes(ax: Any, f: Figures) -> str:
+    """Each graph's latency per question."""
+    ax.boxplot([[r["latency_ms"] for r in rows] for rows in f.ok.values()], showfliers=True)
+    ax.set_xticks(range(1, len(f.ok) + 1), list(f.ok))
+    ax.set_ylabel("latency per question (ms)")
+    ax.set_title("Latency distribution")
+    ax.grid(alpha=0.3, axis="y")
+    return "latency.png"
+
+
+def calls_histogram(ax: Any, f: Figures) -> str:
+    """How many policy calls the questions took, per graph."""
+    calls = [[r["policy_calls"] for r in rows if r.get("policy_calls")] for rows in f.ok.values()]
+    top = max((max(c) for c in calls if c), default=1)
+    ax.hist(calls, bins=[x - 0.5 for x in range(1, top + 2)], label=list(f.ok))
+    ax.set_xticks(range(1, top + 1))
+    ax.set_xlabel("policy calls per question")
+    ax.set_ylabel("questions")
+    ax.set_title("Policy calls per question")
+    ax.legend()
+    return "policy_calls_hist.png"
+
+
+#: every figure of the report, one function each: it draws on the axes it is given and returns its
+#: file name (a new figure is one function and one entry here)
+FIGURES: tuple[tuple[Callable[[Any, Figures], str], tuple[float, float]], ...] = (
+    (accuracy_vs_calls, (5, 4)),
+    (latency_boxes, (6, 4)),
+    (calls_histogram, (6, 4)),
+)
+
+
 def plots(rows: list[dict[str, Any]], summary: dict[str, Any], out_dir: Path, oracle: bool) -> list[str]:
-    """The plots' file names; none without matplotlib (the ``plots`` extra), which is said once."""
+    """Every figure of :data:`FIGURES`, as its file name; none without matplotlib (the ``plots`` extra),
+    which is said once."""
     try:
         import matplotlib
     except ImportError:
@@ -112,45 +158,17 @@ def plots(rows: list[dict[str, Any]], summary: dict[str, Any], out_dir: Path, or
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    def save(fig: Any, name: str) -> str:
+    ok = {v: [r for r in rows if r["variant"] == v and not r.get("error")] for v in summary}
+    given = Figures(ok, summary, oracle)
+    files = []
+    for draw, size in FIGURES:
+        fig, ax = plt.subplots(figsize=size)
+        name = draw(ax, given)
         fig.tight_layout()
         fig.savefig(out_dir / name, dpi=110)
         plt.close(fig)
-        return name
-
-    variants = list(summary)
-    ok = {v: [r for r in rows if r["variant"] == v and not r.get("error")] for v in variants}
-    fig, ax = plt.subplots(figsize=(5, 4))
-    for v in variants:
-        m = summary[v]["all"]
-        y = m["gold_recall"] if oracle else m["em"]
-        if m["policy_calls"] is not None and y is not None:
-            ax.scatter(m["policy_calls"], y, s=60, label=v)
-            ax.annotate(v, (m["policy_calls"], y), textcoords="offset points", xytext=(5, 5))
-    ax.set_xlabel("policy calls per question")
-    ax.set_ylabel("gold-passage recall (oracle run)" if oracle else "EM")
-    ax.set_title("Accuracy vs. policy calls" if not oracle else "Retrieval vs. policy calls (oracle)")
-    ax.grid(alpha=0.3)
-    files = [save(fig, "em_vs_calls.png")]
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.boxplot([[r["latency_ms"] for r in ok[v]] for v in variants], showfliers=True)
-    ax.set_xticks(range(1, len(variants) + 1), variants)
-    ax.set_ylabel("latency per question (ms)")
-    ax.set_title("Latency distribution")
-    ax.grid(alpha=0.3, axis="y")
-    files.append(save(fig, "latency.png"))
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    calls = [[r["policy_calls"] for r in ok[v] if r.get("policy_calls")] for v in variants]
-    top = max((max(c) for c in calls if c), default=1)
-    ax.hist(calls, bins=[x - 0.5 for x in range(1, top + 2)], label=variants)
-    ax.set_xticks(range(1, top + 1))
-    ax.set_xlabel("policy calls per question")
-    ax.set_ylabel("questions")
-    ax.set_title("Policy calls per question")
-    ax.legend()
-    return [*files, save(fig, "policy_calls_hist.png")]
+        files.append(name)
+    return files
 
 
 def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str, Any]:
@@ -168,18 +186,8 @@ def write_report(out_dir: str | Path, *, plots_enabled: bool = True) -> dict[str
     (out / "breakdown.json").write_text(json.dumps(breakdown, indent=2))
     md = _header_lines(run, summary, oracle) + _paper_table_lines(summary, oracle)
     md += ["", "## Efficiency and retrieval", ""] + comparison_lines(summary, oracle) + ratio_lines(summary)
-    md += [
-        "",
-        "DR = decomposition ratio (share of parallelizable questions searched with two or more sub-queries in one search); "
-        "recall = share of gold supporting passages retrieved; coverage = gold answer found in retrieved text (yes/no answers excluded).",
-    ]
-    md += ["", "## By question type", ""] + type_lines(breakdown, oracle)
-    md += [
-        "",
-        "rounds = search stages (a search with #k takes one per dependency level); resolver = #k resolver calls; "
-        "hop recall = share of the question's hops (metadata.hops) whose gold paragraph was retrieved, "
-        "dep. hop recall = the same over the hops that name an earlier one by #k.",
-    ]
+    md += ["", notes_line("comparison")]
+    md += ["", "## By question type", ""] + type_lines(breakdown, oracle) + ["", notes_line("types")]
     md += _failure_lines(rows, bad)
     drawn = plots(rows, summary, out, oracle) if plots_enabled else []
     if drawn:

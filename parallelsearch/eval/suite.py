@@ -94,16 +94,18 @@ def dataset_file(ds: SuiteDataset, data_dir: Path, limit: int | None, cache: Pat
     return out
 
 
-def context_store(ds: SuiteDataset, source: Path, limit: int | None, progress: bool = True) -> Any:
+def context_store(
+    ds: SuiteDataset, source: Path, limit: int | None, retrieval: Any, progress: bool = True
+) -> Any:
     """The store of the dataset's context paragraphs (``paper-NAME``, ``paper-NAME-firstN`` for a
-    short run), indexed at its first use; indexing is idempotent, so a rerun encodes nothing."""
+    short run) where ``retrieval`` (a RetrievalConfig) keeps stores, indexed at its first use;
+    indexing is idempotent, so a rerun encodes nothing."""
     from parallelsearch.graphs.factory import writing_store
-    from parallelsearch.registry import retrieval_config
     from parallelsearch.stores.ingestion.pipeline import ingest
 
     name = f"paper-{ds.name}" + (f"-first{limit}" if limit else "")
     hnsw = {"ef_search": SUITE_EF_SEARCH}
-    with writing_store(retrieval_config(), name, on_wait=_to_stderr, hnsw=hnsw) as store:
+    with writing_store(retrieval, name, on_wait=_to_stderr, hnsw=hnsw) as store:
         rep = ingest(store, [source], progress=progress)
     if rep.added:
         print(f"{ds.name}: indexed {rep.added} passages into {store.name} in {rep.seconds:.1f} s", flush=True)
@@ -126,10 +128,11 @@ def plan_suite(
     cache: Path,
     *,
     limit: int | None,
+    retrieval: Any,
     configured: Callable[[], Any] | None,
     use_configured_for_all: bool = False,
 ) -> list[SuitePlan]:
-    """Each dataset's questions and searcher: its context store, or the ``configured`` searcher
+    """Each dataset's questions and searcher: its context store (kept as ``retrieval`` says), or the ``configured`` searcher
     (a store or ``/retrieve`` URL the user gave; None when none was given)."""
     from parallelsearch.agents.searchers import StoreSearcher
 
@@ -140,7 +143,7 @@ def plan_suite(
     for ds, source in zip(datasets, sources, strict=True):
         questions = load_questions(source, dataset=ds.name)[: limit or None]
         if ds.has_passages and not use_configured_for_all:
-            plans.append(SuitePlan(ds, questions, StoreSearcher(context_store(ds, source, limit))))
+            plans.append(SuitePlan(ds, questions, StoreSearcher(context_store(ds, source, limit, retrieval))))
         elif configured is not None:
             plans.append(SuitePlan(ds, questions, configured()))
         else:

@@ -10,14 +10,14 @@ import contextlib
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 from urllib.parse import urlsplit
 
+from parallelsearch.settings import CheckpointerKind
 from parallelsearch.stores.errors import check_choice
 from parallelsearch.stores.redact import redact_url
 
 #: what ``open_checkpointer`` accepts (the settings' ``server_checkpointer``)
-CheckpointerKind = Literal["none", "memory", "sqlite", "postgres"]
 CHECKPOINTERS: tuple[str, ...] = get_args(CheckpointerKind)
 __all__ = ["CHECKPOINTERS", "CheckpointerKind", "open_checkpointer", "redact_url"]
 

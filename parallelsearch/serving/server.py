@@ -165,6 +165,24 @@ def open_graph_config(config: Any) -> dict[str, Any]:
     return shown
 
 
+def route_table(app: FastAPI) -> dict[str, list[str]]:
+    """The routes the app's router holds, read at the request: ``routes``, the graph routes (each
+    LangServe ``/NAME/invoke``, as ``/NAME``), and ``endpoints``, every ``METHOD /path`` it answers,
+    so a route added anywhere is listed without a list kept here."""
+    endpoints = [
+        f"{method} {route.path}"
+        for route in app.router.routes
+        for method in sorted(getattr(route, "methods", None) or ())
+        if method != "HEAD"
+    ]
+    graphs = [
+        route.path.removesuffix("/invoke")
+        for route in app.router.routes
+        if route.path.endswith("/invoke") and "{" not in route.path
+    ]
+    return {"routes": list(dict.fromkeys(graphs)), "endpoints": endpoints}
+
+
 def _add_status_routes(app: FastAPI, s: Settings, parts: Any) -> None:
     """``GET /health`` and ``GET /stores``, so an operator sees what the server runs and how loaded it is."""
     from parallelsearch.agents.searchers import describe_searcher
@@ -177,7 +195,7 @@ def _add_status_routes(app: FastAPI, s: Settings, parts: Any) -> None:
         return {
             "status": "ok",
             "policy": redact_urls(str(getattr(parts.policy, "name", type(parts.policy).__name__))),
-            "routes": [f"/{r}" for r in ROUTES],
+            **route_table(app),
             "graph": open_graph_config(parts.config),
             "per_request": list(PER_REQUEST_KEYS),
             "knobs": RequestCaps.of(s).bounds(knob_bounds()),

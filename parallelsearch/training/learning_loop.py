@@ -26,6 +26,17 @@ from parallelsearch.training.rollouts import Evaluation, evaluation, parts_said,
 POOLS = {"parallel": ("comparison",), "all": ("comparison", "bridge")}
 
 
+#: the gateway's counters the learning record sums over every episode
+GATEWAY_KEYS = (
+    "gateway_forks",
+    "gateway_retokenized",
+    "gateway_failed_closed",
+    "gateway_prompt_drifts",
+    "gateway_untrained_turns",
+    "gateway_stuck",
+)
+
+
 @dataclass
 class LearnSettings:
     """The learning run's own knobs (the training ones are the config's: ``--set``)."""
@@ -175,7 +186,7 @@ class LearningRun:
         for r, e in zip(results, self.trainer.samples(results), strict=True):
             seq = e.sequences[0].tolist()
             self.state.mask_checked += 1
-            for key in ("gateway_forks", "gateway_retokenized", "gateway_failed_closed"):
+            for key in GATEWAY_KEYS:
                 if key in r["extra_logs"]:
                     self.state.gateway[key] = self.state.gateway.get(key, 0.0) + float(r["extra_logs"][key])
             failed = bool(float(r["extra_logs"].get("gateway_failed_closed", 0.0)))

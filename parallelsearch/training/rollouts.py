@@ -47,13 +47,15 @@ class RecordingEngine:
 
 def record_engine_turns(actor: Any) -> None:
     """Make the rollout actor's executor run through a :class:`RecordingEngine` per episode; the turns
-    come back in the sample dict under ``engine_turns`` (OpenRLHF ignores keys it does not read)."""
+    come back in the sample dict under ``engine_turns`` (OpenRLHF ignores keys it does not read): the
+    turns the sample holds, so a gateway sample restarted at a fork keeps the turns since then."""
     execute = actor.executor.execute
 
     async def recorded(*args: Any, llm_engine: Any, **kwargs: Any) -> dict[str, Any]:
         engine = RecordingEngine(llm_engine)
         result = await execute(*args, llm_engine=engine, **kwargs)
-        return {**result, "engine_turns": engine.turns}
+        untrained = int(float(result.get("extra_logs", {}).get("gateway_untrained_turns", 0)))
+        return {**result, "engine_turns": engine.turns[untrained:]}
 
     actor.executor.execute = recorded
 

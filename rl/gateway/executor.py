@@ -5,9 +5,12 @@ no OpenRLHF import here."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import uuid
 from typing import Any
 
+from parallelsearch.agents.protocol import Limits
 from parallelsearch.graphs.record import Episode
 from parallelsearch.rl.episode import EpisodeRun, decode_tokens
 from parallelsearch.rl.executor import (
@@ -18,6 +21,8 @@ from parallelsearch.rl.executor import (
     logged_health,
     question_from,
 )
+from parallelsearch.rl.gateway.conversation import conversation_episode
+from parallelsearch.rl.gateway.guard import EpisodeStuck, GatewayGuard, within_deadline
 from parallelsearch.rl.gateway.http import SessionRegistry
 from parallelsearch.rl.gateway.sampling import ClientSampling
 from parallelsearch.rl.gateway.session import GatewaySession, SessionLimits
@@ -26,6 +31,8 @@ from parallelsearch.rl.gateway.transport import current_session
 from parallelsearch.rl.rewards import check_reward_mode, parse_label, score_episode
 from parallelsearch.rl.search_failures import SearchFailureGuard
 from parallelsearch.stores.text import scrub_text
+
+log = logging.getLogger(__name__)
 
 
 def failed_closed_ranges(ranges: list[tuple[int, int]], length: int) -> list[tuple[int, int]]:
@@ -53,8 +60,14 @@ class GatewayExecutor(SampleExecutor):
         search_guard: SearchFailureGuard | None = None,
         registry: SessionRegistry | None = None,
         health_log: str | None = None,
+        timeout_s: float = 600.0,
+        guard: GatewayGuard | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.agent = agent
+        self.limits = limits or Limits()  # what a turn may ask for, when the conversation is read
+        self.timeout_s = timeout_s  # each model call's deadline, and the longest an episode may idle
+        self.guard = guard
         self.health_log = health_log
         self.registry = registry  # the loopback server's sessions (None: in-process only)
         self.max_new_tokens_per_turn = max_new_tokens_per_turn
@@ -88,17 +101,21 @@ class GatewayExecutor(SampleExecutor):
             max_length=max_length,
             want_logprobs=getattr(sampling_params, "logprobs", None) is not None,
             client_sampling=self.client_sampling,
+            call_timeout_s=self.timeout_s,
         )
         return GatewaySession(self.template(tokenizer), engine, limits)
 
     async def run_agent(self, session: GatewaySession, question: str) -> dict[str, Any]:
-        """The agent's final state for one question, every model call answered by ``session``."""
+        """The agent's final state for one question, every model call answered by ``session``;
+        :class:`EpisodeStuck` when it idles past the deadline."""
         token = current_session.set(session)
+        session.loop = asyncio.get_running_loop()
         if self.registry is not None:
             self.registry.open(session)
         try:
             config = {"configurable": {"thread_id": f"gateway-{uuid.uuid4().hex}"}}
-            return dict(await self.agent.ainvoke({"messages": [("user", question)]}, config))
+            work = self.agent.ainvoke({"messages": [("user", question)]}, config)
+            return dict(await within_deadline(work, session, self.timeout_s))
         finally:
             current_session.reset(token)
             if self.registry is not None:
@@ -111,10 +128,30 @@ class GatewayExecutor(SampleExecutor):
         clean, replaced = scrub_text(r.prompt) if isinstance(r.prompt, str) else (r.prompt, 0)
         session = self.session(r.sampling_params, r.max_length, r.tokenizer, r.engine)
         self.last_session = session
-        state = await self.run_agent(session, question_from(clean, lab))
-        if self.search_guard is not None:
-            self.search_guard.record(state)
-        return self.sample(session, state, r.prompt, r.label, lab, replaced)
+        question = question_from(clean, lab)
+        try:
+            state = await self.run_agent(session, question)
+        except Exception as e:
+            if session.stuck_reason is None and not isinstance(e, EpisodeStuck):
+                raise
+            log.warning("gateway episode stuck: %s; its sample fails closed", session.stuck_reason)
+            state = {}
+            if session.ledger is None:  # stuck before its first model call: the question alone
+                session.start_from([{"role": "user", "content": question}])
+        else:
+            if self.search_guard is not None:
+                self.search_guard.record(state)
+        sample = self.sample(session, state, r.prompt, r.label, lab, replaced)
+        if self.guard is not None:
+            self.guard.record(session.counters)
+        return sample
+
+    def episode_of(self, session: GatewaySession, state: dict[str, Any]) -> Episode:
+        """What the agent did: the project graph's record when its state holds one, else the
+        conversation the agent held through the session (any LangChain/LangGraph agent)."""
+        if state.get("trajectory"):
+            return Episode.from_state(state)
+        return conversation_episode(session.held, session.answered, self.limits)
 
     def sample(
         self,
@@ -130,7 +167,7 @@ class GatewayExecutor(SampleExecutor):
         ledger = session.ledger
         if ledger is None:
             raise RuntimeError("the agent finished without calling its model: there is nothing to train")
-        episode = Episode.from_state(state)
+        episode = self.episode_of(session, state)
         text = decode_tokens(ledger.tokenizer, ledger.ids)
         breakdown = score_episode(episode, lab, self.reward_mode, text=text, **self.reward_weights)
         run = EpisodeRun(episode, state, prompt, text, [], ledger, breakdown)

@@ -64,11 +64,40 @@ def default_agent(graph: str, config: GraphConfig) -> AgentFactory:
     return build
 
 
+def not_an_agent(agent: Any) -> str | None:
+    """What ``agent`` is when it is not a runnable agent (None: it is one): nothing, a chat model
+    (bound to tools or not), or an object without ``ainvoke``."""
+    from langchain_core.language_models import BaseLanguageModel
+    from langchain_core.runnables import RunnableBinding
+
+    if agent is None:
+        return "None (does the function end without `return`?)"
+    bound = agent.bound if isinstance(agent, RunnableBinding) else agent
+    if isinstance(bound, BaseLanguageModel):
+        return f"a chat model ({type(bound).__name__}{', bound to tools' if bound is not agent else ''}), not an agent"
+    if not callable(getattr(agent, "ainvoke", None)):
+        return f"{type(agent).__name__}, which has no ainvoke"
+    return None
+
+
+def check_agent(agent: Any, spec: str) -> Any:
+    """``agent`` when it is one the gateway can run (an object with ``ainvoke`` taking the
+    ``{"messages": [...]}`` input, as a compiled LangGraph graph or ``create_agent``'s), else a
+    one-line ValueError naming ``agent.factory`` and what it returned."""
+    problem = not_an_agent(agent)
+    if problem is None:
+        return agent
+    raise ValueError(
+        f"agent.factory {spec!r} returned {problem}: FUNCTION(model, searcher) must return the compiled agent "
+        "built with the model it is given (create_agent(model, tools), create_parallel_search_agent(model, "
+        "searcher), a compiled LangGraph graph)"
+    )
+
+
 def gateway_agent(agent_cfg: Any, model: Any, searcher: Any) -> Any:
     """The compiled agent a gateway-mode run trains (``agent.factory``, else the README chat agent),
-    built with ``model`` and ``searcher``: what the executor and ``train --check`` both run."""
-    if agent_cfg.factory:
-        factory = load_factory(agent_cfg.factory)
-    else:
-        factory = default_agent(agent_cfg.graph, agent_cfg.graph_config)
-    return factory(model, searcher)
+    built with ``model`` and ``searcher``: what the executor and ``train --check`` both run. A
+    factory that returns no agent is a ValueError naming ``agent.factory``."""
+    if not agent_cfg.factory:
+        return default_agent(agent_cfg.graph, agent_cfg.graph_config)(model, searcher)
+    return check_agent(load_factory(agent_cfg.factory)(model, searcher), agent_cfg.factory)

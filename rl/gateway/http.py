@@ -117,6 +117,16 @@ class SessionHeaderTransport(httpx.AsyncHTTPTransport):
         return await super().handle_async_request(request)
 
 
+class SyncSessionHeaderTransport(httpx.HTTPTransport):
+    """The sync twin (``invoke`` from a sync node or hook), naming the same session."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        session = current_session.get()
+        if session is not None:
+            request.headers[SESSION_HEADER] = session.id
+        return super().handle_request(request)
+
+
 def loopback_chat_model(url: str, model: str = "policy", **kwargs: Any) -> Any:
     """``ChatOpenAI`` on the loopback server (a real socket), routed to the current session."""
     from langchain_openai import ChatOpenAI
@@ -126,5 +136,6 @@ def loopback_chat_model(url: str, model: str = "policy", **kwargs: Any) -> Any:
         base_url=f"{url}/v1",
         api_key="gateway",  # type: ignore[arg-type]
         http_async_client=httpx.AsyncClient(transport=SessionHeaderTransport(), timeout=None),
+        http_client=httpx.Client(transport=SyncSessionHeaderTransport(), timeout=None),
         **kwargs,
     )

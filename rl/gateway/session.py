@@ -5,8 +5,12 @@ The first request is rendered whole with the chat template; each reply is the en
 and log-probs, appended to the ledger untouched; each later request must repeat the history
 message by message and may only add tool, user or system messages, which are rendered as a
 suffix (:class:`ChatTemplate`). A repeated request (a client's retry) gets the cached reply. Any
-other request is a fork: it is answered from a fresh render, so the agent goes on, but the
-sample fails closed (no loss on it) and the fork is counted.
+other request (a ``@dynamic_prompt`` whose system message changed, a middleware that rewrote the
+history) is a fork: the sample restarts at that request's own render, which is what the engine is
+sent, so every turn the sample trains on was generated from exactly the tokens before it; the
+turns before the fork stay in the render as context, without loss (docs/training.md, "Through
+the gateway"). Every model call has a deadline (``SessionLimits.call_timeout_s``); a session
+that missed one is stuck: it answers no more, and its sample fails closed.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 
 from parallelsearch.rl.episode import Generated, TokenLedger
 from parallelsearch.rl.executor import sampled_logprobs, turn_params
+from parallelsearch.rl.gateway.conversation import HeldTurn
 from parallelsearch.rl.gateway.errors import GatewayError
 from parallelsearch.rl.gateway.messages import NEW_ROLES, canonical_all, read_reply, template_message
 from parallelsearch.rl.gateway.sampling import ClientSampling, trainer_owned
@@ -35,11 +40,17 @@ class GatewayCounters:
     retries: int = 0
     overridden: dict[str, int] = field(default_factory=dict)
     no_room: int = 0  # requests answered without generating: the context was full
+    drifts: int = 0  # forks where only the leading system message changed (a dynamic prompt)
+    untrained_turns: int = 0  # turns before the last fork: context of the sample, without loss
+    stuck: int = 0  # the episode missed a deadline and failed closed
 
     def logs(self, retokenized: int, mismatches: int, failed: bool) -> dict[str, float]:
         return {
             "gateway_requests": float(self.requests),
             "gateway_forks": float(self.forks),
+            "gateway_prompt_drifts": float(self.drifts),
+            "gateway_untrained_turns": float(self.untrained_turns),
+            "gateway_stuck": float(self.stuck),
             "gateway_retries": float(self.retries),
             "gateway_overridden": float(sum(self.overridden.values())),
             "gateway_retokenized": float(retokenized),
@@ -57,6 +68,7 @@ class SessionLimits:
     max_length: int | None = None
     want_logprobs: bool = False
     client_sampling: ClientSampling = "override"
+    call_timeout_s: float = 600.0  # one model call's deadline, and the longest an episode may idle
 
 
 class GatewaySession:
@@ -74,9 +86,44 @@ class GatewaySession:
         self.last_request: list[dict[str, Any]] | None = None
         self.last_reply: dict[str, Any] | None = None
         self.closed = True  # the last generated turn ended with the end-of-turn token
-        self.failed = False  # a fork happened: the sample carries no loss
+        self.failed = False  # the episode got stuck: the sample carries no loss
+        self.stuck_reason: str | None = None
         self.calls: list[tuple[list[int], list[int]]] = []  # (ids sent, ids generated) per engine call
+        self.held: list[HeldTurn] = []  # every reply, in order: the conversation the reward reads
+        self.answered: dict[str, Any] = {}  # tool_call_id -> the tool message the agent sent back
+        self.first_tools: Any = None  # the tools of the first request (what the agent offers its model)
+        self.loop: asyncio.AbstractEventLoop | None = (
+            None  # the episode's loop (a sync client hands over to it)
+        )
+        self.last_activity = time.monotonic()
+        self.in_call = False
         self._lock = asyncio.Lock()
+
+    def _note_request(self, norm: list[dict[str, Any]], tools: Any) -> None:
+        """What the agent did since the last reply: the tool messages answering its calls."""
+        if self.counters.requests == 1:
+            self.first_tools = tools
+        for m in norm:
+            if m["role"] == "tool" and m.get("tool_call_id") is not None:
+                self.answered[m["tool_call_id"]] = m["content"]
+
+    def where(self) -> str:
+        """The episode's step as the session sees it: which model call, and what was awaited."""
+        n = self.counters.requests
+        if self.in_call:
+            return f"in model call {n} (the engine's generate)"
+        if n == 0:
+            return "before its first model call (the agent's own start: middleware, state)"
+        reply = (self.last_reply or {}).get("choices", [{}])[0].get("message") or {}
+        calls = len(reply.get("tool_calls") or [])
+        after = f"{calls} tool call(s)" if calls else "an answer"
+        return f"after model call {n}, which replied with {after} (the agent's own work: tools, middleware)"
+
+    def mark_stuck(self, reason: str) -> None:
+        """The episode missed a deadline: the session answers no more, the sample fails closed."""
+        if self.stuck_reason is None:
+            self.stuck_reason, self.failed = reason, True
+            self.counters.stuck = 1
 
     async def complete(self, body: Any) -> dict[str, Any]:
         """The OpenAI chat completion for ``body``; a client mistake raises a 4xx GatewayError."""
@@ -87,12 +134,20 @@ class GatewaySession:
         messages = body.get("messages")
         norm = canonical_all(messages)
         tools = body.get("tools") or None
+        if self.stuck_reason is not None:
+            raise GatewayError(503, f"the episode's session stopped: {self.stuck_reason}")
         async with self._lock:
             self.counters.requests += 1
             if self.last_request is not None and norm == self.last_request and self.last_reply is not None:
                 self.counters.retries += 1
                 return self.last_reply
-            message, finish, usage = await self._turn(messages, norm, tools)
+            self.in_call, self.last_activity = True, time.monotonic()
+            self._note_request(norm, tools)
+            try:
+                message, finish, usage = await self._turn(messages, norm, tools)
+            finally:
+                self.in_call, self.last_activity = False, time.monotonic()
+            self.held.append(HeldTurn(message, finish))
             reply = _completion(self.id, self.counters.requests, body.get("model"), message, finish, usage)
             self.last_request, self.last_reply = norm, reply
             self.history = [*norm, *canonical_all([message])]
@@ -103,20 +158,28 @@ class GatewaySession:
     ) -> tuple[dict[str, Any], str, tuple[int, int]]:
         key = json.dumps(tools, sort_keys=True)
         if self.ledger is None:
-            self.tools_key = key
-            prompt = self.template.render([template_message(m) for m in messages], tools)
-            lim = self.limits
-            self.ledger = TokenLedger(self.template.tokenizer, prompt, lim.max_length, turn_cap=lim.turn_cap)
+            self._start(messages, tools, key)
         elif not self._continues(norm, key):
-            self.counters.forks += 1  # counted once: later requests continue the forked history
-            self.failed, self.tools_key = True, key
-            return await self._forked_turn(messages, tools)
-        elif self.failed:
-            return await self._forked_turn(messages, tools)
+            self.counters.forks += 1
+            self.counters.drifts += self._drifted(norm, key)
+            self.counters.untrained_turns += len(self.ledger.ranges)
+            self._start(messages, tools, key)
         else:
             new = [template_message(m) for m in messages[len(self.history) :]]
             self.ledger.add_observation(self.template.suffix(new, tools, closed=self.closed))
         return await self._ledger_turn()
+
+    def start_from(self, messages: list[Any]) -> None:
+        """A ledger from ``messages`` alone (a sample for an episode that never called its model)."""
+        self._start(messages, None, json.dumps(None))
+
+    def _start(self, messages: list[Any], tools: Any, key: str) -> None:
+        """A ledger from the request's own render: the first request's, or a fork's (the sample
+        restarts there: its earlier turns are in that render as context, without loss)."""
+        self.tools_key, self.calls, self.closed = key, [], True
+        prompt = self.template.render([template_message(m) for m in messages], tools)
+        lim = self.limits
+        self.ledger = TokenLedger(self.template.tokenizer, prompt, lim.max_length, turn_cap=lim.turn_cap)
 
     def _continues(self, norm: list[dict[str, Any]], tools_key: str) -> bool:
         """The request repeats the history and adds only tool, user or system messages."""
@@ -124,6 +187,13 @@ class GatewaySession:
         if tools_key != self.tools_key or len(norm) <= n or norm[:n] != self.history:
             return False
         return all(m["role"] in NEW_ROLES for m in norm[n:])
+
+    def _drifted(self, norm: list[dict[str, Any]], tools_key: str) -> bool:
+        """Only the leading system message changed (what a ``@dynamic_prompt`` does each call)."""
+        n, old = len(self.history), self.history
+        if tools_key != self.tools_key or len(norm) <= n or not old or old[0]["role"] != "system":
+            return False
+        return norm[0]["role"] == "system" and norm[1:n] == old[1:] and norm[0] != old[0]
 
     async def _ledger_turn(self) -> tuple[dict[str, Any], str, tuple[int, int]]:
         """One turn generated on the ledger's ids and appended to it as the engine returned it."""
@@ -140,21 +210,6 @@ class GatewaySession:
         text = ledger.add_turn(Generated("", ids, lps, finish))
         self.closed = bool(ids) and ids[-1] == self.template.end_id
         return read_reply(text, self.template.end, len(self.calls) - 1), finish or "stop", (sent, len(ids))
-
-    async def _forked_turn(
-        self, messages: list[Any], tools: Any
-    ) -> tuple[dict[str, Any], str, tuple[int, int]]:
-        """A fork's reply, generated from a fresh render of the request (kept out of the sample)."""
-        text = self.template.render([template_message(m) for m in messages], tools)
-        prompt = list(self.template.tokenizer(text, add_special_tokens=False)["input_ids"])
-        room = None if self.limits.max_length is None else self.limits.max_length - len(prompt)
-        if room is not None and room <= 0:
-            return {"role": "assistant", "content": None}, "length", (len(prompt), 0)
-        ids, _, finish = await self._generate(prompt, room)
-        out = self.template.tokenizer.decode(
-            ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
-        )
-        return read_reply(out, self.template.end, len(self.calls)), finish or "stop", (len(prompt), len(ids))
 
     async def _generate(
         self, prompt: list[int], room: int | None

@@ -4,11 +4,14 @@ loopback HTTP (:mod:`parallelsearch.rl.gateway.http`, for an agent in another pr
 
 In-process, the episode's session is the one set in :data:`current_session` by the task that
 runs the episode: LangGraph's node tasks copy the context, so concurrent episodes each reach
-their own session through one shared model.
+their own session through one shared model. The model's sync path (``invoke``, from a sync node
+or hook in a worker thread) hands its request to the episode's loop and waits with the call's
+deadline; called on that loop's own thread it would block the loop it waits for, so it raises.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from contextvars import ContextVar
 from typing import Any
@@ -43,9 +46,13 @@ async def answer(
     except ValueError as e:
         return 400, GatewayError(400, f"the request body is not JSON: {e}").body()
     try:
-        return 200, await session.complete(body)
+        return 200, await asyncio.wait_for(session.complete(body), session.limits.call_timeout_s)
     except GatewayError as e:
         return e.status, e.body()
+    except TimeoutError:
+        why = f"model call {session.counters.requests} took over {session.limits.call_timeout_s:g} s"
+        session.mark_stuck(f"{why} (agent.gateway_timeout_s)")
+        return 504, GatewayError(504, f"{why}: the episode stops and its sample fails closed").body()
 
 
 class InProcessTransport(httpx.AsyncBaseTransport):
@@ -54,6 +61,38 @@ class InProcessTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         raw = await request.aread()
         status, body = await answer(current_session.get(), request.method, request.url.path, raw)
+        return httpx.Response(status, json=body, request=request)
+
+
+class SyncInProcessTransport(httpx.BaseTransport):
+    """The sync twin: the request is answered on the episode's loop (its session lives there),
+    within the call's deadline; on that loop's own thread it raises at once instead of hanging."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        session = current_session.get()
+        raw = request.read()
+        loop = session.loop if session is not None else None
+        if session is None or loop is None:
+            status, body = asyncio.run(answer(session, request.method, request.url.path, raw))
+            return httpx.Response(status, json=body, request=request)
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            raise RuntimeError(
+                "a sync model call (invoke) was made on the episode's event loop, which it would block "
+                "forever: call ainvoke, or give the middleware its async hook (awrap_model_call)"
+            )
+        work = asyncio.run_coroutine_threadsafe(answer(session, request.method, request.url.path, raw), loop)
+        try:
+            status, body = work.result(timeout=session.limits.call_timeout_s + 5.0)
+        except TimeoutError:
+            work.cancel()
+            session.mark_stuck(
+                f"a sync model call waited over {session.limits.call_timeout_s:g} s for the loop"
+            )
+            status, body = 504, GatewayError(504, session.stuck_reason or "stuck").body()
         return httpx.Response(status, json=body, request=request)
 
 
@@ -67,5 +106,6 @@ def gateway_chat_model(model: str = "policy", **kwargs: Any) -> Any:
         base_url=INPROCESS_URL,
         api_key="gateway",  # type: ignore[arg-type]
         http_async_client=httpx.AsyncClient(transport=InProcessTransport(), timeout=None),
+        http_client=httpx.Client(transport=SyncInProcessTransport(), timeout=None),
         **kwargs,
     )

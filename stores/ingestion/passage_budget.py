@@ -3,48 +3,38 @@
 A passage over the budget is stored as pieces whose ids carry the budget (``passage_limit.py``),
 so a rerun with the same budget adds nothing. With another budget every long passage is cut in
 other places under other ids, and the store kept both splits: 80 entries became 247, and search
-returned the same text twice. So the first run records its budget in the collection's metadata
-(:data:`BUDGET_KEY`) and a run asking for another is refused before anything is added, naming
-both values and the fix.
+returned the same text twice. So the first run records its budget in the store
+(``PassageStore.record_budget``; Chroma keeps it in the collection's metadata) and a run asking
+for another is refused before anything is added, naming both values and the fix.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from parallelsearch.stores.errors import ParallelSearchError
-
-#: collection metadata: the ``--max-passage-tokens`` the store's passages were split with (0: none)
-BUDGET_KEY = "ps_max_passage_tokens"
+from parallelsearch.stores.passage_store import PassageStore
 
 
 class PassageBudgetError(ParallelSearchError, ValueError):
     """A run asks for another passage token budget than the store was split with."""
 
 
-def recorded_budget(collection: Any) -> int | None:
-    """The budget the store records (0: passages were stored whole), or None (none recorded yet)."""
-    value = (collection.metadata or {}).get(BUDGET_KEY)
-    return int(value) if isinstance(value, int) else None
-
-
 def _said(budget: int) -> str:
     return "no budget (passages stored whole)" if budget == 0 else f"--max-passage-tokens {budget}"
 
 
-def budget_line(store: Any) -> str:
+def budget_line(store: PassageStore) -> str:
     """What ``store`` records of its passage budget, as a line to print."""
-    have = recorded_budget(store.collection)
+    have = store.recorded_budget()
     if have is None:
         return f"passage budget: store {store.name} records none (none of its runs recorded one yet)"
     return f"passage budget: store {store.name} was split with {_said(have)}; a run asking for another is refused"
 
 
-def check_budget(store: Any, max_tokens: int | None) -> str:
+def check_budget(store: PassageStore, max_tokens: int | None) -> str:
     """What a run with ``max_tokens`` (None: no budget) would do to ``store``'s passages, as a line
     to print; :class:`PassageBudgetError` when the store was split with another budget."""
     asked = max_tokens or 0
-    have = recorded_budget(store.collection)
+    have = store.recorded_budget()
     if have is None:
         if store.count():
             return (
@@ -64,9 +54,9 @@ def check_budget(store: Any, max_tokens: int | None) -> str:
     return f"passage budget: store {store.name} was split with {_said(have)}, as this run asks: nothing is split again"
 
 
-def settle_budget(store: Any, max_tokens: int | None) -> str:
+def settle_budget(store: PassageStore, max_tokens: int | None) -> str:
     """:func:`check_budget`, then the budget recorded where the store records none yet."""
     said = check_budget(store, max_tokens)
-    if recorded_budget(store.collection) is None:
-        store.collection.modify(metadata={**(store.collection.metadata or {}), BUDGET_KEY: max_tokens or 0})
+    if store.recorded_budget() is None:
+        store.record_budget(max_tokens or 0)
     return said

@@ -24,7 +24,7 @@ from parallelsearch.stores.ingestion.readers import read_passages
 from parallelsearch.stores.passages import Passage
 
 if TYPE_CHECKING:
-    from parallelsearch.stores.chroma_store import ChromaStore
+    from parallelsearch.stores.passage_store import PassageStore
 
 
 @dataclass
@@ -82,7 +82,7 @@ def _rows(source: Iterable[Passage], start: int, stop: int | None) -> Iterable[P
 
 
 def ingest(
-    store: ChromaStore,
+    store: PassageStore,
     paths: Iterable[str | Path] | None = None,
     *,
     passages: Iterable[Passage] | None = None,
@@ -120,22 +120,28 @@ def ingest(
         tokenizer = tokenizer_of(store.embedder)
         limit = PassageLimit(tokenizer, max_passage_tokens, long_passages, counts=report)
         source = limit.apply(source)
-    encode = (encoder or store.embedder).encode_passages
     start = time.perf_counter()
     bar = tqdm(desc=f"indexing into {store.name}", unit="passage", disable=not progress)
     try:
         for batch in _batches(source, max(chunk_size, batch_size), report):
-            have = store.existing_ids([p.id for p in batch])
-            new = [p for p in batch if p.id not in have]
-            report.already_present += len(batch) - len(new)
-            if new:
-                t0 = time.perf_counter()
-                vecs = encode([p.text for p in new], batch_size=batch_size)
-                report.encode_seconds += time.perf_counter() - t0
-                store.upsert(new, vecs)
-                report.added += len(new)
+            _add_new(store, batch, encoder or store.embedder, batch_size, report)
             bar.update(len(batch))
     finally:
         bar.close()
     report.seconds = time.perf_counter() - start
     return report
+
+
+def _add_new(
+    store: PassageStore, batch: list[Passage], encoder: Any, batch_size: int, report: IngestReport
+) -> None:
+    """The passages of ``batch`` the store lacks, encoded in one call and stored."""
+    have = store.existing_ids([p.id for p in batch])
+    new = [p for p in batch if p.id not in have]
+    report.already_present += len(batch) - len(new)
+    if new:
+        t0 = time.perf_counter()
+        vecs = encoder.encode_passages([p.text for p in new], batch_size=batch_size)
+        report.encode_seconds += time.perf_counter() - t0
+        store.upsert(new, vecs)
+        report.added += len(new)

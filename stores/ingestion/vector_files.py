@@ -2,8 +2,8 @@
 
 A published index (wiki-18's e5 FAISS index is 64 GB) must not be loaded into memory to be
 copied into a store: each reader hands out rows ``[start, stop)`` as float32, from a memory map
-(``.npy``), a stream after the member's ``.npy`` header (``.npz``), or ``reconstruct_n`` on an
-``IO_FLAG_MMAP`` index (FAISS, flat indexes only, the optional ``parallelsearch[faiss]`` extra).
+(``.npy``), a stream after the member's ``.npy`` header (``.npz``), or ``reconstruct_n`` on a
+memory-mapped index (``faiss_store.mapped_read_flags``) (FAISS, flat indexes only, the optional ``parallelsearch[faiss]`` extra).
 Every error names the file.
 """
 
@@ -133,9 +133,11 @@ class FaissFlatVectors:
 
     def __init__(self, path: Path) -> None:
         faiss = import_faiss()
+        from parallelsearch.stores.faiss_store import mapped_read_flags
+
         self.path = path
         try:
-            index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
+            index = faiss.read_index(str(path), mapped_read_flags())
         except RuntimeError as e:
             raise BadInputError(
                 str(path), None, f"not a readable FAISS index ({str(e).splitlines()[0]})"
