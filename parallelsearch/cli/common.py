@@ -239,8 +239,14 @@ def bind_refused(args: argparse.Namespace, has_key: bool, setting: str) -> bool:
     return problem is not None and problem[0] == "refuse"
 
 
-def add_policy_args(p: argparse.ArgumentParser, *, answer_policy: bool = True) -> None:
-    p.add_argument("--policy", help=SPEC_HELP + " (default: the settings', oracle)")
+def add_policy_args(p: argparse.ArgumentParser, *, answer_policy: bool = True, repeat: bool = False) -> None:
+    """The policy flags; with ``repeat``, ``--policy`` may be given several times (a list)."""
+    more = "; repeat it for several policies" if repeat else ""
+    p.add_argument(
+        "--policy",
+        action="append" if repeat else "store",
+        help=SPEC_HELP + f" (default: the settings', oracle{more})",
+    )
     p.add_argument(
         "--policy-base-url",
         help="the server a chat: policy's model talks to, e.g. http://127.0.0.1:8000/v1 for vllm serve "

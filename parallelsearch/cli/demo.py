@@ -50,7 +50,7 @@ def ratio_line(par: dict[str, float], seq: dict[str, float]) -> str:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from parallelsearch.agents.searchers import StoreSearcher
-    from parallelsearch.cli.evaluate import run_and_report
+    from parallelsearch.cli.eval_run import run_and_report
     from parallelsearch.data import load_questions
 
     settings = settings_from_args(args)

@@ -45,6 +45,7 @@ def score_output(q: dict[str, Any], out: dict[str, Any], variant: str, latency_m
         "f1": round(f1_score(answer, golds), 4),
         "acc": cover_match(answer, golds),
         "policy_calls": out.get("policy_calls"),
+        "valid_turns": sum(t["action"] != "invalid" for t in episode.turns),
         "search_rounds": out.get("search_rounds"),
         "subqueries": out.get("subqueries"),
         "resolver_calls": out.get("resolver_calls", 0),
