@@ -48,6 +48,8 @@ ALLOWED = {
     "--structured-outputs-config.disable_any_whitespace": "vLLM's flag",
     "gpu_model_runner._bookkeeping_sync": "vLLM's",
     "vllm_latest": "OpenRLHF's vLLM engine module (the vLLM tier)",
+    "F1_Score": "FlashRAG's metric class (docs/evaluation.md compares its F1)",
+    "subem": "Search-R1's substring match (docs/evaluation.md compares cover-EM)",
 }
 _SHELLS = ("bash", "sh", "shell", "console")
 #: the first line of a plain block that is a command, not a synopsis (``usage: ...``) or a diagram

@@ -7,16 +7,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import faiss
 import numpy as np
 import pytest
 
-from parallelsearch.settings import Settings
-from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError
-from parallelsearch.stores.faiss_kind import open_faiss_store, writing_faiss_store
-from parallelsearch.stores.faiss_store import FaissStore, find_files
-from parallelsearch.stores.passages import Passage, to_contents
-from parallelsearch.stores.store_files import StoreDamagedError
+faiss = pytest.importorskip(
+    "faiss", reason="faiss-cpu is in the main tier's environment (.venv), not the vLLM tier's"
+)
+
+from parallelsearch.settings import Settings  # noqa: E402
+from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError  # noqa: E402
+from parallelsearch.stores.faiss_kind import open_faiss_store, writing_faiss_store  # noqa: E402
+from parallelsearch.stores.faiss_store import FaissStore, find_files  # noqa: E402
+from parallelsearch.stores.passages import Passage, to_contents  # noqa: E402
+from parallelsearch.stores.store_files import StoreDamagedError  # noqa: E402
 
 TITLES = ["Ed Wood", "Scott Derrickson", "Doctor Strange", "Sinister", "Plan 9 from Outer Space"]
 
