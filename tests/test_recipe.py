@@ -29,7 +29,7 @@ def install_commands() -> list[list[str]]:
     """The ``pip install`` lines of the first bash block under "1. Install on every node"."""
     text = DOC.read_text(encoding="utf-8")
     section = text[text.index("## 1. Install on every node") :]
-    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
+    block = re.search(r"```bash[^\n]*\n(.*?)```", section, re.DOTALL)  # its mark (gpu) after the language
     assert block, f"{DOC}: step 1 has no bash block"
     lines = [shlex.split(line, comments=True) for line in block.group(1).splitlines()]
     return [words for words in lines if words[:2] == ["pip", "install"]]

@@ -246,4 +246,6 @@ async def answer(
         node_ms={"answer": ms_since(t0)},
         history=[record],
     )
-    return only_changed(state, update)
+    return (
+        update  # whole: a UI reading the answer node's update (stream_mode="updates") finds the answer there
+    )
