@@ -32,7 +32,7 @@ from parallelsearch.stores.chroma_store import (
 from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.encoding.embedder import Embedder, make_embedder
 from parallelsearch.stores.errors import check_choice
-from parallelsearch.stores.faiss_kind import (
+from parallelsearch.stores.faiss_store import (
     check_faiss_store,
     describe_faiss_stores,
     faiss_location,

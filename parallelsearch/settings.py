@@ -314,8 +314,8 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
     def _embedded_store_under_home(self) -> Settings:
         if self.chroma_path is None:
             self.chroma_path = Path(self.home) / "chroma"
-        if self.faiss_path is None:
-            self.faiss_path = Path(self.home) / "faiss"
+        if self.store_home is None:
+            self.store_home = Path(self.home)
         if self.model_cache_dir is None:
             self.model_cache_dir = Path(self.home) / "models"
         return self

@@ -53,10 +53,17 @@ class RetrievalConfig(BaseModel):
     store_kind: str = Field(
         "chroma",
         description="the store kind named stores are opened as: a key of graphs.factory.STORE_KINDS "
-        "(chroma: embedded or a Chroma server; faiss: a FAISS flat index and its corpus jsonl under faiss_path)",
+        "(`--store-kind`'s choices; chroma: embedded or a Chroma server, in chroma_path or at chroma_host; "
+        "every other kind: in its folder, kind_folder())",
     )
-    faiss_path: Path | None = Field(
-        None, description="the folder of FAISS stores, one folder each (the app's settings: <home>/faiss)"
+    store_path: Path | None = Field(
+        None,
+        description="the folder of the configured store kind's stores, one folder each, for every kind "
+        "but chroma (unset: <store_home>/<store kind>)",
+    )
+    store_home: Path | None = Field(
+        None,
+        description="where each store kind's folder is when store_path is unset (the app's settings: <home>)",
     )
     chroma_host: str | None = Field(None, description="Chroma server host; unset = embedded store")
     chroma_port: int = Field(8000, ge=1, le=65535, description="Chroma server port")
@@ -172,6 +179,26 @@ class RetrievalConfig(BaseModel):
         if self.chroma_host:
             return f"http://{self.chroma_host}:{self.chroma_port}"
         return str(self.chroma_path) if self.chroma_path is not None else "(no store location)"
+
+    def has_kind_folder(self) -> bool:
+        return self.store_path is not None or self.store_home is not None
+
+    def kind_folder(self) -> Path:
+        """The folder of the configured kind's stores (a kind other than chroma): ``store_path``, else
+        ``<store_home>/<store_kind>``; a store kind needs no setting of its own."""
+        if self.store_path is not None:
+            return self.store_path
+        if self.store_home is None:
+            raise ValueError(
+                f"no folder for {self.store_kind} stores: set store_path (--store-path, PARALLELSEARCH_STORE_PATH)"
+            )
+        return self.store_home / self.store_kind
+
+    def kind_location(self) -> str:
+        """:meth:`kind_folder` as people read it, or what is missing."""
+        return (
+            str(self.kind_folder()) if self.has_kind_folder() else f"(no folder for {self.store_kind} stores)"
+        )
 
     def retrieval(self) -> RetrievalConfig:
         """Just these fields, as a plain :class:`RetrievalConfig` (for models that extend it)."""

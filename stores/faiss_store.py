@@ -1,12 +1,21 @@
-"""FAISS flat stores: a flat index and its corpus jsonl, row i of the index = line i of the corpus.
+"""The FAISS store kind: a flat index and its corpus jsonl, row i of the index = line i of the corpus.
 
 This is the layout of the index the ParallelSearch and Search-R1 papers publish (``e5_Flat.index``
 beside ``wiki-18.jsonl``, 21M passages of e5-base-v2), opened as is: no copy into another store.
-A store is a folder ``<faiss_path>/<name>/``: its ``*.index`` and ``*.jsonl``, or a ``store.json``
-naming them anywhere (``{"index": "/data/e5_Flat.index", "corpus": "/data/wiki-18.jsonl"}``) and
-recording the model, backend and passage budget of a store this project wrote. On a CPU the index
-is memory-mapped (:func:`mapped_read_flags`), so processes opening it share the page cache; with GPUs (``faiss-gpu``) it is
-copied to all of them in fp16, sharded, as Search-R1's retrieval server does. Search is exact.
+A store is a folder ``<store folder>/<name>/`` (``RetrievalConfig.kind_folder``: ``--store-path``,
+else ``<home>/faiss``): its ``*.index`` and ``*.jsonl``, or a ``store.json`` naming them anywhere
+(``{"index": "/data/e5_Flat.index", "corpus": "/data/wiki-18.jsonl"}``) and recording the model,
+backend and passage budget of a store this project wrote. On a CPU the index is memory-mapped
+(``mapped_read_flags``), so processes opening it share the page cache; with GPUs (``faiss-gpu``) it
+is copied to all of them in fp16, sharded, as Search-R1's retrieval server does. Search is exact.
+
+The corpus is read by line number: the start of every line is found once (a pass over the file in
+large blocks) and kept beside the store (``corpus.offsets.npy``, keyed by the corpus's size and
+modification time), so a later open maps it instead of reading the corpus again; a passage is then
+one ``pread``. A folder this process may not write keeps the offsets in memory only.
+
+The last section is the kind as configuration opens it (``graphs.factory.STORE_KINDS``' row): for
+reading, for writing (one writer at a time), listed (``stores``) and checked (``--check``, ``--verify``).
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import contextlib
 import functools
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,30 +33,150 @@ import numpy as np
 
 from parallelsearch.stores.chroma_store import TIE_MARGIN, corpus_fingerprint
 from parallelsearch.stores.coalesced_search import VectorSearch
+from parallelsearch.stores.config import RetrievalConfig
 from parallelsearch.stores.encoding.backend import embedding_family
-from parallelsearch.stores.encoding.embedder import Embedder
-from parallelsearch.stores.errors import ModelMismatchError, missing_store_error
-from parallelsearch.stores.faiss_corpus import CorpusLines
-from parallelsearch.stores.passages import Passage, best_first
+from parallelsearch.stores.encoding.embedder import Embedder, make_embedder
+from parallelsearch.stores.errors import ModelMismatchError, ParallelSearchError, missing_store_error
+from parallelsearch.stores.ingestion.vector_files import import_faiss, mapped_read_flags
+from parallelsearch.stores.passage_store import dropped_unless_written
+from parallelsearch.stores.passages import Passage, best_first, split_contents, to_contents
 from parallelsearch.stores.shard_spec import validate_store_name
 from parallelsearch.stores.store_check import StoreCheck
 from parallelsearch.stores.store_files import StoreDamagedError, repair_hint
+from parallelsearch.stores.store_lock import StoreWriteLock
 
 MANIFEST = "store.json"
 #: the names a store this project writes gives its files
 INDEX_FILE, CORPUS_FILE = "index.faiss", "corpus.jsonl"
 #: passages hashed into the fingerprint, as for Chroma stores
 FINGERPRINT_PASSAGES = 64
+#: bytes read per block while the corpus's line starts are found
+_BLOCK = 64 << 20
 
 
-def _faiss() -> Any:
+# the corpus, by line
+
+
+def _line_starts(path: Path) -> np.ndarray:
+    """The byte offset of every line of ``path`` (a last line without its newline counts)."""
+    starts = [np.zeros(1, dtype=np.int64)]
+    size = 0
+    with path.open("rb") as f:
+        while block := f.read(_BLOCK):
+            ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10).astype(np.int64)
+            starts.append(ends + size + 1)
+            size += len(block)
+    offsets = np.concatenate(starts)
+    return offsets[:-1] if offsets[-1] >= size else offsets  # a final newline starts no line
+
+
+def _stamp(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def line_offsets(corpus: Path, cache: Path | None) -> np.ndarray:
+    """The line starts of ``corpus``, from ``cache`` when it was made from this very file."""
+    key = cache.with_suffix(".json") if cache is not None else None
+    if cache is not None and key is not None and cache.exists() and key.exists():
+        if json.loads(key.read_text()) == _stamp(corpus):
+            return np.load(cache, mmap_mode="r")
+    offsets = _line_starts(corpus)
+    if cache is not None and key is not None and os.access(cache.parent, os.W_OK):
+        np.save(cache, offsets)
+        key.write_text(json.dumps(_stamp(corpus)))
+    return offsets
+
+
+def passage_of(raw: bytes, where: str) -> Passage:
+    """One corpus line as a passage: Search-R1's ``{"id", "contents"}`` or ``{"id", "title", "text"}``."""
     try:
-        import faiss
-    except ImportError as e:  # an optional package
-        from parallelsearch.stores.errors import UnavailableError
+        rec = json.loads(raw)
+        if "contents" in rec:
+            title, text = split_contents(rec["contents"])
+        else:
+            title, text = rec.get("title", ""), rec["text"]
+        return Passage(str(rec["id"]), title, text)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{where}: not a corpus record ({type(e).__name__}: {e})"[:300]) from e
 
-        raise UnavailableError("FAISS stores need faiss: pip install faiss-cpu (or faiss-gpu)") from e
-    return faiss
+
+class CorpusLines:
+    """The lines of a corpus jsonl by number; appends keep the offsets current."""
+
+    def __init__(self, path: Path, cache: Path | None = None) -> None:
+        self.path = path
+        self._cache = cache
+        self._offsets = line_offsets(path, cache) if path.exists() else np.zeros(0, dtype=np.int64)
+        self._fd: int | None = None
+        self._changed = False
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    def _file(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        return self._fd
+
+    def raw(self, row: int) -> bytes:
+        start = int(self._offsets[row])
+        end = int(self._offsets[row + 1]) if row + 1 < len(self._offsets) else self.path.stat().st_size
+        return os.pread(self._file(), end - start, start)
+
+    def passage(self, row: int) -> Passage:
+        return passage_of(self.raw(row), f"{self.path}:{row + 1}")
+
+    def passages(self, rows: Sequence[int]) -> list[Passage]:
+        return [self.passage(int(r)) for r in rows]
+
+    def ids(self) -> Iterable[str]:
+        """Every passage id in row order (one pass over the corpus)."""
+        if not self.path.exists():
+            return
+        with self.path.open("rb") as f:
+            for n, line in enumerate(f, 1):
+                yield passage_of(line, f"{self.path}:{n}").id
+
+    def truncate(self, rows: int) -> None:
+        """Drop the lines past ``rows`` (what an interrupted append wrote before its vectors)."""
+        size = int(self._offsets[rows]) if rows < len(self._offsets) else self.path.stat().st_size
+        os.truncate(self.path, size)
+        self._offsets = np.asarray(self._offsets[:rows]).copy()
+        self._changed = True
+
+    def append(self, passages: Sequence[Passage]) -> None:
+        """Write ``passages`` as Search-R1 records, synced to disk before the caller adds their vectors."""
+        lines = [
+            (
+                json.dumps({"id": p.id, "contents": to_contents(p.title, p.text)}, ensure_ascii=False) + "\n"
+            ).encode()
+            for p in passages
+        ]
+        start = self.path.stat().st_size if self.path.exists() else 0
+        with self.path.open("ab") as f:
+            if start and os.pread(self._file(), 1, start - 1) != b"\n":  # a last line without its newline
+                f.write(b"\n")
+                start += 1
+            f.write(b"".join(lines))
+            f.flush()
+            os.fsync(f.fileno())
+        sizes = np.cumsum([0] + [len(line) for line in lines[:-1]], dtype=np.int64)
+        self._offsets = np.concatenate([np.asarray(self._offsets), start + sizes])
+        self._changed = True
+
+    def close(self) -> None:
+        """Close the file; offsets changed by appends are kept for the next open."""
+        if self._changed and self._cache is not None:
+            np.save(self._cache, np.asarray(self._offsets))
+            self._cache.with_suffix(".json").write_text(json.dumps(_stamp(self.path)))
+            self._changed = False
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+# the store
 
 
 @dataclass
@@ -112,18 +241,10 @@ def find_files(root: Path, name: str, *, create: bool = False) -> FaissFiles:
     return FaissFiles(name, folder, index, named("corpus", ("*.jsonl",), CORPUS_FILE), manifest)
 
 
-def mapped_read_flags() -> int:
-    """``read_index`` flags that map a flat index's vectors instead of reading them: the plain
-    ``IO_FLAG_MMAP`` maps only inverted lists (a 300 MB flat index still cost 294 MB of RSS in FAISS
-    1.15, against 1 MB with ``IO_FLAG_MMAP_IFC``, which FAISS before 1.10 lacks)."""
-    faiss = _faiss()
-    return getattr(faiss, "IO_FLAG_MMAP_IFC", faiss.IO_FLAG_MMAP) | faiss.IO_FLAG_READ_ONLY
-
-
 def on_gpus(index: Any) -> Any:
     """The index copied to every GPU in fp16 and sharded over them (Search-R1's ``--faiss_gpu``),
     or the index itself when FAISS sees no GPU. Not exercised on a CPU-only machine."""
-    faiss = _faiss()
+    faiss = import_faiss()
     if not hasattr(faiss, "GpuMultipleClonerOptions") or faiss.get_num_gpus() == 0:
         return index
     options = faiss.GpuMultipleClonerOptions()
@@ -164,7 +285,7 @@ class FaissStore(VectorSearch):
         self._check_rows(writable)
 
     def _load(self, writable: bool, gpu: bool) -> Any:
-        faiss = _faiss()
+        faiss = import_faiss()
         if self.created:
             if not writable:
                 raise StoreDamagedError(
@@ -221,9 +342,9 @@ class FaissStore(VectorSearch):
         n = self.count()
         if n == 0:
             return [[] for _ in vecs]
-        _faiss().omp_set_num_threads(self.search_threads)  # this thread's OpenMP team
+        import_faiss().omp_set_num_threads(self.search_threads)  # this thread's OpenMP team
         scores, rows = self.index.search(np.ascontiguousarray(vecs, dtype=np.float32), min(k + TIE_MARGIN, n))
-        sign = -1.0 if self.index.metric_type == _faiss().METRIC_L2 else 1.0
+        sign = -1.0 if self.index.metric_type == import_faiss().METRIC_L2 else 1.0
         return [
             best_first(
                 (
@@ -267,7 +388,7 @@ class FaissStore(VectorSearch):
         self.corpus.append(passages)
         self.index.add(vecs)
         tmp = self.files.index.with_name(self.files.index.name + ".tmp")
-        _faiss().write_index(self.index, str(tmp))
+        import_faiss().write_index(self.index, str(tmp))
         os.replace(tmp, self.files.index)
         self._ids.update(p.id for p in passages)
 
@@ -356,3 +477,85 @@ def _check_rows(store: FaissStore, rows: range, check: StoreCheck) -> None:
             check.unreadable.append(pid)
             check.first_error = check.first_error or f"row {row} ({pid}): the vector is not finite"
     check.checked += len(rows)
+
+
+# the kind, as configuration opens it
+
+
+def faiss_root(cfg: RetrievalConfig) -> Path:
+    return cfg.kind_folder()
+
+
+def faiss_location(cfg: RetrievalConfig) -> str:
+    return cfg.kind_location()
+
+
+def _embedder(cfg: RetrievalConfig, manifest: dict[str, Any], name: str) -> Embedder:
+    recorded = manifest.get("encoder_backend") if cfg.encoder_backend == "auto" else None
+    try:
+        return make_embedder(cfg, recorded=recorded)
+    except ValueError as e:
+        raise ValueError(f"store {name!r} at {faiss_location(cfg)}: {e}") from e
+
+
+def open_faiss_store(cfg: RetrievalConfig, name: str, *, embedder: Embedder | None = None) -> FaissStore:
+    """Store ``name`` for reading: memory-mapped, on the GPUs when FAISS has some."""
+    files = find_files(faiss_root(cfg), name)
+    return FaissStore(files, embedder or _embedder(cfg, files.manifest, name), location=faiss_location(cfg))
+
+
+@contextlib.contextmanager
+def writing_faiss_store(cfg: RetrievalConfig, name: str, **options: Any) -> Iterator[FaissStore]:
+    """Store ``name`` opened (created when missing) for writing under the store's writer lock; a
+    store this call created is removed again when the block fails before adding anything.
+    ``options``: ``graphs.factory.writing_store``'s keywords (``lock_timeout_s``, ``on_wait``,
+    ``embedder``, ``embedder_for``; ``hnsw`` is Chroma's and refused)."""
+    if options.get("hnsw"):
+        raise ValueError("HNSW parameters (--hnsw-*, --space) are Chroma's; a FAISS flat store has none")
+    root = faiss_root(cfg)
+    lock_timeout_s = options.get("lock_timeout_s")
+    timeout = cfg.store_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
+    embedder: Embedder | None = options.get("embedder")
+    embedder_for: Callable[[str | None], Embedder] | None = options.get("embedder_for")
+    with StoreWriteLock(root, name, timeout_s=timeout, on_wait=options.get("on_wait")):
+        files = find_files(root, name, create=True)
+        if embedder is None:
+            recorded = files.manifest.get("encoder_backend") if cfg.encoder_backend == "auto" else None
+            embedder = embedder_for(recorded) if embedder_for else _embedder(cfg, files.manifest, name)
+        store = FaissStore(files, embedder, location=faiss_location(cfg), writable=True)
+        try:
+            with dropped_unless_written(store):
+                yield store
+        finally:
+            store.close()
+
+
+def describe_faiss_stores(cfg: RetrievalConfig, *, timeout_s: float = 0.0) -> list[dict[str, Any]]:
+    """Name, count, model and files of every FAISS store under ``faiss_path`` (read in this process:
+    FAISS refuses a damaged file with an error; a store that does not open is listed with it)."""
+    rows = []
+    for name in store_names(faiss_root(cfg)) if cfg.has_kind_folder() else []:
+        try:
+            store = open_faiss_store(cfg, name)
+        except (ParallelSearchError, ValueError, OSError) as e:
+            rows.append({"name": name, "count": -1, "error": str(e)[:400], "location": faiss_location(cfg)})
+            continue
+        rows.append(store.info())
+        store.close()
+    return rows
+
+
+def check_faiss_store(
+    cfg: RetrievalConfig, name: str, *, timeout_s: float = 0.0, progress: bool = False
+) -> StoreCheck:
+    """Every vector and corpus line of store ``name`` read back; a store that does not open is the finding."""
+    try:
+        store = open_faiss_store(cfg, name)
+    except (ParallelSearchError, OSError) as e:
+        if isinstance(e, LookupError):
+            raise
+        return StoreCheck(store=name, count=-1, first_error=str(e)[:400])
+    try:
+        return store.verify(progress=progress)
+    finally:
+        store.close()

@@ -1,7 +1,7 @@
 """What every store kind offers (:class:`PassageStore`): ingestion, the store searcher, ``stores``,
 ``--check`` and ``--verify`` are written against it, so a new kind (a module and one row of
-``graphs.factory.STORE_KINDS``) reaches all of them. Chroma (``chroma_store.py``) and FAISS flat
-(``faiss_store.py``) are the kinds built in."""
+``graphs.factory.STORE_KINDS``) reaches all of them. Chroma (``chroma_store.py``) is the default
+kind; the others are listed in that table."""
 
 from __future__ import annotations
 

@@ -16,8 +16,12 @@ faiss = pytest.importorskip(
 
 from parallelsearch.settings import Settings  # noqa: E402
 from parallelsearch.stores.errors import ModelMismatchError, StoreNotFoundError  # noqa: E402
-from parallelsearch.stores.faiss_kind import open_faiss_store, writing_faiss_store  # noqa: E402
-from parallelsearch.stores.faiss_store import FaissStore, find_files  # noqa: E402
+from parallelsearch.stores.faiss_store import (  # noqa: E402
+    FaissStore,
+    find_files,
+    open_faiss_store,
+    writing_faiss_store,
+)
 from parallelsearch.stores.passages import Passage, to_contents  # noqa: E402
 from parallelsearch.stores.store_files import StoreDamagedError  # noqa: E402
 
@@ -38,7 +42,7 @@ def _paper_layout(folder: Path, embedder, rows: int = len(TITLES)) -> list[Passa
 
 
 def _cfg(tmp_path: Path):
-    return Settings(home=tmp_path / "home", store_kind="faiss", faiss_path=tmp_path / "faiss").retrieval()
+    return Settings(home=tmp_path / "home", store_kind="faiss", store_path=tmp_path / "faiss").retrieval()
 
 
 def test_the_paper_layout_opens_as_is_memory_mapped(tmp_path, embedder):
@@ -85,7 +89,7 @@ def test_an_append_cut_before_its_vectors_resumes(tmp_path, embedder):
     passages = [Passage(f"p{i}", t, f"{t} text") for i, t in enumerate(TITLES)]
     with writing_faiss_store(cfg, "cut-run", embedder=embedder) as store:
         store.upsert(passages[:3])
-    files = find_files(cfg.faiss_path, "cut-run")
+    files = find_files(cfg.store_path, "cut-run")
     with files.corpus.open("a") as f:  # the killed run's lines, never indexed
         f.write(json.dumps({"id": "p3", "contents": to_contents("x", "y")}) + "\n")
     with pytest.raises(StoreDamagedError):
@@ -105,5 +109,5 @@ def test_a_failed_first_write_leaves_no_store(tmp_path, embedder):
     with pytest.raises(KeyError), writing_faiss_store(cfg, "never", embedder=embedder) as store:
         store.record_budget(512)
         raise KeyError("boom")
-    assert not (cfg.faiss_path / "never").exists()
+    assert not (cfg.store_path / "never").exists()
     assert isinstance(store, FaissStore)

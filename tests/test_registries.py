@@ -139,3 +139,28 @@ def test_every_figure_is_drawn(tmp_path):
     files = plots(_rows(), summarize(_rows()), tmp_path, False)
     assert len(files) == len(FIGURES) == len(set(files))
     assert all((tmp_path / f).stat().st_size > 1000 for f in files)
+
+
+def test_a_new_store_kind_is_one_row_and_needs_no_setting(monkeypatch, tmp_path):
+    """A store kind registered as one row is a ``--store-kind`` choice, and its stores live in the
+    generic kind folder: ``<home>/<kind>``, or ``--store-path``; no setting names the kind."""
+    import argparse
+
+    from parallelsearch.cli.common import add_chroma_args, settings_from_args
+    from parallelsearch.graphs.factory import STORE_KINDS, StoreKind, stores_location
+    from parallelsearch.settings import Settings
+    from parallelsearch.stores.config import RetrievalConfig
+
+    row = StoreKind(None, None, None, None, RetrievalConfig.kind_location)  # type: ignore[arg-type]
+    monkeypatch.setitem(STORE_KINDS, "memo", row)
+    p = argparse.ArgumentParser()
+    add_chroma_args(p)
+    home = Settings(home=tmp_path / "home")
+    cfg = settings_from_args(p.parse_args(["--store-kind", "memo"]), home)
+    assert cfg.kind_folder() == tmp_path / "home" / "memo" and stores_location(cfg) == str(cfg.kind_folder())
+    given = settings_from_args(
+        p.parse_args(["--store-kind", "memo", "--store-path", str(tmp_path / "x")]), home
+    )
+    assert given.retrieval().kind_folder() == tmp_path / "x"
+    with pytest.raises(ValueError, match="no folder for memo stores: set store_path"):
+        RetrievalConfig(store_kind="memo").kind_folder()

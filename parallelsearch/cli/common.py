@@ -80,7 +80,11 @@ def add_chroma_args(p: argparse.ArgumentParser) -> None:
         choices=list(STORE_KINDS),
         help="what kind of store --store names (default: the settings', chroma)",
     )
-    p.add_argument("--faiss-path", type=Path, help="the folder of FAISS stores (default: <home>/faiss)")
+    p.add_argument(
+        "--store-path",
+        type=Path,
+        help="the folder of the --store-kind's stores, for every kind but chroma (default: <home>/<kind>)",
+    )
     p.add_argument(
         "--chroma-host", help="Chroma server host (default: the settings'; unset = embedded store under home)"
     )
@@ -315,7 +319,7 @@ def settings_from_args(args: argparse.Namespace, settings: Settings | None = Non
     for flag, field in (
         ("searcher", "searcher"),
         ("store_kind", "store_kind"),
-        ("faiss_path", "faiss_path"),
+        ("store_path", "store_path"),
         ("chroma_host", "chroma_host"),
         ("chroma_port", "chroma_port"),
         ("encoder_threads", "encoder_threads"),
