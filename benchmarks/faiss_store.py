@@ -4,8 +4,11 @@ Rows are random unit vectors (seeded); queries are rows perturbed and renormalis
 near neighbours. Measured per kind: top-k identical to exact search (numpy, float64 scores), the
 open time and resident memory of a fresh process that opens the store and answers one search
 (per million vectors), and the p50 of one search from 1 and from 32 client threads at once.
-Chroma is measured at ``--chroma-rows`` (its HNSW insertion is the slow part); FAISS at that size
-and at ``--rows``. Figures: docs/performance.md, "The FAISS store".
+Chroma is measured at ``--chroma-rows`` (its HNSW insertion is the slow part: its insert rate is
+reported, with the hours a million would take); FAISS at that size and at ``--rows``. The vectors
+are made a chunk at a time from a seed per chunk, and made again where they are needed (the exact
+search, the queries), so a million 768-d rows cost their index and one chunk, not three copies.
+Figures: docs/performance.md, "The FAISS store".
 """
 
 from __future__ import annotations
@@ -52,39 +55,65 @@ class VectorsOnly:
         self.model_name, self.dimension = f"synthetic-{dim}", dim
 
 
-def vectors(rows: int, dim: int, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((rows, dim), dtype=np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
+#: rows made (and added, and searched exactly) at a time
+CHUNK = 50_000
 
 
-def queries(base: np.ndarray, n: int) -> np.ndarray:
+def vectors(lo: int, hi: int, dim: int, seed: int) -> np.ndarray:
+    """Rows ``[lo, hi)`` of the seeded set (random unit vectors), the same whatever the chunking."""
+    parts = []
+    for c in range(lo // CHUNK, (hi - 1) // CHUNK + 1):
+        rng = np.random.default_rng([seed, c])
+        x = rng.standard_normal((CHUNK, dim), dtype=np.float32)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        parts.append(x[max(lo - c * CHUNK, 0) : hi - c * CHUNK])
+    return np.concatenate(parts)
+
+
+def chunks(rows: int, dim: int, seed: int):
+    for lo in range(0, rows, CHUNK):
+        yield lo, vectors(lo, min(lo + CHUNK, rows), dim, seed)
+
+
+def queries(rows: int, dim: int, seed: int, n: int) -> np.ndarray:
+    """Rows picked at random, perturbed and renormalised: each query has a near neighbour."""
     rng = np.random.default_rng(1)
-    q = base[rng.integers(0, len(base), n)] + 0.02 * rng.standard_normal((n, base.shape[1]), dtype=np.float32)
+    picked = np.sort(rng.integers(0, rows, n))
+    base = np.concatenate([vectors(int(r), int(r) + 1, dim, seed) for r in picked])
+    q = base + 0.02 * rng.standard_normal((n, dim), dtype=np.float32)
     return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
 
 
-def build_faiss(folder: Path, x: np.ndarray) -> None:
-    """The paper's layout: a flat inner-product index and its corpus jsonl, row i = line i."""
+def build_faiss(folder: Path, rows: int, dim: int, seed: int) -> float:
+    """The paper's layout: a flat inner-product index and its corpus jsonl, row i = line i; the
+    seconds it took."""
     import faiss
 
+    t0 = time.perf_counter()
     folder.mkdir(parents=True, exist_ok=True)
-    index = faiss.IndexFlatIP(x.shape[1])
-    index.add(x)
-    faiss.write_index(index, str(folder / "synthetic_Flat.index"))
+    index = faiss.IndexFlatIP(dim)
     with (folder / "corpus.jsonl").open("w") as f:
-        f.writelines(
-            json.dumps({"id": str(i), "contents": f'"row {i}"\ntext {i}'}) + "\n" for i in range(len(x))
-        )
+        for lo, x in chunks(rows, dim, seed):
+            index.add(x)
+            f.writelines(
+                json.dumps({"id": str(i), "contents": f'"row {i}"\ntext {i}'}) + "\n"
+                for i in range(lo, lo + len(x))
+            )
+    faiss.write_index(index, str(folder / "synthetic_Flat.index"))
+    return time.perf_counter() - t0
 
 
-def build_chroma(folder: Path, x: np.ndarray) -> None:
+def build_chroma(folder: Path, rows: int, dim: int, seed: int) -> float:
+    """A Chroma store of the same rows, 5,000 per write; the seconds it took."""
     from parallelsearch.stores import ChromaStore, Passage
 
-    store = ChromaStore("synthetic", path=folder, embedder=VectorsOnly(x.shape[1]), hnsw={"ef_search": 200})
-    for lo in range(0, len(x), 5000):
-        rows = range(lo, min(lo + 5000, len(x)))
-        store.upsert([Passage(str(i), f"row {i}", f"text {i}") for i in rows], x[lo : rows.stop])
+    t0 = time.perf_counter()
+    store = ChromaStore("synthetic", path=folder, embedder=VectorsOnly(dim), hnsw={"ef_search": 200})
+    for lo, x in chunks(rows, dim, seed):
+        for at in range(0, len(x), 5000):
+            ids = range(lo + at, lo + min(at + 5000, len(x)))
+            store.upsert([Passage(str(i), f"row {i}", f"text {i}") for i in ids], x[at : at + 5000])
+    return time.perf_counter() - t0
 
 
 def open_kind(kind: str, folder: str, dim: int):
@@ -109,12 +138,12 @@ def fresh_open(kind: str, folder: Path, dim: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def exact(x: np.ndarray, q: np.ndarray, block: int = 50_000) -> np.ndarray:
-    """Exact top-K rows by inner product in float64, a block of rows at a time."""
+def exact(rows: int, dim: int, seed: int, q: np.ndarray) -> np.ndarray:
+    """Exact top-K rows by inner product in float64, a chunk of rows at a time."""
     best_s = np.full((len(q), 0), -np.inf)
     best_i = np.zeros((len(q), 0), dtype=np.int64)
-    for lo in range(0, len(x), block):
-        s = q.astype(np.float64) @ x[lo : lo + block].astype(np.float64).T
+    for lo, x in chunks(rows, dim, seed):
+        s = q.astype(np.float64) @ x.astype(np.float64).T
         top = np.argsort(-s, axis=1, kind="stable")[:, :K]
         cand_s = np.concatenate([best_s, np.take_along_axis(s, top, 1)], axis=1)
         cand_i = np.concatenate([best_i, top + lo], axis=1)
@@ -123,7 +152,7 @@ def exact(x: np.ndarray, q: np.ndarray, block: int = 50_000) -> np.ndarray:
     return best_i
 
 
-def clients_p50(store, q: np.ndarray, clients: int, per_client: int = 20) -> float:
+def clients_p50(store, q: np.ndarray, clients: int, per_client: int) -> float:
     """p50 ms of one search while ``clients`` threads search at once."""
 
     def run(c: int) -> list[float]:
@@ -139,50 +168,57 @@ def clients_p50(store, q: np.ndarray, clients: int, per_client: int = 20) -> flo
     return latency(ms, 3)["p50_ms"]
 
 
-def measure(kind: str, folder: Path, x: np.ndarray, q: np.ndarray, baseline: dict) -> dict:
-    """One kind at one size: exactness, a fresh process's open and the memory it added over a
-    process with the same imports (``baseline``: resident, and private = anonymous; the rest of a
-    FAISS store's is the index file's pages, shared by every process that maps it), and the clients' p50."""
-    store = open_kind(kind, str(folder), x.shape[1])
+def measure(kind: str, folder: Path, size: tuple[int, int, int], q: np.ndarray, baseline: dict) -> dict:
+    """One kind at one size (rows, dim, seed): exactness, a fresh process's open and the memory it
+    added over a process with the same imports (``baseline``: resident, and private = anonymous; the
+    rest of a FAISS store's is the index file's pages, shared by every process that maps it), and the
+    clients' p50 (32 clients x 4 searches: 128 samples)."""
+    rows, dim, seed = size
+    store = open_kind(kind, str(folder), dim)
     got = [[int(p.id) for p in hits] for hits in store.search_vectors(q, K)]
-    want = exact(x, q)
-    per_million = len(x) / 1e6
-    opened = fresh_open(kind, folder, x.shape[1])
+    want = exact(rows, dim, seed, q)
+    per_million = rows / 1e6
+    opened = fresh_open(kind, folder, dim)
     return {
         "kind": kind,
-        "rows": len(x),
+        "rows": rows,
         "topk_identical": float(np.mean([g == list(w) for g, w in zip(got, want, strict=True)])),
         "recall_at_k": float(np.mean([len(set(g) & set(w)) / K for g, w in zip(got, want, strict=True)])),
         "open_s_per_million": round(opened["open_s"] / per_million, 3),
         "rss_mib_per_million": round((opened["rss_mib"] - baseline["rss_mib"]) / per_million, 1),
         "private_mib_per_million": round((opened["anon_mib"] - baseline["anon_mib"]) / per_million, 1),
-        "p50_ms_1_client": clients_p50(store, q, 1),
-        "p50_ms_32_clients": clients_p50(store, q, 32),
+        "p50_ms_1_client": clients_p50(store, q, 1, 20),
+        "p50_ms_32_clients": clients_p50(store, q, 32, 4),
     }
 
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--rows", type=int, default=500_000, help="FAISS rows (the large size)")
-    p.add_argument("--chroma-rows", type=int, default=50_000, help="rows of the side-by-side comparison")
+    p.add_argument("--rows", type=int, default=1_000_000, help="FAISS rows (the large size)")
+    p.add_argument("--chroma-rows", type=int, default=100_000, help="rows of the side-by-side comparison")
     p.add_argument("--dim", type=int, default=768)
     p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--scratch", type=Path, help="folder for the stores (default: a new temporary one)")
     args = p.parse_args()
-    scratch = Path(tempfile.mkdtemp(prefix="faiss-bench-"))
-    results = []
+    scratch = args.scratch or Path(tempfile.mkdtemp(prefix="faiss-bench-"))
     baseline = fresh_open("none", scratch, args.dim)
-    small = vectors(args.chroma_rows, args.dim)
-    q = queries(small, args.queries)
-    build_chroma(scratch / "chroma", small)
-    build_faiss(scratch / "faiss" / "small", small)
-    results.append(measure("chroma", scratch / "chroma", small, q, baseline))
-    results.append(measure("faiss", scratch / "faiss" / "small", small, q, baseline))
-    del small
-    large = vectors(args.rows, args.dim, seed=2)
-    build_faiss(scratch / "faiss" / "large", large)
+    small, large = (args.chroma_rows, args.dim, 0), (args.rows, args.dim, 2)
+    q = queries(*small, args.queries)
+    built = {
+        "chroma": build_chroma(scratch / "chroma", *small),
+        "faiss": build_faiss(scratch / "faiss" / "small", *small),
+    }
+    results = [
+        measure("chroma", scratch / "chroma", small, q, baseline),
+        measure("faiss", scratch / "faiss" / "small", small, q, baseline),
+    ]
+    built["faiss_large"] = build_faiss(scratch / "faiss" / "large", *large)
     results.append(
-        measure("faiss", scratch / "faiss" / "large", large, queries(large, args.queries), baseline)
+        measure("faiss", scratch / "faiss" / "large", large, queries(*large, args.queries), baseline)
     )
+    for r, seconds in zip(results, built.values(), strict=True):
+        r["build_vectors_per_s"] = round(r["rows"] / seconds)
+        r["build_h_per_million"] = round(1e6 / r["build_vectors_per_s"] / 3600, 3)
     keys = list(results[0])
     print_table(keys, [[str(r[k]) for k in keys] for r in results])
     print(f"baseline process (imports only): {baseline['rss_mib']:.0f} MiB resident")
