@@ -101,7 +101,7 @@ class MultiStoreSearcher:
 
 #: what as_searcher accepts, as its refusal names it
 ACCEPTED_SEARCHERS = (
-    "a store name, a /retrieve URL, a store (ChromaStore, FaissStore), a RetrieverClient, a {name: searcher} mapping, "
+    "a store name, a /retrieve URL, a store (any PassageStore, e.g. ChromaStore), a RetrieverClient, a {name: searcher} mapping, "
     "a LangChain BaseRetriever, VectorStore, tool or other Runnable, a function query -> list or (query, k) -> list "
     "(sync or async), or an object with an async asearch(query, k)"
 )
