@@ -78,8 +78,13 @@ def chunks(rows: int, dim: int, seed: int):
 def queries(rows: int, dim: int, seed: int, n: int) -> np.ndarray:
     """Rows picked at random, perturbed and renormalised: each query has a near neighbour."""
     rng = np.random.default_rng(1)
-    picked = np.sort(rng.integers(0, rows, n))
-    base = np.concatenate([vectors(int(r), int(r) + 1, dim, seed) for r in picked])
+    picked = rng.integers(0, rows, n)
+    base = np.zeros((n, dim), dtype=np.float32)
+    for c in np.unique(picked // CHUNK):  # each chunk made once
+        here = np.flatnonzero(picked // CHUNK == c)
+        base[here] = vectors(int(c) * CHUNK, min((int(c) + 1) * CHUNK, rows), dim, seed)[
+            picked[here] - c * CHUNK
+        ]
     q = base + 0.02 * rng.standard_normal((n, dim), dtype=np.float32)
     return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
 

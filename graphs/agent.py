@@ -211,22 +211,22 @@ def create_parallel_search_agent(
     """A compiled ParallelSearch agent: the model decomposes, the searchers run in parallel.
 
     Args:
-        model: a LangChain chat model, an ``init_chat_model`` string (``"openai:gpt-4o-mini"``), a
-            policy spec of this project (``"oracle"``, ``"openai:MODEL@URL"`` = a completions
-            endpoint serving a trained checkpoint, ``"vllm:PATH"``, ...) or a policy.
-        tools (or ``searchers=``): a store name or list of them (opened with ``retrieval``, routed
-            by ``name: query`` when several), a ``/retrieve`` URL, a LangChain retriever or vector
-            store, a tool, a function, a list of them (routed by their ``name``) or a mapping. Named
-            tools and functions are tools of their own to the model; anything else one ``search``.
+        model: a LangChain chat model, an ``init_chat_model`` string (``"openai:gpt-4o-mini"``), a policy
+            spec of this project (``"oracle"``, ``"openai:MODEL@URL"`` = a completions endpoint serving a
+            trained checkpoint, ``"vllm:PATH"``, ...) or a policy.
+        tools (or ``searchers=``): a store name or list of them (opened with ``retrieval``, routed by
+            ``name: query`` when several), a ``/retrieve`` URL, a LangChain retriever or vector store, a
+            tool, a function, a list of them (routed by their ``name``) or a mapping. Named tools and
+            functions are tools of their own to the model; anything else one ``search``.
         system_prompt: instructions (text or a SystemMessage) before the protocol's own.
         middleware: LangChain ``AgentMiddleware`` objects, run where ``create_agent`` runs them.
-        checkpointer, store, debug, interrupt_before, interrupt_after, name: as ``create_agent``
-            takes them (``"model"``/``"tools"``: the planner and the search).
-        response_format: as ``create_agent`` takes it; the parsed answer is ``structured_response``.
+        checkpointer, store, debug, interrupt_before, interrupt_after, name, response_format: as
+            ``create_agent`` takes them (``"model"``/``"tools"``: the planner and the search; the parsed
+            answer is ``structured_response``).
         context_schema: a TypedDict or a dataclass of your context keys (the knobs' are added).
         graph: ``parallel`` (ParallelSearch), ``sequential`` (Search-R1) or ``dag`` (``#k`` plans).
-        protocol: ``tools`` (the model calls a ``search`` tool; several calls per message are one
-            parallel round), ``tags`` (``<search> a ## b </search>`` text) or ``auto``.
+        protocol: ``tools`` (the model calls a ``search`` tool; several calls per message are one parallel
+            round), ``tags`` (``<search> a ## b </search>`` text) or ``auto``.
         answer_model: a separate model for the answer turn (text protocols).
         config / options: :class:`GraphConfig` and/or its fields as keywords (``top_k``,
             ``max_turns``, ``max_history_messages``, ...); keywords win. Example: docs/chat-agent.md, "A chat agent".
@@ -236,15 +236,31 @@ def create_parallel_search_agent(
     searcher, named = _searchers_of(_given_searchers(tools, searchers), retrieval, middleware)
     if system_prompt is not None:
         options = {**options, "system_prompt": content_text(getattr(system_prompt, "content", system_prompt))}
-    build = GraphBuild(
+    build = _graph_build(middleware, named, name=name, context_schema=context_schema, store=store, debug=debug,
+        interrupt_before=interrupt_before, interrupt_after=interrupt_after, response_format=response_format)  # fmt: skip
+    return build_graph(graph, model, searcher, answer_policy=answer_model, checkpointer=checkpointer,
+        config=config, build=build, protocol=protocol, **options)  # fmt: skip
+
+
+def _graph_build(
+    middleware: Sequence[Any],
+    named: Any,
+    *,
+    name: str | None,
+    context_schema: type | None,
+    store: BaseStore | None,
+    debug: bool,
+    interrupt_before: Sequence[str] | None,
+    interrupt_after: Sequence[str] | None,
+    response_format: Any,
+) -> GraphBuild:
+    """What ``create_agent``'s own arguments ask of the compiled graph: the middleware, the named
+    tools, the context schema with the knobs' keys, and interrupts by ``create_agent``'s node names."""
+    return GraphBuild(
         middleware=tuple(middleware), name=name, context_schema=_context(context_schema), store=store,
         debug=debug, interrupt_before=_nodes(interrupt_before, middleware),
         interrupt_after=_nodes(interrupt_after, middleware),
         named_tools=tuple((n, about) for n, about, _ in named or ()), response_format=response_format,
-    )  # fmt: skip
-    return build_graph(
-        graph, model, searcher, answer_policy=answer_model, checkpointer=checkpointer, config=config,
-        build=build, protocol=protocol, **options,
     )  # fmt: skip
 
 

@@ -139,18 +139,28 @@ async def planner(
         **(structured.state() if structured is not None else {}),
     }
     if said.messages or note.messages:  # a chat protocol: the conversation is the record
-        named = [_named(m, engine.graph_name) for m in said.messages]
-        if action.kind == "answer" and engine.answer_policy is None and named:
-            # the answer's status is on it as it is written: the answer node need not write it again
-            named[-1].response_metadata = {**(named[-1].response_metadata or {}), "status": "answered"}
-        name_tool_messages(note.messages, [c for m in named for c in getattr(m, "tool_calls", None) or []])
-        update["messages"] = [*named, *(m for m in note.messages if m.type == "tool")]
-        notes = [[named[-1].id if named else None, m] for m in note.messages if m.type != "tool"]
-        if notes:  # a note to the model is not a turn of the conversation
-            update["notes"] = [*(st.get("notes") or []), *notes]
+        update.update(_conversation(engine, st, said, note, action))
     if action.kind == "answer":
         update["answer"] = action.answer
     return only_changed(st, update)
+
+
+def _conversation(
+    engine: EpisodeEngine, st: dict[str, Any], said: Observation, note: Observation, action: Action
+) -> dict[str, Any]:
+    """A chat protocol's turn as messages: the model's, named after the graph; the tool replies,
+    named after their calls; and notes to the model apart, since a note is not a turn of the
+    conversation."""
+    named = [_named(m, engine.graph_name) for m in said.messages]
+    if action.kind == "answer" and engine.answer_policy is None and named:
+        # the answer's status is on it as it is written: the answer node need not write it again
+        named[-1].response_metadata = {**(named[-1].response_metadata or {}), "status": "answered"}
+    name_tool_messages(note.messages, [c for m in named for c in getattr(m, "tool_calls", None) or []])
+    out: dict[str, Any] = {"messages": [*named, *(m for m in note.messages if m.type == "tool")]}
+    notes = [[named[-1].id if named else None, m] for m in note.messages if m.type != "tool"]
+    if notes:
+        out["notes"] = [*(st.get("notes") or []), *notes]
+    return out
 
 
 def _second_answers(replies: Sequence[Any]) -> list[Any]:

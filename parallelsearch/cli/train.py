@@ -203,6 +203,22 @@ def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveG
         "a Hugging Face folder or hub id; for a launch the same as --set model=...; for --smoke the model "
         "the smoke trains instead of the tiny one it builds",
     )
+    add_learn_args(g)
+    g.add_argument(
+        "--smoke-retriever",
+        metavar="URL",
+        help="a running /retrieve server (default: one over the demo store)",
+    )
+    g.add_argument(
+        "--smoke-dir",
+        help="keep the model, configs (and with --learn learning.json) here (default: a temporary folder, "
+        "deleted; with --learn <home>/smoke-learn)",
+    )
+    add_engine_args(g)
+
+
+def add_learn_args(g: argparse._ArgumentGroup) -> None:
+    """``train --smoke --learn``'s own settings: its length, its questions and its control run."""
     g.add_argument("--smoke-steps", type=int, help="--learn: training steps (20; 15 with --model)")
     g.add_argument("--smoke-heldout", type=int, help="--learn: held-out questions (24)")
     g.add_argument(
@@ -218,17 +234,6 @@ def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveG
         help="--learn: how the control shuffles each step's rewards: among all the step's samples (step, the "
         "default) or among each prompt's samples (group: the run's advantages, given to random episodes)",
     )
-    g.add_argument(
-        "--smoke-retriever",
-        metavar="URL",
-        help="a running /retrieve server (default: one over the demo store)",
-    )
-    g.add_argument(
-        "--smoke-dir",
-        help="keep the model, configs (and with --learn learning.json) here (default: a temporary folder, "
-        "deleted; with --learn <home>/smoke-learn)",
-    )
-    add_engine_args(g)
 
 
 def add_engine_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

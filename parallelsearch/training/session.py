@@ -48,11 +48,7 @@ async def smoke_session(
     ``smollm2-135m``, a GGUF file or a Hugging Face folder), serve the demo store of the sample's first
     ``store_questions`` questions (unless ``retriever_url``), resolve the config (``overrides`` = ``--set``),
     write the prompts of ``questions`` and the agent config, and start the rollout actor."""
-    from transformers import AutoTokenizer
-
-    from parallelsearch.agents.policies.models import resolve_model
     from parallelsearch.rl.openrlhf_cpu import rollout_actor_in_process
-    from parallelsearch.rl.tiny_model import save_tiny
     from parallelsearch.training import setup
     from parallelsearch.training.rollouts import record_engine_turns
 
@@ -65,12 +61,7 @@ async def smoke_session(
         url = stack.enter_context(setup.retriever(retriever_url, store_questions, echo))
         seconds["retriever"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        model_dir = Path(resolve_model(model, echo=echo)) if model else work / "tiny-llama"
-        cfg = setup.smoke_config(model_dir, work / "prompts.jsonl", url, overrides, real_model=bool(model))
-        if not model:
-            # gateway mode: a tokenizer and template for the tools format, as a chat model has
-            save_tiny(model_dir, tools=cfg.agent.mode == "gateway", **(model_kwargs or {}))
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model_dir, cfg, tokenizer = _model_and_config(model, work, url, overrides, model_kwargs, echo)
         seconds["model"] = time.perf_counter() - t0
         args = setup.openrlhf_train_args(cfg)
         records = setup.prompt_records(questions, cfg, tokenizer)
@@ -85,13 +76,39 @@ async def smoke_session(
             record_engine_turns(actor)
             smoke = Smoke(work, model_dir, tokenizer, cfg, args, records, actor, seconds)
             if not smoke.sync_checkable:
-                echo(
-                    "sync checks: not run (constrained decoding samples from the grammar-masked distribution)"
-                )
+                echo(NO_SYNC_CHECKS)
             yield smoke
         finally:
             actor.llm.shutdown()
             actor.llm = None  # released now, not by the interpreter's exit
+
+
+#: why a constrained smoke does not compare the trainer's log-probabilities with the engine's
+NO_SYNC_CHECKS = "sync checks: not run (constrained decoding samples from the grammar-masked distribution)"
+
+
+def _model_and_config(
+    model: str | None,
+    work: Path,
+    url: str,
+    overrides: Sequence[str],
+    model_kwargs: dict[str, Any] | None,
+    echo: Callable[[str], None],
+) -> tuple[Path, Any, Any]:
+    """The smoke's model folder (a real model resolved, else the tiny one built there), its resolved
+    config and its tokenizer."""
+    from transformers import AutoTokenizer
+
+    from parallelsearch.agents.policies.models import resolve_model
+    from parallelsearch.rl.tiny_model import save_tiny
+    from parallelsearch.training import setup
+
+    model_dir = Path(resolve_model(model, echo=echo)) if model else work / "tiny-llama"
+    cfg = setup.smoke_config(model_dir, work / "prompts.jsonl", url, overrides, real_model=bool(model))
+    if not model:
+        # gateway mode: a tokenizer and template for the tools format, as a chat model has
+        save_tiny(model_dir, tools=cfg.agent.mode == "gateway", **(model_kwargs or {}))
+    return model_dir, cfg, AutoTokenizer.from_pretrained(model_dir)
 
 
 def _setup_line(name: str, model_dir: Path, cfg: Any, args: Any, engine: dict[str, Any]) -> str:
