@@ -4,7 +4,7 @@ or downloaded) over a FAISS flat index of the same embeddings as our store, on C
 is no CUDA. Used by ``retrieve_server.py --official PATH``.
 
 ``python benchmarks/_official.py SCRIPT ARGS...`` is the child :class:`OfficialServer` starts
-on a machine without CUDA (:func:`run_official_on_cpu`).
+(:func:`run_official_on_cpu`: bound to 127.0.0.1, and on CPU without CUDA).
 """
 
 from __future__ import annotations
@@ -24,7 +24,11 @@ from parallelsearch.serving.loopback import free_port
 class OfficialServer(ServerProcess):
     """The official retrieval_server.py of a ParallelSearch/Search-R1 checkout, same embeddings."""
 
-    def __init__(self, checkout: Path, home: Path, model_path: str) -> None:
+    def __init__(
+        self, checkout: Path, home: Path, model_path: str, files: tuple[Path, Path] | None = None
+    ) -> None:
+        """``files``: the FAISS flat index and corpus jsonl to serve (default: made from the Chroma
+        store ``hotpot500`` under ``home``)."""
         self.script = checkout / "search_r1" / "search" / "retrieval_server.py"
         if not self.script.is_file():
             sys.exit(f"--official: {self.script} does not exist")
@@ -33,9 +37,9 @@ class OfficialServer(ServerProcess):
                 __import__(module)
             except ImportError:
                 sys.exit(f"--official needs {module} (pip install {pip}): the official server imports it")
-        self.home, self.model_path = home, model_path
+        self.home, self.model_path, self.given = home, model_path, files
         self._work: tempfile.TemporaryDirectory | None = None
-        # the official script binds 0.0.0.0:--port and has no /health: ready once /retrieve answers
+        # the official script has no /health: ready once /retrieve answers
         body = {"queries": ["x"], "topk": 1, "return_scores": True}
         probe = lambda: httpx.post(self.url + "/retrieve", json=body, timeout=5)  # noqa: E731
         super().__init__(
@@ -47,9 +51,11 @@ class OfficialServer(ServerProcess):
             name="official server",
         )
 
-    def _files(self) -> Path:
+    def _files(self) -> tuple[Path, Path]:
         """Its corpus and FAISS flat index, from the store's own embeddings (written once; the
         server is started again every round)."""
+        if self.given is not None:
+            return self.given
         if self._work is None:
             import faiss
             import numpy as np
@@ -66,17 +72,14 @@ class OfficialServer(ServerProcess):
             index = faiss.IndexFlatIP(store.embedder.dimension)
             index.add(np.asarray(got["embeddings"], dtype=np.float32))
             faiss.write_index(index, str(work / "flat.index"))
-        return Path(self._work.name)
+        work = Path(self._work.name)
+        return work / "flat.index", work / "corpus.jsonl"
 
     def start(self) -> OfficialServer:
-        work = self._files()
-        import torch
-
-        cmd = [sys.executable, str(self.script)]
-        if not torch.cuda.is_available():
-            cmd = [sys.executable, str(Path(__file__).resolve()), str(self.script)]
-        cmd += ["--index_path", str(work / "flat.index")]
-        cmd += ["--corpus_path", str(work / "corpus.jsonl"), "--topk", "3", "--retriever_name", "minilm"]
+        index, corpus = self._files()
+        cmd = [sys.executable, str(Path(__file__).resolve()), str(self.script)]
+        cmd += ["--index_path", str(index)]
+        cmd += ["--corpus_path", str(corpus), "--topk", "3", "--retriever_name", "minilm"]
         self.cmd = cmd + ["--retriever_model", self.model_path, "--port", str(self.port)]  # it mean-pools
         super().start()
         return self
@@ -98,16 +101,21 @@ def top_k_agreement(url_a: str, url_b: str, queries: list[str]) -> float:
 
 
 def run_official_on_cpu(script: str, argv: list[str]) -> None:
-    """Child: the checkout's ``retrieval_server.py``, unmodified, on a machine without CUDA: its
-    unconditional ``.cuda()``, ``empty_cache()`` and ``.half()`` (fp16) become no-ops (fp32)."""
+    """Child: the checkout's ``retrieval_server.py``, unmodified, bound to 127.0.0.1 (the script
+    binds 0.0.0.0); on a machine without CUDA its unconditional ``.cuda()``, ``empty_cache()`` and
+    ``.half()`` (fp16) become no-ops (fp32)."""
     import runpy
 
     import torch
+    import uvicorn
 
-    torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
-    torch.nn.Module.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
-    torch.nn.Module.half = lambda self: self  # type: ignore[method-assign]
-    torch.cuda.empty_cache = lambda: None
+    serve = uvicorn.run
+    uvicorn.run = lambda app, **kw: serve(app, **{**kw, "host": "127.0.0.1"})  # type: ignore[assignment]
+    if not torch.cuda.is_available():
+        torch.Tensor.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
+        torch.nn.Module.cuda = lambda self, *a, **k: self  # type: ignore[method-assign]
+        torch.nn.Module.half = lambda self: self  # type: ignore[method-assign]
+        torch.cuda.empty_cache = lambda: None
     sys.argv = [script, *argv]
     runpy.run_path(script, run_name="__main__")
 
