@@ -35,7 +35,6 @@ from parallelsearch.stores.errors import check_choice
 from parallelsearch.stores.faiss_store import (
     check_faiss_store,
     describe_faiss_stores,
-    faiss_location,
     open_faiss_store,
     writing_faiss_store,
 )
@@ -382,7 +381,7 @@ STORE_KINDS: dict[str, StoreKind] = {
         writing_faiss_store,
         describe_faiss_stores,
         check_faiss_store,
-        faiss_location,
+        RetrievalConfig.kind_location,
     ),
 }
 

@@ -482,26 +482,18 @@ def _check_rows(store: FaissStore, rows: range, check: StoreCheck) -> None:
 # the kind, as configuration opens it
 
 
-def faiss_root(cfg: RetrievalConfig) -> Path:
-    return cfg.kind_folder()
-
-
-def faiss_location(cfg: RetrievalConfig) -> str:
-    return cfg.kind_location()
-
-
 def _embedder(cfg: RetrievalConfig, manifest: dict[str, Any], name: str) -> Embedder:
     recorded = manifest.get("encoder_backend") if cfg.encoder_backend == "auto" else None
     try:
         return make_embedder(cfg, recorded=recorded)
     except ValueError as e:
-        raise ValueError(f"store {name!r} at {faiss_location(cfg)}: {e}") from e
+        raise ValueError(f"store {name!r} at {cfg.kind_location()}: {e}") from e
 
 
 def open_faiss_store(cfg: RetrievalConfig, name: str, *, embedder: Embedder | None = None) -> FaissStore:
     """Store ``name`` for reading: memory-mapped, on the GPUs when FAISS has some."""
-    files = find_files(faiss_root(cfg), name)
-    return FaissStore(files, embedder or _embedder(cfg, files.manifest, name), location=faiss_location(cfg))
+    files = find_files(cfg.kind_folder(), name)
+    return FaissStore(files, embedder or _embedder(cfg, files.manifest, name), location=cfg.kind_location())
 
 
 @contextlib.contextmanager
@@ -512,7 +504,7 @@ def writing_faiss_store(cfg: RetrievalConfig, name: str, **options: Any) -> Iter
     ``embedder``, ``embedder_for``; ``hnsw`` is Chroma's and refused)."""
     if options.get("hnsw"):
         raise ValueError("HNSW parameters (--hnsw-*, --space) are Chroma's; a FAISS flat store has none")
-    root = faiss_root(cfg)
+    root = cfg.kind_folder()
     lock_timeout_s = options.get("lock_timeout_s")
     timeout = cfg.store_lock_timeout_s if lock_timeout_s is None else lock_timeout_s
     embedder: Embedder | None = options.get("embedder")
@@ -522,7 +514,7 @@ def writing_faiss_store(cfg: RetrievalConfig, name: str, **options: Any) -> Iter
         if embedder is None:
             recorded = files.manifest.get("encoder_backend") if cfg.encoder_backend == "auto" else None
             embedder = embedder_for(recorded) if embedder_for else _embedder(cfg, files.manifest, name)
-        store = FaissStore(files, embedder, location=faiss_location(cfg), writable=True)
+        store = FaissStore(files, embedder, location=cfg.kind_location(), writable=True)
         try:
             with dropped_unless_written(store):
                 yield store
@@ -534,11 +526,11 @@ def describe_faiss_stores(cfg: RetrievalConfig, *, timeout_s: float = 0.0) -> li
     """Name, count, model and files of every FAISS store under ``faiss_path`` (read in this process:
     FAISS refuses a damaged file with an error; a store that does not open is listed with it)."""
     rows = []
-    for name in store_names(faiss_root(cfg)) if cfg.has_kind_folder() else []:
+    for name in store_names(cfg.kind_folder()) if cfg.has_kind_folder() else []:
         try:
             store = open_faiss_store(cfg, name)
         except (ParallelSearchError, ValueError, OSError) as e:
-            rows.append({"name": name, "count": -1, "error": str(e)[:400], "location": faiss_location(cfg)})
+            rows.append({"name": name, "count": -1, "error": str(e)[:400], "location": cfg.kind_location()})
             continue
         rows.append(store.info())
         store.close()
