@@ -82,15 +82,18 @@ def test_search_graph_searcher_and_retrieve(homes, kind):
 
 
 def test_the_kinds_answer_alike(homes):
-    """Chroma (HNSW walking the whole graph at this size) and FAISS (exact) rank the same passages
-    with the same scores, and hash the same corpus to the same fingerprint."""
+    """Every kind ranks the same passages as the first (Chroma: HNSW walking the whole graph at this
+    size; FAISS: exact) with the same scores, and hashes the same corpus to the same fingerprint."""
+    if len(homes) < 2:
+        pytest.skip("one store kind registered: nothing to compare it with")
     answers = {}
     for kind, home in homes.items():
         store = make_named_store(_cfg(home, kind), STORE)
         answers[kind] = (store.search_batch(QUERIES, 5), store.fingerprint(), store.count())
-    (a_hits, a_print, a_count), (b_hits, b_print, b_count) = answers.values()
-    assert a_count == b_count and a_print == b_print
-    assert [[p.id for p in h] for h in a_hits] == [[p.id for p in h] for h in b_hits]
-    np.testing.assert_allclose(
-        [p.score for h in a_hits for p in h], [p.score for h in b_hits for p in h], atol=1e-4
-    )
+    (a_hits, a_print, a_count), *others = answers.values()
+    for b_hits, b_print, b_count in others:
+        assert a_count == b_count and a_print == b_print
+        assert [[p.id for p in h] for h in a_hits] == [[p.id for p in h] for h in b_hits]
+        np.testing.assert_allclose(
+            [p.score for h in a_hits for p in h], [p.score for h in b_hits for p in h], atol=1e-4
+        )
