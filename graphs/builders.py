@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias, get_args
 
 from langchain_core.language_models import BaseChatModel
 from langgraph._internal._runnable import RunnableCallable
+from langgraph.constants import TAG_HIDDEN
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from typing_extensions import Unpack
@@ -28,7 +29,7 @@ from parallelsearch.agents.searchers.base import Searcher
 from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.middleware import Middleware
-from parallelsearch.graphs.nodes import after_join, bound_nodes, router
+from parallelsearch.graphs.nodes import after_join, agent_nodes, agent_router, bound_nodes, router
 from parallelsearch.graphs.state import (
     STRUCTURED_FIELDS,
     GraphInput,
@@ -39,7 +40,13 @@ from parallelsearch.graphs.state import (
 )
 from parallelsearch.graphs.structured import StructuredAnswer
 from parallelsearch.graphs.sync_bridge import sync_node
-from parallelsearch.graphs.wiring import add_hook_nodes, wire_search_loop
+from parallelsearch.graphs.wiring import (
+    AGENT_STEPS,
+    PAPER_STEPS,
+    add_hook_nodes,
+    needs_review,
+    wire_search_loop,
+)
 from parallelsearch.stores.errors import check_choice
 
 log = logging.getLogger(__name__)
@@ -174,6 +181,9 @@ class GraphBuild:
     named_tools: tuple[tuple[str, str], ...] = ()
     #: create_agent's response_format (a strategy or a schema): the answer's structured form
     response_format: Any = None
+    #: the chat agent's steps (``model``, ``tools``; wiring.AGENT_STEPS) instead of the paper
+    #: graphs' ``planner``, ``search`` and ``join``, which training and the server stream read
+    agent_steps: bool = False
 
     def compile_options(self) -> dict[str, Any]:
         out: dict[str, Any] = {"store": self.store, "debug": self.debug}
@@ -223,14 +233,32 @@ def _search_loop(
         middleware=mw,
         structured=StructuredAnswer.of(build.response_format, getattr(pol, "model", None), spoken),
     )
-    nodes = bound_nodes(engine, "begin", "planner", "search", "join", "answer")
     extra = {**(mw.state_fields() if mw else {}), **(STRUCTURED_FIELDS if engine.structured else {})}
     output = output_with(STRUCTURED_FIELDS) if engine.structured else GraphOutput
-    b = _new_builder(nodes, state_with(extra), build.context_schema or GraphContext, output)
+    b = _new_builder({}, state_with(extra), build.context_schema or GraphContext, output)
+    _wire_steps(b, engine, mw, build.agent_steps)
+    graph = _compile(b, cfg, checkpointer, name, **build.compile_options())
+    if build.agent_steps:  # opening the episode is internal: out of updates and message streams
+        graph.nodes["begin"].tags = [*(graph.nodes["begin"].tags or []), TAG_HIDDEN]
+    return graph
+
+
+def _wire_steps(b: StateGraph, engine: EpisodeEngine, mw: Middleware | None, agent: bool) -> None:
+    """The search loop's nodes and edges: the paper graphs' (``planner``, ``Send``-ed ``search``
+    nodes, ``join``) or the chat agent's (``model``, ``tools``; the model step closes an episode
+    it answers unless a review or an answer policy comes after it)."""
+    if agent:
+        closes = engine.answer_policy is None and not needs_review(mw)
+        nodes, route, steps = agent_nodes(engine, closes), agent_router(engine), AGENT_STEPS
+        steps = replace(steps, closes=closes)
+    else:
+        nodes = bound_nodes(engine, "begin", "planner", "search", "join", "answer")
+        route, steps = router(engine), PAPER_STEPS
+    for node, afunc in nodes.items():
+        _add_node(b, node, afunc)
     add_hook_nodes(b, mw)
-    if wire_search_loop(b, mw, router(engine), after_join):
+    if wire_search_loop(b, mw, route, after_join, steps):
         _add_node(b, "review", bound_nodes(engine, "review")["review"])
-    return _compile(b, cfg, checkpointer, name, **build.compile_options())
 
 
 def _one_turn(
