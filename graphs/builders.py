@@ -30,6 +30,7 @@ from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.middleware import Middleware
 from parallelsearch.graphs.nodes import after_join, agent_nodes, agent_router, bound_nodes, router
+from parallelsearch.graphs.nodes.agent_steps import NEW_INPUT
 from parallelsearch.graphs.state import (
     STRUCTURED_FIELDS,
     GraphInput,
@@ -43,7 +44,9 @@ from parallelsearch.graphs.sync_bridge import sync_node
 from parallelsearch.graphs.wiring import (
     AGENT_STEPS,
     PAPER_STEPS,
+    Steps,
     add_hook_nodes,
+    hooks_before_model,
     needs_review,
     wire_search_loop,
 )
@@ -233,32 +236,68 @@ def _search_loop(
         middleware=mw,
         structured=StructuredAnswer.of(build.response_format, getattr(pol, "model", None), spoken),
     )
+    steps = _agent_steps(engine, mw) if build.agent_steps else PAPER_STEPS
+    b = _loop_builder(engine, mw, build, steps)
+    options = _entry_interrupts(build.compile_options()) if steps.opens else build.compile_options()
+    return _internal_entry(_compile(b, cfg, checkpointer, name, **options), steps, build.agent_steps)
+
+
+def _loop_builder(
+    engine: EpisodeEngine, mw: Middleware | None, build: GraphBuild, steps: Steps
+) -> StateGraph:
+    """The search loop's state, nodes and edges: the paper graphs' (``planner``, ``Send``-ed
+    ``search`` nodes, ``join``) or the chat agent's (``model``, ``tools``)."""
     extra = {**(mw.state_fields() if mw else {}), **(STRUCTURED_FIELDS if engine.structured else {})}
+    if steps.opens:
+        extra[NEW_INPUT] = bool
     output = output_with(STRUCTURED_FIELDS) if engine.structured else GraphOutput
     b = _new_builder({}, state_with(extra), build.context_schema or GraphContext, output)
-    _wire_steps(b, engine, mw, build.agent_steps)
-    graph = _compile(b, cfg, checkpointer, name, **build.compile_options())
-    if build.agent_steps:  # opening the episode is internal: out of updates and message streams
-        graph.nodes["begin"].tags = [*(graph.nodes["begin"].tags or []), TAG_HIDDEN]
-    return graph
-
-
-def _wire_steps(b: StateGraph, engine: EpisodeEngine, mw: Middleware | None, agent: bool) -> None:
-    """The search loop's nodes and edges: the paper graphs' (``planner``, ``Send``-ed ``search``
-    nodes, ``join``) or the chat agent's (``model``, ``tools``; the model step closes an episode
-    it answers unless a review or an answer policy comes after it)."""
-    if agent:
-        closes = engine.answer_policy is None and not needs_review(mw)
-        nodes, route, steps = agent_nodes(engine, closes), agent_router(engine), AGENT_STEPS
-        steps = replace(steps, closes=closes)
-    else:
-        nodes = bound_nodes(engine, "begin", "planner", "search", "join", "answer")
-        route, steps = router(engine), PAPER_STEPS
+    agent = build.agent_steps
+    nodes = (
+        agent_nodes(engine, steps)
+        if agent
+        else bound_nodes(engine, "begin", "planner", "search", "join", "answer")
+    )
     for node, afunc in nodes.items():
         _add_node(b, node, afunc)
     add_hook_nodes(b, mw)
-    if wire_search_loop(b, mw, route, after_join, steps):
+    if wire_search_loop(b, mw, agent_router(engine) if agent else router(engine), after_join, steps):
         _add_node(b, "review", bound_nodes(engine, "review")["review"])
+    return b
+
+
+def _entry_interrupts(options: dict[str, Any]) -> dict[str, Any]:
+    """Interrupts at ``begin`` where the model step opens the episode: before or after opening it
+    is before that step."""
+    at = [
+        *options.get("interrupt_before", []),
+        *(n for n in options.get("interrupt_after", []) if n == "begin"),
+    ]
+    if "begin" in at:
+        options["interrupt_before"] = list(dict.fromkeys("model" if n == "begin" else n for n in at))
+        options["interrupt_after"] = [n for n in options.get("interrupt_after", []) if n != "begin"]
+    return options
+
+
+def _agent_steps(engine: EpisodeEngine, mw: Middleware | None) -> Steps:
+    """The chat agent's steps: the model step opens an episode unless hooks come before it, and
+    closes it unless a review or an answer policy comes after it."""
+    closes = engine.answer_policy is None and not needs_review(mw)
+    return replace(AGENT_STEPS, closes=closes, opens=not hooks_before_model(mw))
+
+
+def _internal_entry(graph: SearchGraph, steps: Steps, agent: bool) -> SearchGraph:
+    """The chat agent's way into an episode: its input step sets ``new_input`` for the model
+    step to open the episode with, or its ``begin`` node stays out of updates and message streams."""
+    from langgraph.pregel._write import ChannelWrite, ChannelWriteEntry
+
+    if steps.opens:
+        start = graph.nodes[START]
+        mark = ChannelWrite((ChannelWriteEntry(NEW_INPUT, True),))
+        graph.nodes[START] = start.copy({"writers": [*start.writers, mark]})
+    elif agent:
+        graph.nodes["begin"].tags = [*(graph.nodes["begin"].tags or []), TAG_HIDDEN]
+    return graph
 
 
 def _one_turn(

@@ -27,6 +27,9 @@ class Steps:
     tools: str = "search"
     join: str | None = "join"
     closes: bool = False
+    #: the model step opens the episode itself on a run with input (no ``begin`` node; only
+    #: where no ``before_agent``/``before_model`` hook comes between them)
+    opens: bool = False
 
 
 #: the paper graphs' steps (what training, evaluation and the server stream read)
@@ -64,6 +67,11 @@ def needs_review(mw: Middleware | None) -> bool:
     return bool(mw and mw.node_names("after_model"))
 
 
+def hooks_before_model(mw: Middleware | None) -> bool:
+    """Whether ``before_agent`` or ``before_model`` hooks come between the input and the model."""
+    return bool(mw and (mw.node_names("before_agent") or mw.node_names("before_model")))
+
+
 def wire_search_loop(
     b: StateGraph,
     mw: Middleware | None,
@@ -79,8 +87,11 @@ def wire_search_loop(
     loop = before_model[0] if before_model else steps.model
     review = bool(after_model)
     jumps = {"model": loop, "end": "answer", **({"tools": "review"} if review else {})}
-    b.add_edge(START, "begin")
-    _chain(b, ["begin", *names["before_agent"]], loop, jumps, mw, "before_agent")
+    if steps.opens:
+        b.add_edge(START, steps.model)
+    else:
+        b.add_edge(START, "begin")
+        _chain(b, ["begin", *names["before_agent"]], loop, jumps, mw, "before_agent")
     if before_model:
         _chain(b, before_model, steps.model, jumps, mw, "before_model")
     if review:

@@ -15,6 +15,7 @@ from parallelsearch.graphs.nodes.agent_steps import agent_router, model_step, to
 from parallelsearch.graphs.nodes.begin_answer import answer, begin
 from parallelsearch.graphs.nodes.planner import planner, review
 from parallelsearch.graphs.nodes.search import after_join, join, retrieve_once, route, router, search
+from parallelsearch.graphs.wiring import Steps
 
 __all__ = [
     "after_join",
@@ -48,13 +49,14 @@ def bound_nodes(engine: EpisodeEngine, *names: str) -> dict[str, Callable[..., A
     return {name: functools.partial(_NODES[name], engine) for name in names}
 
 
-def agent_nodes(engine: EpisodeEngine, closes: bool) -> dict[str, Callable[..., Any]]:
-    """The chat agent's nodes, bound to ``engine``: ``begin``, ``model`` (closing the episode
-    when it answers, if ``closes``), ``tools`` and ``answer`` (reached by a hook's jump, after a
-    review, or with a separate answer policy)."""
+def agent_nodes(engine: EpisodeEngine, steps: Steps) -> dict[str, Callable[..., Any]]:
+    """The chat agent's nodes, bound to ``engine``: ``model`` (opening and closing the episode
+    as ``steps`` says), ``tools``, ``answer`` (reached by a hook's jump, after a review, or with
+    a separate answer policy) and ``begin`` unless the model step opens the episode."""
+    nodes = {} if steps.opens else {"begin": functools.partial(begin, engine)}
     return {
-        "begin": functools.partial(begin, engine),
-        "model": functools.partial(model_step, engine, closes),
+        **nodes,
+        "model": functools.partial(model_step, engine, steps),
         "tools": functools.partial(tools_step, engine),
         "answer": functools.partial(answer, engine),
     }

@@ -1,5 +1,6 @@
 """The chat agent's two steps, named as ``create_agent`` names its own: ``model`` is the planner's
-turn, closing the episode in the same step when the turn answers; ``tools`` is a whole search
+turn, opening the episode in the same step on a run with input and closing it when the turn
+answers; ``tools`` is a whole search
 round, its sub-queries searched at once (one encoder call) and joined, a search with ``#k`` stage
 after stage. Fewer steps are fewer checkpoints on a growing thread (docs/performance.md)."""
 
@@ -12,24 +13,38 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.runtime import Runtime
 
 from parallelsearch.graphs.engine import EpisodeEngine
-from parallelsearch.graphs.nodes.begin_answer import answer
+from parallelsearch.graphs.nodes.begin_answer import answer, begin
 from parallelsearch.graphs.nodes.common import applied, combined
 from parallelsearch.graphs.nodes.planner import planner
 from parallelsearch.graphs.nodes.search import join, route, search
 from parallelsearch.graphs.state import RouteView, SearchState
 from parallelsearch.graphs.turns import after_turn
+from parallelsearch.graphs.wiring import Steps
+
+#: the channel the graph's input step sets (the model step opens an episode then, and clears it)
+NEW_INPUT = "new_input"
 
 
 async def model_step(
-    engine: EpisodeEngine, closes: bool, state: SearchState, config: RunnableConfig, runtime: Runtime
+    engine: EpisodeEngine,
+    steps: Steps,
+    state: SearchState,
+    config: RunnableConfig,
+    runtime: Runtime,
 ) -> dict[str, Any]:
-    """The planner's turn; when it ends the episode (an answer, the final turn) and ``closes``,
-    the answer node's closing too, in one update."""
-    update = await planner(engine, state, config, runtime)
-    act = update.get("last_action", state.get("last_action")) or {}
-    if not closes or after_turn(act) != "answer":
+    """The planner's turn, in one update with what would be steps of their own: opening the
+    episode first on a run with input (``steps.opens``), and closing it when the turn ends it (an
+    answer, the final turn) and ``steps.closes``."""
+    opening: dict[str, Any] = {}
+    if steps.opens and state.get(NEW_INPUT):  # type: ignore[misc]  # a field of the agent's state
+        opening = {**await begin(engine, state, config, runtime), NEW_INPUT: False}
+        state = applied(state, opening)  # type: ignore[assignment]
+    turn = await planner(engine, state, config, runtime)
+    update = combined(opening, turn)
+    act = turn.get("last_action", state.get("last_action")) or {}
+    if not steps.closes or after_turn(act) != "answer":
         return update
-    closing = await answer(engine, applied(state, update), config, runtime)  # type: ignore[arg-type]
+    closing = await answer(engine, applied(state, turn), config, runtime)  # type: ignore[arg-type]
     return combined(update, closing)
 
 
