@@ -90,7 +90,8 @@ def test_the_check_reads_the_engines_record_not_the_ranges(tok):
     seq, turns, ranges, _ = _episode(tok)
     mask = _openrlhf_mask(seq, ranges)
     other = [EngineTurn(turns[0].prompt_ids, turns[0].ids, "<think> something else </think>"), turns[1]]
-    assert "do not decode to the engine's text" in check_action_mask(seq, mask, other, tok).reason
+    reason = check_action_mask(seq, mask, other, tok).reason
+    assert "do not decode to the engine's text" in reason and "engine '<think> something" in reason, reason
     swapped = list(seq)
     swapped[ranges[1][0]] = (swapped[ranges[1][0]] + 1) % len(tok)
     assert "not the ids the engine returned" in check_action_mask(swapped, mask, turns, tok).reason

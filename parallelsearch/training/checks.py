@@ -51,6 +51,15 @@ def _reads_as(decoded: str, text: str) -> bool:
     return rest is not None and not rest.replace("\ufffd", "").strip()
 
 
+def _where_they_part(decoded: str, text: str) -> str:
+    """Both texts around their first difference, so a failed check names its cause (a dropped special
+    token, a space, a character cut) without a rerun."""
+    at = next((i for i, (a, b) in enumerate(zip(decoded, text, strict=False)) if a != b), None)
+    at = min(len(decoded), len(text)) if at is None else at
+    lo = max(0, at - 12)
+    return f"at character {at}: decoded {decoded[lo : at + 12]!r}, engine {text[lo : at + 12]!r}"
+
+
 def token_mismatches(sequence: Sequence[int], turns: Sequence[EngineTurn]) -> int:
     """Tokens of ``sequence`` that differ from what the engine was sent and returned, over every
     recorded turn (the part of a turn past a cut sequence not counted)."""
@@ -81,8 +90,12 @@ def check_action_mask(
             )
         if seq[a:b] != turn.ids[: b - a]:
             return MaskCheck(False, f"turn {k + 1}: tokens {a}..{b} are not the ids the engine returned")
-        if b - a == len(turn.ids) and not _reads_as(decode_tokens(tokenizer, seq[a:b]), turn.text):
-            return MaskCheck(False, f"turn {k + 1}: tokens {a}..{b} do not decode to the engine's text")
+        decoded = decode_tokens(tokenizer, seq[a:b]) if b - a == len(turn.ids) else turn.text
+        if not _reads_as(decoded, turn.text):
+            where = _where_they_part(decoded, turn.text)
+            return MaskCheck(
+                False, f"turn {k + 1}: tokens {a}..{b} do not decode to the engine's text ({where})"
+            )
         expected[a:b] = [1] * (b - a)
         spans.append((a, b))
     got = [int(bool(x)) for x in action_mask]
