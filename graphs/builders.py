@@ -267,15 +267,13 @@ def _loop_builder(
 
 
 def _entry_interrupts(options: dict[str, Any]) -> dict[str, Any]:
-    """Interrupts at ``begin`` where the model step opens the episode: before or after opening it
-    is before that step."""
-    at = [
-        *options.get("interrupt_before", []),
-        *(n for n in options.get("interrupt_after", []) if n == "begin"),
-    ]
-    if "begin" in at:
-        options["interrupt_before"] = list(dict.fromkeys("model" if n == "begin" else n for n in at))
-        options["interrupt_after"] = [n for n in options.get("interrupt_after", []) if n != "begin"]
+    """``options``, unless they interrupt at ``begin`` where the model step opens the episode
+    (no such node: the nearest point, before ``model``, is before every turn, not once)."""
+    if "begin" in [*options.get("interrupt_before", []), *options.get("interrupt_after", [])]:
+        raise ValueError(
+            "this agent opens an episode in its model step, so it has no 'begin' node: interrupt_before="
+            "['model'] pauses before each model turn, the first one opening the episode"
+        )
     return options
 
 

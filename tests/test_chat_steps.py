@@ -63,7 +63,6 @@ def test_interrupt_before_takes_create_agents_names_and_the_former_ones():
         ("search", "tools"),
         ("model", "model"),
         ("planner", "model"),
-        ("begin", "model"),
     ]:
         model = ScriptModel(replies=script(0))
         agent = create_parallel_search_agent(
@@ -74,6 +73,8 @@ def test_interrupt_before_takes_create_agents_names_and_the_former_ones():
         assert agent.get_state(thread).next == (paused,), name
     with pytest.raises(ValueError, match="interrupt_after=\\['tools'\\]"):
         create_parallel_search_agent(ScriptModel(replies=["x"]), [wiki], interrupt_before=["join"])
+    with pytest.raises(ValueError, match="no 'begin' node"):  # the model step opens the episode
+        create_parallel_search_agent(ScriptModel(replies=["x"]), [wiki], interrupt_after=["begin"])
 
 
 def test_new_input_on_a_paused_episode_opens_a_new_one():
