@@ -27,9 +27,10 @@ from parallelsearch.stores.errors import check_choice
 
 #: the graph kinds the front door builds (the one-turn baselines are eval's)
 AgentGraph = Literal["parallel", "sequential", "dag"]
-#: create_agent's node names, as this graph calls them
-_NODE_ALIASES = {"model": "planner", "tools": "search"}
-_NODES = ("begin", "planner", "search", "join", "answer")
+#: the agent's nodes a run may be interrupted at (``model`` and ``tools`` as create_agent names them)
+_NODES = ("begin", "model", "tools", "answer")
+#: the names these steps had before they took create_agent's (still taken for interrupt_before/_after)
+_OLD_NAMES = {"planner": "model", "search": "tools"}
 #: create_agent keywords this agent does not take, and why
 _NOT_TAKEN = {
     "state_schema": "the graph's state is its own; middleware add their state with their state_schema",
@@ -142,8 +143,9 @@ def check_options(options: dict[str, Any]) -> None:
 
 
 def _nodes(given: Sequence[str] | None, middleware: Sequence[Any]) -> tuple[str, ...] | None:
-    """``interrupt_before``/``_after`` as this graph's node names (``model`` and ``tools`` as
-    ``create_agent`` calls them mean the planner and the search)."""
+    """``interrupt_before``/``_after`` as this graph's node names: ``model`` and ``tools`` as
+    ``create_agent`` names them (``planner`` and ``search``, their former names, mean them too),
+    ``begin``, ``answer`` and the middleware's hook nodes."""
     if not given:
         return None
     hooks = {
@@ -153,9 +155,14 @@ def _nodes(given: Sequence[str] | None, middleware: Sequence[Any]) -> tuple[str,
     }
     out = []
     for node in given:
-        node = _NODE_ALIASES.get(node, node)
+        node = _OLD_NAMES.get(node, node)
+        if node == "join":
+            raise ValueError(
+                "the agent searches a round and joins its results in one step, 'tools': interrupt after "
+                "it (interrupt_after=['tools']) instead of before 'join'"
+            )
         if node not in _NODES and node not in hooks:  # refused with the choices
-            check_choice(node, (*_NODES, *_NODE_ALIASES, *sorted(hooks)), "node to interrupt at")
+            check_choice(node, (*_NODES, *sorted(hooks)), "node to interrupt at")
         out.append(node)
     return tuple(out)
 
@@ -221,8 +228,8 @@ def create_parallel_search_agent(
         system_prompt: instructions (text or a SystemMessage) before the protocol's own.
         middleware: LangChain ``AgentMiddleware`` objects, run where ``create_agent`` runs them.
         checkpointer, store, debug, interrupt_before, interrupt_after, name, response_format: as
-            ``create_agent`` takes them (``"model"``/``"tools"``: the planner and the search; the parsed
-            answer is ``structured_response``).
+            ``create_agent`` takes them (its nodes are ``model`` and ``tools``, as ``create_agent``'s are;
+            the parsed answer is ``structured_response``).
         context_schema: a TypedDict or a dataclass of your context keys (the knobs' are added).
         graph: ``parallel`` (ParallelSearch), ``sequential`` (Search-R1) or ``dag`` (``#k`` plans).
         protocol: ``tools`` (the model calls a ``search`` tool; several calls per message are one parallel
@@ -261,6 +268,7 @@ def _graph_build(
         debug=debug, interrupt_before=_nodes(interrupt_before, middleware),
         interrupt_after=_nodes(interrupt_after, middleware),
         named_tools=tuple((n, about) for n, about, _ in named or ()), response_format=response_format,
+        agent_steps=True,
     )  # fmt: skip
 
 

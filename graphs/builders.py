@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias, get_args
 
 from langchain_core.language_models import BaseChatModel
 from langgraph._internal._runnable import RunnableCallable
+from langgraph.constants import TAG_HIDDEN
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 from typing_extensions import Unpack
@@ -28,7 +29,8 @@ from parallelsearch.agents.searchers.base import Searcher
 from parallelsearch.graphs.config import GraphConfig, GraphContext, GraphOptions
 from parallelsearch.graphs.engine import EpisodeEngine
 from parallelsearch.graphs.middleware import Middleware
-from parallelsearch.graphs.nodes import after_join, bound_nodes, router
+from parallelsearch.graphs.nodes import after_join, agent_nodes, agent_router, bound_nodes, router
+from parallelsearch.graphs.nodes.agent_steps import NEW_INPUT
 from parallelsearch.graphs.state import (
     STRUCTURED_FIELDS,
     GraphInput,
@@ -39,7 +41,15 @@ from parallelsearch.graphs.state import (
 )
 from parallelsearch.graphs.structured import StructuredAnswer
 from parallelsearch.graphs.sync_bridge import sync_node
-from parallelsearch.graphs.wiring import add_hook_nodes, wire_search_loop
+from parallelsearch.graphs.wiring import (
+    AGENT_STEPS,
+    PAPER_STEPS,
+    Steps,
+    add_hook_nodes,
+    hooks_before_model,
+    needs_review,
+    wire_search_loop,
+)
 from parallelsearch.stores.errors import check_choice
 
 log = logging.getLogger(__name__)
@@ -174,6 +184,9 @@ class GraphBuild:
     named_tools: tuple[tuple[str, str], ...] = ()
     #: create_agent's response_format (a strategy or a schema): the answer's structured form
     response_format: Any = None
+    #: the chat agent's steps (``model``, ``tools``; wiring.AGENT_STEPS) instead of the paper
+    #: graphs' ``planner``, ``search`` and ``join``, which training and the server stream read
+    agent_steps: bool = False
 
     def compile_options(self) -> dict[str, Any]:
         out: dict[str, Any] = {"store": self.store, "debug": self.debug}
@@ -223,14 +236,66 @@ def _search_loop(
         middleware=mw,
         structured=StructuredAnswer.of(build.response_format, getattr(pol, "model", None), spoken),
     )
-    nodes = bound_nodes(engine, "begin", "planner", "search", "join", "answer")
+    steps = _agent_steps(engine, mw) if build.agent_steps else PAPER_STEPS
+    b = _loop_builder(engine, mw, build, steps)
+    options = _entry_interrupts(build.compile_options()) if steps.opens else build.compile_options()
+    return _internal_entry(_compile(b, cfg, checkpointer, name, **options), steps, build.agent_steps)
+
+
+def _loop_builder(
+    engine: EpisodeEngine, mw: Middleware | None, build: GraphBuild, steps: Steps
+) -> StateGraph:
+    """The search loop's state, nodes and edges: the paper graphs' (``planner``, ``Send``-ed
+    ``search`` nodes, ``join``) or the chat agent's (``model``, ``tools``)."""
     extra = {**(mw.state_fields() if mw else {}), **(STRUCTURED_FIELDS if engine.structured else {})}
+    if steps.opens:
+        extra[NEW_INPUT] = bool
     output = output_with(STRUCTURED_FIELDS) if engine.structured else GraphOutput
-    b = _new_builder(nodes, state_with(extra), build.context_schema or GraphContext, output)
+    b = _new_builder({}, state_with(extra), build.context_schema or GraphContext, output)
+    agent = build.agent_steps
+    nodes = (
+        agent_nodes(engine, steps)
+        if agent
+        else bound_nodes(engine, "begin", "planner", "search", "join", "answer")
+    )
+    for node, afunc in nodes.items():
+        _add_node(b, node, afunc)
     add_hook_nodes(b, mw)
-    if wire_search_loop(b, mw, router(engine), after_join):
+    if wire_search_loop(b, mw, agent_router(engine) if agent else router(engine), after_join, steps):
         _add_node(b, "review", bound_nodes(engine, "review")["review"])
-    return _compile(b, cfg, checkpointer, name, **build.compile_options())
+    return b
+
+
+def _entry_interrupts(options: dict[str, Any]) -> dict[str, Any]:
+    """``options``, unless they interrupt at ``begin`` where the model step opens the episode
+    (no such node: the nearest point, before ``model``, is before every turn, not once)."""
+    if "begin" in [*options.get("interrupt_before", []), *options.get("interrupt_after", [])]:
+        raise ValueError(
+            "this agent opens an episode in its model step, so it has no 'begin' node: interrupt_before="
+            "['model'] pauses before each model turn, the first one opening the episode"
+        )
+    return options
+
+
+def _agent_steps(engine: EpisodeEngine, mw: Middleware | None) -> Steps:
+    """The chat agent's steps: the model step opens an episode unless hooks come before it, and
+    closes it unless a review or an answer policy comes after it."""
+    closes = engine.answer_policy is None and not needs_review(mw)
+    return replace(AGENT_STEPS, closes=closes, opens=not hooks_before_model(mw))
+
+
+def _internal_entry(graph: SearchGraph, steps: Steps, agent: bool) -> SearchGraph:
+    """The chat agent's way into an episode: its input step sets ``new_input`` for the model
+    step to open the episode with, or its ``begin`` node stays out of updates and message streams."""
+    from langgraph.pregel._write import ChannelWrite, ChannelWriteEntry
+
+    if steps.opens:
+        start = graph.nodes[START]
+        mark = ChannelWrite((ChannelWriteEntry(NEW_INPUT, True),))
+        graph.nodes[START] = start.copy({"writers": [*start.writers, mark]})
+    elif agent:
+        graph.nodes["begin"].tags = [*(graph.nodes["begin"].tags or []), TAG_HIDDEN]
+    return graph
 
 
 def _one_turn(

@@ -12,11 +12,17 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 from parallelsearch.agents.protocol import SearchProtocol, content_text
 from parallelsearch.graphs.config import GraphConfig
 
+#: message kinds by their ``type`` (a string compare: ``isinstance`` on a message class costs
+#: more, on every message of a growing thread, twice a turn); chunks count as their messages
+_AI = frozenset({"ai", "AIMessageChunk"})
+_TOOL = frozenset({"tool", "ToolMessageChunk"})
+_SYSTEM = frozenset({"system", "SystemMessageChunk"})
+
 
 def system_text(messages: Sequence[AnyMessage], cfg: GraphConfig, protocol: SearchProtocol | None) -> str:
     """The system prompt, then the input's system messages, then the protocol's instructions."""
     parts = [cfg.system_prompt or ""]
-    parts += [content_text(m.content) for m in messages if isinstance(m, SystemMessage)]
+    parts += [content_text(m.content) for m in messages if m.type in _SYSTEM]
     if protocol is not None:
         parts.append(protocol.instructions(cfg.prompt_template))
     return "\n\n".join(p.strip() for p in parts if p and p.strip())
@@ -28,13 +34,14 @@ def orphan_tool_messages(messages: Sequence[AnyMessage]) -> list[ToolMessage]:
     called: set[str | None] = set()
     orphans = []
     for m in messages:
-        if isinstance(m, AIMessage):
-            called.update(c.get("id") for c in m.tool_calls)
-        elif isinstance(m, ToolMessage):
-            if m.tool_call_id not in called:
+        kind = m.type
+        if kind in _AI:
+            called.update(c.get("id") for c in m.tool_calls)  # type: ignore[union-attr]
+        elif kind in _TOOL:
+            if m.tool_call_id not in called:  # type: ignore[union-attr]
                 orphans.append(m)
-            called.discard(m.tool_call_id)
-    return orphans
+            called.discard(m.tool_call_id)  # type: ignore[union-attr]
+    return orphans  # type: ignore[return-value]
 
 
 def _complete(history: Sequence[AnyMessage]) -> list[AnyMessage]:
@@ -42,21 +49,20 @@ def _complete(history: Sequence[AnyMessage]) -> list[AnyMessage]:
     partly reviewed search), without any tool message of it, and without a tool message that
     answers no earlier call: chat APIs refuse a call without its answer, and an answer without
     its call (a strict server's 400)."""
-    orphans = {id(m) for m in orphan_tool_messages(history)}
-    answered = {m.tool_call_id for m in history if isinstance(m, ToolMessage)}
-    dropped_ai: set[int] = set()
+    dropped = {id(m) for m in orphan_tool_messages(history)}
+    answered = {m.tool_call_id for m in history if m.type in _TOOL}  # type: ignore[union-attr]
     dropped_calls: set[str | None] = set()
-    for i, m in enumerate(history):
-        calls = m.tool_calls if isinstance(m, AIMessage) else None
+    for m in history:
+        calls = m.tool_calls if m.type in _AI else None  # type: ignore[union-attr]
         if calls and not all(c.get("id") in answered for c in calls):
-            dropped_ai.add(i)
+            dropped.add(id(m))
             dropped_calls.update(c.get("id") for c in calls)
+    if not dropped:
+        return list(history)
     return [
         m
-        for i, m in enumerate(history)
-        if i not in dropped_ai
-        and id(m) not in orphans
-        and not (isinstance(m, ToolMessage) and m.tool_call_id in dropped_calls)
+        for m in history
+        if id(m) not in dropped and not (m.type in _TOOL and m.tool_call_id in dropped_calls)  # type: ignore[union-attr]
     ]
 
 
@@ -157,7 +163,7 @@ def spoken_history(history: Sequence[AnyMessage], cfg: GraphConfig) -> list[tupl
 
 def chat_messages(state: Mapping[str, Any], cfg: GraphConfig, protocol: SearchProtocol) -> list[AnyMessage]:
     """The planner's messages: the system message, the bounded history, the episode so far."""
-    messages = [m for m in state.get("messages") or [] if not isinstance(m, SystemMessage)]
+    messages = [m for m in state.get("messages") or [] if m.type not in _SYSTEM]
     asked = ((state.get("history") or [{}])[-1]).get("asked")
     start = next((i for i, m in enumerate(messages) if m.id is not None and m.id == asked), len(messages))
     system = system_text(state.get("messages") or [], cfg, protocol)

@@ -112,8 +112,15 @@ class JoinView(TypedDict, total=False):
     next_stage: list[dict[str, Any]] | None
 
 
-#: the channels whose writes a reducer merges (a write adds to them, whatever its value)
-REDUCED_KEYS = frozenset({"messages", "history", "trajectory", "results", "node_ms"})
+#: the reducer of each channel whose writes it merges (a write adds to them, whatever its value)
+REDUCERS: dict[str, Any] = {
+    "messages": add_messages,
+    "history": merge_episodes,
+    "trajectory": operator.add,
+    "results": operator.add,
+    "node_ms": sum_ms,
+}
+REDUCED_KEYS = frozenset(REDUCERS)
 
 
 class SearchTask(TypedDict):

@@ -56,3 +56,40 @@ def name_tool_messages(messages: Iterable[Any], calls: Iterable[Mapping[str, Any
     for m in messages:
         if getattr(m, "type", None) == "tool" and not m.name:
             m.name = names.get(m.tool_call_id)
+
+
+def applied(state: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """``state`` as LangGraph leaves it after ``update`` (reducers applied): what a later part of
+    the same step reads, when one step does the work of two."""
+    from langgraph.types import Overwrite
+
+    from parallelsearch.graphs.state import REDUCERS
+
+    out = dict(state)
+    for k, v in update.items():
+        if isinstance(v, Overwrite):
+            out[k] = v.value
+        elif k in REDUCERS:
+            out[k] = REDUCERS[k](out.get(k) or ([] if k != "node_ms" else {}), v)
+        else:
+            out[k] = v
+    return out
+
+
+def combined(first: Mapping[str, Any], second: Mapping[str, Any]) -> dict[str, Any]:
+    """One update that does what ``first`` then ``second`` do: a reducer channel's writes in a
+    row (a message written again under its id replaces the first), any other the later value."""
+    from langgraph.types import Overwrite
+
+    from parallelsearch.graphs.state import REDUCED_KEYS, sum_ms
+
+    out = dict(first)
+    for k, v in second.items():
+        prev = out.get(k)
+        if k not in REDUCED_KEYS or prev is None or isinstance(v, Overwrite):
+            out[k] = v
+        elif isinstance(prev, Overwrite):
+            out[k] = Overwrite(applied({k: prev.value}, {k: v})[k])
+        else:
+            out[k] = sum_ms(prev, v) if k == "node_ms" else [*prev, *v]
+    return out
