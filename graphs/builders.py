@@ -236,7 +236,7 @@ def _search_loop(
         middleware=mw,
         structured=StructuredAnswer.of(build.response_format, getattr(pol, "model", None), spoken),
     )
-    steps = _agent_steps(engine, mw) if build.agent_steps else PAPER_STEPS
+    steps = _agent_steps(engine, mw, build) if build.agent_steps else PAPER_STEPS
     b = _loop_builder(engine, mw, build, steps)
     options = _entry_interrupts(build.compile_options()) if steps.opens else build.compile_options()
     return _internal_entry(_compile(b, cfg, checkpointer, name, **options), steps, build.agent_steps)
@@ -277,10 +277,11 @@ def _entry_interrupts(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
-def _agent_steps(engine: EpisodeEngine, mw: Middleware | None) -> Steps:
+def _agent_steps(engine: EpisodeEngine, mw: Middleware | None, build: GraphBuild) -> Steps:
     """The chat agent's steps: the model step opens an episode unless hooks come before it, and
-    closes it unless a review or an answer policy comes after it."""
-    closes = engine.answer_policy is None and not needs_review(mw)
+    closes it unless a review, an answer policy or an interrupt at ``answer`` comes after it."""
+    paused = [*(build.interrupt_before or ()), *(build.interrupt_after or ())]
+    closes = engine.answer_policy is None and not needs_review(mw) and "answer" not in paused
     return replace(AGENT_STEPS, closes=closes, opens=not hooks_before_model(mw))
 
 

@@ -268,6 +268,22 @@ class Settings(RetrievalConfig, PolicyConfig, BaseSettings):
 
     @model_validator(mode="before")
     @classmethod
+    def _no_faiss_path(cls, data: Any) -> Any:
+        """Every store kind but Chroma keeps its stores under ``store_path``: a ``faiss_path`` key or
+        ``PARALLELSEARCH_FAISS_PATH`` would otherwise be dropped without a word, and the stores looked
+        for in ``<home>/faiss``."""
+        stale = ["PARALLELSEARCH_FAISS_PATH"] if "PARALLELSEARCH_FAISS_PATH" in os.environ else []
+        if isinstance(data, dict) and "faiss_path" in data:
+            stale.append("faiss_path (a settings or config-file key)")
+        if stale:
+            raise ValueError(
+                f"{', '.join(stale)}: the FAISS stores' folder is store_path now "
+                "(PARALLELSEARCH_STORE_PATH, --store-path; unset: <home>/faiss)"
+            )
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _openai_key_fallback(cls, data: Any) -> Any:
         """``OPENAI_API_KEY`` is the key when ``PARALLELSEARCH_OPENAI_API_KEY`` is not set."""
         if isinstance(data, dict) and not data.get("openai_api_key") and os.environ.get("OPENAI_API_KEY"):

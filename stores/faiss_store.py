@@ -523,7 +523,7 @@ def writing_faiss_store(cfg: RetrievalConfig, name: str, **options: Any) -> Iter
 
 
 def describe_faiss_stores(cfg: RetrievalConfig, *, timeout_s: float = 0.0) -> list[dict[str, Any]]:
-    """Name, count, model and files of every FAISS store under ``faiss_path`` (read in this process:
+    """Name, count, model and files of every FAISS store in the kind's folder (read in this process:
     FAISS refuses a damaged file with an error; a store that does not open is listed with it)."""
     rows = []
     for name in store_names(cfg.kind_folder()) if cfg.has_kind_folder() else []:

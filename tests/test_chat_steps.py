@@ -71,10 +71,33 @@ def test_interrupt_before_takes_create_agents_names_and_the_former_ones():
         thread = {"configurable": {"thread_id": name}}
         agent.invoke({"messages": [("user", "q?")]}, thread)
         assert agent.get_state(thread).next == (paused,), name
+    after_join = create_parallel_search_agent(
+        ScriptModel(replies=script(0)), [wiki], interrupt_after=["join"], checkpointer=InMemorySaver()
+    )  # the paper graphs' fan-in: after it is after the tools step
+    after_join.invoke({"messages": [("user", "q?")]}, {"configurable": {"thread_id": "j"}})
+    assert after_join.get_state({"configurable": {"thread_id": "j"}}).next == ("model",)
     with pytest.raises(ValueError, match="interrupt_after=\\['tools'\\]"):
         create_parallel_search_agent(ScriptModel(replies=["x"]), [wiki], interrupt_before=["join"])
     with pytest.raises(ValueError, match="no 'begin' node"):  # the model step opens the episode
         create_parallel_search_agent(ScriptModel(replies=["x"]), [wiki], interrupt_after=["begin"])
+
+
+@pytest.mark.parametrize("where", ["interrupt_before", "interrupt_after"])
+def test_an_interrupt_at_answer_keeps_the_answer_step(where):
+    """The model step closes the episode itself unless a run asks to pause at ``answer``: then the
+    answer step stays and the run pauses there (before it: the episode still open until resumed)."""
+    agent = create_parallel_search_agent(
+        ScriptModel(replies=script(0)), [wiki], checkpointer=InMemorySaver(), **{where: ["answer"]}
+    )
+    thread = {"configurable": {"thread_id": where}}
+    steps = [n for part in agent.stream({"messages": [("user", "q?")]}, thread) for n in part]
+    if where == "interrupt_before":
+        assert agent.get_state(thread).next == ("answer",), steps
+        assert agent.get_state(thread).values["history"][-1]["status"] == "running"
+        steps += [n for part in agent.stream(None, thread) for n in part]
+    assert "answer" in steps, steps
+    values = agent.get_state(thread).values
+    assert values["history"][-1]["status"] == "answered" and values["answer"] == "done"
 
 
 def test_new_input_on_a_paused_episode_opens_a_new_one():

@@ -515,3 +515,17 @@ def test_env_example_names_the_store_make_demo_builds(monkeypatch, tmp_path):
     where = (tmp_path / make_home.group(1) / "chroma").resolve()
     assert settings.retrieval().chroma_path.resolve() == where  # relative: from where the server runs
     assert isinstance(factory.make_policy(settings.policy_config()), OpenAICompletionsPolicy)
+
+
+def test_a_faiss_path_is_refused_naming_store_path(monkeypatch, tmp_path):
+    """The FAISS stores' folder is ``store_path``: the other spelling, as a key or a variable, is an
+    error naming it and the setting to use, never dropped (the stores then looked for elsewhere)."""
+    monkeypatch.delenv("PARALLELSEARCH_FAISS_PATH", raising=False)
+    with pytest.raises(ValueError, match="faiss_path .*store_path now"):
+        Settings(home=tmp_path, faiss_path=tmp_path / "faiss-stores")
+    monkeypatch.setenv("PARALLELSEARCH_FAISS_PATH", str(tmp_path / "faiss-stores"))
+    with pytest.raises(ValueError, match="PARALLELSEARCH_FAISS_PATH: .*PARALLELSEARCH_STORE_PATH"):
+        Settings(home=tmp_path)
+    monkeypatch.delenv("PARALLELSEARCH_FAISS_PATH")
+    kept = Settings(home=tmp_path, store_kind="faiss", store_path=tmp_path / "faiss-stores")
+    assert kept.kind_folder() == tmp_path / "faiss-stores"
