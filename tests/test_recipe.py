@@ -45,7 +45,7 @@ def test_the_install_commands_come_in_the_order_that_builds():
 
 def pip(venv: Path, words: list[str], log: Path, **env: str) -> subprocess.CompletedProcess:
     """One of the page's commands as written; pip skips byte-compiling what it installs (what this
-    checks is what resolves and builds, not the ``.pyc`` files: about 12 s of CPU on torch alone)."""
+    checks is what resolves and builds, not the ``.pyc`` files, which cost CPU on every file)."""
     cmd = [str(venv / "bin" / "python"), "-m", *words]
     env = {**os.environ, "PIP_NO_COMPILE": "1", **env}
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
