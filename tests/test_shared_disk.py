@@ -211,29 +211,29 @@ def _mount_tmpfs(folder: Path, size: str) -> bool:
 @needs_data
 @pytest.mark.slow
 @long_work
-def test_a_real_full_disk_then_space_freed(tmp_path):
-    """A 2 MB tmpfs fills during ``index`` (real Chroma, real ENOSPC); after it is grown, the same
-    command finishes the store with no passage twice. Needs the right to mount (root)."""
+def test_a_real_full_disk_then_space_freed(tmp_path, capsys, monkeypatch):
+    """A 2 MB tmpfs fills during ``index`` (real Chroma, real ENOSPC, in a process of its own); after
+    it is grown, the same command finishes the store with no passage twice (here, in this process).
+    Needs the right to mount (root)."""
     disk = tmp_path / "disk"
     if os.geteuid() != 0 or not _mount_tmpfs(disk, "2m"):
         pytest.skip("mounting a small tmpfs needs root (the injected test above covers the seam)")
     try:
         data = _passages(tmp_path, 1500)
         env = dict(os.environ, PARALLELSEARCH_HOME=str(disk / "home"), HF_HUB_OFFLINE="1")
-        index = [sys.executable, "-m", "parallelsearch.cli", "index", "--store", "full", "--no-progress"]
-        first = subprocess.run([*index, str(data)], env=env, capture_output=True, text=True, timeout=1200)
+        index = ["index", "--store", "full", "--no-progress", str(data)]
+        first = subprocess.run(
+            [sys.executable, "-m", "parallelsearch.cli", *index], env=env, capture_output=True, text=True, timeout=1200
+        )  # fmt: skip
         assert first.returncode == 2, first
         err = first.stderr.strip()
         assert len(err.splitlines()) == 1 and "is full" in err and "Traceback" not in err, err
         subprocess.run(["mount", "-o", "remount,size=256m", str(disk)], check=True)
-        second = subprocess.run([*index, str(data)], env=env, capture_output=True, text=True, timeout=1200)
-        assert second.returncode == 0, second.stderr
-        added, present = _added(second.stdout)
-        check = subprocess.run(
-            [sys.executable, "-m", "parallelsearch.cli", "stores", "--check", "full"],
-            env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        assert check.returncode == 0, check
-        assert f"total {added + present}" in second.stdout and added + present == 1500, second.stdout
+        monkeypatch.setenv("PARALLELSEARCH_HOME", str(disk / "home"))
+        assert main(index) == 0
+        out = capsys.readouterr().out
+        added, present = _added(out)
+        assert main(["stores", "--check", "full"]) == 0
+        assert f"total {added + present}" in out and added + present == 1500, out
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
