@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 from _server import ServerProcess
 
-from parallelsearch.serving.loopback import free_port
+from parallelsearch.stores.http.loopback import free_port
 
 
 class OfficialServer(ServerProcess):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from parallelsearch.serving.loopback import free_port
+from parallelsearch.stores.http.loopback import free_port
 
 BIN = Path(sys.executable).parent
 #: what a ``parallelsearch`` child must not inherit: the user's API keys, config file and Chroma

@@ -17,7 +17,7 @@ from tqdm import tqdm
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.rl import EnvGraph
 from parallelsearch.rl.rollout import rollout_episode
-from parallelsearch.serving.loopback import LoopbackServer
+from parallelsearch.stores.http.loopback import LoopbackServer
 
 EPISODES = 64
 LEVELS = (1, 8, 32)

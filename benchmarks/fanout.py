@@ -16,7 +16,7 @@ from _common import hotpot_store, write
 
 from parallelsearch.agents.policies import ScriptedPolicy
 from parallelsearch.graphs import build_parallel_search_graph, build_sequential_graph
-from parallelsearch.serving.loopback import LoopbackServer
+from parallelsearch.stores.http.loopback import LoopbackServer
 
 REPEATS = 11
 KS = (1, 2, 4, 8)

@@ -26,7 +26,7 @@ from pathlib import Path
 from _common import ROOT, parser, print_table, write
 from _server import BIN, OFFLINE, ServerProcess
 
-from parallelsearch.serving.loopback import free_port
+from parallelsearch.stores.http.loopback import free_port
 
 KINDS = ["parallel", "sequential", "rag", "dag"]
 QUESTION = "Between Greyia and Calibanus, which has more species?"

@@ -33,7 +33,7 @@ from _raw_http import RawHttpConnection, RawHttpError
 from _server import CLI, ServerProcess, cli_env, cli_server
 from tqdm import tqdm
 
-from parallelsearch.serving.loopback import free_port
+from parallelsearch.stores.http.loopback import free_port
 
 LOADS = {  # name: (clients, queries per request, requests per client)
     "1c_1q": (1, 1, 120),

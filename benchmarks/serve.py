@@ -18,9 +18,9 @@ from _common import alternating, fmt, gather_limited, hotpot_store, latency, par
 from tqdm import tqdm
 
 from parallelsearch.agents.policies import ScriptedPolicy
-from parallelsearch.serving.loopback import LoopbackServer
 from parallelsearch.serving.server import create_app
 from parallelsearch.settings import Settings
+from parallelsearch.stores.http.loopback import LoopbackServer
 
 REQUESTS = 96
 LEVELS = (1, 8, 32)

@@ -340,14 +340,17 @@ def _one_turn(
     return _compile(b, cfg, checkpointer, build.name or kind, **build.compile_options())
 
 
+class BuilderOptions(GraphOptions, total=False):
+    """The paper graphs' builders' keywords: the answer turn's own policy, a LangGraph checkpointer,
+    a whole :class:`GraphConfig`, and each knob of it (a knob given beside ``config`` wins)."""
+
+    answer_policy: Planner | None
+    checkpointer: Any
+    config: GraphConfig | None
+
+
 def build_parallel_search_graph(
-    policy: Planner,
-    searcher: Any,
-    *,
-    answer_policy: Planner | None = None,
-    checkpointer: Any = None,
-    config: GraphConfig | None = None,
-    **options: Unpack[GraphOptions],
+    policy: Planner, searcher: Any, **options: Unpack[BuilderOptions]
 ) -> SearchGraph:
     """ParallelSearch: planner -> ``Send`` one searcher per sub-query -> join -> planner.
 
@@ -355,36 +358,12 @@ def build_parallel_search_graph(
     ``{name: store}`` mapping or anything with ``asearch(query, k)``. ``resolver`` may also be a
     function ``(sub_query, parents) -> str`` for the ``#k`` of dependent sub-queries.
     """
-    return build_graph(
-        "parallel",
-        policy,
-        searcher,
-        answer_policy=answer_policy,
-        checkpointer=checkpointer,
-        config=config,
-        **options,
-    )
+    return build_graph("parallel", policy, searcher, **options)
 
 
-def build_sequential_graph(
-    policy: Planner,
-    searcher: Any,
-    *,
-    answer_policy: Planner | None = None,
-    checkpointer: Any = None,
-    config: GraphConfig | None = None,
-    **options: Unpack[GraphOptions],
-) -> SearchGraph:
+def build_sequential_graph(policy: Planner, searcher: Any, **options: Unpack[BuilderOptions]) -> SearchGraph:
     """Search-R1 baseline: its prompt (unless one is given), one query per search (``##`` is not split)."""
-    return build_graph(
-        "sequential",
-        policy,
-        searcher,
-        answer_policy=answer_policy,
-        checkpointer=checkpointer,
-        config=config,
-        **options,
-    )
+    return build_graph("sequential", policy, searcher, **options)
 
 
 def build_graph(

@@ -55,7 +55,7 @@ _LAZY = {
     "launch": "parallelsearch.rl.launch",
     # serving
     "create_app": "parallelsearch.serving.server",
-    "LoopbackServer": "parallelsearch.serving.loopback",
+    "LoopbackServer": "parallelsearch.stores.http.loopback",
 }
 
 

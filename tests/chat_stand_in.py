@@ -28,31 +28,35 @@ def calls(*queries: str, tool: str = "search", turn: int = 0) -> AIMessage:
     )
 
 
-class ScriptModel(BaseChatModel):
-    """Replies ``replies[i]`` on its i-th call (the last one again after the script ends); a
-    string is a plain answer. ``seen`` holds each call's messages, ``tools`` its tools' names."""
+class RecordingChatModel(BaseChatModel):
+    """What both stand-ins share: tools bound as OpenAI specs, and ``seen``, each call's messages."""
 
-    replies: list[Any]
-    _calls: int = PrivateAttr(default=0)
     _seen: list[list[BaseMessage]] = PrivateAttr(default_factory=list)
-    _tools: list[list[str]] = PrivateAttr(default_factory=list)
-    _kwargs: list[dict[str, Any]] = PrivateAttr(default_factory=list)
 
     @property
     def _llm_type(self) -> str:
-        return "script-stand-in"
+        return f"stand-in {type(self).__name__}"
 
     @property
     def seen(self) -> list[list[BaseMessage]]:
         return self._seen
 
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable:
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+
+class ScriptModel(RecordingChatModel):
+    """Replies ``replies[i]`` on its i-th call (the last one again after the script ends); a
+    string is a plain answer. ``seen`` holds each call's messages, ``tools`` its tools' names."""
+
+    replies: list[Any]
+    _calls: int = PrivateAttr(default=0)
+    _tools: list[list[str]] = PrivateAttr(default_factory=list)
+    _kwargs: list[dict[str, Any]] = PrivateAttr(default_factory=list)
+
     @property
     def tools(self) -> list[list[str]]:
         return self._tools
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable:
-        specs = [convert_to_openai_tool(t) for t in tools]
-        return self.bind(tools=specs, **kwargs)
 
     def _generate(
         self,
@@ -87,25 +91,13 @@ class Films:
 RANDOM_QUERIES = ("Inception", "Nolan", "Tenet", "hang")
 
 
-class RandomChatModel(BaseChatModel):
+class RandomChatModel(RecordingChatModel):
     """A STAND-IN that replies at random but reproducibly: the reply to a request depends only on
     ``seed``, the conversation's first question and the request's length. It calls 1-3 of the
     tools it is bound to (often the same query twice, now and then an output tool beside a
     search), or answers; ``seen`` holds every request's messages."""
 
     seed: int = 0
-    _seen: list[list[BaseMessage]] = PrivateAttr(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "random-stand-in"
-
-    @property
-    def seen(self) -> list[list[BaseMessage]]:
-        return self._seen
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Runnable:
-        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
     def _generate(
         self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any

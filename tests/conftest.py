@@ -24,8 +24,8 @@ needs_data = pytest.mark.skipif(not RAW.is_dir(), reason=f"benchmark data folder
 long_work = pytest.mark.timeout(30 * 60)
 
 
-from parallelsearch.serving.loopback import LoopbackServer as UvicornThread  # noqa: E402
-from parallelsearch.serving.loopback import free_port  # noqa: E402
+from parallelsearch.stores.http.loopback import LoopbackServer as UvicornThread  # noqa: E402
+from parallelsearch.stores.http.loopback import free_port  # noqa: E402
 
 __all__ = ["UvicornThread", "free_port"]
 

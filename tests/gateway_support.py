@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from engines import SamplingParamsStandIn, ScriptedEngine
@@ -16,6 +21,16 @@ from parallelsearch.rl.gateway import ChatTemplate, GatewaySession, SessionLimit
 QUESTION = "Were Scott Derrickson and Ed Wood of the same nationality?"
 LABEL = {"golden_answers": ["yes"], "type": "comparison", "question": QUESTION}
 END = "<|im_end|>"
+
+
+def user_module(tmp_path: Path, monkeypatch: Any, name: str, source: str) -> Iterator[str]:
+    """A user's module ``name`` in the working directory, importable as ``agent.factory`` names it
+    (the test runner's own folder off ``sys.path``), and forgotten after the test."""
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
+    yield name
+    sys.modules.pop(name, None)
 
 
 def tools_tokenizer() -> Any:

@@ -164,11 +164,17 @@ def test_agent_config_uses_the_same_factory(hotpot_store):
 
 # ---- typed builders --------------------------------------------------------------------------
 def test_builders_take_typed_options_and_return_compiled_graphs(hotpot_store):
+    from parallelsearch.graphs.builders import BuilderOptions
+
     assert set(typing.get_type_hints(GraphOptions)) == set(GraphConfig.model_fields)
-    for builder in (build_parallel_search_graph, build_sequential_graph, build_graph):
+    beside = set(typing.get_type_hints(BuilderOptions)) - set(GraphConfig.model_fields)
+    assert beside == {"answer_policy", "checkpointer", "config"}
+    typed = {build_parallel_search_graph: "BuilderOptions", build_sequential_graph: "BuilderOptions"}
+    for builder, options in {**typed, build_graph: "GraphOptions"}.items():
         sig = inspect.signature(builder)
-        assert "Unpack[GraphOptions]" in str(sig.parameters["options"].annotation)
-        assert "config" in sig.parameters and sig.return_annotation == "SearchGraph"
+        assert f"Unpack[{options}]" in str(sig.parameters["options"].annotation)
+        assert sig.return_annotation == "SearchGraph"
+    assert "config" in inspect.signature(build_graph).parameters
     from langgraph.graph.state import CompiledStateGraph
 
     policy = ScriptedPolicy(SEARCH)

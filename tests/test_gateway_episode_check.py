@@ -6,13 +6,10 @@ a hang, a fork, a conversation the reward cannot read, or a factory that returns
 from __future__ import annotations
 
 import json
-import os
-import sys
-import textwrap
 
 import pytest
 from engines import SamplingParamsStandIn
-from gateway_support import END, LABEL, KeyedEngine, Library, call, run, tools_tokenizer
+from gateway_support import END, LABEL, KeyedEngine, Library, call, run, tools_tokenizer, user_module
 from test_gateway_check import _model
 from test_training_mistakes import check_lines, write_data
 
@@ -94,11 +91,7 @@ def bound(model, searcher):
 
 @pytest.fixture()
 def agents_module(tmp_path, monkeypatch):
-    (tmp_path / "my_agents.py").write_text(textwrap.dedent(AGENTS))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
-    yield "my_agents"
-    sys.modules.pop("my_agents", None)
+    yield from user_module(tmp_path, monkeypatch, "my_agents", AGENTS)
 
 
 def test_a_dynamic_prompt_counting_searches_loses_no_episode_and_is_token_exact(agents_module):
@@ -152,37 +145,32 @@ def _check(tmp_path, tiny_model_dir, *sets: str) -> int:
     )
 
 
+FACTORY = "agent.factory=my_agents:"
+
+
 @pytest.mark.timeout(300)  # the old code hung on the sync hooks (in training; the check ran one turn)
 @pytest.mark.parametrize(
-    ("factory", "said"),
+    ("sets", "rc", "said"),
     [
-        (None, "the README chat agent ran a scripted search, then an answer, in 2 model calls; the reward reads 1 search and the answer from its record; 0 token mismatches"),
-        ("my_agents:marked", "ran a scripted search, then an answer, in 2 model calls"),
-        ("my_agents:langchain_agent", "the reward reads 1 search and the answer from its conversation; 0 token mismatches"),
-        ("my_agents:counting", "warning: agent.factory 'my_agents:counting''s system prompt changes between model calls (1 of 2 calls"),
+        ((), 0, "the README chat agent ran a scripted search, then an answer, in 2 model calls; the reward reads 1 search and the answer from its record; 0 token mismatches"),
+        ((FACTORY + "marked",), 0, "ran a scripted search, then an answer, in 2 model calls"),
+        ((FACTORY + "langchain_agent",), 0, "the reward reads 1 search and the answer from its conversation; 0 token mismatches"),
+        ((FACTORY + "counting",), 0, "warning: agent.factory 'my_agents:counting''s system prompt changes between model calls (1 of 2 calls"),
+        ((FACTORY + "nothing",), 1, "check failed: agent.factory 'my_agents:nothing' returned None (does the function end without `return`?)"),
+        ((FACTORY + "bound",), 1, "check failed: agent.factory 'my_agents:bound' returned a chat model (ChatOpenAI, bound to tools), not an agent"),
+        ((FACTORY + "lookup_agent",), 1, "the reward cannot read what the agent did: its model is offered no 'search' tool (tools: ['lookup'])"),
+        ((FACTORY + "stalling", "agent.gateway_timeout_s=1"), 1, "the scripted episode got stuck: no model call for 1 s after model call 1, which replied with 1 tool call(s)"),
     ],
-    ids=["default", "sync_hooks", "create_agent", "dynamic_prompt"],
+    ids=["default", "sync_hooks", "create_agent", "dynamic_prompt", "none", "bound_model", "unreadable_tools", "stuck"],
 )  # fmt: skip
-def test_the_check_runs_a_full_scripted_episode(
-    tmp_path, capsys, tiny_model_dir, agents_module, factory, said
+def test_the_check_runs_a_full_scripted_episode_or_refuses_in_one_line(
+    tmp_path, capsys, tiny_model_dir, agents_module, sets, rc, said
 ):
-    assert _check(tmp_path, tiny_model_dir, *([f"agent.factory={factory}"] if factory else [])) == 0
-    assert said in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    ("factory", "said"),
-    [
-        ("my_agents:nothing", "check failed: agent.factory 'my_agents:nothing' returned None (does the function end without `return`?)"),
-        ("my_agents:bound", "check failed: agent.factory 'my_agents:bound' returned a chat model (ChatOpenAI, bound to tools), not an agent"),
-        ("my_agents:lookup_agent", "the reward cannot read what the agent did: its model is offered no 'search' tool (tools: ['lookup'])"),
-        ("my_agents:stalling", "the scripted episode got stuck: no model call for 1 s after model call 1, which replied with 1 tool call(s)"),
-    ],
-    ids=["none", "bound_model", "unreadable_tools", "stuck"],
-)  # fmt: skip
-def test_the_check_refuses_in_one_line_naming_the_factory(
-    tmp_path, capsys, tiny_model_dir, agents_module, factory, said
-):
-    assert _check(tmp_path, tiny_model_dir, f"agent.factory={factory}", "agent.gateway_timeout_s=1") == 1
-    line = check_lines(capsys)[-1]
-    assert said in line, line
+    """A factory that works runs a scripted search and answer; one that cannot be trained is refused
+    in the check's last line, naming the factory."""
+    assert _check(tmp_path, tiny_model_dir, *sets) == rc
+    if rc:
+        line = check_lines(capsys)[-1]
+        assert said in line, line
+    else:
+        assert said in capsys.readouterr().out

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import textwrap
 import typing
 
 import pytest
@@ -25,6 +24,7 @@ from gateway_support import (
     retrieve_app,
     run,
     tools_tokenizer,
+    user_module,
 )
 
 from parallelsearch.graphs.config import GraphConfig
@@ -73,11 +73,8 @@ def build(model, searcher):
 @pytest.fixture()
 def user_factory(tmp_path, monkeypatch):
     """A user's module in the working directory, named as ``agent.factory`` names it."""
-    (tmp_path / "house_agents.py").write_text(textwrap.dedent(USER_MODULE))
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd())])
-    yield "house_agents:build"
-    sys.modules.pop("house_agents", None)
+    for name in user_module(tmp_path, monkeypatch, "house_agents", USER_MODULE):
+        yield f"{name}:build"
 
 
 def test_a_user_factory_with_its_own_middleware_trains_through_the_gateway(

@@ -12,8 +12,8 @@ from conftest import ROOT
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
-from parallelsearch.serving.loopback import LoopbackServer
 from parallelsearch.stores import create_retrieval_app
+from parallelsearch.stores.http.loopback import LoopbackServer
 from parallelsearch.stores.passages import Passage
 
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -84,8 +84,8 @@ def test_tokens_of_a_model_policy_mask_exactly_its_generated_ids(
 def test_rollout_cli_tokens_oracle_label_and_sft_refusal(
     hotpot_store, hotpot_comparison_file, tiny_model_dir, tmp_path, capsys
 ):
-    from parallelsearch.serving.loopback import LoopbackServer
     from parallelsearch.stores import create_retrieval_app
+    from parallelsearch.stores.http.loopback import LoopbackServer
 
     with LoopbackServer(create_retrieval_app(hotpot_store)) as srv:
         base = ["rollout", "--data", str(hotpot_comparison_file), "--policy", "oracle", "--limit", "4"]

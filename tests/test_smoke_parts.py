@@ -199,6 +199,35 @@ def test_the_heldout_split_never_trains_on_a_heldout_question():
         LearnSettings(steps=0).check()
     with pytest.raises(ValueError, match="pool 'bridge'"):
         LearnSettings(pool="bridge").check()
+    with pytest.raises(ValueError, match="eval_temperature must be >= 0, got -1"):
+        LearnSettings(eval_temperature=-1).check()
+
+
+def test_held_out_episodes_sample_at_the_evaluation_temperature(monkeypatch):
+    """A real model is evaluated greedily, as the paper evaluates, one episode a question; training
+    episodes keep the rollouts' temperature."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from parallelsearch.training import learning_loop
+    from parallelsearch.training.learning_loop import REAL_MODEL_LEARN, LearningRun, LearnSettings
+
+    asked = []
+
+    async def sampled(actor, records, seeds, *, temperature, **kwargs):
+        asked.append(temperature)
+        return []
+
+    monkeypatch.setattr(learning_loop, "rollouts", sampled)
+    args = SimpleNamespace(
+        data=SimpleNamespace(max_len=512), rollout=SimpleNamespace(temperature=1.0, top_p=1.0)
+    )
+    trainer = SimpleNamespace(args=args, tokenizer=None, samples=lambda results: [])
+    settings = LearnSettings(**REAL_MODEL_LEARN)
+    run = LearningRun(None, trainer, [], [], settings)
+    asyncio.run(run.rollout([], [], temperature=settings.eval_temperature))
+    asyncio.run(run.rollout([], []))
+    assert asked == [0.0, 1.0] and settings.heldout_samples == 1
 
 
 def _evaluation(mean, stderr):

@@ -33,6 +33,13 @@ PROMPTS = 1300
 PASSES = round(1005 / 3)
 
 
+@pytest.fixture()
+def check_data(tmp_path):
+    """``train --check`` (the probe skipped) on a written training file, with these settings."""
+    data = write_data(tmp_path / "train.jsonl")
+    return lambda *sets: skip_probe_check(f"prompt_data={data}", *sets)
+
+
 def run_command_sh(job: Path, tmp_path: Path) -> tuple[str, list[str]]:
     """``bash command.sh`` from another directory, its check run by the real CLI and ``ray`` a
     stand-in: (what the check printed, the arguments ray was given)."""
@@ -140,22 +147,21 @@ def test_many_passes_over_a_small_file_are_warned(tmp_path, capsys):
 # -- the reward's weights ----------------------------------------------------------------------------
 
 
-def test_reward_weights_are_printed_and_bounded_against_the_modes_own(tmp_path, capsys):
+def test_reward_weights_are_printed_and_bounded_against_the_modes_own(check_data, capsys):
     """``lambda_d=1.5`` (10x the mode's 0.15) passed without a word: a wrong answer that splits then
     scores 4.95, far above a right answer's 1."""
-    data = write_data(tmp_path / "train.jsonl")
     refused(
         capsys,
-        skip_probe_check(f"prompt_data={data}", "agent.reward.weights.lambda_d=1.5"),
+        check_data("agent.reward.weights.lambda_d=1.5"),
         "agent.reward.weights: lambda_d 1.5 (the mode's 0.15)",
         "pay a wrong answer up to 4.95, not less than a right answer's outcome 1",
         "set agent.reward.weights.lambda_d=0.15",
     )
-    assert skip_probe_check(f"prompt_data={data}", "agent.reward.weights.lambda_s=0.05") == 0
+    assert check_data("agent.reward.weights.lambda_s=0.05") == 0
     out = capsys.readouterr().out
     assert "warning: agent.reward.weights.lambda_s 0.05 is 1/7 of the mode's own 0.35" in out
     assert "lambda_s 0.05 (the mode's 0.35)" in out
-    assert skip_probe_check(f"prompt_data={data}") == 0
+    assert check_data() == 0
     assert (
         "ok: reward weights (mode paper-strict, the mode's own): lambda_d 0.15, lambda_s 0.35, alpha 3, "
         "lambda_f 0.1; shaping pays a wrong answer at most 0.90 < a right answer's 1"
@@ -228,28 +234,26 @@ def test_a_template_that_never_teaches_splitting_is_refused_under_a_decompositio
 # -- the observation cap and the budget -------------------------------------------------------------
 
 
-def test_an_observation_cap_below_one_passage_is_refused(tmp_path, capsys):
+def test_an_observation_cap_below_one_passage_is_refused(check_data, capsys):
     """A 100-token cap was praised as "room for about 8 sub-queries"."""
-    data = write_data(tmp_path / "train.jsonl")
     refused(
         capsys,
-        skip_probe_check(f"prompt_data={data}", "agent.max_observation_tokens=100"),
+        check_data("agent.max_observation_tokens=100"),
         "agent.max_observation_tokens 100 < one passage (160 tokens;",
         "cut inside its first passage; set agent.max_observation_tokens >= 960",
     )
 
 
-def test_a_budget_with_room_for_one_sub_query_is_warned(tmp_path, capsys):
+def test_a_budget_with_room_for_one_sub_query_is_warned(check_data, capsys):
     """top_k=5 leaves one sub-query's passages under the 1,000-token cap: it was reported as ok."""
-    data = write_data(tmp_path / "train.jsonl")
-    assert skip_probe_check(f"prompt_data={data}", "agent.graph_config.top_k=5") == 0
+    assert check_data("agent.graph_config.top_k=5") == 0
     out = capsys.readouterr().out
     assert (
         "warning: budget: one search holds only 1 sub-query's passages whole (max_observation_tokens 1000: 1000 "
         "tokens; top_k 5 x passage 160 = 800 a sub-query)"
     ) in out
     assert "set agent.graph_config.top_k <= 3, or raise agent.max_observation_tokens >= 1600" in out
-    assert skip_probe_check(f"prompt_data={data}") == 0
+    assert check_data() == 0
     assert "ok: budget: one search holds 2 sub-queries' passages whole" in capsys.readouterr().out
 
 

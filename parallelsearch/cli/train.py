@@ -217,23 +217,28 @@ def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveG
     add_engine_args(g)
 
 
+#: ``train --smoke --learn``'s own flags and their argparse keywords (their defaults: LearnSettings)
+LEARN_FLAGS: dict[str, dict[str, Any]] = {
+    "--smoke-steps": {"type": int, "help": "--learn: training steps (20; 15 with --model)"},
+    "--smoke-heldout": {"type": int, "help": "--learn: held-out questions (24)"},
+    "--smoke-pool": {
+        "choices": ["parallel", "all"],
+        "help": "--learn: the questions it trains and evaluates on: parallel (the sample's comparison "
+        "questions, the default) or all (comparison and bridge)",
+    },
+    "--smoke-seed": {"type": int, "help": "--learn: the seed of prompt order and sampling (0)"},
+    "--smoke-control": {
+        "choices": ["group", "step"],
+        "help": "--learn: how the control shuffles each step's rewards: among all the step's samples (step, "
+        "the default) or among each prompt's samples (group: the run's advantages, given to random episodes)",
+    },
+}
+
+
 def add_learn_args(g: argparse._ArgumentGroup) -> None:
     """``train --smoke --learn``'s own settings: its length, its questions and its control run."""
-    g.add_argument("--smoke-steps", type=int, help="--learn: training steps (20; 15 with --model)")
-    g.add_argument("--smoke-heldout", type=int, help="--learn: held-out questions (24)")
-    g.add_argument(
-        "--smoke-pool",
-        choices=["parallel", "all"],
-        help="--learn: the questions it trains and evaluates on: parallel (the sample's comparison "
-        "questions, the default) or all (comparison and bridge)",
-    )
-    g.add_argument("--smoke-seed", type=int, help="--learn: the seed of prompt order and sampling (0)")
-    g.add_argument(
-        "--smoke-control",
-        choices=["group", "step"],
-        help="--learn: how the control shuffles each step's rewards: among all the step's samples (step, the "
-        "default) or among each prompt's samples (group: the run's advantages, given to random episodes)",
-    )
+    for flag, keywords in LEARN_FLAGS.items():
+        g.add_argument(flag, **keywords)
 
 
 def add_engine_args(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -272,21 +277,17 @@ def engine_args_from(args: argparse.Namespace, base: dict[str, Any] | None = Non
     return out
 
 
+LEARN_ONLY = tuple(flag[2:].replace("-", "_") for flag in LEARN_FLAGS)
 SMOKE_ONLY = (
     "learn",
     "smoke_prompts",
     "smoke_samples",
-    "smoke_steps",
-    "smoke_heldout",
-    "smoke_pool",
-    "smoke_seed",
-    "smoke_control",
+    *LEARN_ONLY,
     "smoke_retriever",
     "smoke_dir",
     "kv_cache_gib",
     "engine_arg",
 )
-LEARN_ONLY = ("smoke_steps", "smoke_heldout", "smoke_pool", "smoke_seed", "smoke_control")
 
 
 def _apply(flags: list[str]) -> str:

@@ -61,6 +61,9 @@ class LearnSettings:
     #: advantages, each group's, given to random episodes of the group) or among all the step's samples
     #: ("step": every group gets rewards of other prompts, so nearly every group has advantages)
     control_shuffle: str = "step"
+    #: the held-out episodes' sampling temperature (None: the rollouts'); 0 is greedy, as the paper
+    #: evaluates, and then one episode a question (``heldout_samples`` 1) says all there is
+    eval_temperature: float | None = None
     #: held-out episodes at a time: 1 makes each evaluation independent of batching, so a rerun of
     #: the same seed repeats it to the last digit
     eval_concurrency: int = 1
@@ -79,6 +82,8 @@ class LearnSettings:
             raise ValueError(f"control_shuffle {self.control_shuffle!r}: group or step")
         if self.pool not in POOLS:
             raise ValueError(f"pool {self.pool!r}: one of {', '.join(POOLS)}")
+        if self.eval_temperature is not None and self.eval_temperature < 0:
+            raise ValueError(f"LearnSettings.eval_temperature must be >= 0, got {self.eval_temperature}")
         if self.train_layers is not None and self.train_layers < 1:
             raise ValueError(f"--smoke-train-layers must be >= 1, got {self.train_layers}")
         return self
@@ -86,7 +91,7 @@ class LearnSettings:
 
 #: the learning run's own knobs for a real model (docs/training.md, "A real model on a laptop"): an SFT
 #: learning rate for 135M parameters, fewer and smaller SFT batches, the top layers trained, held-out
-#: episodes batched in the engine (one at a time would take most of the run)
+#: episodes batched in the engine (one at a time would take most of the run) and greedy, one a question
 REAL_MODEL_LEARN: dict[str, Any] = {
     "sft_steps": 60,
     "sft_lr": 5e-5,
@@ -94,6 +99,8 @@ REAL_MODEL_LEARN: dict[str, Any] = {
     "train_layers": 8,
     "steps": 15,
     "eval_concurrency": 16,
+    "eval_temperature": 0.0,
+    "heldout_samples": 1,
 }
 
 
@@ -164,7 +171,11 @@ class LearningRun:
         self.state = LearnState()
 
     async def rollout(
-        self, records: Sequence[dict[str, Any]], seeds: Sequence[int], concurrency: int | None = None
+        self,
+        records: Sequence[dict[str, Any]],
+        seeds: Sequence[int],
+        concurrency: int | None = None,
+        temperature: float | None = None,
     ) -> list[dict[str, Any]]:
         results = await rollouts(
             self.actor,
@@ -172,7 +183,7 @@ class LearningRun:
             seeds,
             max_length=self.args.data.max_len,
             tokenizer=self.trainer.tokenizer,
-            temperature=self.args.rollout.temperature,
+            temperature=self.args.rollout.temperature if temperature is None else temperature,
             top_p=self.args.rollout.top_p,
             concurrency=concurrency,
         )
@@ -207,7 +218,12 @@ class LearningRun:
         t0 = time.perf_counter()
         n = self.settings.heldout_samples
         records = [r for r in self.heldout for _ in range(n)]
-        results = await self.rollout(records, self.seeds(0, len(records)), self.settings.eval_concurrency)
+        results = await self.rollout(
+            records,
+            self.seeds(0, len(records)),
+            self.settings.eval_concurrency,
+            self.settings.eval_temperature,
+        )
         ev = evaluation(results, [r["type"] for r in records])
         self.state.evaluations[name] = ev
         self.anchor = results if name == "before" else getattr(self, "anchor", results)

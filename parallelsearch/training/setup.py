@@ -217,8 +217,8 @@ def retriever(url: str | None, questions: int, echo: Callable[[str], None]) -> I
         yield url
         return
     from parallelsearch.demo_data import demo_store
-    from parallelsearch.serving.loopback import LoopbackServer
     from parallelsearch.stores import create_retrieval_app
+    from parallelsearch.stores.http.loopback import LoopbackServer
 
     app = create_retrieval_app(demo_store(questions, progress=False))
     with LoopbackServer(app) as server:

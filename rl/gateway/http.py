@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import httpx
@@ -19,6 +18,7 @@ import httpx
 from parallelsearch.rl.gateway.errors import GatewayError
 from parallelsearch.rl.gateway.session import GatewaySession
 from parallelsearch.rl.gateway.transport import answer, current_session
+from parallelsearch.stores.http.loopback import LoopbackServer
 
 SESSION_HEADER = "x-gateway-session"
 
@@ -72,39 +72,11 @@ def gateway_app(registry: SessionRegistry) -> Any:
     )
 
 
-class LoopbackGateway:
-    """``gateway_app`` served by uvicorn on a free port of 127.0.0.1 in a daemon thread."""
+class LoopbackGateway(LoopbackServer):
+    """``gateway_app`` served on a free port of 127.0.0.1 in a daemon thread."""
 
     def __init__(self, registry: SessionRegistry, start_timeout_s: float = 30.0):
-        import socket
-
-        import uvicorn
-
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.server = uvicorn.Server(
-            uvicorn.Config(gateway_app(registry), host="127.0.0.1", port=self.port, log_level="warning")
-        )
-        self.start_timeout_s = start_timeout_s
-        self.thread = threading.Thread(target=self.server.run, daemon=True, name="gateway-http")
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> LoopbackGateway:
-        self.thread.start()
-        deadline = time.monotonic() + self.start_timeout_s
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError(f"the gateway's HTTP server on port {self.port} did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+        super().__init__(gateway_app(registry), start_timeout_s=start_timeout_s, thread_name="gateway-http")
 
 
 class SessionHeaderTransport(httpx.AsyncHTTPTransport):
