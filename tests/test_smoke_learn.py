@@ -58,6 +58,9 @@ def test_learning_json_holds_the_run(short_run):
     assert saved["anchor_logprob"]["control_before"] == saved["anchor_logprob"]["before"]
     # the paper preset's agent config (its reward mode set above); the control starts where the run started
     assert saved["config"]["reward_mode"] == "paper" and saved["config"]["apply_chat_template"] is True
+    # what the model was trained on, as the trainer's tokens decode: the chat-templated prompt and a reply
+    trained = saved["first_trained_episode"]
+    assert "<|im_start|>user" in trained and "<|im_start|>assistant" in trained, trained[:300]
     assert saved["config"]["constrained"] is False and saved["config"]["prompts_per_step"] == 4
     assert saved["control_before"] == saved["heldout_before"]
     assert (work / "learning.svg").read_text().startswith("<svg")

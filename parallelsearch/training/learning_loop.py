@@ -150,6 +150,9 @@ class LearnState:
     #: mean log-prob per action token of the "before" evaluation's episodes under the weights of each
     #: later evaluation: how far a run moved from what the warm start does (the control's drift)
     anchor_logprob: dict[str, float] = field(default_factory=dict)
+    #: the first training episode's token ids as the trainer holds them, decoded: what the model is
+    #: trained on, prompt and all (a user's middleware shows here as the chat template rendered it)
+    first_trained_episode: str = ""
 
 
 class LearningRun:
@@ -298,6 +301,10 @@ class LearningRun:
             records = [p for p in prompts for _ in range(n)]
             results = await self.rollout(records, self.seeds(step, len(records)))
             samples = self.trainer.samples(results)
+            if not self.state.first_trained_episode:
+                self.state.first_trained_episode = self.trainer.tokenizer.decode(
+                    samples[0].sequences[0].tolist()
+                )
             if control:
                 group = n if self.settings.control_shuffle == "group" else len(samples)
                 shuffle_rewards(samples, random.Random(self.settings.seed * 7919 + step), group)

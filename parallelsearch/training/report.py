@@ -59,6 +59,7 @@ def learning_record(state: LearnState, settings: LearnSettings, config: dict[str
         settings=vars(settings),
         config=config,
         seconds=state.seconds,
+        first_trained_episode=state.first_trained_episode,
     )
     record["goals"] = goals(record)
     return record
