@@ -94,7 +94,7 @@ class LearnSettings:
 #: episodes batched in the engine (one at a time would take most of the run) and greedy, one a question
 REAL_MODEL_LEARN: dict[str, Any] = {
     "sft_steps": 60,
-    "sft_lr": 5e-5,
+    "sft_lr": 1e-4,
     "sft_batch": 8,
     "train_layers": 8,
     "steps": 15,
