@@ -29,12 +29,15 @@ OVERRIDES = ["rollout_batch_size=4", "train_batch_size=16", "agent.reward.mode=p
 
 @pytest.fixture(scope="module")
 def short_run(tmp_path_factory):
+    from parallelsearch.training import learning_loop
     from parallelsearch.training.learning_run import run_learning_smoke
 
     work = tmp_path_factory.mktemp("learn")
-    record = run_learning_smoke(
-        SETTINGS, overrides=OVERRIDES, workdir=work, engine_args={"kv_cache_memory_bytes": 1 << 30}
-    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(learning_loop, "CHECK_CHUNK", 3)  # each check's 8 episodes in batches of 3, 3 and 2
+        record = run_learning_smoke(
+            SETTINGS, overrides=OVERRIDES, workdir=work, engine_args={"kv_cache_memory_bytes": 1 << 30}
+        )
     return record, work
 
 

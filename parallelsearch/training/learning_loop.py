@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,9 @@ from parallelsearch.training.rollouts import Evaluation, evaluation, parts_said,
 
 #: the question types the learning smoke trains and evaluates on, by name (docs/training.md, "The learning
 #: smoke": why parallelizable questions by default)
+#: episodes a batch in the sync and anchor checks' forward passes (their logits are held at once)
+CHECK_CHUNK = 16
+
 POOLS = {"parallel": ("comparison",), "all": ("comparison", "bridge")}
 
 
@@ -246,13 +249,22 @@ class LearningRun:
 
     def anchor_logprob(self) -> float:
         """The actor's mean log-prob per action token of the "before" evaluation's episodes."""
+        total = tokens = 0.0
+        for batch in self.batches(self.anchor):
+            total += float((self.trainer.log_probs(batch) * batch.action_mask).sum())
+            tokens += float(batch.action_mask.sum())
+        return round(total / tokens, 4)
+
+    def batches(self, results: Sequence[dict[str, Any]]) -> Iterator[Any]:
+        """``results`` as the trainer's experiences, ``CHECK_CHUNK`` episodes a batch: one batch of a
+        whole evaluation held all its logits at once (gigabytes for 144 episodes)."""
         from openrlhf.trainer.ppo_utils.experience import Experience
 
-        batch = Experience.concat_experiences(
-            self.trainer.samples(self.anchor), self.trainer.tokenizer.pad_token_id
-        )
-        mask = batch.action_mask
-        return round(float((self.trainer.log_probs(batch) * mask).sum() / mask.sum()), 4)
+        samples = self.trainer.samples(results)
+        for i in range(0, len(samples), CHECK_CHUNK):
+            yield Experience.concat_experiences(
+                samples[i : i + CHECK_CHUNK], self.trainer.tokenizer.pad_token_id
+            )
 
     async def check_unsynced(self, episodes: int = 8) -> SyncCheck:
         """The sync check while the actor's weights differ from the engine's (before a sync): it must
@@ -269,17 +281,24 @@ class LearningRun:
     def sync_check(self, results: Sequence[dict[str, Any]]) -> SyncCheck:
         """The actor's log-probs of ``results``' action tokens against the engine's, and the same
         with the mask shifted by one: a check that cannot fail proves nothing."""
-        from openrlhf.trainer.ppo_utils.experience import Experience
+        from parallelsearch.training.checks import shifted
 
-        from parallelsearch.training.checks import logprob_gap, shifted
-
-        batch = Experience.concat_experiences(
-            self.trainer.samples(results), self.trainer.tokenizer.pad_token_id
+        sums = [
+            (*self.gap_sum(batch, batch.action_mask), *self.gap_sum(batch, shifted(batch.action_mask)))
+            for batch in self.batches(results)
+        ]
+        tokens, shifted_tokens = sum(s[1] for s in sums), sum(s[3] for s in sums)
+        if not tokens or not shifted_tokens:
+            raise ValueError("no action tokens to compare")
+        return SyncCheck(
+            sum(s[0] for s in sums) / tokens, sum(s[2] for s in sums) / shifted_tokens, len(results)
         )
-        gap = logprob_gap(self.trainer.log_probs(batch), batch.rollout_log_probs, batch.action_mask)
-        batch.action_mask = shifted(batch.action_mask)
-        off = logprob_gap(self.trainer.log_probs(batch), batch.rollout_log_probs, batch.action_mask)
-        return SyncCheck(gap, off, len(results))
+
+    def gap_sum(self, batch: Any, mask: Any) -> tuple[float, int]:
+        """Summed |engine - actor| log-prob over the tokens ``mask`` marks, and their count."""
+        marked = mask.bool()
+        actor = self.trainer.log_probs(batch, action_mask=mask).detach().float()
+        return float((actor - batch.rollout_log_probs.float())[marked].abs().sum()), int(marked.sum())
 
     async def train(self, *, control: bool) -> list[dict[str, Any]]:
         """``steps`` RL steps; with ``control`` the rewards are shuffled within each step before the

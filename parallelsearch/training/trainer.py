@@ -124,13 +124,15 @@ class CpuTrainer:
         gen = SamplesGenerator.__new__(SamplesGenerator)  # the method reads no state of the generator
         return [gen._process_response_into_experience(r, max_len=self.args.data.max_len) for r in responses]
 
-    def log_probs(self, batch: Any, *, grad: bool = False) -> Any:
-        """The actor's log-probs of ``batch``'s action tokens (OpenRLHF's ``Actor.forward``)."""
+    def log_probs(self, batch: Any, *, grad: bool = False, action_mask: Any = None) -> Any:
+        """The actor's log-probs of ``batch``'s action tokens (OpenRLHF's ``Actor.forward``), or of
+        those ``action_mask`` marks instead."""
         import torch
 
+        mask = batch.action_mask if action_mask is None else action_mask
         with torch.set_grad_enabled(grad):
             self.actor.train(grad)
-            return self.actor(batch.sequences, batch.action_mask, attention_mask=batch.attention_mask)
+            return self.actor(batch.sequences, mask, attention_mask=batch.attention_mask)
 
     def make_experiences(self, samples: list[Any]) -> list[Any]:
         """``RemoteExperienceMaker.make_experience_batch`` with its Ray forward pass run here: micro-batches by
