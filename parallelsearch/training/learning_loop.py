@@ -21,11 +21,11 @@ from typing import Any
 
 from parallelsearch.training.rollouts import Evaluation, evaluation, parts_said, rollouts, term_means
 
-#: the question types the learning smoke trains and evaluates on, by name (docs/training.md, "The learning
-#: smoke": why parallelizable questions by default)
 #: episodes a batch in the sync and anchor checks' forward passes (their logits are held at once)
 CHECK_CHUNK = 16
 
+#: the question types the learning smoke trains and evaluates on, by name (docs/training.md, "The learning
+#: smoke": why parallelizable questions by default)
 POOLS = {"parallel": ("comparison",), "all": ("comparison", "bridge")}
 
 
