@@ -280,25 +280,22 @@ class LearningRun:
 
     def sync_check(self, results: Sequence[dict[str, Any]]) -> SyncCheck:
         """The actor's log-probs of ``results``' action tokens against the engine's, and the same
-        with the mask shifted by one: a check that cannot fail proves nothing."""
-        from parallelsearch.training.checks import shifted
+        with the mask shifted by one: a check that cannot fail proves nothing. One forward pass a
+        batch gives every position's log-prob, read under both masks."""
+        import torch
 
-        sums = [
-            (*self.gap_sum(batch, batch.action_mask), *self.gap_sum(batch, shifted(batch.action_mask)))
-            for batch in self.batches(results)
-        ]
-        tokens, shifted_tokens = sum(s[1] for s in sums), sum(s[3] for s in sums)
-        if not tokens or not shifted_tokens:
-            raise ValueError("no action tokens to compare")
-        return SyncCheck(
-            sum(s[0] for s in sums) / tokens, sum(s[2] for s in sums) / shifted_tokens, len(results)
+        from parallelsearch.training.checks import logprob_gap, shifted
+
+        read: dict[str, tuple[list[Any], list[Any]]] = {"actions": ([], []), "shifted": ([], [])}
+        for batch in self.batches(results):
+            every = self.trainer.log_probs(batch, action_mask=torch.ones_like(batch.action_mask)).detach()
+            for name, mask in (("actions", batch.action_mask), ("shifted", shifted(batch.action_mask))):
+                read[name][0].append(every[mask.bool()])
+                read[name][1].append(batch.rollout_log_probs[mask.bool()])
+        gap, off = (
+            logprob_gap(torch.cat(a), torch.cat(e), torch.ones(sum(map(len, a)))) for a, e in read.values()
         )
-
-    def gap_sum(self, batch: Any, mask: Any) -> tuple[float, int]:
-        """Summed |engine - actor| log-prob over the tokens ``mask`` marks, and their count."""
-        marked = mask.bool()
-        actor = self.trainer.log_probs(batch, action_mask=mask).detach().float()
-        return float((actor - batch.rollout_log_probs.float())[marked].abs().sum()), int(marked.sum())
+        return SyncCheck(gap, off, len(results))
 
     async def train(self, *, control: bool) -> list[dict[str, Any]]:
         """``steps`` RL steps; with ``control`` the rewards are shuffled within each step before the
