@@ -175,6 +175,12 @@ class Episode:
         """Some search split the question into two or more sub-queries."""
         return any(n >= 2 for n in self.subqueries_per_search)
 
+    @property
+    def valid_turns(self) -> int:
+        """The turns that are valid actions in the protocol's strict format (the per-turn share of a
+        warm start's format validity: an episode cut short can still have written only valid turns)."""
+        return sum(t["action"] != "invalid" and not t.get("format_error") for t in self.turns)
+
     def format_check(self) -> tuple[bool, str]:
         """(valid, reason): every turn a valid action in the protocol's strict format, the last an answer."""
         for i, turn in enumerate(self.turns):

@@ -112,6 +112,8 @@ def extra_logs(run: EpisodeRun, breakdown: RewardBreakdown, replaced_chars: int 
         "overflowed": float(bool(ledger and ledger.overflowed)),
         **{f"reward_{name}": value for name, value in breakdown.parts().items()},
         "format_valid": float(breakdown.format_valid),
+        "turns": float(len(ep.turns)),
+        "valid_turns": float(ep.valid_turns),
         "decomposed": float(ep.decomposed),
         "answered": float(ep.answered),
         "searches": float(len(ep.searches)),

@@ -20,7 +20,9 @@ from parallelsearch.training.checks import SYNC_TOLERANCE  # noqa: E402
 from parallelsearch.training.learning_loop import LearnSettings  # noqa: E402
 
 #: 50 SFT steps: after 20 the tiny model writes no valid turn and every group scores alike
-SETTINGS = LearnSettings(steps=2, heldout=4, heldout_samples=2, questions=24, sft_steps=50)
+SETTINGS = LearnSettings(
+    steps=2, heldout=4, heldout_samples=2, questions=24, sft_steps=50, save_checkpoints=True
+)
 #: 4 prompts x 4 samples per step, one optimizer step: what CI can afford
 #: the ``paper`` reward (the optimizer's direction is what this short run checks, and the strict
 #: default pays a short warm start's turns less often)
@@ -93,3 +95,26 @@ def test_training_steps_move_toward_what_the_advantages_favour(short_run):
             assert row["advantage_weighted_change"] > 0, row
             moved += 1
     assert moved, "no step of the short run had a group with advantages"
+
+
+def test_the_saved_checkpoints_load_as_hugging_face_folders(short_run):
+    """``save_checkpoints``: the warm start and the trained actor, each a folder transformers loads with
+    its tokenizer and chat template; the run's steps moved the weights between them."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    record, work = short_run
+    assert record["checkpoints"] == {
+        "warm_start": str(work / "checkpoints" / "warm_start"),
+        "after": str(work / "checkpoints" / "after"),
+    }
+    models = {
+        name: AutoModelForCausalLM.from_pretrained(path) for name, path in record["checkpoints"].items()
+    }
+    tokenizer = AutoTokenizer.from_pretrained(record["checkpoints"]["after"])
+    assert tokenizer.chat_template and "<|im_start|>" in tokenizer.apply_chat_template(
+        [{"role": "user", "content": "q"}], tokenize=False
+    )
+    start, after = (dict(m.named_parameters()) for m in models.values())
+    moved = [n for n in start if not torch.equal(start[n], after[n])]
+    assert moved, "the run's steps left every weight where the warm start had it"

@@ -76,6 +76,21 @@ def test_a_turn_cut_inside_a_character_reads_as_the_engines_text(tok):
     assert not check_action_mask(seq, _openrlhf_mask(seq, [(len(prompt), len(seq))]), [other], tok).ok
 
 
+def test_a_stop_string_ending_inside_a_token_reads_as_the_engines_text(tok):
+    """vLLM cuts the text at a stop string, not at its token: a turn whose last token is ``>.`` ends its
+    text at ``</search>``, and the check reads the ``.`` as that token's rest; a character the text
+    lacks before the last token still fails."""
+    enc = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    prompt, ids = enc("<think>"), enc("<search> Ed Wood </search>.")
+    assert tok.decode(ids[-1:]) == ">."  # the stop string's last character and a period, one token
+    seq = prompt + ids
+    mask = _openrlhf_mask(seq, [(len(prompt), len(seq))])
+    assert check_action_mask(seq, mask, [EngineTurn(prompt, ids, "<search> Ed Wood </search>")], tok).ok
+    short = EngineTurn(prompt, ids, "<search> Ed Wood </sear")  # the rest is more than the last token
+    reason = check_action_mask(seq, mask, [short], tok).reason
+    assert "do not decode to the engine's text" in reason, reason
+
+
 @pytest.mark.parametrize("shift", [1, -1])
 def test_a_mask_off_by_one_fails_the_check(tok, shift):
     seq, turns, ranges, _ = _episode(tok)
@@ -195,8 +210,13 @@ def test_the_heldout_split_never_trains_on_a_heldout_question():
         ValueError, match="--smoke-heldout 30: the pool 'parallel' of these 200 questions holds 24"
     ):
         split_questions(qs, 30)
-    with pytest.raises(ValueError, match="--smoke-steps must be >= 1"):
-        LearnSettings(steps=0).check()
+    with pytest.raises(ValueError, match=r"--smoke-steps must be >= 0 \(0: the warm start alone\), got -1"):
+        LearnSettings(steps=-1).check()
+    with pytest.raises(ValueError, match="--smoke-heldout must be >= 1, got 0"):
+        LearnSettings(heldout=0).check()
+    with pytest.raises(ValueError, match=r"--smoke-sft-steps must be >= 0 \(0: no warm start\), got -2"):
+        LearnSettings(sft_steps=-2).check()
+    assert LearnSettings(steps=0, sft_steps=0).check().steps == 0
     with pytest.raises(ValueError, match="pool 'bridge'"):
         LearnSettings(pool="bridge").check()
     with pytest.raises(ValueError, match="eval_temperature must be >= 0, got -1"):
@@ -491,6 +511,52 @@ def test_a_real_models_run_is_judged_by_exact_match_not_the_shaped_reward():
         and record["goals"]["held-out exact match rises >= 3 s.e."]
     )
     assert "held-out exact match: before 0.250 +- 0.069, after 0.750 +- 0.069" in summary_lines(record)
+
+
+def test_the_warm_start_alone_is_judged_on_its_turns_and_its_exact_match_over_zero_shot():
+    """``--smoke-steps 0`` with ``--model``: zero-shot and after-SFT evaluations only; the SFT goals read
+    the share of held-out turns that are valid actions (an episode of valid turns cut before its answer
+    still counts its turns) and the exact-match rise over zero-shot in standard errors; no RL goal is
+    claimed or failed, and the plot draws the one held-out point."""
+    from parallelsearch.training.learning_loop import LearnSettings, LearnState
+    from parallelsearch.training.plot import learning_svg
+    from parallelsearch.training.report import learning_record, summary_lines
+    from parallelsearch.training.rollouts import evaluation
+
+    def episodes(right: int, wrong: int, turns: int, valid: int) -> list[dict]:
+        out = []
+        for i in range(right + wrong):
+            ep = _eval_episode(1.0 if i < right else 0.0, paid=False, decomposed=False)
+            ep["extra_logs"].update(reward_outcome=1.0 if i < right else 0.0, turns=turns, valid_turns=valid)
+            out.append(ep)
+        return out
+
+    zero_shot, tuned = episodes(1, 39, 1, 0), episodes(14, 26, 2, 2)
+    tuned[0]["extra_logs"]["valid_turns"] = 1.0  # 79 of 80 turns valid
+    classes = ["parallel"] * 40
+    state = LearnState(evaluations={"zero_shot": evaluation(zero_shot, classes)})
+    state.evaluations["before"] = evaluation(tuned, classes)
+    assert state.evaluations["before"].valid_turn_share == pytest.approx(79 / 80, abs=1e-4)
+    settings = LearnSettings(model="smollm2-135m", steps=0, control=False, sync_check=False)
+    record = learning_record(state, settings, {})
+    assert "heldout_rise" not in record and "heldout_em_rise" not in record
+    assert record["warm_start_em_rise"] == pytest.approx(13 / 40)
+    assert record["goals"] == {
+        "after SFT: format valid on >= 95% of held-out turns": True,
+        "after SFT: exact match above zero-shot by >= 3 s.e.": True,
+        "every action mask matches the engine's turns": True,
+        "0 token mismatches": True,
+    }
+    lines = summary_lines(record)
+    assert "held-out turns in the format: zero_shot 0%, before 99%" in lines
+    assert any(line.startswith("held-out parallel (40 episodes): ") for line in lines)
+    assert learning_svg(record).count("<circle") == 1
+    state.evaluations["before"] = evaluation(episodes(4, 36, 2, 1), classes)  # half the turns, 3 more right
+    goals = learning_record(state, settings, {})["goals"]
+    assert [k for k, ok in goals.items() if not ok] == [
+        "after SFT: format valid on >= 95% of held-out turns",
+        "after SFT: exact match above zero-shot by >= 3 s.e.",
+    ]
 
 
 @pytest.mark.vllm  # OpenRLHF's actor needs peft: the vLLM tier's environment has it

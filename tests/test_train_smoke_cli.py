@@ -37,6 +37,8 @@ def test_smoke_and_launch_flags_do_not_mix(capsys):
     assert "--smoke-seed applies only with --smoke" in capsys.readouterr().err
     assert main(["train", "--smoke", "--smoke-steps", "3"]) == 2
     assert "--smoke-steps applies only with --learn" in capsys.readouterr().err
+    assert main(["train", "--smoke", "--smoke-checkpoints", "--smoke-sft-steps", "0"]) == 2
+    assert "--smoke-sft-steps, --smoke-checkpoints apply only with --learn" in capsys.readouterr().err
     assert main(["train", "--smoke", "--learn", "--smoke-samples", "0"]) == 2
     assert "--smoke-samples must be >= 1, got 0" in capsys.readouterr().err
     assert main(["train", "--smoke", "--learn", "--set", "algoritm=rloo"]) == 2  # before any build

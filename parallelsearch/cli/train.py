@@ -219,7 +219,11 @@ def add_smoke_args(p: argparse.ArgumentParser, src: argparse._MutuallyExclusiveG
 
 #: ``train --smoke --learn``'s own flags and their argparse keywords (their defaults: LearnSettings)
 LEARN_FLAGS: dict[str, dict[str, Any]] = {
-    "--smoke-steps": {"type": int, "help": "--learn: training steps (20; 15 with --model)"},
+    "--smoke-steps": {
+        "type": int,
+        "help": "--learn: training steps (20; 15 with --model); 0: the warm start alone (with --model: "
+        "zero-shot and after-SFT evaluations)",
+    },
     "--smoke-heldout": {"type": int, "help": "--learn: held-out questions (24)"},
     "--smoke-pool": {
         "choices": ["parallel", "all"],
@@ -231,6 +235,16 @@ LEARN_FLAGS: dict[str, dict[str, Any]] = {
         "choices": ["group", "step"],
         "help": "--learn: how the control shuffles each step's rewards: among all the step's samples (step, "
         "the default) or among each prompt's samples (group: the run's advantages, given to random episodes)",
+    },
+    "--smoke-sft-steps": {
+        "type": int,
+        "help": "--learn: the warm start's SFT steps (150; 60 with --model); 0: none, the model as given is "
+        "the start (e.g. --model RUN/checkpoints/warm_start of an earlier run)",
+    },
+    "--smoke-checkpoints": {
+        "action": "store_true",
+        "help": "--learn: save the actor after the warm start and after the run as Hugging Face folders "
+        "(checkpoints/warm_start, checkpoints/after in the run folder), for --policy vllm:FOLDER",
     },
 }
 
@@ -305,7 +319,7 @@ def cmd_train_smoke(args: argparse.Namespace) -> int:
         raise ValueError("--smoke runs the CPU smoke, not a launch: --dry-run does not apply")
     if args.learn:
         return cmd_train_smoke_learn(args)
-    given = [f"--{k.replace('_', '-')}" for k in LEARN_ONLY if getattr(args, k) is not None]
+    given = [f"--{k.replace('_', '-')}" for k in LEARN_ONLY if _given(getattr(args, k))]
     if given:
         raise ValueError(f"{', '.join(given)} {_apply(given)} only with --learn")
     from parallelsearch.training.one_step import run_smoke
@@ -342,6 +356,8 @@ def cmd_train_smoke_learn(args: argparse.Namespace) -> int:
         pool=args.smoke_pool or defaults.pool,
         seed=defaults.seed if args.smoke_seed is None else args.smoke_seed,
         control_shuffle=args.smoke_control or defaults.control_shuffle,
+        sft_steps=defaults.sft_steps if args.smoke_sft_steps is None else args.smoke_sft_steps,
+        save_checkpoints=args.smoke_checkpoints,
     )
     samples = [] if args.smoke_samples is None else [f"n_samples_per_prompt={args.smoke_samples}"]
     overrides = [*args.set, *samples]

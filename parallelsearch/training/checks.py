@@ -40,15 +40,20 @@ class MaskCheck:
     spans: list[tuple[int, int]] = field(default_factory=list)  # the engine's turns in the sequence
 
 
-def _reads_as(decoded: str, text: str) -> bool:
+def _reads_as(decoded: str, text: str, before_last: str | None = None) -> bool:
     """A span decoded reads as the engine's text: equal, or the text followed by what vLLM's text leaves
     out: the rest of the token that completed a stop string (vLLM cuts ``text`` at the stop string, not
-    at its token: ``>\n\n``), or, at a length cut, the bytes of an unfinished UTF-8 character that its
-    incremental detokenizer still holds back (decoded whole, they read as U+FFFD)."""
+    at its token: ``>\n\n`` or ``>.``; ``before_last``, the span without its last token, then decodes to
+    less than ``text``, so all the rest is that token's), or, at a length cut, the bytes of an
+    unfinished UTF-8 character that its incremental detokenizer still holds back (decoded whole, they
+    read as U+FFFD)."""
     if decoded == text:
         return True
     rest = decoded[len(text) :] if decoded.startswith(text) else None
-    return rest is not None and not rest.replace("\ufffd", "").strip()
+    if rest is None:
+        return False
+    in_last_token = before_last is not None and len(before_last) < len(text) and text.startswith(before_last)
+    return in_last_token or not rest.replace("\ufffd", "").strip()
 
 
 def _where_they_part(decoded: str, text: str) -> str:
@@ -90,8 +95,10 @@ def check_action_mask(
             )
         if seq[a:b] != turn.ids[: b - a]:
             return MaskCheck(False, f"turn {k + 1}: tokens {a}..{b} are not the ids the engine returned")
-        decoded = decode_tokens(tokenizer, seq[a:b]) if b - a == len(turn.ids) else turn.text
-        if not _reads_as(decoded, turn.text):
+        whole = b - a == len(turn.ids)
+        decoded = decode_tokens(tokenizer, seq[a:b]) if whole else turn.text
+        before_last = decode_tokens(tokenizer, seq[a : b - 1]) if whole and decoded != turn.text else None
+        if not _reads_as(decoded, turn.text, before_last):
             where = _where_they_part(decoded, turn.text)
             return MaskCheck(
                 False, f"turn {k + 1}: tokens {a}..{b} do not decode to the engine's text ({where})"

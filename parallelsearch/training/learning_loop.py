@@ -17,6 +17,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from parallelsearch.training.rollouts import Evaluation, evaluation, parts_said, rollouts, term_means
@@ -44,13 +45,13 @@ GATEWAY_KEYS = (
 class LearnSettings:
     """The learning run's own knobs (the training ones are the config's: ``--set``)."""
 
-    steps: int = 20
+    steps: int = 20  # 0: the warm start alone (zero-shot and after-SFT evaluations, no RL, no control)
     heldout: int = 24  # held-out questions: two of every eight of the pool
     heldout_samples: int = 6
     questions: int = 200  # the first N of the shipped sample: the store, and the pool drawn from them
     pool: str = "parallel"
     seed: int = 0
-    sft_steps: int = 150
+    sft_steps: int = 150  # 0: no warm start, the model as given is the start (a saved warm start)
     sft_lr: float = 1e-2
     sft_batch: int = 16
     #: a real model to train instead of the tiny one (``--model``: a packaged name, a GGUF file or a
@@ -73,9 +74,16 @@ class LearnSettings:
     #: compare the engine's log-probs with the actor's (off where the session is not
     #: ``sync_checkable``)
     sync_check: bool = True
+    #: save the actor after the warm start and after the run as Hugging Face folders
+    #: (``checkpoints/warm_start``, ``checkpoints/after`` in the run folder): ``--policy vllm:FOLDER``
+    save_checkpoints: bool = False
 
     def check(self) -> LearnSettings:
-        for name in ("steps", "heldout", "heldout_samples", "questions", "sft_steps", "sft_batch"):
+        if self.steps < 0:
+            raise ValueError(f"--smoke-steps must be >= 0 (0: the warm start alone), got {self.steps}")
+        if self.sft_steps < 0:
+            raise ValueError(f"--smoke-sft-steps must be >= 0 (0: no warm start), got {self.sft_steps}")
+        for name in ("heldout", "heldout_samples", "questions", "sft_batch"):
             if getattr(self, name) < 1:
                 flag = f"--smoke-{name}" if name in ("steps", "heldout") else f"LearnSettings.{name}"
                 raise ValueError(f"{flag} must be >= 1, got {getattr(self, name)}")
@@ -156,6 +164,8 @@ class LearnState:
     #: the first training episode's token ids as the trainer holds them, decoded: what the model is
     #: trained on, prompt and all (a user's middleware shows here as the chat template rendered it)
     first_trained_episode: str = ""
+    #: the saved actors (``save_checkpoints``): phase -> Hugging Face folder
+    checkpoints: dict[str, str] = field(default_factory=dict)
 
 
 class LearningRun:
@@ -246,6 +256,12 @@ class LearningRun:
             + sync
         )
         return ev
+
+    def save(self, folder: Path) -> None:
+        """The actor as it is now, as a Hugging Face folder named in the record by its phase."""
+        t0 = time.perf_counter()
+        self.state.checkpoints[folder.name] = str(self.trainer.save(folder))
+        self.echo(f"saved the {folder.name} checkpoint to {folder} ({time.perf_counter() - t0:.1f} s)")
 
     def anchor_logprob(self) -> float:
         """The actor's mean log-prob per action token of the "before" evaluation's episodes."""

@@ -48,6 +48,9 @@ async def warm_start(run: LearningRun, questions: Sequence[dict[str, Any]], smok
     from parallelsearch.rl.openrlhf_cpu import samples_generator_params
     from parallelsearch.training.teacher import demonstrations, fit
 
+    if not run.settings.sft_steps:  # the model as given is the start (a saved warm start, say)
+        run.echo("warm start: none (0 SFT steps): the model as given is the start")
+        return []
     t0 = time.perf_counter()
     demos = await demonstrations(
         smoke.actor.executor,
@@ -90,6 +93,24 @@ async def warm_start(run: LearningRun, questions: Sequence[dict[str, Any]], smok
     return losses
 
 
+async def train_and_control(run: LearningRun, rollout_actor: Any, save: Callable[[str], Any] | None) -> None:
+    """The RL steps from the warm start and the evaluation after them; then, with a control, the same
+    steps from the same start with each step's rewards shuffled, and its evaluations."""
+    trainer = run.trainer
+    start = trainer.weights()
+    trainer.anchor(start)  # the reference of the KL term: the warm start, for the run and its control
+    run.state.steps = await run.train(control=False)
+    await run.evaluate("after")
+    if save:
+        save("after")
+    if run.settings.control:
+        trainer.restore(start)
+        await trainer.sync(rollout_actor)
+        await run.evaluate("control_before")
+        run.state.control_steps = await run.train(control=True)
+        await run.evaluate("control_after")
+
+
 async def learning_smoke(
     settings: LearnSettings, session_kwargs: dict[str, Any], echo: Callable[[str], None]
 ) -> tuple[dict[str, Any], Path]:
@@ -118,20 +139,17 @@ async def learning_smoke(
         recs = smoke.records
         run = LearningRun(smoke.actor, trainer, recs[: len(train_q)], recs[len(train_q) :], settings, echo)
         run.state.seconds.update({k: round(v, 1) for k, v in smoke.seconds.items()})
-        if settings.model:
+        if settings.model and settings.sft_steps:
             await run.evaluate("zero_shot")  # the pretrained model as it comes, before its warm start
         await warm_start(run, train_q, smoke)
-        start = trainer.weights()
-        trainer.anchor(start)  # the reference of the KL term: the warm start, for the run and its control
+        save = (
+            (lambda name: run.save(smoke.work / "checkpoints" / name)) if settings.save_checkpoints else None
+        )
+        if save and settings.sft_steps:
+            save("warm_start")
         await run.evaluate("before")
-        run.state.steps = await run.train(control=False)
-        await run.evaluate("after")
-        if settings.control:
-            trainer.restore(start)
-            await trainer.sync(smoke.actor)
-            await run.evaluate("control_before")
-            run.state.control_steps = await run.train(control=True)
-            await run.evaluate("control_after")
+        if settings.steps:
+            await train_and_control(run, smoke.actor, save)
         run.state.seconds["total"] = round(time.perf_counter() - t_start, 1)
         record = learning_record(run.state, settings, config_summary(smoke.cfg, smoke.args))
         path = write_record(record, smoke.work)

@@ -35,7 +35,7 @@ def learning_svg(record: dict[str, Any]) -> str:
     """The SVG text of ``record`` (``learning.json``'s content)."""
     series = {"run": record["steps"], "control": record.get("control_steps") or []}
     held = {
-        "run": [record["evaluations"]["before"], record["evaluations"]["after"]],
+        "run": [record["evaluations"][k] for k in ("before", "after") if k in record["evaluations"]],
         "control": [
             record["evaluations"][k]
             for k in ("control_before", "control_after")

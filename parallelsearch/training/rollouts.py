@@ -63,7 +63,7 @@ def record_engine_turns(actor: Any) -> None:
 #: the reward's parts as the executor's ``extra_logs`` names them (from the one list in rl/rewards.py)
 PART_TERMS = tuple(f"reward_{name}" for name in REWARD_PARTS)
 #: the reward terms and health flags each step and evaluation reports (``extra_logs`` keys)
-TERMS = (*PART_TERMS, "format_valid", "decomposed", "search_rounds", "over_searched")
+TERMS = (*PART_TERMS, "format_valid", "decomposed", "search_rounds", "over_searched", "turns", "valid_turns")
 
 
 def parts_said(row: dict[str, Any], fmt: str, sep: str = ", ") -> str:
@@ -131,6 +131,10 @@ class Evaluation:
     format_valid_stderr: float = 0.0
     #: the standard error of the mean outcome term (exact match, the answer's score alone)
     outcome_stderr: float = 0.0
+    #: the share of all the episodes' turns that are valid actions (a warm start's per-turn format
+    #: validity), and how many turns there were
+    valid_turn_share: float = 0.0
+    turns: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -142,6 +146,8 @@ class Evaluation:
             "by_class": self.by_class,
             "decomposition_mismatches": self.decomposition_mismatches,
             "format_valid_stderr": self.format_valid_stderr,
+            "valid_turn_share": self.valid_turn_share,
+            "turns": self.turns,
         }
 
 
@@ -182,6 +188,8 @@ def evaluation(results: Sequence[dict[str, Any]], classes: Sequence[str]) -> Eva
         shares, mismatches = _decomposition_facts(groups["parallel"])
         by_class["parallel"].update(shares)
     valid_se = _stderr([float(r["extra_logs"]["format_valid"]) for r in results])
+    turns = sum(float(r["extra_logs"]["turns"]) for r in results)
+    valid_turns = sum(float(r["extra_logs"]["valid_turns"]) for r in results)
     return Evaluation(
         mean=round(statistics.fmean(rewards), 4),
         stderr=round(stderr, 4),
@@ -191,6 +199,8 @@ def evaluation(results: Sequence[dict[str, Any]], classes: Sequence[str]) -> Eva
         decomposition_mismatches=mismatches,
         format_valid_stderr=round(valid_se, 4),
         outcome_stderr=round(_stderr([float(r["extra_logs"]["reward_outcome"]) for r in results]), 4),
+        valid_turn_share=round(valid_turns / turns, 4) if turns else 0.0,
+        turns=int(turns),
     )
 
 

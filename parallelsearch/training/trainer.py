@@ -112,6 +112,14 @@ class CpuTrainer:
         """A copy of the actor's weights (to start another run from the same point)."""
         return {k: v.detach().clone() for k, v in self.actor.model.state_dict().items()}
 
+    def save(self, folder: Path) -> Path:
+        """The actor as a Hugging Face folder (weights, config, tokenizer and its chat template): what
+        ``--policy vllm:FOLDER`` or ``hf:FOLDER`` loads, as a GPU run's saved checkpoint is."""
+        folder.mkdir(parents=True, exist_ok=True)
+        self.actor.model.save_pretrained(folder, safe_serialization=True)
+        self.tokenizer.save_pretrained(folder)
+        return folder
+
     def restore(self, weights: dict[str, Any]) -> None:
         """Back to ``weights`` with a fresh optimizer: a new run from the same start."""
         self.actor.model.load_state_dict(weights)
