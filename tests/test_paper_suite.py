@@ -117,6 +117,28 @@ def test_datasets_without_passages_run_against_a_given_store(suite_run, capsys, 
     assert tables["datasets"] == ["nq"] and tables["policies"]["oracle"]["rag"]["nq"]["n"] == 2
 
 
+def test_a_policy_answers_every_dataset_on_one_event_loop(suite_run, monkeypatch):
+    """An in-process vLLM engine binds to the event loop of its first request and dies with it: a
+    policy loaded once must run every dataset on one loop (each policy its own)."""
+    import asyncio
+
+    from parallelsearch.agents.policies.scripted import ScriptedPolicy
+
+    tmp, data, spec, _ = suite_run
+    monkeypatch.setenv("PARALLELSEARCH_HOME", str(tmp / "home"))  # the suite run's stores
+    loops: list[asyncio.AbstractEventLoop] = []  # the loops themselves: kept alive, their ids differ
+    agenerate = ScriptedPolicy.agenerate
+
+    async def recorded(self, request):
+        loops.append(asyncio.get_running_loop())
+        return await agenerate(self, request)
+
+    monkeypatch.setattr(ScriptedPolicy, "agenerate", recorded)
+    picked = ("--datasets", "hotpotqa,2wikimultihopqa,musique", "--limit", "2", "--graphs", "parallel")
+    assert _suite(data, tmp / "one-loop", *picked, "--policy", spec) == 0
+    assert len(loops) >= 3 * 2 * 2 and len({id(x) for x in loops}) == 1  # 3 datasets x 2 questions
+
+
 def test_without_a_store_the_suite_says_what_corpus_a_dataset_needs(suite_run, capsys):
     tmp, data, _, _ = suite_run
     capsys.readouterr()

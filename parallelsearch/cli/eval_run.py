@@ -43,14 +43,16 @@ def run_and_report(
     searcher: Any = None,
     max_failed_search_share: float | None = None,
     parts: Any = None,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> dict[str, Any]:
     """Evaluate ``graphs`` with the settings' policy, searcher (or ``searcher``) and graph config,
-    or with ``parts`` already built (a suite's policy, loaded once); past
+    or with ``parts`` already built (a suite's policy, loaded once: then ``loop``, the event loop of
+    all its runs, since an in-process vLLM engine binds to the loop of its first request); past
     ``max_failed_search_share`` of failed searches it raises after writing the report."""
     from parallelsearch.eval import comparison_lines, evaluate, write_report
 
     parts = parts or settings.graph_parts(graphs, searcher=searcher)
-    run = asyncio.run(
+    run = (loop.run_until_complete if loop else asyncio.run)(
         evaluate(
             questions,
             graphs,

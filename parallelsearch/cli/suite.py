@@ -8,6 +8,7 @@ so a killed suite resumes where it stopped; the tables are written from those fo
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import os
 from pathlib import Path
@@ -96,39 +97,59 @@ def cmd_suite(args: argparse.Namespace) -> int:
 def _run_policy(
     args: argparse.Namespace, spec: str | None, graphs: list[str], plans: list[Any], out: Path, which: str
 ) -> dict[str, Path]:
-    """Every dataset through ``graphs`` with one policy, built once (a model loads once per policy);
-    returns dataset -> its eval folder."""
-    from parallelsearch.cli.eval_run import run_and_report
-    from parallelsearch.eval.suite import slug
-
+    """Every dataset through ``graphs`` with one policy, built once (a model loads once per policy)
+    and run on one event loop (an in-process vLLM engine stays bound to the loop of its first
+    request: a loop per dataset would leave it dead after the first); returns dataset -> its folder."""
     settings = _settings_for(args, spec)
     parts = settings.graph_parts(["direct"]) if plans else None
-    folders = {}
-    for plan in plans:
-        folder = out / slug(settings.policy) / plan.dataset.name
-        print(
-            f"\n[policy {which} {settings.policy}] {plan.dataset.name}: {len(plan.questions)} questions x "
-            f"{len(graphs)} graphs -> {folder}",
-            flush=True,
-        )
-        run_and_report(
-            plan.questions,
-            graphs,
-            settings,
-            folder,
-            dataset=f"{plan.dataset.name}: {plan.dataset.path} (first {args.limit or 'all'})",
-            concurrency=args.concurrency,
-            turn_delay_ms=args.turn_delay_ms,
-            resolver_delay_ms=args.resolver_delay_ms,
-            plots=not args.no_plots,
-            searcher=plan.searcher,
-            max_failed_search_share=args.max_failed_search_share,
-            parts=parts,
-        )
-        folders[plan.dataset.name] = folder
+    loop = asyncio.new_event_loop()
+    try:
+        folders = {
+            p.dataset.name: _run_dataset(args, settings, graphs, p, out, which, parts, loop) for p in plans
+        }
+    finally:
+        loop.close()
     del parts
     gc.collect()  # the policy's model goes before the next policy's loads (one GPU holds one engine)
     return folders
+
+
+def _run_dataset(
+    args: argparse.Namespace,
+    settings: Any,
+    graphs: list[str],
+    plan: Any,
+    out: Path,
+    which: str,
+    parts: Any,
+    loop: asyncio.AbstractEventLoop,
+) -> Path:
+    """One dataset's questions through ``graphs`` with the policy's ``parts`` on its ``loop``; its folder."""
+    from parallelsearch.cli.eval_run import run_and_report
+    from parallelsearch.eval.suite import slug
+
+    folder = out / slug(settings.policy) / plan.dataset.name
+    print(
+        f"\n[policy {which} {settings.policy}] {plan.dataset.name}: {len(plan.questions)} questions x "
+        f"{len(graphs)} graphs -> {folder}",
+        flush=True,
+    )
+    run_and_report(
+        plan.questions,
+        graphs,
+        settings,
+        folder,
+        dataset=f"{plan.dataset.name}: {plan.dataset.path} (first {args.limit or 'all'})",
+        concurrency=args.concurrency,
+        turn_delay_ms=args.turn_delay_ms,
+        resolver_delay_ms=args.resolver_delay_ms,
+        plots=not args.no_plots,
+        searcher=plan.searcher,
+        max_failed_search_share=args.max_failed_search_share,
+        parts=parts,
+        loop=loop,
+    )
+    return folder
 
 
 def _write_suite_tables(
