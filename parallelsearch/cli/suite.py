@@ -108,10 +108,24 @@ def _run_policy(
             p.dataset.name: _run_dataset(args, settings, graphs, p, out, which, parts, loop) for p in plans
         }
     finally:
-        loop.close()
+        _close(loop, parts)
     del parts
     gc.collect()  # the policy's model goes before the next policy's loads (one GPU holds one engine)
     return folders
+
+
+def _close(loop: asyncio.AbstractEventLoop, parts: Any) -> None:
+    """The policy's engine stopped (an in-process vLLM engine's), then the loop's leftover tasks (its
+    output handler) cancelled and awaited, then the loop closed: nothing left running on a dead loop."""
+    shutdown = getattr(getattr(parts, "policy", None), "shutdown", None)
+    if callable(shutdown):
+        shutdown()
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.wait(pending))
+    loop.close()
 
 
 def _run_dataset(
