@@ -85,7 +85,7 @@ class LearnSettings:
             raise ValueError(f"--smoke-sft-steps must be >= 0 (0: no warm start), got {self.sft_steps}")
         for name in ("heldout", "heldout_samples", "questions", "sft_batch"):
             if getattr(self, name) < 1:
-                flag = f"--smoke-{name}" if name in ("steps", "heldout") else f"LearnSettings.{name}"
+                flag = "--smoke-heldout" if name == "heldout" else f"LearnSettings.{name}"
                 raise ValueError(f"{flag} must be >= 1, got {getattr(self, name)}")
         if self.questions > 200:
             raise ValueError(f"LearnSettings.questions={self.questions}: the shipped sample holds 200")
